@@ -1,0 +1,587 @@
+//! Intrusive red-black trees whose nodes live in arenas and link by `u32` index.
+//!
+//! This plays the role of `<linux/rbtree.h>` in `sch_htb.c`: a class sits in up to nine trees
+//! at once (its level's wait queue and, per priority, a row or its parent's feed), and the
+//! links live in the class's arena slots, so inserting or erasing never allocates. Indices
+//! instead of pointers keep the crate free of `unsafe`: a node is a [`Links`] record in some
+//! pool, and a [`NodePool`] tells the tree where a node's links and key are.
+//!
+//! As in the kernel, equal keys go to the right of existing ones (FIFO among ties, like
+//! `htb_add_to_wait_tree`), an erased node is marked unlinked (`RB_CLEAR_NODE`), and erasing an
+//! unlinked node is refused rather than corrupting the tree (`htb_safe_rb_erase`).
+
+use core::fmt::Debug;
+
+/// Index of a node in its pool.
+pub(crate) type NodeId = u32;
+/// "No node": the null child/parent link.
+pub(crate) const NIL: NodeId = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Color {
+    Red,
+    Black,
+    /// Not in any tree (`RB_EMPTY_NODE`).
+    Unlinked,
+}
+
+/// A node's links. Lives inside the owner's slot of some arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Links {
+    parent: NodeId,
+    left: NodeId,
+    right: NodeId,
+    color: Color,
+}
+
+impl Links {
+    pub(crate) const UNLINKED: Self = Self {
+        parent: NIL,
+        left: NIL,
+        right: NIL,
+        color: Color::Unlinked,
+    };
+
+    pub(crate) fn is_linked(&self) -> bool {
+        self.color != Color::Unlinked
+    }
+}
+
+/// Where a tree finds its nodes' links and keys.
+pub(crate) trait NodePool {
+    type Key: Ord + Copy + Debug;
+    fn links(&self, node: NodeId) -> &Links;
+    fn links_mut(&mut self, node: NodeId) -> &mut Links;
+    fn key(&self, node: NodeId) -> Self::Key;
+}
+
+/// Why [`RbTree::check`] failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TreeFault {
+    RedRoot,
+    RootHasParent,
+    RedRedEdge(NodeId),
+    BlackHeight(NodeId),
+    Order(NodeId),
+    ParentLink(NodeId),
+    UnlinkedInTree(NodeId),
+    StaleFirst,
+    Cycle,
+}
+
+/// The root of one tree plus a cached leftmost node (the kernel recomputes `rb_first`; caching
+/// it makes the next-event lookup and a DRR rewind O(1)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RbTree {
+    root: NodeId,
+    first: NodeId,
+}
+
+impl Default for RbTree {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+impl RbTree {
+    pub(crate) const EMPTY: Self = Self {
+        root: NIL,
+        first: NIL,
+    };
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.root == NIL
+    }
+
+    /// The node with the smallest key (first among equals), or [`NIL`].
+    pub(crate) fn first(&self) -> NodeId {
+        self.first
+    }
+
+    /// Links `node` in key order; equal keys go after existing ones. Returns `false` (and
+    /// changes nothing) if `node` is already linked somewhere.
+    pub(crate) fn insert<P: NodePool + ?Sized>(&mut self, pool: &mut P, node: NodeId) -> bool {
+        if pool.links(node).is_linked() {
+            debug_assert!(false, "rbtree: inserting linked node {node}");
+            return false;
+        }
+        let key = pool.key(node);
+        let mut parent = NIL;
+        let mut cur = self.root;
+        let mut go_left = false;
+        let mut leftmost = true;
+        while cur != NIL {
+            parent = cur;
+            if key < pool.key(cur) {
+                go_left = true;
+                cur = pool.links(cur).left;
+            } else {
+                go_left = false;
+                leftmost = false;
+                cur = pool.links(cur).right;
+            }
+        }
+        *pool.links_mut(node) = Links {
+            parent,
+            left: NIL,
+            right: NIL,
+            color: Color::Red,
+        };
+        if parent == NIL {
+            self.root = node;
+        } else if go_left {
+            pool.links_mut(parent).left = node;
+        } else {
+            pool.links_mut(parent).right = node;
+        }
+        if leftmost {
+            self.first = node;
+        }
+        self.insert_fixup(pool, node);
+        true
+    }
+
+    /// Unlinks `node` and marks it unlinked. Returns `false` if it was not linked (the
+    /// `htb_safe_rb_erase` case: a bug elsewhere, not worth corrupting the tree for).
+    pub(crate) fn erase<P: NodePool + ?Sized>(&mut self, pool: &mut P, node: NodeId) -> bool {
+        if !pool.links(node).is_linked() {
+            debug_assert!(false, "rbtree: erasing unlinked node {node}");
+            return false;
+        }
+        if self.first == node {
+            self.first = Self::next(pool, node);
+        }
+        let z = *pool.links(node);
+        let mut removed_color = z.color;
+        let x;
+        let x_parent;
+        if z.left == NIL {
+            x = z.right;
+            x_parent = z.parent;
+            self.transplant(pool, node, z.right);
+        } else if z.right == NIL {
+            x = z.left;
+            x_parent = z.parent;
+            self.transplant(pool, node, z.left);
+        } else {
+            let y = Self::minimum(pool, z.right);
+            removed_color = pool.links(y).color;
+            x = pool.links(y).right;
+            if pool.links(y).parent == node {
+                x_parent = y;
+            } else {
+                x_parent = pool.links(y).parent;
+                self.transplant(pool, y, x);
+                pool.links_mut(y).right = z.right;
+                pool.links_mut(z.right).parent = y;
+            }
+            self.transplant(pool, node, y);
+            pool.links_mut(y).left = z.left;
+            pool.links_mut(z.left).parent = y;
+            pool.links_mut(y).color = z.color;
+        }
+        if removed_color == Color::Black {
+            self.erase_fixup(pool, x, x_parent);
+        }
+        *pool.links_mut(node) = Links::UNLINKED;
+        true
+    }
+
+    /// In-order successor of `node`, or [`NIL`] (`rb_next`).
+    pub(crate) fn next<P: NodePool + ?Sized>(pool: &P, node: NodeId) -> NodeId {
+        let links = pool.links(node);
+        if links.right != NIL {
+            return Self::minimum(pool, links.right);
+        }
+        let mut child = node;
+        let mut parent = links.parent;
+        while parent != NIL && pool.links(parent).right == child {
+            child = parent;
+            parent = pool.links(parent).parent;
+        }
+        parent
+    }
+
+    /// The first node whose key is `>= key`, or [`NIL`] (`htb_id_find_next_upper`).
+    pub(crate) fn find_next_upper<P: NodePool + ?Sized>(&self, pool: &P, key: P::Key) -> NodeId {
+        let mut best = NIL;
+        let mut node = self.root;
+        while node != NIL {
+            let k = pool.key(node);
+            if key > k {
+                node = pool.links(node).right;
+            } else if key < k {
+                best = node;
+                node = pool.links(node).left;
+            } else {
+                return node;
+            }
+        }
+        best
+    }
+
+    /// Calls `f` on every node in key order.
+    pub(crate) fn for_each<P: NodePool + ?Sized>(&self, pool: &P, mut f: impl FnMut(NodeId)) {
+        let mut node = self.first;
+        while node != NIL {
+            f(node);
+            node = Self::next(pool, node);
+        }
+    }
+
+    /// Verifies every red-black and ordering invariant and the cached first node; returns the
+    /// number of nodes.
+    pub(crate) fn check<P: NodePool + ?Sized>(&self, pool: &P) -> Result<usize, TreeFault> {
+        if self.root == NIL {
+            return if self.first == NIL {
+                Ok(0)
+            } else {
+                Err(TreeFault::StaleFirst)
+            };
+        }
+        let root = pool.links(self.root);
+        if root.parent != NIL {
+            return Err(TreeFault::RootHasParent);
+        }
+        if root.color == Color::Red {
+            return Err(TreeFault::RedRoot);
+        }
+        let mut count = 0usize;
+        Self::check_subtree(pool, self.root, None, None, &mut count, 0)?;
+        if self.first != Self::minimum(pool, self.root) {
+            return Err(TreeFault::StaleFirst);
+        }
+        Ok(count)
+    }
+
+    /// Returns the black height of the subtree at `node`.
+    fn check_subtree<P: NodePool + ?Sized>(
+        pool: &P,
+        node: NodeId,
+        lower: Option<P::Key>,
+        upper: Option<P::Key>,
+        count: &mut usize,
+        depth: u32,
+    ) -> Result<u32, TreeFault> {
+        if node == NIL {
+            return Ok(1);
+        }
+        // A valid tree of 2^32 nodes is at most 64 deep; deeper means a cycle.
+        if depth > 64 {
+            return Err(TreeFault::Cycle);
+        }
+        *count += 1;
+        let links = *pool.links(node);
+        if links.color == Color::Unlinked {
+            return Err(TreeFault::UnlinkedInTree(node));
+        }
+        let key = pool.key(node);
+        if lower.is_some_and(|l| key < l) || upper.is_some_and(|u| key > u) {
+            return Err(TreeFault::Order(node));
+        }
+        for child in [links.left, links.right] {
+            if child != NIL {
+                if pool.links(child).parent != node {
+                    return Err(TreeFault::ParentLink(child));
+                }
+                if links.color == Color::Red && pool.links(child).color == Color::Red {
+                    return Err(TreeFault::RedRedEdge(child));
+                }
+            }
+        }
+        let left = Self::check_subtree(pool, links.left, lower, Some(key), count, depth + 1)?;
+        let right = Self::check_subtree(pool, links.right, Some(key), upper, count, depth + 1)?;
+        if left != right {
+            return Err(TreeFault::BlackHeight(node));
+        }
+        Ok(left + u32::from(links.color == Color::Black))
+    }
+
+    fn minimum<P: NodePool + ?Sized>(pool: &P, mut node: NodeId) -> NodeId {
+        while pool.links(node).left != NIL {
+            node = pool.links(node).left;
+        }
+        node
+    }
+
+    fn color<P: NodePool + ?Sized>(pool: &P, node: NodeId) -> Color {
+        if node == NIL {
+            Color::Black
+        } else {
+            pool.links(node).color
+        }
+    }
+
+    fn set_color<P: NodePool + ?Sized>(pool: &mut P, node: NodeId, color: Color) {
+        if node != NIL {
+            pool.links_mut(node).color = color;
+        }
+    }
+
+    /// Replaces the subtree at `old` by the one at `new` in `old`'s parent.
+    fn transplant<P: NodePool + ?Sized>(&mut self, pool: &mut P, old: NodeId, new: NodeId) {
+        let parent = pool.links(old).parent;
+        if parent == NIL {
+            self.root = new;
+        } else if pool.links(parent).left == old {
+            pool.links_mut(parent).left = new;
+        } else {
+            pool.links_mut(parent).right = new;
+        }
+        if new != NIL {
+            pool.links_mut(new).parent = parent;
+        }
+    }
+
+    fn rotate_left<P: NodePool + ?Sized>(&mut self, pool: &mut P, x: NodeId) {
+        let y = pool.links(x).right;
+        let y_left = pool.links(y).left;
+        pool.links_mut(x).right = y_left;
+        if y_left != NIL {
+            pool.links_mut(y_left).parent = x;
+        }
+        self.transplant(pool, x, y);
+        pool.links_mut(y).left = x;
+        pool.links_mut(x).parent = y;
+    }
+
+    fn rotate_right<P: NodePool + ?Sized>(&mut self, pool: &mut P, x: NodeId) {
+        let y = pool.links(x).left;
+        let y_right = pool.links(y).right;
+        pool.links_mut(x).left = y_right;
+        if y_right != NIL {
+            pool.links_mut(y_right).parent = x;
+        }
+        self.transplant(pool, x, y);
+        pool.links_mut(y).right = x;
+        pool.links_mut(x).parent = y;
+    }
+
+    fn insert_fixup<P: NodePool + ?Sized>(&mut self, pool: &mut P, mut z: NodeId) {
+        loop {
+            let parent = pool.links(z).parent;
+            if parent == NIL || pool.links(parent).color != Color::Red {
+                break;
+            }
+            // A red parent is never the root, so the grandparent exists.
+            let grand = pool.links(parent).parent;
+            if pool.links(grand).left == parent {
+                let uncle = pool.links(grand).right;
+                if Self::color(pool, uncle) == Color::Red {
+                    Self::set_color(pool, parent, Color::Black);
+                    Self::set_color(pool, uncle, Color::Black);
+                    Self::set_color(pool, grand, Color::Red);
+                    z = grand;
+                } else {
+                    let mut parent = parent;
+                    if pool.links(parent).right == z {
+                        z = parent;
+                        self.rotate_left(pool, z);
+                        parent = pool.links(z).parent;
+                    }
+                    Self::set_color(pool, parent, Color::Black);
+                    Self::set_color(pool, grand, Color::Red);
+                    self.rotate_right(pool, grand);
+                }
+            } else {
+                let uncle = pool.links(grand).left;
+                if Self::color(pool, uncle) == Color::Red {
+                    Self::set_color(pool, parent, Color::Black);
+                    Self::set_color(pool, uncle, Color::Black);
+                    Self::set_color(pool, grand, Color::Red);
+                    z = grand;
+                } else {
+                    let mut parent = parent;
+                    if pool.links(parent).left == z {
+                        z = parent;
+                        self.rotate_right(pool, z);
+                        parent = pool.links(z).parent;
+                    }
+                    Self::set_color(pool, parent, Color::Black);
+                    Self::set_color(pool, grand, Color::Red);
+                    self.rotate_left(pool, grand);
+                }
+            }
+        }
+        let root = self.root;
+        Self::set_color(pool, root, Color::Black);
+    }
+
+    /// Restores the invariants after a black node was removed above `x` (possibly [`NIL`]),
+    /// whose parent is `parent`.
+    fn erase_fixup<P: NodePool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        mut x: NodeId,
+        mut parent: NodeId,
+    ) {
+        while x != self.root && Self::color(pool, x) == Color::Black {
+            if pool.links(parent).left == x {
+                let mut w = pool.links(parent).right;
+                if Self::color(pool, w) == Color::Red {
+                    Self::set_color(pool, w, Color::Black);
+                    Self::set_color(pool, parent, Color::Red);
+                    self.rotate_left(pool, parent);
+                    w = pool.links(parent).right;
+                }
+                let (wl, wr) = (pool.links(w).left, pool.links(w).right);
+                if Self::color(pool, wl) == Color::Black && Self::color(pool, wr) == Color::Black {
+                    Self::set_color(pool, w, Color::Red);
+                    x = parent;
+                    parent = pool.links(x).parent;
+                } else {
+                    if Self::color(pool, wr) == Color::Black {
+                        Self::set_color(pool, wl, Color::Black);
+                        Self::set_color(pool, w, Color::Red);
+                        self.rotate_right(pool, w);
+                        w = pool.links(parent).right;
+                    }
+                    let parent_color = pool.links(parent).color;
+                    Self::set_color(pool, w, parent_color);
+                    Self::set_color(pool, parent, Color::Black);
+                    let wr = pool.links(w).right;
+                    Self::set_color(pool, wr, Color::Black);
+                    self.rotate_left(pool, parent);
+                    x = self.root;
+                    break;
+                }
+            } else {
+                let mut w = pool.links(parent).left;
+                if Self::color(pool, w) == Color::Red {
+                    Self::set_color(pool, w, Color::Black);
+                    Self::set_color(pool, parent, Color::Red);
+                    self.rotate_right(pool, parent);
+                    w = pool.links(parent).left;
+                }
+                let (wl, wr) = (pool.links(w).left, pool.links(w).right);
+                if Self::color(pool, wl) == Color::Black && Self::color(pool, wr) == Color::Black {
+                    Self::set_color(pool, w, Color::Red);
+                    x = parent;
+                    parent = pool.links(x).parent;
+                } else {
+                    if Self::color(pool, wl) == Color::Black {
+                        Self::set_color(pool, wr, Color::Black);
+                        Self::set_color(pool, w, Color::Red);
+                        self.rotate_left(pool, w);
+                        w = pool.links(parent).left;
+                    }
+                    let parent_color = pool.links(parent).color;
+                    Self::set_color(pool, w, parent_color);
+                    Self::set_color(pool, parent, Color::Black);
+                    let wl = pool.links(w).left;
+                    Self::set_color(pool, wl, Color::Black);
+                    self.rotate_right(pool, parent);
+                    x = self.root;
+                    break;
+                }
+            }
+        }
+        Self::set_color(pool, x, Color::Black);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec::Vec;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A pool of (links, key, insertion sequence) for tests.
+    struct TestPool {
+        nodes: Vec<(Links, u32)>,
+    }
+
+    impl NodePool for TestPool {
+        type Key = u32;
+        fn links(&self, node: NodeId) -> &Links {
+            &self.nodes[node as usize].0
+        }
+        fn links_mut(&mut self, node: NodeId) -> &mut Links {
+            &mut self.nodes[node as usize].0
+        }
+        fn key(&self, node: NodeId) -> u32 {
+            self.nodes[node as usize].1
+        }
+    }
+
+    fn pool(keys: &[u32]) -> TestPool {
+        TestPool {
+            nodes: keys.iter().map(|&k| (Links::UNLINKED, k)).collect(),
+        }
+    }
+
+    fn in_order(tree: &RbTree, pool: &TestPool) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        tree.for_each(pool, |n| out.push(n));
+        out
+    }
+
+    #[test]
+    fn equal_keys_are_fifo() {
+        let mut p = pool(&[5, 5, 3, 5, 7]);
+        let mut t = RbTree::EMPTY;
+        for n in 0..5 {
+            assert!(t.insert(&mut p, n));
+        }
+        assert_eq!(in_order(&t, &p), [2, 0, 1, 3, 4]);
+        assert_eq!(t.first(), 2);
+        assert_eq!(t.check(&p), Ok(5));
+    }
+
+    #[test]
+    fn double_insert_and_erase_are_refused() {
+        let mut p = pool(&[1, 2]);
+        let mut t = RbTree::EMPTY;
+        assert!(t.insert(&mut p, 0));
+        // Release builds refuse silently; debug builds also assert, so only check release.
+        if !cfg!(debug_assertions) {
+            assert!(!t.insert(&mut p, 0));
+            assert!(!t.erase(&mut p, 1));
+        }
+        assert!(t.erase(&mut p, 0));
+        assert!(t.is_empty());
+        assert_eq!(t.first(), NIL);
+    }
+
+    #[test]
+    fn find_next_upper_finds_ceiling() {
+        let mut p = pool(&[10, 20, 30]);
+        let mut t = RbTree::EMPTY;
+        for n in 0..3 {
+            t.insert(&mut p, n);
+        }
+        assert_eq!(t.find_next_upper(&p, 5), 0);
+        assert_eq!(t.find_next_upper(&p, 20), 1);
+        assert_eq!(t.find_next_upper(&p, 21), 2);
+        assert_eq!(t.find_next_upper(&p, 31), NIL);
+    }
+
+    proptest! {
+        /// Random inserts and erases agree with a sorted reference after every operation.
+        #[test]
+        fn matches_reference_model(ops in prop::collection::vec((any::<bool>(), 0u32..64), 1..400)) {
+            let keys: Vec<u32> = (0..64).map(|i| (i * 37) % 23).collect();
+            let mut p = pool(&keys);
+            let mut t = RbTree::EMPTY;
+            // Reference: (key, insertion sequence, node) sorted.
+            let mut model: Vec<(u32, usize, NodeId)> = Vec::new();
+            for (seq, (insert, node)) in ops.into_iter().enumerate() {
+                let linked = p.links(node).is_linked();
+                if insert && !linked {
+                    prop_assert!(t.insert(&mut p, node));
+                    model.push((keys[node as usize], seq, node));
+                    model.sort_unstable();
+                } else if !insert && linked {
+                    prop_assert!(t.erase(&mut p, node));
+                    model.retain(|&(_, _, n)| n != node);
+                }
+                prop_assert_eq!(t.check(&p), Ok(model.len()));
+                let expected: Vec<NodeId> = model.iter().map(|&(_, _, n)| n).collect();
+                prop_assert_eq!(in_order(&t, &p), expected);
+            }
+        }
+    }
+}

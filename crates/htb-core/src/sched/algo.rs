@@ -1,0 +1,490 @@
+//! The scheduling algorithm, one function per `sch_htb.c` function it mirrors.
+
+use super::Scheduler;
+use super::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, Row};
+use crate::Packet;
+use crate::queue::LeafQueue;
+use crate::rate::{TOKENS_PER_NS, tokens_to_ns_ceil};
+use crate::rbtree::{NIL, NodeId, RbTree};
+use crate::spec::MAX_DEPTH;
+use crate::stats::Mode;
+
+/// The kernel's `mbuffer`: 60 s, the floor of a bucket's debt.
+pub(super) const MBUFFER: i64 = 60 * 1_000_000_000 * TOKENS_PER_NS;
+
+/// Bound of `htb_lookup_leaf`'s walk (the kernel's `for (i = 0; i < 65535; i++)`).
+const LOOKUP_STEPS: u32 = 65_535;
+
+/// Which round-robin list: a level's row or an inner class's feed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RowRef {
+    Level { level: u8, prio: u8 },
+    Feed { inner: u32, prio: u8 },
+}
+
+/// The row `r` refers to; a free function so that the caller can borrow the node pools at
+/// the same time.
+#[inline]
+pub(super) fn row_mut<'a>(
+    levels: &'a mut [Level],
+    inner: &'a mut [InnerState],
+    r: RowRef,
+) -> &'a mut Row {
+    match r {
+        RowRef::Level { level, prio } => &mut levels[level as usize].rows[prio as usize],
+        RowRef::Feed { inner: i, prio } => &mut inner[i as usize].feeds[prio as usize],
+    }
+}
+
+#[inline]
+fn bits(mut mask: u8) -> impl Iterator<Item = u8> {
+    core::iter::from_fn(move || {
+        (mask != 0).then(|| {
+            let bit = mask.trailing_zeros() as u8;
+            mask &= mask - 1;
+            bit
+        })
+    })
+}
+
+impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
+    /// The node of class `cl` for priority `prio`: a leaf has one node, used for whichever
+    /// priority it is active at; an inner class has one per priority.
+    #[inline]
+    pub(super) fn prio_node(&self, cl: ClassIdx, prio: u8) -> NodeId {
+        let class = &self.classes[cl as usize];
+        if class.level == 0 {
+            class.prio_node
+        } else {
+            class.prio_node + NodeId::from(prio)
+        }
+    }
+
+    /// `htb_activate`: a leaf got backlog; hook it into the feeds/rows of its priority.
+    #[inline]
+    pub(super) fn activate(&mut self, cl: ClassIdx) {
+        let class = &mut self.classes[cl as usize];
+        if class.activity == 0 {
+            class.activity = 1 << class.prio;
+            self.activate_prios(cl);
+        }
+    }
+
+    /// `htb_deactivate`: a leaf lost its backlog.
+    #[inline]
+    pub(super) fn deactivate(&mut self, cl: ClassIdx) {
+        if self.classes[cl as usize].activity == 0 {
+            return;
+        }
+        self.deactivate_prios(cl);
+        self.classes[cl as usize].activity = 0;
+    }
+
+    /// `htb_activate_prios`: connects `cl` to its ancestors' feeds while it may borrow, and
+    /// the first green class of the chain to its level's row. `cl.mode` must be the new mode.
+    pub(super) fn activate_prios(&mut self, cl: ClassIdx) {
+        let mut cl = cl;
+        let mut mask = self.classes[cl as usize].activity;
+        let mut parent = self.classes[cl as usize].parent;
+        while self.classes[cl as usize].mode == Mode::MayBorrow && parent != NO_CLASS && mask != 0 {
+            let inner = self.classes[parent as usize].inner;
+            for prio in bits(mask) {
+                let node = self.prio_node(cl, prio);
+                let feed = &mut self.inner[inner as usize].feeds[prio as usize];
+                if !feed.tree.is_empty() {
+                    // The parent is already hooked up for this priority.
+                    mask &= !(1 << prio);
+                }
+                feed.tree.insert(self.prio_nodes.nodes.as_mut_slice(), node);
+            }
+            self.classes[parent as usize].activity |= mask;
+            cl = parent;
+            parent = self.classes[cl as usize].parent;
+        }
+        if self.classes[cl as usize].mode == Mode::CanSend && mask != 0 {
+            self.add_class_to_row(cl, mask);
+        }
+    }
+
+    /// `htb_deactivate_prios`: the mirror of [`activate_prios`](Self::activate_prios);
+    /// `cl.mode` must be the old mode.
+    pub(super) fn deactivate_prios(&mut self, cl: ClassIdx) {
+        let mut cl = cl;
+        let mut mask = self.classes[cl as usize].activity;
+        let mut parent = self.classes[cl as usize].parent;
+        while self.classes[cl as usize].mode == Mode::MayBorrow && parent != NO_CLASS && mask != 0 {
+            let inner = self.classes[parent as usize].inner;
+            let key = self.classes[cl as usize].id.minor();
+            let todo = mask;
+            mask = 0;
+            for prio in bits(todo) {
+                let node = self.prio_node(cl, prio);
+                let feed = &mut self.inner[inner as usize].feeds[prio as usize];
+                if feed.ptr == node {
+                    // Removing the child the parent's DRR points at: forget the pointer but
+                    // remember the id, so the round robin resumes after it.
+                    feed.last_ptr_id = key;
+                    feed.ptr = NIL;
+                }
+                if !feed.tree.erase(self.prio_nodes.nodes.as_mut_slice(), node) {
+                    self.stats.internal_faults += 1;
+                }
+                if feed.tree.is_empty() {
+                    mask |= 1 << prio;
+                }
+            }
+            self.classes[parent as usize].activity &= !mask;
+            cl = parent;
+            parent = self.classes[cl as usize].parent;
+        }
+        if self.classes[cl as usize].mode == Mode::CanSend && mask != 0 {
+            self.remove_class_from_row(cl, mask);
+        }
+    }
+
+    /// `htb_add_class_to_row`.
+    fn add_class_to_row(&mut self, cl: ClassIdx, mask: u8) {
+        let level = self.classes[cl as usize].level as usize;
+        self.levels[level].row_mask |= mask;
+        for prio in bits(mask) {
+            let node = self.prio_node(cl, prio);
+            self.levels[level].rows[prio as usize]
+                .tree
+                .insert(self.prio_nodes.nodes.as_mut_slice(), node);
+        }
+    }
+
+    /// `htb_remove_class_from_row`.
+    fn remove_class_from_row(&mut self, cl: ClassIdx, mask: u8) {
+        let level = self.classes[cl as usize].level as usize;
+        let mut emptied = 0u8;
+        for prio in bits(mask) {
+            let node = self.prio_node(cl, prio);
+            let nodes = self.prio_nodes.nodes.as_mut_slice();
+            let row = &mut self.levels[level].rows[prio as usize];
+            if row.ptr == node {
+                row.ptr = RbTree::next(nodes, node);
+            }
+            if !row.tree.erase(nodes, node) {
+                self.stats.internal_faults += 1;
+            }
+            if row.tree.is_empty() {
+                emptied |= 1 << prio;
+            }
+        }
+        self.levels[level].row_mask &= !emptied;
+    }
+
+    /// `htb_class_mode`: the mode at `t_c + diff`; for a non-green result `diff` becomes the
+    /// token units until the mode may change.
+    #[inline]
+    fn class_mode(class: &Class, diff: &mut i64, hysteresis: bool) -> Mode {
+        let (lowater, hiwater) = if hysteresis {
+            (
+                if class.mode != Mode::CantSend {
+                    -class.cbuffer
+                } else {
+                    0
+                },
+                if class.mode == Mode::CanSend {
+                    -class.buffer
+                } else {
+                    0
+                },
+            )
+        } else {
+            (0, 0)
+        };
+        let toks = class.ctokens.saturating_add(*diff);
+        if toks < lowater {
+            *diff = -toks;
+            return Mode::CantSend;
+        }
+        let toks = class.tokens.saturating_add(*diff);
+        if toks >= hiwater {
+            return Mode::CanSend;
+        }
+        *diff = -toks;
+        Mode::MayBorrow
+    }
+
+    /// `htb_change_class_mode`: applies the mode at `t_c + diff`, moving the class between
+    /// feeds and rows. The caller moves it in the wait queue.
+    pub(super) fn change_class_mode(&mut self, cl: ClassIdx, diff: &mut i64) {
+        let class = &self.classes[cl as usize];
+        let new_mode = Self::class_mode(class, diff, self.config.hysteresis);
+        if new_mode == class.mode {
+            return;
+        }
+        if new_mode == Mode::CantSend {
+            self.classes[cl as usize].overlimits += 1;
+            self.stats.overlimits += 1;
+        }
+        let class = &self.classes[cl as usize];
+        if class.activity != 0 {
+            if class.mode != Mode::CantSend {
+                self.deactivate_prios(cl);
+            }
+            self.classes[cl as usize].mode = new_mode;
+            if new_mode != Mode::CantSend {
+                self.activate_prios(cl);
+            }
+        } else {
+            self.classes[cl as usize].mode = new_mode;
+        }
+    }
+
+    /// `htb_add_to_wait_tree`: the class's mode may change `delay` token units from now.
+    pub(super) fn add_to_wait_tree(&mut self, cl: ClassIdx, delay: i64) {
+        let now = self.now.as_nanos();
+        let mut key = now.saturating_add(tokens_to_ns_ceil(delay));
+        if key == now {
+            key += 1;
+        }
+        self.wait_nodes[cl as usize].key = key;
+        let level = self.classes[cl as usize].level as usize;
+        self.levels[level]
+            .wait
+            .insert(self.wait_nodes.as_mut_slice(), cl);
+    }
+
+    /// Removes `cl` from its level's wait queue (it must be there).
+    pub(super) fn remove_from_wait_tree(&mut self, cl: ClassIdx) {
+        let level = self.classes[cl as usize].level as usize;
+        if !self.levels[level]
+            .wait
+            .erase(self.wait_nodes.as_mut_slice(), cl)
+        {
+            self.stats.internal_faults += 1;
+        }
+    }
+
+    /// After `cl`'s buckets or parameters changed: re-evaluates its mode at `now` and moves
+    /// it between the wait queue, feeds and rows (the tail of `htb_charge_class`'s loop).
+    pub(super) fn update_mode(&mut self, cl: ClassIdx, mut diff: i64) {
+        let old = self.classes[cl as usize].mode;
+        self.change_class_mode(cl, &mut diff);
+        let new = self.classes[cl as usize].mode;
+        if old != new {
+            if old != Mode::CanSend {
+                self.remove_from_wait_tree(cl);
+            }
+            if new != Mode::CanSend {
+                self.add_to_wait_tree(cl, diff);
+            }
+        }
+    }
+
+    /// Re-evaluates `cl`'s mode at `now` after its parameters changed under it: its wait-queue
+    /// key was computed with the old ones, so it is taken out and put back wherever its
+    /// buckets now say.
+    pub(super) fn reevaluate_mode(&mut self, cl: ClassIdx) {
+        if self.classes[cl as usize].mode != Mode::CanSend {
+            self.remove_from_wait_tree(cl);
+        }
+        let mut diff = Self::elapsed_tokens(&self.classes[cl as usize], self.now);
+        self.change_class_mode(cl, &mut diff);
+        if self.classes[cl as usize].mode != Mode::CanSend {
+            self.add_to_wait_tree(cl, diff);
+        }
+    }
+
+    /// Whether level `level` has a wait-queue event due (`near_ev_cache` check).
+    #[inline]
+    pub(super) fn event_due(&self, level: usize) -> bool {
+        let first = self.levels[level].wait.first();
+        first != NIL && self.wait_nodes[first as usize].key <= self.now.as_nanos()
+    }
+
+    /// `htb_do_events`: re-evaluates the modes of classes whose event is due (tokens are not
+    /// updated, only the mode), at most `max_events_per_level` of them.
+    pub(super) fn do_events(&mut self, level: usize) {
+        let now = self.now.as_nanos();
+        for _ in 0..self.config.max_events_per_level {
+            let first = self.levels[level].wait.first();
+            if first == NIL || self.wait_nodes[first as usize].key > now {
+                return;
+            }
+            self.levels[level]
+                .wait
+                .erase(self.wait_nodes.as_mut_slice(), first);
+            self.stats.events += 1;
+            let mut diff = Self::elapsed_tokens(&self.classes[first as usize], self.now);
+            self.change_class_mode(first, &mut diff);
+            if self.classes[first as usize].mode != Mode::CanSend {
+                self.add_to_wait_tree(first, diff);
+            }
+        }
+        if self.event_due(level) {
+            // The kernel warns "htb: too many events!" once and reschedules; the rest waits for
+            // the next call, which `next_wakeup` reports as due now.
+            self.stats.event_budget_exhausted += 1;
+        }
+    }
+
+    /// `htb_lookup_leaf`: the leaf the DRR pointers of row `start` lead to, descending feeds.
+    pub(super) fn lookup_leaf(&mut self, start: RowRef, prio: u8) -> ClassIdx {
+        let mut stack = [start; MAX_DEPTH];
+        let mut sp = 0usize;
+        if row_mut(&mut self.levels, &mut self.inner, start)
+            .tree
+            .is_empty()
+        {
+            return NO_CLASS;
+        }
+        for _ in 0..LOOKUP_STEPS {
+            let nodes = self.prio_nodes.nodes.as_slice();
+            let row = row_mut(&mut self.levels, &mut self.inner, stack[sp]);
+            if row.ptr == NIL && row.last_ptr_id != 0 {
+                // The pointer was invalidated but the id is valid: recover the original or
+                // the next node.
+                row.ptr = row.tree.find_next_upper(nodes, row.last_ptr_id);
+            }
+            row.last_ptr_id = 0;
+            if row.ptr == NIL {
+                // At the right end: rewind, and advance the pointer one level up.
+                row.ptr = row.tree.first();
+                if sp > 0 {
+                    sp -= 1;
+                    let up = row_mut(&mut self.levels, &mut self.inner, stack[sp]);
+                    if up.ptr == NIL {
+                        self.stats.internal_faults += 1;
+                        return NO_CLASS;
+                    }
+                    up.ptr = RbTree::next(nodes, up.ptr);
+                }
+            } else {
+                let cl = nodes[row.ptr as usize].owner;
+                let class = &self.classes[cl as usize];
+                if class.level == 0 {
+                    return cl;
+                }
+                if sp + 1 >= MAX_DEPTH {
+                    self.stats.internal_faults += 1;
+                    return NO_CLASS;
+                }
+                sp += 1;
+                stack[sp] = RowRef::Feed {
+                    inner: class.inner,
+                    prio,
+                };
+            }
+        }
+        self.stats.internal_faults += 1;
+        NO_CLASS
+    }
+
+    /// Advances the DRR pointer that serves leaf `cl` at `level` (`htb_next_rb_node` on the
+    /// parent's feed, or on the level-0 row for a leaf sending on its own rate).
+    #[inline]
+    fn advance_pointer(&mut self, cl: ClassIdx, level: usize, prio: u8) {
+        let r = if level > 0 {
+            RowRef::Feed {
+                inner: self.classes[self.classes[cl as usize].parent as usize].inner,
+                prio,
+            }
+        } else {
+            RowRef::Level { level: 0, prio }
+        };
+        let nodes = self.prio_nodes.nodes.as_slice();
+        let row = row_mut(&mut self.levels, &mut self.inner, r);
+        if row.ptr != NIL {
+            row.ptr = RbTree::next(nodes, row.ptr);
+        }
+    }
+
+    /// `htb_dequeue_tree`: one packet from the row of `prio` at `level`, DRR among its leaves.
+    pub(super) fn dequeue_tree(&mut self, prio: usize, level: usize) -> Option<P> {
+        let prio = prio as u8;
+        let row = RowRef::Level {
+            level: level as u8,
+            prio,
+        };
+        let mut start = self.lookup_leaf(row, prio);
+        let mut cl = start;
+        let packet = loop {
+            if cl == NO_CLASS {
+                return None;
+            }
+            if self.queues[cl as usize].is_empty() {
+                // Can happen when a leaf queue drops on its own; skip and deactivate it.
+                self.deactivate(cl);
+                if self.levels[level].row_mask & (1 << prio) == 0 {
+                    return None;
+                }
+                let next = self.lookup_leaf(row, prio);
+                if cl == start {
+                    start = next;
+                }
+                cl = next;
+                continue;
+            }
+            if let Some(packet) = self.queues[cl as usize].dequeue(&mut self.shared, self.now) {
+                break packet;
+            }
+            // A non-work-conserving leaf queue: skip it this round (qdisc_warn_nonwc).
+            self.advance_pointer(cl, level, prio);
+            cl = self.lookup_leaf(row, prio);
+            if cl == start {
+                return None;
+            }
+        };
+
+        let len = packet.len_bytes();
+        let class = &mut self.classes[cl as usize];
+        class.bytes += u64::from(len);
+        class.packets += 1;
+        class.deficit[level] = class.deficit[level].saturating_sub(len.min(i32::MAX as u32) as i32);
+        if class.deficit[level] < 0 {
+            class.deficit[level] = class.deficit[level].saturating_add(class.quantum);
+            self.advance_pointer(cl, level, prio);
+        }
+        // Before charging, as the kernel does ("slightly better performance").
+        if self.queues[cl as usize].is_empty() {
+            self.deactivate(cl);
+        }
+        self.charge_class(cl, level as u8, len);
+        Some(packet)
+    }
+
+    /// `htb_charge_class`: charges a packet of `len` bytes sent from leaf `cl`, lent by the
+    /// ancestor at `level`, to the ceil buckets of the leaf and all ancestors and to the rate
+    /// buckets of the lender and above; counts lends/borrows and updates modes.
+    pub(super) fn charge_class(&mut self, cl: ClassIdx, level: u8, len: u32) {
+        let now = self.now;
+        let interval = self.config.estimator_interval;
+        let mut cl = cl;
+        while cl != NO_CLASS {
+            let class = &mut self.classes[cl as usize];
+            let diff = Self::elapsed_tokens(class, now);
+            let charged = class.adjust.charged_len(len);
+            if class.level >= level {
+                if class.level == level {
+                    class.lends += 1;
+                }
+                let toks = class.tokens.saturating_add(diff).min(class.buffer)
+                    - class.rate_cost.cost(charged);
+                class.tokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
+            } else {
+                // Classes below the lender borrowed: their rate bucket only catches up.
+                class.borrows += 1;
+                class.tokens = class.tokens.saturating_add(diff);
+            }
+            let toks = class.ctokens.saturating_add(diff).min(class.cbuffer)
+                - class.ceil_cost.cost(charged);
+            class.ctokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
+            class.t_c = now;
+            if class.level > 0 {
+                // Leaves were counted at dequeue.
+                class.bytes += u64::from(len);
+                class.packets += 1;
+            }
+            class
+                .estimator
+                .update(now, class.bytes, class.packets, interval);
+            let parent = class.parent;
+            self.update_mode(cl, 0);
+            cl = parent;
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The arenas behind the scheduler: class slots, inner-class state and the tree nodes.
+//!
+//! `ClassIdx` (an arena slot) is not `ClassId` (the user's `1:20`): slots are reused after a
+//! class is deleted, ids are what users see.
+
+use alloc::vec::Vec;
+
+use crate::class_id::ClassId;
+use crate::rate::{LengthAdjust, Rate, TokenCost};
+use crate::rbtree::{Links, NIL, NodeId, NodePool, RbTree};
+use crate::spec::MAX_DEPTH;
+use crate::stats::{Mode, RateEstimator};
+use crate::time::Instant;
+
+/// Index of a class slot in the arena.
+pub(crate) type ClassIdx = u32;
+/// "No class" (no parent, not found).
+pub(crate) const NO_CLASS: ClassIdx = u32::MAX;
+/// "Not an inner class".
+pub(crate) const NO_INNER: u32 = u32::MAX;
+
+/// One class: tree position, token buckets, DRR state and counters (`struct htb_class`).
+/// Fields read on every dequeue come first.
+#[derive(Clone, Debug)]
+pub(crate) struct Class {
+    pub(crate) id: ClassId,
+    pub(crate) parent: ClassIdx,
+    /// First node of this class's block in [`PrioNodes`]: one node for a leaf (in the row or
+    /// feed of its prio), eight for an inner class (one per prio).
+    pub(crate) prio_node: NodeId,
+    /// Slot in the inner-state arena, or [`NO_INNER`] for a leaf.
+    pub(crate) inner: u32,
+    pub(crate) level: u8,
+    pub(crate) prio: u8,
+    pub(crate) mode: Mode,
+    /// Bit p set: the class is active (has backlog below it) at priority p (`prio_activity`).
+    pub(crate) activity: u8,
+    pub(crate) quantum: i32,
+    pub(crate) children: u32,
+    /// Rate bucket, in token units (1/256 ns) of credit.
+    pub(crate) tokens: i64,
+    /// Ceil bucket, in token units.
+    pub(crate) ctokens: i64,
+    /// Checkpoint: when the buckets were last brought up to date (`t_c`).
+    pub(crate) t_c: Instant,
+    /// Rate bucket depth in token units (`buffer`).
+    pub(crate) buffer: i64,
+    /// Ceil bucket depth in token units (`cbuffer`).
+    pub(crate) cbuffer: i64,
+    pub(crate) rate_cost: TokenCost,
+    pub(crate) ceil_cost: TokenCost,
+    pub(crate) adjust: LengthAdjust,
+    /// DRR deficit per level the leaf is served at (`leaf.deficit[TC_HTB_MAXDEPTH]`).
+    pub(crate) deficit: [i32; MAX_DEPTH],
+    pub(crate) bytes: u64,
+    pub(crate) packets: u64,
+    pub(crate) lends: u64,
+    pub(crate) borrows: u64,
+    pub(crate) estimator: RateEstimator,
+    pub(crate) drops: u64,
+    pub(crate) overlimits: u64,
+    pub(crate) rate: Rate,
+    pub(crate) ceil: Rate,
+    /// `burst`/`cburst` in bytes as configured, for reporting.
+    pub(crate) burst: u64,
+    pub(crate) cburst: u64,
+    pub(crate) live: bool,
+}
+
+/// A round-robin list: a row (`hlevel[l].hprio[p]`) or an inner class's feed (`clprio[p]`),
+/// ordered by class id, with the persistent DRR pointer of `struct htb_prio`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Row {
+    pub(crate) tree: RbTree,
+    /// The node DRR serves next, or [`NIL`].
+    pub(crate) ptr: NodeId,
+    /// When `ptr` was invalidated by removing the node it pointed at: that node's key (class
+    /// minor), so the round robin resumes at the next higher id. 0 = none (minor 0 is never a
+    /// class).
+    pub(crate) last_ptr_id: u32,
+}
+
+impl Row {
+    pub(crate) const EMPTY: Self = Self {
+        tree: RbTree::EMPTY,
+        ptr: NIL,
+        last_ptr_id: 0,
+    };
+}
+
+/// State only inner classes have: one feed per priority.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InnerState {
+    pub(crate) feeds: [Row; MAX_DEPTH],
+}
+
+impl InnerState {
+    pub(crate) const EMPTY: Self = Self {
+        feeds: [Row::EMPTY; MAX_DEPTH],
+    };
+}
+
+/// One level of the tree (`struct htb_level`) plus its `row_mask`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Level {
+    /// Classes of this level that are not [`Mode::CanSend`], by time of next mode change.
+    pub(crate) wait: RbTree,
+    pub(crate) rows: [Row; MAX_DEPTH],
+    /// Bit p set: `rows[p]` is not empty.
+    pub(crate) row_mask: u8,
+}
+
+impl Level {
+    pub(crate) const EMPTY: Self = Self {
+        wait: RbTree::EMPTY,
+        rows: [Row::EMPTY; MAX_DEPTH],
+        row_mask: 0,
+    };
+}
+
+/// A class's node in its level's wait queue (`pq_node` + `pq_key`); index = class slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WaitNode {
+    pub(crate) links: Links,
+    /// When the class's mode may next change, ns.
+    pub(crate) key: u64,
+}
+
+impl WaitNode {
+    pub(crate) const UNLINKED: Self = Self {
+        links: Links::UNLINKED,
+        key: 0,
+    };
+}
+
+impl NodePool for [WaitNode] {
+    type Key = u64;
+    #[inline]
+    fn links(&self, node: NodeId) -> &Links {
+        &self[node as usize].links
+    }
+    #[inline]
+    fn links_mut(&mut self, node: NodeId) -> &mut Links {
+        &mut self[node as usize].links
+    }
+    #[inline]
+    fn key(&self, node: NodeId) -> u64 {
+        self[node as usize].key
+    }
+}
+
+/// A class's node in a row or feed (`node[prio]`), keyed by class minor.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PrioNode {
+    pub(crate) links: Links,
+    pub(crate) key: u32,
+    pub(crate) owner: ClassIdx,
+}
+
+impl NodePool for [PrioNode] {
+    type Key = u32;
+    #[inline]
+    fn links(&self, node: NodeId) -> &Links {
+        &self[node as usize].links
+    }
+    #[inline]
+    fn links_mut(&mut self, node: NodeId) -> &mut Links {
+        &mut self[node as usize].links
+    }
+    #[inline]
+    fn key(&self, node: NodeId) -> u32 {
+        self[node as usize].key
+    }
+}
+
+/// Arena of [`PrioNode`]s handed out in blocks of one (leaf) or eight (inner class).
+#[derive(Debug, Default)]
+pub(crate) struct PrioNodes {
+    pub(crate) nodes: Vec<PrioNode>,
+    free_single: Vec<NodeId>,
+    free_block: Vec<NodeId>,
+}
+
+impl PrioNodes {
+    pub(crate) fn alloc(&mut self, owner: ClassIdx, key: u32, block: bool) -> NodeId {
+        let size = if block { MAX_DEPTH } else { 1 };
+        let free = if block {
+            &mut self.free_block
+        } else {
+            &mut self.free_single
+        };
+        let base = free.pop().unwrap_or_else(|| {
+            let base = self.nodes.len() as NodeId;
+            self.nodes.resize(
+                self.nodes.len() + size,
+                PrioNode {
+                    links: Links::UNLINKED,
+                    key: 0,
+                    owner: NO_CLASS,
+                },
+            );
+            base
+        });
+        for node in &mut self.nodes[base as usize..base as usize + size] {
+            *node = PrioNode {
+                links: Links::UNLINKED,
+                key,
+                owner,
+            };
+        }
+        base
+    }
+
+    pub(crate) fn free(&mut self, base: NodeId, block: bool) {
+        if block {
+            self.free_block.push(base);
+        } else {
+            self.free_single.push(base);
+        }
+    }
+
+    pub(crate) fn reserve(&mut self, classes: usize) {
+        self.nodes.reserve(classes);
+        self.free_single.reserve(classes);
+    }
+}

@@ -1,0 +1,361 @@
+//! Adding, changing and deleting classes while traffic is queued (`htb_change_class`,
+//! `htb_delete`, `htb_parent_to_leaf`).
+
+use alloc::vec::Vec;
+
+use super::Scheduler;
+use super::arena::{Class, ClassIdx, InnerState, NO_CLASS, NO_INNER, WaitNode};
+use crate::Packet;
+use crate::class_id::ClassId;
+use crate::error::ClassError;
+use crate::queue::LeafQueue;
+use crate::rate::{TokenCost, ns_to_tokens};
+use crate::spec::{ClassConfig, ClassSpec, MAX_DEPTH, Warning};
+use crate::stats::{Mode, RateEstimator};
+use crate::time::Instant;
+
+/// What a successful add, change or delete produced.
+#[derive(Debug)]
+#[must_use = "purged packets must be recycled and warnings shown"]
+pub struct Change<P> {
+    /// Warnings about the accepted parameters (never printed by the scheduler).
+    pub warnings: Vec<Warning>,
+    /// Packets the change removed from queues, handed back to the caller and counted as drops:
+    /// the backlog of a deleted class, or of a leaf that became an inner class.
+    pub purged: Vec<P>,
+}
+
+impl<P> Change<P> {
+    fn new() -> Self {
+        Self {
+            warnings: Vec::new(),
+            purged: Vec::new(),
+        }
+    }
+}
+
+impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
+    /// Adds class `id` under `parent` (`None`, or the qdisc handle `major:0`, for a root
+    /// class), at time `now`.
+    ///
+    /// A leaf parent becomes an inner class and its queued packets are purged (returned in
+    /// [`Change::purged`]), as in the kernel.
+    ///
+    /// # Errors
+    /// [`ClassError`]; nothing changes on error.
+    pub fn add_class(
+        &mut self,
+        now: Instant,
+        id: ClassId,
+        parent: Option<ClassId>,
+        spec: &ClassSpec,
+    ) -> Result<Change<P>, ClassError> {
+        self.advance_clock(now);
+        self.validate_add(id, parent)?;
+        let parent_slot = match parent {
+            Some(p) if !(p.major() == self.config.major && p.is_qdisc()) => self.lookup(p),
+            _ => NO_CLASS,
+        };
+        let mut change = Change::new();
+        let config = spec.resolve(id, &self.config, &mut change.warnings)?;
+
+        let slot = match self.free_classes.pop() {
+            Some(slot) => slot,
+            None => u32::try_from(self.classes.len())
+                .ok()
+                .filter(|&s| s < NO_CLASS - 1)
+                .ok_or(ClassError::TooManyClasses)?,
+        };
+
+        if parent_slot != NO_CLASS && self.classes[parent_slot as usize].level == 0 {
+            self.leaf_to_inner(parent_slot, &mut change.purged);
+        }
+
+        let mut class = Self::fresh_class(id, parent_slot, &config, self.now);
+        class.prio_node = self.prio_nodes.alloc(slot, id.minor(), false);
+        let queue = Q::new(config.limit);
+        if slot as usize == self.classes.len() {
+            self.classes.push(class);
+            self.queues.push(queue);
+            self.wait_nodes.push(WaitNode::UNLINKED);
+        } else {
+            self.classes[slot as usize] = class;
+            self.queues[slot as usize] = queue;
+            self.wait_nodes[slot as usize] = WaitNode::UNLINKED;
+        }
+        self.ids.insert(id.minor(), slot);
+        if parent_slot != NO_CLASS {
+            self.classes[parent_slot as usize].children += 1;
+        }
+        self.refresh_default();
+        Ok(change)
+    }
+
+    /// Checks that [`add_class`](Self::add_class) would accept `id` under `parent`, without
+    /// changing anything (parameters are checked by the add itself).
+    ///
+    /// # Errors
+    /// The [`ClassError`] `add_class` would return.
+    pub fn validate_add(&self, id: ClassId, parent: Option<ClassId>) -> Result<(), ClassError> {
+        if id.major() != self.config.major {
+            return Err(ClassError::WrongMajor {
+                class: id,
+                expected: self.config.major,
+            });
+        }
+        if id.is_qdisc() {
+            return Err(ClassError::QdiscHandle(id));
+        }
+        if self.lookup(id) != NO_CLASS {
+            return Err(ClassError::Exists(id));
+        }
+        let Some(parent) = parent.filter(|p| !(p.major() == self.config.major && p.is_qdisc()))
+        else {
+            return Ok(());
+        };
+        let parent_slot = self.lookup(parent);
+        if parent_slot == NO_CLASS {
+            return Err(ClassError::ParentNotFound { class: id, parent });
+        }
+        // htb_change_class: refuse when the grandparent is already at level 1 or 0.
+        let grand = self.classes[parent_slot as usize].parent;
+        if grand != NO_CLASS && self.classes[grand as usize].level < 2 {
+            return Err(ClassError::TooDeep(id));
+        }
+        Ok(())
+    }
+
+    /// Replaces the parameters of class `id` (tc `class change`: parameters not given in
+    /// `spec` return to their defaults), at time `now`. Queued packets stay queued.
+    ///
+    /// Unlike the kernel, which keeps each bucket's *time* credit (so a class throttled at
+    /// 1 kbit stays throttled for seconds after being raised to 100 Mbit), the bucket keeps
+    /// its *byte* credit: debt and credit are rescaled to the new rate, and the class's mode
+    /// and next event are re-evaluated at once.
+    ///
+    /// # Errors
+    /// [`ClassError`]; nothing changes on error.
+    pub fn change_class(
+        &mut self,
+        now: Instant,
+        id: ClassId,
+        spec: &ClassSpec,
+    ) -> Result<Change<P>, ClassError> {
+        self.advance_clock(now);
+        let slot = self.lookup(id);
+        if slot == NO_CLASS {
+            return Err(ClassError::NotFound(id));
+        }
+        let mut change = Change::new();
+        let config = spec.resolve(id, &self.config, &mut change.warnings)?;
+        let is_leaf = self.classes[slot as usize].level == 0;
+        if !is_leaf {
+            // Quantum and prio matter only for leaves; the kernel does not warn for inner ones.
+            change.warnings.retain(|w| {
+                !matches!(w, Warning::QuantumBig { .. } | Warning::QuantumSmall { .. })
+            });
+        }
+
+        // A leaf changing priority while active moves to the new priority's row/feed now
+        // (the kernel would keep serving it at the old one until it goes idle).
+        let reactivate = is_leaf
+            && self.classes[slot as usize].activity != 0
+            && self.classes[slot as usize].prio != config.prio;
+        if reactivate {
+            self.deactivate(slot);
+        }
+
+        let class = &mut self.classes[slot as usize];
+        let rescale = |tokens: i64, old: u64, new: u64| -> i64 {
+            let scaled = i128::from(tokens) * i128::from(old) / i128::from(new.max(1));
+            i64::try_from(scaled).unwrap_or(if tokens < 0 { i64::MIN } else { i64::MAX })
+        };
+        let tokens = rescale(
+            class.tokens,
+            class.rate.bits_per_sec(),
+            config.rate.bits_per_sec(),
+        );
+        let ctokens = rescale(
+            class.ctokens,
+            class.ceil.bits_per_sec(),
+            config.ceil.bits_per_sec(),
+        );
+        Self::apply_config(class, &config);
+        class.tokens = tokens.clamp(1 - super::algo::MBUFFER, class.buffer);
+        class.ctokens = ctokens.clamp(1 - super::algo::MBUFFER, class.cbuffer);
+        self.queues[slot as usize].set_limit(config.limit);
+
+        if reactivate {
+            self.activate(slot);
+        }
+        self.reevaluate_mode(slot);
+        Ok(change)
+    }
+
+    /// Deletes class `id`, at time `now`. Its queued packets are purged and returned. When it
+    /// was its parent's last child, the parent becomes a leaf again with full buckets.
+    ///
+    /// # Errors
+    /// [`ClassError::NotFound`], or [`ClassError::HasChildren`] (delete children first).
+    pub fn delete_class(&mut self, now: Instant, id: ClassId) -> Result<Change<P>, ClassError> {
+        self.advance_clock(now);
+        let slot = self.lookup(id);
+        if slot == NO_CLASS {
+            return Err(ClassError::NotFound(id));
+        }
+        if self.classes[slot as usize].children > 0 {
+            return Err(ClassError::HasChildren(id));
+        }
+        let mut change = Change::new();
+        self.purge_leaf(slot, &mut change.purged);
+        let parent = self.classes[slot as usize].parent;
+        let last_child = parent != NO_CLASS && self.classes[parent as usize].children == 1;
+
+        self.ids.remove(&id.minor());
+        if parent != NO_CLASS {
+            self.classes[parent as usize].children -= 1;
+        }
+        self.deactivate(slot);
+        if self.classes[slot as usize].mode != Mode::CanSend {
+            self.remove_from_wait_tree(slot);
+        }
+        if last_child {
+            self.inner_to_leaf(parent);
+        }
+        let class = &mut self.classes[slot as usize];
+        class.live = false;
+        let node = class.prio_node;
+        self.prio_nodes.free(node, false);
+        self.free_classes.push(slot);
+        self.refresh_default();
+        Ok(change)
+    }
+
+    /// A new class: full buckets, green, idle (`htb_change_class`, new-class branch).
+    fn fresh_class(id: ClassId, parent: ClassIdx, config: &ClassConfig, now: Instant) -> Class {
+        let mut class = Class {
+            id,
+            parent,
+            prio_node: 0,
+            inner: NO_INNER,
+            level: 0,
+            prio: 0,
+            mode: Mode::CanSend,
+            activity: 0,
+            quantum: 0,
+            children: 0,
+            tokens: 0,
+            ctokens: 0,
+            t_c: now,
+            buffer: 0,
+            cbuffer: 0,
+            rate_cost: TokenCost::new(config.rate),
+            ceil_cost: TokenCost::new(config.ceil),
+            adjust: config.adjust,
+            deficit: [0; MAX_DEPTH],
+            bytes: 0,
+            packets: 0,
+            lends: 0,
+            borrows: 0,
+            estimator: RateEstimator::new(now, 0, 0),
+            drops: 0,
+            overlimits: 0,
+            rate: config.rate,
+            ceil: config.ceil,
+            burst: 0,
+            cburst: 0,
+            live: true,
+        };
+        Self::apply_config(&mut class, config);
+        class.tokens = class.buffer;
+        class.ctokens = class.cbuffer;
+        class
+    }
+
+    fn apply_config(class: &mut Class, config: &ClassConfig) {
+        class.rate = config.rate;
+        class.ceil = config.ceil;
+        class.rate_cost = TokenCost::new(config.rate);
+        class.ceil_cost = TokenCost::new(config.ceil);
+        class.burst = config.burst;
+        class.cburst = config.cburst;
+        class.buffer = ns_to_tokens(config.buffer.as_nanos());
+        class.cbuffer = ns_to_tokens(config.cbuffer.as_nanos());
+        class.prio = config.prio;
+        class.quantum = config.quantum as i32;
+        class.adjust = config.adjust;
+    }
+
+    /// Empties a leaf's queue into `purged`, counting the packets as the class's drops.
+    fn purge_leaf(&mut self, slot: ClassIdx, purged: &mut Vec<P>) {
+        let queue = &mut self.queues[slot as usize];
+        while let Some(packet) = queue.dequeue(&mut self.shared, self.now) {
+            self.qlen -= 1;
+            self.backlog -= u64::from(packet.len_bytes());
+            self.classes[slot as usize].drops += 1;
+            self.stats.drops += 1;
+            purged.push(packet);
+        }
+    }
+
+    /// The first child is added under leaf `slot`: purge its queue, take it out of every
+    /// tree, and give it inner-class state at its new level.
+    fn leaf_to_inner(&mut self, slot: ClassIdx, purged: &mut Vec<P>) {
+        self.purge_leaf(slot, purged);
+        self.deactivate(slot);
+        if self.classes[slot as usize].mode != Mode::CanSend {
+            self.remove_from_wait_tree(slot);
+            self.classes[slot as usize].mode = Mode::CanSend;
+        }
+        let grand = self.classes[slot as usize].parent;
+        let level = if grand == NO_CLASS {
+            MAX_DEPTH as u8
+        } else {
+            self.classes[grand as usize].level
+        } - 1;
+        let inner = match self.free_inner.pop() {
+            Some(i) => {
+                self.inner[i as usize] = InnerState::EMPTY;
+                i
+            }
+            None => {
+                self.inner.push(InnerState::EMPTY);
+                (self.inner.len() - 1) as u32
+            }
+        };
+        let key = self.classes[slot as usize].id.minor();
+        let old_node = self.classes[slot as usize].prio_node;
+        self.prio_nodes.free(old_node, false);
+        let node = self.prio_nodes.alloc(slot, key, true);
+        let class = &mut self.classes[slot as usize];
+        class.prio_node = node;
+        class.inner = inner;
+        class.level = level;
+        class.deficit = [0; MAX_DEPTH];
+        self.queues[slot as usize] = Q::new(self.queues[slot as usize].limit());
+        self.refresh_default();
+    }
+
+    /// `htb_parent_to_leaf`: the last child of `slot` was deleted.
+    fn inner_to_leaf(&mut self, slot: ClassIdx) {
+        debug_assert_eq!(self.classes[slot as usize].activity, 0);
+        if self.classes[slot as usize].mode != Mode::CanSend {
+            self.remove_from_wait_tree(slot);
+        }
+        let class = &self.classes[slot as usize];
+        let (old_node, inner, key) = (class.prio_node, class.inner, class.id.minor());
+        self.prio_nodes.free(old_node, true);
+        self.free_inner.push(inner);
+        let node = self.prio_nodes.alloc(slot, key, false);
+        let now = self.now;
+        let class = &mut self.classes[slot as usize];
+        class.prio_node = node;
+        class.inner = NO_INNER;
+        class.level = 0;
+        class.tokens = class.buffer;
+        class.ctokens = class.cbuffer;
+        class.t_c = now;
+        class.mode = Mode::CanSend;
+        class.deficit = [0; MAX_DEPTH];
+    }
+}

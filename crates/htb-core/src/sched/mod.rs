@@ -1,0 +1,521 @@
+//! The HTB scheduler (`struct htb_sched` and the qdisc operations of `sch_htb.c`).
+
+mod algo;
+mod arena;
+mod check;
+mod lifecycle;
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use core::fmt;
+use core::marker::PhantomData;
+
+use hashbrown::HashMap;
+
+use self::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, PrioNodes, WaitNode};
+pub use self::check::CheckError;
+pub use self::lifecycle::Change;
+use crate::Packet;
+use crate::class_id::ClassId;
+use crate::queue::{Fifo, LeafQueue};
+use crate::rate::TOKENS_PER_TICK_SHIFT;
+use crate::spec::{ClassConfig, MAX_DEPTH, SchedulerConfig};
+use crate::stats::{ClassStats, SchedulerStats};
+use crate::time::Instant;
+
+/// Where an enqueued packet should go: the result of classification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Target {
+    /// A class by id (`skb->priority` or a filter's `classid`). A leaf takes the packet; an
+    /// inner or unknown class counts as "classification failed" and the packet goes to the
+    /// default class. `major:0` selects the direct queue, as in the kernel.
+    Class(ClassId),
+    /// A class by a handle from [`Scheduler::handle`]: the same as `Class` without the hash
+    /// lookup. A stale handle (the class was deleted) falls back to lookup by its id.
+    Handle(ClassHandle),
+    /// No filter matched: the default class, or the direct queue when there is no default
+    /// leaf (`htb_classify`'s "safe bet").
+    Unclassified,
+    /// The direct queue: sent before any class, unshaped.
+    Direct,
+}
+
+impl From<ClassId> for Target {
+    fn from(id: ClassId) -> Self {
+        Self::Class(id)
+    }
+}
+
+impl From<ClassHandle> for Target {
+    fn from(handle: ClassHandle) -> Self {
+        Self::Handle(handle)
+    }
+}
+
+/// A resolved reference to a class, for classifiers that enqueue millions of packets per
+/// second and want to skip the id lookup. Checked on use, so a stale handle is harmless.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClassHandle {
+    id: ClassId,
+    slot: ClassIdx,
+}
+
+impl ClassHandle {
+    /// The class this handle refers to.
+    #[must_use]
+    pub fn id(self) -> ClassId {
+        self.id
+    }
+}
+
+/// Why a packet was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// The class's leaf queue was full.
+    QueueFull(ClassId),
+    /// The direct queue was full (`direct_qlen`).
+    DirectQueueFull,
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::QueueFull(id) => write!(f, "queue of class {id} is full"),
+            Self::DirectQueueFull => f.write_str("direct queue is full"),
+        }
+    }
+}
+
+/// A packet the scheduler refused, handed back to the caller with the reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dropped<P> {
+    /// The packet, returned so that its buffer can be recycled.
+    pub packet: P,
+    /// Why.
+    pub reason: DropReason,
+}
+
+/// A class's place in the tree and its resolved parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassInfo {
+    /// The class.
+    pub id: ClassId,
+    /// Its parent, or `None` for a root class.
+    pub parent: Option<ClassId>,
+    /// Level: 0 for leaves, 7 for root classes with children, parent − 1 below.
+    pub level: u8,
+    /// Number of children.
+    pub children: u32,
+    /// Parameters in effect.
+    pub config: ClassConfig,
+}
+
+/// A Hierarchical Token Bucket scheduler: Linux `sch_htb` semantics on a caller-supplied
+/// nanosecond clock.
+///
+/// Packets of type `P` wait in leaf queues of type `Q` ([`Fifo`] by default). The caller
+/// drives it: [`enqueue`](Self::enqueue) when a packet arrives, [`dequeue`](Self::dequeue)
+/// when the link can take one, and [`next_wakeup`](Self::next_wakeup) to learn when to call
+/// `dequeue` again if it returned `None`.
+pub struct Scheduler<P: Packet, Q: LeafQueue<P> = Fifo> {
+    config: SchedulerConfig,
+    classes: Vec<Class>,
+    queues: Vec<Q>,
+    wait_nodes: Vec<WaitNode>,
+    prio_nodes: PrioNodes,
+    inner: Vec<InnerState>,
+    levels: [Level; MAX_DEPTH],
+    ids: HashMap<u32, ClassIdx>,
+    free_classes: Vec<ClassIdx>,
+    free_inner: Vec<u32>,
+    /// The default class's slot if it exists and is a leaf, else [`NO_CLASS`].
+    default_leaf: ClassIdx,
+    direct: VecDeque<P>,
+    shared: Q::Shared,
+    /// Latest time seen; the scheduler's clock never runs backwards.
+    now: Instant,
+    qlen: u64,
+    backlog: u64,
+    stats: SchedulerStats,
+    _packet: PhantomData<fn(P)>,
+}
+
+impl<P: Packet, Q: LeafQueue<P>> fmt::Debug for Scheduler<P, Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("config", &self.config)
+            .field("classes", &self.ids.len())
+            .field("qlen", &self.qlen)
+            .field("now", &self.now)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
+    /// An empty scheduler (no classes: everything goes to the direct queue).
+    #[must_use]
+    pub fn new(config: SchedulerConfig) -> Self {
+        Self {
+            config: SchedulerConfig {
+                r2q: config.r2q.max(1),
+                ..config
+            },
+            classes: Vec::new(),
+            queues: Vec::new(),
+            wait_nodes: Vec::new(),
+            prio_nodes: PrioNodes::default(),
+            inner: Vec::new(),
+            levels: [Level::EMPTY; MAX_DEPTH],
+            ids: HashMap::new(),
+            free_classes: Vec::new(),
+            free_inner: Vec::new(),
+            default_leaf: NO_CLASS,
+            direct: VecDeque::new(),
+            shared: Q::Shared::default(),
+            now: Instant::ZERO,
+            qlen: 0,
+            backlog: 0,
+            stats: SchedulerStats::default(),
+            _packet: PhantomData,
+        }
+    }
+
+    /// Preallocates room for `classes` classes so that adding them does not reallocate.
+    pub fn reserve_classes(&mut self, classes: usize) {
+        self.classes.reserve(classes);
+        self.queues.reserve(classes);
+        self.wait_nodes.reserve(classes);
+        self.prio_nodes.reserve(classes);
+        self.ids.reserve(classes);
+    }
+
+    /// The scheduler-wide settings.
+    #[must_use]
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Storage shared by the leaf queues (for a [`Fifo`] scheduler, the packet pool: reserve
+    /// room in it to avoid allocation while the backlog grows).
+    pub fn shared_queue_storage(&mut self) -> &mut Q::Shared {
+        &mut self.shared
+    }
+
+    /// Sets the default class minor (tc `default`); 0 removes it.
+    pub fn set_default_class(&mut self, minor: u32) {
+        self.config.default_minor = minor;
+        self.refresh_default();
+    }
+
+    /// Sets `r2q` (at least 1). Quanta are recomputed only when classes are added or
+    /// changed, as in the kernel.
+    pub fn set_r2q(&mut self, r2q: u32) {
+        self.config.r2q = r2q.max(1);
+    }
+
+    /// Sets the direct queue's packet limit; packets already queued stay.
+    pub fn set_direct_qlen(&mut self, packets: u32) {
+        self.config.direct_qlen = packets;
+    }
+
+    /// Queues `packet` for `target` at time `now`.
+    ///
+    /// # Errors
+    /// The packet comes back in [`Dropped`] when its queue is full; nothing else changes
+    /// except the drop counters.
+    pub fn enqueue(
+        &mut self,
+        now: Instant,
+        target: impl Into<Target>,
+        packet: P,
+    ) -> Result<(), Dropped<P>> {
+        self.advance_clock(now);
+        let leaf = self.classify(target.into());
+        if leaf == NO_CLASS {
+            // htb_enqueue: HTB_DIRECT.
+            if self.direct.len() < self.config.direct_qlen as usize {
+                self.direct.push_back(packet);
+                self.stats.direct_packets += 1;
+                return Ok(());
+            }
+            self.stats.direct_drops += 1;
+            self.stats.drops += 1;
+            return Err(Dropped {
+                packet,
+                reason: DropReason::DirectQueueFull,
+            });
+        }
+        let len = u64::from(packet.len_bytes());
+        let slot = leaf as usize;
+        match self.queues[slot].enqueue(&mut self.shared, packet, self.now) {
+            Ok(()) => {
+                self.qlen += 1;
+                self.backlog += len;
+                self.activate(leaf);
+                Ok(())
+            }
+            Err(packet) => {
+                self.classes[slot].drops += 1;
+                self.stats.drops += 1;
+                Err(Dropped {
+                    packet,
+                    reason: DropReason::QueueFull(self.classes[slot].id),
+                })
+            }
+        }
+    }
+
+    /// The next packet to send at time `now`, if any class may send one.
+    ///
+    /// The direct queue goes first, then levels 0 to 7, priorities 0 to 7 within a level, and
+    /// DRR among classes of one level and priority (`htb_dequeue`). When this returns `None`
+    /// while packets are queued, [`next_wakeup`](Self::next_wakeup) says when to try again.
+    pub fn dequeue(&mut self, now: Instant) -> Option<P> {
+        self.advance_clock(now);
+        if let Some(packet) = self.direct.pop_front() {
+            self.stats.direct_bytes_sent += u64::from(packet.len_bytes());
+            self.note_sent(&packet);
+            return Some(packet);
+        }
+        if self.qlen == 0 {
+            return None;
+        }
+        for level in 0..MAX_DEPTH {
+            if self.event_due(level) {
+                self.do_events(level);
+            }
+            // Snapshot, as the kernel does: serving may empty rows of this level.
+            let mut mask = self.levels[level].row_mask;
+            while mask != 0 {
+                let prio = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                if let Some(packet) = self.dequeue_tree(prio, level) {
+                    self.qlen -= 1;
+                    self.backlog -= u64::from(packet.len_bytes());
+                    self.note_sent(&packet);
+                    return Some(packet);
+                }
+            }
+        }
+        None
+    }
+
+    /// When [`dequeue`](Self::dequeue) should next be called: the latest `now` seen if a
+    /// packet can be sent already, the earliest mode change of a throttled class otherwise,
+    /// or `None` when nothing is queued (sleep until the next enqueue).
+    #[must_use]
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        if !self.direct.is_empty() {
+            return Some(self.now);
+        }
+        if self.qlen == 0 {
+            return None;
+        }
+        let mut next: Option<Instant> = None;
+        for level in &self.levels {
+            if level.row_mask != 0 {
+                return Some(self.now);
+            }
+            let first = level.wait.first();
+            if first != crate::rbtree::NIL {
+                let at = Instant::from_nanos(self.wait_nodes[first as usize].key);
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        next
+    }
+
+    /// Packets queued in leaves and the direct queue.
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.qlen + self.direct.len() as u64
+    }
+
+    /// Whether nothing is queued.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of classes.
+    #[must_use]
+    pub fn class_count(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Ids of all classes, in no particular order.
+    pub fn class_ids(&self) -> impl Iterator<Item = ClassId> + '_ {
+        self.classes.iter().filter(|c| c.live).map(|c| c.id)
+    }
+
+    /// Whether `id` names a class.
+    #[must_use]
+    pub fn contains(&self, id: ClassId) -> bool {
+        self.lookup(id) != NO_CLASS
+    }
+
+    /// A checked shortcut to class `id` for [`Target::Handle`].
+    #[must_use]
+    pub fn handle(&self, id: ClassId) -> Option<ClassHandle> {
+        let slot = self.lookup(id);
+        (slot != NO_CLASS).then_some(ClassHandle { id, slot })
+    }
+
+    /// Where class `id` sits and the parameters in effect.
+    #[must_use]
+    pub fn class_info(&self, id: ClassId) -> Option<ClassInfo> {
+        let slot = self.lookup(id);
+        if slot == NO_CLASS {
+            return None;
+        }
+        let class = &self.classes[slot as usize];
+        let queue = &self.queues[slot as usize];
+        let parent = (class.parent != NO_CLASS).then(|| self.classes[class.parent as usize].id);
+        Some(ClassInfo {
+            id,
+            parent,
+            level: class.level,
+            children: class.children,
+            config: ClassConfig {
+                rate: class.rate,
+                ceil: class.ceil,
+                burst: class.burst,
+                cburst: class.cburst,
+                buffer: crate::time::Duration::from_nanos(crate::rate::tokens_to_ns_ceil(
+                    class.buffer,
+                )),
+                cbuffer: crate::time::Duration::from_nanos(crate::rate::tokens_to_ns_ceil(
+                    class.cbuffer,
+                )),
+                prio: class.prio,
+                quantum: class.quantum as u32,
+                adjust: class.adjust,
+                limit: queue.limit(),
+            },
+        })
+    }
+
+    /// Statistics of class `id` as of the latest time seen.
+    #[must_use]
+    pub fn class_stats(&self, id: ClassId) -> Option<ClassStats> {
+        self.class_stats_at(id, self.now)
+    }
+
+    /// Statistics of class `id`, with the rate estimate brought forward to `now`.
+    #[must_use]
+    pub fn class_stats_at(&self, id: ClassId, now: Instant) -> Option<ClassStats> {
+        let slot = self.lookup(id);
+        if slot == NO_CLASS {
+            return None;
+        }
+        let c = &self.classes[slot as usize];
+        let queue = &self.queues[slot as usize];
+        let ticks = |tokens: i64| {
+            (tokens >> TOKENS_PER_TICK_SHIFT).clamp(i32::MIN.into(), i32::MAX.into()) as i32
+        };
+        let now = now.max(self.now);
+        let (rate_bps, rate_pps) =
+            c.estimator
+                .rates(now, c.bytes, c.packets, self.config.estimator_interval);
+        Some(ClassStats {
+            id,
+            bytes: c.bytes,
+            packets: c.packets,
+            drops: c.drops,
+            overlimits: c.overlimits,
+            requeues: 0,
+            backlog_bytes: queue.backlog_bytes(),
+            backlog_packets: queue.len(),
+            lends: c.lends,
+            borrows: c.borrows,
+            giants: 0,
+            tokens: ticks(c.tokens),
+            ctokens: ticks(c.ctokens),
+            rate_bps,
+            rate_pps,
+            mode: c.mode,
+            level: c.level,
+        })
+    }
+
+    /// Scheduler-wide statistics.
+    #[must_use]
+    pub fn stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            qlen: self.qlen,
+            backlog_bytes: self.backlog,
+            direct_qlen: self.direct.len() as u32,
+            ..self.stats
+        }
+    }
+
+    /// The latest time any call passed in.
+    #[must_use]
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    fn advance_clock(&mut self, now: Instant) {
+        if now > self.now {
+            self.now = now;
+        }
+    }
+
+    fn note_sent(&mut self, packet: &P) {
+        self.stats.packets_sent += 1;
+        self.stats.bytes_sent += u64::from(packet.len_bytes());
+    }
+
+    fn lookup(&self, id: ClassId) -> ClassIdx {
+        if id.major() != self.config.major {
+            return NO_CLASS;
+        }
+        self.ids.get(&id.minor()).copied().unwrap_or(NO_CLASS)
+    }
+
+    /// `htb_classify` after filters: the leaf slot, or [`NO_CLASS`] for the direct queue.
+    fn classify(&self, target: Target) -> ClassIdx {
+        let slot = match target {
+            Target::Direct => return NO_CLASS,
+            Target::Unclassified => return self.default_leaf,
+            Target::Handle(handle) => {
+                let class = self.classes.get(handle.slot as usize);
+                if class.is_some_and(|c| c.live && c.id == handle.id) {
+                    handle.slot
+                } else {
+                    self.lookup(handle.id)
+                }
+            }
+            Target::Class(id) if id.major() == self.config.major && id.is_qdisc() => {
+                return NO_CLASS;
+            }
+            Target::Class(id) => self.lookup(id),
+        };
+        if slot != NO_CLASS && self.classes[slot as usize].level == 0 {
+            slot
+        } else {
+            self.default_leaf
+        }
+    }
+
+    fn refresh_default(&mut self) {
+        let minor = self.config.default_minor;
+        self.default_leaf = match self.ids.get(&minor) {
+            Some(&slot) if minor != 0 && self.classes[slot as usize].level == 0 => slot,
+            _ => NO_CLASS,
+        };
+    }
+
+    /// Token units that `elapsed` since a class's checkpoint is worth, capped as the kernel
+    /// caps it at `mbuffer` (here: at least 60 s, more if the class's bursts are longer).
+    #[inline]
+    fn elapsed_tokens(class: &Class, now: Instant) -> i64 {
+        let elapsed = crate::rate::ns_to_tokens(now.saturating_since(class.t_c).as_nanos());
+        elapsed.min(class.buffer.max(class.cbuffer).max(algo::MBUFFER))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,624 @@
+//! Behaviour of the scheduler against HTB semantics, with invariants checked after each step.
+
+extern crate std;
+use std::vec;
+use std::vec::Vec;
+
+use super::*;
+use crate::error::ClassError;
+use crate::rate::Rate;
+use crate::spec::{ClassSpec, Warning};
+use crate::stats::Mode;
+use crate::time::Duration;
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+fn id(minor: u32) -> ClassId {
+    ClassId::new(1, minor)
+}
+
+fn mbit(m: u64) -> Rate {
+    Rate::from_mbit(m)
+}
+
+fn htb() -> Scheduler<u32> {
+    Scheduler::new(SchedulerConfig::default())
+}
+
+fn add(s: &mut Scheduler<u32>, minor: u32, parent: Option<u32>, spec: ClassSpec) {
+    let change = s
+        .add_class(s.now(), id(minor), parent.map(id), &spec)
+        .unwrap();
+    assert!(change.purged.is_empty());
+    s.check().unwrap();
+}
+
+/// Drives the scheduler with always-backlogged classes: before every dequeue each listed class
+/// is topped up to `depth` packets of `len` bytes; time jumps to `next_wakeup`.
+struct Driver {
+    s: Scheduler<u32>,
+    now: u64,
+    backlogged: Vec<(ClassId, u32)>,
+    depth: u32,
+    sent: u64,
+}
+
+impl Driver {
+    fn new(s: Scheduler<u32>) -> Self {
+        Self {
+            s,
+            now: 0,
+            backlogged: Vec::new(),
+            depth: 4,
+            sent: 0,
+        }
+    }
+
+    fn refill(&mut self) {
+        for &(class, len) in &self.backlogged {
+            while self.s.class_stats(class).unwrap().backlog_packets < self.depth {
+                self.s
+                    .enqueue(Instant::from_nanos(self.now), class, len)
+                    .unwrap();
+            }
+        }
+    }
+
+    fn run_until(&mut self, until: u64) {
+        loop {
+            self.refill();
+            if let Some(_p) = self.s.dequeue(Instant::from_nanos(self.now)) {
+                self.sent += 1;
+                if self.sent.is_multiple_of(64) {
+                    self.s.check().unwrap();
+                }
+                continue;
+            }
+            match self.s.next_wakeup() {
+                Some(t) if t.as_nanos() <= until => self.now = t.as_nanos().max(self.now),
+                _ => break,
+            }
+        }
+        self.now = until;
+        self.s.check().unwrap();
+    }
+
+    fn bytes(&self, minor: u32) -> u64 {
+        self.s.class_stats(id(minor)).unwrap().bytes
+    }
+
+    /// Rate of `minor` in bit/s over [from, to] given byte counts at both ends.
+    fn rate_between(from_bytes: u64, to_bytes: u64, from: u64, to: u64) -> f64 {
+        (to_bytes - from_bytes) as f64 * 8.0 * 1e9 / (to - from) as f64
+    }
+}
+
+fn assert_close(got: f64, want: f64, tolerance: f64, what: &str) {
+    let err = (got - want).abs() / want;
+    assert!(
+        err <= tolerance,
+        "{what}: got {got:.0} want {want:.0} (error {:.3} %)",
+        err * 100.0
+    );
+}
+
+/// Measures the steady-state rates (bit/s) of `minors` between `warmup` and `end` seconds.
+fn steady_rates(d: &mut Driver, minors: &[u32], warmup: u64, end: u64) -> Vec<f64> {
+    d.run_until(warmup * SEC);
+    let before: Vec<u64> = minors.iter().map(|&m| d.bytes(m)).collect();
+    d.run_until(end * SEC);
+    minors
+        .iter()
+        .zip(before)
+        .map(|(&m, b)| Driver::rate_between(b, d.bytes(m), warmup * SEC, end * SEC))
+        .collect()
+}
+
+#[test]
+fn single_class_is_shaped_to_its_rate() {
+    for (rate, len) in [
+        (mbit(10), 1500u32),
+        (Rate::from_kbit(180), 64),
+        (Rate::from_gbit(1), 9000),
+    ] {
+        let mut s = htb();
+        add(&mut s, 1, None, ClassSpec::new(rate));
+        let mut d = Driver::new(s);
+        d.backlogged.push((id(1), len));
+        let r = steady_rates(&mut d, &[1], 1, 5);
+        assert_close(r[0], rate.bits_per_sec() as f64, 0.002, "single class");
+    }
+}
+
+#[test]
+fn children_borrow_spare_bandwidth_of_the_parent() {
+    // 1:1 100mbit; 1:10 rate 30 ceil 100; 1:11 rate 10 ceil 100: both backlogged, each gets
+    // its rate and the spare 60 is shared by quantum (equal quanta: 200000 both) → 60/60/..:
+    // 30 + 30 and 10 + 30.
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(100)));
+    add(
+        &mut s,
+        0x10,
+        Some(1),
+        ClassSpec::new(mbit(30))
+            .with_ceil(mbit(100))
+            .with_quantum(1500),
+    );
+    add(
+        &mut s,
+        0x11,
+        Some(1),
+        ClassSpec::new(mbit(10))
+            .with_ceil(mbit(100))
+            .with_quantum(1500),
+    );
+    let mut d = Driver::new(s);
+    d.backlogged = vec![(id(0x10), 1500), (id(0x11), 1500)];
+    let r = steady_rates(&mut d, &[0x10, 0x11, 1], 1, 6);
+    assert_close(r[0], 60e6, 0.005, "1:10");
+    assert_close(r[1], 40e6, 0.005, "1:11");
+    assert_close(r[2], 100e6, 0.005, "1:1");
+    let stats = d.s.class_stats(id(0x10)).unwrap();
+    assert!(stats.lends > 0 && stats.borrows > 0, "{stats:?}");
+    assert!(d.s.class_stats(id(1)).unwrap().lends > 0);
+}
+
+#[test]
+fn ceil_caps_a_lone_borrower() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(100)));
+    add(
+        &mut s,
+        0x10,
+        Some(1),
+        ClassSpec::new(mbit(10)).with_ceil(mbit(25)),
+    );
+    let mut d = Driver::new(s);
+    d.backlogged = vec![(id(0x10), 1000)];
+    let r = steady_rates(&mut d, &[0x10], 1, 5);
+    assert_close(r[0], 25e6, 0.003, "ceil");
+    assert!(d.s.class_stats(id(0x10)).unwrap().overlimits > 0);
+}
+
+#[test]
+fn a_root_class_cannot_borrow_from_another_root() {
+    let mut s = htb();
+    add(
+        &mut s,
+        1,
+        None,
+        ClassSpec::new(mbit(10)).with_ceil(mbit(100)),
+    );
+    add(
+        &mut s,
+        2,
+        None,
+        ClassSpec::new(mbit(10)).with_ceil(mbit(100)),
+    );
+    let mut d = Driver::new(s);
+    d.backlogged = vec![(id(1), 1500)];
+    let r = steady_rates(&mut d, &[1], 1, 4);
+    // A root class over its rate is yellow with no parent: never in a row (kernel §2.5).
+    assert_close(r[0], 10e6, 0.003, "root class limited to min(rate, ceil)");
+}
+
+#[test]
+fn strict_priority_for_spare_bandwidth() {
+    // Guaranteed rates are served first; the spare goes to prio 0 before prio 1.
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(100)));
+    add(
+        &mut s,
+        0x10,
+        Some(1),
+        ClassSpec::new(mbit(20)).with_ceil(mbit(100)).with_prio(1),
+    );
+    add(
+        &mut s,
+        0x11,
+        Some(1),
+        ClassSpec::new(mbit(20)).with_ceil(mbit(100)).with_prio(0),
+    );
+    let mut d = Driver::new(s);
+    d.backlogged = vec![(id(0x10), 1500), (id(0x11), 1500)];
+    let r = steady_rates(&mut d, &[0x10, 0x11], 1, 5);
+    assert_close(r[0], 20e6, 0.005, "prio 1 gets its rate only");
+    assert_close(r[1], 80e6, 0.005, "prio 0 takes the spare");
+}
+
+#[test]
+fn drr_shares_spare_by_bytes_not_packets() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(50)));
+    add(
+        &mut s,
+        0x10,
+        Some(1),
+        ClassSpec::new(Rate::from_kbit(100))
+            .with_ceil(mbit(50))
+            .with_quantum(3000),
+    );
+    add(
+        &mut s,
+        0x11,
+        Some(1),
+        ClassSpec::new(Rate::from_kbit(100))
+            .with_ceil(mbit(50))
+            .with_quantum(3000),
+    );
+    let mut d = Driver::new(s);
+    d.backlogged = vec![(id(0x10), 64), (id(0x11), 1500)];
+    d.depth = 64;
+    let r = steady_rates(&mut d, &[0x10, 0x11], 1, 4);
+    assert_close(r[0], 25e6, 0.01, "64 B class");
+    assert_close(r[1], 25e6, 0.01, "1500 B class");
+}
+
+#[test]
+fn unclassified_goes_to_default_or_direct() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
+    let now = Instant::ZERO;
+    // No default: direct queue, unshaped, served first.
+    s.enqueue(now, Target::Unclassified, 100).unwrap();
+    s.enqueue(now, id(0x99), 101).unwrap(); // unknown class: classification failed
+    s.enqueue(now, ClassId::new(1, 0), 102).unwrap(); // 1:0 selects direct
+    assert_eq!(s.stats().direct_packets, 3);
+    s.enqueue(now, id(1), 500).unwrap();
+    assert_eq!(s.dequeue(now), Some(100));
+    assert_eq!(s.dequeue(now), Some(101));
+    assert_eq!(s.dequeue(now), Some(102));
+    assert_eq!(s.dequeue(now), Some(500));
+    // With a default leaf, unclassified traffic is shaped there.
+    s.set_default_class(1);
+    s.enqueue(now, Target::Unclassified, 100).unwrap();
+    assert_eq!(s.class_stats(id(1)).unwrap().backlog_packets, 1);
+    assert_eq!(s.stats().direct_packets, 3);
+    s.check().unwrap();
+}
+
+#[test]
+fn inner_class_target_falls_back_to_default() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
+    add(&mut s, 0x20, Some(1), ClassSpec::new(mbit(1)));
+    s.enqueue(Instant::ZERO, id(1), 100).unwrap();
+    assert_eq!(
+        s.stats().direct_packets,
+        1,
+        "no default: inner target goes direct"
+    );
+    s.set_default_class(0x20);
+    s.enqueue(Instant::ZERO, id(1), 100).unwrap();
+    assert_eq!(s.class_stats(id(0x20)).unwrap().backlog_packets, 1);
+}
+
+#[test]
+fn full_queues_hand_packets_back() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(1)).with_limit(2));
+    s.enqueue(Instant::ZERO, id(1), 1).unwrap();
+    s.enqueue(Instant::ZERO, id(1), 2).unwrap();
+    let err = s.enqueue(Instant::ZERO, id(1), 3).unwrap_err();
+    assert_eq!(
+        err,
+        Dropped {
+            packet: 3,
+            reason: DropReason::QueueFull(id(1))
+        }
+    );
+    assert_eq!(s.class_stats(id(1)).unwrap().drops, 1);
+    s.set_direct_qlen(1);
+    s.enqueue(Instant::ZERO, Target::Direct, 4).unwrap();
+    assert_eq!(
+        s.enqueue(Instant::ZERO, Target::Direct, 5)
+            .unwrap_err()
+            .reason,
+        DropReason::DirectQueueFull
+    );
+    assert_eq!(s.stats().drops, 2);
+}
+
+#[test]
+fn adding_a_child_to_a_backlogged_leaf_purges_it() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
+    for len in [10, 20, 30] {
+        s.enqueue(Instant::ZERO, id(1), len).unwrap();
+    }
+    let change = s
+        .add_class(Instant::ZERO, id(2), Some(id(1)), &ClassSpec::new(mbit(1)))
+        .unwrap();
+    assert_eq!(change.purged, [10, 20, 30]);
+    s.check().unwrap();
+    let info = s.class_info(id(1)).unwrap();
+    assert_eq!((info.level, info.children), (7, 1));
+    assert_eq!(s.class_stats(id(1)).unwrap().drops, 3);
+    assert!(s.is_empty());
+}
+
+#[test]
+fn deleting_the_last_child_makes_the_parent_a_leaf_again() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
+    add(&mut s, 2, Some(1), ClassSpec::new(mbit(1)));
+    s.enqueue(Instant::ZERO, id(2), 1000).unwrap();
+    s.enqueue(Instant::ZERO, id(2), 1000).unwrap();
+    assert_eq!(
+        s.delete_class(Instant::ZERO, id(1)).unwrap_err(),
+        ClassError::HasChildren(id(1))
+    );
+    let change = s.delete_class(Instant::ZERO, id(2)).unwrap();
+    assert_eq!(change.purged, [1000, 1000]);
+    s.check().unwrap();
+    let info = s.class_info(id(1)).unwrap();
+    assert_eq!((info.level, info.children), (0, 0));
+    // It is a working leaf again.
+    s.enqueue(Instant::ZERO, id(1), 500).unwrap();
+    assert_eq!(s.dequeue(Instant::ZERO), Some(500));
+    assert!(!s.contains(id(2)));
+    s.check().unwrap();
+}
+
+#[test]
+fn tree_rules_are_enforced() {
+    let mut s = htb();
+    let spec = ClassSpec::new(mbit(1));
+    let now = Instant::ZERO;
+    assert_eq!(
+        s.add_class(now, ClassId::new(2, 1), None, &spec)
+            .unwrap_err(),
+        ClassError::WrongMajor {
+            class: ClassId::new(2, 1),
+            expected: 1
+        }
+    );
+    assert_eq!(
+        s.add_class(now, id(0), None, &spec).unwrap_err(),
+        ClassError::QdiscHandle(id(0))
+    );
+    assert_eq!(
+        s.add_class(now, id(5), Some(id(4)), &spec).unwrap_err(),
+        ClassError::ParentNotFound {
+            class: id(5),
+            parent: id(4)
+        }
+    );
+    // `parent 1:` is the qdisc: a root class.
+    assert!(
+        s.add_class(now, id(1), Some(id(0)), &spec)
+            .unwrap()
+            .purged
+            .is_empty()
+    );
+    assert_eq!(
+        s.add_class(now, id(1), None, &spec).unwrap_err(),
+        ClassError::Exists(id(1))
+    );
+    // A chain of 8 levels is fine, the 9th is refused.
+    for minor in 2..=8 {
+        let change = s
+            .add_class(now, id(minor), Some(id(minor - 1)), &spec)
+            .unwrap();
+        assert!(change.purged.is_empty());
+        s.check().unwrap();
+    }
+    let levels: Vec<u8> = (1..=8)
+        .map(|m| s.class_info(id(m)).unwrap().level)
+        .collect();
+    assert_eq!(levels, [7, 6, 5, 4, 3, 2, 1, 0]);
+    assert_eq!(
+        s.add_class(now, id(9), Some(id(8)), &spec).unwrap_err(),
+        ClassError::TooDeep(id(9))
+    );
+    assert_eq!(
+        s.change_class(now, id(77), &spec).unwrap_err(),
+        ClassError::NotFound(id(77))
+    );
+    assert_eq!(
+        s.delete_class(now, id(77)).unwrap_err(),
+        ClassError::NotFound(id(77))
+    );
+    s.check().unwrap();
+}
+
+#[test]
+fn warnings_are_values() {
+    let mut s = htb();
+    let change = s
+        .add_class(
+            Instant::ZERO,
+            id(1),
+            None,
+            &ClassSpec::new(Rate::from_gbit(1)),
+        )
+        .unwrap();
+    assert!(matches!(change.warnings[..], [Warning::QuantumBig { .. }]));
+}
+
+#[test]
+fn change_keeps_backlog_and_applies_the_new_rate() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(10)));
+    let mut d = Driver::new(s);
+    d.backlogged = vec![(id(1), 1500)];
+    d.depth = 50;
+    let r = steady_rates(&mut d, &[1], 1, 3);
+    assert_close(r[0], 10e6, 0.003, "before");
+    let queued = d.s.class_stats(id(1)).unwrap().backlog_packets;
+    let change =
+        d.s.change_class(Instant::from_nanos(d.now), id(1), &ClassSpec::new(mbit(20)))
+            .unwrap();
+    assert!(change.purged.is_empty());
+    assert_eq!(d.s.class_stats(id(1)).unwrap().backlog_packets, queued);
+    d.s.check().unwrap();
+    let before = d.bytes(1);
+    d.run_until(5 * SEC);
+    assert_close(
+        Driver::rate_between(before, d.bytes(1), 3 * SEC, 5 * SEC),
+        20e6,
+        0.003,
+        "after",
+    );
+}
+
+#[test]
+fn change_rescales_debt_so_a_raised_class_recovers_at_once() {
+    // 1 kbit with a 1500 B packet sent: ~12 s of debt at the old rate. Raised to 100 Mbit,
+    // the 1500 B debt is 120 µs: the next packet leaves almost immediately.
+    let mut s = htb();
+    add(
+        &mut s,
+        1,
+        None,
+        ClassSpec::new(Rate::from_kbit(1)).with_burst(1500),
+    );
+    s.enqueue(Instant::ZERO, id(1), 1500).unwrap();
+    s.enqueue(Instant::ZERO, id(1), 1500).unwrap();
+    assert_eq!(s.dequeue(Instant::ZERO), Some(1500));
+    assert_eq!(
+        s.dequeue(Instant::ZERO),
+        Some(1500),
+        "burst covers one more, then debt"
+    );
+    s.enqueue(Instant::ZERO, id(1), 1500).unwrap();
+    assert_eq!(s.dequeue(Instant::ZERO), None);
+    assert!(s.next_wakeup().unwrap().as_nanos() > 10 * SEC);
+    let t = Instant::from_nanos(MS);
+    let change = s
+        .change_class(t, id(1), &ClassSpec::new(mbit(100)).with_burst(1500))
+        .unwrap();
+    assert!(change.purged.is_empty());
+    s.check().unwrap();
+    let wake = s.next_wakeup().unwrap();
+    assert!(wake.as_nanos() < 2 * MS, "woke at {wake}");
+    assert_eq!(s.dequeue(wake), Some(1500));
+}
+
+#[test]
+fn prio_change_moves_an_active_leaf() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(100)));
+    add(
+        &mut s,
+        2,
+        Some(1),
+        ClassSpec::new(mbit(1)).with_ceil(mbit(100)),
+    );
+    add(
+        &mut s,
+        3,
+        Some(1),
+        ClassSpec::new(mbit(1)).with_ceil(mbit(100)).with_prio(1),
+    );
+    s.enqueue(Instant::ZERO, id(2), 100).unwrap();
+    let spec = ClassSpec::new(mbit(1)).with_ceil(mbit(100)).with_prio(3);
+    assert!(
+        s.change_class(Instant::ZERO, id(2), &spec)
+            .unwrap()
+            .purged
+            .is_empty()
+    );
+    s.check().unwrap();
+    assert_eq!(s.dequeue(Instant::ZERO), Some(100));
+    s.check().unwrap();
+}
+
+#[test]
+fn next_wakeup_is_none_when_idle_and_exact_when_throttled() {
+    let mut s = htb();
+    add(
+        &mut s,
+        1,
+        None,
+        ClassSpec::new(mbit(8)).with_burst(1000).with_cburst(1000),
+    );
+    assert_eq!(s.next_wakeup(), None);
+    for _ in 0..3 {
+        s.enqueue(Instant::ZERO, id(1), 1000).unwrap();
+    }
+    assert_eq!(s.next_wakeup(), Some(Instant::ZERO));
+    assert_eq!(s.dequeue(Instant::ZERO), Some(1000));
+    // Full 1000 B bucket spent on one packet; the second goes into debt of one packet.
+    assert_eq!(s.dequeue(Instant::ZERO), Some(1000));
+    assert_eq!(s.dequeue(Instant::ZERO), None);
+    // 1000 B at 8 Mbit/s = 1 ms to repay the debt.
+    assert_eq!(s.next_wakeup(), Some(Instant::from_nanos(MS)));
+    assert_eq!(s.dequeue(Instant::from_nanos(MS - 1)), None);
+    assert_eq!(s.dequeue(Instant::from_nanos(MS)), Some(1000));
+    assert_eq!(s.next_wakeup(), None);
+    s.check().unwrap();
+}
+
+#[test]
+fn handles_skip_the_lookup_and_survive_deletion() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
+    add(&mut s, 2, None, ClassSpec::new(mbit(1)));
+    let h = s.handle(id(1)).unwrap();
+    s.enqueue(Instant::ZERO, h, 10).unwrap();
+    assert_eq!(s.class_stats(id(1)).unwrap().backlog_packets, 1);
+    let _ = s.delete_class(Instant::ZERO, id(1)).unwrap();
+    // Slot reused by another class: the stale handle must not reach it.
+    add(&mut s, 3, None, ClassSpec::new(mbit(1)));
+    s.enqueue(Instant::ZERO, h, 10).unwrap();
+    assert_eq!(s.class_stats(id(3)).unwrap().backlog_packets, 0);
+    assert_eq!(
+        s.stats().direct_packets,
+        1,
+        "stale handle to a deleted class: unclassified"
+    );
+}
+
+#[test]
+fn stats_report_tokens_in_ticks_and_rates() {
+    let mut s = htb();
+    add(&mut s, 1, None, ClassSpec::new(mbit(10)).with_burst(1600));
+    let st = s.class_stats(id(1)).unwrap();
+    // 1600 B at 10 Mbit/s = 1.28 ms = 20000 ticks of 64 ns: tc's `tokens: 20000`.
+    assert_eq!(st.tokens, 20000);
+    let mut d = Driver::new(s);
+    d.backlogged = vec![(id(1), 1000)];
+    d.run_until(3 * SEC);
+    let st = d.s.class_stats(id(1)).unwrap();
+    assert!((9_500_000..=10_100_000).contains(&st.rate_bps), "{st:?}");
+    assert!((1180..=1260).contains(&st.rate_pps), "{st:?}");
+    assert_ne!(st.mode, Mode::CantSend);
+}
+
+#[test]
+fn many_events_are_processed_in_bounded_batches() {
+    let config = SchedulerConfig {
+        max_events_per_level: 4,
+        ..SchedulerConfig::default()
+    };
+    let mut s: Scheduler<u32> = Scheduler::new(config);
+    add(&mut s, 1, None, ClassSpec::new(mbit(1000)));
+    for m in 2..50 {
+        add(
+            &mut s,
+            m,
+            Some(1),
+            ClassSpec::new(Rate::from_kbit(8))
+                .with_burst(100)
+                .with_cburst(100),
+        );
+        // The burst sends one, the debt allowance a second, the third must wait.
+        for _ in 0..3 {
+            s.enqueue(Instant::ZERO, id(m), 100).unwrap();
+        }
+    }
+    while s.dequeue(Instant::ZERO).is_some() {}
+    assert_eq!(s.len(), 48);
+    // All 48 leaves throttled, all due at the same instant.
+    let wake = s.next_wakeup().unwrap();
+    let mut n = 0;
+    while s.dequeue(wake + Duration::from_secs(1)).is_some() {
+        n += 1;
+        s.check().unwrap();
+    }
+    assert_eq!(n, 48);
+    assert!(s.stats().event_budget_exhausted > 0);
+}

@@ -1,0 +1,196 @@
+//! Nanosecond time for the scheduler's virtual clock.
+//!
+//! The core never reads a clock: every call that needs the time takes an [`Instant`]. The origin
+//! is whatever the caller chooses (`CLOCK_MONOTONIC` in the daemon, zero in the simulator); only
+//! differences matter. Arithmetic saturates instead of wrapping or panicking, so a caller that
+//! passes a `now` slightly in the past is treated as "no time elapsed", like the kernel's
+//! `min_t(s64, now - t_c, mbuffer)` clamps a large gap.
+
+use core::fmt;
+use core::ops::{Add, AddAssign, Sub};
+
+/// A point on the scheduler's clock, in nanoseconds since an origin chosen by the caller.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Instant {
+    nanos: u64,
+}
+
+/// A span of time in nanoseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Duration {
+    nanos: u64,
+}
+
+impl Instant {
+    /// The clock's origin.
+    pub const ZERO: Self = Self { nanos: 0 };
+    /// The latest representable instant.
+    pub const MAX: Self = Self { nanos: u64::MAX };
+
+    /// An instant `nanos` nanoseconds after the origin.
+    #[must_use]
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Self { nanos }
+    }
+
+    /// Nanoseconds since the origin.
+    #[must_use]
+    pub const fn as_nanos(self) -> u64 {
+        self.nanos
+    }
+
+    /// Time elapsed from `earlier` to `self`, or zero if `earlier` is later.
+    #[must_use]
+    pub const fn saturating_since(self, earlier: Self) -> Duration {
+        Duration {
+            nanos: self.nanos.saturating_sub(earlier.nanos),
+        }
+    }
+}
+
+impl Duration {
+    /// No time.
+    pub const ZERO: Self = Self { nanos: 0 };
+    /// The longest representable span.
+    pub const MAX: Self = Self { nanos: u64::MAX };
+
+    /// A span of `nanos` nanoseconds.
+    #[must_use]
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Self { nanos }
+    }
+
+    /// A span of `micros` microseconds (saturating).
+    #[must_use]
+    pub const fn from_micros(micros: u64) -> Self {
+        Self {
+            nanos: micros.saturating_mul(1_000),
+        }
+    }
+
+    /// A span of `millis` milliseconds (saturating).
+    #[must_use]
+    pub const fn from_millis(millis: u64) -> Self {
+        Self {
+            nanos: millis.saturating_mul(1_000_000),
+        }
+    }
+
+    /// A span of `secs` seconds (saturating).
+    #[must_use]
+    pub const fn from_secs(secs: u64) -> Self {
+        Self {
+            nanos: secs.saturating_mul(1_000_000_000),
+        }
+    }
+
+    /// The span in nanoseconds.
+    #[must_use]
+    pub const fn as_nanos(self) -> u64 {
+        self.nanos
+    }
+
+    /// The smaller of two spans.
+    #[must_use]
+    pub const fn min(self, other: Self) -> Self {
+        if self.nanos < other.nanos {
+            self
+        } else {
+            other
+        }
+    }
+}
+
+impl Add<Duration> for Instant {
+    type Output = Self;
+    fn add(self, rhs: Duration) -> Self {
+        Self {
+            nanos: self.nanos.saturating_add(rhs.nanos),
+        }
+    }
+}
+
+impl AddAssign<Duration> for Instant {
+    fn add_assign(&mut self, rhs: Duration) {
+        *self = *self + rhs;
+    }
+}
+
+impl Sub<Duration> for Instant {
+    type Output = Self;
+    fn sub(self, rhs: Duration) -> Self {
+        Self {
+            nanos: self.nanos.saturating_sub(rhs.nanos),
+        }
+    }
+}
+
+impl Sub for Instant {
+    type Output = Duration;
+    /// Saturating: an earlier `self` gives [`Duration::ZERO`].
+    fn sub(self, rhs: Self) -> Duration {
+        self.saturating_since(rhs)
+    }
+}
+
+impl Add for Duration {
+    type Output = Self;
+    fn add(self, rhs: Self) -> Self {
+        Self {
+            nanos: self.nanos.saturating_add(rhs.nanos),
+        }
+    }
+}
+
+impl Sub for Duration {
+    type Output = Self;
+    fn sub(self, rhs: Self) -> Self {
+        Self {
+            nanos: self.nanos.saturating_sub(rhs.nanos),
+        }
+    }
+}
+
+impl fmt::Display for Instant {
+    /// `seconds.nanoseconds`, e.g. `1.000000250s`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}.{:09}s",
+            self.nanos / 1_000_000_000,
+            self.nanos % 1_000_000_000
+        )
+    }
+}
+
+impl fmt::Display for Duration {
+    /// tc's time style: the largest unit that keeps the value exact (`1s`, `250ms`, `64us`, `5ns`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        crate::units::fmt_time(f, *self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_saturates() {
+        let t = Instant::from_nanos(10);
+        assert_eq!(t - Instant::from_nanos(20), Duration::ZERO);
+        assert_eq!(Instant::MAX + Duration::from_nanos(1), Instant::MAX);
+        assert_eq!(t - Duration::from_nanos(11), Instant::ZERO);
+        assert_eq!(Duration::from_secs(u64::MAX), Duration::MAX);
+    }
+
+    #[test]
+    fn display() {
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(
+            Instant::from_nanos(1_000_000_250).to_string(),
+            "1.000000250s"
+        );
+        assert_eq!(Duration::from_millis(250).to_string(), "250ms");
+    }
+}
