@@ -4,6 +4,7 @@
 use alloc::format;
 use alloc::string::String;
 use alloc::vec;
+use alloc::vec::Vec;
 use core::fmt;
 
 use super::Scheduler;
@@ -83,6 +84,59 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                     "row_mask of level {level} disagrees with row {prio}"
                 );
                 self.check_row(row, Home::Row { level, prio }, &mut homes)?;
+            }
+        }
+
+        // Inner state belongs to exactly one live inner class.
+        let mut inner_owner = vec![NO_CLASS; self.inner.len()];
+        for (slot, c) in self.classes.iter().enumerate() {
+            if c.live && c.inner != NO_INNER {
+                let owner = &mut inner_owner[c.inner as usize];
+                ensure!(
+                    *owner == NO_CLASS,
+                    "inner state {} shared by two classes",
+                    c.inner
+                );
+                *owner = slot as u32;
+            }
+        }
+        for &free in &self.free_inner {
+            ensure!(
+                inner_owner[free as usize] == NO_CLASS,
+                "inner state {free} is free and in use"
+            );
+        }
+
+        // Record every feed's members first: membership is checked per class below.
+        for (slot, c) in self.classes.iter().enumerate() {
+            if !c.live || c.inner == NO_INNER {
+                continue;
+            }
+            for (prio, feed) in self.inner[c.inner as usize].feeds.iter().enumerate() {
+                feed.tree
+                    .check(nodes)
+                    .map_err(|e| CheckError(format!("feed {}/{prio}: {e:?}", c.id)))?;
+                self.check_row(
+                    feed,
+                    Home::Feed {
+                        inner: c.inner,
+                        prio,
+                    },
+                    &mut homes,
+                )?;
+                let mut stranger = None;
+                feed.tree.for_each(nodes, |node| {
+                    let owner = nodes[node as usize].owner;
+                    if self.classes[owner as usize].parent != slot as u32 {
+                        stranger = Some(self.classes[owner as usize].id);
+                    }
+                });
+                if let Some(id) = stranger {
+                    return Err(CheckError(format!(
+                        "{id} in a feed of {}, not its parent",
+                        c.id
+                    )));
+                }
             }
         }
 
@@ -194,25 +248,13 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                 );
             } else {
                 ensure!(queue.is_empty(), "inner class {} holds packets", c.id);
-                let feeds = &self.inner[c.inner as usize].feeds;
-                for (prio, feed) in feeds.iter().enumerate() {
-                    feed.tree
-                        .check(nodes)
-                        .map_err(|e| CheckError(format!("feed {}/{prio}: {e:?}", c.id)))?;
+                for (prio, feed) in self.inner[c.inner as usize].feeds.iter().enumerate() {
                     ensure!(
                         (c.activity >> prio & 1 == 1) != feed.tree.is_empty(),
                         "inner {} activity {:#x} disagrees with feed {prio}",
                         c.id,
                         c.activity
                     );
-                    self.check_row(
-                        feed,
-                        Home::Feed {
-                            inner: c.inner,
-                            prio,
-                        },
-                        &mut homes,
-                    )?;
                 }
             }
             for prio in 0..MAX_DEPTH {
@@ -298,5 +340,65 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
             );
         }
         Ok(())
+    }
+}
+
+impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
+    /// A human-readable dump of every class, row and feed, for debugging failed checks.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn dump(&self) -> String {
+        use core::fmt::Write;
+        let nodes = self.prio_nodes.nodes.as_slice();
+        let mut out = String::new();
+        let members = |row: &super::arena::Row| {
+            let mut v = Vec::new();
+            row.tree.for_each(nodes, |n| {
+                v.push(self.classes[nodes[n as usize].owner as usize].id);
+            });
+            let ptr =
+                (row.ptr != NIL).then(|| self.classes[nodes[row.ptr as usize].owner as usize].id);
+            format!("{v:?} ptr {ptr:?} last {:#x}", row.last_ptr_id)
+        };
+        for (slot, c) in self.classes.iter().enumerate().filter(|(_, c)| c.live) {
+            let _ = writeln!(
+                out,
+                "class {} slot {slot} parent {} level {} {:?} act {:#x} prio {} inner {} node {} q {} tokens {} ctokens {} t_c {}",
+                c.id,
+                c.parent as i64,
+                c.level,
+                c.mode,
+                c.activity,
+                c.prio,
+                c.inner as i64,
+                c.prio_node,
+                self.queues[slot].len(),
+                c.tokens,
+                c.ctokens,
+                c.t_c
+            );
+            if c.inner != NO_INNER {
+                for (prio, feed) in self.inner[c.inner as usize].feeds.iter().enumerate() {
+                    if !feed.tree.is_empty() || feed.ptr != NIL || feed.last_ptr_id != 0 {
+                        let _ = writeln!(out, "  feed {prio}: {}", members(feed));
+                    }
+                }
+            }
+        }
+        for (level, lvl) in self.levels.iter().enumerate() {
+            for (prio, row) in lvl.rows.iter().enumerate() {
+                if !row.tree.is_empty() || row.ptr != NIL {
+                    let _ = writeln!(out, "row {level}/{prio}: {}", members(row));
+                }
+            }
+            let mut waiting = Vec::new();
+            lvl.wait.for_each(self.wait_nodes.as_slice(), |n| {
+                waiting.push((self.classes[n as usize].id, self.wait_nodes[n as usize].key));
+            });
+            if !waiting.is_empty() {
+                let _ = writeln!(out, "wait {level}: {waiting:?}");
+            }
+        }
+        out
     }
 }
