@@ -1,1 +1,37 @@
+//! The TOML model of an HTB tree, shared by the simulator's scenarios (`htb-cli sim`) and the
+//! daemon's config (`htbd --config`): `[qdisc]` and `[[class]]` tables with tc's names and
+//! units, checked with errors that name the key, line and column.
+//!
+//! ```toml
+//! [qdisc]
+//! default = "20"        # hex minor of the default class, as tc's `default 20`
+//! r2q = 10
+//!
+//! [[class]]
+//! id = "1:1"            # no parent: a root class
+//! rate = "100mbit"
+//! [[class]]
+//! id = "1:20"
+//! parent = "1:1"
+//! rate = "30mbit"
+//! ceil = "100mbit"      # optional: burst cburst prio quantum mtu overhead mpu linklayer limit
+//! ```
 
+mod error;
+mod tree;
+pub mod values;
+
+pub use error::{ConfigError, Located};
+pub use tree::{ClassDef, ClassSection, QdiscSection, TreeSpec};
+
+/// Parses `text` as TOML into `T`, turning any error into a [`ConfigError`] that names the
+/// line, column and key.
+///
+/// # Errors
+/// [`ConfigError`] for malformed TOML, unknown or missing keys, or invalid values.
+pub fn from_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let offset = e.span().map_or(0, |s| s.start);
+        ConfigError::at(text, offset, e.message().to_owned())
+    })
+}

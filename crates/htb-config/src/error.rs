@@ -1,0 +1,125 @@
+//! Errors that point into the TOML text.
+
+use std::fmt;
+use std::ops::Range;
+
+/// A problem in a config or scenario file, located by line, column and key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column (in characters).
+    pub column: usize,
+    /// The key at that place, as a path like `class[2].rate`, when one can be named.
+    pub key: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}, column {}: ", self.line, self.column)?;
+        if let Some(key) = &self.key {
+            write!(f, "{key}: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl ConfigError {
+    /// An error at byte `offset` of `text`.
+    #[must_use]
+    pub fn at(text: &str, offset: usize, message: String) -> Self {
+        let offset = offset.min(text.len());
+        let before = &text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = text[line_start..offset].chars().count() + 1;
+        Self {
+            line,
+            column,
+            key: key_path(text, offset),
+            message,
+        }
+    }
+
+    /// An error about the value spanned by `span` in `text`.
+    #[must_use]
+    pub fn spanned(text: &str, span: &Range<usize>, message: impl Into<String>) -> Self {
+        Self::at(text, span.start, message.into())
+    }
+}
+
+/// A value with the byte range it came from, so later checks can point at it.
+pub type Located<T> = toml::Spanned<T>;
+
+/// Names the key at `offset`: the enclosing table header (with the index of an array of
+/// tables) and the key of the `key = value` line, e.g. `class[1].rate`. Best effort: inline
+/// tables and multi-line values name the nearest key.
+fn key_path(text: &str, offset: usize) -> Option<String> {
+    let mut table: Option<String> = None;
+    let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut line_key = None;
+    let mut pos = 0;
+    for line in text.split_inclusive('\n') {
+        let start = pos;
+        pos += line.len();
+        let trimmed = line.trim();
+        if start > offset {
+            break;
+        }
+        if let Some(name) = trimmed
+            .strip_prefix("[[")
+            .and_then(|t| t.split("]]").next())
+        {
+            let name = name.trim().to_owned();
+            let n = counts
+                .entry(name.clone())
+                .and_modify(|n| *n += 1)
+                .or_insert(0);
+            table = Some(format!("{name}[{n}]"));
+            line_key = None;
+        } else if let Some(name) = trimmed.strip_prefix('[').and_then(|t| t.split(']').next()) {
+            table = Some(name.trim().to_owned());
+            line_key = None;
+        } else if let Some((key, _)) = trimmed.split_once('=') {
+            let key = key.trim();
+            if !key.is_empty() && !key.starts_with('#') {
+                line_key = Some(key.trim_matches('"').to_owned());
+            }
+        }
+        if offset < pos {
+            break;
+        }
+        if !trimmed.contains('=') {
+            line_key = None;
+        }
+    }
+    match (table, line_key) {
+        (Some(t), Some(k)) => Some(format!("{t}.{k}")),
+        (None, Some(k)) => Some(k),
+        (Some(t), None) => Some(t),
+        (None, None) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locates_line_column_and_key() {
+        let text =
+            "duration = \"1s\"\n[[class]]\nid = \"1:1\"\n[[class]]\nid = \"1:2\"\nrate = \"bad\"\n";
+        let offset = text.find("\"bad\"").unwrap();
+        let e = ConfigError::at(text, offset, "invalid rate".into());
+        assert_eq!((e.line, e.column), (6, 8));
+        assert_eq!(e.key.as_deref(), Some("class[1].rate"));
+        assert_eq!(
+            e.to_string(),
+            "line 6, column 8: class[1].rate: invalid rate"
+        );
+        let e = ConfigError::at(text, 0, "x".into());
+        assert_eq!(e.key.as_deref(), Some("duration"));
+    }
+}

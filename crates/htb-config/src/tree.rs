@@ -1,0 +1,392 @@
+//! `[qdisc]` and `[[class]]`: sections, and the validated tree they describe.
+
+use std::collections::HashMap;
+
+use htb_core::{
+    ClassId, ClassSpec, Instant, LengthAdjust, Packet, Scheduler, SchedulerConfig, Warning,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ConfigError, Located};
+use crate::values::{ClassIdValue, HexMinor, LinkLayerValue, RateValue, SizeValue, TimeValue};
+
+/// `[qdisc]`: tc's `qdisc add ... handle 1: htb default 20 r2q 10 direct_qlen 1000`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct QdiscSection {
+    /// The qdisc handle, `"1:"` (default: the major of the class ids).
+    pub handle: Option<Located<ClassIdValue>>,
+    /// Hex minor of the default class for unclassified traffic (tc `default`).
+    pub default: Option<HexMinor>,
+    /// Rate-to-quantum divisor (tc `r2q`, default 10).
+    pub r2q: Option<u32>,
+    /// Direct queue limit in packets (tc `direct_qlen`, default 1000).
+    pub direct_qlen: Option<u32>,
+    /// Default burst as time at the class's rate (default `"1ms"`; see the README).
+    pub burst_time: Option<TimeValue>,
+}
+
+/// `[[class]]`: tc's `class add ... classid 1:20 htb rate R [ceil R] ...`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassSection {
+    /// The class id, `"1:20"`.
+    pub id: Located<ClassIdValue>,
+    /// The parent class; omitted (or the qdisc handle `"1:"`) for a root class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<Located<ClassIdValue>>,
+    /// Guaranteed rate (required).
+    pub rate: Option<RateValue>,
+    /// Ceiling (default: rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceil: Option<RateValue>,
+    /// Burst at rate (default: 1 ms of rate + mtu).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<SizeValue>,
+    /// Burst at ceil.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cburst: Option<SizeValue>,
+    /// Priority 0 (highest) to 7.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prio: Option<u32>,
+    /// DRR quantum in bytes (default rate / r2q, clamped to 1000..200000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantum: Option<SizeValue>,
+    /// MTU for default bursts (default 1600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// Bytes added to each packet's length (tc `overhead`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<u16>,
+    /// Minimum packet unit (tc `mpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpu: Option<u16>,
+    /// `ethernet` or `atm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linklayer: Option<LinkLayerValue>,
+    /// Leaf queue limit in packets (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+impl ClassSection {
+    /// The class parameters, defaults left unresolved. `None` when `rate` is missing.
+    #[must_use]
+    pub fn spec(&self) -> Option<ClassSpec> {
+        let rate = self.rate?.0;
+        Some(ClassSpec {
+            rate,
+            ceil: self.ceil.map(|c| c.0),
+            burst: self.burst.map(|b| b.0),
+            cburst: self.cburst.map(|b| b.0),
+            prio: self.prio.unwrap_or(0),
+            quantum: self.quantum.map(|q| u32::try_from(q.0).unwrap_or(u32::MAX)),
+            mtu: self.mtu,
+            adjust: LengthAdjust {
+                overhead: self.overhead.unwrap_or(0),
+                mpu: self.mpu.unwrap_or(0),
+                link_layer: self.linklayer.map(|l| l.0).unwrap_or_default(),
+            },
+            limit: self.limit,
+        })
+    }
+}
+
+/// One class of a validated tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassDef {
+    /// The class.
+    pub id: ClassId,
+    /// Its parent, `None` for a root class.
+    pub parent: Option<ClassId>,
+    /// Its parameters.
+    pub spec: ClassSpec,
+}
+
+/// A validated tree: scheduler settings and classes, parents before children.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeSpec {
+    /// Scheduler-wide settings.
+    pub config: SchedulerConfig,
+    /// Classes in an order that adds every parent before its children.
+    pub classes: Vec<ClassDef>,
+    /// What building the tree warned about (quantum clamps, …), as text.
+    pub warnings: Vec<String>,
+}
+
+impl TreeSpec {
+    /// Validates `[qdisc]` and `[[class]]` sections parsed from `text`: ids, parents, cycles,
+    /// depth, and every class's parameters (by building the tree once).
+    ///
+    /// # Errors
+    /// The first problem, located in `text`.
+    pub fn from_sections(
+        text: &str,
+        qdisc: Option<&QdiscSection>,
+        classes: &[Located<ClassSection>],
+    ) -> Result<Self, ConfigError> {
+        let default = QdiscSection::default();
+        let qdisc = qdisc.unwrap_or(&default);
+        let major = match &qdisc.handle {
+            Some(handle) => {
+                let id = handle.get_ref().0;
+                if !id.is_qdisc() {
+                    return Err(ConfigError::spanned(
+                        text,
+                        &handle.span(),
+                        format!("handle {id} must end in ':'"),
+                    ));
+                }
+                id.major()
+            }
+            None => classes
+                .first()
+                .map_or(1, |c| c.get_ref().id.get_ref().0.major()),
+        };
+        let mut config = SchedulerConfig {
+            major,
+            ..SchedulerConfig::default()
+        };
+        if let Some(default) = qdisc.default {
+            config.default_minor = default.0;
+        }
+        if let Some(r2q) = qdisc.r2q {
+            config.r2q = r2q;
+        }
+        if let Some(qlen) = qdisc.direct_qlen {
+            config.direct_qlen = qlen;
+        }
+        if let Some(burst_time) = qdisc.burst_time {
+            config.default_burst_time = burst_time.0;
+        }
+
+        // Index classes, refusing duplicates and foreign majors.
+        let mut index: HashMap<ClassId, usize> = HashMap::new();
+        for (i, section) in classes.iter().enumerate() {
+            let located = &section.get_ref().id;
+            let id = located.get_ref().0;
+            if id.major() != major {
+                let msg = format!("class {id} does not belong to qdisc {major:x}:");
+                return Err(ConfigError::spanned(text, &located.span(), msg));
+            }
+            if id.is_qdisc() {
+                let msg =
+                    format!("{id} is the qdisc handle; classes need a minor, like {major:x}:1");
+                return Err(ConfigError::spanned(text, &located.span(), msg));
+            }
+            if index.insert(id, i).is_some() {
+                return Err(ConfigError::spanned(
+                    text,
+                    &located.span(),
+                    format!("class {id} is defined twice"),
+                ));
+            }
+        }
+
+        // Parents first: a depth-first order that also finds unknown parents and cycles.
+        let parent_of = |section: &ClassSection| -> Result<Option<ClassId>, ConfigError> {
+            let Some(parent) = &section.parent else {
+                return Ok(None);
+            };
+            let pid = parent.get_ref().0;
+            if pid.major() == major && pid.is_qdisc() {
+                return Ok(None);
+            }
+            if !index.contains_key(&pid) {
+                let msg = format!("parent {pid} is not a class defined here");
+                return Err(ConfigError::spanned(text, &parent.span(), msg));
+            }
+            Ok(Some(pid))
+        };
+        let mut order = Vec::with_capacity(classes.len());
+        let mut state = vec![0u8; classes.len()]; // 0 new, 1 on the path, 2 done
+        for start in 0..classes.len() {
+            let mut path = vec![start];
+            while let Some(&i) = path.last() {
+                if state[i] == 2 {
+                    path.pop();
+                    continue;
+                }
+                state[i] = 1;
+                match parent_of(classes[i].get_ref())? {
+                    Some(pid) if state[index[&pid]] == 1 => {
+                        let located = classes[i]
+                            .get_ref()
+                            .parent
+                            .as_ref()
+                            .map(Located::span)
+                            .unwrap_or_default();
+                        let msg = format!("parent {pid} makes a cycle");
+                        return Err(ConfigError::spanned(text, &located, msg));
+                    }
+                    Some(pid) if state[index[&pid]] == 0 => path.push(index[&pid]),
+                    _ => {
+                        state[i] = 2;
+                        order.push(i);
+                        path.pop();
+                    }
+                }
+            }
+        }
+
+        let mut defs = Vec::with_capacity(classes.len());
+        for &i in &order {
+            let section = classes[i].get_ref();
+            let id = section.id.get_ref().0;
+            let Some(spec) = section.spec() else {
+                let msg = format!("class {id} needs a rate, e.g. rate = \"10mbit\"");
+                return Err(ConfigError::spanned(text, &section.id.span(), msg));
+            };
+            defs.push((
+                ClassDef {
+                    id,
+                    parent: parent_of(section)?,
+                    spec,
+                },
+                i,
+            ));
+        }
+
+        // Build once: the scheduler checks depth and parameters exactly as it will at run time.
+        let mut scratch: Scheduler<u32> = Scheduler::new(config);
+        let mut warnings = Vec::new();
+        for (def, i) in &defs {
+            match scratch.add_class(Instant::ZERO, def.id, def.parent, &def.spec) {
+                Ok(change) => warnings.extend(change.warnings.iter().map(Warning::to_string)),
+                Err(e) => {
+                    return Err(ConfigError::spanned(
+                        text,
+                        &classes[*i].span(),
+                        e.to_string(),
+                    ));
+                }
+            }
+        }
+        Ok(Self {
+            config,
+            classes: defs.into_iter().map(|(d, _)| d).collect(),
+            warnings,
+        })
+    }
+
+    /// Builds a scheduler holding this tree, its clock at `now`.
+    ///
+    /// # Errors
+    /// Only if the tree was altered after validation.
+    pub fn build<P: Packet>(&self, now: Instant) -> Result<Scheduler<P>, htb_core::ClassError> {
+        let mut htb = Scheduler::new(self.config);
+        htb.reserve_classes(self.classes.len());
+        for def in &self.classes {
+            let change = htb.add_class(now, def.id, def.parent, &def.spec)?;
+            debug_assert!(change.purged.is_empty(), "a fresh tree holds no packets");
+        }
+        Ok(htb)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Doc {
+        qdisc: Option<QdiscSection>,
+        #[serde(default)]
+        class: Vec<Located<ClassSection>>,
+    }
+
+    fn tree(text: &str) -> Result<TreeSpec, ConfigError> {
+        let doc: Doc = crate::from_toml(text)?;
+        TreeSpec::from_sections(text, doc.qdisc.as_ref(), &doc.class)
+    }
+
+    #[test]
+    fn orders_parents_first_and_reads_qdisc() {
+        let text = r#"
+[qdisc]
+default = "20"
+r2q = 5
+
+[[class]]
+id = "1:20"
+parent = "1:1"
+rate = "10mbit"
+ceil = "100mbit"
+prio = 1
+
+[[class]]
+id = "1:1"
+parent = "1:"
+rate = "100mbit"
+"#;
+        let t = tree(text).unwrap();
+        assert_eq!(t.config.default_minor, 0x20);
+        assert_eq!(t.config.r2q, 5);
+        assert_eq!(
+            t.classes
+                .iter()
+                .map(|c| c.id.to_string())
+                .collect::<Vec<_>>(),
+            ["1:1", "1:20"]
+        );
+        assert_eq!(t.classes[1].parent, Some(ClassId::new(1, 1)));
+        assert_eq!(t.classes[1].spec.prio, 1);
+        assert_eq!(t.classes[0].parent, None, "parent = \"1:\" is the qdisc");
+        let htb: Scheduler<u32> = t.build(Instant::ZERO).unwrap();
+        assert_eq!(htb.class_count(), 2);
+        assert!(!t.warnings.is_empty(), "100mbit/5 is a big quantum");
+    }
+
+    fn err(text: &str) -> String {
+        tree(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_line_column_and_key() {
+        assert_eq!(
+            err("[[class]]\nid = \"1:1\"\nrate = \"10mbitx\"\n"),
+            "line 3, column 8: class[0].rate: invalid rate \"10mbitx\": unknown unit (e.g. \"100mbit\", \"1.5gbit\", \"800kbit\")"
+        );
+        assert_eq!(
+            err(
+                "[[class]]\nid = \"1:1\"\nrate = \"1mbit\"\n[[class]]\nid = \"1:2\"\nparent = \"1:9\"\nrate = \"1mbit\"\n"
+            ),
+            "line 6, column 10: class[1].parent: parent 1:9 is not a class defined here"
+        );
+        assert!(
+            err("[[class]]\nid = \"1:1\"\nratee = \"1\"\n")
+                .starts_with("line 3, column 1: class[0].ratee: unknown field `ratee`")
+        );
+        assert!(err("[[class]]\nid = \"1:1\"\n").contains("class 1:1 needs a rate"));
+        assert!(
+            err("[[class]]\nid = \"1:1\"\nrate = 1\n[[class]]\nid = \"1:1\"\nrate = 1\n")
+                .contains("defined twice")
+        );
+        assert!(
+            err("[[class]]\nid = \"2:1\"\nrate = 1\n[[class]]\nid = \"1:2\"\nrate = 1\n")
+                .contains("does not belong")
+        );
+        assert!(
+            err("[[class]]\nid = \"1:1\"\nparent = \"1:2\"\nrate = 1\n[[class]]\nid = \"1:2\"\nparent = \"1:1\"\nrate = 1\n")
+                .contains("cycle")
+        );
+        assert!(
+            err("[[class]]\nid = \"1:1\"\nrate = \"0bit\"\n").contains("rate must be above zero")
+        );
+        assert!(err("[qdisc]\ndefault = 20\n").contains("hex digits"));
+    }
+
+    #[test]
+    fn too_deep_trees_are_refused_with_location() {
+        let mut text = String::new();
+        for i in 1..=9 {
+            text += &format!("[[class]]\nid = \"1:{i}\"\nrate = \"1mbit\"\n");
+            if i > 1 {
+                text += &format!("parent = \"1:{}\"\n", i - 1);
+            }
+        }
+        let e = tree(&text).unwrap_err();
+        assert!(e.message.contains("deeper than 8 levels"), "{e}");
+        assert_eq!(e.key.as_deref(), Some("class[8]"));
+    }
+}
