@@ -65,6 +65,8 @@ pub struct SchedulerStats {
     pub direct_qlen: u32,
     /// Packets ever put in the direct queue (`direct_packets_stat`).
     pub direct_packets: u64,
+    /// Packets sent from the direct queue.
+    pub direct_packets_sent: u64,
     /// Bytes sent from the direct queue.
     pub direct_bytes_sent: u64,
     /// Packets refused by a full direct queue.

@@ -275,6 +275,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
     pub fn dequeue(&mut self, now: Instant) -> Option<P> {
         self.advance_clock(now);
         if let Some(packet) = self.direct.pop_front() {
+            self.stats.direct_packets_sent += 1;
             self.stats.direct_bytes_sent += u64::from(packet.len_bytes());
             self.note_sent(&packet);
             return Some(packet);
