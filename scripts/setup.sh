@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what building and testing htb needs, skipping whatever is already there:
+# Debian packages (clang/llvm/libelf/zlib/m4/pkg-config/make build the XDP program and libxdp;
+# iproute2/iputils-ping/ethtool/iperf3 run the network-namespace lab) and a Rust toolchain.
+set -euo pipefail
+
+PACKAGES=(clang llvm libelf-dev zlib1g-dev m4 pkg-config make libbpf-dev
+          iproute2 iputils-ping ethtool iperf3 curl ca-certificates)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    if [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    else
+        echo "setup: installing the Rust toolchain (rustup, stable)"
+        curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+fi
+for component in clippy rustfmt; do
+    if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+        rustup component add "$component"
+    fi
+done

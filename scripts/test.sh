@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test command: installs what is missing, then runs every check CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/setup.sh
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "format"
+cargo fmt --all -- --check
+step "lints"
+cargo clippy --workspace --all-targets -- -D warnings
+step "unit, property, simulation and CLI tests"
+cargo test --workspace
+step "htb-core builds and runs in a #![no_std] program"
+(cd crates/htb-nostd-check && cargo run --release --quiet && echo "no_std program: ok")
+step "all checks passed"
