@@ -12,6 +12,8 @@ step "lints"
 cargo clippy --workspace --all-targets -- -D warnings
 step "unit, property, simulation and CLI tests"
 cargo test --workspace
+step "benchmarks compile (run them with: cargo bench --bench complexity)"
+cargo bench --no-run --quiet
 step "htb-core builds and runs in a #![no_std] program"
 (cd crates/htb-nostd-check && cargo run --release --quiet && echo "no_std program: ok")
 step "all checks passed"

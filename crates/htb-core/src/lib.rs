@@ -51,6 +51,7 @@ extern crate alloc;
 
 mod class_id;
 mod error;
+mod estimator;
 mod queue;
 mod rate;
 mod rbtree;
@@ -62,6 +63,7 @@ pub mod units;
 
 pub use class_id::{ClassId, ClassIdError};
 pub use error::ClassError;
+pub use estimator::{RateEstimator, Rates};
 pub use queue::{Fifo, LeafQueue, PacketPool};
 pub use rate::{LengthAdjust, LinkLayer, Rate};
 pub use sched::{

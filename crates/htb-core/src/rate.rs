@@ -171,16 +171,20 @@ impl LengthAdjust {
     }
 }
 
-/// Precomputed multiplier turning bytes into token units at one rate
-/// (the role of `psched_ratecfg_precompute` + `psched_l2t_ns`, with 64-bit precision).
+/// Precomputed multiplier turning bytes into token units at one rate (the role of
+/// `psched_ratecfg_precompute` + `psched_l2t_ns`, with 128-bit precision).
 ///
-/// `cost(len) = ceil(len * mult / 2^shift)` where `mult / 2^shift` is `8e9 * 256 / rate`
-/// rounded *up*, so a class is never charged less than its packet's exact time; the excess is
-/// below one token unit (1/256 ns) per packet plus a relative 2^-63.
+/// Token units per byte, `8e9 × 256 / rate`, is kept as 64.32 fixed point rounded *up*:
+/// `whole + frac / 2^32`. A packet costs `len·whole + ⌈len·frac / 2^32⌉`: exact when the time is
+/// a whole number of units, otherwise rounded up by less than one unit (1/256 ns) plus
+/// `len / 2^32` units from the fraction's rounding — never less than the packet's exact time.
+/// (Packed as `u64` + `u32` so that two of them and the class's other 32-bit fields share
+/// cache lines.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(Rust, packed(4))]
 pub(crate) struct TokenCost {
-    mult: u64,
-    shift: u8,
+    whole: u64,
+    frac: u32,
 }
 
 impl TokenCost {
@@ -188,27 +192,30 @@ impl TokenCost {
     const NUMERATOR: u128 = 8 * 1_000_000_000 * (TOKENS_PER_NS as u128);
 
     pub(crate) fn new(rate: Rate) -> Self {
-        let bits = rate.bits_per_sec().max(1);
-        // The largest shift whose multiplier fits 64 bits. With 2^40 <= NUMERATOR < 2^41 and
-        // 2^a <= rate < 2^(a+1), NUMERATOR * 2^s / rate < 2^64 holds for s = 23 + a and may
-        // hold for s = 24 + a, so at most two divisions are needed.
-        let a = 63 - bits.leading_zeros();
-        let rate = u128::from(bits);
-        let mut shift = (24 + a).min(86) as u8;
-        loop {
-            let mult = (Self::NUMERATOR << shift).div_ceil(rate);
-            if let Ok(mult) = u64::try_from(mult) {
-                return Self { mult, shift };
-            }
-            shift -= 1;
+        let rate = u128::from(rate.bits_per_sec().max(1));
+        let whole = Self::NUMERATOR / rate;
+        let remainder = Self::NUMERATOR % rate;
+        // (remainder / rate) · 2^32, rounded up; remainder < rate < 2^64, so no overflow.
+        let frac = (remainder << 32).div_ceil(rate);
+        match u32::try_from(frac) {
+            Ok(frac) => Self {
+                whole: whole as u64,
+                frac,
+            },
+            // frac rounded up to exactly 2^32: carry into the whole part.
+            Err(_) => Self {
+                whole: whole as u64 + 1,
+                frac: 0,
+            },
         }
     }
 
     /// Token units that `len` (already adjusted) bytes cost, capped at [`MAX_PACKET_COST`].
     #[inline]
     pub(crate) fn cost(self, len: u32) -> i64 {
-        let round_up = (1u128 << self.shift) - 1;
-        let cost = (u128::from(len) * u128::from(self.mult) + round_up) >> self.shift;
+        let (whole, frac) = (self.whole, self.frac);
+        let frac = (u64::from(len) * u64::from(frac) + u64::from(u32::MAX)) >> 32;
+        let cost = u128::from(len) * u128::from(whole) + u128::from(frac);
         if cost > MAX_PACKET_COST as u128 {
             MAX_PACKET_COST
         } else {
@@ -256,8 +263,18 @@ mod tests {
     #[test]
     fn cost_at_40gbit_64b_is_12_8ns() {
         let cost = TokenCost::new(Rate::from_gbit(40));
-        // 64 B * 8 / 40e9 = 12.8 ns = 3276.8 units.
+        // 64 B * 8 / 40e9 = 12.8 ns = 3276.8 units, rounded up.
         assert_eq!(cost.cost(64), 3277);
+        // Rates below 477 bit/s need more than 32 bits of whole units per byte.
+        assert_eq!(
+            TokenCost::new(Rate::from_bits_per_sec(1)).cost(1),
+            8_000_000_000 * 256
+        );
+        assert_eq!(
+            TokenCost::new(Rate::from_mbit(8)).cost(1000),
+            256_000_000,
+            "exact: 1 ms"
+        );
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub(crate) trait NodePool {
     fn links(&self, node: NodeId) -> &Links;
     fn links_mut(&mut self, node: NodeId) -> &mut Links;
     fn key(&self, node: NodeId) -> Self::Key;
+    /// Links and key in one access (one bounds check on the walk down the tree).
+    fn node(&self, node: NodeId) -> (&Links, Self::Key) {
+        (self.links(node), self.key(node))
+    }
 }
 
 /// Why [`RbTree::check`] failed.
@@ -66,15 +70,19 @@ pub(crate) enum TreeFault {
     ParentLink(NodeId),
     UnlinkedInTree(NodeId),
     StaleFirst,
+    StaleLast,
     Cycle,
 }
 
-/// The root of one tree plus a cached leftmost node (the kernel recomputes `rb_first`; caching
-/// it makes the next-event lookup and a DRR rewind O(1)).
+/// The root of one tree plus its cached first and last nodes. The kernel recomputes
+/// `rb_first`; caching it makes the next-event lookup and a DRR rewind O(1). Caching the last
+/// node makes the common insert O(1) amortized: wait-queue keys are times, nearly always the
+/// latest, and rows and feeds refill in round-robin (= key) order, so most inserts append.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct RbTree {
     root: NodeId,
     first: NodeId,
+    last: NodeId,
 }
 
 impl Default for RbTree {
@@ -87,6 +95,7 @@ impl RbTree {
     pub(crate) const EMPTY: Self = Self {
         root: NIL,
         first: NIL,
+        last: NIL,
     };
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -106,21 +115,25 @@ impl RbTree {
             return false;
         }
         let key = pool.key(node);
-        let mut parent = NIL;
-        let mut cur = self.root;
-        let mut go_left = false;
-        let mut leftmost = true;
-        while cur != NIL {
-            parent = cur;
-            if key < pool.key(cur) {
-                go_left = true;
-                cur = pool.links(cur).left;
-            } else {
-                go_left = false;
-                leftmost = false;
-                cur = pool.links(cur).right;
+        let (parent, go_left, leftmost, rightmost) = if self.root == NIL {
+            (NIL, false, true, true)
+        } else if key >= pool.key(self.last) {
+            // Append after the last node (equal keys go after existing ones).
+            (self.last, false, false, true)
+        } else if key < pool.key(self.first) {
+            (self.first, true, true, false)
+        } else {
+            let mut parent = NIL;
+            let mut cur = self.root;
+            let mut go_left = false;
+            while cur != NIL {
+                parent = cur;
+                let (links, k) = pool.node(cur);
+                go_left = key < k;
+                cur = if go_left { links.left } else { links.right };
             }
-        }
+            (parent, go_left, false, false)
+        };
         *pool.links_mut(node) = Links {
             parent,
             left: NIL,
@@ -137,6 +150,9 @@ impl RbTree {
         if leftmost {
             self.first = node;
         }
+        if rightmost {
+            self.last = node;
+        }
         self.insert_fixup(pool, node);
         true
     }
@@ -150,6 +166,9 @@ impl RbTree {
         }
         if self.first == node {
             self.first = Self::next(pool, node);
+        }
+        if self.last == node {
+            self.last = Self::prev(pool, node);
         }
         let z = *pool.links(node);
         let mut removed_color = z.color;
@@ -202,17 +221,36 @@ impl RbTree {
         parent
     }
 
+    /// In-order predecessor of `node`, or [`NIL`] (`rb_prev`).
+    pub(crate) fn prev<P: NodePool + ?Sized>(pool: &P, node: NodeId) -> NodeId {
+        let links = pool.links(node);
+        if links.left != NIL {
+            let mut n = links.left;
+            while pool.links(n).right != NIL {
+                n = pool.links(n).right;
+            }
+            return n;
+        }
+        let mut child = node;
+        let mut parent = links.parent;
+        while parent != NIL && pool.links(parent).left == child {
+            child = parent;
+            parent = pool.links(parent).parent;
+        }
+        parent
+    }
+
     /// The first node whose key is `>= key`, or [`NIL`] (`htb_id_find_next_upper`).
     pub(crate) fn find_next_upper<P: NodePool + ?Sized>(&self, pool: &P, key: P::Key) -> NodeId {
         let mut best = NIL;
         let mut node = self.root;
         while node != NIL {
-            let k = pool.key(node);
+            let (links, k) = pool.node(node);
             if key > k {
-                node = pool.links(node).right;
+                node = links.right;
             } else if key < k {
                 best = node;
-                node = pool.links(node).left;
+                node = links.left;
             } else {
                 return node;
             }
@@ -250,6 +288,13 @@ impl RbTree {
         Self::check_subtree(pool, self.root, None, None, &mut count, 0)?;
         if self.first != Self::minimum(pool, self.root) {
             return Err(TreeFault::StaleFirst);
+        }
+        let mut max = self.root;
+        while pool.links(max).right != NIL {
+            max = pool.links(max).right;
+        }
+        if self.last != max {
+            return Err(TreeFault::StaleLast);
         }
         Ok(count)
     }
@@ -544,6 +589,31 @@ mod tests {
         assert!(t.erase(&mut p, 0));
         assert!(t.is_empty());
         assert_eq!(t.first(), NIL);
+    }
+
+    #[test]
+    fn appends_prepends_and_middle_inserts_keep_order() {
+        let keys: Vec<u32> = (0..100)
+            .map(|i| if i % 3 == 0 { 1000 + i } else { 1000 - i })
+            .collect();
+        let mut p = pool(&keys);
+        let mut t = RbTree::EMPTY;
+        for n in 0..100 {
+            assert!(t.insert(&mut p, n));
+            t.check(&p).unwrap();
+        }
+        let order = in_order(&t, &p);
+        assert!(
+            order
+                .windows(2)
+                .all(|w| keys[w[0] as usize] <= keys[w[1] as usize])
+        );
+        assert_eq!(RbTree::prev(&p, order[50]), order[49]);
+        assert_eq!(RbTree::prev(&p, order[0]), NIL);
+        for &n in order.iter().rev().take(60) {
+            assert!(t.erase(&mut p, n));
+            t.check(&p).unwrap();
+        }
     }
 
     #[test]

@@ -246,9 +246,6 @@ pub struct SchedulerConfig {
     /// Mode hysteresis (the kernel's `htb_hysteresis` module parameter, default off: less
     /// CPU, less accuracy).
     pub hysteresis: bool,
-    /// Sampling interval of the per-class rate estimator (default 250 ms; the average has a
-    /// time constant of four intervals).
-    pub estimator_interval: Duration,
 }
 
 impl Default for SchedulerConfig {
@@ -262,7 +259,6 @@ impl Default for SchedulerConfig {
             default_burst_time: Duration::from_millis(1),
             max_events_per_level: 1024,
             hysteresis: false,
-            estimator_interval: Duration::from_millis(250),
         }
     }
 }

@@ -1,7 +1,6 @@
-//! Statistics: what `tc -s class show` prints, and the rate estimator.
+//! Statistics: what `tc -s class show` prints.
 
 use crate::class_id::ClassId;
-use crate::time::{Duration, Instant};
 
 /// A class's state in the three-colour model (`enum htb_cmode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -44,10 +43,6 @@ pub struct ClassStats {
     pub tokens: i32,
     /// Ceil-bucket credit in 64 ns ticks (`ctokens:`).
     pub ctokens: i32,
-    /// Estimated rate in bit/s (EWMA over about four estimator intervals).
-    pub rate_bps: u64,
-    /// Estimated rate in packets/s.
-    pub rate_pps: u64,
     /// Current mode.
     pub mode: Mode,
     /// Level in the tree: 0 for leaves, 7 for root classes with children.
@@ -86,119 +81,4 @@ pub struct SchedulerStats {
     /// Internal inconsistencies survived without a panic (should stay 0; the kernel would
     /// `WARN_ON`).
     pub internal_faults: u64,
-}
-
-/// Exponentially weighted rate estimate, updated lazily when a class sends and when read, so
-/// that it costs one comparison per packet and no timer (the kernel's `gen_estimator` runs
-/// on a timer per class).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct RateEstimator {
-    window_start: Instant,
-    bytes_mark: u64,
-    packets_mark: u64,
-    avg_bps: u64,
-    avg_pps: u64,
-}
-
-impl RateEstimator {
-    /// Intervals folded at most per update: (3/4)^16 ≈ 1 %, so older history is irrelevant.
-    const MAX_FOLDS: u64 = 16;
-
-    pub(crate) fn new(now: Instant, bytes: u64, packets: u64) -> Self {
-        Self {
-            window_start: now,
-            bytes_mark: bytes,
-            packets_mark: packets,
-            avg_bps: 0,
-            avg_pps: 0,
-        }
-    }
-
-    /// Closes the current window if `interval` has passed.
-    #[inline]
-    pub(crate) fn update(&mut self, now: Instant, bytes: u64, packets: u64, interval: Duration) {
-        if now.saturating_since(self.window_start) >= interval {
-            (self.avg_bps, self.avg_pps) = self.folded(now, bytes, packets, interval);
-            *self = Self {
-                window_start: now,
-                bytes_mark: bytes,
-                packets_mark: packets,
-                ..*self
-            };
-        }
-    }
-
-    /// The estimate as of `now`, without changing state.
-    pub(crate) fn rates(
-        &self,
-        now: Instant,
-        bytes: u64,
-        packets: u64,
-        interval: Duration,
-    ) -> (u64, u64) {
-        if now.saturating_since(self.window_start) >= interval {
-            self.folded(now, bytes, packets, interval)
-        } else {
-            (self.avg_bps, self.avg_pps)
-        }
-    }
-
-    /// Folds the elapsed window(s) into the average: the window's mean rate counts once per
-    /// interval it spans, each fold moving the average a quarter of the way (ewma_log 2).
-    fn folded(&self, now: Instant, bytes: u64, packets: u64, interval: Duration) -> (u64, u64) {
-        let elapsed = now.saturating_since(self.window_start).as_nanos().max(1);
-        let sample = |delta: u64, scale: u128| -> u64 {
-            u64::try_from(u128::from(delta) * scale / u128::from(elapsed)).unwrap_or(u64::MAX)
-        };
-        let bps = sample(bytes.wrapping_sub(self.bytes_mark), 8_000_000_000);
-        let pps = sample(packets.wrapping_sub(self.packets_mark), 1_000_000_000);
-        let folds = (elapsed / interval.as_nanos().max(1)).clamp(1, Self::MAX_FOLDS);
-        let step = |avg: u64, target: u64| -> u64 {
-            let mut avg = avg;
-            for _ in 0..folds {
-                avg = if target >= avg {
-                    avg + (target - avg) / 4
-                } else {
-                    avg - (avg - target) / 4
-                };
-            }
-            avg
-        };
-        (step(self.avg_bps, bps), step(self.avg_pps, pps))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn estimator_converges_and_decays() {
-        let interval = Duration::from_millis(250);
-        let mut est = RateEstimator::new(Instant::ZERO, 0, 0);
-        let mut bytes = 0u64;
-        let mut packets = 0u64;
-        // 1 MB/s = 8 Mbit/s in 1000-byte packets for 5 s, updated every ms.
-        for ms in 1..=5000u64 {
-            bytes += 1000;
-            packets += 1;
-            est.update(
-                Instant::from_nanos(ms * 1_000_000),
-                bytes,
-                packets,
-                interval,
-            );
-        }
-        let (bps, pps) = est.rates(Instant::from_nanos(5_000_000_000), bytes, packets, interval);
-        assert!((7_900_000..=8_000_000).contains(&bps), "{bps}");
-        assert!((990..=1000).contains(&pps), "{pps}");
-        // Idle for 10 s: the estimate decays to (nearly) zero when read.
-        let (bps, _) = est.rates(
-            Instant::from_nanos(15_000_000_000),
-            bytes,
-            packets,
-            interval,
-        );
-        assert!(bps < 8_000_000 / 50, "{bps}");
-    }
 }

@@ -208,29 +208,25 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         Mode::MayBorrow
     }
 
-    /// `htb_change_class_mode`: applies the mode at `t_c + diff`, moving the class between
-    /// feeds and rows. The caller moves it in the wait queue.
-    pub(super) fn change_class_mode(&mut self, cl: ClassIdx, diff: &mut i64) {
-        let class = &self.classes[cl as usize];
-        let new_mode = Self::class_mode(class, diff, self.config.hysteresis);
-        if new_mode == class.mode {
-            return;
-        }
+    /// `htb_change_class_mode` once the new mode is known (and differs): counts overlimits and
+    /// moves the class between feeds and rows. The caller moves it in the wait queue.
+    fn set_mode(&mut self, cl: ClassIdx, new_mode: Mode) {
+        let class = &mut self.classes[cl as usize];
         if new_mode == Mode::CantSend {
-            self.classes[cl as usize].overlimits += 1;
+            class.overlimits += 1;
             self.stats.overlimits += 1;
         }
-        let class = &self.classes[cl as usize];
-        if class.activity != 0 {
-            if class.mode != Mode::CantSend {
-                self.deactivate_prios(cl);
-            }
-            self.classes[cl as usize].mode = new_mode;
-            if new_mode != Mode::CantSend {
-                self.activate_prios(cl);
-            }
-        } else {
-            self.classes[cl as usize].mode = new_mode;
+        let old_mode = class.mode;
+        if class.activity == 0 {
+            class.mode = new_mode;
+            return;
+        }
+        if old_mode != Mode::CantSend {
+            self.deactivate_prios(cl);
+        }
+        self.classes[cl as usize].mode = new_mode;
+        if new_mode != Mode::CantSend {
+            self.activate_prios(cl);
         }
     }
 
@@ -259,19 +255,24 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         }
     }
 
-    /// After `cl`'s buckets or parameters changed: re-evaluates its mode at `now` and moves
-    /// it between the wait queue, feeds and rows (the tail of `htb_charge_class`'s loop).
-    pub(super) fn update_mode(&mut self, cl: ClassIdx, mut diff: i64) {
-        let old = self.classes[cl as usize].mode;
-        self.change_class_mode(cl, &mut diff);
-        let new = self.classes[cl as usize].mode;
-        if old != new {
-            if old != Mode::CanSend {
-                self.remove_from_wait_tree(cl);
-            }
-            if new != Mode::CanSend {
-                self.add_to_wait_tree(cl, diff);
-            }
+    /// After `cl`'s buckets were charged: re-evaluates its mode and moves it between the wait
+    /// queue, feeds and rows (the tail of `htb_charge_class`'s loop). Inline: the mode rarely
+    /// changes.
+    #[inline]
+    fn update_mode(&mut self, cl: ClassIdx) {
+        let class = &self.classes[cl as usize];
+        let mut diff = 0;
+        let new = Self::class_mode(class, &mut diff, self.config.hysteresis);
+        let old = class.mode;
+        if new == old {
+            return;
+        }
+        self.set_mode(cl, new);
+        if old != Mode::CanSend {
+            self.remove_from_wait_tree(cl);
+        }
+        if new != Mode::CanSend {
+            self.add_to_wait_tree(cl, diff);
         }
     }
 
@@ -282,9 +283,13 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         if self.classes[cl as usize].mode != Mode::CanSend {
             self.remove_from_wait_tree(cl);
         }
-        let mut diff = Self::elapsed_tokens(&self.classes[cl as usize], self.now);
-        self.change_class_mode(cl, &mut diff);
-        if self.classes[cl as usize].mode != Mode::CanSend {
+        let class = &self.classes[cl as usize];
+        let mut diff = Self::elapsed_tokens(class, self.now);
+        let new = Self::class_mode(class, &mut diff, self.config.hysteresis);
+        if new != class.mode {
+            self.set_mode(cl, new);
+        }
+        if new != Mode::CanSend {
             self.add_to_wait_tree(cl, diff);
         }
     }
@@ -309,9 +314,13 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                 .wait
                 .erase(self.wait_nodes.as_mut_slice(), first);
             self.stats.events += 1;
-            let mut diff = Self::elapsed_tokens(&self.classes[first as usize], self.now);
-            self.change_class_mode(first, &mut diff);
-            if self.classes[first as usize].mode != Mode::CanSend {
+            let class = &self.classes[first as usize];
+            let mut diff = Self::elapsed_tokens(class, self.now);
+            let new = Self::class_mode(class, &mut diff, self.config.hysteresis);
+            if new != class.mode {
+                self.set_mode(first, new);
+            }
+            if new != Mode::CanSend {
                 self.add_to_wait_tree(first, diff);
             }
         }
@@ -322,19 +331,52 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         }
     }
 
-    /// `htb_lookup_leaf`: the leaf the DRR pointers of row `start` lead to, descending feeds.
-    pub(super) fn lookup_leaf(&mut self, start: RowRef, prio: u8) -> ClassIdx {
-        let mut stack = [start; MAX_DEPTH];
+    /// `htb_lookup_leaf`: the leaf the DRR pointers of the row `(level, prio)` lead to,
+    /// descending feeds.
+    #[inline]
+    pub(super) fn lookup_leaf(&mut self, level: usize, prio: u8) -> ClassIdx {
+        // Fast path: the row's pointer is valid, or at the end and rewound (a row, unlike a feed,
+        // never carries a recovery hint and has no level above to advance), and at a leaf
+        // (always so at level 0). A valid pointer never carries a hint (`check` verifies it).
+        let row = &mut self.levels[level].rows[prio as usize];
+        if row.ptr == NIL {
+            row.ptr = row.tree.first();
+        }
+        let ptr = row.ptr;
+        if ptr != NIL {
+            let cl = self.prio_nodes.nodes[ptr as usize].owner;
+            if self.classes[cl as usize].level == 0 {
+                return cl;
+            }
+        }
+        self.lookup_leaf_walk(level, prio)
+    }
+
+    /// The general walk of `htb_lookup_leaf`: recover invalidated pointers, rewind at the end
+    /// of a feed and advance the pointer one level up, descend until a leaf.
+    fn lookup_leaf_walk(&mut self, level: usize, prio: u8) -> ClassIdx {
+        // stack[0] is the row; stack[i > 0] the feed of inner state `feeds[i]`.
+        let mut feeds = [0u32; MAX_DEPTH];
         let mut sp = 0usize;
-        if row_mut(&mut self.levels, &mut self.inner, start)
-            .tree
-            .is_empty()
-        {
+        let row_at = |sp: usize, feeds: &[u32; MAX_DEPTH]| {
+            if sp == 0 {
+                RowRef::Level {
+                    level: level as u8,
+                    prio,
+                }
+            } else {
+                RowRef::Feed {
+                    inner: feeds[sp],
+                    prio,
+                }
+            }
+        };
+        if self.levels[level].rows[prio as usize].tree.is_empty() {
             return NO_CLASS;
         }
         for _ in 0..LOOKUP_STEPS {
             let nodes = self.prio_nodes.nodes.as_slice();
-            let row = row_mut(&mut self.levels, &mut self.inner, stack[sp]);
+            let row = row_mut(&mut self.levels, &mut self.inner, row_at(sp, &feeds));
             if row.ptr == NIL && row.last_ptr_id != 0 {
                 // The pointer was invalidated but the id is valid: recover the original or
                 // the next node.
@@ -346,7 +388,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                 row.ptr = row.tree.first();
                 if sp > 0 {
                     sp -= 1;
-                    let up = row_mut(&mut self.levels, &mut self.inner, stack[sp]);
+                    let up = row_mut(&mut self.levels, &mut self.inner, row_at(sp, &feeds));
                     if up.ptr == NIL {
                         self.stats.internal_faults += 1;
                         return NO_CLASS;
@@ -364,10 +406,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                     return NO_CLASS;
                 }
                 sp += 1;
-                stack[sp] = RowRef::Feed {
-                    inner: class.inner,
-                    prio,
-                };
+                feeds[sp] = class.inner;
             }
         }
         self.stats.internal_faults += 1;
@@ -396,11 +435,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
     /// `htb_dequeue_tree`: one packet from the row of `prio` at `level`, DRR among its leaves.
     pub(super) fn dequeue_tree(&mut self, prio: usize, level: usize) -> Option<P> {
         let prio = prio as u8;
-        let row = RowRef::Level {
-            level: level as u8,
-            prio,
-        };
-        let mut start = self.lookup_leaf(row, prio);
+        let mut start = self.lookup_leaf(level, prio);
         let mut cl = start;
         let packet = loop {
             if cl == NO_CLASS {
@@ -412,7 +447,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                 if self.levels[level].row_mask & (1 << prio) == 0 {
                     return None;
                 }
-                let next = self.lookup_leaf(row, prio);
+                let next = self.lookup_leaf(level, prio);
                 if cl == start {
                     start = next;
                 }
@@ -424,7 +459,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
             }
             // A non-work-conserving leaf queue: skip it this round (qdisc_warn_nonwc).
             self.advance_pointer(cl, level, prio);
-            cl = self.lookup_leaf(row, prio);
+            cl = self.lookup_leaf(level, prio);
             if cl == start {
                 return None;
             }
@@ -452,7 +487,6 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
     /// buckets of the lender and above; counts lends/borrows and updates modes.
     pub(super) fn charge_class(&mut self, cl: ClassIdx, level: u8, len: u32) {
         let now = self.now;
-        let interval = self.config.estimator_interval;
         let mut cl = cl;
         while cl != NO_CLASS {
             let class = &mut self.classes[cl as usize];
@@ -479,11 +513,8 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                 class.bytes += u64::from(len);
                 class.packets += 1;
             }
-            class
-                .estimator
-                .update(now, class.bytes, class.packets, interval);
             let parent = class.parent;
-            self.update_mode(cl, 0);
+            self.update_mode(cl);
             cl = parent;
         }
     }

@@ -9,7 +9,7 @@ use crate::class_id::ClassId;
 use crate::rate::{LengthAdjust, Rate, TokenCost};
 use crate::rbtree::{Links, NIL, NodeId, NodePool, RbTree};
 use crate::spec::MAX_DEPTH;
-use crate::stats::{Mode, RateEstimator};
+use crate::stats::Mode;
 use crate::time::Instant;
 
 /// Index of a class slot in the arena.
@@ -56,14 +56,10 @@ pub(crate) struct Class {
     pub(crate) packets: u64,
     pub(crate) lends: u64,
     pub(crate) borrows: u64,
-    pub(crate) estimator: RateEstimator,
     pub(crate) drops: u64,
     pub(crate) overlimits: u64,
     pub(crate) rate: Rate,
     pub(crate) ceil: Rate,
-    /// `burst`/`cburst` in bytes as configured, for reporting.
-    pub(crate) burst: u64,
-    pub(crate) cburst: u64,
     pub(crate) live: bool,
 }
 
@@ -147,6 +143,11 @@ impl NodePool for [WaitNode] {
     fn key(&self, node: NodeId) -> u64 {
         self[node as usize].key
     }
+    #[inline]
+    fn node(&self, node: NodeId) -> (&Links, u64) {
+        let n = &self[node as usize];
+        (&n.links, n.key)
+    }
 }
 
 /// A class's node in a row or feed (`node[prio]`), keyed by class minor.
@@ -170,6 +171,11 @@ impl NodePool for [PrioNode] {
     #[inline]
     fn key(&self, node: NodeId) -> u32 {
         self[node as usize].key
+    }
+    #[inline]
+    fn node(&self, node: NodeId) -> (&Links, u32) {
+        let n = &self[node as usize];
+        (&n.links, n.key)
     }
 }
 
@@ -222,5 +228,24 @@ impl PrioNodes {
     pub(crate) fn reserve(&mut self, classes: usize) {
         self.nodes.reserve(classes);
         self.free_single.reserve(classes);
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// Per-class memory is a benchmark goal (`benches/complexity.rs` measures the total); this
+    /// guards the layout of the per-class records against silent growth.
+    #[test]
+    fn per_class_records_stay_small() {
+        assert!(
+            size_of::<Class>() <= 200,
+            "Class is {} bytes",
+            size_of::<Class>()
+        );
+        assert_eq!(size_of::<WaitNode>(), 24);
+        assert_eq!(size_of::<PrioNode>(), 24);
+        assert_eq!(size_of::<crate::queue::Fifo>(), 24);
     }
 }

@@ -11,7 +11,7 @@ use crate::error::ClassError;
 use crate::queue::LeafQueue;
 use crate::rate::{TokenCost, ns_to_tokens};
 use crate::spec::{ClassConfig, ClassSpec, MAX_DEPTH, Warning};
-use crate::stats::{Mode, RateEstimator};
+use crate::stats::Mode;
 use crate::time::Instant;
 
 /// What a successful add, change or delete produced.
@@ -257,13 +257,10 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
             packets: 0,
             lends: 0,
             borrows: 0,
-            estimator: RateEstimator::new(now, 0, 0),
             drops: 0,
             overlimits: 0,
             rate: config.rate,
             ceil: config.ceil,
-            burst: 0,
-            cburst: 0,
             live: true,
         };
         Self::apply_config(&mut class, config);
@@ -277,8 +274,6 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         class.ceil = config.ceil;
         class.rate_cost = TokenCost::new(config.rate);
         class.ceil_cost = TokenCost::new(config.ceil);
-        class.burst = config.burst;
-        class.cburst = config.cburst;
         class.buffer = ns_to_tokens(config.buffer.as_nanos());
         class.cbuffer = ns_to_tokens(config.cbuffer.as_nanos());
         class.prio = config.prio;

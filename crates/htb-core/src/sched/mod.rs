@@ -18,10 +18,10 @@ pub use self::lifecycle::Change;
 use crate::Packet;
 use crate::class_id::ClassId;
 use crate::queue::{Fifo, LeafQueue};
-use crate::rate::TOKENS_PER_TICK_SHIFT;
+use crate::rate::{TOKENS_PER_TICK_SHIFT, tokens_to_ns_ceil};
 use crate::spec::{ClassConfig, MAX_DEPTH, SchedulerConfig};
 use crate::stats::{ClassStats, SchedulerStats};
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 
 /// Where an enqueued packet should go: the result of classification.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,14 +382,15 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
             config: ClassConfig {
                 rate: class.rate,
                 ceil: class.ceil,
-                burst: class.burst,
-                cburst: class.cburst,
-                buffer: crate::time::Duration::from_nanos(crate::rate::tokens_to_ns_ceil(
-                    class.buffer,
-                )),
-                cbuffer: crate::time::Duration::from_nanos(crate::rate::tokens_to_ns_ceil(
-                    class.cbuffer,
-                )),
+                // Derived from the bucket depths, as tc derives what it prints.
+                burst: class
+                    .rate
+                    .bytes_in(Duration::from_nanos(tokens_to_ns_ceil(class.buffer))),
+                cburst: class
+                    .ceil
+                    .bytes_in(Duration::from_nanos(tokens_to_ns_ceil(class.cbuffer))),
+                buffer: Duration::from_nanos(tokens_to_ns_ceil(class.buffer)),
+                cbuffer: Duration::from_nanos(tokens_to_ns_ceil(class.cbuffer)),
                 prio: class.prio,
                 quantum: class.quantum as u32,
                 adjust: class.adjust,
@@ -398,15 +399,10 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         })
     }
 
-    /// Statistics of class `id` as of the latest time seen.
+    /// Statistics of class `id` (counters, backlog and buckets; rates come from a
+    /// [`RateEstimator`](crate::RateEstimator)).
     #[must_use]
     pub fn class_stats(&self, id: ClassId) -> Option<ClassStats> {
-        self.class_stats_at(id, self.now)
-    }
-
-    /// Statistics of class `id`, with the rate estimate brought forward to `now`.
-    #[must_use]
-    pub fn class_stats_at(&self, id: ClassId, now: Instant) -> Option<ClassStats> {
         let slot = self.lookup(id);
         if slot == NO_CLASS {
             return None;
@@ -416,10 +412,6 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         let ticks = |tokens: i64| {
             (tokens >> TOKENS_PER_TICK_SHIFT).clamp(i32::MIN.into(), i32::MAX.into()) as i32
         };
-        let now = now.max(self.now);
-        let (rate_bps, rate_pps) =
-            c.estimator
-                .rates(now, c.bytes, c.packets, self.config.estimator_interval);
         Some(ClassStats {
             id,
             bytes: c.bytes,
@@ -434,11 +426,18 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
             giants: 0,
             tokens: ticks(c.tokens),
             ctokens: ticks(c.ctokens),
-            rate_bps,
-            rate_pps,
             mode: c.mode,
             level: c.level,
         })
+    }
+
+    /// `(id, bytes sent, packets sent)` of every class, in no particular order: what a rate
+    /// estimator samples.
+    pub fn class_counters(&self) -> impl Iterator<Item = (ClassId, u64, u64)> + '_ {
+        self.classes
+            .iter()
+            .filter(|c| c.live)
+            .map(|c| (c.id, c.bytes, c.packets))
     }
 
     /// Scheduler-wide statistics.
@@ -509,12 +508,17 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         };
     }
 
-    /// Token units that `elapsed` since a class's checkpoint is worth, capped as the kernel
-    /// caps it at `mbuffer` (here: at least 60 s, more if the class's bursts are longer).
+    /// Token units that the time elapsed since a class's checkpoint is worth.
+    ///
+    /// The kernel caps it at `mbuffer` (60 s), which keeps a burst longer than 60 s from ever
+    /// refilling. Here the cap is the longest burst plus `mbuffer`: a debt is never deeper than
+    /// `mbuffer` and credit never above the burst, so any longer idle time changes nothing,
+    /// and one constant is cheaper than a per-class maximum.
     #[inline]
     fn elapsed_tokens(class: &Class, now: Instant) -> i64 {
-        let elapsed = crate::rate::ns_to_tokens(now.saturating_since(class.t_c).as_nanos());
-        elapsed.min(class.buffer.max(class.cbuffer).max(algo::MBUFFER))
+        const CAP_NS: u64 = crate::spec::MAX_BURST_TIME.as_nanos() + 60_000_000_000;
+        let ns = now.saturating_since(class.t_c).as_nanos().min(CAP_NS);
+        (ns as i64) << crate::rate::TOKEN_SHIFT
     }
 }
 

@@ -1,0 +1,458 @@
+//! devik's HTB3 complexity experiment (seed 000), and the per-packet cost of the scheduler at
+//! scale. `cargo bench --bench complexity` (criterion), `HTB_BENCH_QUICK=1` for a short run.
+//!
+//! Benches:
+//! - `complexity`: root + n leaves at 8 kbit (ceil = rate, or ceil = root rate), root 30 Mbit
+//!   (50 Mbit for n = 5000), k of them backlogged, k log-spaced 1..n: CPU ns per dequeued
+//!   packet on the virtual clock, event processing and the packet's enqueue included.
+//! - `scale`: n leaves under √n sites under one root, all backlogged, every class borrowing.
+//! - `hotpath`: enqueue + dequeue pairs at rates that never throttle: pure overhead.
+//! - memory per class (counting allocator) and the time to add 100 000 classes.
+//!
+//! Writes `target/htb-bench/complexity.json` and `target/htb-bench/complexity.svg`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration as WallDuration, Instant as WallInstant};
+
+use criterion::{BenchmarkId, Criterion};
+use htb_cli::plot::{LineChart, Series};
+use htb_core::{
+    ClassHandle, ClassId, ClassSpec, Instant, Packet, Rate, Scheduler, SchedulerConfig,
+};
+
+/// A packet that remembers which leaf it came from, so the bench can keep that leaf backlogged.
+#[derive(Clone, Copy, Debug)]
+struct Pkt {
+    leaf: u32,
+    len: u32,
+}
+
+impl Packet for Pkt {
+    fn len_bytes(&self) -> u32 {
+        self.len
+    }
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+struct Run {
+    bench: &'static str,
+    leaves: usize,
+    backlogged: usize,
+    ceil: &'static str,
+    ns_per_packet: f64,
+}
+
+fn quick() -> bool {
+    std::env::var_os("HTB_BENCH_QUICK").is_some_and(|v| v != "0")
+}
+
+/// Per-packet times of every routine call of one benchmark point; the median is reported.
+#[derive(Clone, Default)]
+struct Samples(Rc<RefCell<Vec<f64>>>);
+
+impl Samples {
+    fn record(&self, elapsed: WallDuration, packets: u64) {
+        self.0
+            .borrow_mut()
+            .push(elapsed.as_nanos() as f64 / packets.max(1) as f64);
+    }
+
+    fn median(&self) -> f64 {
+        let mut v = self.0.borrow().clone();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v[v.len() / 2]
+        }
+    }
+}
+
+/// A tree driven on its own virtual clock: `leaves[i]` are kept backlogged with `depth`
+/// packets of `len` bytes.
+struct Workload {
+    htb: Scheduler<Pkt>,
+    leaves: Vec<ClassHandle>,
+    now: Instant,
+    len: u32,
+}
+
+impl Workload {
+    fn backlog(&mut self, active: usize, depth: usize) {
+        for (i, &leaf) in self.leaves.iter().take(active).enumerate() {
+            for _ in 0..depth {
+                self.htb
+                    .enqueue(
+                        self.now,
+                        leaf,
+                        Pkt {
+                            leaf: i as u32,
+                            len: self.len,
+                        },
+                    )
+                    .expect("room");
+            }
+        }
+    }
+
+    /// Dequeues `packets` packets, jumping the clock to each wake-up, refilling each packet's
+    /// leaf so the backlog stays constant.
+    fn run(&mut self, packets: u64) {
+        let mut done = 0;
+        while done < packets {
+            match self.htb.dequeue(self.now) {
+                Some(p) => {
+                    let leaf = self.leaves[p.leaf as usize];
+                    let _ = self.htb.enqueue(self.now, leaf, p);
+                    done += 1;
+                }
+                None => self.now = self.htb.next_wakeup().expect("backlogged"),
+            }
+        }
+    }
+}
+
+/// Seed 000: root + n leaves at 8 kbit.
+fn devik_tree(n: usize, ceil_is_root: bool) -> Workload {
+    let root_rate = if n >= 5000 {
+        Rate::from_mbit(50)
+    } else {
+        Rate::from_mbit(30)
+    };
+    let mut htb = Scheduler::new(SchedulerConfig::default());
+    htb.reserve_classes(n + 1);
+    let root = ClassId::new(1, 1);
+    let _ = htb
+        .add_class(Instant::ZERO, root, None, &ClassSpec::new(root_rate))
+        .unwrap();
+    let mut leaves = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = ClassId::new(1, 0x10 + i as u32);
+        let mut spec = ClassSpec::new(Rate::from_kbit(8));
+        if ceil_is_root {
+            spec = spec.with_ceil(root_rate);
+        }
+        let _ = htb.add_class(Instant::ZERO, id, Some(root), &spec).unwrap();
+        leaves.push(htb.handle(id).unwrap());
+    }
+    Workload {
+        htb,
+        leaves,
+        now: Instant::ZERO,
+        len: 1000,
+    }
+}
+
+/// n leaves under √n sites under one root, every class able to borrow.
+fn sites_tree(n: usize) -> Workload {
+    let sites = (n as f64).sqrt().round().max(1.0) as usize;
+    let root_rate = Rate::from_gbit(10);
+    let site_rate = Rate::from_bits_per_sec(root_rate.bits_per_sec() / sites as u64);
+    let leaf_rate = Rate::from_bits_per_sec((root_rate.bits_per_sec() / n as u64 / 2).max(1));
+    let mut htb = Scheduler::new(SchedulerConfig::default());
+    htb.reserve_classes(n + sites + 1);
+    let root = ClassId::new(1, 1);
+    let _ = htb
+        .add_class(Instant::ZERO, root, None, &ClassSpec::new(root_rate))
+        .unwrap();
+    for s in 0..sites {
+        let site = ClassId::new(1, 2 + s as u32);
+        let spec = ClassSpec::new(site_rate).with_ceil(root_rate);
+        let _ = htb
+            .add_class(Instant::ZERO, site, Some(root), &spec)
+            .unwrap();
+    }
+    let mut leaves = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = ClassId::new(1, 0x100000 + i as u32);
+        let site = ClassId::new(1, 2 + (i % sites) as u32);
+        let spec = ClassSpec::new(leaf_rate).with_ceil(site_rate);
+        let _ = htb.add_class(Instant::ZERO, id, Some(site), &spec).unwrap();
+        leaves.push(htb.handle(id).unwrap());
+    }
+    Workload {
+        htb,
+        leaves,
+        now: Instant::ZERO,
+        len: 1500,
+    }
+}
+
+/// n leaves at rates nothing reaches: every enqueue/dequeue pair is pure scheduling overhead.
+fn unthrottled_tree(n: usize) -> Workload {
+    let mut htb = Scheduler::new(SchedulerConfig::default());
+    htb.reserve_classes(n + 1);
+    let root = ClassId::new(1, 1);
+    let fast = Rate::from_gbit(1_000_000);
+    let _ = htb
+        .add_class(Instant::ZERO, root, None, &ClassSpec::new(fast))
+        .unwrap();
+    let mut leaves = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = ClassId::new(1, 0x10 + i as u32);
+        let _ = htb
+            .add_class(
+                Instant::ZERO,
+                id,
+                Some(root),
+                &ClassSpec::new(fast).with_quantum(1500),
+            )
+            .unwrap();
+        leaves.push(htb.handle(id).unwrap());
+    }
+    Workload {
+        htb,
+        leaves,
+        now: Instant::ZERO,
+        len: 1500,
+    }
+}
+
+fn log_points(n: usize) -> Vec<usize> {
+    let mut points = Vec::new();
+    let mut decade = 1;
+    while decade <= n {
+        for m in if quick() { &[1][..] } else { &[1, 2, 5][..] } {
+            if m * decade <= n {
+                points.push(m * decade);
+            }
+        }
+        decade *= 10;
+    }
+    if points.last() != Some(&n) {
+        points.push(n);
+    }
+    points
+}
+
+fn bench_complexity(c: &mut Criterion, runs: &mut Vec<Run>) {
+    let mut group = c.benchmark_group("complexity");
+    for n in [1200usize, 5000] {
+        for (ceil, ceil_is_root) in [("rate", false), ("root", true)] {
+            for k in log_points(n) {
+                let mut work = devik_tree(n, ceil_is_root);
+                work.backlog(k, 2);
+                work.run(2 * k as u64); // reach steady state
+                let samples = Samples::default();
+                let id = BenchmarkId::new(format!("n{n}/ceil_{ceil}"), k);
+                group.bench_function(id, |b| {
+                    b.iter_custom(|iters| {
+                        let start = WallInstant::now();
+                        work.run(iters);
+                        let elapsed = start.elapsed();
+                        samples.record(elapsed, iters);
+                        elapsed
+                    });
+                });
+                runs.push(Run {
+                    bench: "complexity",
+                    leaves: n,
+                    backlogged: k,
+                    ceil,
+                    ns_per_packet: samples.median(),
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+fn bench_scale(c: &mut Criterion, runs: &mut Vec<Run>) {
+    let mut group = c.benchmark_group("scale");
+    for n in [100usize, 1_000, 10_000, 100_000] {
+        let mut work = sites_tree(n);
+        work.backlog(n, 2);
+        work.run(2 * n as u64);
+        let samples = Samples::default();
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter_custom(|iters| {
+                let start = WallInstant::now();
+                work.run(iters);
+                let elapsed = start.elapsed();
+                samples.record(elapsed, iters);
+                elapsed
+            });
+        });
+        runs.push(Run {
+            bench: "scale",
+            leaves: n,
+            backlogged: n,
+            ceil: "root",
+            ns_per_packet: samples.median(),
+        });
+    }
+    group.finish();
+}
+
+/// Enqueue + dequeue pairs at rates nothing reaches, in two patterns: one packet in flight
+/// (each pair enqueues into the next class, round robin, and dequeues it at once: queues hover at
+/// empty, as for unthrottled traffic), and every class backlogged with one packet (each pair
+/// enqueues into the next class and dequeues whatever DRR picks).
+fn bench_hotpath(c: &mut Criterion, runs: &mut Vec<Run>) {
+    let mut group = c.benchmark_group("hotpath");
+    for n in [1usize, 100, 10_000, 100_000] {
+        for backlogged in if n == 1 { vec![1] } else { vec![1, n] } {
+            let mut work = unthrottled_tree(n);
+            if backlogged == n {
+                work.backlog(n, 1);
+            }
+            let samples = Samples::default();
+            let mut next = 0usize;
+            let id = BenchmarkId::new(
+                format!("backlogged_{}", if backlogged == 1 { "1" } else { "all" }),
+                n,
+            );
+            group.bench_function(id, |b| {
+                b.iter_custom(|iters| {
+                    let start = WallInstant::now();
+                    for _ in 0..iters {
+                        // The clock advances by one packet time at 10 Gbit/s.
+                        work.now += htb_core::Duration::from_nanos(1200);
+                        let leaf = work.leaves[next];
+                        let _ = work.htb.enqueue(
+                            work.now,
+                            leaf,
+                            Pkt {
+                                leaf: next as u32,
+                                len: 1500,
+                            },
+                        );
+                        next = if next + 1 == n { 0 } else { next + 1 };
+                        let p = work.htb.dequeue(work.now);
+                        assert!(p.is_some(), "never throttled");
+                    }
+                    let elapsed = start.elapsed();
+                    samples.record(elapsed, iters);
+                    elapsed
+                });
+            });
+            runs.push(Run {
+                bench: "hotpath",
+                leaves: n,
+                backlogged,
+                ceil: "rate",
+                ns_per_packet: samples.median(),
+            });
+        }
+    }
+    group.finish();
+}
+
+/// Bytes allocated per class for a 100 000-class tree, and the time to add them.
+fn memory_and_add_time() -> (u64, f64) {
+    const N: usize = 100_000;
+    let build = || {
+        let mut htb: Scheduler<Pkt> = Scheduler::new(SchedulerConfig::default());
+        htb.reserve_classes(N + 1);
+        let root = ClassId::new(1, 1);
+        let _ = htb
+            .add_class(
+                Instant::ZERO,
+                root,
+                None,
+                &ClassSpec::new(Rate::from_gbit(10)),
+            )
+            .unwrap();
+        let spec = ClassSpec::new(Rate::from_mbit(50)).with_ceil(Rate::from_mbit(500));
+        for i in 0..N {
+            let _ = htb
+                .add_class(
+                    Instant::ZERO,
+                    ClassId::new(1, 0x10 + i as u32),
+                    Some(root),
+                    &spec,
+                )
+                .unwrap();
+        }
+        htb
+    };
+    let mut kept = None;
+    let info = allocation_counter::measure(|| kept = Some(build()));
+    let per_class = info.bytes_current as u64 / (N as u64 + 1);
+    drop(kept);
+    let mut times: Vec<f64> = (0..if quick() { 3 } else { 9 })
+        .map(|_| {
+            let start = WallInstant::now();
+            let htb = build();
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            drop(htb);
+            ms
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    (per_class, times[times.len() / 2])
+}
+
+fn summarize(runs: &[Run], memory_per_class: u64, add_ms: f64) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/htb-bench");
+    std::fs::create_dir_all(&dir).expect("create target/htb-bench");
+    let json = serde_json::json!({
+        "runs": runs,
+        "memory_per_class_bytes": memory_per_class,
+        "add_100k_classes_ms": add_ms,
+    });
+    std::fs::write(
+        dir.join("complexity.json"),
+        serde_json::to_string_pretty(&json).unwrap(),
+    )
+    .unwrap();
+
+    let mut series: Vec<Series> = Vec::new();
+    for run in runs.iter().filter(|r| r.bench == "complexity") {
+        let name = format!("n={} ceil={}", run.leaves, run.ceil);
+        if series.last().is_none_or(|s| s.name != name) {
+            series.push(Series {
+                name: name.clone(),
+                points: Vec::new(),
+                dashed: run.ceil == "rate",
+            });
+        }
+        series
+            .last_mut()
+            .unwrap()
+            .points
+            .push((run.backlogged as f64, run.ns_per_packet));
+    }
+    let chart = LineChart {
+        title: "HTB complexity (devik's HTB3 experiment): 8 kbit leaves under one root".into(),
+        x_label: "backlogged classes".into(),
+        y_label: "CPU ns per packet".into(),
+        x_log: true,
+        series,
+    };
+    std::fs::write(dir.join("complexity.svg"), chart.to_svg()).unwrap();
+
+    println!(
+        "\n{:<11} {:>7} {:>10} {:>5} {:>12}",
+        "bench", "leaves", "backlogged", "ceil", "ns/packet"
+    );
+    for r in runs {
+        println!(
+            "{:<11} {:>7} {:>10} {:>5} {:>12.1}",
+            r.bench, r.leaves, r.backlogged, r.ceil, r.ns_per_packet
+        );
+    }
+    println!(
+        "memory per class: {memory_per_class} bytes; adding 100 000 classes: {add_ms:.1} ms (median)"
+    );
+    println!("wrote {}/complexity.json and complexity.svg", dir.display());
+}
+
+fn main() {
+    let mut criterion = Criterion::default().configure_from_args();
+    if quick() {
+        criterion = criterion
+            .warm_up_time(WallDuration::from_millis(100))
+            .measurement_time(WallDuration::from_millis(300))
+            .sample_size(10)
+            .without_plots();
+    }
+    let mut runs = Vec::new();
+    bench_complexity(&mut criterion, &mut runs);
+    bench_scale(&mut criterion, &mut runs);
+    bench_hotpath(&mut criterion, &mut runs);
+    let (memory, add_ms) = memory_and_add_time();
+    criterion.final_summary();
+    summarize(&runs, memory, add_ms);
+}
