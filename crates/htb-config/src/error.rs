@@ -53,34 +53,50 @@ impl ConfigError {
 /// A value with the byte range it came from, so later checks can point at it.
 pub type Located<T> = toml::Spanned<T>;
 
-/// Names the key at `offset`: the enclosing table header (with the index of an array of
-/// tables) and the key of the `key = value` line, e.g. `class[1].rate`. Best effort: inline
-/// tables and multi-line values name the nearest key.
+/// Names the key at `offset`: the enclosing table header, with the index of each array of tables
+/// on its path, and the key of the `key = value` line, e.g. `interface[1].class[2].rate`. Best
+/// effort: inline tables and multi-line values name the nearest key.
 fn key_path(text: &str, offset: usize) -> Option<String> {
+    // Current index of every array of tables; a new element resets its children's counters.
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut table: Option<String> = None;
-    let mut counts: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut line_key = None;
     let mut pos = 0;
+    let path_of = |name: &str, index: &std::collections::HashMap<String, usize>| {
+        let mut path = String::new();
+        let mut prefix = String::new();
+        for part in name.split('.') {
+            if !prefix.is_empty() {
+                prefix.push('.');
+                path.push('.');
+            }
+            prefix.push_str(part.trim());
+            path.push_str(part.trim());
+            if let Some(i) = index.get(&prefix) {
+                path.push_str(&format!("[{i}]"));
+            }
+        }
+        path
+    };
     for line in text.split_inclusive('\n') {
         let start = pos;
         pos += line.len();
-        let trimmed = line.trim();
         if start > offset {
             break;
         }
+        let trimmed = line.trim();
         if let Some(name) = trimmed
             .strip_prefix("[[")
             .and_then(|t| t.split("]]").next())
         {
             let name = name.trim().to_owned();
-            let n = counts
-                .entry(name.clone())
-                .and_modify(|n| *n += 1)
-                .or_insert(0);
-            table = Some(format!("{name}[{n}]"));
+            let next = index.get(&name).map_or(0, |i| i + 1);
+            index.retain(|k, _| !k.starts_with(&format!("{name}.")));
+            index.insert(name.clone(), next);
+            table = Some(path_of(&name, &index));
             line_key = None;
         } else if let Some(name) = trimmed.strip_prefix('[').and_then(|t| t.split(']').next()) {
-            table = Some(name.trim().to_owned());
+            table = Some(path_of(name.trim(), &index));
             line_key = None;
         } else if let Some((key, _)) = trimmed.split_once('=') {
             let key = key.trim();
@@ -121,5 +137,11 @@ mod tests {
         );
         let e = ConfigError::at(text, 0, "x".into());
         assert_eq!(e.key.as_deref(), Some("duration"));
+        let nested = "[[interface]]\nname = \"a\"\n[[interface]]\nname = \"b\"\n[[interface.class]]\nid = 1\n\
+                      [[interface.class]]\nrate = \"x\"\n[interface.qdisc]\nr2q = 1\n";
+        let at =
+            |needle: &str| ConfigError::at(nested, nested.find(needle).unwrap(), String::new()).key;
+        assert_eq!(at("\"x\"").as_deref(), Some("interface[1].class[1].rate"));
+        assert_eq!(at("r2q").as_deref(), Some("interface[1].qdisc.r2q"));
     }
 }

@@ -18,6 +18,7 @@
 //! ```
 
 mod error;
+pub mod filter;
 mod tree;
 pub mod values;
 

@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * htb-xdp's XDP program: decides per frame whether userspace (htbd, through an AF_XDP
+ * socket) or the kernel handles it.
+ *
+ * Router mode: IPv4/IPv6 packets that the kernel's FIB would forward to another port managed by
+ * htbd, through a resolved neighbour, get their MACs rewritten and TTL / hop limit decremented
+ * here (the egress port is then the frame's source MAC) and go to the socket. Everything else
+ * goes to the kernel (XDP_PASS): ARP and ND, traffic to the router itself, TTL expiry, packets
+ * for unmanaged interfaces, and packets whose next hop the kernel has not resolved yet -- it
+ * resolves it and forwards them meanwhile.
+ *
+ * Bridge mode: every frame goes to the socket (userspace sends it out of the peer port).
+ *
+ * A missing socket (htbd starting, stopping or dead) falls back to XDP_PASS through
+ * bpf_redirect_map's flags argument, so the kernel keeps forwarding: htbd fails open.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+#define MAX_SOCKETS 256
+#define MAX_PORTS 64
+
+/* A managed port: its first XSKMAP slot (one per RX queue). */
+struct port {
+    __u32 slot_base;
+    __u32 queues;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_XSKMAP);
+    __uint(max_entries, MAX_SOCKETS);
+    __type(key, __u32);
+    __type(value, __u32);
+} xsks_map SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, MAX_PORTS);
+    __type(key, __u32);          /* ifindex */
+    __type(value, struct port);
+} ports SEC(".maps");
+
+/* Why frames went where, per CPU (read by htbd for its statistics). */
+enum verdict {
+    V_REDIRECT = 0,
+    V_PASS_NOT_IP,
+    V_PASS_MALFORMED,
+    V_PASS_TTL,
+    V_PASS_FIB,          /* local, unreachable, or forwarding disabled */
+    V_PASS_NO_NEIGH,     /* next hop not resolved yet */
+    V_PASS_UNMANAGED,    /* egress is not an htbd port */
+    V_PASS_NOT_PORT,     /* ingress is not an htbd port */
+    V_PASS_NO_SOCKET,    /* htbd's socket is not there (starting or stopping) */
+    V_COUNT,
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, V_COUNT);
+    __type(key, __u32);
+    __type(value, __u64);
+} verdicts SEC(".maps");
+
+/* 0: router, 1: bridge. Patched by the loader. */
+volatile const __u32 bridge_mode = 0;
+
+static __always_inline int count(__u32 verdict, int action)
+{
+    __u64 *n = bpf_map_lookup_elem(&verdicts, &verdict);
+    if (n)
+        *n += 1;
+    return action;
+}
+
+/* RFC 1624 incremental checksum update for a 16-bit field changing from `old` to `new`. */
+static __always_inline __u16 csum_replace16(__u16 check, __u16 old, __u16 new)
+{
+    __u32 sum = (__u16)~check + (__u16)~old + new;
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return ~sum;
+}
+
+static __always_inline int to_socket(struct xdp_md *ctx, const struct port *port)
+{
+    __u32 slot = port->slot_base + ctx->rx_queue_index;
+    count(V_REDIRECT, 0);
+    return bpf_redirect_map(&xsks_map, slot, XDP_PASS);
+}
+
+/* Looks the egress up in the FIB; on success rewrites the MACs. Returns the verdict. */
+static __always_inline int route(struct xdp_md *ctx, struct ethhdr *eth, struct bpf_fib_lookup *fib)
+{
+    fib->ifindex = ctx->ingress_ifindex;
+    int rc = bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
+    if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+        return V_PASS_NO_NEIGH;
+    if (rc != BPF_FIB_LKUP_RET_SUCCESS)
+        return V_PASS_FIB;
+    __u32 egress = fib->ifindex;
+    if (!bpf_map_lookup_elem(&ports, &egress))
+        return V_PASS_UNMANAGED;
+    __builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+    __builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+    return V_REDIRECT;
+}
+
+SEC("xdp")
+int htb_xdp(struct xdp_md *ctx)
+{
+    void *data = (void *)(long)ctx->data;
+    void *data_end = (void *)(long)ctx->data_end;
+    __u32 ingress = ctx->ingress_ifindex;
+    struct port *port = bpf_map_lookup_elem(&ports, &ingress);
+    if (!port)
+        return count(V_PASS_NOT_PORT, XDP_PASS);
+    /* Never touch a frame that will not reach the socket: the kernel must get it intact. */
+    __u32 slot = port->slot_base + ctx->rx_queue_index;
+    if (!bpf_map_lookup_elem(&xsks_map, &slot))
+        return count(V_PASS_NO_SOCKET, XDP_PASS);
+    if (bridge_mode)
+        return to_socket(ctx, port);
+
+    struct ethhdr *eth = data;
+    if ((void *)(eth + 1) > data_end)
+        return count(V_PASS_MALFORMED, XDP_PASS);
+
+    struct bpf_fib_lookup fib = {};
+    __u16 proto = eth->h_proto;
+    if (proto == bpf_htons(ETH_P_IP)) {
+        struct iphdr *ip = (void *)(eth + 1);
+        if ((void *)(ip + 1) > data_end || ip->ihl < 5 || ip->version != 4)
+            return count(V_PASS_MALFORMED, XDP_PASS);
+        if (ip->ttl <= 1)
+            return count(V_PASS_TTL, XDP_PASS);
+        fib.family = AF_INET;
+        fib.tos = ip->tos;
+        fib.l4_protocol = ip->protocol;
+        fib.tot_len = bpf_ntohs(ip->tot_len);
+        fib.ipv4_src = ip->saddr;
+        fib.ipv4_dst = ip->daddr;
+        int verdict = route(ctx, eth, &fib);
+        if (verdict != V_REDIRECT)
+            return count(verdict, XDP_PASS);
+        /* TTL is the high byte of the 16-bit word it shares with the protocol. */
+        __u16 old = *(__u16 *)&ip->ttl;
+        ip->ttl -= 1;
+        ip->check = csum_replace16(ip->check, old, *(__u16 *)&ip->ttl);
+        return to_socket(ctx, port);
+    }
+    if (proto == bpf_htons(ETH_P_IPV6)) {
+        struct ipv6hdr *ip6 = (void *)(eth + 1);
+        if ((void *)(ip6 + 1) > data_end || ip6->version != 6)
+            return count(V_PASS_MALFORMED, XDP_PASS);
+        if (ip6->hop_limit <= 1)
+            return count(V_PASS_TTL, XDP_PASS);
+        fib.family = AF_INET6;
+        fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
+        fib.l4_protocol = ip6->nexthdr;
+        fib.tot_len = bpf_ntohs(ip6->payload_len);
+        __builtin_memcpy(fib.ipv6_src, &ip6->saddr, sizeof(fib.ipv6_src));
+        __builtin_memcpy(fib.ipv6_dst, &ip6->daddr, sizeof(fib.ipv6_dst));
+        int verdict = route(ctx, eth, &fib);
+        if (verdict != V_REDIRECT)
+            return count(verdict, XDP_PASS);
+        ip6->hop_limit -= 1;
+        return to_socket(ctx, port);
+    }
+    return count(V_PASS_NOT_IP, XDP_PASS);
+}
+
+char _license[] SEC("license") = "GPL";

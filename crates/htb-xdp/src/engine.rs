@@ -1,0 +1,650 @@
+//! The data plane: one thread moves frames from the RX rings through each egress port's
+//! classifier and HTB scheduler to its TX ring.
+//!
+//! Per loop: receive a batch on every socket, classify and enqueue each frame into its egress
+//! port's scheduler; dequeue what the schedulers release into the TX rings and kick them; take
+//! completed frames back; refill the fill rings. With nothing to do, the thread sleeps until
+//! the earliest scheduler wake-up, a received frame or a control request (ns-precision
+//! `ppoll`, timer slack 1 ns) — two cores are shared with the traffic. `busy_poll` spins instead.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::Duration as StdDuration;
+
+use htb_config::TreeSpec;
+use htb_config::filter::{Classifier, Filter};
+use htb_core::{ClassId, Instant, Packet, Scheduler, SchedulerConfig, Target};
+use xsk_rs::FrameDesc;
+
+use crate::error::XdpError;
+use crate::netdev::{NetDev, format_mac};
+use crate::parse::packet_info;
+use crate::program::{AttachMode, Verdicts, XdpProgram};
+use crate::sys;
+use crate::umem::{FrameCounts, FrameIo, IoConfig};
+
+/// How frames find their egress port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// By the kernel's routes and neighbours (looked up in XDP).
+    #[default]
+    Router,
+    /// Everything from a port goes out of its peer.
+    Bridge,
+}
+
+/// One port as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortConfig {
+    /// Interface name.
+    pub name: String,
+    /// Bridge mode: the other side.
+    pub peer: Option<String>,
+    /// The HTB tree shaping what leaves through this port; `None`: unshaped (FIFO).
+    pub tree: Option<TreeSpec>,
+    /// Filters classifying into `tree`.
+    pub filters: Vec<Filter>,
+}
+
+/// Everything the engine needs to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Router or bridge.
+    pub mode: Mode,
+    /// The ports.
+    pub ports: Vec<PortConfig>,
+    /// UMEM and rings.
+    pub io: IoConfig,
+    /// XDP attach mode.
+    pub attach: AttachMode,
+    /// Spin instead of sleeping when idle.
+    pub busy_poll: bool,
+    /// Run the data-plane thread SCHED_FIFO at this priority (1-99); `None`: normal.
+    pub realtime: Option<u8>,
+    /// Frames per RX/TX batch.
+    pub batch: usize,
+}
+
+/// A frame waiting in a scheduler: its UMEM descriptor.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame(FrameDesc);
+
+impl Packet for Frame {
+    fn len_bytes(&self) -> u32 {
+        self.0.lengths().data() as u32
+    }
+}
+
+/// Counters of one port.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Interface name.
+    pub name: String,
+    /// Frames received from the socket.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames sent out of this port.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Frames dropped by this port's scheduler (queue full).
+    pub drops_queue: u64,
+    /// Frames received here whose egress could not be determined.
+    pub drops_no_egress: u64,
+    /// Frames dropped because the UMEM was nearly exhausted.
+    pub drops_pool: u64,
+    /// Kernel socket counters (`XDP_STATISTICS`), summed over this port's sockets.
+    pub xdp: XdpCounters,
+}
+
+/// The kernel's per-socket drop counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpCounters {
+    /// Dropped for other reasons.
+    pub rx_dropped: u64,
+    /// Dropped because the RX ring was full.
+    pub rx_ring_full: u64,
+    /// Times the fill ring was empty.
+    pub rx_fill_ring_empty: u64,
+    /// Invalid RX descriptors.
+    pub rx_invalid: u64,
+    /// Invalid TX descriptors.
+    pub tx_invalid: u64,
+}
+
+/// A snapshot of the engine's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Per port.
+    pub ports: Vec<PortStats>,
+    /// Where the UMEM's frames are.
+    pub frames: FrameCounts,
+    /// Frames queued in schedulers (part of `frames.with_caller`).
+    pub queued: u64,
+    /// The XDP program's verdicts.
+    pub verdicts: Verdicts,
+    /// Loop iterations.
+    pub loops: u64,
+    /// Times the loop slept.
+    pub sleeps: u64,
+}
+
+struct Port {
+    dev: NetDev,
+    peer: Option<usize>,
+    htb: Scheduler<Frame>,
+    classifier: Classifier,
+    stats: PortStats,
+}
+
+/// A request run on the data-plane thread between batches.
+pub type Job = Box<dyn FnOnce(&mut Engine) + Send>;
+
+/// Lets other threads stop the engine and run jobs on it.
+#[derive(Clone, Debug)]
+pub struct EngineHandle {
+    jobs: mpsc::Sender<Job>,
+    waker: Arc<UnixStream>,
+    stop: Arc<AtomicBool>,
+}
+
+impl EngineHandle {
+    /// Runs `job` on the data-plane thread before its next batch; returns `false` if the engine
+    /// has stopped.
+    pub fn execute(&self, job: impl FnOnce(&mut Engine) + Send + 'static) -> bool {
+        if self.jobs.send(Box::new(job)).is_err() {
+            return false;
+        }
+        self.wake();
+        true
+    }
+
+    /// Asks the engine to stop after its current batch.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        use std::io::Write;
+        // A full socket buffer already means "wake up": ignore WouldBlock.
+        let _ = (&*self.waker).write(&[1]);
+    }
+}
+
+/// The data plane. Create it with [`Engine::start`], then [`Engine::run`] it on a thread.
+pub struct Engine {
+    io: FrameIo,
+    program: XdpProgram,
+    ports: Vec<Port>,
+    mode: Mode,
+    by_mac: HashMap<[u8; 6], usize>,
+    clock: std::time::Instant,
+    busy_poll: bool,
+    realtime: Option<u8>,
+    batch: usize,
+    rx_batch: Vec<FrameDesc>,
+    tx_batch: Vec<FrameDesc>,
+    jobs: mpsc::Receiver<Job>,
+    waker: UnixStream,
+    stop: Arc<AtomicBool>,
+    loops: u64,
+    sleeps: u64,
+    low_water: u32,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("mode", &self.mode)
+            .field("ports", &self.ports.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
+    if config.ports.is_empty() {
+        return Err(XdpError::Config("no interfaces".into()));
+    }
+    let payload = config.io.frame_size.saturating_sub(256);
+    let mut devs = Vec::new();
+    for port in &config.ports {
+        if devs.iter().any(|d: &NetDev| d.name == port.name) {
+            return Err(XdpError::Config(format!(
+                "interface {} is listed twice",
+                port.name
+            )));
+        }
+        let dev = NetDev::open(&port.name)?;
+        if dev.mtu + 18 > payload {
+            return Err(XdpError::Interface {
+                interface: dev.name,
+                reason: format!(
+                    "MTU {} does not fit frames of {} bytes (at most {} bytes of MTU)",
+                    dev.mtu,
+                    config.io.frame_size,
+                    payload.saturating_sub(18)
+                ),
+            });
+        }
+        devs.push(dev);
+    }
+    match config.mode {
+        Mode::Bridge => {
+            for port in &config.ports {
+                let peer = port.peer.as_deref().ok_or_else(|| {
+                    XdpError::Config(format!("bridge mode: interface {} needs a peer", port.name))
+                })?;
+                let other = config
+                    .ports
+                    .iter()
+                    .find(|p| p.name == peer)
+                    .ok_or_else(|| {
+                        XdpError::Config(format!(
+                            "peer {peer} of {} is not a listed interface",
+                            port.name
+                        ))
+                    })?;
+                if other.peer.as_deref() != Some(port.name.as_str()) {
+                    return Err(XdpError::Config(format!(
+                        "{} and {peer} must name each other as peers",
+                        port.name
+                    )));
+                }
+            }
+        }
+        Mode::Router => {
+            if let Some(p) = config.ports.iter().find(|p| p.peer.is_some()) {
+                return Err(XdpError::Config(format!(
+                    "interface {}: peer is for bridge mode only",
+                    p.name
+                )));
+            }
+            for (i, a) in devs.iter().enumerate() {
+                if let Some(b) = devs[i + 1..].iter().find(|b| b.mac == a.mac) {
+                    return Err(XdpError::Config(format!(
+                        "router mode needs distinct MAC addresses, but {} and {} share {}",
+                        a.name,
+                        b.name,
+                        format_mac(&a.mac)
+                    )));
+                }
+            }
+        }
+    }
+    Ok(devs)
+}
+
+fn scheduler(port: &PortConfig, now: Instant) -> Result<(Scheduler<Frame>, Classifier), XdpError> {
+    let htb = match &port.tree {
+        Some(tree) => tree
+            .build(now)
+            .map_err(|e| XdpError::Config(format!("{}: {e}", port.name)))?,
+        // No tree: every frame goes through the direct queue, unshaped.
+        None => Scheduler::new(SchedulerConfig::default()),
+    };
+    for filter in &port.filters {
+        if !htb.contains(filter.class) {
+            return Err(XdpError::Config(format!(
+                "{}: filter ({}) targets class {} which is not defined",
+                port.name, filter.matcher, filter.class
+            )));
+        }
+    }
+    Ok((htb, Classifier::new(port.filters.clone())))
+}
+
+impl Engine {
+    /// Validates `config`, loads the XDP program, creates the UMEM and sockets, fills the maps
+    /// and attaches to every port — all or nothing: on error, whatever was set up is undone.
+    ///
+    /// # Errors
+    /// [`XdpError`] naming the interface or step that failed.
+    pub fn start(config: &EngineConfig) -> Result<(Self, EngineHandle), XdpError> {
+        let devs = validate(config)?;
+        let clock = std::time::Instant::now();
+        let mut ports = Vec::with_capacity(devs.len());
+        for (port, dev) in config.ports.iter().zip(devs) {
+            let (htb, classifier) = scheduler(port, Instant::ZERO)?;
+            let peer = port
+                .peer
+                .as_ref()
+                .and_then(|p| config.ports.iter().position(|c| &c.name == p));
+            let stats = PortStats {
+                name: dev.name.clone(),
+                ..PortStats::default()
+            };
+            ports.push(Port {
+                dev,
+                peer,
+                htb,
+                classifier,
+                stats,
+            });
+        }
+        let mut program = XdpProgram::load(config.mode == Mode::Bridge)?;
+        let channels: Vec<(String, u32)> = ports
+            .iter()
+            .map(|p| (p.dev.name.clone(), p.dev.rx_queues))
+            .collect();
+        let io = FrameIo::new(&config.io, &channels)?;
+        let mut slot = 0u32;
+        for (i, port) in ports.iter().enumerate() {
+            program.add_port(port.dev.ifindex, slot, port.dev.rx_queues)?;
+            for ch in (0..io.channels()).filter(|&c| io.channel_port(c) == i) {
+                program.set_socket(slot, io.fd(ch))?;
+                slot += 1;
+            }
+        }
+        for port in &ports {
+            let mode = program.attach(&port.dev.name, config.attach)?;
+            tracing::info!(
+                "{}: XDP attached in {mode} mode, {} RX queue(s)",
+                port.dev.name,
+                port.dev.rx_queues
+            );
+        }
+        let by_mac = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.dev.mac, i))
+            .collect();
+        let (jobs_tx, jobs) = mpsc::channel();
+        let (waker, waker_rx) = UnixStream::pair().map_err(|source| XdpError::Syscall {
+            call: "socketpair",
+            source,
+        })?;
+        waker
+            .set_nonblocking(true)
+            .map_err(|source| XdpError::Syscall {
+                call: "fcntl",
+                source,
+            })?;
+        waker_rx
+            .set_nonblocking(true)
+            .map_err(|source| XdpError::Syscall {
+                call: "fcntl",
+                source,
+            })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let handle = EngineHandle {
+            jobs: jobs_tx,
+            waker: Arc::new(waker),
+            stop: Arc::clone(&stop),
+        };
+        let batch = config.batch.clamp(1, config.io.ring_size as usize);
+        let low_water = (io.channels() * batch * 2) as u32;
+        let engine = Self {
+            io,
+            program,
+            ports,
+            mode: config.mode,
+            by_mac,
+            clock,
+            busy_poll: config.busy_poll,
+            realtime: config.realtime,
+            batch,
+            rx_batch: Vec::with_capacity(batch),
+            tx_batch: Vec::with_capacity(batch),
+            jobs,
+            waker: waker_rx,
+            stop,
+            loops: 0,
+            sleeps: 0,
+            low_water,
+        };
+        Ok((engine, handle))
+    }
+
+    /// The engine's clock: ns since start.
+    #[must_use]
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Runs until [`EngineHandle::stop`]; then returns, and dropping the engine detaches the
+    /// XDP program and closes the sockets.
+    pub fn run(&mut self) {
+        if let Err(e) = sys::set_timer_slack(StdDuration::from_nanos(1)) {
+            tracing::warn!("cannot lower the timer slack ({e}); wake-ups may be up to 50 µs late");
+        }
+        if let Some(priority) = self.realtime {
+            match sys::set_realtime(priority) {
+                Ok(()) => tracing::info!("data plane runs SCHED_FIFO at priority {priority}"),
+                Err(e) => tracing::warn!("cannot make the data plane real-time ({e})"),
+            }
+        }
+        while !self.stop.load(Ordering::Relaxed) {
+            self.run_jobs();
+            let busy = self.poll_once();
+            if !busy && !self.busy_poll {
+                self.sleep();
+            }
+        }
+        self.run_jobs();
+    }
+
+    fn run_jobs(&mut self) {
+        while let Ok(job) = self.jobs.try_recv() {
+            job(self);
+        }
+    }
+
+    /// One pass of receive, schedule, transmit. Returns whether anything moved.
+    pub fn poll_once(&mut self) -> bool {
+        self.loops += 1;
+        let mut work = false;
+        let now = self.now();
+        for channel in 0..self.io.channels() {
+            let port = self.io.channel_port(channel);
+            let mut batch = std::mem::take(&mut self.rx_batch);
+            let n = self.io.receive(channel, &mut batch, self.batch);
+            work |= n > 0;
+            for desc in batch.drain(..) {
+                self.ingest(port, desc, now);
+            }
+            self.rx_batch = batch;
+        }
+        work |= self.io.reap() > 0;
+        for port in 0..self.ports.len() {
+            work |= self.transmit(port, now);
+        }
+        let pending = self.io.kick();
+        work |= self.io.reap() > 0;
+        self.io.refill();
+        work || pending
+    }
+
+    /// Classifies a received frame into its egress port's scheduler (or drops it).
+    fn ingest(&mut self, ingress: usize, desc: FrameDesc, now: Instant) {
+        let bytes = self.io.bytes(&desc);
+        let len = bytes.len() as u64;
+        let stats = &mut self.ports[ingress].stats;
+        stats.rx_packets += 1;
+        stats.rx_bytes += len;
+        let egress = match self.mode {
+            Mode::Bridge => self.ports[ingress].peer,
+            // The XDP program wrote the egress port's MAC as the source.
+            Mode::Router => bytes
+                .get(6..12)
+                .and_then(|m| <[u8; 6]>::try_from(m).ok())
+                .and_then(|m| self.by_mac.get(&m).copied()),
+        };
+        let Some(egress) = egress else {
+            self.ports[ingress].stats.drops_no_egress += 1;
+            self.io.release(desc);
+            return;
+        };
+        if self.io.counts().free < self.low_water {
+            // Keep frames for the fill rings: drop here, counted, rather than at the NIC.
+            self.ports[egress].stats.drops_pool += 1;
+            self.io.release(desc);
+            return;
+        }
+        let info = packet_info(bytes);
+        let port = &mut self.ports[egress];
+        let target = port
+            .classifier
+            .classify(&info)
+            .map_or(Target::Unclassified, Target::Class);
+        if let Err(dropped) = port.htb.enqueue(now, target, Frame(desc)) {
+            port.stats.drops_queue += 1;
+            self.io.release(dropped.packet.0);
+        }
+    }
+
+    /// Moves what `port`'s scheduler releases into its TX ring. Returns whether any moved.
+    fn transmit(&mut self, port: usize, now: Instant) -> bool {
+        let mut moved = false;
+        loop {
+            let room = self.io.tx_room(port, self.batch as u32) as usize;
+            if room == 0 {
+                return moved;
+            }
+            let p = &mut self.ports[port];
+            while self.tx_batch.len() < room {
+                let Some(Frame(desc)) = p.htb.dequeue(now) else {
+                    break;
+                };
+                p.stats.tx_packets += 1;
+                p.stats.tx_bytes += desc.lengths().data() as u64;
+                self.tx_batch.push(desc);
+            }
+            if self.tx_batch.is_empty() {
+                return moved;
+            }
+            let sent = self.io.transmit(port, &self.tx_batch);
+            debug_assert_eq!(sent, self.tx_batch.len(), "room was checked");
+            // Should the ring refuse despite the room check, the frames are dropped, not leaked.
+            for desc in self.tx_batch.drain(sent..) {
+                self.io.release(desc);
+            }
+            self.tx_batch.clear();
+            moved = true;
+            if sent < room {
+                return moved;
+            }
+        }
+    }
+
+    /// Sleeps until the earliest scheduler wake-up, a frame on any RX ring, or a control request.
+    fn sleep(&mut self) {
+        let now = self.now();
+        let next = self.ports.iter().filter_map(|p| p.htb.next_wakeup()).min();
+        let timeout = match next {
+            Some(at) if at <= now => return,
+            Some(at) => Some(StdDuration::from_nanos((at - now).as_nanos())),
+            None => None,
+        };
+        let mut fds: Vec<libc::pollfd> = (0..self.io.channels())
+            .map(|c| libc::pollfd {
+                fd: self.io.fd(c),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        fds.push(libc::pollfd {
+            fd: self.waker.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        self.sleeps += 1;
+        match sys::wait_readable(&mut fds, timeout) {
+            Ok(_) => {
+                if fds.last().is_some_and(|f| f.revents & libc::POLLIN != 0) {
+                    let mut drain = [0u8; 64];
+                    while matches!((&self.waker).read(&mut drain), Ok(n) if n > 0) {}
+                }
+            }
+            Err(e) => tracing::warn!("ppoll failed: {e}"),
+        }
+    }
+
+    /// A snapshot of every counter.
+    #[must_use]
+    pub fn stats(&self) -> EngineStats {
+        let mut ports: Vec<PortStats> = self.ports.iter().map(|p| p.stats.clone()).collect();
+        for channel in 0..self.io.channels() {
+            if let Ok(s) = self.io.xdp_statistics(channel) {
+                let x = &mut ports[self.io.channel_port(channel)].xdp;
+                x.rx_dropped += s.rx_dropped();
+                x.rx_ring_full += s.rx_ring_full();
+                x.rx_fill_ring_empty += s.rx_fill_ring_empty_descs();
+                x.rx_invalid += s.rx_invalid_descs();
+                x.tx_invalid += s.tx_invalid_descs();
+            }
+        }
+        EngineStats {
+            ports,
+            frames: self.io.counts(),
+            queued: self.ports.iter().map(|p| p.htb.len()).sum(),
+            verdicts: self.program.verdicts(),
+            loops: self.loops,
+            sleeps: self.sleeps,
+        }
+    }
+
+    /// The scheduler shaping what leaves through `port`.
+    #[must_use]
+    pub fn scheduler(&self, port: &str) -> Option<&Scheduler<Frame>> {
+        self.ports
+            .iter()
+            .find(|p| p.dev.name == port)
+            .map(|p| &p.htb)
+    }
+
+    /// The scheduler of `port`, for live changes (run them through [`EngineHandle::execute`]).
+    /// Packets a change purges must be handed to [`Engine::release`].
+    pub fn scheduler_mut(&mut self, port: &str) -> Option<&mut Scheduler<Frame>> {
+        self.ports
+            .iter_mut()
+            .find(|p| p.dev.name == port)
+            .map(|p| &mut p.htb)
+    }
+
+    /// Returns frames a scheduler change purged to the pool.
+    pub fn release(&mut self, frames: Vec<Frame>) {
+        for Frame(desc) in frames {
+            self.io.release(desc);
+        }
+    }
+
+    /// Names of the ports, in configuration order.
+    #[must_use]
+    pub fn port_names(&self) -> Vec<String> {
+        self.ports.iter().map(|p| p.dev.name.clone()).collect()
+    }
+
+    /// Replaces `port`'s classifier.
+    pub fn set_filters(&mut self, port: &str, filters: Vec<Filter>) -> bool {
+        match self.ports.iter_mut().find(|p| p.dev.name == port) {
+            Some(p) => {
+                p.classifier = Classifier::new(filters);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The filters of `port`.
+    #[must_use]
+    pub fn filters(&self, port: &str) -> Option<&[Filter]> {
+        self.ports
+            .iter()
+            .find(|p| p.dev.name == port)
+            .map(|p| p.classifier.filters())
+    }
+
+    /// Ids of the classes of `port` that some filter targets.
+    #[must_use]
+    pub fn filtered_classes(&self, port: &str) -> Vec<ClassId> {
+        self.filters(port)
+            .map(|f| f.iter().map(|f| f.class).collect())
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,232 @@
+//! Reads what the classifier needs from an Ethernet frame. Every access is bounds-checked:
+//! a truncated or malformed frame yields `None` fields (it matches no filter that needs them)
+//! and never panics.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use htb_config::filter::PacketInfo;
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88a8;
+
+/// Transports with ports in their first four bytes.
+fn has_ports(proto: u8) -> bool {
+    matches!(proto, 6 | 17 | 132 | 136)
+}
+
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
+}
+
+/// The classification fields of `frame`.
+#[must_use]
+pub fn packet_info(frame: &[u8]) -> PacketInfo {
+    let mut info = PacketInfo::default();
+    let Some(mut ethertype) = be16(frame, 12) else {
+        return info;
+    };
+    let mut at = 14;
+    // Up to two VLAN tags (802.1ad outer, 802.1Q inner); the outer VID is reported.
+    for _ in 0..2 {
+        if ethertype != ETH_P_8021Q && ethertype != ETH_P_8021AD {
+            break;
+        }
+        let Some(tci) = be16(frame, at) else {
+            return info;
+        };
+        info.vlan.get_or_insert(tci & 0x0fff);
+        let Some(next) = be16(frame, at + 2) else {
+            return info;
+        };
+        ethertype = next;
+        at += 4;
+    }
+    let l3 = &frame[at.min(frame.len())..];
+    let transport = match ethertype {
+        ETH_P_IP => ipv4(l3, &mut info),
+        ETH_P_IPV6 => ipv6(l3, &mut info),
+        _ => None,
+    };
+    if let (Some((offset, proto)), Some(l3)) = (transport, Some(l3)) {
+        info.proto = Some(proto);
+        if has_ports(proto) {
+            info.sport = be16(l3, offset);
+            info.dport = be16(l3, offset + 2);
+            if info.dport.is_none() {
+                info.sport = None;
+            }
+        }
+    }
+    info
+}
+
+/// Parses an IPv4 header; returns the transport's offset and protocol when the packet is a
+/// first (or only) fragment.
+fn ipv4(b: &[u8], info: &mut PacketInfo) -> Option<(usize, u8)> {
+    let version_ihl = *b.first()?;
+    if version_ihl >> 4 != 4 || b.len() < 20 {
+        return None;
+    }
+    let header_len = usize::from(version_ihl & 0x0f) * 4;
+    if header_len < 20 {
+        return None;
+    }
+    info.dscp = Some(b[1] >> 2);
+    info.src = Some(IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15])));
+    info.dst = Some(IpAddr::V4(Ipv4Addr::new(b[16], b[17], b[18], b[19])));
+    let fragment_offset = be16(b, 6)? & 0x1fff;
+    if fragment_offset != 0 {
+        // A later fragment: the protocol is known but there is no transport header.
+        info.proto = Some(b[9]);
+        return None;
+    }
+    (b.len() >= header_len).then_some((header_len, b[9]))
+}
+
+/// Parses an IPv6 header and its extension headers (at most eight).
+fn ipv6(b: &[u8], info: &mut PacketInfo) -> Option<(usize, u8)> {
+    if b.len() < 40 || b[0] >> 4 != 6 {
+        return None;
+    }
+    let traffic_class = ((b[0] & 0x0f) << 4) | (b[1] >> 4);
+    info.dscp = Some(traffic_class >> 2);
+    let addr = |at: usize| {
+        let mut octets = [0u8; 16];
+        octets.copy_from_slice(&b[at..at + 16]);
+        IpAddr::V6(Ipv6Addr::from(octets))
+    };
+    info.src = Some(addr(8));
+    info.dst = Some(addr(24));
+    let mut next = b[6];
+    let mut at = 40;
+    for _ in 0..8 {
+        match next {
+            // Hop-by-hop, routing, destination options: length in 8-octet units, minus one.
+            0 | 43 | 60 => {
+                let len = (usize::from(*b.get(at + 1)?) + 1) * 8;
+                next = *b.get(at)?;
+                at += len;
+            }
+            // Fragment header: a later fragment has no transport header.
+            44 => {
+                let offset = be16(b, at + 2)? >> 3;
+                next = *b.get(at)?;
+                at += 8;
+                if offset != 0 {
+                    info.proto = Some(next);
+                    return None;
+                }
+            }
+            // Authentication header: length in 4-octet units, minus two.
+            51 => {
+                let len = (usize::from(*b.get(at + 1)?) + 2) * 4;
+                next = *b.get(at)?;
+                at += len;
+            }
+            _ => return (b.len() >= at).then_some((at, next)),
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ethernet + IPv4 + UDP, 10.201.1.2:40000 → 10.201.2.2:5201, DSCP EF.
+    fn udp4() -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8 + 10];
+        f[12..14].copy_from_slice(&ETH_P_IP.to_be_bytes());
+        let ip = &mut f[14..34];
+        ip[0] = 0x45;
+        ip[1] = 46 << 2;
+        ip[9] = 17;
+        ip[12..16].copy_from_slice(&[10, 201, 1, 2]);
+        ip[16..20].copy_from_slice(&[10, 201, 2, 2]);
+        f[34..36].copy_from_slice(&40000u16.to_be_bytes());
+        f[36..38].copy_from_slice(&5201u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn ipv4_udp() {
+        let info = packet_info(&udp4());
+        assert_eq!(info.src, Some("10.201.1.2".parse().unwrap()));
+        assert_eq!(info.dst, Some("10.201.2.2".parse().unwrap()));
+        assert_eq!(
+            (info.proto, info.sport, info.dport, info.dscp),
+            (Some(17), Some(40000), Some(5201), Some(46))
+        );
+        assert_eq!(info.vlan, None);
+    }
+
+    #[test]
+    fn vlan_tags_and_later_fragments() {
+        let plain = udp4();
+        let mut tagged = plain[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x20, 0x0a]); // prio 1, VID 10
+        tagged.extend_from_slice(&plain[12..]);
+        let info = packet_info(&tagged);
+        assert_eq!((info.vlan, info.dport), (Some(10), Some(5201)));
+
+        let mut fragment = udp4();
+        fragment[14 + 6..14 + 8].copy_from_slice(&100u16.to_be_bytes());
+        let info = packet_info(&fragment);
+        assert_eq!(
+            (info.proto, info.dport, info.src.is_some()),
+            (Some(17), None, true)
+        );
+    }
+
+    #[test]
+    fn ipv6_with_extension_header() {
+        let mut f = vec![0u8; 14 + 40 + 8 + 8];
+        f[12..14].copy_from_slice(&ETH_P_IPV6.to_be_bytes());
+        f[14] = 0x60 | (0xb8 >> 4); // traffic class 0xb8 = DSCP 46
+        f[15] = (0xb8 & 0x0f) << 4;
+        f[14 + 6] = 60; // destination options
+        f[14 + 8 + 15] = 1; // src ::1
+        f[14 + 24] = 0x20; // dst 2000::
+        f[54] = 6; // next: TCP
+        f[55] = 0; // 8 bytes
+        f[62..64].copy_from_slice(&443u16.to_be_bytes());
+        f[64..66].copy_from_slice(&8080u16.to_be_bytes());
+        let info = packet_info(&f);
+        assert_eq!(info.src, Some("::1".parse().unwrap()));
+        assert_eq!(info.dst, Some("2000::".parse().unwrap()));
+        assert_eq!(
+            (info.proto, info.sport, info.dport, info.dscp),
+            (Some(6), Some(443), Some(8080), Some(46))
+        );
+    }
+
+    #[test]
+    fn truncated_and_garbage_frames_never_panic() {
+        let frame = udp4();
+        for len in 0..frame.len() {
+            let info = packet_info(&frame[..len]);
+            if len < 34 {
+                assert_eq!(info.src, None, "len {len}");
+            }
+        }
+        // Deterministic pseudo-random garbage, including bogus IHL and extension chains.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            let len = (x % 128) as usize;
+            let frame: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x >> 24) as u8
+                })
+                .collect();
+            let _ = packet_info(&frame);
+        }
+        let mut bad_ihl = udp4();
+        bad_ihl[14] = 0x4f; // IHL 60 bytes, frame shorter
+        assert_eq!(packet_info(&bad_ihl).dport, None);
+    }
+}

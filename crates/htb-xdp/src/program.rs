@@ -1,0 +1,178 @@
+//! The XDP program (C, compiled by build.rs), loaded and attached with aya.
+//!
+//! Attachment uses BPF links, which the kernel detaches when the last fd goes away: if htbd
+//! dies, even by `kill -9`, the program goes with it and the kernel forwards as before.
+
+use aya::maps::{HashMap as BpfHashMap, PerCpuArray, XskMap};
+use aya::programs::{Xdp, XdpMode};
+use aya::{Ebpf, EbpfLoader, include_bytes_aligned};
+
+use crate::error::XdpError;
+
+/// The compiled object (see `src/bpf/htb_xdp.c`).
+static OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/htb_xdp.o"));
+
+/// How to attach.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Native (driver) mode, falling back to generic (skb) mode where the driver has none.
+    #[default]
+    Auto,
+    /// Native mode only.
+    Native,
+    /// Generic (skb) mode.
+    Skb,
+}
+
+/// Per-verdict frame counts of the XDP program (summed over CPUs), in the order of `enum
+/// verdict` in the C source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Verdicts {
+    /// Sent to htbd.
+    pub redirected: u64,
+    /// Not IPv4/IPv6 (ARP, LLDP, …): to the kernel.
+    pub pass_not_ip: u64,
+    /// Truncated or malformed headers: to the kernel.
+    pub pass_malformed: u64,
+    /// TTL / hop limit expiring: to the kernel (it sends the ICMP error).
+    pub pass_ttl: u64,
+    /// Local, unreachable or not forwarded by the FIB: to the kernel.
+    pub pass_fib: u64,
+    /// Next hop not resolved: to the kernel, which resolves it.
+    pub pass_no_neigh: u64,
+    /// Egress not managed by htbd: to the kernel.
+    pub pass_unmanaged: u64,
+    /// Ingress not managed by htbd.
+    pub pass_not_port: u64,
+    /// No socket in the slot (htbd starting or stopping): to the kernel.
+    pub pass_no_socket: u64,
+}
+
+const VERDICTS: u32 = 9;
+
+/// The loaded program and its maps.
+pub(crate) struct XdpProgram {
+    bpf: Ebpf,
+}
+
+fn program_error(what: impl Into<String>, e: impl std::fmt::Display) -> XdpError {
+    XdpError::Program {
+        what: what.into(),
+        reason: e.to_string(),
+    }
+}
+
+impl XdpProgram {
+    /// Loads the program into the kernel (nothing is attached yet).
+    pub(crate) fn load(bridge: bool) -> Result<Self, XdpError> {
+        let bridge_mode = u32::from(bridge);
+        let mut bpf = EbpfLoader::new()
+            .override_global("bridge_mode", &bridge_mode, true)
+            .load(OBJECT)
+            .map_err(|e| program_error("load object", e))?;
+        let program: &mut Xdp = bpf
+            .program_mut("htb_xdp")
+            .ok_or_else(|| program_error("find htb_xdp", "missing from the object"))?
+            .try_into()
+            .map_err(|e| program_error("htb_xdp is not an XDP program", e))?;
+        program
+            .load()
+            .map_err(|e| program_error("verify and load", e))?;
+        Ok(Self { bpf })
+    }
+
+    /// Declares a managed port: frames arriving on `ifindex` queue q go to XSKMAP slot
+    /// `slot_base + q`.
+    pub(crate) fn add_port(
+        &mut self,
+        ifindex: u32,
+        slot_base: u32,
+        queues: u32,
+    ) -> Result<(), XdpError> {
+        let map = self
+            .bpf
+            .map_mut("ports")
+            .ok_or_else(|| program_error("ports map", "missing"))?;
+        let mut ports: BpfHashMap<_, u32, [u32; 2]> =
+            BpfHashMap::try_from(map).map_err(|e| program_error("ports map", e))?;
+        ports
+            .insert(ifindex, [slot_base, queues], 0)
+            .map_err(|e| program_error("ports map insert", e))
+    }
+
+    /// Puts a socket into XSKMAP slot `slot`.
+    pub(crate) fn set_socket(&mut self, slot: u32, fd: std::os::fd::RawFd) -> Result<(), XdpError> {
+        let map = self
+            .bpf
+            .map_mut("xsks_map")
+            .ok_or_else(|| program_error("xsks_map", "missing"))?;
+        let mut xsks = XskMap::try_from(map).map_err(|e| program_error("xsks_map", e))?;
+        xsks.set(slot, fd, 0)
+            .map_err(|e| program_error(format!("xsks_map slot {slot}"), e))
+    }
+
+    /// Attaches to `interface`. Returns the mode used.
+    pub(crate) fn attach(
+        &mut self,
+        interface: &str,
+        mode: AttachMode,
+    ) -> Result<&'static str, XdpError> {
+        let program: &mut Xdp = self
+            .bpf
+            .program_mut("htb_xdp")
+            .and_then(|p| p.try_into().ok())
+            .ok_or_else(|| program_error("find htb_xdp", "missing"))?;
+        let attach = |program: &mut Xdp, mode: XdpMode| program.attach(interface, mode);
+        match mode {
+            AttachMode::Native => attach(program, XdpMode::Driver).map(|_| "native"),
+            AttachMode::Skb => attach(program, XdpMode::Skb).map(|_| "skb"),
+            AttachMode::Auto => match attach(program, XdpMode::Driver) {
+                Ok(_) => Ok("native"),
+                Err(native) => {
+                    tracing::info!(
+                        "{interface}: native XDP unavailable ({native}); using skb mode"
+                    );
+                    attach(program, XdpMode::Skb).map(|_| "skb")
+                }
+            },
+        }
+        .map_err(|e| program_error(format!("attach to {interface}"), describe(&e)))
+    }
+
+    /// Frame counts per verdict.
+    pub(crate) fn verdicts(&self) -> Verdicts {
+        let mut sums = [0u64; VERDICTS as usize];
+        if let Some(map) = self.bpf.map("verdicts")
+            && let Ok(array) = PerCpuArray::<_, u64>::try_from(map)
+        {
+            for (i, sum) in sums.iter_mut().enumerate() {
+                if let Ok(values) = array.get(&(i as u32), 0) {
+                    *sum = values.iter().sum();
+                }
+            }
+        }
+        Verdicts {
+            redirected: sums[0],
+            pass_not_ip: sums[1],
+            pass_malformed: sums[2],
+            pass_ttl: sums[3],
+            pass_fib: sums[4],
+            pass_no_neigh: sums[5],
+            pass_unmanaged: sums[6],
+            pass_not_port: sums[7],
+            pass_no_socket: sums[8],
+        }
+    }
+}
+
+/// An error with its causes, so "Numerical result out of range" reaches the operator.
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

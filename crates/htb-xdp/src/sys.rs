@@ -1,0 +1,137 @@
+//! The raw system calls htb-xdp needs beyond what xsk-rs and aya wrap. One of the two
+//! modules allowed to use `unsafe`; each block says why it is sound.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// `SOL_XDP` (linux/socket.h).
+const SOL_XDP: libc::c_int = 283;
+/// `XDP_MAX_TX_SKB_BUDGET` (linux/if_xdp.h, 6.17+): descriptors one copy-mode `sendto` sends.
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
+
+/// Lets one copy-mode TX kick send up to `budget` frames instead of 32. Fails with `ENOPROTOOPT`
+/// on kernels before 6.17, which callers treat as "keep the default".
+pub(crate) fn set_max_tx_budget(fd: RawFd, budget: u32) -> io::Result<()> {
+    // SAFETY: `fd` is an open socket owned by the caller for the duration of the call; the
+    // option value is a valid `u32` on the stack whose size is passed alongside.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            SOL_XDP,
+            XDP_MAX_TX_SKB_BUDGET,
+            (&raw const budget).cast::<libc::c_void>(),
+            size_of::<u32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets this thread's timer slack: how late the kernel may fire its timers to batch wake-ups.
+/// The default (50 µs) would blur the shaper's ns-precision wake-ups.
+pub(crate) fn set_timer_slack(slack: Duration) -> io::Result<()> {
+    let ns = libc::c_ulong::try_from(slack.as_nanos())
+        .unwrap_or(libc::c_ulong::MAX)
+        .max(1);
+    // SAFETY: PR_SET_TIMERSLACK takes one integer argument and touches no memory of ours.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Makes the calling thread SCHED_FIFO at `priority` (1-99): it then runs ahead of every normal
+/// process, as the kernel's qdiscs do in softirq. The loop sleeps when idle, so this only
+/// matters under overload.
+pub(crate) fn set_realtime(priority: u8) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: i32::from(priority.clamp(1, 99)),
+    };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid `sched_param` for the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &raw const param) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Waits until one of `fds` is readable or `timeout` passes (`None`: no timeout), with
+/// nanosecond resolution (`poll` only takes milliseconds). Returns how many fds are ready;
+/// `EINTR` counts as a timeout.
+pub(crate) fn wait_readable(
+    fds: &mut [libc::pollfd],
+    timeout: Option<Duration>,
+) -> io::Result<usize> {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `fds` is a valid, exclusively borrowed slice of `pollfd` whose length is passed;
+    // `ts_ptr` is null or points to a `timespec` that outlives the call; a null signal mask
+    // keeps the current one.
+    let rc = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            ts_ptr,
+            std::ptr::null(),
+        )
+    };
+    if rc >= 0 {
+        return Ok(rc as usize);
+    }
+    let err = io::Error::last_os_error();
+    if err.kind() == io::ErrorKind::Interrupted {
+        Ok(0)
+    } else {
+        Err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use std::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn wait_readable_times_out_and_wakes() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut fds = [libc::pollfd {
+            fd: b.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        set_timer_slack(Duration::from_nanos(1)).unwrap();
+        let start = Instant::now();
+        assert_eq!(
+            wait_readable(&mut fds, Some(Duration::from_micros(300))).unwrap(),
+            0
+        );
+        let waited = start.elapsed();
+        assert!(waited >= Duration::from_micros(300), "{waited:?}");
+        a.write_all(b"x").unwrap();
+        assert_eq!(wait_readable(&mut fds, None).unwrap(), 1);
+        assert_ne!(fds[0].revents & libc::POLLIN, 0);
+    }
+
+    #[test]
+    fn tx_budget_on_a_non_xdp_socket_fails_cleanly() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert!(set_max_tx_budget(a.as_raw_fd(), 512).is_err());
+    }
+}

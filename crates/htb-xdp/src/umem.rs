@@ -1,0 +1,320 @@
+//! The UMEM and every socket's rings, behind one owner so that frames can only move between
+//! rings of the same UMEM. The other module allowed to use `unsafe`.
+//!
+//! # Frame ownership
+//!
+//! Every frame of the UMEM is in exactly one place: the free pool here, a fill ring (the
+//! kernel's), with the caller (received, not yet queued, sent or released), or a TX ring (the
+//! kernel's, until it comes back through the completion ring). [`FrameIo`] counts the kernel's
+//! share; the caller hands every received frame back through [`FrameIo::transmit`] or
+//! [`FrameIo::release`] exactly once. That discipline is what makes the `unsafe` ring calls
+//! below sound: xsk-rs requires that a descriptor belongs to this UMEM and is not on two rings
+//! (or with the kernel and read by us) at once.
+#![allow(unsafe_code)]
+
+use std::num::NonZeroU32;
+use std::os::fd::{AsRawFd, RawFd};
+
+use xsk_rs::config::{BindFlags, FrameSize, LibxdpFlags, QueueSize, SocketConfig, UmemConfig};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
+
+use crate::error::XdpError;
+
+/// UMEM and ring sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoConfig {
+    /// Frames in the UMEM (every queued packet holds one).
+    pub frames: u32,
+    /// Bytes per frame: 2048 carries frames up to 1792 bytes, 4096 up to 3840.
+    pub frame_size: u32,
+    /// Entries of each RX, TX, fill and completion ring (a power of two).
+    pub ring_size: u32,
+    /// Bind in zero-copy mode (needs driver support; veth has none).
+    pub zero_copy: bool,
+}
+
+impl Default for IoConfig {
+    fn default() -> Self {
+        Self {
+            frames: 32_768,
+            frame_size: 2048,
+            ring_size: 2048,
+            zero_copy: false,
+        }
+    }
+}
+
+/// One AF_XDP socket: a (port, RX queue) pair with its four rings.
+struct Channel {
+    port: usize,
+    rx: RxQueue,
+    tx: TxQueue,
+    fq: FillQueue,
+    cq: CompQueue,
+    in_fill: u32,
+    in_tx: u32,
+}
+
+/// Where the frames are, for the leak check and the statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameCounts {
+    /// All frames of the UMEM.
+    pub total: u32,
+    /// In the free pool.
+    pub free: u32,
+    /// Lent to the kernel's fill rings.
+    pub in_fill: u32,
+    /// Submitted to TX rings, not completed yet.
+    pub in_tx: u32,
+    /// With the caller (received and not yet sent or released): `total - free - in_fill - in_tx`.
+    pub with_caller: u32,
+}
+
+/// The UMEM shared by every port, and all sockets on it.
+pub(crate) struct FrameIo {
+    umem: Umem,
+    channels: Vec<Channel>,
+    /// Per port, the channel whose TX ring sends its frames.
+    tx_channel: Vec<usize>,
+    free: Vec<FrameDesc>,
+    total: u32,
+    ring_size: u32,
+}
+
+impl FrameIo {
+    /// Creates the UMEM and one socket per (port, queue); `ports[i]` is `(name, queues)`.
+    pub(crate) fn new(config: &IoConfig, ports: &[(String, u32)]) -> Result<Self, XdpError> {
+        let ring = QueueSize::new(config.ring_size)
+            .map_err(|e| XdpError::Config(format!("ring size: {e}")))?;
+        let frame_size = FrameSize::new(config.frame_size)
+            .map_err(|e| XdpError::Config(format!("frame size: {e}")))?;
+        let umem_config = UmemConfig::builder()
+            .frame_size(frame_size)
+            .fill_queue_size(ring)
+            .comp_queue_size(ring)
+            .build()
+            .map_err(|e| XdpError::Config(format!("UMEM: {e}")))?;
+        let count = NonZeroU32::new(config.frames)
+            .ok_or_else(|| XdpError::Config("frames must be above 0".into()))?;
+        let (umem, free) = Umem::new(umem_config, count, false)
+            .map_err(|e| XdpError::Umem(e.to_string(), source_of(&e)))?;
+
+        let bind = if config.zero_copy {
+            BindFlags::XDP_ZEROCOPY
+        } else {
+            BindFlags::XDP_COPY
+        };
+        let socket_config = SocketConfig::builder()
+            .rx_queue_size(ring)
+            .tx_queue_size(ring)
+            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+            .bind_flags(bind | BindFlags::XDP_USE_NEED_WAKEUP)
+            .build();
+
+        let mut channels = Vec::new();
+        let mut tx_channel = Vec::with_capacity(ports.len());
+        for (port, (name, queues)) in ports.iter().enumerate() {
+            let iface = name
+                .parse()
+                .map_err(|_| XdpError::Config(format!("invalid interface name {name:?}")))?;
+            tx_channel.push(channels.len());
+            for queue in 0..*queues {
+                // SAFETY: xsk-rs requires INHIBIT_PROG_LOAD when a (device, queue) is bound more
+                // than once; we set it always, and bind each (device, queue) once. The rings it
+                // returns are used only with this UMEM, through this type.
+                let created = unsafe { Socket::new(socket_config, &umem, &iface, queue) };
+                let (tx, rx, rings) = created.map_err(|e| XdpError::Socket {
+                    interface: name.clone(),
+                    queue,
+                    reason: e.to_string(),
+                    source: source_of(&e),
+                })?;
+                let (fq, cq) = rings.ok_or_else(|| XdpError::Socket {
+                    interface: name.clone(),
+                    queue,
+                    reason: "no fill/completion ring pair for a first bind".into(),
+                    source: None,
+                })?;
+                if let Err(e) =
+                    crate::sys::set_max_tx_budget(tx.fd().as_raw_fd(), config.ring_size.min(512))
+                {
+                    tracing::debug!("{name} queue {queue}: keeping the default TX budget ({e})");
+                }
+                channels.push(Channel {
+                    port,
+                    rx,
+                    tx,
+                    fq,
+                    cq,
+                    in_fill: 0,
+                    in_tx: 0,
+                });
+            }
+        }
+        let total = config.frames;
+        let mut io = Self {
+            umem,
+            channels,
+            tx_channel,
+            free,
+            total,
+            ring_size: config.ring_size,
+        };
+        io.refill();
+        Ok(io)
+    }
+
+    /// Number of sockets.
+    pub(crate) fn channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    /// The port a channel belongs to.
+    pub(crate) fn channel_port(&self, channel: usize) -> usize {
+        self.channels[channel].port
+    }
+
+    /// The socket fd of a channel (for the XSKMAP and for polling).
+    pub(crate) fn fd(&self, channel: usize) -> RawFd {
+        self.channels[channel].rx.fd().as_raw_fd()
+    }
+
+    /// Kernel statistics of a channel's socket (`XDP_STATISTICS`).
+    pub(crate) fn xdp_statistics(
+        &self,
+        channel: usize,
+    ) -> std::io::Result<xsk_rs::socket::XdpStatistics> {
+        self.channels[channel].rx.fd().xdp_statistics()
+    }
+
+    /// Moves up to `max` received frames of `channel` into `out`; they are the caller's now.
+    pub(crate) fn receive(
+        &mut self,
+        channel: usize,
+        out: &mut Vec<FrameDesc>,
+        max: usize,
+    ) -> usize {
+        let start = out.len();
+        out.resize(start + max, FrameDesc::default());
+        let ch = &mut self.channels[channel];
+        // SAFETY: the descriptors written are frames of this UMEM that the kernel filled and
+        // releases to us; none of them is anywhere else (see the module docs).
+        let n = unsafe { ch.rx.consume(&mut out[start..]) };
+        out.truncate(start + n);
+        ch.in_fill -= n as u32;
+        n
+    }
+
+    /// The bytes of a frame the caller holds.
+    pub(crate) fn bytes(&self, desc: &FrameDesc) -> &[u8] {
+        // SAFETY: the caller holds `desc`, a frame of this UMEM that no ring references, so the
+        // kernel does not write it while we read.
+        unsafe { self.umem.data(desc) }.contents()
+    }
+
+    /// How many frames `port`'s TX ring can take now, up to `want`.
+    pub(crate) fn tx_room(&mut self, port: usize, want: u32) -> u32 {
+        let ch = &mut self.channels[self.tx_channel[port]];
+        ch.tx.nb_free(want)
+    }
+
+    /// Submits `descs` (at most [`tx_room`](Self::tx_room)) to `port`'s TX ring and kicks it.
+    /// Returns how many were taken; the rest stay the caller's.
+    pub(crate) fn transmit(&mut self, port: usize, descs: &[FrameDesc]) -> usize {
+        if descs.is_empty() {
+            return 0;
+        }
+        let ch = &mut self.channels[self.tx_channel[port]];
+        // SAFETY: every descriptor is a frame of this UMEM held by the caller, who gives it up
+        // here; the ring takes all or none of them.
+        let n = unsafe { ch.tx.produce(descs) };
+        ch.in_tx += n as u32;
+        n
+    }
+
+    /// Kicks TX where frames wait (copy mode sends only inside `sendto`, at most the TX budget
+    /// per call). Returns whether any ring still holds unsent frames.
+    pub(crate) fn kick(&mut self) -> bool {
+        let mut pending = false;
+        for ch in &mut self.channels {
+            if ch.in_tx > 0 {
+                pending = true;
+                if ch.tx.needs_wakeup()
+                    && let Err(e) = ch.tx.wakeup()
+                {
+                    tracing::debug!("TX kick failed: {e}");
+                }
+            }
+        }
+        pending
+    }
+
+    /// Takes completed TX frames back into the free pool. Returns how many.
+    pub(crate) fn reap(&mut self) -> usize {
+        let mut reaped = 0;
+        for ch in &mut self.channels {
+            if ch.in_tx == 0 {
+                continue;
+            }
+            let start = self.free.len();
+            let n = ch.in_tx as usize;
+            self.free.resize(start + n, FrameDesc::default());
+            // SAFETY: completion entries are frames of this UMEM the kernel finished sending;
+            // they return to our pool and nowhere else.
+            let done = unsafe { ch.cq.consume(&mut self.free[start..]) };
+            self.free.truncate(start + done);
+            ch.in_tx -= done as u32;
+            reaped += done;
+        }
+        reaped
+    }
+
+    /// Tops every fill ring up from the free pool (capped at the ring size).
+    pub(crate) fn refill(&mut self) {
+        for ch in &mut self.channels {
+            let want = self
+                .ring_size
+                .saturating_sub(ch.in_fill)
+                .min(self.free.len() as u32);
+            if want == 0 {
+                continue;
+            }
+            // Reserve is all-or-nothing: ask how much room there is first.
+            let room = ch.fq.nb_free(want);
+            if room == 0 {
+                continue;
+            }
+            let from = self.free.len() - room as usize;
+            // SAFETY: these frames are in the free pool, owned by nobody else; after this call
+            // they belong to the kernel until they come back through RX.
+            let n = unsafe { ch.fq.produce(&self.free[from..]) };
+            self.free.truncate(self.free.len() - n);
+            ch.in_fill += n as u32;
+        }
+    }
+
+    /// Returns a frame the caller holds to the free pool (a drop).
+    pub(crate) fn release(&mut self, desc: FrameDesc) {
+        self.free.push(desc);
+    }
+
+    /// Where the frames are.
+    pub(crate) fn counts(&self) -> FrameCounts {
+        let in_fill = self.channels.iter().map(|c| c.in_fill).sum();
+        let in_tx = self.channels.iter().map(|c| c.in_tx).sum();
+        let free = self.free.len() as u32;
+        FrameCounts {
+            total: self.total,
+            free,
+            in_fill,
+            in_tx,
+            with_caller: self.total - free - in_fill - in_tx,
+        }
+    }
+}
+
+fn source_of(e: &dyn std::error::Error) -> Option<std::io::Error> {
+    e.source()
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .map(|io| std::io::Error::new(io.kind(), io.to_string()))
+}

@@ -1,0 +1,358 @@
+//! `htbd --config FILE`: the daemon's TOML config (a contract: tools and tests generate it).
+//!
+//! ```toml
+//! [daemon]
+//! mode = "router"              # or "bridge"
+//! socket = "/run/htbd.sock"    # control socket
+//! state_dir = "/var/lib/htbd"  # live changes persist here
+//! log = "info"
+//!
+//! [[interface]]
+//! name = "r2"
+//! [interface.qdisc]            # optional: an HTB tree shaping what leaves through this port
+//! default = "20"
+//! [[interface.class]]          # same keys as the simulator's [[class]]
+//! id = "1:1"
+//! rate = "100mbit"
+//! [[interface.filter]]
+//! prio = 1
+//! match = { dst = "10.201.1.0/24", proto = "udp", dport = "5201" }
+//! classid = "1:20"
+//! ```
+//!
+//! Everything is checked before anything on the system is touched; errors name the key, line
+//! and column.
+
+use std::path::PathBuf;
+
+use htb_config::filter::{Filter, FilterSection};
+use htb_config::{ClassSection, ConfigError, Located, QdiscSection, TreeSpec};
+use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    daemon: Option<DaemonSection>,
+    #[serde(default)]
+    interface: Vec<Located<InterfaceSection>>,
+}
+
+/// `[daemon]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DaemonSection {
+    mode: Option<Located<String>>,
+    socket: Option<PathBuf>,
+    socket_group: Option<String>,
+    state_dir: Option<PathBuf>,
+    log: Option<String>,
+    frames: Option<u32>,
+    frame_size: Option<Located<u32>>,
+    ring_size: Option<Located<u32>>,
+    batch: Option<usize>,
+    busy_poll: Option<bool>,
+    realtime: Option<Located<u8>>,
+    xdp_mode: Option<Located<String>>,
+    zero_copy: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InterfaceSection {
+    name: Located<String>,
+    peer: Option<Located<String>>,
+    qdisc: Option<QdiscSection>,
+    #[serde(default)]
+    class: Vec<Located<ClassSection>>,
+    #[serde(default)]
+    filter: Vec<Located<FilterSection>>,
+}
+
+/// A validated config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// Control socket path.
+    pub socket: PathBuf,
+    /// Group owning the control socket (mode 0660); `None`: root's.
+    pub socket_group: Option<String>,
+    /// Where live changes persist.
+    pub state_dir: PathBuf,
+    /// Log filter (`info`, `debug`, `htbd=debug`, …).
+    pub log: String,
+    /// The data plane.
+    pub engine: EngineConfig,
+}
+
+impl DaemonConfig {
+    /// Parses and validates a config.
+    ///
+    /// # Errors
+    /// The first problem, with line, column and key.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let file: File = htb_config::from_toml(text)?;
+        let daemon = file.daemon.unwrap_or_default();
+        let err =
+            |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
+
+        let mode = match daemon
+            .mode
+            .as_ref()
+            .map(|m| (m.get_ref().as_str(), m.span()))
+        {
+            None | Some(("router", _)) => Mode::Router,
+            Some(("bridge", _)) => Mode::Bridge,
+            Some((other, span)) => {
+                return Err(err(
+                    span,
+                    format!("mode must be \"router\" or \"bridge\", not {other:?}"),
+                ));
+            }
+        };
+        let attach = match daemon
+            .xdp_mode
+            .as_ref()
+            .map(|m| (m.get_ref().as_str(), m.span()))
+        {
+            None | Some(("auto", _)) => AttachMode::Auto,
+            Some(("native", _)) => AttachMode::Native,
+            Some(("skb", _)) => AttachMode::Skb,
+            Some((other, span)) => {
+                return Err(err(
+                    span,
+                    format!("xdp_mode must be auto, native or skb, not {other:?}"),
+                ));
+            }
+        };
+        let mut io = IoConfig::default();
+        if let Some(frames) = daemon.frames {
+            io.frames = frames;
+        }
+        if let Some(size) = &daemon.frame_size {
+            let v = *size.get_ref();
+            if !v.is_power_of_two() || !(2048..=65536).contains(&v) {
+                return Err(err(
+                    size.span(),
+                    format!("frame_size {v} must be a power of two from 2048 to 65536"),
+                ));
+            }
+            io.frame_size = v;
+        }
+        if let Some(size) = &daemon.ring_size {
+            let v = *size.get_ref();
+            if !v.is_power_of_two() || !(64..=32768).contains(&v) {
+                return Err(err(
+                    size.span(),
+                    format!("ring_size {v} must be a power of two from 64 to 32768"),
+                ));
+            }
+            io.ring_size = v;
+        }
+        io.zero_copy = daemon.zero_copy.unwrap_or(false);
+        if let Some(p) = &daemon.realtime
+            && !(1..=99).contains(p.get_ref())
+        {
+            return Err(err(
+                p.span(),
+                format!("realtime priority {} must be 1 to 99", p.get_ref()),
+            ));
+        }
+        if file.interface.is_empty() {
+            return Err(ConfigError::at(
+                text,
+                text.len(),
+                "no [[interface]]: list every port htbd forwards on".into(),
+            ));
+        }
+
+        let mut ports: Vec<PortConfig> = Vec::new();
+        for section in &file.interface {
+            let iface = section.get_ref();
+            let name = iface.name.get_ref().clone();
+            if ports.iter().any(|p| p.name == name) {
+                return Err(err(
+                    iface.name.span(),
+                    format!("interface {name} is listed twice"),
+                ));
+            }
+            let peer = iface.peer.as_ref().map(|p| p.get_ref().clone());
+            match (mode, &iface.peer) {
+                (Mode::Router, Some(p)) => {
+                    return Err(err(p.span(), "peer is for mode = \"bridge\" only".into()));
+                }
+                (Mode::Bridge, None) => {
+                    return Err(err(
+                        iface.name.span(),
+                        format!("bridge mode: interface {name} needs a peer"),
+                    ));
+                }
+                _ => {}
+            }
+            let tree = if iface.qdisc.is_some() || !iface.class.is_empty() {
+                Some(TreeSpec::from_sections(
+                    text,
+                    iface.qdisc.as_ref(),
+                    &iface.class,
+                )?)
+            } else {
+                None
+            };
+            let mut filters = Vec::new();
+            for f in &iface.filter {
+                let f = f.get_ref();
+                let class = f.classid.get_ref().0;
+                let known = tree
+                    .as_ref()
+                    .is_some_and(|t| t.classes.iter().any(|c| c.id == class));
+                if !known {
+                    return Err(err(
+                        f.classid.span(),
+                        format!(
+                            "filter targets class {class}, which interface {name} does not define"
+                        ),
+                    ));
+                }
+                filters.push(Filter {
+                    prio: f.prio,
+                    matcher: f.matcher.0,
+                    class,
+                });
+            }
+            ports.push(PortConfig {
+                name,
+                peer,
+                tree,
+                filters,
+            });
+        }
+        if mode == Mode::Bridge {
+            for (section, port) in file.interface.iter().zip(&ports) {
+                let peer = port.peer.as_deref().unwrap_or_default();
+                let back = ports
+                    .iter()
+                    .find(|p| p.name == peer)
+                    .and_then(|p| p.peer.as_deref());
+                if back != Some(port.name.as_str()) {
+                    let span = section
+                        .get_ref()
+                        .peer
+                        .as_ref()
+                        .map(Located::span)
+                        .unwrap_or_default();
+                    return Err(err(
+                        span,
+                        format!(
+                            "{} and {peer} must both be listed, naming each other as peer",
+                            port.name
+                        ),
+                    ));
+                }
+            }
+        }
+
+        Ok(Self {
+            socket: daemon
+                .socket
+                .unwrap_or_else(|| PathBuf::from("/run/htbd.sock")),
+            socket_group: daemon.socket_group,
+            state_dir: daemon
+                .state_dir
+                .unwrap_or_else(|| PathBuf::from("/var/lib/htbd")),
+            log: daemon.log.unwrap_or_else(|| "info".into()),
+            engine: EngineConfig {
+                mode,
+                ports,
+                io,
+                attach,
+                busy_poll: daemon.busy_poll.unwrap_or(false),
+                realtime: daemon.realtime.map(|p| *p.get_ref()),
+                batch: daemon.batch.unwrap_or(64),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAB: &str = r#"
+[daemon]
+mode = "router"
+socket = "/tmp/htbd.sock"
+
+[[interface]]
+name = "r1"
+
+[[interface]]
+name = "r2"
+[interface.qdisc]
+default = "20"
+r2q = 10
+[[interface.class]]
+id = "1:1"
+rate = "100mbit"
+[[interface.class]]
+id = "1:20"
+parent = "1:1"
+rate = "10mbit"
+ceil = "100mbit"
+[[interface.filter]]
+prio = 1
+match = { dst = "10.201.1.0/24", proto = "udp", dport = "5201" }
+classid = "1:20"
+"#;
+
+    #[test]
+    fn parses_the_contract_example() {
+        let c = DaemonConfig::parse(LAB).unwrap();
+        assert_eq!(c.socket, PathBuf::from("/tmp/htbd.sock"));
+        assert_eq!(c.state_dir, PathBuf::from("/var/lib/htbd"));
+        assert_eq!(c.engine.mode, Mode::Router);
+        assert_eq!(c.engine.ports.len(), 2);
+        assert!(c.engine.ports[0].tree.is_none());
+        let r2 = &c.engine.ports[1];
+        assert_eq!(r2.tree.as_ref().unwrap().config.default_minor, 0x20);
+        assert_eq!(r2.filters[0].class, htb_core::ClassId::new(1, 0x20));
+        assert_eq!(r2.filters[0].matcher.dport.map(|p| p.first), Some(5201));
+    }
+
+    fn error(text: &str) -> String {
+        DaemonConfig::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bad_configs_name_the_place() {
+        let e = error(&LAB.replace("rate = \"10mbit\"", "rate = \"10mbitz\""));
+        assert!(
+            e.starts_with(
+                "line 20, column 8: interface[1].class[1].rate: invalid rate \"10mbitz\""
+            ),
+            "{e}"
+        );
+        assert!(e.contains("invalid rate \"10mbitz\""), "{e}");
+        let e = error(&LAB.replace("classid = \"1:20\"", "classid = \"1:30\""));
+        assert!(
+            e.starts_with(
+                "line 25, column 11: interface[1].filter[0].classid: filter targets class 1:30"
+            ),
+            "{e}"
+        );
+        let e = error(&LAB.replace("mode = \"router\"", "mode = \"switch\""));
+        assert!(e.starts_with("line 3, column 8: daemon.mode:"), "{e}");
+        let e = error(&LAB.replace("name = \"r1\"", "name = \"r1\"\npeer = \"r2\""));
+        assert!(e.contains("peer is for mode = \"bridge\" only"), "{e}");
+        let e = error(
+            "[daemon]\nmode = \"bridge\"\n[[interface]]\nname = \"a\"\npeer = \"b\"\n[[interface]]\nname = \"b\"\npeer = \"c\"\n",
+        );
+        assert!(e.contains("naming each other"), "{e}");
+        let e = error("[daemon]\nlog = \"info\"\n");
+        assert!(e.contains("no [[interface]]"), "{e}");
+        let e = error("[daemon]\nframe_size = 3000\n[[interface]]\nname = \"a\"\n");
+        assert!(e.contains("power of two"), "{e}");
+        let e = error("[[interface]]\nname = \"a\"\n[[interface.filter]]\nclassid = \"1:1\"\n");
+        assert!(e.contains("does not define"), "{e}");
+        let e = error("[[interface]]\nname = \"a\"\nspeed = 1\n");
+        assert!(e.contains("unknown field `speed`"), "{e}");
+    }
+}

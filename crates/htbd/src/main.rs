@@ -1,0 +1,59 @@
+//! `htbd --config FILE`: see the crate documentation.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use htbd::DaemonConfig;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "htbd",
+    version,
+    about = "htb: userspace HTB shaping router (AF_XDP)"
+)]
+struct Args {
+    /// Config file (TOML).
+    #[arg(long, short)]
+    config: PathBuf,
+    /// Check the config and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let text = match std::fs::read_to_string(&args.config) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("htbd: cannot read {}: {e}", args.config.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let config = match DaemonConfig::parse(&text) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("htbd: {}: {e}", args.config.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.check {
+        println!("{}: ok", args.config.display());
+        return ExitCode::SUCCESS;
+    }
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stderr)
+        .init();
+    match htbd::run(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("htbd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

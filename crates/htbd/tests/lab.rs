@@ -1,0 +1,285 @@
+//! htbd in the netns lab (node-1 ↔ router ↔ node-2): forwarding, shaping accuracy, borrowing,
+//! default class, malformed input, fail-open and restart. Needs root; skips otherwise.
+
+mod support;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use support::{Htbd, Lab, N1, N2, R, assert_within, htbd_fails};
+
+/// r1 unshaped; r2 with `tree` (TOML of [interface.qdisc] / classes / filters).
+fn router_config(tree: &str) -> String {
+    format!(
+        "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+         [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n{tree}"
+    )
+}
+
+/// One class at `rate` taking all traffic (the default).
+fn one_class(rate: &str) -> String {
+    router_config(&format!(
+        "[interface.qdisc]\ndefault = \"1\"\n[[interface.class]]\nid = \"1:1\"\nrate = \"{rate}\"\n"
+    ))
+}
+
+/// Received UDP payload of an iperf3 run, as L2 bit/s (1400-byte datagrams + 42 bytes of headers).
+fn udp_l2_bps(report: &serde_json::Value) -> f64 {
+    let received = &report["end"]["sum_received"];
+    received["bytes"].as_f64().unwrap() * 1442.0 / 1400.0 * 8.0
+        / received["seconds"].as_f64().unwrap()
+}
+
+#[test]
+fn router_mode_forwards_ping_tcp_and_udp_both_ways() {
+    let Some(lab) = Lab::up("router") else { return };
+    // Both directions shaped, at different rates: the rates prove the traffic went through
+    // htbd (the kernel alone would not shape). Router mode needs kernel forwarding on: the XDP
+    // program's FIB lookup honours it, and it is the fail-open path.
+    let config = "[daemon]\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\
+                  [[interface]]\nname = \"r1\"\n[interface.qdisc]\ndefault = \"1\"\n\
+                  [[interface.class]]\nid = \"1:1\"\nrate = \"30mbit\"\n\
+                  [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"1\"\n\
+                  [[interface.class]]\nid = \"1:1\"\nrate = \"20mbit\"\n";
+    let _htbd = Htbd::start(&lab, config);
+    assert!(lab.xdp_attached(R, "r1") && lab.xdp_attached(R, "r2"));
+    assert_eq!(lab.ping(N1, "10.201.2.2", 5, "0.2"), 5, "node-1 → node-2");
+    assert_eq!(lab.ping(N2, "10.201.1.2", 5, "0.2"), 5, "node-2 → node-1");
+    for (reverse, shaped) in [(false, 20e6), (true, 30e6)] {
+        let _s = lab.iperf_server(N2, 5201);
+        let tcp = lab.iperf(N1, "10.201.2.2", 5201, 3, None, reverse);
+        let bps = tcp["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap();
+        // TCP goodput is a few % below the L2 rate the class shapes.
+        assert!(
+            (0.85 * shaped..shaped).contains(&bps),
+            "TCP reverse={reverse}: {bps} bit/s, class {shaped}"
+        );
+        let _s = lab.iperf_server(N2, 5202);
+        let udp = lab.iperf(N1, "10.201.2.2", 5202, 2, Some("10M"), reverse);
+        let lost = udp["end"]["sum_received"]["lost_percent"].as_f64().unwrap();
+        assert!(lost < 1.0, "UDP reverse={reverse}: {lost} % lost");
+    }
+}
+
+#[test]
+fn bridge_mode_forwards() {
+    let Some(lab) = Lab::up("bridge") else { return };
+    let config = "[daemon]\nmode = \"bridge\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n\
+                  [[interface]]\nname = \"r1\"\npeer = \"r2\"\n\
+                  [[interface]]\nname = \"r2\"\npeer = \"r1\"\n[interface.qdisc]\ndefault = \"1\"\n\
+                  [[interface.class]]\nid = \"1:1\"\nrate = \"20mbit\"\n";
+    let _htbd = Htbd::start(&lab, config);
+    // The kernel bridge is down: frames can only cross through htbd (ARP included).
+    assert!(
+        lab.exec(R, &["ip", "link", "set", "br0", "down"])
+            .status
+            .success()
+    );
+    assert_eq!(lab.ping(N1, "10.201.0.2", 5, "0.2"), 5);
+    assert_eq!(lab.ping(N2, "10.201.0.1", 5, "0.2"), 5);
+    let _s = lab.iperf_server(N2, 5201);
+    let tcp = lab.iperf(N1, "10.201.0.2", 5201, 3, None, false);
+    let bps = tcp["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap();
+    // Shaped to 20 Mbit/s at L2 (TCP goodput a little below).
+    assert!(
+        (15e6..20.5e6).contains(&bps),
+        "TCP through the bridge: {bps} bit/s"
+    );
+}
+
+#[test]
+fn one_class_at_10_100_1000_mbit_within_2_percent() {
+    let Some(lab) = Lab::up("router") else { return };
+    for (rate, bps, offered) in [
+        ("10mbit", 10e6, "12M"),
+        ("100mbit", 100e6, "120M"),
+        ("1gbit", 1e9, "1.2G"),
+    ] {
+        let htbd = Htbd::start(&lab, &one_class(rate));
+        let measured = lab.udp_rate_at_n2(5201, offered, 6);
+        drop(htbd);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_within(
+            &format!("class at {rate}, L2 at node-2's veth"),
+            measured,
+            bps,
+            0.02,
+        );
+    }
+}
+
+#[test]
+fn an_idle_class_share_is_borrowed() {
+    let Some(lab) = Lab::up("router") else { return };
+    let tree = "[interface.qdisc]\n[[interface.class]]\nid = \"1:1\"\nrate = \"100mbit\"\n\
+                [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"30mbit\"\nceil = \"100mbit\"\n\
+                [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"70mbit\"\nceil = \"100mbit\"\n\
+                [[interface.filter]]\nmatch = { dport = \"5201\" }\nclassid = \"1:10\"\n\
+                [[interface.filter]]\nmatch = { dport = \"5202\" }\nclassid = \"1:20\"\n";
+    let _htbd = Htbd::start(&lab, &router_config(tree));
+    // 1:20 idle: 1:10 borrows its share and runs at the parent's 100 Mbit/s.
+    let _s = lab.iperf_server(N2, 5201);
+    let alone = udp_l2_bps(&lab.iperf(N1, "10.201.2.2", 5201, 5, Some("150M"), false));
+    assert_within(
+        "1:10 alone (borrowing 1:20's idle share)",
+        alone,
+        100e6,
+        0.03,
+    );
+    // Both busy: each gets its rate.
+    let _s1 = lab.iperf_server(N2, 5201);
+    let _s2 = lab.iperf_server(N2, 5202);
+    let second = lab
+        .cmd(N1, "iperf3")
+        .args([
+            "-c",
+            "10.201.2.2",
+            "-p",
+            "5202",
+            "-u",
+            "-b",
+            "150M",
+            "-l",
+            "1400",
+            "-t",
+            "5",
+            "-J",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = udp_l2_bps(&lab.iperf(N1, "10.201.2.2", 5201, 5, Some("150M"), false));
+    let second: serde_json::Value =
+        serde_json::from_slice(&second.wait_with_output().unwrap().stdout).unwrap();
+    assert_within("1:10 with 1:20 busy", first, 30e6, 0.05);
+    assert_within("1:20 with 1:10 busy", udp_l2_bps(&second), 70e6, 0.05);
+}
+
+#[test]
+fn unclassified_traffic_goes_to_the_default_class() {
+    let Some(lab) = Lab::up("router") else { return };
+    let tree = "[interface.qdisc]\ndefault = \"30\"\n[[interface.class]]\nid = \"1:1\"\nrate = \"200mbit\"\n\
+                [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"100mbit\"\n\
+                [[interface.class]]\nid = \"1:30\"\nparent = \"1:1\"\nrate = \"20mbit\"\n\
+                [[interface.filter]]\nmatch = { dport = \"5201\" }\nclassid = \"1:10\"\n";
+    let _htbd = Htbd::start(&lab, &router_config(tree));
+    let measured = lab.udp_rate_at_n2(5999, "40M", 6);
+    assert_within("unmatched port → default class 1:30", measured, 20e6, 0.02);
+}
+
+#[test]
+fn malformed_frames_do_not_disturb_forwarding() {
+    let Some(lab) = Lab::up("router") else { return };
+    let mut htbd = Htbd::start(&lab, &one_class("100mbit"));
+    // Runts, bogus IHL, truncated IPv4/IPv6/VLAN headers and random bytes, sent raw at r1's MAC
+    // and at broadcast, 3000 frames.
+    let script = r#"
+import os, random, socket, struct
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+s.bind(("eth0", 0))
+random.seed(7)
+r1 = bytes.fromhex("02000ac90101"); me = bytes.fromhex("02000ac90102")
+frames = []
+for i in range(3000):
+    dst = r1 if i % 3 else b"\xff" * 6
+    kind = i % 6
+    if kind == 0: body = b""
+    elif kind == 1: body = b"\x08\x00" + bytes([0x4f]) + os.urandom(random.randrange(0, 40))
+    elif kind == 2: body = b"\x86\xdd" + bytes([0x60]) + os.urandom(random.randrange(0, 60))
+    elif kind == 3: body = b"\x81\x00\x00\x0a\x81\x00" + os.urandom(random.randrange(0, 10))
+    elif kind == 4: body = b"\x08\x00\x45\x00\x00\x14" + os.urandom(14) + b"\x0a\xc9\x02\x02"
+    else: body = os.urandom(random.randrange(2, 1400))
+    frame = dst + me + body
+    try:
+        s.send(frame)
+    except OSError:
+        pass
+print("sent")
+"#;
+    let out = lab.exec(N1, &["python3", "-c", script]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("sent"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        lab.ping(N1, "10.201.2.2", 10, "0.1"),
+        10,
+        "forwarding after malformed input"
+    );
+    let measured = lab.udp_rate_at_n2(5201, "150M", 5);
+    assert_within("shaping after malformed input", measured, 100e6, 0.02);
+    htbd.wait_for_log("htbd running", Duration::from_secs(1));
+    assert!(!htbd.log_text().contains("panicked"), "{}", htbd.log_text());
+}
+
+#[test]
+fn kill_9_fails_open_within_a_second_and_restart_resumes_shaping() {
+    let Some(lab) = Lab::up("router") else { return };
+    let mut htbd = Htbd::start(&lab, &one_class("20mbit"));
+    // 300 pings at 10 ms; htbd is killed a second in.
+    let pinger = lab
+        .cmd(N1, "ping")
+        .args([
+            "-n",
+            "-q",
+            "-c",
+            "300",
+            "-i",
+            "0.01",
+            "-W",
+            "1",
+            "10.201.2.2",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    htbd.kill9();
+    let out = String::from_utf8_lossy(&pinger.wait_with_output().unwrap().stdout).into_owned();
+    let received: u32 = out
+        .lines()
+        .find_map(|l| {
+            l.split(", ")
+                .nth(1)
+                .and_then(|r| r.strip_suffix(" received"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0);
+    eprintln!("pings answered across kill -9: {received}/300");
+    assert!(received >= 200, "more than a second of traffic lost: {out}");
+    assert!(
+        !lab.xdp_attached(R, "r1") && !lab.xdp_attached(R, "r2"),
+        "XDP detached with the process"
+    );
+    // Unshaped through the kernel now.
+    let unshaped = lab.udp_rate_at_n2(5201, "60M", 4);
+    assert!(unshaped > 40e6, "the kernel forwards unshaped: {unshaped}");
+    drop(htbd);
+    let _htbd = Htbd::start(&lab, &one_class("20mbit"));
+    let measured = lab.udp_rate_at_n2(5201, "60M", 5);
+    assert_within("shaping after restart", measured, 20e6, 0.02);
+}
+
+#[test]
+fn a_bad_interface_attaches_nothing() {
+    let Some(lab) = Lab::up("router") else { return };
+    let config = "[daemon]\nsocket = \"@SOCKET@\"\n[[interface]]\nname = \"r1\"\n[[interface]]\nname = \"nosuch0\"\n";
+    let stderr = htbd_fails(&lab, config);
+    assert!(stderr.contains("interface nosuch0"), "{stderr}");
+    assert!(!lab.xdp_attached(R, "r1"), "nothing attached half-way");
+    let stderr = htbd_fails(
+        &lab,
+        "[daemon]\nmode = \"hub\"\n[[interface]]\nname = \"r1\"\n",
+    );
+    assert!(stderr.contains("line 2, column 8: daemon.mode"), "{stderr}");
+    assert_eq!(
+        lab.ping(N1, "10.201.2.2", 3, "0.2"),
+        3,
+        "the kernel still forwards"
+    );
+}

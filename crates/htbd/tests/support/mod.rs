@@ -1,0 +1,413 @@
+//! The netns lab for integration tests: builds it with `scripts/lab.sh`, runs htbd inside, drives
+//! ping and iperf3, and measures L2 rates on the egress veth. Tests need root and network
+//! namespaces; without them they print why and pass as skipped.
+#![allow(dead_code, unreachable_pub)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One lab at a time: tests measure rates, so they must not share two cores with each other.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub const N1: &str = "n1";
+pub const R: &str = "r";
+pub const N2: &str = "n2";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The htbd binary: `HTBD_BIN` (the test command points it at a release build, since shaping a
+/// gigabit in a debug build is not a fair test), else this package's build.
+pub fn htbd_bin() -> PathBuf {
+    std::env::var_os("HTBD_BIN")
+        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_htbd")), PathBuf::from)
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// Why the lab cannot run here, if it cannot.
+fn unavailable() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let uid = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1));
+    if uid != Some("0") {
+        return Some("needs root (network namespaces, XDP)".into());
+    }
+    for tool in ["ip", "iperf3", "ping", "ethtool", "python3"] {
+        if Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            return Some(format!(
+                "{tool} is not installed (scripts/setup.sh installs it)"
+            ));
+        }
+    }
+    let probe = run(Command::new("ip").args(["netns", "add", "htbt-probe"]));
+    let _ = run(Command::new("ip").args(["netns", "del", "htbt-probe"]));
+    (!probe.status.success()).then(|| {
+        format!(
+            "cannot create network namespaces: {}",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        )
+    })
+}
+
+/// A running lab; dropping it removes the namespaces (and every process in them).
+pub struct Lab {
+    name: String,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Lab {
+    /// Builds the lab in `mode` ("router" or "bridge"), or returns `None` after printing why
+    /// it cannot run here.
+    pub fn up(mode: &str) -> Option<Self> {
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(reason) = unavailable() {
+            eprintln!("skipping lab test: {reason}");
+            return None;
+        }
+        let name = "htbt".to_owned();
+        let out = run(Command::new(repo().join("scripts/lab.sh"))
+            .args(["up", mode])
+            .env("LAB", &name));
+        assert!(
+            out.status.success(),
+            "lab.sh up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(Self {
+            name,
+            _serial: serial,
+        })
+    }
+
+    /// The full namespace name of `n1`, `r` or `n2`.
+    pub fn ns(&self, which: &str) -> String {
+        format!("{}-{which}", self.name)
+    }
+
+    /// A command run inside namespace `which`.
+    pub fn cmd(&self, which: &str, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns(which), program]);
+        cmd
+    }
+
+    /// Runs a command inside `which` and returns its output.
+    pub fn exec(&self, which: &str, args: &[&str]) -> Output {
+        run(self.cmd(which, args[0]).args(&args[1..]))
+    }
+
+    /// Pings `ip` from `which`; returns the packets received.
+    pub fn ping(&self, which: &str, ip: &str, count: u32, interval: &str) -> u32 {
+        let out = self.exec(
+            which,
+            &[
+                "ping",
+                "-n",
+                "-q",
+                "-c",
+                &count.to_string(),
+                "-i",
+                interval,
+                "-W",
+                "1",
+                ip,
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.lines()
+            .find_map(|l| {
+                l.split(", ")
+                    .nth(1)
+                    .and_then(|r| r.strip_suffix(" received"))
+                    .and_then(|n| n.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// Bytes received so far on `dev` in `which` (L2, without FCS).
+    pub fn rx_bytes(&self, which: &str, dev: &str) -> u64 {
+        let out = self.exec(
+            which,
+            &["cat", &format!("/sys/class/net/{dev}/statistics/rx_bytes")],
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .expect("rx_bytes")
+    }
+
+    /// Whether an XDP program is attached to `dev` in `which`.
+    pub fn xdp_attached(&self, which: &str, dev: &str) -> bool {
+        let out = self.exec(which, &["ip", "link", "show", dev]);
+        String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+    }
+
+    /// Starts an iperf3 server for one test on `port` in `which`; it is reaped when dropped.
+    pub fn iperf_server(&self, which: &str, port: u16) -> Reaped {
+        let child = self
+            .cmd(which, "iperf3")
+            .args(["-s", "-1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("iperf3 -s");
+        std::thread::sleep(Duration::from_millis(300));
+        Reaped(child)
+    }
+
+    /// Runs an iperf3 client from `which` to `ip:port` for `secs`; `udp` gives the offered
+    /// rate. Returns the JSON report.
+    pub fn iperf(
+        &self,
+        which: &str,
+        ip: &str,
+        port: u16,
+        secs: u32,
+        udp: Option<&str>,
+        reverse: bool,
+    ) -> serde_json::Value {
+        let mut args = vec![
+            "-c".to_owned(),
+            ip.into(),
+            "-p".into(),
+            port.to_string(),
+            "-t".into(),
+            secs.to_string(),
+            "-J".into(),
+        ];
+        if let Some(rate) = udp {
+            args.extend([
+                "-u".into(),
+                "-b".into(),
+                rate.into(),
+                "-l".into(),
+                "1400".into(),
+            ]);
+        }
+        if reverse {
+            args.push("-R".into());
+        }
+        let out = run(self.cmd(which, "iperf3").args(&args));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "iperf3 {args:?}: {e}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// Offers UDP at `offered` from node-1 to node-2:`port` and measures the L2 rate arriving at
+    /// node-2's veth over the steady part (after one second), in bit/s.
+    pub fn udp_rate_at_n2(&self, port: u16, offered: &str, secs: u32) -> f64 {
+        let _server = self.iperf_server(N2, port);
+        let client = self
+            .cmd(N1, "iperf3")
+            .args([
+                "-c",
+                "10.201.2.2",
+                "-p",
+                &port.to_string(),
+                "-u",
+                "-b",
+                offered,
+                "-l",
+                "1400",
+                "-t",
+                &secs.to_string(),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("iperf3 -c");
+        std::thread::sleep(Duration::from_millis(1200));
+        let (b0, t0) = (self.rx_bytes(N2, "eth0"), Instant::now());
+        std::thread::sleep(Duration::from_secs(u64::from(secs) - 2));
+        let (b1, t1) = (self.rx_bytes(N2, "eth0"), Instant::now());
+        let _ = client.wait_with_output();
+        (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new(repo().join("scripts/lab.sh"))
+            .arg("down")
+            .env("LAB", &self.name)
+            .output();
+    }
+}
+
+/// A helper process that is killed (if still running) and reaped when dropped.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// htbd running in the lab's router namespace.
+pub struct Htbd {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub config: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Htbd {
+    /// Writes `config` (with `@SOCKET@` and `@STATE@` replaced by temporary paths) and starts
+    /// htbd with it; waits until it logs that it runs.
+    pub fn start(lab: &Lab, config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(lab, config, dir)
+    }
+
+    /// As [`start`](Self::start), keeping state in `dir` (to test restarts).
+    pub fn start_in(lab: &Lab, config: &str, dir: tempfile::TempDir) -> Self {
+        let text = config
+            .replace(
+                "@SOCKET@",
+                &dir.path().join("htbd.sock").display().to_string(),
+            )
+            .replace("@STATE@", &dir.path().join("state").display().to_string());
+        let path = dir.path().join("htbd.toml");
+        std::fs::write(&path, text).unwrap();
+        let log = dir.path().join("htbd.log");
+        let child = lab
+            .cmd(R, htbd_bin().to_str().unwrap())
+            .args(["--config", path.to_str().unwrap()])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("spawn htbd");
+        let mut htbd = Self {
+            child: Some(child),
+            log,
+            config: path,
+            _dir: dir,
+        };
+        htbd.wait_for_log("htbd running", Duration::from_secs(10));
+        htbd
+    }
+
+    /// Waits until the log contains `needle`; panics with the log otherwise.
+    pub fn wait_for_log(&mut self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.log_text().contains(needle) {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "htbd exited ({status}) before logging {needle:?}:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "htbd did not log {needle:?} within {timeout:?}:\n{}",
+            self.log_text()
+        );
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The socket path the config was given.
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status and keeps the temp dir for a restart.
+    pub fn terminate(mut self) -> (std::process::ExitStatus, tempfile::TempDir) {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let status = child.wait().expect("wait htbd");
+        let dir = std::mem::replace(&mut self._dir, tempfile::tempdir().unwrap());
+        (status, dir)
+    }
+}
+
+impl Drop for Htbd {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Runs htbd with `config` expecting it to fail; returns its stderr.
+pub fn htbd_fails(lab: &Lab, config: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(
+        &path,
+        config.replace("@SOCKET@", &dir.path().join("s").display().to_string()),
+    )
+    .unwrap();
+    let out = run(lab
+        .cmd(R, htbd_bin().to_str().unwrap())
+        .args(["--config", path.to_str().unwrap()]));
+    assert!(!out.status.success(), "htbd should have failed");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Reads lines of a child's stdout until one contains `needle`.
+pub fn wait_line(child: &mut Child, needle: &str) -> bool {
+    let Some(stdout) = child.stdout.take() else {
+        return false;
+    };
+    BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.contains(needle))
+}
+
+/// Asserts that `measured` is within `tolerance` (relative) of `target`.
+pub fn assert_within(what: &str, measured: f64, target: f64, tolerance: f64) {
+    let err = (measured - target) / target;
+    eprintln!(
+        "{what}: {:.3} Mbit/s for {:.3} Mbit/s ({:+.2} %)",
+        measured / 1e6,
+        target / 1e6,
+        err * 100.0
+    );
+    assert!(
+        err.abs() <= tolerance,
+        "{what}: {measured:.0} bit/s is {:+.2} % off {target:.0}",
+        err * 100.0
+    );
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The three-host lab of seed 003 in network namespaces:
+#
+#   node-1 (eth0) <==veth==> (r1) router (r2) <==veth==> (eth0) node-2
+#
+#   scripts/lab.sh up [router|bridge]    build it (default: router)
+#   scripts/lab.sh down                  remove it
+#   scripts/lab.sh status                show it
+#
+# Router mode: node-1 10.201.1.2/24 via 10.201.1.1 (r1); node-2 10.201.2.2/24 via 10.201.2.1 (r2);
+# the router forwards (ip_forward=1: the kernel's path, and htbd's fail-open).
+# Bridge mode: node-1 10.201.0.1/24, node-2 10.201.0.2/24; r1 and r2 are members of br0 (the
+# kernel bridges when htbd is not running).
+# Namespaces are ${LAB:-htb}-n1, -r, -n2. The endpoints have TX checksum offload, TSO and GSO
+# off: AF_XDP copy-mode TX re-sends frames as plain bytes, so partial checksums would arrive
+# unfinished (see ../shared/reference/afxdp.md).
+set -euo pipefail
+
+LAB=${LAB:-htb}
+N1=$LAB-n1 R=$LAB-r N2=$LAB-n2
+
+down() {
+    for ns in "$N1" "$R" "$N2"; do
+        ip netns del "$ns" 2>/dev/null || true
+    done
+}
+
+up() {
+    local mode=${1:-router}
+    down
+    for ns in "$N1" "$R" "$N2"; do
+        ip netns add "$ns"
+        ip -n "$ns" link set lo up
+        ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+    done
+    ip link add eth0 netns "$N1" address 02:00:0a:c9:01:02 type veth peer name r1 netns "$R" address 02:00:0a:c9:01:01
+    ip link add eth0 netns "$N2" address 02:00:0a:c9:02:02 type veth peer name r2 netns "$R" address 02:00:0a:c9:02:01
+    for ns in "$N1" "$N2"; do
+        ip netns exec "$ns" ethtool -K eth0 tx off tso off gso off >/dev/null 2>&1 || true
+    done
+    case "$mode" in
+    router)
+        ip -n "$N1" addr add 10.201.1.2/24 dev eth0
+        ip -n "$N2" addr add 10.201.2.2/24 dev eth0
+        ip -n "$R" addr add 10.201.1.1/24 dev r1
+        ip -n "$R" addr add 10.201.2.1/24 dev r2
+        ip -n "$N1" link set eth0 up
+        ip -n "$N2" link set eth0 up
+        ip -n "$R" link set r1 up
+        ip -n "$R" link set r2 up
+        ip -n "$N1" route add default via 10.201.1.1
+        ip -n "$N2" route add default via 10.201.2.1
+        ip netns exec "$R" sysctl -qw net.ipv4.ip_forward=1
+        ;;
+    bridge)
+        ip -n "$N1" addr add 10.201.0.1/24 dev eth0
+        ip -n "$N2" addr add 10.201.0.2/24 dev eth0
+        ip -n "$R" link add br0 type bridge
+        ip -n "$R" link set r1 master br0
+        ip -n "$R" link set r2 master br0
+        for dev in br0 r1 r2; do ip -n "$R" link set "$dev" up; done
+        ip -n "$N1" link set eth0 up
+        ip -n "$N2" link set eth0 up
+        ;;
+    *)
+        echo "usage: $0 up [router|bridge]" >&2
+        exit 2
+        ;;
+    esac
+    echo "lab $LAB up ($mode): $N1 - $R - $N2"
+}
+
+status() {
+    for ns in "$N1" "$R" "$N2"; do
+        echo "== $ns"
+        ip -n "$ns" -br addr 2>/dev/null || echo "(missing)"
+    done
+}
+
+case "${1:-}" in
+up) up "${2:-router}" ;;
+down) down ;;
+status) status ;;
+*)
+    echo "usage: $0 up [router|bridge] | down | status" >&2
+    exit 2
+    ;;
+esac
