@@ -21,6 +21,14 @@ N1=$LAB-n1 R=$LAB-r N2=$LAB-n2
 
 down() {
     for ns in "$N1" "$R" "$N2"; do
+        # Deleting a namespace does not stop its processes (htbd, iperf3): stop them first.
+        local pids
+        pids=$(ip netns pids "$ns" 2>/dev/null || true)
+        if [ -n "$pids" ]; then
+            kill $pids 2>/dev/null || true
+            sleep 0.2
+            kill -9 $pids 2>/dev/null || true
+        fi
         ip netns del "$ns" 2>/dev/null || true
     done
 }

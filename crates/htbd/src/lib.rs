@@ -6,6 +6,7 @@
 
 mod config;
 mod forwarding;
+pub mod tc_export;
 
 use std::thread::JoinHandle;
 

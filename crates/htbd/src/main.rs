@@ -20,6 +20,9 @@ struct Args {
     /// Check the config and exit.
     #[arg(long)]
     check: bool,
+    /// Print the config's trees and filters as tc commands for the kernel's HTB, and exit.
+    #[arg(long)]
+    print_tc: bool,
 }
 
 fn main() -> ExitCode {
@@ -38,6 +41,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.print_tc {
+        for line in htbd::tc_export::commands(&config) {
+            println!("{line}");
+        }
+        return ExitCode::SUCCESS;
+    }
     if args.check {
         println!("{}: ok", args.config.display());
         return ExitCode::SUCCESS;

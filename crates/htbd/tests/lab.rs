@@ -1,12 +1,10 @@
 //! htbd in the netns lab (node-1 ↔ router ↔ node-2): forwarding, shaping accuracy, borrowing,
 //! default class, malformed input, fail-open and restart. Needs root; skips otherwise.
 
-mod support;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use support::{Htbd, Lab, N1, N2, R, assert_within, htbd_fails};
+use htb_lab::{Htbd, Lab, N1, N2, R, assert_within, htbd_fails};
 
 /// r1 unshaped; r2 with `tree` (TOML of [interface.qdisc] / classes / filters).
 fn router_config(tree: &str) -> String {
@@ -32,7 +30,9 @@ fn udp_l2_bps(report: &serde_json::Value) -> f64 {
 
 #[test]
 fn router_mode_forwards_ping_tcp_and_udp_both_ways() {
-    let Some(lab) = Lab::up("router") else { return };
+    let Some(lab) = Lab::up("htbt", "router") else {
+        return;
+    };
     // Both directions shaped, at different rates: the rates prove the traffic went through
     // htbd (the kernel alone would not shape). Router mode needs kernel forwarding on: the XDP
     // program's FIB lookup honours it, and it is the fail-open path.
@@ -65,7 +65,9 @@ fn router_mode_forwards_ping_tcp_and_udp_both_ways() {
 
 #[test]
 fn bridge_mode_forwards() {
-    let Some(lab) = Lab::up("bridge") else { return };
+    let Some(lab) = Lab::up("htbt", "bridge") else {
+        return;
+    };
     let config = "[daemon]\nmode = \"bridge\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n\
                   [[interface]]\nname = \"r1\"\npeer = \"r2\"\n\
                   [[interface]]\nname = \"r2\"\npeer = \"r1\"\n[interface.qdisc]\ndefault = \"1\"\n\
@@ -93,7 +95,9 @@ fn bridge_mode_forwards() {
 
 #[test]
 fn one_class_at_10_100_1000_mbit_within_2_percent() {
-    let Some(lab) = Lab::up("router") else { return };
+    let Some(lab) = Lab::up("htbt", "router") else {
+        return;
+    };
     for (rate, bps, offered) in [
         ("10mbit", 10e6, "12M"),
         ("100mbit", 100e6, "120M"),
@@ -114,7 +118,9 @@ fn one_class_at_10_100_1000_mbit_within_2_percent() {
 
 #[test]
 fn an_idle_class_share_is_borrowed() {
-    let Some(lab) = Lab::up("router") else { return };
+    let Some(lab) = Lab::up("htbt", "router") else {
+        return;
+    };
     let tree = "[interface.qdisc]\n[[interface.class]]\nid = \"1:1\"\nrate = \"100mbit\"\n\
                 [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"30mbit\"\nceil = \"100mbit\"\n\
                 [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"70mbit\"\nceil = \"100mbit\"\n\
@@ -161,7 +167,9 @@ fn an_idle_class_share_is_borrowed() {
 
 #[test]
 fn unclassified_traffic_goes_to_the_default_class() {
-    let Some(lab) = Lab::up("router") else { return };
+    let Some(lab) = Lab::up("htbt", "router") else {
+        return;
+    };
     let tree = "[interface.qdisc]\ndefault = \"30\"\n[[interface.class]]\nid = \"1:1\"\nrate = \"200mbit\"\n\
                 [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"100mbit\"\n\
                 [[interface.class]]\nid = \"1:30\"\nparent = \"1:1\"\nrate = \"20mbit\"\n\
@@ -173,7 +181,9 @@ fn unclassified_traffic_goes_to_the_default_class() {
 
 #[test]
 fn malformed_frames_do_not_disturb_forwarding() {
-    let Some(lab) = Lab::up("router") else { return };
+    let Some(lab) = Lab::up("htbt", "router") else {
+        return;
+    };
     let mut htbd = Htbd::start(&lab, &one_class("100mbit"));
     // Runts, bogus IHL, truncated IPv4/IPv6/VLAN headers and random bytes, sent raw at r1's MAC
     // and at broadcast, 3000 frames.
@@ -219,7 +229,9 @@ print("sent")
 
 #[test]
 fn kill_9_fails_open_within_a_second_and_restart_resumes_shaping() {
-    let Some(lab) = Lab::up("router") else { return };
+    let Some(lab) = Lab::up("htbt", "router") else {
+        return;
+    };
     let mut htbd = Htbd::start(&lab, &one_class("20mbit"));
     // 300 pings at 10 ms; htbd is killed a second in.
     let pinger = lab
@@ -267,7 +279,9 @@ fn kill_9_fails_open_within_a_second_and_restart_resumes_shaping() {
 
 #[test]
 fn a_bad_interface_attaches_nothing() {
-    let Some(lab) = Lab::up("router") else { return };
+    let Some(lab) = Lab::up("htbt", "router") else {
+        return;
+    };
     let config = "[daemon]\nsocket = \"@SOCKET@\"\n[[interface]]\nname = \"r1\"\n[[interface]]\nname = \"nosuch0\"\n";
     let stderr = htbd_fails(&lab, config);
     assert!(stderr.contains("interface nosuch0"), "{stderr}");

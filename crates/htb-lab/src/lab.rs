@@ -1,7 +1,5 @@
-//! The netns lab for integration tests: builds it with `scripts/lab.sh`, runs htbd inside, drives
-//! ping and iperf3, and measures L2 rates on the egress veth. Tests need root and network
-//! namespaces; without them they print why and pass as skipped.
-#![allow(dead_code, unreachable_pub)]
+//! The netns lab: builds it with `scripts/lab.sh`, runs htbd inside, drives ping and iperf3, and
+//! measures L2 rates on the egress veth. Needs root and network namespaces.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -9,7 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// One lab at a time: tests measure rates, so they must not share two cores with each other.
+/// One lab at a time in this process: labs measure rates, so they must not share two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 pub const N1: &str = "n1";
@@ -21,10 +19,17 @@ fn repo() -> PathBuf {
 }
 
 /// The htbd binary: `HTBD_BIN` (the test command points it at a release build, since shaping a
-/// gigabit in a debug build is not a fair test), else this package's build.
+/// gigabit in a debug build is not a fair test), else `target/release/htbd`, else the debug one.
 pub fn htbd_bin() -> PathBuf {
-    std::env::var_os("HTBD_BIN")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_htbd")), PathBuf::from)
+    if let Some(bin) = std::env::var_os("HTBD_BIN") {
+        return PathBuf::from(bin);
+    }
+    let release = repo().join("target/release/htbd");
+    if release.exists() {
+        release
+    } else {
+        repo().join("target/debug/htbd")
+    }
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -33,7 +38,7 @@ fn run(cmd: &mut Command) -> Output {
 }
 
 /// Why the lab cannot run here, if it cannot.
-fn unavailable() -> Option<String> {
+pub fn unavailable() -> Option<String> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let uid = status
         .lines()
@@ -65,23 +70,27 @@ fn unavailable() -> Option<String> {
 }
 
 /// A running lab; dropping it removes the namespaces (and every process in them).
+#[derive(Debug)]
 pub struct Lab {
     name: String,
     _serial: MutexGuard<'static, ()>,
 }
 
 impl Lab {
-    /// Builds the lab in `mode` ("router" or "bridge"), or returns `None` after printing why
-    /// it cannot run here.
-    pub fn up(mode: &str) -> Option<Self> {
+    /// Builds the lab in `mode` ("router" or "bridge") as namespaces `NAME-n1`, `NAME-r` and
+    /// `NAME-n2`, or returns `None` after printing why it cannot run here.
+    ///
+    /// # Panics
+    /// When `scripts/lab.sh up` fails although namespaces work.
+    pub fn up(name: &str, mode: &str) -> Option<Self> {
         let serial = SERIAL
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(reason) = unavailable() {
-            eprintln!("skipping lab test: {reason}");
+            eprintln!("skipping lab: {reason}");
             return None;
         }
-        let name = "htbt".to_owned();
+        let name = name.to_owned();
         let out = run(Command::new(repo().join("scripts/lab.sh"))
             .args(["up", mode])
             .env("LAB", &name));
@@ -255,6 +264,7 @@ impl Drop for Lab {
 }
 
 /// A helper process that is killed (if still running) and reaped when dropped.
+#[derive(Debug)]
 pub struct Reaped(pub Child);
 
 impl Drop for Reaped {
@@ -265,6 +275,7 @@ impl Drop for Reaped {
 }
 
 /// htbd running in the lab's router namespace.
+#[derive(Debug)]
 pub struct Htbd {
     child: Option<Child>,
     pub log: PathBuf,

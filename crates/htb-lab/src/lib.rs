@@ -1,0 +1,11 @@
+//! The netns lab (seed 003's node-1 ↔ router ↔ node-2) as a library: the integration tests of
+//! htbd use it, and so do `htb-lab demo` (htbd against the kernel's HTB, side by side) and
+//! `htb-lab bench`.
+
+pub mod demo;
+mod lab;
+pub mod traffic;
+
+pub use lab::{
+    Htbd, Lab, N1, N2, R, Reaped, assert_within, htbd_bin, htbd_fails, unavailable, wait_line,
+};
