@@ -295,10 +295,13 @@ impl Classifier {
     /// The class of the first matching filter.
     #[must_use]
     pub fn classify(&self, p: &PacketInfo) -> Option<ClassId> {
-        self.filters
-            .iter()
-            .find(|f| f.matcher.matches(p))
-            .map(|f| f.class)
+        self.classify_index(p).map(|i| self.filters[i].class)
+    }
+
+    /// The position (in [`filters`](Self::filters)) of the first matching filter.
+    #[must_use]
+    pub fn classify_index(&self, p: &PacketInfo) -> Option<usize> {
+        self.filters.iter().position(|f| f.matcher.matches(p))
     }
 
     /// The filters in evaluation order.

@@ -2,6 +2,7 @@
 //! htbd use it, and so do `htb-lab demo` (htbd against the kernel's HTB, side by side) and
 //! `htb-lab bench`.
 
+pub mod bench;
 pub mod demo;
 mod lab;
 pub mod traffic;

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use htb_lab::demo::{DemoOptions, run};
+use htb_lab::bench::BenchOptions;
+use htb_lab::demo::DemoOptions;
 
 #[derive(Parser)]
 #[command(
@@ -33,23 +34,37 @@ enum Command {
         #[arg(long, default_value = "htbdemo")]
         lab: String,
     },
+    /// Capacity (64 B pps, TCP), accuracy sweep and RTT: htbd, kernel forwarding, kernel HTB.
+    Bench {
+        /// Output directory for lab.json.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// Fewer points and repetitions.
+        #[arg(long)]
+        quick: bool,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htbbench")]
+        lab: String,
+    },
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
+    let result = match Cli::parse().command {
         Command::Demo {
             config,
             seconds,
             out,
             lab,
-        } => run(&DemoOptions {
+        } => htb_lab::demo::run(&DemoOptions {
             config,
             seconds,
             out,
             lab,
         })
         .map(|_| ()),
+        Command::Bench { out, quick, lab } => {
+            htb_lab::bench::run(&BenchOptions { out, quick, lab }).map(|_| ())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -139,7 +139,25 @@ struct Port {
     peer: Option<usize>,
     htb: Scheduler<Frame>,
     classifier: Classifier,
+    /// Per filter, its class as a checked handle (no id lookup per packet; a handle made stale
+    /// by a tree change falls back to the id).
+    targets: Vec<Target>,
     stats: PortStats,
+}
+
+impl Port {
+    fn resolve_targets(&mut self) {
+        self.targets = self
+            .classifier
+            .filters()
+            .iter()
+            .map(|f| {
+                self.htb
+                    .handle(f.class)
+                    .map_or(Target::Class(f.class), Target::Handle)
+            })
+            .collect();
+    }
 }
 
 /// A request run on the data-plane thread between batches.
@@ -319,13 +337,16 @@ impl Engine {
                 name: dev.name.clone(),
                 ..PortStats::default()
             };
-            ports.push(Port {
+            let mut port = Port {
                 dev,
                 peer,
                 htb,
                 classifier,
+                targets: Vec::new(),
                 stats,
-            });
+            };
+            port.resolve_targets();
+            ports.push(port);
         }
         let mut program = XdpProgram::load(config.mode == Mode::Bridge)?;
         let channels: Vec<(String, u32)> = ports
@@ -445,8 +466,11 @@ impl Engine {
             let mut batch = std::mem::take(&mut self.rx_batch);
             let n = self.io.receive(channel, &mut batch, self.batch);
             work |= n > 0;
+            // Keep frames for the fill rings: when the pool runs low, drop here, counted,
+            // rather than at the NIC.
+            let pool_low = n > 0 && self.io.counts().free < self.low_water;
             for desc in batch.drain(..) {
-                self.ingest(port, desc, now);
+                self.ingest(port, desc, now, pool_low);
             }
             self.rx_batch = batch;
         }
@@ -461,7 +485,7 @@ impl Engine {
     }
 
     /// Classifies a received frame into its egress port's scheduler (or drops it).
-    fn ingest(&mut self, ingress: usize, desc: FrameDesc, now: Instant) {
+    fn ingest(&mut self, ingress: usize, desc: FrameDesc, now: Instant, pool_low: bool) {
         let bytes = self.io.bytes(&desc);
         let len = bytes.len() as u64;
         let stats = &mut self.ports[ingress].stats;
@@ -480,8 +504,7 @@ impl Engine {
             self.io.release(desc);
             return;
         };
-        if self.io.counts().free < self.low_water {
-            // Keep frames for the fill rings: drop here, counted, rather than at the NIC.
+        if pool_low {
             self.ports[egress].stats.drops_pool += 1;
             self.io.release(desc);
             return;
@@ -490,8 +513,8 @@ impl Engine {
         let port = &mut self.ports[egress];
         let target = port
             .classifier
-            .classify(&info)
-            .map_or(Target::Unclassified, Target::Class);
+            .classify_index(&info)
+            .map_or(Target::Unclassified, |i| port.targets[i]);
         if let Err(dropped) = port.htb.enqueue(now, target, Frame(desc)) {
             port.stats.drops_queue += 1;
             self.io.release(dropped.packet.0);
@@ -625,6 +648,7 @@ impl Engine {
         match self.ports.iter_mut().find(|p| p.dev.name == port) {
             Some(p) => {
                 p.classifier = Classifier::new(filters);
+                p.resolve_targets();
                 true
             }
             None => false,

@@ -26,4 +26,4 @@ pub use engine::{
 pub use error::XdpError;
 pub use netdev::{NetDev, format_mac};
 pub use program::{AttachMode, Verdicts};
-pub use umem::{FrameCounts, IoConfig};
+pub use umem::{FrameCounts, IoConfig, TxGenerator};

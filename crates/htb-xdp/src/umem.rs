@@ -318,3 +318,138 @@ fn source_of(e: &dyn std::error::Error) -> Option<std::io::Error> {
         .and_then(|s| s.downcast_ref::<std::io::Error>())
         .map(|io| std::io::Error::new(io.kind(), io.to_string()))
 }
+
+/// A TX-only AF_XDP traffic generator: one socket whose frames all hold the same packet, sent
+/// as fast as the ring and the kernel take them (the lab's 64-byte packet source; iperf3
+/// cannot offer enough small packets on two cores).
+pub struct TxGenerator {
+    _umem: Umem,
+    tx: TxQueue,
+    cq: CompQueue,
+    _rx: RxQueue,
+    _fq: FillQueue,
+    free: Vec<FrameDesc>,
+    /// Each frame's descriptor with the packet's length: completions come back with length 0.
+    templates: Vec<FrameDesc>,
+    frame_size: usize,
+    batch: usize,
+}
+
+impl std::fmt::Debug for TxGenerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxGenerator")
+            .field("frames", &self.free.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TxGenerator {
+    /// Binds a socket to `interface` queue 0 and writes `packet` into every frame.
+    ///
+    /// # Errors
+    /// [`XdpError`] when the UMEM or socket cannot be created, or the packet does not fit.
+    pub fn new(interface: &str, packet: &[u8], frames: u32) -> Result<Self, XdpError> {
+        use std::io::Write;
+        let config = IoConfig {
+            frames,
+            ring_size: 2048,
+            ..IoConfig::default()
+        };
+        if packet.len() > (config.frame_size - 256) as usize {
+            return Err(XdpError::Config(format!(
+                "a {}-byte packet does not fit a frame",
+                packet.len()
+            )));
+        }
+        let ring = QueueSize::new(config.ring_size).map_err(|e| XdpError::Config(e.to_string()))?;
+        let umem_config = UmemConfig::builder()
+            .frame_size(
+                FrameSize::new(config.frame_size).map_err(|e| XdpError::Config(e.to_string()))?,
+            )
+            .fill_queue_size(ring)
+            .comp_queue_size(ring)
+            .build()
+            .map_err(|e| XdpError::Config(e.to_string()))?;
+        let count = NonZeroU32::new(frames)
+            .ok_or_else(|| XdpError::Config("frames must be above 0".into()))?;
+        let (umem, mut free) = Umem::new(umem_config, count, false)
+            .map_err(|e| XdpError::Umem(e.to_string(), source_of(&e)))?;
+        let socket_config = SocketConfig::builder()
+            .rx_queue_size(ring)
+            .tx_queue_size(ring)
+            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
+            .bind_flags(BindFlags::XDP_COPY | BindFlags::XDP_USE_NEED_WAKEUP)
+            .build();
+        let iface = interface
+            .parse()
+            .map_err(|_| XdpError::Config(format!("invalid interface {interface:?}")))?;
+        let socket_error = |reason: String, source| XdpError::Socket {
+            interface: interface.to_owned(),
+            queue: 0,
+            reason,
+            source,
+        };
+        // SAFETY: one bind of (interface, 0) with INHIBIT_PROG_LOAD; the rings are used only
+        // with this UMEM, by this type.
+        let (tx, rx, rings) = unsafe { Socket::new(socket_config, &umem, &iface, 0) }
+            .map_err(|e| socket_error(e.to_string(), source_of(&e)))?;
+        let (fq, cq) =
+            rings.ok_or_else(|| socket_error("no fill/completion rings".into(), None))?;
+        for desc in &mut free {
+            // SAFETY: every frame is ours (none is on a ring yet); `desc` is borrowed mutably.
+            let mut data = unsafe { umem.data_mut(desc) };
+            data.cursor()
+                .write_all(packet)
+                .map_err(|e| XdpError::Config(format!("writing a frame: {e}")))?;
+        }
+        if let Err(e) = crate::sys::set_max_tx_budget(tx.fd().as_raw_fd(), 512) {
+            tracing::debug!("keeping the default TX budget ({e})");
+        }
+        let frame_size = config.frame_size as usize;
+        let mut templates = vec![FrameDesc::default(); free.len()];
+        for desc in &free {
+            templates[desc.addr() / frame_size] = *desc;
+        }
+        Ok(Self {
+            _umem: umem,
+            tx,
+            cq,
+            _rx: rx,
+            _fq: fq,
+            free,
+            templates,
+            frame_size,
+            batch: 64,
+        })
+    }
+
+    /// Sends for `duration`; returns the frames the kernel completed.
+    pub fn run(&mut self, duration: std::time::Duration) -> u64 {
+        let deadline = std::time::Instant::now() + duration;
+        let mut sent = 0u64;
+        let mut done = vec![FrameDesc::default(); self.batch * 4];
+        while std::time::Instant::now() < deadline {
+            let room = self.tx.nb_free(self.batch as u32) as usize;
+            let n = room.min(self.free.len()).min(self.batch);
+            if n > 0 {
+                let from = self.free.len() - n;
+                // SAFETY: these frames are in our free list, owned by nobody else; they come
+                // back through the completion ring.
+                let produced = unsafe { self.tx.produce(&self.free[from..]) };
+                self.free.truncate(self.free.len() - produced);
+            }
+            if let Err(e) = self.tx.wakeup() {
+                tracing::debug!("TX kick failed: {e}");
+            }
+            // SAFETY: completions are frames of this UMEM the kernel finished with.
+            let completed = unsafe { self.cq.consume(&mut done) };
+            self.free.extend(
+                done[..completed]
+                    .iter()
+                    .map(|d| self.templates[d.addr() / self.frame_size]),
+            );
+            sent += completed as u64;
+        }
+        sent
+    }
+}

@@ -68,6 +68,20 @@ impl DataPlane {
                 Ok((mut engine, handle)) => {
                     let _ = tx.send(Ok(handle));
                     engine.run();
+                    let stats = engine.stats();
+                    for p in &stats.ports {
+                        tracing::info!(
+                            "{}: rx {} pkts {} B, tx {} pkts {} B, dropped: queue {} pool {} no-egress {}, \
+                             kernel: rx_ring_full {} fill_empty {} rx_dropped {} invalid {}/{}",
+                            p.name, p.rx_packets, p.rx_bytes, p.tx_packets, p.tx_bytes, p.drops_queue,
+                            p.drops_pool, p.drops_no_egress, p.xdp.rx_ring_full, p.xdp.rx_fill_ring_empty,
+                            p.xdp.rx_dropped, p.xdp.rx_invalid, p.xdp.tx_invalid
+                        );
+                    }
+                    tracing::info!(
+                        "frames {:?}, queued {}, XDP verdicts {:?}, loops {} sleeps {}",
+                        stats.frames, stats.queued, stats.verdicts, stats.loops, stats.sleeps
+                    );
                     tracing::info!("data plane stopped; detaching");
                 }
                 Err(e) => {

@@ -1,0 +1,466 @@
+//! `htb-lab bench`: htbd against kernel forwarding and the kernel's HTB in the same lab, in
+//! one run, writing `target/htb-bench/lab.json`:
+//!
+//! 1. forwarding capacity: 64-byte UDP packets/s (from the AF_XDP generator) and TCP Gbit/s,
+//!    with the endpoints' GSO/TSO/GRO off (htbd needs them off) and, for the kernel, also on;
+//! 2. accuracy sweep (seed 001): one class from 1 Mbit/s up, UDP and TCP, L2 bytes at node-2;
+//! 3. ping RTT through a saturated class.
+//!
+//! Each shaper uses its own default burst (htbd: 1 ms of rate + mtu; kernel: ~mtu): the
+//! comparison is of what users get without tuning.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use crate::{Htbd, Lab, N1, N2, R, Reaped};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Where lab.json goes.
+    pub out: PathBuf,
+    /// Fewer points and repetitions.
+    pub quick: bool,
+    /// Namespace prefix.
+    pub lab: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shaper {
+    Htbd,
+    Kernel,
+    KernelHtb,
+}
+
+impl Shaper {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Htbd => "htbd",
+            Self::Kernel => "kernel",
+            Self::KernelHtb => "kernel_htb",
+        }
+    }
+}
+
+/// A shaper set up in the lab; dropping it removes it.
+enum Installed {
+    Htbd(Box<Htbd>),
+    Tc,
+    Nothing,
+}
+
+/// One class taking all traffic to node-2, at `rate` (a tc rate).
+fn tree(rate: &str) -> String {
+    format!(
+        "[daemon]\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n[[interface]]\nname = \"r1\"\n\
+         [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"10\"\n\
+         [[interface.class]]\nid = \"1:1\"\nrate = \"{rate}\"\n\
+         [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"{rate}\"\n"
+    )
+}
+
+fn install(lab: &Lab, shaper: Shaper, rate: &str) -> anyhow::Result<Installed> {
+    Ok(match shaper {
+        Shaper::Htbd => Installed::Htbd(Box::new(Htbd::start(lab, &tree(rate)))),
+        Shaper::Kernel => Installed::Nothing,
+        Shaper::KernelHtb => {
+            let config = htbd::DaemonConfig::parse(
+                &tree(rate)
+                    .replace("@SOCKET@", "/tmp/x")
+                    .replace("@STATE@", "/tmp/x"),
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            for command in htbd::tc_export::commands(&config) {
+                let out = lab.exec(R, &["sh", "-c", &command]);
+                if !out.status.success() && !command.contains("|| true") {
+                    bail!("{command}: {}", String::from_utf8_lossy(&out.stderr));
+                }
+            }
+            Installed::Tc
+        }
+    })
+}
+
+fn uninstall(lab: &Lab, installed: Installed) {
+    match installed {
+        Installed::Htbd(htbd) => {
+            // SIGTERM and wait for the exit, so that the next run never races the teardown.
+            let _ = htbd.terminate();
+        }
+        Installed::Tc => {
+            let _ = lab.exec(R, &["tc", "qdisc", "del", "dev", "r2", "root"]);
+        }
+        Installed::Nothing => {}
+    }
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+fn counter(lab: &Lab, name: &str) -> u64 {
+    let out = lab.exec(
+        N2,
+        &["cat", &format!("/sys/class/net/eth0/statistics/{name}")],
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// Runs `traffic` (already started) and measures a node-2 counter's rate from `skip` on for
+/// `window`.
+fn rate_at_n2(lab: &Lab, name: &str, skip: Duration, window: Duration) -> f64 {
+    std::thread::sleep(skip);
+    let (a, t0) = (counter(lab, name), Instant::now());
+    std::thread::sleep(window);
+    let (b, t1) = (counter(lab, name), Instant::now());
+    (b - a) as f64 / (t1 - t0).as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+}
+
+fn generator() -> PathBuf {
+    crate::htbd_bin().with_file_name("htb-xdp-gen")
+}
+
+/// Makes node-2 a cheap sink for 10.201.3.0/24: the router routes it to node-2, which drops it
+/// on a blackhole route (one route lookup, no ICMP). A veth delivers to its peer in the
+/// sender's softirq, so an expensive sink (UDP port-unreachable replies) would be charged to
+/// whichever shaper sends to it.
+fn blackhole_sink(lab: &Lab) {
+    let _ = lab.exec(N2, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    let _ = lab.exec(N2, &["ip", "route", "add", "blackhole", "10.201.3.0/24"]);
+    let _ = lab.exec(
+        R,
+        &["ip", "route", "add", "10.201.3.0/24", "via", "10.201.2.2"],
+    );
+}
+
+/// Busy and total CPU time of the machine so far, in clock ticks (/proc/stat).
+fn cpu_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+/// 64-byte packets/s reaching node-2 while the generator floods node-1 → 10.201.3.1 (sink), and
+/// the machine's busy CPU time per delivered packet (ns) over the same window: on two vCPUs the
+/// generator often cannot offer more than a forwarder takes, and then the CPU cost per packet is
+/// what tells the forwarders apart.
+fn pps_64(lab: &Lab) -> (f64, f64) {
+    let flood = lab
+        .cmd(N1, generator().to_str().unwrap_or("htb-xdp-gen"))
+        .args([
+            "eth0",
+            "--src-mac",
+            "02:00:0a:c9:01:02",
+            "--dst-mac",
+            "02:00:0a:c9:01:01",
+        ])
+        .args([
+            "--src-ip",
+            "10.201.1.2",
+            "--dst-ip",
+            "10.201.3.1",
+            "--seconds",
+            "5",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Reaped);
+    let Ok(mut flood) = flood else {
+        return (0.0, 0.0);
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let (busy0, _) = cpu_ticks();
+    let pps = rate_at_n2(lab, "rx_packets", Duration::ZERO, Duration::from_secs(3));
+    let (busy1, _) = cpu_ticks();
+    let _ = flood.0.wait();
+    // USER_HZ is 100 on Linux: a tick is 10 ms.
+    let busy_ns = (busy1 - busy0) as f64 * 1e7;
+    (pps, busy_ns / (pps * 3.0).max(1.0))
+}
+
+/// TCP goodput node-1 → node-2 over 5 s, bit/s.
+fn tcp_bps(lab: &Lab) -> f64 {
+    let _server = lab.iperf_server(N2, 5201);
+    let report = lab.iperf(N1, "10.201.2.2", 5201, 5, None, false);
+    report["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or(0.0)
+}
+
+fn offloads(lab: &Lab, on: bool) {
+    let state = if on { "on" } else { "off" };
+    for ns in [N1, N2] {
+        let _ = lab.exec(
+            ns,
+            &[
+                "ethtool", "-K", "eth0", "tx", state, "tso", state, "gso", state, "gro", state,
+            ],
+        );
+    }
+}
+
+/// L2 bit/s through a class at `bps` for UDP (offered 1.2×) or TCP, at node-2's veth.
+fn shaped_bps(lab: &Lab, bps: f64, udp: bool) -> f64 {
+    let _server = lab.iperf_server(N2, 5201);
+    let mut args = vec![
+        "-c".to_owned(),
+        "10.201.2.2".into(),
+        "-p".into(),
+        "5201".into(),
+        "-t".into(),
+        "7".into(),
+    ];
+    if udp {
+        args.extend([
+            "-u".into(),
+            "-l".into(),
+            "1400".into(),
+            "-b".into(),
+            format!("{:.0}", bps * 1.2),
+        ]);
+    }
+    let client = lab
+        .cmd(N1, "iperf3")
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Reaped);
+    let Ok(mut client) = client else { return 0.0 };
+    let rate = rate_at_n2(
+        lab,
+        "rx_bytes",
+        Duration::from_secs(2),
+        Duration::from_secs(4),
+    ) * 8.0;
+    let _ = client.0.wait();
+    rate
+}
+
+/// Ping RTTs (ms) through a 10 Mbit/s class saturated by UDP: (p50, p99, loss %).
+fn saturated_rtt(lab: &Lab) -> (f64, f64, f64) {
+    let _server = lab.iperf_server(N2, 5201);
+    let flood = lab
+        .cmd(N1, "iperf3")
+        .args([
+            "-c",
+            "10.201.2.2",
+            "-p",
+            "5201",
+            "-u",
+            "-l",
+            "1400",
+            "-b",
+            "20M",
+            "-t",
+            "12",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Reaped);
+    std::thread::sleep(Duration::from_secs(2));
+    let out = lab.exec(
+        N1,
+        &[
+            "ping",
+            "-n",
+            "-c",
+            "40",
+            "-i",
+            "0.2",
+            "-W",
+            "3",
+            "10.201.2.2",
+        ],
+    );
+    drop(flood);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rtts: Vec<f64> = text
+        .lines()
+        .filter_map(|l| l.split("time=").nth(1))
+        .filter_map(|t| t.split(' ').next()?.parse().ok())
+        .collect();
+    rtts.sort_by(f64::total_cmp);
+    let pick = |q: f64| {
+        rtts.get(((rtts.len() as f64 * q) as usize).min(rtts.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let loss = 100.0 * (40 - rtts.len()) as f64 / 40.0;
+    (pick(0.5), pick(0.99), loss)
+}
+
+/// Runs the benchmark; prints a summary and writes `lab.json` into `out`.
+///
+/// # Errors
+/// When the lab cannot run here.
+pub fn run(options: &BenchOptions) -> anyhow::Result<Value> {
+    let Some(lab) = Lab::up(&options.lab, "router") else {
+        bail!("the lab cannot run here (see above)")
+    };
+    let reps = if options.quick { 1 } else { 3 };
+    let shapers = [Shaper::Htbd, Shaper::Kernel, Shaper::KernelHtb];
+
+    println!("== capacity: 64-byte UDP packets/s (AF_XDP generator), median of {reps}");
+    blackhole_sink(&lab);
+    let mut pps = serde_json::Map::new();
+    let mut cpu = serde_json::Map::new();
+    for shaper in shapers {
+        let installed = install(&lab, shaper, "10gbit")?;
+        let runs: Vec<(f64, f64)> = (0..reps).map(|_| pps_64(&lab)).collect();
+        uninstall(&lab, installed);
+        let value = median(runs.iter().map(|r| r.0).collect());
+        let ns = median(runs.iter().map(|r| r.1).collect());
+        println!(
+            "  {:<11} {:>10.0} pps, {ns:>7.0} ns of machine CPU per packet",
+            shaper.name(),
+            value
+        );
+        pps.insert(shaper.name().into(), json!(value));
+        cpu.insert(shaper.name().into(), json!(ns));
+    }
+
+    println!("== capacity: TCP goodput node-1 → node-2 (iperf3, one stream), median of {reps}");
+    let mut tcp = serde_json::Map::new();
+    for shaper in shapers {
+        for on in [false, true] {
+            if on && shaper == Shaper::Htbd {
+                continue; // AF_XDP copy mode needs whole frames: offloads stay off for htbd
+            }
+            offloads(&lab, on);
+            let installed = install(&lab, shaper, "10gbit")?;
+            let value = median((0..reps).map(|_| tcp_bps(&lab)).collect());
+            uninstall(&lab, installed);
+            let key = format!(
+                "{}_offloads_{}",
+                shaper.name(),
+                if on { "on" } else { "off" }
+            );
+            println!("  {key:<26} {:>8.3} Gbit/s", value / 1e9);
+            tcp.insert(key, json!(value));
+        }
+    }
+    offloads(&lab, false);
+
+    println!("== accuracy sweep: one class, L2 at node-2 (seed 001)");
+    let targets: &[f64] = if options.quick {
+        &[1e6, 10e6, 100e6, 1e9]
+    } else {
+        &[
+            1e6, 2e6, 5e6, 10e6, 20e6, 50e6, 100e6, 200e6, 500e6, 1e9, 1.5e9,
+        ]
+    };
+    let mut sweep = Vec::new();
+    for &target in targets {
+        for udp in [true, false] {
+            let mut row = serde_json::Map::new();
+            row.insert("target_bps".into(), json!(target));
+            row.insert("proto".into(), json!(if udp { "udp" } else { "tcp" }));
+            let mut line = format!(
+                "  {:>7.0} Mbit/s {}",
+                target / 1e6,
+                if udp { "UDP" } else { "TCP" }
+            );
+            for shaper in [Shaper::Htbd, Shaper::KernelHtb] {
+                let installed = install(&lab, shaper, &format!("{target:.0}bit"))?;
+                let measured = shaped_bps(&lab, target, udp);
+                uninstall(&lab, installed);
+                let error = (measured - target) / target * 100.0;
+                row.insert(format!("{}_bps", shaper.name()), json!(measured));
+                row.insert(format!("{}_error_pct", shaper.name()), json!(error));
+                line += &format!(
+                    "   {} {:>9.3} ({:+6.2} %)",
+                    shaper.name(),
+                    measured / 1e6,
+                    error
+                );
+            }
+            println!("{line}");
+            sweep.push(Value::Object(row));
+        }
+    }
+
+    println!("== ping RTT through a saturated 10 Mbit/s class (FIFO leaf, 1000 packets)");
+    let mut rtt = serde_json::Map::new();
+    let idle = lab.exec(N1, &["ping", "-n", "-c", "10", "-i", "0.1", "10.201.2.2"]);
+    let idle_avg = String::from_utf8_lossy(&idle.stdout)
+        .lines()
+        .find_map(|l| {
+            l.split(" = ")
+                .nth(1)
+                .and_then(|v| v.split('/').nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .unwrap_or(0.0);
+    rtt.insert("kernel_idle_avg_ms".into(), json!(idle_avg));
+    for shaper in [Shaper::Htbd, Shaper::KernelHtb] {
+        let installed = install(&lab, shaper, "10mbit")?;
+        let (p50, p99, loss) = saturated_rtt(&lab);
+        uninstall(&lab, installed);
+        println!(
+            "  {:<11} p50 {p50:.1} ms, p99 {p99:.1} ms, {loss:.0} % lost",
+            shaper.name()
+        );
+        rtt.insert(
+            shaper.name().into(),
+            json!({"p50_ms": p50, "p99_ms": p99, "loss_pct": loss}),
+        );
+    }
+    drop(lab);
+
+    let pps_ratio =
+        pps["htbd"].as_f64().unwrap_or(0.0) / pps["kernel_htb"].as_f64().unwrap_or(1.0).max(1.0);
+    let worst = |proto: &str, shaper: &str| {
+        sweep
+            .iter()
+            .filter(|r| r["proto"] == proto)
+            .map(|r| {
+                r[format!("{shaper}_error_pct")]
+                    .as_f64()
+                    .unwrap_or(f64::NAN)
+                    .abs()
+            })
+            .fold(0.0f64, f64::max)
+    };
+    let result = json!({
+        "offloads": "endpoints' tx checksum, TSO, GSO, GRO off unless a key says offloads_on; router veths default",
+        "burst": "each shaper's default (htbd: 1 ms of rate + 1600 B; kernel: ~1600 B)",
+        "capacity": {"pps_64b": pps, "cpu_ns_per_packet_64b": cpu, "tcp_bps": tcp},
+        "sweep": sweep,
+        "rtt": rtt,
+        "goals": {
+            "htbd_pps_over_kernel_htb": pps_ratio,
+            "kernel_htb_cpu_over_htbd_cpu": cpu["kernel_htb"].as_f64().unwrap_or(0.0) / cpu["htbd"].as_f64().unwrap_or(1.0).max(1.0),
+            "htbd_worst_udp_error_pct": worst("udp", "htbd"),
+            "htbd_worst_tcp_error_pct": worst("tcp", "htbd"),
+            "kernel_htb_worst_udp_error_pct": worst("udp", "kernel_htb"),
+            "kernel_htb_worst_tcp_error_pct": worst("tcp", "kernel_htb"),
+        }
+    });
+    println!("goals: {}", serde_json::to_string_pretty(&result["goals"])?);
+    std::fs::create_dir_all(&options.out).context("creating the output directory")?;
+    let path = options.out.join("lab.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&result)?)?;
+    println!("wrote {}", path.display());
+    Ok(result)
+}
