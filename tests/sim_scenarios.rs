@@ -312,7 +312,11 @@ rate = "max"
 #[test]
 fn json_report_matches_the_contract() {
     let (json, _) = simulate(&example("sharing.toml"));
-    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    let keys = |v: &Value| {
+        let mut keys = v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        keys.sort();
+        keys
+    };
     assert_eq!(
         keys(&json),
         ["classes", "direct", "duration_ns", "flows", "warnings"]

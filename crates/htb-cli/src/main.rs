@@ -53,6 +53,12 @@ fn sim(path: &PathBuf, json: bool, svg: Option<&PathBuf>) -> anyhow::Result<()> 
 }
 
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) != Some("sim") {
+        // Everything but `sim` is tc's grammar, parsed by hand as tc parses it.
+        let status = htb_cli::tc::main(&args, &mut std::io::stdout(), &mut std::io::stderr());
+        return ExitCode::from(status);
+    }
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Sim {

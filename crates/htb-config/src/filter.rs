@@ -41,6 +41,18 @@ pub struct IpPrefix {
 }
 
 impl IpPrefix {
+    /// The network address as given.
+    #[must_use]
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length in bits.
+    #[must_use]
+    pub fn prefix_len(&self) -> u8 {
+        self.len
+    }
+
     /// Whether `ip` lies in this prefix (never across address families).
     #[must_use]
     pub fn contains(&self, ip: IpAddr) -> bool {
@@ -186,9 +198,33 @@ pub fn parse_dscp(s: &str) -> Result<u8, String> {
         .ok_or_else(|| format!("invalid dscp {s:?}: 0-63 or a name like ef, cs1, af21"))
 }
 
+/// An IP version a filter is restricted to (tc's `protocol ip` / `protocol ipv6`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// IPv4 (`protocol ip`).
+    V4,
+    /// IPv6 (`protocol ipv6`).
+    V6,
+}
+
+/// tc's filter `protocol`: `ip`, `ipv6`, `802.1q` or `all` (the default).
+///
+/// # Errors
+/// An unknown protocol name.
+pub fn parse_family(s: &str) -> Result<Option<Family>, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "ip" | "ipv4" => Ok(Some(Family::V4)),
+        "ipv6" => Ok(Some(Family::V6)),
+        "all" | "802.1q" | "8021q" | "802_1q" => Ok(None),
+        _ => Err(format!("invalid protocol {s:?}: ip, ipv6, 802.1q or all")),
+    }
+}
+
 /// The match part of a filter: every key given must match.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Match {
+    /// IP version (from the filter's `protocol`).
+    pub family: Option<Family>,
     /// Source prefix.
     pub src: Option<IpPrefix>,
     /// Destination prefix.
@@ -219,7 +255,11 @@ impl Match {
                 Some(w) => got.is_some_and(|g| ok(w, g)),
             }
         }
-        check(self.src, p.src, |w, g| w.contains(g))
+        let family = p
+            .src
+            .map(|a| if a.is_ipv4() { Family::V4 } else { Family::V6 });
+        check(self.family, family, |w, g| w == g)
+            && check(self.src, p.src, |w, g| w.contains(g))
             && check(self.dst, p.dst, |w, g| w.contains(g))
             && check(self.proto, p.proto, |w, g| w == g)
             && check(self.sport, p.sport, |w, g| w.contains(g))
@@ -238,6 +278,11 @@ impl Match {
 impl fmt::Display for Match {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
+        match self.family {
+            Some(Family::V4) => parts.push("ip".to_owned()),
+            Some(Family::V6) => parts.push("ipv6".to_owned()),
+            None => {}
+        }
         if let Some(v) = self.src {
             parts.push(format!("src {v}"));
         }
@@ -360,6 +405,7 @@ impl<'de> Deserialize<'de> for MatchSection {
         let raw = Raw::deserialize(d)?;
         let e = |r: Result<_, String>| r.map_err(de::Error::custom);
         let m = Match {
+            family: None,
             src: raw
                 .src
                 .as_deref()
@@ -418,19 +464,54 @@ impl<'de> Deserialize<'de> for MatchSection {
     }
 }
 
+/// Written back as the same inline table it is read from (the daemon's state file).
 impl Serialize for MatchSection {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&self.0)
+        use serde::ser::SerializeMap;
+        let m = &self.0;
+        let mut map = s.serialize_map(None)?;
+        if let Some(v) = m.src {
+            map.serialize_entry("src", &v.to_string())?;
+        }
+        if let Some(v) = m.dst {
+            map.serialize_entry("dst", &v.to_string())?;
+        }
+        if let Some(v) = m.proto {
+            map.serialize_entry("proto", &v.to_string())?;
+        }
+        if let Some(v) = m.sport {
+            map.serialize_entry("sport", &v.to_string())?;
+        }
+        if let Some(v) = m.dport {
+            map.serialize_entry("dport", &v.to_string())?;
+        }
+        if let Some(v) = m.dscp {
+            map.serialize_entry("dscp", &v.to_string())?;
+        }
+        if let Some(v) = m.vlan {
+            map.serialize_entry("vlan", &v.to_string())?;
+        }
+        map.end()
     }
 }
 
-/// `[[interface.filter]]`: `prio`, `match`, `classid`.
-#[derive(Clone, Debug, Deserialize)]
+/// `[[interface.filter]]`: `prio`, `protocol`, `match`, `classid` (and, as `htb-cli` shows it,
+/// `kind` and `handle`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterSection {
     /// Evaluation order, lower first (default 0).
     #[serde(default)]
     pub prio: u32,
+    /// tc's `protocol`: `ip`, `ipv6`, `802.1q` or `all` (default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// How `htb-cli filter show` presents it: `u32` or `flower` (default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// The tc handle it is shown with (`800::800`, `0x1`); assigned when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
     /// The match; `{}` matches everything.
     #[serde(rename = "match", default)]
     pub matcher: MatchSection,

@@ -17,7 +17,7 @@ use std::time::Duration as StdDuration;
 
 use htb_config::TreeSpec;
 use htb_config::filter::{Classifier, Filter};
-use htb_core::{ClassId, Instant, Packet, Scheduler, SchedulerConfig, Target};
+use htb_core::{ClassId, ClassSpec, Instant, Packet, Scheduler, SchedulerConfig, Target};
 use xsk_rs::FrameDesc;
 
 use crate::error::XdpError;
@@ -98,6 +98,8 @@ pub struct PortStats {
     pub drops_no_egress: u64,
     /// Frames dropped because the UMEM was nearly exhausted.
     pub drops_pool: u64,
+    /// Frames dropped from queues by control changes (class or qdisc deleted, leaf made inner).
+    pub drops_purged: u64,
     /// Kernel socket counters (`XDP_STATISTICS`), summed over this port's sockets.
     pub xdp: XdpCounters,
 }
@@ -163,23 +165,44 @@ impl Port {
 /// A request run on the data-plane thread between batches.
 pub type Job = Box<dyn FnOnce(&mut Engine) + Send>;
 
+/// Jobs that may wait for the data-plane thread at once: the channel is bounded so that no
+/// client of the control plane can queue unbounded work in front of the packets.
+pub const JOB_QUEUE: usize = 64;
+
+/// Why a job was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    /// The engine has stopped.
+    #[error("the data plane has stopped")]
+    Stopped,
+    /// [`JOB_QUEUE`] jobs are waiting already.
+    #[error("the data plane is busy ({JOB_QUEUE} requests waiting)")]
+    Busy,
+}
+
 /// Lets other threads stop the engine and run jobs on it.
 #[derive(Clone, Debug)]
 pub struct EngineHandle {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::SyncSender<Job>,
     waker: Arc<UnixStream>,
     stop: Arc<AtomicBool>,
 }
 
 impl EngineHandle {
-    /// Runs `job` on the data-plane thread before its next batch; returns `false` if the engine
-    /// has stopped.
-    pub fn execute(&self, job: impl FnOnce(&mut Engine) + Send + 'static) -> bool {
-        if self.jobs.send(Box::new(job)).is_err() {
-            return false;
+    /// Queues `job` to run on the data-plane thread before its next batch.
+    ///
+    /// # Errors
+    /// [`JobError::Busy`] when [`JOB_QUEUE`] jobs wait already (the job comes back, to retry),
+    /// [`JobError::Stopped`].
+    pub fn execute(&self, job: Job) -> Result<(), (JobError, Job)> {
+        match self.jobs.try_send(job) {
+            Ok(()) => {
+                self.wake();
+                Ok(())
+            }
+            Err(mpsc::TrySendError::Full(job)) => Err((JobError::Busy, job)),
+            Err(mpsc::TrySendError::Disconnected(job)) => Err((JobError::Stopped, job)),
         }
-        self.wake();
-        true
     }
 
     /// Asks the engine to stop after its current batch.
@@ -375,7 +398,7 @@ impl Engine {
             .enumerate()
             .map(|(i, p)| (p.dev.mac, i))
             .collect();
-        let (jobs_tx, jobs) = mpsc::channel();
+        let (jobs_tx, jobs) = mpsc::sync_channel(JOB_QUEUE);
         let (waker, waker_rx) = UnixStream::pair().map_err(|source| XdpError::Syscall {
             call: "socketpair",
             source,
@@ -621,41 +644,13 @@ impl Engine {
             .map(|p| &p.htb)
     }
 
-    /// The scheduler of `port`, for live changes (run them through [`EngineHandle::execute`]).
-    /// Packets a change purges must be handed to [`Engine::release`].
-    pub fn scheduler_mut(&mut self, port: &str) -> Option<&mut Scheduler<Frame>> {
-        self.ports
-            .iter_mut()
-            .find(|p| p.dev.name == port)
-            .map(|p| &mut p.htb)
-    }
-
-    /// Returns frames a scheduler change purged to the pool.
-    pub fn release(&mut self, frames: Vec<Frame>) {
-        for Frame(desc) in frames {
-            self.io.release(desc);
-        }
-    }
-
     /// Names of the ports, in configuration order.
     #[must_use]
     pub fn port_names(&self) -> Vec<String> {
         self.ports.iter().map(|p| p.dev.name.clone()).collect()
     }
 
-    /// Replaces `port`'s classifier.
-    pub fn set_filters(&mut self, port: &str, filters: Vec<Filter>) -> bool {
-        match self.ports.iter_mut().find(|p| p.dev.name == port) {
-            Some(p) => {
-                p.classifier = Classifier::new(filters);
-                p.resolve_targets();
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The filters of `port`.
+    /// The filters of `port`, in evaluation order.
     #[must_use]
     pub fn filters(&self, port: &str) -> Option<&[Filter]> {
         self.ports
@@ -664,11 +659,176 @@ impl Engine {
             .map(|p| p.classifier.filters())
     }
 
-    /// Ids of the classes of `port` that some filter targets.
-    #[must_use]
-    pub fn filtered_classes(&self, port: &str) -> Vec<ClassId> {
-        self.filters(port)
-            .map(|f| f.iter().map(|f| f.class).collect())
-            .unwrap_or_default()
+    /// Applies `ops` in order, between two batches (run it through [`EngineHandle::execute`]):
+    /// no packet is received or sent while they apply, so a batch of changes is atomic for
+    /// the traffic. Frames the changes purge go back to the pool. Returns, per op, the packets
+    /// it dropped or why it failed (the control plane validates first, so a failure is a bug).
+    pub fn apply(&mut self, ops: Vec<PlaneOp>) -> Vec<Result<u64, String>> {
+        let now = self.now();
+        let mut touched = vec![false; self.ports.len()];
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let Some(index) = self.ports.iter().position(|p| p.dev.name == op.port()) else {
+                results.push(Err(format!("no port {}", op.port())));
+                continue;
+            };
+            touched[index] = true;
+            let port = &mut self.ports[index];
+            let purged = match op {
+                PlaneOp::SetTree { scheduler, .. } => {
+                    let mut old = std::mem::replace(&mut port.htb, *scheduler);
+                    Ok(old.drain())
+                }
+                PlaneOp::SetQdisc {
+                    default_minor,
+                    r2q,
+                    direct_qlen,
+                    ..
+                } => {
+                    port.htb.set_default_class(default_minor);
+                    port.htb.set_r2q(r2q);
+                    port.htb.set_direct_qlen(direct_qlen);
+                    Ok(Vec::new())
+                }
+                PlaneOp::AddClass {
+                    id, parent, spec, ..
+                } => port.htb.add_class(now, id, parent, &spec).map(|c| c.purged),
+                PlaneOp::ChangeClass { id, spec, .. } => {
+                    port.htb.change_class(now, id, &spec).map(|c| c.purged)
+                }
+                PlaneOp::DeleteClass { id, .. } => port.htb.delete_class(now, id).map(|c| c.purged),
+                PlaneOp::SetFilters { filters, .. } => {
+                    port.classifier = Classifier::new(filters);
+                    Ok(Vec::new())
+                }
+            };
+            results.push(match purged {
+                Ok(frames) => {
+                    let n = frames.len() as u64;
+                    self.ports[index].stats.drops_purged += n;
+                    for Frame(desc) in frames {
+                        self.io.release(desc);
+                    }
+                    Ok(n)
+                }
+                Err(e) => Err(e.to_string()),
+            });
+        }
+        // Class slots may have moved: re-resolve the filters' class handles.
+        for (port, touched) in self.ports.iter_mut().zip(touched) {
+            if touched {
+                port.resolve_targets();
+            }
+        }
+        results
     }
+
+    /// Statistics of the listed classes of `port` (`None` for ids it does not have), with the
+    /// port's scheduler-wide statistics and counters.
+    #[must_use]
+    pub fn class_stats(&self, port: &str, ids: &[ClassId]) -> Option<PortSnapshot> {
+        let p = self.ports.iter().find(|p| p.dev.name == port)?;
+        Some(PortSnapshot {
+            scheduler: p.htb.stats(),
+            port: p.stats.clone(),
+            classes: ids.iter().map(|&id| p.htb.class_stats(id)).collect(),
+        })
+    }
+}
+
+/// A change to a port's tree or filters, for [`Engine::apply`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PlaneOp {
+    /// Replace the whole tree (tc `qdisc add|del|replace`); frames queued in the old one are
+    /// dropped. Build the scheduler off the data-plane thread with [`new_scheduler`].
+    SetTree {
+        /// Port name.
+        port: String,
+        /// The new scheduler.
+        scheduler: Box<Scheduler<Frame>>,
+    },
+    /// New qdisc parameters; classes stay.
+    SetQdisc {
+        /// Port name.
+        port: String,
+        /// Default class minor.
+        default_minor: u32,
+        /// Rate-to-quantum divisor.
+        r2q: u32,
+        /// Direct queue limit.
+        direct_qlen: u32,
+    },
+    /// tc `class add`.
+    AddClass {
+        /// Port name.
+        port: String,
+        /// Class.
+        id: ClassId,
+        /// Parent (`None`: root).
+        parent: Option<ClassId>,
+        /// Parameters.
+        spec: ClassSpec,
+    },
+    /// tc `class change`.
+    ChangeClass {
+        /// Port name.
+        port: String,
+        /// Class.
+        id: ClassId,
+        /// Parameters.
+        spec: ClassSpec,
+    },
+    /// tc `class del`.
+    DeleteClass {
+        /// Port name.
+        port: String,
+        /// Class.
+        id: ClassId,
+    },
+    /// Replace the port's filters.
+    SetFilters {
+        /// Port name.
+        port: String,
+        /// The filters (any order: they are sorted by prio, stably).
+        filters: Vec<Filter>,
+    },
+}
+
+impl PlaneOp {
+    /// The port it changes.
+    #[must_use]
+    pub fn port(&self) -> &str {
+        match self {
+            Self::SetTree { port, .. }
+            | Self::SetQdisc { port, .. }
+            | Self::AddClass { port, .. }
+            | Self::ChangeClass { port, .. }
+            | Self::DeleteClass { port, .. }
+            | Self::SetFilters { port, .. } => port,
+        }
+    }
+}
+
+/// A scheduler for a port: `tree`'s classes, or none (unshaped: everything goes through the
+/// direct queue).
+///
+/// # Errors
+/// A class the tree cannot hold (only if the tree was not validated).
+pub fn new_scheduler(tree: Option<&TreeSpec>) -> Result<Scheduler<Frame>, htb_core::ClassError> {
+    match tree {
+        Some(tree) => tree.build(Instant::ZERO),
+        None => Ok(Scheduler::new(SchedulerConfig::default())),
+    }
+}
+
+/// One port's statistics, from [`Engine::class_stats`].
+#[derive(Clone, Debug)]
+pub struct PortSnapshot {
+    /// The scheduler's totals.
+    pub scheduler: htb_core::SchedulerStats,
+    /// The port's counters.
+    pub port: PortStats,
+    /// Per requested class, in request order.
+    pub classes: Vec<Option<htb_core::ClassStats>>,
 }

@@ -20,8 +20,8 @@ mod sys;
 mod umem;
 
 pub use engine::{
-    Engine, EngineConfig, EngineHandle, EngineStats, Frame, Job, Mode, PortConfig, PortStats,
-    XdpCounters,
+    Engine, EngineConfig, EngineHandle, EngineStats, Frame, JOB_QUEUE, Job, JobError, Mode,
+    PlaneOp, PortConfig, PortSnapshot, PortStats, XdpCounters, new_scheduler,
 };
 pub use error::XdpError;
 pub use netdev::{NetDev, format_mac};

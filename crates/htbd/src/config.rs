@@ -25,10 +25,12 @@
 
 use std::path::PathBuf;
 
-use htb_config::filter::{Filter, FilterSection};
+use htb_config::filter::FilterSection;
 use htb_config::{ClassSection, ConfigError, Located, QdiscSection, TreeSpec};
 use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
+
+use crate::model::{FilterEntry, FilterKind, Protocol, assign_handles};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -80,8 +82,122 @@ pub struct DaemonConfig {
     pub state_dir: PathBuf,
     /// Log filter (`info`, `debug`, `htbd=debug`, …).
     pub log: String,
+    /// Per interface, its tree and filters as the file gives them.
+    pub interfaces: Vec<InterfaceTrees>,
     /// The data plane.
     pub engine: EngineConfig,
+}
+
+/// One interface's tree and filters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterfaceTrees {
+    /// Interface name.
+    pub name: String,
+    /// Its HTB tree (`None`: unshaped).
+    pub tree: Option<TreeSpec>,
+    /// Its filters, with handles.
+    pub filters: Vec<FilterEntry>,
+}
+
+/// Parses one `[[interface]]`'s qdisc, classes and filters.
+fn interface_trees(
+    text: &str,
+    section: &Located<InterfaceSection>,
+) -> Result<InterfaceTrees, ConfigError> {
+    let err = |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
+    let iface = section.get_ref();
+    let name = iface.name.get_ref().clone();
+    let tree = if iface.qdisc.is_some() || !iface.class.is_empty() {
+        Some(TreeSpec::from_sections(
+            text,
+            iface.qdisc.as_ref(),
+            &iface.class,
+        )?)
+    } else {
+        None
+    };
+    let mut filters = Vec::new();
+    for located in &iface.filter {
+        let f = located.get_ref();
+        let class = f.classid.get_ref().0;
+        let known = tree
+            .as_ref()
+            .is_some_and(|t| t.classes.iter().any(|c| c.id == class));
+        if !known {
+            return Err(err(
+                f.classid.span(),
+                format!("filter targets class {class}, which interface {name} does not define"),
+            ));
+        }
+        let at = |e: String| err(located.span(), e);
+        let protocol = f
+            .protocol
+            .as_deref()
+            .map_or(Ok(Protocol::All), Protocol::parse)
+            .map_err(at)?;
+        let kind = f
+            .kind
+            .as_deref()
+            .map_or(Ok(FilterKind::Flower), FilterKind::parse)
+            .map_err(at)?;
+        let handle = f
+            .handle
+            .as_deref()
+            .map(|h| kind.parse_handle(h))
+            .transpose()
+            .map_err(at)?;
+        let matcher = crate::model::matcher(&crate::model::match_spec(&f.matcher.0), protocol)
+            .map_err(|e| at(e.message))?;
+        if let Some(h) = handle
+            && filters
+                .iter()
+                .any(|(e, given): &(FilterEntry, bool)| *given && e.prio == f.prio && e.handle == h)
+        {
+            return Err(at(format!(
+                "two filters with prio {} and handle {h:#x}",
+                f.prio
+            )));
+        }
+        filters.push((
+            FilterEntry {
+                prio: f.prio,
+                protocol,
+                kind,
+                handle: handle.unwrap_or(0),
+                matcher,
+                class,
+            },
+            handle.is_some(),
+        ));
+    }
+    assign_handles(&mut filters);
+    let mut filters: Vec<FilterEntry> = filters.into_iter().map(|(f, _)| f).collect();
+    filters.sort_by_key(|f| (f.prio, f.handle));
+    Ok(InterfaceTrees {
+        name,
+        tree,
+        filters,
+    })
+}
+
+/// Parses a saved-state file (`[[interface]]` tables only, as [`Model::to_toml`] writes).
+///
+/// [`Model::to_toml`]: crate::model::Model::to_toml
+///
+/// # Errors
+/// The first problem, located.
+pub fn parse_state(text: &str) -> Result<Vec<InterfaceTrees>, ConfigError> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct StateFile {
+        #[serde(default)]
+        interface: Vec<Located<InterfaceSection>>,
+    }
+    let file: StateFile = htb_config::from_toml(text)?;
+    file.interface
+        .iter()
+        .map(|section| interface_trees(text, section))
+        .collect()
 }
 
 impl DaemonConfig {
@@ -166,6 +282,7 @@ impl DaemonConfig {
         }
 
         let mut ports: Vec<PortConfig> = Vec::new();
+        let mut interfaces = Vec::new();
         for section in &file.interface {
             let iface = section.get_ref();
             let name = iface.name.get_ref().clone();
@@ -188,36 +305,10 @@ impl DaemonConfig {
                 }
                 _ => {}
             }
-            let tree = if iface.qdisc.is_some() || !iface.class.is_empty() {
-                Some(TreeSpec::from_sections(
-                    text,
-                    iface.qdisc.as_ref(),
-                    &iface.class,
-                )?)
-            } else {
-                None
-            };
-            let mut filters = Vec::new();
-            for f in &iface.filter {
-                let f = f.get_ref();
-                let class = f.classid.get_ref().0;
-                let known = tree
-                    .as_ref()
-                    .is_some_and(|t| t.classes.iter().any(|c| c.id == class));
-                if !known {
-                    return Err(err(
-                        f.classid.span(),
-                        format!(
-                            "filter targets class {class}, which interface {name} does not define"
-                        ),
-                    ));
-                }
-                filters.push(Filter {
-                    prio: f.prio,
-                    matcher: f.matcher.0,
-                    class,
-                });
-            }
+            let trees = interface_trees(text, section)?;
+            let filters = trees.filters.iter().map(FilterEntry::filter).collect();
+            let tree = trees.tree.clone();
+            interfaces.push(trees);
             ports.push(PortConfig {
                 name,
                 peer,
@@ -259,6 +350,7 @@ impl DaemonConfig {
                 .state_dir
                 .unwrap_or_else(|| PathBuf::from("/var/lib/htbd")),
             log: daemon.log.unwrap_or_else(|| "info".into()),
+            interfaces,
             engine: EngineConfig {
                 mode,
                 ports,

@@ -1,17 +1,24 @@
 //! # htbd: the htb shaping router daemon
 //!
-//! Reads a TOML config ([`DaemonConfig`]), starts the AF_XDP data plane ([`htb_xdp::Engine`]) on
-//! its own thread, and runs the control side (signals; later the control socket) on a small
-//! tokio runtime. `main.rs` only parses arguments and sets up logging.
+//! Reads a TOML config ([`DaemonConfig`]) and the saved live state ([`persist`]), starts the
+//! AF_XDP data plane ([`htb_xdp::Engine`]) on its own thread, and runs the control side —
+//! signals, the control socket (`ipc`) and the control task that validates, persists and
+//! applies changes (`control`, [`model`]) — on a single-threaded tokio runtime. `main.rs` only
+//! parses arguments and sets up logging.
 
 mod config;
+pub mod control;
 mod forwarding;
+pub mod ipc;
+pub mod model;
+pub mod persist;
 pub mod tc_export;
 
 use std::thread::JoinHandle;
 
-pub use config::DaemonConfig;
+pub use config::{DaemonConfig, InterfaceTrees, parse_state};
 use htb_xdp::{Engine, EngineConfig, EngineHandle, Mode, XdpError};
+use model::Model;
 
 /// Why the daemon could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +51,17 @@ pub enum DaemonError {
     /// The data-plane thread died.
     #[error("the data-plane thread panicked")]
     DataPlanePanicked,
+    /// The control socket or its permissions could not be set up.
+    #[error("{0}")]
+    Setup(String),
+    /// The saved state cannot be used.
+    #[error("saved state in {dir}: {message}", dir = dir.display())]
+    State {
+        /// `state_dir`.
+        dir: std::path::PathBuf,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// A running data plane: its thread and the handle to talk to it.
@@ -117,21 +135,135 @@ impl DataPlane {
     }
 }
 
+/// How [`run`] starts.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// The config file's path (recorded in the saved state's header).
+    pub config_path: std::path::PathBuf,
+    /// Set the saved state aside and start from the config file's trees.
+    pub fresh_state: bool,
+}
+
+/// Builds the model: the saved state (snapshot + journal) where there is one, else the config
+/// file's trees. Says which.
+fn load_model(config: &DaemonConfig, saved: persist::Saved) -> Result<Model, DaemonError> {
+    let state_error = |message: String| DaemonError::State {
+        dir: config.state_dir.clone(),
+        message,
+    };
+    let Some(snapshot) = saved.snapshot else {
+        if !saved.journal.is_empty() {
+            return Err(state_error(
+                "journal.jsonl without state.toml: the saved state is incomplete (start with \
+                 --fresh-state to discard it)"
+                    .into(),
+            ));
+        }
+        tracing::info!(
+            "no saved state in {}: trees and filters from the config file",
+            config.state_dir.display()
+        );
+        return Model::from_trees(config.interfaces.clone()).map_err(state_error);
+    };
+    let saved_trees = parse_state(&snapshot).map_err(|e| {
+        state_error(format!(
+            "state.toml: {e} (fix it, or start with --fresh-state)"
+        ))
+    })?;
+    for extra in saved_trees
+        .iter()
+        .filter(|s| !config.interfaces.iter().any(|c| c.name == s.name))
+    {
+        tracing::warn!(
+            "saved state has interface {}, which the config no longer lists: ignored",
+            extra.name
+        );
+    }
+    let trees = config
+        .interfaces
+        .iter()
+        .map(|c| {
+            saved_trees
+                .iter()
+                .find(|s| s.name == c.name)
+                .cloned()
+                .unwrap_or_else(|| c.clone())
+        })
+        .collect();
+    let mut model = Model::from_trees(trees).map_err(state_error)?;
+    for (line, why) in &saved.skipped {
+        tracing::warn!("journal.jsonl line {line} skipped: {why}");
+    }
+    let mut replayed = 0;
+    for (n, batch) in saved.journal.iter().enumerate() {
+        match model.apply(batch) {
+            Ok(_) => replayed += 1,
+            Err(e) => tracing::warn!("journal batch {} no longer applies, skipped: {e}", n + 1),
+        }
+    }
+    tracing::info!(
+        "loaded the live state from {} ({}) and {replayed} later change batch(es); the config \
+         file's trees are not used (start with --fresh-state to use them)",
+        config.state_dir.display(),
+        saved.header.as_deref().unwrap_or("no header")
+    );
+    Ok(model)
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
 ///
 /// # Errors
 /// [`DaemonError`] when the data plane cannot start; then nothing stays attached.
-pub fn run(config: DaemonConfig) -> Result<(), DaemonError> {
+pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonError> {
     let ports: Vec<String> = config.engine.ports.iter().map(|p| p.name.clone()).collect();
+    let policy =
+        ipc::PeerPolicy::new(config.socket_group.as_deref()).map_err(DaemonError::Setup)?;
+    let mut socket = ipc::Socket::bind(&config.socket, policy.gid()).map_err(DaemonError::Setup)?;
+
+    let state_error = |e: std::io::Error| DaemonError::State {
+        dir: config.state_dir.clone(),
+        message: e.to_string(),
+    };
+    if options.fresh_state
+        && let Some(aside) = persist::Store::set_aside(&config.state_dir).map_err(state_error)?
+    {
+        tracing::info!(
+            "--fresh-state: the saved state moved to {}",
+            aside.display()
+        );
+    }
+    let (mut store, saved) = persist::Store::open(&config.state_dir).map_err(state_error)?;
+    let model = load_model(&config, saved)?;
+    let header = format!(
+        "written by htbd {} (config {}) at unix time {}",
+        env!("CARGO_PKG_VERSION"),
+        options.config_path.display(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    );
+    store
+        .compact(&header, &model.to_toml())
+        .map_err(state_error)?;
+    for (port, state) in config.engine.ports.iter_mut().zip(&model.ports) {
+        port.tree = state.qdisc.as_ref().map(model::QdiscModel::tree);
+        port.filters = state
+            .qdisc
+            .as_ref()
+            .map(model::QdiscModel::data_filters)
+            .unwrap_or_default();
+    }
+
     match config.engine.mode {
         Mode::Router => forwarding::enable_kernel_forwarding()?,
         Mode::Bridge => forwarding::check_bridge_fail_open(&ports),
     }
     let dataplane = DataPlane::start(config.engine.clone())?;
     tracing::info!(
-        "htbd running in {:?} mode on {}",
+        "htbd running in {:?} mode on {}; control socket {}",
         config.engine.mode,
-        ports.join(", ")
+        ports.join(", "),
+        config.socket.display()
     );
 
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -141,17 +273,34 @@ pub fn run(config: DaemonConfig) -> Result<(), DaemonError> {
             what: "cannot start the control runtime".into(),
             source,
         })?;
-    runtime.block_on(async {
+    let control = control::Control::new(model, store, dataplane.handle.clone(), header);
+    let served = runtime.block_on(async {
+        let (calls_tx, calls) = tokio::sync::mpsc::channel(64);
+        let (stop_tx, stop) = tokio::sync::watch::channel(false);
+        let control = tokio::spawn(control.run(calls));
+        let policy = std::sync::Arc::new(policy);
+        let server = ipc::serve(&mut socket, policy, calls_tx, stop);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .map_err(|source| DaemonError::Io {
                 what: "cannot watch SIGTERM".into(),
                 source,
             })?;
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-        }
-        Ok::<(), DaemonError>(())
-    })?;
-    dataplane.stop()
+        let signals = async {
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            }
+            let _ = stop_tx.send(true);
+        };
+        let (served, ()) = tokio::join!(server, signals);
+        control.abort();
+        served.map_err(|source| DaemonError::Io {
+            what: "control socket".into(),
+            source,
+        })
+    });
+    drop(socket);
+    let stopped = dataplane.stop();
+    served?;
+    stopped
 }

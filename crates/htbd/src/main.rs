@@ -23,6 +23,9 @@ struct Args {
     /// Print the config's trees and filters as tc commands for the kernel's HTB, and exit.
     #[arg(long)]
     print_tc: bool,
+    /// Set the saved live state aside and start from the config file's trees.
+    #[arg(long)]
+    fresh_state: bool,
 }
 
 fn main() -> ExitCode {
@@ -57,7 +60,11 @@ fn main() -> ExitCode {
         .with_target(false)
         .with_writer(std::io::stderr)
         .init();
-    match htbd::run(config) {
+    let options = htbd::RunOptions {
+        config_path: args.config.clone(),
+        fresh_state: args.fresh_state,
+    };
+    match htbd::run(config, &options) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");

@@ -231,6 +231,26 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         Ok(change)
     }
 
+    /// Takes every queued packet out — leaf queues and the direct queue — counting them as
+    /// drops, and returns them (the queue half of `htb_reset`). Classes, tokens and modes stay:
+    /// this is for tearing a tree down (tc `qdisc del`) without losing track of a buffer.
+    pub fn drain(&mut self) -> Vec<P> {
+        let mut purged = Vec::with_capacity(self.len() as usize);
+        for slot in 0..self.classes.len() {
+            let slot = slot as ClassIdx;
+            let class = &self.classes[slot as usize];
+            if class.live && class.level == 0 && self.queues[slot as usize].len() > 0 {
+                self.purge_leaf(slot, &mut purged);
+                self.deactivate(slot);
+            }
+        }
+        let direct = self.direct.len() as u64;
+        self.stats.direct_drops += direct;
+        self.stats.drops += direct;
+        purged.extend(self.direct.drain(..));
+        purged
+    }
+
     /// A new class: full buckets, green, idle (`htb_change_class`, new-class branch).
     fn fresh_class(id: ClassId, parent: ClassIdx, config: &ClassConfig, now: Instant) -> Class {
         let mut class = Class {

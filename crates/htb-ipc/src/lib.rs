@@ -1,0 +1,681 @@
+//! # htb-ipc: the control socket's wire
+//!
+//! `htb-cli` talks to `htbd` over a Unix stream socket (`[daemon] socket`, default
+//! [`DEFAULT_SOCKET`]). Each message is a **frame**: a 4-byte big-endian length, then that many
+//! bytes of JSON. A client sends a [`Request`]; the daemon answers each with one [`Response`],
+//! in order. Both carry [`PROTOCOL_VERSION`]; a daemon refuses other versions with
+//! [`ErrorCode::Version`]. Frames above [`MAX_MESSAGE_BYTES`] are refused with
+//! [`ErrorCode::TooLarge`] and the connection is closed.
+//!
+//! Requests are typed commands, already parsed from tc's grammar by the client: the daemon
+//! never parses command lines. Errors travel as data: a [`ErrorCode`] and a message (plus, in
+//! a batch, the index of the command that failed).
+//!
+//! ```
+//! use htb_ipc::{Request, RequestBody, Response, read_frame, write_frame};
+//! let mut wire = Vec::new();
+//! write_frame(&mut wire, &Request::new(RequestBody::Ping)).unwrap();
+//! let back: Request = read_frame(&mut wire.as_slice()).unwrap();
+//! assert!(matches!(back.request, RequestBody::Ping));
+//! ```
+
+use std::io::{self, Read, Write};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Version of this protocol; bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame either side accepts (64 MiB: a batch of ~200 000 class commands).
+pub const MAX_MESSAGE_BYTES: u32 = 64 << 20;
+
+/// Where the daemon listens unless configured otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/htbd.sock";
+
+/// Environment variable naming the socket for `htb-cli`.
+pub const SOCKET_ENV: &str = "HTBD_SOCKET";
+
+/// A client's message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    /// [`PROTOCOL_VERSION`] of the sender.
+    pub version: u32,
+    /// What is asked.
+    pub request: RequestBody,
+}
+
+impl Request {
+    /// A request at this crate's protocol version.
+    #[must_use]
+    pub fn new(request: RequestBody) -> Self {
+        Self {
+            version: PROTOCOL_VERSION,
+            request,
+        }
+    }
+}
+
+/// What a client asks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RequestBody {
+    /// Is the daemon there? Answered with [`ReplyBody::Pong`].
+    Ping,
+    /// Read state: answered with [`ReplyBody::Shown`].
+    Show(Show),
+    /// Apply commands **atomically**: all of them or none. Answered with
+    /// [`ReplyBody::Applied`], once they are live in the data plane and persisted.
+    Apply {
+        /// In order.
+        commands: Vec<Command>,
+    },
+}
+
+/// What `show` lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Object {
+    /// `qdisc show`.
+    Qdisc,
+    /// `class show`.
+    Class,
+    /// `filter show`.
+    Filter,
+}
+
+/// A `show` request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Show {
+    /// What to list (`None` in [`Default`] only; the daemon requires it).
+    pub object: Option<Object>,
+    /// Only this interface.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    /// Only this class (`classid 1:20`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
+    /// Only children of this class (`parent 1:1`); `"root"` for root classes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Include statistics.
+    #[serde(default)]
+    pub stats: bool,
+}
+
+/// The daemon's message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    /// [`PROTOCOL_VERSION`] of the daemon.
+    pub version: u32,
+    /// The answer.
+    pub result: Result<ReplyBody, IpcError>,
+}
+
+impl Response {
+    /// A response at this crate's protocol version.
+    #[must_use]
+    pub fn new(result: Result<ReplyBody, IpcError>) -> Self {
+        Self {
+            version: PROTOCOL_VERSION,
+            result,
+        }
+    }
+}
+
+/// A successful answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ReplyBody {
+    /// To [`RequestBody::Ping`].
+    Pong {
+        /// The daemon's version.
+        daemon: String,
+        /// Its process id.
+        pid: u32,
+    },
+    /// To [`RequestBody::Show`].
+    Shown(Shown),
+    /// To [`RequestBody::Apply`]: one result per command.
+    Applied {
+        /// In command order.
+        results: Vec<CommandResult>,
+    },
+}
+
+/// What a command did besides succeeding.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandResult {
+    /// Warnings about accepted parameters (quantum clamped, ceil below rate, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Packets the command dropped from queues (a deleted class's backlog, a leaf that became
+    /// an inner class, a deleted qdisc).
+    #[serde(default)]
+    pub dropped_packets: u64,
+}
+
+/// Listed state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Shown {
+    /// `qdisc show`.
+    #[serde(default)]
+    pub qdiscs: Vec<QdiscInfo>,
+    /// `class show`.
+    #[serde(default)]
+    pub classes: Vec<ClassInfo>,
+    /// `filter show`.
+    #[serde(default)]
+    pub filters: Vec<FilterInfo>,
+}
+
+/// An HTB qdisc on an interface.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QdiscInfo {
+    /// Interface.
+    pub dev: String,
+    /// `1:`.
+    pub handle: String,
+    /// Default class minor (0: none).
+    pub default_minor: u32,
+    /// Rate-to-quantum divisor.
+    pub r2q: u32,
+    /// Direct queue limit in packets.
+    pub direct_qlen: u32,
+    /// Packets ever put in the direct queue (`direct_packets_stat`).
+    pub direct_packets: u64,
+    /// Counters, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<QueueStats>,
+}
+
+/// Qdisc counters, as `tc -s qdisc show` prints them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueStats {
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Packets sent.
+    pub packets: u64,
+    /// Packets dropped (queues full, purged by changes, frame pool exhausted).
+    pub drops: u64,
+    /// Transitions of classes into "can't send".
+    pub overlimits: u64,
+    /// Always 0.
+    pub requeues: u64,
+    /// Bytes queued.
+    pub backlog_bytes: u64,
+    /// Packets queued.
+    pub backlog_packets: u64,
+}
+
+/// An HTB class, with the parameters in effect (defaults resolved).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassInfo {
+    /// Interface.
+    pub dev: String,
+    /// `1:20`.
+    pub id: String,
+    /// Parent class, `None` for a root class.
+    pub parent: Option<String>,
+    /// 0 for leaves.
+    pub level: u8,
+    /// Whether it is a leaf (no children).
+    pub leaf: bool,
+    /// Priority 0..7.
+    pub prio: u8,
+    /// DRR quantum in bytes.
+    pub quantum: u32,
+    /// Rate in bit/s.
+    pub rate: u64,
+    /// Ceil in bit/s.
+    pub ceil: u64,
+    /// Burst in bytes.
+    pub burst: u64,
+    /// Cburst in bytes.
+    pub cburst: u64,
+    /// Burst as time at rate, ns.
+    pub buffer_ns: u64,
+    /// Cburst as time at ceil, ns.
+    pub cbuffer_ns: u64,
+    /// Bytes added per packet.
+    pub overhead: u16,
+    /// Minimum packet unit.
+    pub mpu: u16,
+    /// `ethernet` or `atm`.
+    pub linklayer: String,
+    /// Leaf queue limit in packets.
+    pub limit: u32,
+    /// Counters, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<ClassStats>,
+}
+
+/// Class counters, as `tc -s class show` prints them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassStats {
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Packets sent.
+    pub packets: u64,
+    /// Packets dropped.
+    pub drops: u64,
+    /// Transitions into "can't send".
+    pub overlimits: u64,
+    /// Always 0.
+    pub requeues: u64,
+    /// Bytes queued.
+    pub backlog_bytes: u64,
+    /// Packets queued.
+    pub backlog_packets: u64,
+    /// `lended`.
+    pub lended: u64,
+    /// `borrowed`.
+    pub borrowed: u64,
+    /// Always 0.
+    pub giants: u64,
+    /// Rate bucket in 64 ns ticks.
+    pub tokens: i32,
+    /// Ceil bucket in 64 ns ticks.
+    pub ctokens: i32,
+}
+
+/// A filter as stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterInfo {
+    /// Interface.
+    pub dev: String,
+    /// Always the qdisc handle, `1:`.
+    pub parent: String,
+    /// `ip`, `ipv6`, `802.1q` or `all`.
+    pub protocol: String,
+    /// Priority (tc's `pref`).
+    pub prio: u32,
+    /// `u32` or `flower`.
+    pub kind: String,
+    /// tc handle: `800::800`, `0x1`.
+    pub handle: String,
+    /// Target class.
+    pub class: String,
+    /// What it matches.
+    pub matcher: MatchSpec,
+}
+
+/// The fields a filter can match; every one given must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatchSpec {
+    /// Source prefix, `10.0.0.0/8`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src: Option<String>,
+    /// Destination prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst: Option<String>,
+    /// IP protocol number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proto: Option<u8>,
+    /// Source ports, inclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sport: Option<(u16, u16)>,
+    /// Destination ports, inclusive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dport: Option<(u16, u16)>,
+    /// DSCP, 0..63.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<u8>,
+    /// VLAN id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vlan: Option<u16>,
+}
+
+/// A change, as one line of tc's grammar says it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Command {
+    /// `qdisc add`: fails if the interface has one.
+    QdiscAdd(QdiscSpec),
+    /// `qdisc change`: new `default`, `r2q`, `direct_qlen`; classes stay.
+    QdiscChange(QdiscSpec),
+    /// `qdisc replace`: add, or change in place (a different handle replaces the whole tree).
+    QdiscReplace(QdiscSpec),
+    /// `qdisc del`: the tree, its classes and filters go; the interface forwards unshaped.
+    QdiscDelete {
+        /// Interface.
+        dev: String,
+    },
+    /// `class add`.
+    ClassAdd(ClassSpec),
+    /// `class change`: every parameter is replaced (those not given return to defaults).
+    ClassChange(ClassSpec),
+    /// `class replace`: add or change.
+    ClassReplace(ClassSpec),
+    /// `class del`.
+    ClassDelete {
+        /// Interface.
+        dev: String,
+        /// `1:20`.
+        id: String,
+    },
+    /// `filter add`.
+    FilterAdd(FilterSpec),
+    /// `filter del`: one filter (`handle`), all at a priority (`prio`), or all.
+    FilterDelete {
+        /// Interface.
+        dev: String,
+        /// Only at this priority.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prio: Option<u32>,
+        /// Only this handle (needs `prio`, as in tc).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handle: Option<String>,
+    },
+}
+
+impl Command {
+    /// The interface it acts on.
+    #[must_use]
+    pub fn dev(&self) -> &str {
+        match self {
+            Self::QdiscAdd(q) | Self::QdiscChange(q) | Self::QdiscReplace(q) => &q.dev,
+            Self::QdiscDelete { dev } | Self::ClassDelete { dev, .. } => dev,
+            Self::FilterDelete { dev, .. } => dev,
+            Self::ClassAdd(c) | Self::ClassChange(c) | Self::ClassReplace(c) => &c.dev,
+            Self::FilterAdd(f) => &f.dev,
+        }
+    }
+}
+
+/// `qdisc … dev D root handle 1: htb default 20 r2q 10 direct_qlen 1000`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QdiscSpec {
+    /// Interface.
+    pub dev: String,
+    /// `1:` (default `1:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
+    /// Default class minor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_minor: Option<u32>,
+    /// Rate-to-quantum divisor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub r2q: Option<u32>,
+    /// Direct queue limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct_qlen: Option<u32>,
+}
+
+/// `class … dev D parent P classid C htb rate R …`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassSpec {
+    /// Interface.
+    pub dev: String,
+    /// `1:20`.
+    pub id: String,
+    /// Parent class or qdisc handle (`1:`); `None` = root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// Rate in bit/s (required).
+    pub rate: u64,
+    /// Ceil in bit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ceil: Option<u64>,
+    /// Burst in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<u64>,
+    /// Cburst in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cburst: Option<u64>,
+    /// Priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prio: Option<u32>,
+    /// Quantum in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantum: Option<u32>,
+    /// MTU for default bursts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// Bytes added per packet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<u16>,
+    /// Minimum packet unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpu: Option<u16>,
+    /// `ethernet` or `atm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linklayer: Option<String>,
+    /// Leaf queue limit in packets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// `filter add dev D parent 1: protocol ip prio 1 u32|flower … classid X`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterSpec {
+    /// Interface.
+    pub dev: String,
+    /// The qdisc handle (`1:`); filters hang on the qdisc only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// `ip`, `ipv6`, `802.1q`, `all`.
+    pub protocol: String,
+    /// Priority; `None`: below every existing one, as the kernel picks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prio: Option<u32>,
+    /// `u32` or `flower`.
+    pub kind: String,
+    /// Explicit handle; `None`: assigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
+    /// What to match.
+    pub matcher: MatchSpec,
+    /// Target class.
+    pub class: String,
+}
+
+/// An error, as data.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct IpcError {
+    /// What kind.
+    pub code: ErrorCode,
+    /// For people.
+    pub message: String,
+    /// In an `Apply`, the index of the command that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<usize>,
+}
+
+impl IpcError {
+    /// An error not tied to a command.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            command: None,
+        }
+    }
+}
+
+/// Error kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Malformed frame or JSON, or a request the daemon cannot make sense of.
+    BadRequest,
+    /// Protocol versions differ.
+    Version,
+    /// The frame is larger than [`MAX_MESSAGE_BYTES`].
+    TooLarge,
+    /// The peer is not allowed to use the socket.
+    PermissionDenied,
+    /// Too many clients or requests at once; try again.
+    Busy,
+    /// No such interface (or htbd does not forward on it).
+    NoDevice,
+    /// The object exists already.
+    Exists,
+    /// No such object.
+    NotFound,
+    /// The object is in use (a class with children or filters).
+    InUse,
+    /// Invalid parameters.
+    Invalid,
+    /// The change could not be persisted; nothing was changed.
+    Persist,
+    /// The daemon is stopping.
+    ShuttingDown,
+    /// A bug.
+    Internal,
+    /// A code from a newer daemon.
+    #[serde(other)]
+    Unknown,
+}
+
+/// Why a frame could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameError {
+    /// The peer closed the connection cleanly between frames.
+    #[error("connection closed")]
+    Closed,
+    /// The announced length is above the limit.
+    #[error("message of {0} bytes is larger than the {MAX_MESSAGE_BYTES}-byte limit")]
+    TooLarge(u32),
+    /// The body is not the expected JSON.
+    #[error("malformed message: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The socket failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Encodes `message` as one frame.
+///
+/// # Errors
+/// [`FrameError::TooLarge`] if it exceeds [`MAX_MESSAGE_BYTES`].
+pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
+    let body = serde_json::to_vec(message)?;
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|&n| n <= MAX_MESSAGE_BYTES)
+        .ok_or(FrameError::TooLarge(u32::MAX))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+/// Checks a frame header: the body length it announces.
+///
+/// # Errors
+/// [`FrameError::TooLarge`].
+pub fn body_len(header: [u8; 4]) -> Result<usize, FrameError> {
+    let len = u32::from_be_bytes(header);
+    if len > MAX_MESSAGE_BYTES {
+        return Err(FrameError::TooLarge(len));
+    }
+    Ok(len as usize)
+}
+
+/// Writes `message` as one frame.
+///
+/// # Errors
+/// Encoding or I/O errors.
+pub fn write_frame<T: Serialize>(w: &mut impl Write, message: &T) -> Result<(), FrameError> {
+    w.write_all(&encode(message)?)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads one frame and decodes it.
+///
+/// # Errors
+/// [`FrameError::Closed`] at a clean end of stream, else the problem.
+pub fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> Result<T, FrameError> {
+    let mut header = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut header[got..]) {
+            Ok(0) if got == 0 => return Err(FrameError::Closed),
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut body = vec![0u8; body_len(header)?];
+    r.read_exact(&mut body)?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_errors_are_data() {
+        let request = Request::new(RequestBody::Apply {
+            commands: vec![
+                Command::ClassChange(ClassSpec {
+                    dev: "r2".into(),
+                    id: "1:10".into(),
+                    parent: Some("1:1".into()),
+                    rate: 20_000_000,
+                    ceil: Some(100_000_000),
+                    ..ClassSpec::default()
+                }),
+                Command::FilterDelete {
+                    dev: "r2".into(),
+                    prio: Some(1),
+                    handle: None,
+                },
+            ],
+        });
+        let mut wire = Vec::new();
+        write_frame(&mut wire, &request).unwrap();
+        assert_eq!(
+            body_len(wire[..4].try_into().unwrap()).unwrap(),
+            wire.len() - 4
+        );
+        let back: Request = read_frame(&mut wire.as_slice()).unwrap();
+        assert_eq!(back, request);
+
+        let response = Response::new(Err(IpcError {
+            code: ErrorCode::NotFound,
+            message: "class 1:99 does not exist".into(),
+            command: Some(1),
+        }));
+        let json = serde_json::to_string(&response).unwrap();
+        assert!(json.contains(r#""code":"not_found""#), "{json}");
+        let back: Response = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, response);
+        // A code this client does not know is still an error.
+        let newer = json.replace("not_found", "quota_exceeded");
+        let back: Response = serde_json::from_str(&newer).unwrap();
+        assert_eq!(back.result.unwrap_err().code, ErrorCode::Unknown);
+    }
+
+    #[test]
+    fn oversized_and_truncated_frames_are_refused() {
+        let mut huge = (MAX_MESSAGE_BYTES + 1).to_be_bytes().to_vec();
+        huge.extend_from_slice(b"{}");
+        assert!(matches!(
+            read_frame::<Request>(&mut huge.as_slice()),
+            Err(FrameError::TooLarge(n)) if n == MAX_MESSAGE_BYTES + 1
+        ));
+        assert!(matches!(
+            read_frame::<Request>(&mut [].as_slice()),
+            Err(FrameError::Closed)
+        ));
+        let mut short = 10u32.to_be_bytes().to_vec();
+        short.extend_from_slice(b"{\"ver");
+        assert!(matches!(
+            read_frame::<Request>(&mut short.as_slice()),
+            Err(FrameError::Io(_))
+        ));
+        let mut garbage = 5u32.to_be_bytes().to_vec();
+        garbage.extend_from_slice(b"hello");
+        assert!(matches!(
+            read_frame::<Request>(&mut garbage.as_slice()),
+            Err(FrameError::Json(_))
+        ));
+    }
+}

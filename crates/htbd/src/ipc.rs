@@ -1,0 +1,330 @@
+//! The control socket: a Unix stream socket speaking [`htb_ipc`] frames.
+//!
+//! Who may connect: the socket file is mode 0660, owned by root and `socket_group`; on top of
+//! that every connection's peer credentials (`SO_PEERCRED`) are checked — root, htbd's own
+//! user, or a member of `socket_group`. Nothing a client does reaches the data plane except
+//! through the control task's bounded queue: a slow client only slows itself (a started frame
+//! must arrive within [`BODY_TIMEOUT`]), a hostile one gets an error and is dropped, and at most
+//! [`MAX_CLIENTS`] are served at once.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use htb_ipc::{ErrorCode, FrameError, IpcError, Request, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+
+use crate::control::{Call, Peer};
+
+/// Clients served at once; more get [`ErrorCode::Busy`].
+pub const MAX_CLIENTS: usize = 64;
+/// Time a client has to finish a frame it started.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Who may use the socket.
+#[derive(Clone, Debug)]
+pub struct PeerPolicy {
+    owner: u32,
+    group: Option<(String, u32)>,
+}
+
+impl PeerPolicy {
+    /// Root, this process's user, and members of `group` (a name from `/etc/group`, or a
+    /// number).
+    ///
+    /// # Errors
+    /// An unknown group.
+    pub fn new(group: Option<&str>) -> Result<Self, String> {
+        let owner = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+        let group = match group {
+            None => None,
+            Some(name) => Some((name.to_owned(), group_id(name)?)),
+        };
+        Ok(Self { owner, group })
+    }
+
+    /// The group's id, if one is configured.
+    #[must_use]
+    pub fn gid(&self) -> Option<u32> {
+        self.group.as_ref().map(|(_, gid)| *gid)
+    }
+
+    /// Whether the peer may send requests; `Err` says why not.
+    fn check(&self, uid: u32, gid: u32, pid: Option<i32>) -> Result<(), String> {
+        if uid == 0 || uid == self.owner {
+            return Ok(());
+        }
+        if let Some((name, wanted)) = &self.group {
+            if gid == *wanted || pid.is_some_and(|pid| supplementary_groups(pid).contains(wanted)) {
+                return Ok(());
+            }
+            return Err(format!(
+                "uid {uid} is not root, htbd's user, nor in group {name}"
+            ));
+        }
+        Err(format!(
+            "uid {uid} is not root nor htbd's user (set [daemon] socket_group to let a group in)"
+        ))
+    }
+}
+
+/// A group's id from `/etc/group` (or a numeric id).
+fn group_id(name: &str) -> Result<u32, String> {
+    if let Ok(gid) = name.parse() {
+        return Ok(gid);
+    }
+    let groups = std::fs::read_to_string("/etc/group")
+        .map_err(|e| format!("cannot read /etc/group: {e}"))?;
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            Some((f.next()?, f.nth(1)?))
+        })
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, gid)| gid.parse().ok())
+        .ok_or_else(|| format!("socket_group {name:?} is not a group in /etc/group"))
+}
+
+/// The supplementary groups of process `pid` (`Groups:` in `/proc/PID/status`).
+fn supplementary_groups(pid: i32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Groups:")).map(|g| {
+                g.split_whitespace()
+                    .filter_map(|n| n.parse().ok())
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// A bound control socket; removed when dropped.
+#[derive(Debug)]
+pub struct Socket {
+    listener: Option<std::os::unix::net::UnixListener>,
+    path: PathBuf,
+}
+
+impl Socket {
+    /// Binds `path` (mode 0660, group `gid`), replacing a stale socket file but refusing to
+    /// steal one a live daemon answers on.
+    ///
+    /// # Errors
+    /// Another daemon listens there, or binding fails.
+    pub fn bind(path: &Path, gid: Option<u32>) -> Result<Self, String> {
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        if path.exists() {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(format!(
+                    "another htbd is listening on {} (stop it, or set [daemon] socket)",
+                    path.display()
+                ));
+            }
+            std::fs::remove_file(path)
+                .map_err(|e| format!("cannot remove the stale {}: {e}", path.display()))?;
+        }
+        let listener = std::os::unix::net::UnixListener::bind(path)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+            .map_err(|e| format!("cannot chmod {}: {e}", path.display()))?;
+        if let Some(gid) = gid {
+            std::os::unix::fs::chown(path, None, Some(gid))
+                .map_err(|e| format!("cannot give {} to group {gid}: {e}", path.display()))?;
+        }
+        Ok(Self {
+            listener: Some(listener),
+            path: path.to_owned(),
+        })
+    }
+
+    fn take(&mut self) -> Option<std::os::unix::net::UnixListener> {
+        self.listener.take()
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Accepts clients until `shutdown` turns true; each gets its own task.
+pub async fn serve(
+    socket: &mut Socket,
+    policy: Arc<PeerPolicy>,
+    calls: mpsc::Sender<Call>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let Some(listener) = socket.take() else {
+        return Ok(());
+    };
+    listener.set_nonblocking(true)?;
+    let listener = UnixListener::from_std(listener)?;
+    let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(client) => client,
+                    Err(e) => {
+                        tracing::warn!("control socket: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = Arc::clone(&clients).try_acquire_owned() else {
+                    tokio::spawn(refuse(stream, IpcError::new(
+                        ErrorCode::Busy,
+                        format!("{MAX_CLIENTS} clients are connected; try again"),
+                    )));
+                    continue;
+                };
+                let (policy, calls) = (Arc::clone(&policy), calls.clone());
+                tokio::spawn(async move {
+                    client(stream, &policy, &calls).await;
+                    drop(permit);
+                });
+            }
+            _ = shutdown.changed() => return Ok(()),
+        }
+    }
+}
+
+async fn send(stream: &mut UnixStream, response: &Response) -> bool {
+    match htb_ipc::encode(response) {
+        Ok(frame) => stream.write_all(&frame).await.is_ok(),
+        Err(e) => {
+            tracing::error!("cannot encode a response: {e}");
+            false
+        }
+    }
+}
+
+async fn refuse(mut stream: UnixStream, error: IpcError) {
+    let _ = send(&mut stream, &Response::new(Err(error))).await;
+}
+
+/// Serves one client: frames in, one response per frame out, until it hangs up or misbehaves.
+async fn client(mut stream: UnixStream, policy: &PeerPolicy, calls: &mpsc::Sender<Call>) {
+    let peer = match stream.peer_cred() {
+        Ok(cred) => {
+            if let Err(why) = policy.check(cred.uid(), cred.gid(), cred.pid()) {
+                tracing::warn!("control socket: refused pid {:?}: {why}", cred.pid());
+                refuse(stream, IpcError::new(ErrorCode::PermissionDenied, why)).await;
+                return;
+            }
+            Peer {
+                uid: cred.uid(),
+                pid: cred.pid(),
+            }
+        }
+        Err(e) => {
+            tracing::warn!("control socket: no peer credentials: {e}");
+            return;
+        }
+    };
+    loop {
+        let mut header = [0u8; 4];
+        // Between frames a client may idle as long as it likes (htb-cli monitor does).
+        if stream.read_exact(&mut header).await.is_err() {
+            return;
+        }
+        let len = match htb_ipc::body_len(header) {
+            Ok(len) => len,
+            Err(e) => {
+                tracing::debug!("control socket: {e}");
+                let code = match e {
+                    FrameError::TooLarge(_) => ErrorCode::TooLarge,
+                    _ => ErrorCode::BadRequest,
+                };
+                refuse(stream, IpcError::new(code, e.to_string())).await;
+                return;
+            }
+        };
+        // Read what actually arrives (no allocation of the announced size up front).
+        let mut body = Vec::new();
+        let mut limited = (&mut stream).take(len as u64);
+        let read = limited.read_to_end(&mut body);
+        match tokio::time::timeout(BODY_TIMEOUT, read).await {
+            Ok(Ok(n)) if n == len => {}
+            Ok(_) => return,
+            Err(_) => {
+                refuse(
+                    stream,
+                    IpcError::new(
+                        ErrorCode::BadRequest,
+                        format!("message not complete within {BODY_TIMEOUT:?}"),
+                    ),
+                )
+                .await;
+                return;
+            }
+        }
+        let request: Request = match serde_json::from_slice(&body) {
+            Ok(request) => request,
+            Err(e) => {
+                let error = IpcError::new(ErrorCode::BadRequest, format!("malformed request: {e}"));
+                if send(&mut stream, &Response::new(Err(error))).await {
+                    continue;
+                }
+                return;
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        if calls.send((request, peer, tx)).await.is_err() {
+            refuse(
+                stream,
+                IpcError::new(ErrorCode::ShuttingDown, "htbd is stopping"),
+            )
+            .await;
+            return;
+        }
+        let Ok(response) = rx.await else {
+            return;
+        };
+        if !send(&mut stream, &response).await {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_lets_root_and_the_group_in() {
+        let policy = PeerPolicy {
+            owner: 1000,
+            group: Some(("netadmin".into(), 4242)),
+        };
+        assert!(policy.check(0, 0, None).is_ok());
+        assert!(policy.check(1000, 1000, None).is_ok());
+        assert!(policy.check(2000, 4242, None).is_ok());
+        let e = policy.check(65534, 65534, None).unwrap_err();
+        assert!(e.contains("not root") && e.contains("netadmin"), "{e}");
+        let no_group = PeerPolicy {
+            owner: 0,
+            group: None,
+        };
+        assert!(
+            no_group
+                .check(65534, 65534, None)
+                .unwrap_err()
+                .contains("socket_group")
+        );
+        assert_eq!(group_id("0"), Ok(0));
+        assert_eq!(group_id("root"), Ok(0));
+        assert!(group_id("no-such-group-here").is_err());
+    }
+}
