@@ -32,6 +32,14 @@ pub fn htbd_bin() -> PathBuf {
     }
 }
 
+/// The htb-cli binary: `HTB_CLI_BIN`, else next to [`htbd_bin`].
+pub fn cli_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("HTB_CLI_BIN") {
+        return PathBuf::from(bin);
+    }
+    htbd_bin().with_file_name("htb-cli")
+}
+
 fn run(cmd: &mut Command) -> Output {
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
@@ -349,9 +357,35 @@ impl Htbd {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// The socket path the config was given.
+    /// The temporary directory holding the config, log, socket and state.
     pub fn dir(&self) -> &Path {
         self._dir.path()
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> PathBuf {
+        self._dir.path().join("htbd.sock")
+    }
+
+    /// Runs `htb-cli --socket SOCKET ARGS…` (outside the lab's namespaces: the socket is a
+    /// file) and returns its output.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(cli_bin());
+        cmd.arg("--socket").arg(self.socket()).args(args);
+        run(&mut cmd)
+    }
+
+    /// Runs htb-cli and panics with its stderr unless it succeeds; returns stdout.
+    pub fn cli_ok(&self, args: &[&str]) -> String {
+        let out = self.cli(args);
+        assert!(
+            out.status.success(),
+            "htb-cli {}: {}\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr),
+            self.log_text()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// SIGKILL, as a crash.
@@ -360,6 +394,12 @@ impl Htbd {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Stops htbd (SIGKILL if it still runs) and hands back its directory, for a restart.
+    pub fn into_dir(mut self) -> tempfile::TempDir {
+        self.kill9();
+        std::mem::replace(&mut self._dir, tempfile::tempdir().unwrap())
     }
 
     /// SIGTERM and wait; returns the exit status and keeps the temp dir for a restart.
@@ -386,7 +426,9 @@ pub fn htbd_fails(lab: &Lab, config: &str) -> String {
     let path = dir.path().join("bad.toml");
     std::fs::write(
         &path,
-        config.replace("@SOCKET@", &dir.path().join("s").display().to_string()),
+        config
+            .replace("@SOCKET@", &dir.path().join("s").display().to_string())
+            .replace("@STATE@", &dir.path().join("state").display().to_string()),
     )
     .unwrap();
     let out = run(lab

@@ -242,9 +242,6 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
     );
-    store
-        .compact(&header, &model.to_toml())
-        .map_err(state_error)?;
     for (port, state) in config.engine.ports.iter_mut().zip(&model.ports) {
         port.tree = state.qdisc.as_ref().map(model::QdiscModel::tree);
         port.filters = state
@@ -259,6 +256,11 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
         Mode::Bridge => forwarding::check_bridge_fail_open(&ports),
     }
     let dataplane = DataPlane::start(config.engine.clone())?;
+    // Fold the replayed journal into a fresh snapshot, now that the trees are known to run.
+    if let Err(e) = store.compact(&header, &model.to_toml()) {
+        let _ = dataplane.stop();
+        return Err(state_error(e));
+    }
     tracing::info!(
         "htbd running in {:?} mode on {}; control socket {}",
         config.engine.mode,

@@ -282,13 +282,13 @@ fn a_bad_interface_attaches_nothing() {
     let Some(lab) = Lab::up("htbt", "router") else {
         return;
     };
-    let config = "[daemon]\nsocket = \"@SOCKET@\"\n[[interface]]\nname = \"r1\"\n[[interface]]\nname = \"nosuch0\"\n";
+    let config = "[daemon]\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n[[interface]]\nname = \"r1\"\n[[interface]]\nname = \"nosuch0\"\n";
     let stderr = htbd_fails(&lab, config);
     assert!(stderr.contains("interface nosuch0"), "{stderr}");
     assert!(!lab.xdp_attached(R, "r1"), "nothing attached half-way");
     let stderr = htbd_fails(
         &lab,
-        "[daemon]\nmode = \"hub\"\n[[interface]]\nname = \"r1\"\n",
+        "[daemon]\nmode = \"hub\"\nstate_dir = \"@STATE@\"\n[[interface]]\nname = \"r1\"\n",
     );
     assert!(stderr.contains("line 2, column 8: daemon.mode"), "{stderr}");
     assert_eq!(
