@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod ipc_bench;
 mod lab;
 pub mod traffic;
 

@@ -46,6 +46,18 @@ enum Command {
         #[arg(long, default_value = "htbbench")]
         lab: String,
     },
+    /// Live changes while traffic flows: changes/s, time to apply, packets lost.
+    BenchIpc {
+        /// Output directory for ipc.json.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// Changes per phase.
+        #[arg(long, default_value_t = 10_000)]
+        changes: usize,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htbipc")]
+        lab: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -64,6 +76,10 @@ fn main() -> ExitCode {
         .map(|_| ()),
         Command::Bench { out, quick, lab } => {
             htb_lab::bench::run(&BenchOptions { out, quick, lab }).map(|_| ())
+        }
+        Command::BenchIpc { out, changes, lab } => {
+            htb_lab::ipc_bench::run(&htb_lab::ipc_bench::IpcBenchOptions { out, changes, lab })
+                .map(|_| ())
         }
     };
     match result {

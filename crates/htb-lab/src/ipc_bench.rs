@@ -1,0 +1,274 @@
+//! `htb-lab bench-ipc`: live changes while traffic flows, writing `target/htb-bench/ipc.json`.
+//!
+//! htbd shapes r2 with a tree of 1 000 leaves under one root; a UDP flow crosses the default
+//! class the whole time. Then, in three ways, 10 000 class changes (each leaf's and the busy
+//! class's rate, alternating):
+//!
+//! 1. one request per change over one connection (an automation client using the IPC
+//!    directly): changes/s and the time from sending a change to htbd's answer — by then the
+//!    change is journaled and live in the data plane;
+//! 2. all of them as one atomic batch (`htb-cli -b FILE`);
+//! 3. one `htb-cli class change …` process per change (how tc scripts run), for 1 000 changes.
+//!
+//! Packets lost: a UDP flow runs around each phase; iperf3 counts lost and out-of-order
+//! datagrams by sequence number, and htbd its own drops — both should be 0: the flow is below every rate
+//! the busy class is changed to.
+
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use htb_ipc::{ClassSpec, Command as Change, ReplyBody, Request, RequestBody, Response};
+use serde_json::{Value, json};
+
+use crate::{Htbd, Lab, N1, N2, cli_bin};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct IpcBenchOptions {
+    /// Where ipc.json goes.
+    pub out: PathBuf,
+    /// Changes per phase (10 000; phase 3 runs a tenth).
+    pub changes: usize,
+    /// Namespace prefix.
+    pub lab: String,
+}
+
+const LEAVES: u32 = 1000;
+/// The UDP flow, below both rates the busy class alternates between.
+const FLOW: &str = "40M";
+
+fn tree() -> String {
+    let mut t = String::from(
+        "[daemon]\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n[[interface]]\nname = \"r1\"\n\
+         [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"10\"\n\
+         [[interface.class]]\nid = \"1:1\"\nrate = \"1gbit\"\n\
+         [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"100mbit\"\n",
+    );
+    for i in 0..LEAVES {
+        t.push_str(&format!(
+            "[[interface.class]]\nid = \"1:{:x}\"\nparent = \"1:1\"\nrate = \"1mbit\"\nceil = \"1gbit\"\n",
+            0x1000 + i
+        ));
+    }
+    t
+}
+
+/// The n-th change: most go to the idle leaves, every tenth to the busy class.
+fn change(n: usize) -> ClassSpec {
+    let busy = n.is_multiple_of(10);
+    let id = if busy {
+        "1:10".to_owned()
+    } else {
+        format!("1:{:x}", 0x1000 + (n as u32 % LEAVES))
+    };
+    let rate = if busy {
+        if n.is_multiple_of(20) {
+            80_000_000
+        } else {
+            100_000_000
+        }
+    } else {
+        1_000_000 + (n as u64 % 7) * 100_000
+    };
+    ClassSpec {
+        dev: "r2".into(),
+        id,
+        parent: Some("1:1".into()),
+        rate,
+        ceil: (!busy).then_some(1_000_000_000),
+        ..ClassSpec::default()
+    }
+}
+
+fn tc_line(c: &ClassSpec) -> String {
+    let mut line = format!(
+        "class change dev {} parent 1:1 classid {} htb rate {}bit",
+        c.dev, c.id, c.rate
+    );
+    if let Some(ceil) = c.ceil {
+        line.push_str(&format!(" ceil {ceil}bit"));
+    }
+    line
+}
+
+fn htbd_drops(htbd: &Htbd) -> u64 {
+    let text = htbd.cli_ok(&["-j", "-s", "qdisc", "show", "dev", "r2"]);
+    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    v[0]["drops"].as_u64().unwrap_or(0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Seconds of UDP flow around each phase (which starts one second in).
+const FLOW_SECS: u64 = 6;
+
+/// Runs `phase` inside a UDP flow through the busy class; returns its result with what the
+/// flow lost (iperf3's sequence numbers: lost and out-of-order datagrams) and htbd's drops.
+fn with_loss(
+    lab: &Lab,
+    htbd: &Htbd,
+    phase: impl FnOnce() -> anyhow::Result<Value>,
+) -> anyhow::Result<Value> {
+    let drops0 = htbd_drops(htbd);
+    let flow = lab
+        .cmd(N1, "iperf3")
+        .args([
+            "-c",
+            "10.201.2.2",
+            "-p",
+            "5201",
+            "-u",
+            "-b",
+            FLOW,
+            "-l",
+            "1400",
+            "-J",
+        ])
+        .args(["-t", &FLOW_SECS.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    std::thread::sleep(Duration::from_secs(1));
+    let started = Instant::now();
+    let mut result = phase()?;
+    let phase_secs = started.elapsed().as_secs_f64();
+    let report: Value =
+        serde_json::from_slice(&flow.wait_with_output()?.stdout).context("iperf3's report")?;
+    let received = &report["end"]["sum_received"];
+    result["flow_packets"] = received["packets"].clone();
+    result["flow_lost_packets"] = received["lost_packets"].clone();
+    result["flow_out_of_order"] = report["end"]["streams"][0]["udp"]["out_of_order"].clone();
+    result["phase_within_flow"] = json!(phase_secs + 1.0 < FLOW_SECS as f64);
+    result["htbd_drops"] = json!(htbd_drops(htbd) - drops0);
+    Ok(result)
+}
+
+fn one_per_request(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
+    let mut stream = UnixStream::connect(htbd.socket()).context("connecting to htbd")?;
+    let mut latencies = Vec::with_capacity(changes);
+    let start = Instant::now();
+    for n in 0..changes {
+        let request = Request::new(RequestBody::Apply {
+            commands: vec![Change::ClassChange(change(n))],
+        });
+        let t0 = Instant::now();
+        htb_ipc::write_frame(&mut stream, &request)?;
+        let response: Response = htb_ipc::read_frame(&mut stream)?;
+        latencies.push(t0.elapsed().as_secs_f64() * 1e6);
+        match response.result {
+            Ok(ReplyBody::Applied { .. }) => {}
+            other => anyhow::bail!("change {n} refused: {other:?}"),
+        }
+    }
+    let total = start.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    Ok(json!({
+        "changes": changes,
+        "seconds": total,
+        "changes_per_s": changes as f64 / total,
+        "apply_latency_us": {
+            "p50": percentile(&latencies, 0.5),
+            "p99": percentile(&latencies, 0.99),
+            "max": latencies.last().copied().unwrap_or(0.0),
+        },
+    }))
+}
+
+fn one_batch(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
+    let file = htbd.dir().join("bench.batch");
+    let text: String = (0..changes).map(|n| tc_line(&change(n)) + "\n").collect();
+    std::fs::write(&file, text)?;
+    let start = Instant::now();
+    let out = Command::new(cli_bin())
+        .arg("--socket")
+        .arg(htbd.socket())
+        .arg("-b")
+        .arg(&file)
+        .output()?;
+    let seconds = start.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        out.status.success(),
+        "htb-cli -b: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(json!({
+        "changes": changes,
+        "seconds": seconds,
+        "changes_per_s": changes as f64 / seconds,
+    }))
+}
+
+fn one_process_each(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
+    let mut latencies = Vec::with_capacity(changes);
+    let start = Instant::now();
+    for n in 0..changes {
+        let line = tc_line(&change(n));
+        let t0 = Instant::now();
+        let status = Command::new(cli_bin())
+            .arg("--socket")
+            .arg(htbd.socket())
+            .args(line.split_whitespace())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        latencies.push(t0.elapsed().as_secs_f64() * 1e6);
+        anyhow::ensure!(status.success(), "{line} failed");
+    }
+    let total = start.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    Ok(json!({
+        "changes": changes,
+        "seconds": total,
+        "changes_per_s": changes as f64 / total,
+        "process_latency_us": {"p50": percentile(&latencies, 0.5), "p99": percentile(&latencies, 0.99)},
+    }))
+}
+
+/// Runs the benchmark; writes and returns the JSON.
+///
+/// # Errors
+/// When the lab cannot run or a change is refused.
+pub fn run(options: &IpcBenchOptions) -> anyhow::Result<Value> {
+    let lab = Lab::up(&options.lab, "router").context("the lab cannot run here")?;
+    let htbd = Htbd::start(&lab, &tree());
+    let _server = crate::Reaped(
+        lab.cmd(N2, "iperf3")
+            .args(["-s", "-p", "5201"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?,
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let n = options.changes;
+    println!("{n} changes, one request each (IPC) ...");
+    let single = with_loss(&lab, &htbd, || one_per_request(&htbd, n))?;
+    println!("{single}");
+    println!("{n} changes in one atomic batch (htb-cli -b) ...");
+    let batch = with_loss(&lab, &htbd, || one_batch(&htbd, n))?;
+    println!("{batch}");
+    let each = (n / 10).max(1);
+    println!("{each} changes, one htb-cli process each ...");
+    let processes = with_loss(&lab, &htbd, || one_process_each(&htbd, each))?;
+    println!("{processes}");
+    let result = json!({
+        "setup": format!("{LEAVES} leaves + 1 busy class on r2; UDP {FLOW}bit/s of 1400-byte datagrams through the busy class throughout; every tenth change hits the busy class (80 <-> 100 Mbit/s)"),
+        "anchor": "LibreQoS: 13 190 tc operations in ~0.5 s; each full reload loses 0-50 ms of traffic",
+        "ipc_one_request_per_change": single,
+        "cli_one_batch": batch,
+        "cli_one_process_per_change": processes,
+    });
+    std::fs::create_dir_all(&options.out)?;
+    let path = options.out.join("ipc.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&result)?)?;
+    println!("wrote {}", path.display());
+    Ok(result)
+}
