@@ -99,15 +99,10 @@ fn uninstall(lab: &Lab, installed: Installed) {
     std::thread::sleep(Duration::from_millis(300));
 }
 
+/// A node-2 eth0 receive counter: `rx_bytes` or `rx_packets`.
 fn counter(lab: &Lab, name: &str) -> u64 {
-    let out = lab.exec(
-        N2,
-        &["cat", &format!("/sys/class/net/eth0/statistics/{name}")],
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0)
+    let (bytes, packets) = lab.rx_counters(N2, "eth0");
+    if name == "rx_packets" { packets } else { bytes }
 }
 
 /// Runs `traffic` (already started) and measures a node-2 counter's rate from `skip` on for

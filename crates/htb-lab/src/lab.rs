@@ -81,6 +81,7 @@ pub fn unavailable() -> Option<String> {
 #[derive(Debug)]
 pub struct Lab {
     name: String,
+    anchors: Mutex<Vec<(String, Reaped)>>,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -109,6 +110,7 @@ impl Lab {
         );
         Some(Self {
             name,
+            anchors: Mutex::new(Vec::new()),
             _serial: serial,
         })
     }
@@ -158,16 +160,55 @@ impl Lab {
             .unwrap_or(0)
     }
 
+    /// A process living in namespace `which`, through whose `/proc/PID/net` the namespace's
+    /// counters can be read without spawning anything (a spawn under load takes tens of
+    /// milliseconds, which would blur a rate measured over a few seconds).
+    fn anchor(&self, which: &str) -> u32 {
+        let mut anchors = self
+            .anchors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(child) = anchors.iter().find(|(w, _)| w == which).map(|(_, c)| c) {
+            return child.0.id();
+        }
+        let child = self
+            .cmd(which, "sleep")
+            .arg("1000000")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("sleep");
+        let id = child.id();
+        anchors.push((which.to_owned(), Reaped(child)));
+        // `ip netns exec` enters the namespace before it execs sleep.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline
+            && std::fs::read_to_string(format!("/proc/{id}/comm"))
+                .is_ok_and(|c| c.trim() != "sleep")
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        id
+    }
+
     /// Bytes received so far on `dev` in `which` (L2, without FCS).
     pub fn rx_bytes(&self, which: &str, dev: &str) -> u64 {
-        let out = self.exec(
-            which,
-            &["cat", &format!("/sys/class/net/{dev}/statistics/rx_bytes")],
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse()
-            .expect("rx_bytes")
+        self.rx_counters(which, dev).0
+    }
+
+    /// Bytes and packets received so far on `dev` in `which` (`/proc/net/dev`).
+    pub fn rx_counters(&self, which: &str, dev: &str) -> (u64, u64) {
+        let pid = self.anchor(which);
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).expect("net/dev");
+        text.lines()
+            .find_map(|l| {
+                let (name, counters) = l.split_once(':')?;
+                if name.trim() != dev {
+                    return None;
+                }
+                let mut fields = counters.split_whitespace().map(|f| f.parse().ok());
+                Some((fields.next()??, fields.next()??))
+            })
+            .unwrap_or_else(|| panic!("no {dev} in {which}"))
     }
 
     /// Whether an XDP program is attached to `dev` in `which`.
