@@ -254,25 +254,7 @@ fn shaped_bps(lab: &Lab, bps: f64, udp: bool) -> f64 {
 /// Ping RTTs (ms) through a 10 Mbit/s class saturated by UDP: (p50, p99, loss %).
 fn saturated_rtt(lab: &Lab) -> (f64, f64, f64) {
     let _server = lab.iperf_server(N2, 5201);
-    let flood = lab
-        .cmd(N1, "iperf3")
-        .args([
-            "-c",
-            "10.201.2.2",
-            "-p",
-            "5201",
-            "-u",
-            "-l",
-            "1400",
-            "-b",
-            "20M",
-            "-t",
-            "12",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map(Reaped);
+    let flood = Reaped(lab.udp_flow(5201, "20M", 12));
     std::thread::sleep(Duration::from_secs(2));
     let out = lab.exec(
         N1,

@@ -23,7 +23,7 @@ use anyhow::Context;
 use htb_ipc::{ClassSpec, Command as Change, ReplyBody, Request, RequestBody, Response};
 use serde_json::{Value, json};
 
-use crate::{Htbd, Lab, N1, N2, cli_bin};
+use crate::{Htbd, Lab, N2, cli_bin};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -109,7 +109,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// Seconds of UDP flow around each phase (which starts one second in).
-const FLOW_SECS: u64 = 6;
+const FLOW_SECS: u32 = 6;
 
 /// Runs `phase` inside a UDP flow through the busy class; returns its result with what the
 /// flow lost (iperf3's sequence numbers: lost and out-of-order datagrams) and htbd's drops.
@@ -119,35 +119,19 @@ fn with_loss(
     phase: impl FnOnce() -> anyhow::Result<Value>,
 ) -> anyhow::Result<Value> {
     let drops0 = htbd_drops(htbd);
-    let flow = lab
-        .cmd(N1, "iperf3")
-        .args([
-            "-c",
-            "10.201.2.2",
-            "-p",
-            "5201",
-            "-u",
-            "-b",
-            FLOW,
-            "-l",
-            "1400",
-            "-J",
-        ])
-        .args(["-t", &FLOW_SECS.to_string()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()?;
+    let flow = lab.udp_flow(5201, FLOW, FLOW_SECS);
     std::thread::sleep(Duration::from_secs(1));
     let started = Instant::now();
-    let mut result = phase()?;
+    let result = phase();
     let phase_secs = started.elapsed().as_secs_f64();
-    let report: Value =
-        serde_json::from_slice(&flow.wait_with_output()?.stdout).context("iperf3's report")?;
+    let output = flow.wait_with_output();
+    let mut result = result?;
+    let report: Value = serde_json::from_slice(&output?.stdout).context("iperf3's report")?;
     let received = &report["end"]["sum_received"];
     result["flow_packets"] = received["packets"].clone();
     result["flow_lost_packets"] = received["lost_packets"].clone();
     result["flow_out_of_order"] = report["end"]["streams"][0]["udp"]["out_of_order"].clone();
-    result["phase_within_flow"] = json!(phase_secs + 1.0 < FLOW_SECS as f64);
+    result["phase_within_flow"] = json!(phase_secs + 1.0 < f64::from(FLOW_SECS));
     result["htbd_drops"] = json!(htbd_drops(htbd) - drops0);
     Ok(result)
 }

@@ -271,6 +271,26 @@ impl Lab {
         })
     }
 
+    /// Starts a UDP flow node-1 → node-2:`port` at `rate` (iperf3, 1400-byte datagrams) for
+    /// `secs`, in the background; its stdout is iperf3's JSON report.
+    pub fn udp_flow(&self, port: u16, rate: &str, secs: u32) -> Child {
+        self.cmd(N1, "iperf3")
+            .args([
+                "-c",
+                "10.201.2.2",
+                "-p",
+                &port.to_string(),
+                "-u",
+                "-b",
+                rate,
+            ])
+            .args(["-l", "1400", "-t", &secs.to_string(), "-J"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("iperf3 -c")
+    }
+
     /// Offers UDP at `offered` from node-1 to node-2:`port` and measures the L2 rate arriving at
     /// node-2's veth over the steady part (after one second), in bit/s.
     pub fn udp_rate_at_n2(&self, port: u16, offered: &str, secs: u32) -> f64 {

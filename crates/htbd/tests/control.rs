@@ -28,27 +28,6 @@ fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
-/// Starts a UDP flow node-1 → node-2:port in the background.
-fn udp_flow(lab: &Lab, port: u16, rate: &str, secs: u32) -> std::process::Child {
-    lab.cmd(N1, "iperf3")
-        .args([
-            "-c",
-            "10.201.2.2",
-            "-p",
-            &port.to_string(),
-            "-u",
-            "-b",
-            rate,
-            "-l",
-            "1400",
-        ])
-        .args(["-t", &secs.to_string(), "-J"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("iperf3 -c")
-}
-
 #[test]
 fn tc_grammar_round_trips_through_a_live_htbd() {
     let Some(lab) = Lab::up("htbc", "router") else {
@@ -152,7 +131,7 @@ fn tc_grammar_round_trips_through_a_live_htbd() {
     // The filters classify real traffic: UDP to 5201 lands in 1:20 and is held to 180 kbit/s,
     // building a backlog that deleting the class then reports as dropped.
     let _server = lab.iperf_server(N2, 5201);
-    let flow = udp_flow(&lab, 5201, "2M", 3);
+    let flow = lab.udp_flow(5201, "2M", 3);
     std::thread::sleep(Duration::from_millis(2500));
     let c = json(&cli("-j -s class show dev r2 classid 1:20"));
     assert!(c[0]["stats"]["packets"].as_u64().unwrap() > 10, "{c}");
@@ -345,7 +324,7 @@ fn hostile_clients_get_errors_while_forwarding_continues() {
         ),
     );
     let _server = lab.iperf_server(N2, 5201);
-    let flow = udp_flow(&lab, 5201, "20M", 6);
+    let flow = lab.udp_flow(5201, "20M", 6);
     std::thread::sleep(Duration::from_millis(500));
     let socket = htbd.socket();
     // Garbage: its first four bytes announce a 1.7 GB message.

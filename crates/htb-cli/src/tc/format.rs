@@ -48,6 +48,17 @@ fn json_text(items: Vec<Value>, style: Style) -> String {
     text
 }
 
+/// The two statistics lines qdiscs and classes share (`print_tcstats2_attr`); HTB never
+/// requeues, so both requeue counts are 0.
+fn sent_lines(out: &mut String, [bytes, packets, drops, overlimits]: [u64; 4], backlog: [u64; 2]) {
+    let _ = writeln!(
+        out,
+        " Sent {bytes} bytes {packets} pkt (dropped {drops}, overlimits {overlimits} requeues 0) \n \
+         backlog {}b {}p requeues 0",
+        backlog[0], backlog[1]
+    );
+}
+
 /// `tc qdisc show`.
 #[must_use]
 pub fn qdiscs(list: &[QdiscInfo], style: Style) -> String {
@@ -111,17 +122,10 @@ pub fn qdiscs(list: &[QdiscInfo], style: Style) -> String {
         }
         let _ = writeln!(out, " direct_qlen {}", q.direct_qlen);
         if let Some(s) = q.stats {
-            let _ = writeln!(
-                out,
-                " Sent {} bytes {} pkt (dropped {}, overlimits {} requeues {}) \n backlog {}b {}p requeues {}",
-                s.bytes,
-                s.packets,
-                s.drops,
-                s.overlimits,
-                s.requeues,
-                s.backlog_bytes,
-                s.backlog_packets,
-                s.requeues
+            sent_lines(
+                &mut out,
+                [s.bytes, s.packets, s.drops, s.overlimits],
+                [s.backlog_bytes, s.backlog_packets],
             );
         }
     }
@@ -188,22 +192,15 @@ pub fn classes(list: &[ClassInfo], style: Style) -> String {
         }
         out.push('\n');
         if let Some(s) = c.stats {
+            sent_lines(
+                &mut out,
+                [s.bytes, s.packets, s.drops, s.overlimits],
+                [s.backlog_bytes, s.backlog_packets],
+            );
             let _ = write!(
                 out,
-                " Sent {} bytes {} pkt (dropped {}, overlimits {} requeues {}) \n backlog {}b {}p requeues {}\n lended: {} borrowed: {} giants: {}\n tokens: {} ctokens: {}\n\n",
-                s.bytes,
-                s.packets,
-                s.drops,
-                s.overlimits,
-                s.requeues,
-                s.backlog_bytes,
-                s.backlog_packets,
-                s.requeues,
-                s.lended,
-                s.borrowed,
-                s.giants,
-                s.tokens,
-                s.ctokens
+                " lended: {} borrowed: {} giants: {}\n tokens: {} ctokens: {}\n\n",
+                s.lended, s.borrowed, s.giants, s.tokens, s.ctokens
             );
         }
     }
