@@ -139,6 +139,19 @@ fn tc_grammar_round_trips_through_a_live_htbd() {
         c[0]["stats"]["qlen"].as_u64().unwrap() > 0,
         "a 2 Mbit/s flow into 180 kbit/s queues up: {c}"
     );
+    // monitor: two refreshes; the second has a measured rate for the busy class.
+    let monitor = cli("monitor dev r2 interval 0.3 count 2");
+    let refreshes: Vec<&str> = monitor.split("htb-cli monitor").skip(1).collect();
+    assert_eq!(refreshes.len(), 2, "{monitor}");
+    let row = refreshes[1]
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("1:20"))
+        .unwrap_or_else(|| panic!("{monitor}"));
+    let bps: f64 = row.split_whitespace().nth(5).unwrap().parse().unwrap();
+    assert!(
+        (90e3..400e3).contains(&bps),
+        "1:20 is held near 180 kbit/s: {row}"
+    );
     let batch = htbd.dir().join("del.batch");
     std::fs::write(
         &batch,

@@ -36,6 +36,12 @@ impl fmt::Display for RateText {
     }
 }
 
+/// A rate in bit/s as tc prints it (`100Mbit`, `1500Kbit`).
+#[must_use]
+pub fn rate_text(bits: u64, iec: bool) -> String {
+    RateText(bits, iec).to_string()
+}
+
 fn json_text(items: Vec<Value>, style: Style) -> String {
     let value = Value::Array(items);
     let mut text = if style.pretty {
