@@ -15,7 +15,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration as WallDuration, Instant as WallInstant};
 
-use criterion::{BenchmarkId, Criterion};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
 use htb_cli::plot::{LineChart, Series};
 use htb_core::{
     ClassHandle, ClassId, ClassSpec, Instant, Packet, Rate, Scheduler, SchedulerConfig,
@@ -226,6 +227,25 @@ fn log_points(n: usize) -> Vec<usize> {
     points
 }
 
+/// Benchmarks `work.run` (dequeue with backlog top-up) as `id`; returns the median ns/packet.
+fn bench_run(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    id: BenchmarkId,
+    work: &mut Workload,
+) -> f64 {
+    let samples = Samples::default();
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| {
+            let start = WallInstant::now();
+            work.run(iters);
+            let elapsed = start.elapsed();
+            samples.record(elapsed, iters);
+            elapsed
+        });
+    });
+    samples.median()
+}
+
 fn bench_complexity(c: &mut Criterion, runs: &mut Vec<Run>) {
     let mut group = c.benchmark_group("complexity");
     for n in [1200usize, 5000] {
@@ -234,23 +254,13 @@ fn bench_complexity(c: &mut Criterion, runs: &mut Vec<Run>) {
                 let mut work = devik_tree(n, ceil_is_root);
                 work.backlog(k, 2);
                 work.run(2 * k as u64); // reach steady state
-                let samples = Samples::default();
                 let id = BenchmarkId::new(format!("n{n}/ceil_{ceil}"), k);
-                group.bench_function(id, |b| {
-                    b.iter_custom(|iters| {
-                        let start = WallInstant::now();
-                        work.run(iters);
-                        let elapsed = start.elapsed();
-                        samples.record(elapsed, iters);
-                        elapsed
-                    });
-                });
                 runs.push(Run {
                     bench: "complexity",
                     leaves: n,
                     backlogged: k,
                     ceil,
-                    ns_per_packet: samples.median(),
+                    ns_per_packet: bench_run(&mut group, id, &mut work),
                 });
             }
         }
@@ -264,22 +274,12 @@ fn bench_scale(c: &mut Criterion, runs: &mut Vec<Run>) {
         let mut work = sites_tree(n);
         work.backlog(n, 2);
         work.run(2 * n as u64);
-        let samples = Samples::default();
-        group.bench_function(BenchmarkId::from_parameter(n), |b| {
-            b.iter_custom(|iters| {
-                let start = WallInstant::now();
-                work.run(iters);
-                let elapsed = start.elapsed();
-                samples.record(elapsed, iters);
-                elapsed
-            });
-        });
         runs.push(Run {
             bench: "scale",
             leaves: n,
             backlogged: n,
             ceil: "root",
-            ns_per_packet: samples.median(),
+            ns_per_packet: bench_run(&mut group, BenchmarkId::from_parameter(n), &mut work),
         });
     }
     group.finish();

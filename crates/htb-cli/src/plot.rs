@@ -127,23 +127,14 @@ impl LineChart {
             );
             y += y_step;
         }
-        // X ticks.
+        // X ticks: decades on a log axis, round steps on a linear one.
+        let mut x_ticks = Vec::new();
         if self.x_log {
             let mut decade = x_min.floor();
             while decade <= x_max.ceil() {
                 let px = left + (decade - x_min) / (x_max - x_min) * plot_w;
                 if (left - 0.5..=left + plot_w + 0.5).contains(&px) {
-                    let _ = writeln!(
-                        svg,
-                        r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="#e5e5e5"/>"##,
-                        top + plot_h
-                    );
-                    let _ = writeln!(
-                        svg,
-                        r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                        top + plot_h + 18.0,
-                        label(10f64.powf(decade))
-                    );
+                    x_ticks.push((px, 10f64.powf(decade)));
                 }
                 decade += 1.0;
             }
@@ -151,20 +142,22 @@ impl LineChart {
             let step = nice_step(x_max - x_min, 8.0);
             let mut x = (x_min / step).ceil() * step;
             while x <= x_max + step / 1e6 {
-                let px = sx(x);
-                let _ = writeln!(
-                    svg,
-                    r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="#e5e5e5"/>"##,
-                    top + plot_h
-                );
-                let _ = writeln!(
-                    svg,
-                    r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                    top + plot_h + 18.0,
-                    label(x)
-                );
+                x_ticks.push((sx(x), x));
                 x += step;
             }
+        }
+        for (px, x) in x_ticks {
+            let _ = writeln!(
+                svg,
+                r##"<line x1="{px:.1}" y1="{top}" x2="{px:.1}" y2="{:.1}" stroke="#e5e5e5"/>"##,
+                top + plot_h
+            );
+            let _ = writeln!(
+                svg,
+                r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+                top + plot_h + 18.0,
+                label(x)
+            );
         }
         let _ = writeln!(
             svg,

@@ -295,25 +295,7 @@ impl Lab {
     /// node-2's veth over the steady part (after one second), in bit/s.
     pub fn udp_rate_at_n2(&self, port: u16, offered: &str, secs: u32) -> f64 {
         let _server = self.iperf_server(N2, port);
-        let client = self
-            .cmd(N1, "iperf3")
-            .args([
-                "-c",
-                "10.201.2.2",
-                "-p",
-                &port.to_string(),
-                "-u",
-                "-b",
-                offered,
-                "-l",
-                "1400",
-                "-t",
-                &secs.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("iperf3 -c");
+        let client = self.udp_flow(port, offered, secs);
         std::thread::sleep(Duration::from_millis(1200));
         let (b0, t0) = (self.rx_bytes(N2, "eth0"), Instant::now());
         std::thread::sleep(Duration::from_secs(u64::from(secs) - 2));
