@@ -10,10 +10,19 @@ step "format"
 cargo fmt --all -- --check
 step "lints"
 cargo clippy --workspace --all-targets -- -D warnings
-step "release build of htbd and htb-cli (the lab tests shape up to 1 Gbit/s; a debug build cannot)"
-cargo build --release --quiet -p htbd -p htb-cli
+step "release build of htbd, htb-cli and htb-xdp-gen (the lab tests shape up to 1 Gbit/s; a debug build cannot)"
+cargo build --release --quiet -p htbd -p htb-cli -p htb-xdp --bins
+# The netns lab tests are #[ignore]d (they need root and network namespaces): included here when
+# root, otherwise the summary lists them as ignored.
+LAB=()
+if [ "$(id -u)" -eq 0 ]; then
+    LAB=(-- --include-ignored)
+else
+    echo "not root: the netns lab tests are reported as ignored (run this script as root to include them)"
+fi
 step "unit, property, simulation, CLI and netns lab tests"
-HTBD_BIN="$PWD/target/release/htbd" HTB_CLI_BIN="$PWD/target/release/htb-cli" cargo test --workspace
+HTBD_BIN="$PWD/target/release/htbd" HTB_CLI_BIN="$PWD/target/release/htb-cli" \
+    HTB_XDP_GEN_BIN="$PWD/target/release/htb-xdp-gen" cargo test --workspace "${LAB[@]}"
 step "benchmarks compile (run them with: cargo bench --bench complexity)"
 cargo bench --no-run --quiet
 step "htb-core builds and runs in a #![no_std] program"

@@ -68,7 +68,15 @@ impl Client {
     /// # Errors
     /// [`ClientError`]; a refusal is [`ClientError::Daemon`].
     pub fn call(&mut self, request: RequestBody) -> Result<ReplyBody, ClientError> {
-        write_frame(&mut self.stream, &Request::new(request))?;
+        if let Err(sent) = write_frame(&mut self.stream, &Request::new(request)) {
+            // htbd may refuse a peer (permissions, too many clients) and close the socket
+            // before the request is written: its answer is then waiting to be read, and it
+            // says more than "broken pipe".
+            return match read_frame::<Response>(&mut self.stream) {
+                Ok(response) => response.result.map_err(ClientError::Daemon),
+                Err(_) => Err(sent.into()),
+            };
+        }
         let response: Response = read_frame(&mut self.stream)?;
         response.result.map_err(ClientError::Daemon)
     }

@@ -292,9 +292,8 @@ fn saturated_rtt(lab: &Lab) -> (f64, f64, f64) {
 /// # Errors
 /// When the lab cannot run here.
 pub fn run(options: &BenchOptions) -> anyhow::Result<Value> {
-    let Some(lab) = Lab::up(&options.lab, "router") else {
-        bail!("the lab cannot run here (see above)")
-    };
+    let lab = Lab::try_up(&options.lab, "router")
+        .map_err(|why| anyhow::anyhow!("the lab cannot run here: {why}"))?;
     let reps = if options.quick { 1 } else { 3 };
     let shapers = [Shaper::Htbd, Shaper::Kernel, Shaper::KernelHtb];
 

@@ -133,9 +133,8 @@ pub fn run(options: &DemoOptions) -> anyhow::Result<Vec<ClassRow>> {
         })
         .collect();
 
-    let Some(lab) = Lab::up(&options.lab, "router") else {
-        bail!("the lab cannot run here (see above)")
-    };
+    let lab = Lab::try_up(&options.lab, "router")
+        .map_err(|why| anyhow::anyhow!("the lab cannot run here: {why}"))?;
     let warmup = 2.0;
     println!(
         "== htbd: {} flows for {} s through {} ({})",

@@ -222,7 +222,8 @@ fn one_process_each(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
 /// # Errors
 /// When the lab cannot run or a change is refused.
 pub fn run(options: &IpcBenchOptions) -> anyhow::Result<Value> {
-    let lab = Lab::up(&options.lab, "router").context("the lab cannot run here")?;
+    let lab = Lab::try_up(&options.lab, "router")
+        .map_err(|why| anyhow::anyhow!("the lab cannot run here: {why}"))?;
     let htbd = Htbd::start(&lab, &tree());
     let _server = crate::Reaped(
         lab.cmd(N2, "iperf3")

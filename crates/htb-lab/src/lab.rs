@@ -55,7 +55,7 @@ pub fn unavailable() -> Option<String> {
     if uid != Some("0") {
         return Some("needs root (network namespaces, XDP)".into());
     }
-    for tool in ["ip", "iperf3", "ping", "ethtool", "python3"] {
+    for tool in ["ip", "iperf3", "ping", "ethtool", "python3", "setpriv"] {
         if Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .output()
@@ -87,28 +87,45 @@ pub struct Lab {
 
 impl Lab {
     /// Builds the lab in `mode` ("router" or "bridge") as namespaces `NAME-n1`, `NAME-r` and
-    /// `NAME-n2`, or returns `None` after printing why it cannot run here.
+    /// `NAME-n2`, for a test that was asked to run: lab tests are `#[ignore]`d (the runner's
+    /// summary counts them as ignored where they cannot run) and `scripts/test.sh` includes
+    /// them when it runs as root, so a lab that cannot be built here is a failure, not a skip.
     ///
     /// # Panics
-    /// When `scripts/lab.sh up` fails although namespaces work.
-    pub fn up(name: &str, mode: &str) -> Option<Self> {
+    /// When the lab cannot run here (saying why), or `scripts/lab.sh up` fails.
+    #[must_use]
+    pub fn up(name: &str, mode: &str) -> Self {
+        match Self::try_up(name, mode) {
+            Ok(lab) => lab,
+            Err(reason) => panic!(
+                "the netns lab cannot run here: {reason} (lab tests are ignored unless asked for; \
+                 run them as root with --include-ignored)"
+            ),
+        }
+    }
+
+    /// As [`up`](Self::up), but says why the lab cannot run here instead of panicking.
+    ///
+    /// # Errors
+    /// Why the lab cannot run (not root, a tool missing, no namespaces) or `lab.sh` failed.
+    pub fn try_up(name: &str, mode: &str) -> Result<Self, String> {
         let serial = SERIAL
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(reason) = unavailable() {
-            eprintln!("skipping lab: {reason}");
-            return None;
+            return Err(reason);
         }
         let name = name.to_owned();
         let out = run(Command::new(repo().join("scripts/lab.sh"))
             .args(["up", mode])
             .env("LAB", &name));
-        assert!(
-            out.status.success(),
-            "lab.sh up failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Some(Self {
+        if !out.status.success() {
+            return Err(format!(
+                "scripts/lab.sh up failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(Self {
             name,
             anchors: Mutex::new(Vec::new()),
             _serial: serial,
@@ -197,6 +214,18 @@ impl Lab {
 
     /// Bytes and packets received so far on `dev` in `which` (`/proc/net/dev`).
     pub fn rx_counters(&self, which: &str, dev: &str) -> (u64, u64) {
+        let c = self.dev_counters(which, dev);
+        (c[0], c[1])
+    }
+
+    /// Bytes and packets sent so far by `dev` in `which`.
+    pub fn tx_counters(&self, which: &str, dev: &str) -> (u64, u64) {
+        let c = self.dev_counters(which, dev);
+        (c[8], c[9])
+    }
+
+    /// The sixteen counters of `dev` in `/proc/net/dev` of namespace `which`.
+    fn dev_counters(&self, which: &str, dev: &str) -> [u64; 16] {
         let pid = self.anchor(which);
         let text = std::fs::read_to_string(format!("/proc/{pid}/net/dev")).expect("net/dev");
         text.lines()
@@ -205,8 +234,11 @@ impl Lab {
                 if name.trim() != dev {
                     return None;
                 }
-                let mut fields = counters.split_whitespace().map(|f| f.parse().ok());
-                Some((fields.next()??, fields.next()??))
+                let fields: Vec<u64> = counters
+                    .split_whitespace()
+                    .map(|f| f.parse().ok())
+                    .collect::<Option<_>>()?;
+                fields.try_into().ok()
             })
             .unwrap_or_else(|| panic!("no {dev} in {which}"))
     }
@@ -291,18 +323,123 @@ impl Lab {
             .expect("iperf3 -c")
     }
 
-    /// Offers UDP at `offered` from node-1 to node-2:`port` and measures the L2 rate arriving at
-    /// node-2's veth over the steady part (after one second), in bit/s.
-    pub fn udp_rate_at_n2(&self, port: u16, offered: &str, secs: u32) -> f64 {
+    /// Offers UDP at `offered` (iperf3's payload rate, e.g. "120M") from node-1 to
+    /// node-2:`port` for `secs` and measures, over the steady part (after 1.2 s, until a
+    /// second before the end), the L2 rate node-1 sent and the L2 rate arriving at node-2.
+    pub fn udp_load(&self, port: u16, offered: &str, secs: u32) -> Load {
         let _server = self.iperf_server(N2, port);
         let client = self.udp_flow(port, offered, secs);
-        std::thread::sleep(Duration::from_millis(1200));
-        let (b0, t0) = (self.rx_bytes(N2, "eth0"), Instant::now());
-        std::thread::sleep(Duration::from_secs(u64::from(secs) - 2));
-        let (b1, t1) = (self.rx_bytes(N2, "eth0"), Instant::now());
+        let load = self.measure_load(
+            Duration::from_millis(1200),
+            Duration::from_secs(u64::from(secs) - 2),
+        );
         let _ = client.wait_with_output();
-        (b1 - b0) as f64 * 8.0 / (t1 - t0).as_secs_f64()
+        load
     }
+
+    /// The L2 rate arriving at node-2 while node-1 offers UDP at `offered` (see
+    /// [`udp_load`](Self::udp_load)), in bit/s.
+    pub fn udp_rate_at_n2(&self, port: u16, offered: &str, secs: u32) -> f64 {
+        self.udp_load(port, offered, secs).delivered_bps
+    }
+
+    /// Offers `size`-byte UDP frames from node-1 to node-2:`dport` paced at `rate` (L2, e.g.
+    /// "1.3gbit") with the AF_XDP generator `htb-xdp-gen` for `secs`, and measures as
+    /// [`udp_load`](Self::udp_load). No receiver listens: node-2 counts the frames and drops
+    /// them (its ICMP replies are rate-limited by the kernel).
+    ///
+    /// # Panics
+    /// When the generator cannot be started (it is built next to htbd: `cargo build --release
+    /// -p htb-xdp --bin htb-xdp-gen`).
+    pub fn xdp_load(&self, dport: u16, rate: &str, size: usize, secs: u32) -> Load {
+        let generator = gen_bin();
+        let child = self
+            .cmd(N1, generator.to_str().unwrap_or("htb-xdp-gen"))
+            .args(["eth0", "--src-mac", "02:00:0a:c9:01:02"])
+            .args(["--dst-mac", "02:00:0a:c9:01:01", "--src-ip", "10.201.1.2"])
+            .args(["--dst-ip", "10.201.2.2", "--dport", &dport.to_string()])
+            .args(["--size", &size.to_string(), "--rate", rate])
+            .args(["--seconds", &secs.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", generator.display()));
+        let load = self.measure_load(
+            Duration::from_millis(1200),
+            Duration::from_secs(u64::from(secs) - 2),
+        );
+        let out = child.wait_with_output().expect("htb-xdp-gen");
+        assert!(
+            out.status.success(),
+            "htb-xdp-gen failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        load
+    }
+
+    /// Waits `skip`, then measures node-1's L2 send rate and node-2's L2 receive rate over
+    /// `window`.
+    fn measure_load(&self, skip: Duration, window: Duration) -> Load {
+        std::thread::sleep(skip);
+        let (s0, r0, t0) = (
+            self.tx_counters(N1, "eth0").0,
+            self.rx_counters(N2, "eth0").0,
+            Instant::now(),
+        );
+        std::thread::sleep(window);
+        let (s1, r1, t1) = (
+            self.tx_counters(N1, "eth0").0,
+            self.rx_counters(N2, "eth0").0,
+            Instant::now(),
+        );
+        let secs = (t1 - t0).as_secs_f64();
+        Load {
+            offered_bps: (s1 - s0) as f64 * 8.0 / secs,
+            delivered_bps: (r1 - r0) as f64 * 8.0 / secs,
+        }
+    }
+}
+
+/// What crossed the router in a measurement window: L2 bit/s sent by node-1 and received by
+/// node-2 (which also counts whatever else node-2 receives, such as ARP: negligible).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Load {
+    /// node-1's eth0 send rate.
+    pub offered_bps: f64,
+    /// node-2's eth0 receive rate.
+    pub delivered_bps: f64,
+}
+
+impl Load {
+    /// Proves the premise of a shaping measurement: the generator offered at least 1.1× the
+    /// class's `rate`. Otherwise the window measured the generator, not the shaper, and the
+    /// test fails saying so instead of passing or failing by luck.
+    ///
+    /// # Panics
+    /// When the premise does not hold.
+    pub fn assert_saturates(&self, what: &str, rate_bps: f64) {
+        eprintln!(
+            "{what}: offered {:.3} Mbit/s ({:.2}× the class), delivered {:.3} Mbit/s",
+            self.offered_bps / 1e6,
+            self.offered_bps / rate_bps,
+            self.delivered_bps / 1e6
+        );
+        assert!(
+            self.offered_bps >= 1.1 * rate_bps,
+            "{what}: premise failed: the generator offered only {:.1} Mbit/s for a {:.1} Mbit/s \
+             class (needs 1.1×), so this window would measure the generator, not the shaper",
+            self.offered_bps / 1e6,
+            rate_bps / 1e6
+        );
+    }
+}
+
+/// The AF_XDP traffic generator: `HTB_XDP_GEN_BIN`, else next to [`htbd_bin`].
+pub fn gen_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("HTB_XDP_GEN_BIN") {
+        return PathBuf::from(bin);
+    }
+    htbd_bin().with_file_name("htb-xdp-gen")
 }
 
 impl Drop for Lab {
@@ -429,6 +566,39 @@ impl Htbd {
             self.log_text()
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Counters of class `id` on `dev` (tc's `-s -j class show` object: `stats.drops`,
+    /// `stats.overlimits`, `stats.packets` …).
+    ///
+    /// # Panics
+    /// When htb-cli fails or the class does not exist.
+    pub fn class_stats(&self, dev: &str, id: &str) -> serde_json::Value {
+        let out = self.cli_ok(&["-s", "-j", "class", "show", "dev", dev, "classid", id]);
+        let list: serde_json::Value = serde_json::from_str(&out).expect("class show -j");
+        list.as_array()
+            .and_then(|l| l.first())
+            .map(|c| c["stats"].clone())
+            .unwrap_or_else(|| panic!("no class {id} on {dev}: {out}"))
+    }
+
+    /// Proves that class `id` on `dev` was saturated in a measurement: its queue dropped or it
+    /// hit its ceiling since `before` (a [`class_stats`](Self::class_stats) snapshot).
+    ///
+    /// # Panics
+    /// When neither counter moved: the class had spare capacity, so a rate measured through it
+    /// says nothing about shaping accuracy.
+    pub fn assert_class_saturated(&self, dev: &str, id: &str, before: &serde_json::Value) {
+        let after = self.class_stats(dev, id);
+        let delta =
+            |key: &str| after[key].as_u64().unwrap_or(0) - before[key].as_u64().unwrap_or(0);
+        let (drops, overlimits) = (delta("drops"), delta("overlimits"));
+        eprintln!("class {id} on {dev}: {drops} drops, {overlimits} overlimits in the window");
+        assert!(
+            drops > 0 || overlimits > 0,
+            "premise failed: class {id} on {dev} neither dropped nor hit its limit, so it was \
+             not saturated: {after}"
+        );
     }
 
     /// SIGKILL, as a crash.

@@ -9,6 +9,6 @@ mod lab;
 pub mod traffic;
 
 pub use lab::{
-    Htbd, Lab, N1, N2, R, Reaped, assert_within, cli_bin, htbd_bin, htbd_fails, unavailable,
-    wait_line,
+    Htbd, Lab, Load, N1, N2, R, Reaped, assert_within, cli_bin, gen_bin, htbd_bin, htbd_fails,
+    unavailable, wait_line,
 };

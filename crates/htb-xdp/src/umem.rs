@@ -423,20 +423,40 @@ impl TxGenerator {
         })
     }
 
-    /// Sends for `duration`; returns the frames the kernel completed.
-    pub fn run(&mut self, duration: std::time::Duration) -> u64 {
-        let deadline = std::time::Instant::now() + duration;
+    /// Sends for `duration`, at most `pps` frames per second when given (paced in batches;
+    /// otherwise as fast as the kernel takes them); returns the frames the kernel completed.
+    pub fn run(&mut self, duration: std::time::Duration, pps: Option<f64>) -> u64 {
+        let start = std::time::Instant::now();
+        let deadline = start + duration;
         let mut sent = 0u64;
+        let mut submitted = 0u64;
         let mut done = vec![FrameDesc::default(); self.batch * 4];
-        while std::time::Instant::now() < deadline {
-            let room = self.tx.nb_free(self.batch as u32) as usize;
-            let n = room.min(self.free.len()).min(self.batch);
+        loop {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let mut n = (self.tx.nb_free(self.batch as u32) as usize)
+                .min(self.free.len())
+                .min(self.batch);
+            if let Some(pps) = pps {
+                // Frames the schedule allows by now; sleep off a lead of more than a batch.
+                let due = (now.duration_since(start).as_secs_f64() * pps) as u64;
+                let allowed = due.saturating_sub(submitted);
+                if allowed == 0 {
+                    let ahead =
+                        (submitted + 1) as f64 / pps - now.duration_since(start).as_secs_f64();
+                    std::thread::sleep(std::time::Duration::from_secs_f64(ahead.clamp(0.0, 0.001)));
+                }
+                n = n.min(usize::try_from(allowed).unwrap_or(usize::MAX));
+            }
             if n > 0 {
                 let from = self.free.len() - n;
                 // SAFETY: these frames are in our free list, owned by nobody else; they come
                 // back through the completion ring.
                 let produced = unsafe { self.tx.produce(&self.free[from..]) };
                 self.free.truncate(self.free.len() - produced);
+                submitted += produced as u64;
             }
             if let Err(e) = self.tx.wakeup() {
                 tracing::debug!("TX kick failed: {e}");

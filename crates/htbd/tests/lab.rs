@@ -1,10 +1,16 @@
 //! htbd in the netns lab (node-1 ↔ router ↔ node-2): forwarding, shaping accuracy, borrowing,
-//! default class, malformed input, fail-open and restart. Needs root; skips otherwise.
+//! default class, malformed input, fail-open and restart.
+//!
+//! Every test needs root and network namespaces, so each is `#[ignore]`d: the runner's summary
+//! counts them as ignored where they cannot run, and `scripts/test.sh` runs them with
+//! `--include-ignored` as root (where a lab that cannot be built fails the test). Each rate
+//! measurement proves its premise: the generator offered at least 1.1× the class's rate, and the
+//! class dropped or hit its limit in the window.
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use htb_lab::{Htbd, Lab, N1, N2, R, assert_within, htbd_fails};
+use htb_lab::{Htbd, Lab, Load, N1, N2, R, assert_within, htbd_fails};
 
 /// r1 unshaped; r2 with `tree` (TOML of [interface.qdisc] / classes / filters).
 fn router_config(tree: &str) -> String {
@@ -28,11 +34,16 @@ fn udp_l2_bps(report: &serde_json::Value) -> f64 {
         / received["seconds"].as_f64().unwrap()
 }
 
+/// What an iperf3 UDP client sent, as L2 bit/s.
+fn udp_l2_sent_bps(report: &serde_json::Value) -> f64 {
+    let sent = &report["end"]["sum_sent"];
+    sent["bytes"].as_f64().unwrap() * 1442.0 / 1400.0 * 8.0 / sent["seconds"].as_f64().unwrap()
+}
+
 #[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn router_mode_forwards_ping_tcp_and_udp_both_ways() {
-    let Some(lab) = Lab::up("htbt", "router") else {
-        return;
-    };
+    let lab = Lab::up("htbt", "router");
     // Both directions shaped, at different rates: the rates prove the traffic went through
     // htbd (the kernel alone would not shape). Router mode needs kernel forwarding on: the XDP
     // program's FIB lookup honours it, and it is the fail-open path.
@@ -64,10 +75,9 @@ fn router_mode_forwards_ping_tcp_and_udp_both_ways() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn bridge_mode_forwards() {
-    let Some(lab) = Lab::up("htbt", "bridge") else {
-        return;
-    };
+    let lab = Lab::up("htbt", "bridge");
     let config = "[daemon]\nmode = \"bridge\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n\
                   [[interface]]\nname = \"r1\"\npeer = \"r2\"\n\
                   [[interface]]\nname = \"r2\"\npeer = \"r1\"\n[interface.qdisc]\ndefault = \"1\"\n\
@@ -94,22 +104,43 @@ fn bridge_mode_forwards() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn one_class_at_10_100_1000_mbit_within_2_percent() {
-    let Some(lab) = Lab::up("htbt", "router") else {
-        return;
-    };
-    for (rate, bps, offered) in [
-        ("10mbit", 10e6, "12M"),
-        ("100mbit", 100e6, "120M"),
-        ("1gbit", 1e9, "1.2G"),
+    let lab = Lab::up("htbt", "router");
+    // iperf3 offers 1.2× at 10 and 100 Mbit/s; at a gigabit it cannot on two cores beside
+    // htbd (it measured 872-962 Mbit/s), so the AF_XDP generator offers 1.2 Gbit/s of
+    // 1442-byte frames (the same L2 size as iperf3's 1400-byte datagrams), paced.
+    //
+    // At a gigabit, the generator and htbd's TX kicks (copy mode: every frame is copied and
+    // node-2's receive path runs inside htbd's sendto) keep both cores busy, and the data
+    // plane is sometimes away for milliseconds (perf trace: sendto calls up to 1.5 ms; gaps
+    // beyond 5 ms now and then). A class's bucket only covers gaps up to its burst: with the
+    // default 1 ms burst the class lost 3.5 % (966 Mbit/s), with 5 ms 0-2.4 % from run to run.
+    // The 10 ms burst here covers the machine's jitter, so the window measures the
+    // scheduler's arithmetic; the README gives the figures and the advice for busy hosts.
+    for (rate, bps, burst_time) in [
+        ("10mbit", 10e6, "1ms"),
+        ("100mbit", 100e6, "1ms"),
+        ("1gbit", 1e9, "10ms"),
     ] {
-        let htbd = Htbd::start(&lab, &one_class(rate));
-        let measured = lab.udp_rate_at_n2(5201, offered, 6);
+        let config = one_class(rate).replace(
+            "[interface.qdisc]\n",
+            &format!("[interface.qdisc]\nburst_time = \"{burst_time}\"\n"),
+        );
+        let htbd = Htbd::start(&lab, &config);
+        let before = htbd.class_stats("r2", "1:1");
+        let load: Load = if bps < 1e9 {
+            lab.udp_load(5201, &format!("{:.0}", bps * 1.2), 6)
+        } else {
+            lab.xdp_load(5201, "1.2gbit", 1442, 6)
+        };
+        load.assert_saturates(&format!("class at {rate}"), bps);
+        htbd.assert_class_saturated("r2", "1:1", &before);
         drop(htbd);
         std::thread::sleep(Duration::from_millis(300));
         assert_within(
             &format!("class at {rate}, L2 at node-2's veth"),
-            measured,
+            load.delivered_bps,
             bps,
             0.02,
         );
@@ -117,26 +148,31 @@ fn one_class_at_10_100_1000_mbit_within_2_percent() {
 }
 
 #[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn an_idle_class_share_is_borrowed() {
-    let Some(lab) = Lab::up("htbt", "router") else {
-        return;
-    };
+    let lab = Lab::up("htbt", "router");
     let tree = "[interface.qdisc]\n[[interface.class]]\nid = \"1:1\"\nrate = \"100mbit\"\n\
                 [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"30mbit\"\nceil = \"100mbit\"\n\
                 [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"70mbit\"\nceil = \"100mbit\"\n\
                 [[interface.filter]]\nmatch = { dport = \"5201\" }\nclassid = \"1:10\"\n\
                 [[interface.filter]]\nmatch = { dport = \"5202\" }\nclassid = \"1:20\"\n";
-    let _htbd = Htbd::start(&lab, &router_config(tree));
+    let htbd = Htbd::start(&lab, &router_config(tree));
     // 1:20 idle: 1:10 borrows its share and runs at the parent's 100 Mbit/s.
-    let _s = lab.iperf_server(N2, 5201);
-    let alone = udp_l2_bps(&lab.iperf(N1, "10.201.2.2", 5201, 5, Some("150M"), false));
+    let before = htbd.class_stats("r2", "1:10");
+    let alone = lab.udp_load(5201, "150M", 6);
+    alone.assert_saturates("1:10 alone", 100e6);
+    htbd.assert_class_saturated("r2", "1:10", &before);
     assert_within(
         "1:10 alone (borrowing 1:20's idle share)",
-        alone,
+        alone.delivered_bps,
         100e6,
         0.03,
     );
     // Both busy: each gets its rate.
+    let before = [
+        htbd.class_stats("r2", "1:10"),
+        htbd.class_stats("r2", "1:20"),
+    ];
     let _s1 = lab.iperf_server(N2, 5201);
     let _s2 = lab.iperf_server(N2, 5202);
     let second = lab
@@ -158,32 +194,48 @@ fn an_idle_class_share_is_borrowed() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let first = udp_l2_bps(&lab.iperf(N1, "10.201.2.2", 5201, 5, Some("150M"), false));
+    let first = lab.iperf(N1, "10.201.2.2", 5201, 5, Some("150M"), false);
     let second: serde_json::Value =
         serde_json::from_slice(&second.wait_with_output().unwrap().stdout).unwrap();
-    assert_within("1:10 with 1:20 busy", first, 30e6, 0.05);
+    for (report, class, rate) in [(&first, "1:10", 30e6), (&second, "1:20", 70e6)] {
+        let offered = udp_l2_sent_bps(report);
+        eprintln!("{class}: offered {:.1} Mbit/s", offered / 1e6);
+        assert!(
+            offered >= 1.1 * rate,
+            "premise failed: {class} was offered only {offered:.0} bit/s"
+        );
+    }
+    htbd.assert_class_saturated("r2", "1:10", &before[0]);
+    htbd.assert_class_saturated("r2", "1:20", &before[1]);
+    assert_within("1:10 with 1:20 busy", udp_l2_bps(&first), 30e6, 0.05);
     assert_within("1:20 with 1:10 busy", udp_l2_bps(&second), 70e6, 0.05);
 }
 
 #[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn unclassified_traffic_goes_to_the_default_class() {
-    let Some(lab) = Lab::up("htbt", "router") else {
-        return;
-    };
+    let lab = Lab::up("htbt", "router");
     let tree = "[interface.qdisc]\ndefault = \"30\"\n[[interface.class]]\nid = \"1:1\"\nrate = \"200mbit\"\n\
                 [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"100mbit\"\n\
                 [[interface.class]]\nid = \"1:30\"\nparent = \"1:1\"\nrate = \"20mbit\"\n\
                 [[interface.filter]]\nmatch = { dport = \"5201\" }\nclassid = \"1:10\"\n";
-    let _htbd = Htbd::start(&lab, &router_config(tree));
-    let measured = lab.udp_rate_at_n2(5999, "40M", 6);
-    assert_within("unmatched port → default class 1:30", measured, 20e6, 0.02);
+    let htbd = Htbd::start(&lab, &router_config(tree));
+    let before = htbd.class_stats("r2", "1:30");
+    let load = lab.udp_load(5999, "40M", 6);
+    load.assert_saturates("default class 1:30", 20e6);
+    htbd.assert_class_saturated("r2", "1:30", &before);
+    assert_within(
+        "unmatched port → default class 1:30",
+        load.delivered_bps,
+        20e6,
+        0.02,
+    );
 }
 
 #[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn malformed_frames_do_not_disturb_forwarding() {
-    let Some(lab) = Lab::up("htbt", "router") else {
-        return;
-    };
+    let lab = Lab::up("htbt", "router");
     let mut htbd = Htbd::start(&lab, &one_class("100mbit"));
     // Runts, bogus IHL, truncated IPv4/IPv6/VLAN headers and random bytes, sent raw at r1's MAC
     // and at broadcast, 3000 frames.
@@ -221,17 +273,24 @@ print("sent")
         10,
         "forwarding after malformed input"
     );
-    let measured = lab.udp_rate_at_n2(5201, "150M", 5);
-    assert_within("shaping after malformed input", measured, 100e6, 0.02);
+    let before = htbd.class_stats("r2", "1:1");
+    let load = lab.udp_load(5201, "150M", 5);
+    load.assert_saturates("after malformed input", 100e6);
+    htbd.assert_class_saturated("r2", "1:1", &before);
+    assert_within(
+        "shaping after malformed input",
+        load.delivered_bps,
+        100e6,
+        0.02,
+    );
     htbd.wait_for_log("htbd running", Duration::from_secs(1));
     assert!(!htbd.log_text().contains("panicked"), "{}", htbd.log_text());
 }
 
 #[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn kill_9_fails_open_within_a_second_and_restart_resumes_shaping() {
-    let Some(lab) = Lab::up("htbt", "router") else {
-        return;
-    };
+    let lab = Lab::up("htbt", "router");
     let mut htbd = Htbd::start(&lab, &one_class("20mbit"));
     // 300 pings at 10 ms; htbd is killed a second in.
     let pinger = lab
@@ -272,16 +331,18 @@ fn kill_9_fails_open_within_a_second_and_restart_resumes_shaping() {
     let unshaped = lab.udp_rate_at_n2(5201, "60M", 4);
     assert!(unshaped > 40e6, "the kernel forwards unshaped: {unshaped}");
     drop(htbd);
-    let _htbd = Htbd::start(&lab, &one_class("20mbit"));
-    let measured = lab.udp_rate_at_n2(5201, "60M", 5);
-    assert_within("shaping after restart", measured, 20e6, 0.02);
+    let htbd = Htbd::start(&lab, &one_class("20mbit"));
+    let before = htbd.class_stats("r2", "1:1");
+    let load = lab.udp_load(5201, "60M", 5);
+    load.assert_saturates("after restart", 20e6);
+    htbd.assert_class_saturated("r2", "1:1", &before);
+    assert_within("shaping after restart", load.delivered_bps, 20e6, 0.02);
 }
 
 #[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn a_bad_interface_attaches_nothing() {
-    let Some(lab) = Lab::up("htbt", "router") else {
-        return;
-    };
+    let lab = Lab::up("htbt", "router");
     let config = "[daemon]\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n[[interface]]\nname = \"r1\"\n[[interface]]\nname = \"nosuch0\"\n";
     let stderr = htbd_fails(&lab, config);
     assert!(stderr.contains("interface nosuch0"), "{stderr}");
