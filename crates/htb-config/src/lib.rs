@@ -14,15 +14,18 @@
 //! id = "1:20"
 //! parent = "1:1"
 //! rate = "30mbit"
-//! ceil = "100mbit"      # optional: burst cburst prio quantum mtu overhead mpu linklayer limit
+//! ceil = "100mbit"      # optional: burst cburst prio quantum mtu overhead mpu linklayer
+//! leaf = { kind = "sfq", perturb = 10 }   # optional: the leaf's queue discipline
 //! ```
 
 mod error;
 pub mod filter;
+pub mod leaf;
 mod tree;
 pub mod values;
 
 pub use error::{ConfigError, Located};
+pub use leaf::{LeafDef, LeafSection, LeafTable, leaf_toml};
 pub use tree::{ClassDef, ClassSection, QdiscSection, TreeSpec};
 
 /// Parses `text` as TOML into `T`, turning any error into a [`ConfigError`] that names the

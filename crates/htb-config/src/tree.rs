@@ -8,6 +8,7 @@ use htb_core::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConfigError, Located};
+use crate::leaf::{LeafDef, LeafSection};
 use crate::values::{ClassIdValue, HexMinor, LinkLayerValue, RateValue, SizeValue, TimeValue};
 
 /// `[qdisc]`: tc's `qdisc add ... handle 1: htb default 20 r2q 10 direct_qlen 1000`.
@@ -24,6 +25,10 @@ pub struct QdiscSection {
     pub direct_qlen: Option<u32>,
     /// Default burst as time at the class's rate (default `"1ms"`; see the README).
     pub burst_time: Option<TimeValue>,
+    /// The queue discipline of every leaf class that has none of its own (default
+    /// `fq_codel`; the kernel's default would be `pfifo`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf: Option<Located<LeafSection>>,
 }
 
 /// `[[class]]`: tc's `class add ... classid 1:20 htb rate R [ceil R] ...`.
@@ -64,9 +69,13 @@ pub struct ClassSection {
     /// `ethernet` or `atm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linklayer: Option<LinkLayerValue>,
-    /// Leaf queue limit in packets (default 1000).
+    /// Packet limit of the class's leaf (the qdisc's default kind): shorthand for
+    /// `leaf = { kind = KIND, limit = N }`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
+    pub limit: Option<Located<u32>>,
+    /// The class's leaf queue discipline (default: `[qdisc] leaf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf: Option<Located<LeafSection>>,
 }
 
 impl ClassSection {
@@ -87,7 +96,6 @@ impl ClassSection {
                 mpu: self.mpu.unwrap_or(0),
                 link_layer: self.linklayer.map(|l| l.0).unwrap_or_default(),
             },
-            limit: self.limit,
         })
     }
 }
@@ -101,6 +109,8 @@ pub struct ClassDef {
     pub parent: Option<ClassId>,
     /// Its parameters.
     pub spec: ClassSpec,
+    /// Its own leaf queue discipline (`None`: the qdisc's default).
+    pub leaf: Option<LeafDef>,
 }
 
 /// A validated tree: scheduler settings and classes, parents before children.
@@ -158,6 +168,18 @@ impl TreeSpec {
         }
         if let Some(burst_time) = qdisc.burst_time {
             config.default_burst_time = burst_time.0;
+        }
+        if let Some(leaf) = &qdisc.leaf {
+            let def = leaf
+                .get_ref()
+                .0
+                .resolve()
+                .map_err(|e| ConfigError::spanned(text, &leaf.span(), e))?;
+            if def.handle.is_some() {
+                let msg = "the default leaf has no handle: give handles to classes' own leaves";
+                return Err(ConfigError::spanned(text, &leaf.span(), msg));
+            }
+            config.default_leaf = def.config;
         }
 
         // Index classes, refusing duplicates and foreign majors.
@@ -237,14 +259,33 @@ impl TreeSpec {
                 let msg = format!("class {id} needs a rate, e.g. rate = \"10mbit\"");
                 return Err(ConfigError::spanned(text, &section.id.span(), msg));
             };
+            let leaf = class_leaf(text, section, &config)?;
             defs.push((
                 ClassDef {
                     id,
                     parent: parent_of(section)?,
                     spec,
+                    leaf,
                 },
                 i,
             ));
+        }
+        // Only leaves take a leaf discipline.
+        for (def, i) in &defs {
+            if def.leaf.is_some() && defs.iter().any(|(d, _)| d.parent == Some(def.id)) {
+                let section = classes[*i].get_ref();
+                let span = section
+                    .leaf
+                    .as_ref()
+                    .map(Located::span)
+                    .or_else(|| section.limit.as_ref().map(Located::span))
+                    .unwrap_or_default();
+                let msg = format!(
+                    "class {} has children: only a leaf class takes a leaf qdisc",
+                    def.id
+                );
+                return Err(ConfigError::spanned(text, &span, msg));
+            }
         }
 
         // Build once: the scheduler checks depth and parameters exactly as it will at run time.
@@ -280,7 +321,65 @@ impl TreeSpec {
             let change = htb.add_class(now, def.id, def.parent, &def.spec)?;
             debug_assert!(change.purged.is_empty(), "a fresh tree holds no packets");
         }
+        for def in &self.classes {
+            if let Some(leaf) = &def.leaf {
+                let change = htb.set_leaf(now, def.id, Some(&leaf.config))?;
+                debug_assert!(change.purged.is_empty(), "a fresh tree holds no packets");
+            }
+        }
         Ok(htb)
+    }
+}
+
+/// A class's own leaf: `leaf = …`, or `limit = N` on the qdisc's default kind.
+fn class_leaf(
+    text: &str,
+    section: &ClassSection,
+    config: &SchedulerConfig,
+) -> Result<Option<LeafDef>, ConfigError> {
+    match (&section.leaf, &section.limit) {
+        (Some(_), Some(limit)) => Err(ConfigError::spanned(
+            text,
+            &limit.span(),
+            "give the limit inside leaf = { … } (limit alone is the default leaf's)",
+        )),
+        (Some(leaf), None) => leaf
+            .get_ref()
+            .0
+            .resolve()
+            .map(Some)
+            .map_err(|e| ConfigError::spanned(text, &leaf.span(), e)),
+        (None, Some(limit)) => {
+            let packets = Some(*limit.get_ref());
+            let spec = match config.default_leaf.to_spec() {
+                htb_core::LeafSpec::Pfifo { .. } => htb_core::LeafSpec::Pfifo { limit: packets },
+                htb_core::LeafSpec::Bfifo { .. } => {
+                    return Err(ConfigError::spanned(
+                        text,
+                        &limit.span(),
+                        "limit is in packets, and the default leaf bfifo counts bytes: \
+                         write leaf = { kind = \"bfifo\", limit = BYTES }",
+                    ));
+                }
+                htb_core::LeafSpec::Sfq(mut s) => {
+                    s.limit = packets;
+                    htb_core::LeafSpec::Sfq(s)
+                }
+                htb_core::LeafSpec::FqCodel(mut s) => {
+                    s.limit = packets;
+                    htb_core::LeafSpec::FqCodel(s)
+                }
+            };
+            spec.resolve()
+                .map(|config| {
+                    Some(LeafDef {
+                        handle: None,
+                        config,
+                    })
+                })
+                .map_err(|e| ConfigError::spanned(text, &limit.span(), e.to_string()))
+        }
+        (None, None) => Ok(None),
     }
 }
 

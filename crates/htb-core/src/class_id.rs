@@ -119,6 +119,32 @@ impl fmt::Display for ClassId {
     }
 }
 
+/// On the wire a class id is tc's text, `"1:20"` (`"10:"` for a qdisc handle), checked when
+/// it is read.
+#[cfg(feature = "serde")]
+impl serde::Serialize for ClassId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for ClassId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = ClassId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a class id such as \"1:20\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ClassId, E> {
+                v.parse().map_err(|e| E::custom(format_args!("{v:?}: {e}")))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;

@@ -33,6 +33,8 @@ pub enum ClassError {
     TooDeep(ClassId),
     /// The class has children; delete them first.
     HasChildren(ClassId),
+    /// Only a leaf class holds a queue discipline.
+    NotALeaf(ClassId),
     /// `rate` is zero.
     ZeroRate(ClassId),
     /// `ceil` is zero.
@@ -64,6 +66,10 @@ impl fmt::Display for ClassError {
             }
             Self::TooDeep(id) => write!(f, "class {id} would make the tree deeper than 8 levels"),
             Self::HasChildren(id) => write!(f, "class {id} has children; delete them first"),
+            Self::NotALeaf(id) => write!(
+                f,
+                "class {id} has children: only a leaf class takes a qdisc (htb: Invalid argument)"
+            ),
             Self::ZeroRate(id) => write!(f, "class {id}: rate must be above zero"),
             Self::ZeroCeil(id) => write!(f, "class {id}: ceil must be above zero"),
             Self::BurstTooLarge { class, bytes } => {

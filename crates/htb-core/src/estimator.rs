@@ -9,7 +9,6 @@ use hashbrown::HashMap;
 
 use crate::Packet;
 use crate::class_id::ClassId;
-use crate::queue::LeafQueue;
 use crate::sched::Scheduler;
 use crate::time::Instant;
 
@@ -51,7 +50,7 @@ impl RateEstimator {
     /// Folds every class's traffic since the previous sample into its average. Classes seen for
     /// the first time start at zero; deleted classes are forgotten. Samples closer than 1 µs to
     /// the previous one are ignored.
-    pub fn sample<P: Packet, Q: LeafQueue<P>>(&mut self, now: Instant, htb: &Scheduler<P, Q>) {
+    pub fn sample<P: Packet>(&mut self, now: Instant, htb: &Scheduler<P>) {
         let elapsed = self.last.map(|last| now.saturating_since(last).as_nanos());
         if elapsed.is_some_and(|ns| ns < 1_000) {
             return;

@@ -35,6 +35,10 @@
 //! # Ok::<(), htb_core::ClassError>(())
 //! ```
 //!
+//! Each leaf class holds its packets in a leaf queue discipline ([`leaf`]): `fq_codel` by
+//! default, or `sfq`, `pfifo`, `bfifo`, as tc's child qdiscs. Packets a leaf drops come back
+//! through [`Scheduler::drain_dropped`].
+//!
 //! Internals: classes live in an arena addressed by slot index, and every tree links by index,
 //! so the crate needs no `unsafe` and a packet costs no allocation. [`Scheduler::check`]
 //! verifies all invariants; the tests call it after every step.
@@ -52,7 +56,7 @@ extern crate alloc;
 mod class_id;
 mod error;
 mod estimator;
-mod queue;
+pub mod leaf;
 mod rate;
 mod rbtree;
 mod sched;
@@ -64,19 +68,23 @@ pub mod units;
 pub use class_id::{ClassId, ClassIdError};
 pub use error::ClassError;
 pub use estimator::{RateEstimator, Rates};
-pub use queue::{Fifo, LeafQueue, PacketPool};
+pub use leaf::{
+    FqCodelConfig, FqCodelSpec, FqCodelStats, LeafConfig, LeafError, LeafKind, LeafSpec, LeafStats,
+    LeafStore, SfqConfig, SfqSpec,
+};
 pub use rate::{LengthAdjust, LinkLayer, Rate};
 pub use sched::{
     Change, CheckError, ClassHandle, ClassInfo, DropReason, Dropped, Scheduler, Target,
 };
 pub use spec::{
-    ClassConfig, ClassSpec, DEFAULT_LEAF_LIMIT, DEFAULT_MTU, MAX_BURST_TIME, MAX_DEPTH, MAX_PRIO,
-    SchedulerConfig, Warning,
+    ClassConfig, ClassSpec, DEFAULT_MTU, MAX_BURST_TIME, MAX_DEPTH, MAX_PRIO, SchedulerConfig,
+    Warning,
 };
 pub use stats::{ClassStats, Mode, SchedulerStats};
 pub use time::{Duration, Instant};
 
-/// A packet as the scheduler sees it: something with a length.
+/// A packet as the scheduler sees it: something with a length, and what the leaf queue
+/// disciplines need to know about it.
 ///
 /// The length is what the token buckets are charged (before the class's
 /// [`LengthAdjust`]) and what the byte counters count: use the L2 frame length for an
@@ -84,6 +92,26 @@ pub use time::{Duration, Instant};
 pub trait Packet {
     /// Length in bytes.
     fn len_bytes(&self) -> u32;
+
+    /// A hash of the packet's flow (its 5-tuple, keyed against collisions), as the kernel's
+    /// `skb_get_hash`: `sfq` and `fq_codel` put packets with equal hashes in one flow. The
+    /// default puts every packet in one flow.
+    fn flow_hash(&self) -> u32 {
+        0
+    }
+
+    /// Marks the packet Congestion Experienced if it is ECN-capable (`INET_ECN_set_ce`), and
+    /// returns whether it now carries CE (it was ECT(0), ECT(1) or CE). The default: not
+    /// ECN-capable, so CoDel drops it instead.
+    fn set_ce(&mut self) -> bool {
+        false
+    }
+
+    /// Bytes of buffer the packet holds (the kernel's `skb->truesize`): what `fq_codel`'s
+    /// `memory_limit` counts. The default is its length.
+    fn truesize(&self) -> u32 {
+        self.len_bytes()
+    }
 }
 
 /// A bare length is a packet: handy for simulations and tests.

@@ -5,6 +5,7 @@ use core::fmt;
 
 use crate::class_id::ClassId;
 use crate::error::ClassError;
+use crate::leaf::LeafConfig;
 use crate::rate::{LengthAdjust, Rate};
 use crate::time::Duration;
 
@@ -15,8 +16,6 @@ pub const MAX_PRIO: u8 = 7;
 pub const MAX_DEPTH: usize = 8;
 /// Default class MTU (tc `mtu`), used only to size default bursts.
 pub const DEFAULT_MTU: u32 = 1600;
-/// Default leaf queue limit in packets, like the kernel's `pfifo` at `txqueuelen` 1000.
-pub const DEFAULT_LEAF_LIMIT: u32 = 1000;
 /// The longest burst a class may be given, as time at its rate.
 pub const MAX_BURST_TIME: Duration = Duration::from_secs(3600);
 
@@ -43,9 +42,6 @@ pub struct ClassSpec {
     pub mtu: Option<u32>,
     /// Length adjustment (`overhead`, `mpu`, `linklayer`).
     pub adjust: LengthAdjust,
-    /// Leaf queue limit in packets (the leaf `pfifo`'s `limit`); default
-    /// [`SchedulerConfig::leaf_limit`].
-    pub limit: Option<u32>,
 }
 
 impl ClassSpec {
@@ -61,7 +57,6 @@ impl ClassSpec {
             quantum: None,
             mtu: None,
             adjust: LengthAdjust::default(),
-            limit: None,
         }
     }
 
@@ -97,13 +92,6 @@ impl ClassSpec {
     #[must_use]
     pub fn with_quantum(mut self, bytes: u32) -> Self {
         self.quantum = Some(bytes);
-        self
-    }
-
-    /// Sets the leaf queue limit in packets.
-    #[must_use]
-    pub fn with_limit(mut self, packets: u32) -> Self {
-        self.limit = Some(packets);
         self
     }
 
@@ -185,7 +173,6 @@ impl ClassSpec {
             prio,
             quantum,
             adjust: self.adjust,
-            limit: self.limit.unwrap_or(config.leaf_limit),
         })
     }
 }
@@ -211,8 +198,6 @@ pub struct ClassConfig {
     pub quantum: u32,
     /// Length adjustment.
     pub adjust: LengthAdjust,
-    /// Leaf queue limit in packets.
-    pub limit: u32,
 }
 
 /// Scheduler-wide settings (tc `qdisc add ... htb default N r2q N direct_qlen N`, plus the
@@ -228,8 +213,13 @@ pub struct SchedulerConfig {
     pub r2q: u32,
     /// Packet limit of the direct queue (`direct_qlen`, default 1000).
     pub direct_qlen: u32,
-    /// Default leaf queue limit in packets (default 1000).
-    pub leaf_limit: u32,
+    /// The queue discipline a leaf class gets until one is set for it (the kernel gives
+    /// `pfifo`; the default here is `fq_codel` with the kernel's defaults, so that a full class
+    /// still keeps its latency low).
+    pub default_leaf: LeafConfig,
+    /// Seed of the leaves' randomness (`sfq`'s perturbation keys). The scheduler draws nothing
+    /// itself: give it a random seed in production and a fixed one for reproducible runs.
+    pub seed: u64,
     /// Default `burst`/`cburst` as time: a class without an explicit burst gets
     /// `rate × default_burst_time + mtu` bytes (default 1 ms).
     ///
@@ -255,7 +245,8 @@ impl Default for SchedulerConfig {
             default_minor: 0,
             r2q: 10,
             direct_qlen: 1000,
-            leaf_limit: DEFAULT_LEAF_LIMIT,
+            default_leaf: LeafConfig::default(),
+            seed: 0x6874_625f_7365_6564,
             default_burst_time: Duration::from_millis(1),
             max_events_per_level: 1024,
             hysteresis: false,
@@ -353,7 +344,6 @@ mod tests {
                 computed: 1_250_000
             }]
         );
-        assert_eq!(cfg.limit, DEFAULT_LEAF_LIMIT);
     }
 
     #[test]

@@ -15,8 +15,13 @@ pub struct Instant {
     nanos: u64,
 }
 
-/// A span of time in nanoseconds.
+/// A span of time in nanoseconds (on the wire: an integer of nanoseconds).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(transparent)
+)]
 pub struct Duration {
     nanos: u64,
 }

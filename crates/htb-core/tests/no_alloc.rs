@@ -1,10 +1,46 @@
-//! Enqueue and dequeue allocate nothing at steady state (counted with a counting allocator).
+//! Enqueue and dequeue allocate nothing at steady state (counted with a counting allocator),
+//! whatever the leaf discipline.
 
-use htb_core::{ClassId, ClassSpec, Instant, Rate, Scheduler, SchedulerConfig};
+use htb_core::{
+    ClassId, ClassSpec, Instant, LeafConfig, LeafSpec, Packet, Rate, Scheduler, SchedulerConfig,
+    SfqSpec,
+};
+
+/// A packet of one of a few flows.
+#[derive(Clone, Copy, Debug)]
+struct Pkt(u32);
+
+impl Packet for Pkt {
+    fn len_bytes(&self) -> u32 {
+        self.0
+    }
+    fn flow_hash(&self) -> u32 {
+        (self.0 % 7).wrapping_mul(0x9e37_79b9)
+    }
+}
 
 #[test]
 fn steady_state_enqueue_dequeue_does_not_allocate() {
-    let mut htb: Scheduler<u32> = Scheduler::new(SchedulerConfig::default());
+    let sfq = LeafSpec::Sfq(SfqSpec {
+        perturb: Some(1),
+        ..SfqSpec::default()
+    })
+    .resolve()
+    .unwrap();
+    for leaf in [
+        LeafConfig::Pfifo { limit: 1000 },
+        sfq,
+        LeafConfig::default(),
+    ] {
+        steady_state(leaf);
+    }
+}
+
+fn steady_state(leaf: LeafConfig) {
+    let mut htb: Scheduler<Pkt> = Scheduler::new(SchedulerConfig {
+        default_leaf: leaf,
+        ..SchedulerConfig::default()
+    });
     let root = ClassId::new(1, 1);
     let root_spec = ClassSpec::new(Rate::from_gbit(10));
     assert!(
@@ -25,12 +61,14 @@ fn steady_state_enqueue_dequeue_does_not_allocate() {
     }
     // Warm-up: reach the steady-state backlog once so that the packet pool has grown.
     let mut now = 0u64;
-    let cycle = |htb: &mut Scheduler<u32>, now: &mut u64| {
+    let cycle = |htb: &mut Scheduler<Pkt>, now: &mut u64| {
         for (i, &leaf) in leaves.iter().enumerate() {
-            let _ = htb.enqueue(Instant::from_nanos(*now), leaf, 64 + (i as u32 * 97) % 1400);
+            let len = 64 + (i as u32 * 97 + (*now / 50_000) as u32) % 1400;
+            let _ = htb.enqueue(Instant::from_nanos(*now), leaf, Pkt(len));
         }
         *now += 50_000;
         while htb.dequeue(Instant::from_nanos(*now)).is_some() {}
+        htb.drain_dropped().for_each(drop);
     };
     for _ in 0..2000 {
         cycle(&mut htb, &mut now);
@@ -48,7 +86,7 @@ fn steady_state_enqueue_dequeue_does_not_allocate() {
     );
     assert_eq!(
         info.count_total, 0,
-        "{sent} packets through enqueue/dequeue allocated: {info:?}"
+        "{leaf:?}: {sent} packets through enqueue/dequeue allocated: {info:?}"
     );
     htb.check().unwrap();
 }

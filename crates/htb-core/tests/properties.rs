@@ -6,10 +6,17 @@
 //! more than `ceil·t + cburst + one packet` in any window (a token bucket of that depth
 //! refilled at `ceil` never goes negative); a continuously backlogged leaf gets at least
 //! `min(rate, ceil)` over the time it stays backlogged, less two packets.
+//!
+//! Every leaf discipline runs under these properties (a random one per tree, and random
+//! replacements and changes of leaves in the live-change test): whatever a leaf drops comes
+//! back through `drain_dropped`, and counts as returned.
 
 use std::collections::{HashMap, HashSet};
 
-use htb_core::{ClassId, ClassSpec, Instant, Packet, Rate, Scheduler, SchedulerConfig, Target};
+use htb_core::{
+    ClassId, ClassSpec, Duration, FqCodelSpec, Instant, LeafConfig, LeafSpec, Packet, Rate,
+    Scheduler, SchedulerConfig, SfqSpec, Target,
+};
 use proptest::prelude::*;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -17,12 +24,60 @@ struct Pkt {
     serial: u64,
     class: ClassId,
     len: u32,
+    flow: u32,
 }
 
 impl Packet for Pkt {
     fn len_bytes(&self) -> u32 {
         self.len
     }
+    fn flow_hash(&self) -> u32 {
+        self.flow.wrapping_mul(0x9e37_79b9)
+    }
+}
+
+/// A leaf discipline with small limits, so that they are reached.
+fn leaf_config() -> impl Strategy<Value = LeafConfig> {
+    prop_oneof![
+        (1u32..60).prop_map(|limit| LeafConfig::Pfifo { limit }),
+        (1500u32..60_000).prop_map(|limit| LeafConfig::Bfifo { limit }),
+        (2u32..60, 1u32..10, 1u32..16, 0u32..2, any::<bool>()).prop_map(
+            |(limit, depth, flows, perturb, headdrop)| {
+                LeafSpec::Sfq(SfqSpec {
+                    limit: Some(limit),
+                    depth: Some(depth),
+                    flows: Some(flows),
+                    divisor: Some(16),
+                    perturb: Some(perturb),
+                    quantum: None,
+                    headdrop,
+                })
+                .resolve()
+                .unwrap_or_default()
+            }
+        ),
+        (
+            1u32..60,
+            1u32..64,
+            1u32..8,
+            1u64..5,
+            10u64..100,
+            3_000u32..100_000
+        )
+            .prop_map(|(limit, flows, batch, target, interval, memory)| {
+                LeafSpec::FqCodel(FqCodelSpec {
+                    limit: Some(limit),
+                    flows: Some(flows),
+                    drop_batch: Some(batch),
+                    target: Some(Duration::from_millis(target)),
+                    interval: Some(Duration::from_millis(interval)),
+                    memory_limit: Some(memory),
+                    ..FqCodelSpec::default()
+                })
+                .resolve()
+                .unwrap_or_default()
+            }),
+    ]
 }
 
 #[derive(Clone, Debug)]
@@ -62,18 +117,19 @@ fn class_plan() -> impl Strategy<Value = ClassPlan> {
 fn spec(plan: &ClassPlan) -> ClassSpec {
     let mut spec = ClassSpec::new(Rate::from_kbit(plan.rate_kbit))
         .with_ceil(Rate::from_kbit(plan.rate_kbit + plan.ceil_extra_kbit))
-        .with_prio(plan.prio)
-        .with_limit(50);
+        .with_prio(plan.prio);
     spec.burst = plan.burst;
     spec.cburst = plan.cburst;
     spec.quantum = plan.quantum;
     spec
 }
 
-/// Builds the tree; `parent` indices refer to earlier classes (modulo), depth permitting.
-fn build(plans: &[ClassPlan]) -> (Scheduler<Pkt>, Vec<ClassId>) {
+/// Builds the tree with `leaf` as every leaf's discipline; `parent` indices refer to earlier
+/// classes (modulo), depth permitting.
+fn build(plans: &[ClassPlan], leaf: LeafConfig) -> (Scheduler<Pkt>, Vec<ClassId>) {
     let mut htb = Scheduler::new(SchedulerConfig {
         default_minor: 1,
+        default_leaf: leaf,
         ..SchedulerConfig::default()
     });
     let mut ids: Vec<ClassId> = Vec::new();
@@ -97,8 +153,13 @@ fn build(plans: &[ClassPlan]) -> (Scheduler<Pkt>, Vec<ClassId>) {
 
 #[derive(Clone, Debug)]
 enum Op {
-    /// Enqueue `count` packets of `len` bytes to class index `class`.
-    Enqueue { class: usize, len: u32, count: u32 },
+    /// Enqueue `count` packets of `len` bytes of flow `flow` to class index `class`.
+    Enqueue {
+        class: usize,
+        len: u32,
+        count: u32,
+        flow: u32,
+    },
     /// Unclassified traffic.
     Unclassified { len: u32 },
     /// Let time pass, sending whatever may be sent.
@@ -112,11 +173,18 @@ enum Op {
         parent: Option<usize>,
         plan: ClassPlan,
     },
+    /// Give a class a new leaf discipline (`qdisc replace … parent ID`), or change its
+    /// parameters in place when the kind is the same (`qdisc change`).
+    Leaf {
+        class: usize,
+        leaf: LeafConfig,
+        in_place: bool,
+    },
 }
 
 fn traffic_op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (0usize..64, 40u32..1600, 1u32..20).prop_map(|(class, len, count)| Op::Enqueue { class, len, count }),
+        4 => (0usize..64, 40u32..1600, 1u32..20, 0u32..6).prop_map(|(class, len, count, flow)| Op::Enqueue { class, len, count, flow }),
         1 => (40u32..1600).prop_map(|len| Op::Unclassified { len }),
         4 => (1u64..20_000).prop_map(|micros| Op::Advance { micros }),
     ]
@@ -128,6 +196,7 @@ fn any_op() -> impl Strategy<Value = Op> {
         1 => (0usize..64, class_plan()).prop_map(|(class, plan)| Op::Change { class, plan }),
         1 => (0usize..64).prop_map(|class| Op::Delete { class }),
         1 => (any::<Option<usize>>(), class_plan()).prop_map(|(parent, plan)| Op::Add { parent, plan }),
+        1 => (0usize..64, leaf_config(), any::<bool>()).prop_map(|(class, leaf, in_place)| Op::Leaf { class, leaf, in_place }),
     ]
 }
 
@@ -172,11 +241,25 @@ impl Harness {
         self.htb.class_stats(id).map_or(0, |s| s.backlog_packets)
     }
 
-    fn enqueue(&mut self, target: Target, class: ClassId, len: u32) {
+    /// Takes back what the leaves dropped; ends the backlog period of a class they emptied.
+    fn collect_drops(&mut self) {
+        let dropped: Vec<Pkt> = self.htb.drain_dropped().collect();
+        for p in dropped {
+            self.returned(p);
+            if self.backlog(p.class) == 0
+                && let Some((start, bytes)) = self.backlogged_since.remove(&p.class)
+            {
+                self.periods.push((p.class, start, self.now, bytes));
+            }
+        }
+    }
+
+    fn enqueue(&mut self, target: Target, class: ClassId, len: u32, flow: u32) {
         let p = Pkt {
             serial: self.serial,
             class,
             len,
+            flow,
         };
         self.serial += 1;
         self.outstanding.insert(p.serial);
@@ -189,6 +272,7 @@ impl Harness {
             }
             Err(dropped) => self.returned(dropped.packet),
         }
+        self.collect_drops();
     }
 
     fn drain_ready(&mut self) {
@@ -198,7 +282,9 @@ impl Harness {
             } else {
                 String::new()
             };
-            let Some(p) = self.htb.dequeue(Instant::from_nanos(self.now)) else {
+            let sent = self.htb.dequeue(Instant::from_nanos(self.now));
+            self.collect_drops();
+            let Some(p) = sent else {
                 break;
             };
             if let Err(e) = self.htb.check() {
@@ -250,18 +336,48 @@ impl Harness {
             eprintln!("t={} op {op:?}", self.now);
         }
         match op {
-            Op::Enqueue { class, len, count } => {
+            Op::Enqueue {
+                class,
+                len,
+                count,
+                flow,
+            } => {
                 let id = self.ids[class % self.ids.len()];
                 let leaf = self.htb.class_info(id).is_some_and(|i| i.level == 0);
                 for _ in 0..*count {
                     // Traffic to inner classes goes to the default class 1:1 (or direct).
                     let owner = if leaf { id } else { self.default_target() };
-                    self.enqueue(Target::Class(id), owner, *len);
+                    self.enqueue(Target::Class(id), owner, *len, *flow);
                 }
             }
             Op::Unclassified { len } => {
                 let owner = self.default_target();
-                self.enqueue(Target::Unclassified, owner, *len);
+                self.enqueue(Target::Unclassified, owner, *len, 0);
+            }
+            Op::Leaf {
+                class,
+                leaf,
+                in_place,
+            } => {
+                let id = self.ids[class % self.ids.len()];
+                let now = Instant::from_nanos(self.now);
+                let done = if *in_place {
+                    self.htb.change_leaf(now, id, leaf)
+                } else {
+                    self.htb.set_leaf(now, id, Some(leaf))
+                };
+                if let Ok(change) = done {
+                    for p in change.purged {
+                        assert_eq!(p.class, id);
+                        self.returned(p);
+                    }
+                    if self.backlog(id) == 0
+                        && let Some((start, bytes)) = self.backlogged_since.remove(&id)
+                    {
+                        self.periods.push((id, start, self.now, bytes));
+                    }
+                }
+                self.collect_drops();
             }
             Op::Advance { micros } => self.advance_to(self.now + micros * 1000),
             Op::Change { class, plan } => {
@@ -313,9 +429,10 @@ impl Harness {
         }
     }
 
-    /// Lets everything drain and checks that every packet came back.
+    /// Lets everything drain and checks that every packet came back (each wake-up releases a
+    /// packet or processes an event, so the bound is only against a livelock).
     fn finish(&mut self) {
-        for _ in 0..100 {
+        for _ in 0..1_000_000 {
             match self.htb.next_wakeup() {
                 Some(t) => {
                     self.now = t.as_nanos().max(self.now) + 1;
@@ -432,9 +549,10 @@ proptest! {
     #[test]
     fn htb_guarantees_hold(
         plans in prop::collection::vec(class_plan(), 1..10),
+        leaf in leaf_config(),
         ops in prop::collection::vec(traffic_op(), 1..120),
     ) {
-        let (htb, ids) = build(&plans);
+        let (htb, ids) = build(&plans, leaf);
         let mut h = Harness::new(htb, ids.clone());
         for op in &ops {
             h.apply(op);
@@ -463,9 +581,10 @@ proptest! {
     #[test]
     fn live_changes_lose_nothing(
         plans in prop::collection::vec(class_plan(), 1..8),
+        leaf in leaf_config(),
         ops in prop::collection::vec(any_op(), 1..150),
     ) {
-        let (htb, ids) = build(&plans);
+        let (htb, ids) = build(&plans, leaf);
         let mut h = Harness::new(htb, ids);
         for op in &ops {
             h.apply(op);

@@ -21,6 +21,7 @@
 
 use std::io::{self, Read, Write};
 
+pub use htb_core::{ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -101,6 +102,10 @@ pub struct Show {
     /// Include statistics.
     #[serde(default)]
     pub stats: bool,
+    /// `qdisc show invisible`: also the leaf qdiscs classes have by default (the kernel hides
+    /// its default pfifo leaves the same way).
+    #[serde(default)]
+    pub invisible: bool,
 }
 
 /// The daemon's message.
@@ -167,6 +172,47 @@ pub struct Shown {
     /// `filter show`.
     #[serde(default)]
     pub filters: Vec<FilterInfo>,
+    /// `qdisc show`: the leaf qdiscs of HTB classes, after their HTB qdisc.
+    #[serde(default)]
+    pub leaf_qdiscs: Vec<LeafQdiscInfo>,
+}
+
+/// A leaf qdisc of an HTB class (`qdisc fq_codel 10: parent 1:10 …`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeafQdiscInfo {
+    /// Interface.
+    pub dev: String,
+    /// Its handle (`10:`); `None` for a class's default leaf, which tc shows as `0:`.
+    pub handle: Option<ClassId>,
+    /// The class it serves.
+    pub parent: ClassId,
+    /// Parameters in effect.
+    pub config: LeafConfig,
+    /// Counters, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<LeafQdiscStats>,
+}
+
+/// A leaf qdisc's counters, as `tc -s qdisc show` prints them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeafQdiscStats {
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Packets sent.
+    pub packets: u64,
+    /// Packets it dropped (full, over limit, AQM).
+    pub drops: u64,
+    /// Always 0 for these kinds.
+    pub overlimits: u64,
+    /// Always 0.
+    pub requeues: u64,
+    /// Bytes queued.
+    pub backlog_bytes: u64,
+    /// Packets queued.
+    pub backlog_packets: u64,
+    /// `fq_codel`'s own counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fq_codel: Option<FqCodelStats>,
 }
 
 /// An HTB qdisc on an interface.
@@ -243,8 +289,9 @@ pub struct ClassInfo {
     pub mpu: u16,
     /// `ethernet` or `atm`.
     pub linklayer: String,
-    /// Leaf queue limit in packets.
-    pub limit: u32,
+    /// The handle of its own leaf qdisc (tc's `leaf 10:`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_qdisc: Option<ClassId>,
     /// Counters, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<ClassStats>,
@@ -356,6 +403,27 @@ pub enum Command {
     },
     /// `filter add`.
     FilterAdd(FilterSpec),
+    /// `qdisc add … parent CLASS [handle H:] KIND …`: a leaf qdisc for a leaf class.
+    LeafAdd(LeafQdiscSpec),
+    /// `qdisc change … parent CLASS [handle H:] KIND …`: the class's leaf qdisc's options
+    /// (kinds must match).
+    LeafChange(LeafQdiscSpec),
+    /// `qdisc replace … parent CLASS [handle H:] KIND …`: add, change in place (same kind and
+    /// handle), or a new qdisc in its place.
+    LeafReplace(LeafQdiscSpec),
+    /// `qdisc del … parent CLASS [handle H:] [KIND]`: back to the default leaf.
+    LeafDelete {
+        /// Interface.
+        dev: String,
+        /// The class.
+        parent: ClassId,
+        /// Must be the leaf's handle, if given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        handle: Option<ClassId>,
+        /// Must be the leaf's kind, if given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<LeafKind>,
+    },
     /// `filter del`: one filter (`handle`), all at a priority (`prio`), or all.
     FilterDelete {
         /// Interface.
@@ -376,7 +444,8 @@ impl Command {
         match self {
             Self::QdiscAdd(q) | Self::QdiscChange(q) | Self::QdiscReplace(q) => &q.dev,
             Self::QdiscDelete { dev } | Self::ClassDelete { dev, .. } => dev,
-            Self::FilterDelete { dev, .. } => dev,
+            Self::FilterDelete { dev, .. } | Self::LeafDelete { dev, .. } => dev,
+            Self::LeafAdd(l) | Self::LeafChange(l) | Self::LeafReplace(l) => &l.dev,
             Self::ClassAdd(c) | Self::ClassChange(c) | Self::ClassReplace(c) => &c.dev,
             Self::FilterAdd(f) => &f.dev,
         }
@@ -441,9 +510,21 @@ pub struct ClassSpec {
     /// `ethernet` or `atm`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub linklayer: Option<String>,
-    /// Leaf queue limit in packets.
+}
+
+/// `qdisc add|change|replace dev D parent 1:10 [handle 10:] KIND OPTIONS`: typed on the wire
+/// (the class and handle as ids, the options as the core's spec).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeafQdiscSpec {
+    /// Interface.
+    pub dev: String,
+    /// The leaf class it serves.
+    pub parent: ClassId,
+    /// The qdisc's handle (`10:`); assigned when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u32>,
+    pub handle: Option<ClassId>,
+    /// Kind and the options given.
+    pub leaf: LeafSpec,
 }
 
 /// `filter add dev D parent 1: protocol ip prio 1 u32|flower … classid X`.
@@ -651,6 +732,45 @@ mod tests {
         let newer = json.replace("not_found", "quota_exceeded");
         let back: Response = serde_json::from_str(&newer).unwrap();
         assert_eq!(back.result.unwrap_err().code, ErrorCode::Unknown);
+    }
+
+    #[test]
+    fn leaf_qdisc_commands_are_typed_on_the_wire() {
+        let spec = LeafSpec::FqCodel(htb_core::FqCodelSpec {
+            target: Some(htb_core::Duration::from_millis(10)),
+            ecn: Some(false),
+            ..htb_core::FqCodelSpec::default()
+        });
+        let command = Command::LeafAdd(LeafQdiscSpec {
+            dev: "r2".into(),
+            parent: ClassId::new(1, 0x10),
+            handle: Some(ClassId::new(0x10, 0)),
+            leaf: spec,
+        });
+        let json = serde_json::to_string(&command).unwrap();
+        assert_eq!(
+            json,
+            r#"{"op":"leaf_add","dev":"r2","parent":"1:10","handle":"10:","leaf":{"kind":"fq_codel","limit":null,"flows":null,"target":10000000,"interval":null,"quantum":null,"ecn":false,"ce_threshold":null,"memory_limit":null,"drop_batch":null}}"#
+        );
+        assert_eq!(serde_json::from_str::<Command>(&json).unwrap(), command);
+        // Ids are checked where they are read.
+        let bad = json.replace("\"1:10\"", "\"1:xyz\"");
+        let e = serde_json::from_str::<Command>(&bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1:xyz"), "{e}");
+        let short =
+            r#"{"op":"leaf_add","dev":"r2","parent":"1:10","leaf":{"kind":"sfq","perturb":10}}"#;
+        let Command::LeafAdd(l) = serde_json::from_str::<Command>(short).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            l.leaf,
+            LeafSpec::Sfq(htb_core::SfqSpec {
+                perturb: Some(10),
+                ..htb_core::SfqSpec::default()
+            })
+        );
     }
 
     #[test]

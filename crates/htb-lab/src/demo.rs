@@ -70,6 +70,7 @@ fn expected(tree: &htb_config::TreeSpec, classes: &[ClassId]) -> Vec<f64> {
             rate: FlowRate::Max,
             start: Instant::ZERO,
             stop: Instant::from_nanos(20_000_000_000),
+            ecn: false,
         })
         .collect();
     let scenario = Scenario {

@@ -250,7 +250,12 @@ impl Lab {
     }
 
     /// Starts an iperf3 server for one test on `port` in `which`; it is reaped when dropped.
+    ///
+    /// # Panics
+    /// When the server is not listening within five seconds (a port still taken).
     pub fn iperf_server(&self, which: &str, port: u16) -> Reaped {
+        // A one-off server from an earlier measurement may still hold the port.
+        self.wait_port(which, port, false);
         let child = self
             .cmd(which, "iperf3")
             .args(["-s", "-1", "-p", &port.to_string()])
@@ -258,8 +263,61 @@ impl Lab {
             .stderr(Stdio::null())
             .spawn()
             .expect("iperf3 -s");
-        std::thread::sleep(Duration::from_millis(300));
+        self.wait_port(which, port, true);
         Reaped(child)
+    }
+
+    /// Waits until a TCP socket of `which` listens on `port` (or, with `listening` false,
+    /// none does), reading `/proc/PID/net/tcp*` of the namespace.
+    fn wait_port(&self, which: &str, port: u16, listening: bool) {
+        let pid = self.anchor(which);
+        let needle = format!(":{port:04X} ");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let listens = ["tcp", "tcp6"].iter().any(|table| {
+                std::fs::read_to_string(format!("/proc/{pid}/net/{table}"))
+                    .unwrap_or_default()
+                    .lines()
+                    .skip(1)
+                    .any(|l| {
+                        let f: Vec<&str> = l.split_whitespace().collect();
+                        f.len() > 3
+                            && format!("{} ", &f[1][f[1].len() - 5..]) == needle
+                            && f[3] == "0A"
+                    })
+            });
+            if listens == listening {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "port {port} in {which} {} listening after 5 s",
+                if listening { "not" } else { "still" }
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `htbd`'s port `dev` holds no packets (a measurement starting with last
+    /// phase's backlog still queued would share the class with it), up to ten seconds.
+    ///
+    /// # Panics
+    /// When the backlog does not drain.
+    pub fn wait_drained(&self, htbd: &Htbd, dev: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = htbd.cli_ok(&["-s", "-j", "qdisc", "show", "dev", dev]);
+            let list: serde_json::Value = serde_json::from_str(&out).expect("qdisc show -j");
+            let qlen = list[0]["qlen"].as_u64().unwrap_or(0);
+            if qlen == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{dev} still holds {qlen} packets after 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Runs an iperf3 client from `which` to `ip:port` for `secs`; `udp` gives the offered

@@ -17,12 +17,15 @@ use std::time::Duration as StdDuration;
 
 use htb_config::TreeSpec;
 use htb_config::filter::{Classifier, Filter};
-use htb_core::{ClassId, ClassSpec, Instant, Packet, Scheduler, SchedulerConfig, Target};
+use htb_core::{
+    ClassId, ClassSpec, Instant, LeafConfig, LeafStats, Scheduler, SchedulerConfig, Target,
+};
 use xsk_rs::FrameDesc;
 
 use crate::error::XdpError;
+use crate::frame::{FlowHasher, Frame};
 use crate::netdev::{NetDev, format_mac};
-use crate::parse::packet_info;
+use crate::parse::{parse, set_ce};
 use crate::program::{AttachMode, Verdicts, XdpProgram};
 use crate::sys;
 use crate::umem::{FrameCounts, FrameIo, IoConfig};
@@ -69,16 +72,6 @@ pub struct EngineConfig {
     pub batch: usize,
 }
 
-/// A frame waiting in a scheduler: its UMEM descriptor.
-#[derive(Clone, Copy, Debug)]
-pub struct Frame(FrameDesc);
-
-impl Packet for Frame {
-    fn len_bytes(&self) -> u32 {
-        self.0.lengths().data() as u32
-    }
-}
-
 /// Counters of one port.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortStats {
@@ -92,7 +85,8 @@ pub struct PortStats {
     pub tx_packets: u64,
     /// Bytes sent.
     pub tx_bytes: u64,
-    /// Frames dropped by this port's scheduler (queue full).
+    /// Frames dropped by this port's scheduler: a full queue, or its leaf's AQM (CoDel) or
+    /// limits.
     pub drops_queue: u64,
     /// Frames received here whose egress could not be determined.
     pub drops_no_egress: u64,
@@ -237,6 +231,8 @@ pub struct Engine {
     loops: u64,
     sleeps: u64,
     low_water: u32,
+    flows: FlowHasher,
+    frame_size: u32,
 }
 
 impl std::fmt::Debug for Engine {
@@ -321,14 +317,10 @@ fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
     Ok(devs)
 }
 
-fn scheduler(port: &PortConfig, now: Instant) -> Result<(Scheduler<Frame>, Classifier), XdpError> {
-    let htb = match &port.tree {
-        Some(tree) => tree
-            .build(now)
-            .map_err(|e| XdpError::Config(format!("{}: {e}", port.name)))?,
-        // No tree: every frame goes through the direct queue, unshaped.
-        None => Scheduler::new(SchedulerConfig::default()),
-    };
+fn scheduler(port: &PortConfig) -> Result<(Scheduler<Frame>, Classifier), XdpError> {
+    // No tree: every frame goes through the direct queue, unshaped.
+    let htb = new_scheduler(port.tree.as_ref())
+        .map_err(|e| XdpError::Config(format!("{}: {e}", port.name)))?;
     for filter in &port.filters {
         if !htb.contains(filter.class) {
             return Err(XdpError::Config(format!(
@@ -351,7 +343,7 @@ impl Engine {
         let clock = std::time::Instant::now();
         let mut ports = Vec::with_capacity(devs.len());
         for (port, dev) in config.ports.iter().zip(devs) {
-            let (htb, classifier) = scheduler(port, Instant::ZERO)?;
+            let (htb, classifier) = scheduler(port)?;
             let peer = port
                 .peer
                 .as_ref()
@@ -441,6 +433,8 @@ impl Engine {
             loops: 0,
             sleeps: 0,
             low_water,
+            flows: FlowHasher::default(),
+            frame_size: config.io.frame_size,
         };
         Ok((engine, handle))
     }
@@ -532,15 +526,27 @@ impl Engine {
             self.io.release(desc);
             return;
         }
-        let info = packet_info(bytes);
+        let parsed = parse(bytes);
+        let frame = Frame::new(desc, &parsed, &self.flows, self.frame_size);
         let port = &mut self.ports[egress];
         let target = port
             .classifier
-            .classify_index(&info)
+            .classify_index(&parsed.info)
             .map_or(Target::Unclassified, |i| port.targets[i]);
-        if let Err(dropped) = port.htb.enqueue(now, target, Frame(desc)) {
+        if let Err(dropped) = port.htb.enqueue(now, target, frame) {
             port.stats.drops_queue += 1;
-            self.io.release(dropped.packet.0);
+            self.io.release(dropped.packet.desc);
+        }
+        self.release_dropped(egress);
+    }
+
+    /// Takes back the frames `port`'s leaves dropped (CoDel, a full flow, a batch from the
+    /// fattest flow) and returns them to the pool.
+    fn release_dropped(&mut self, port: usize) {
+        let p = &mut self.ports[port];
+        for frame in p.htb.drain_dropped() {
+            p.stats.drops_queue += 1;
+            self.io.release(frame.desc);
         }
     }
 
@@ -552,15 +558,21 @@ impl Engine {
             if room == 0 {
                 return moved;
             }
-            let p = &mut self.ports[port];
             while self.tx_batch.len() < room {
-                let Some(Frame(desc)) = p.htb.dequeue(now) else {
+                let Some(mut frame) = self.ports[port].htb.dequeue(now) else {
                     break;
                 };
+                if let Some((l3, ipv6)) = frame.ce_site() {
+                    // The leaf marked it instead of dropping it.
+                    self.io
+                        .edit(&mut frame.desc, |bytes| set_ce(bytes, l3, ipv6));
+                }
+                let p = &mut self.ports[port];
                 p.stats.tx_packets += 1;
-                p.stats.tx_bytes += desc.lengths().data() as u64;
-                self.tx_batch.push(desc);
+                p.stats.tx_bytes += frame.desc.lengths().data() as u64;
+                self.tx_batch.push(frame.desc);
             }
+            self.release_dropped(port);
             if self.tx_batch.is_empty() {
                 return moved;
             }
@@ -697,21 +709,34 @@ impl Engine {
                     port.htb.change_class(now, id, &spec).map(|c| c.purged)
                 }
                 PlaneOp::DeleteClass { id, .. } => port.htb.delete_class(now, id).map(|c| c.purged),
+                PlaneOp::SetLeaf { id, leaf, .. } => {
+                    port.htb.set_leaf(now, id, leaf.as_ref()).map(|c| c.purged)
+                }
+                PlaneOp::ChangeLeaf { id, leaf, .. } => {
+                    // Packets over new limits are dropped, not purged.
+                    port.htb.change_leaf(now, id, &leaf).map(|c| c.purged)
+                }
                 PlaneOp::SetFilters { filters, .. } => {
                     port.classifier = Classifier::new(filters);
                     Ok(Vec::new())
                 }
             };
+            let dropped: Vec<Frame> = self.ports[index].htb.drain_dropped().collect();
             results.push(match purged {
                 Ok(frames) => {
-                    let n = frames.len() as u64;
+                    let n = (frames.len() + dropped.len()) as u64;
                     self.ports[index].stats.drops_purged += n;
-                    for Frame(desc) in frames {
-                        self.io.release(desc);
+                    for frame in frames.into_iter().chain(dropped) {
+                        self.io.release(frame.desc);
                     }
                     Ok(n)
                 }
-                Err(e) => Err(e.to_string()),
+                Err(e) => {
+                    for frame in dropped {
+                        self.io.release(frame.desc);
+                    }
+                    Err(e.to_string())
+                }
             });
         }
         // Class slots may have moved: re-resolve the filters' class handles.
@@ -723,8 +748,8 @@ impl Engine {
         results
     }
 
-    /// Statistics of the listed classes of `port` (`None` for ids it does not have), with the
-    /// port's scheduler-wide statistics and counters.
+    /// Statistics of the listed classes of `port` (`None` for ids it does not have) and of
+    /// their leaf qdiscs, with the port's scheduler-wide statistics and counters.
     #[must_use]
     pub fn class_stats(&self, port: &str, ids: &[ClassId]) -> Option<PortSnapshot> {
         let p = self.ports.iter().find(|p| p.dev.name == port)?;
@@ -732,6 +757,7 @@ impl Engine {
             scheduler: p.htb.stats(),
             port: p.stats.clone(),
             classes: ids.iter().map(|&id| p.htb.class_stats(id)).collect(),
+            leaves: ids.iter().map(|&id| p.htb.leaf_stats(id)).collect(),
         })
     }
 }
@@ -786,6 +812,25 @@ pub enum PlaneOp {
         /// Class.
         id: ClassId,
     },
+    /// A new, empty leaf qdisc for a leaf class (`None`: the default one); the old one's
+    /// frames are dropped.
+    SetLeaf {
+        /// Port name.
+        port: String,
+        /// Class.
+        id: ClassId,
+        /// The leaf.
+        leaf: Option<LeafConfig>,
+    },
+    /// New parameters for a leaf class's qdisc, in place (same kind).
+    ChangeLeaf {
+        /// Port name.
+        port: String,
+        /// Class.
+        id: ClassId,
+        /// The parameters.
+        leaf: LeafConfig,
+    },
     /// Replace the port's filters.
     SetFilters {
         /// Port name.
@@ -805,20 +850,35 @@ impl PlaneOp {
             | Self::AddClass { port, .. }
             | Self::ChangeClass { port, .. }
             | Self::DeleteClass { port, .. }
+            | Self::SetLeaf { port, .. }
+            | Self::ChangeLeaf { port, .. }
             | Self::SetFilters { port, .. } => port,
         }
     }
 }
 
 /// A scheduler for a port: `tree`'s classes, or none (unshaped: everything goes through the
-/// direct queue).
+/// direct queue). Its leaves' randomness (`sfq`'s perturbation) is seeded from the OS, once per
+/// process.
 ///
 /// # Errors
 /// A class the tree cannot hold (only if the tree was not validated).
 pub fn new_scheduler(tree: Option<&TreeSpec>) -> Result<Scheduler<Frame>, htb_core::ClassError> {
+    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let seed = *SEED.get_or_init(|| {
+        use std::hash::BuildHasher;
+        std::hash::RandomState::new().hash_one("htbd leaf seed")
+    });
     match tree {
-        Some(tree) => tree.build(Instant::ZERO),
-        None => Ok(Scheduler::new(SchedulerConfig::default())),
+        Some(tree) => {
+            let mut tree = tree.clone();
+            tree.config.seed = seed;
+            tree.build(Instant::ZERO)
+        }
+        None => Ok(Scheduler::new(SchedulerConfig {
+            seed,
+            ..SchedulerConfig::default()
+        })),
     }
 }
 
@@ -831,4 +891,6 @@ pub struct PortSnapshot {
     pub port: PortStats,
     /// Per requested class, in request order.
     pub classes: Vec<Option<htb_core::ClassStats>>,
+    /// Per requested class, its leaf qdisc's statistics (`None` for inner classes).
+    pub leaves: Vec<Option<LeafStats>>,
 }

@@ -13,6 +13,7 @@
 
 mod engine;
 mod error;
+mod frame;
 mod netdev;
 pub mod parse;
 mod program;
@@ -20,10 +21,11 @@ mod sys;
 mod umem;
 
 pub use engine::{
-    Engine, EngineConfig, EngineHandle, EngineStats, Frame, JOB_QUEUE, Job, JobError, Mode,
-    PlaneOp, PortConfig, PortSnapshot, PortStats, XdpCounters, new_scheduler,
+    Engine, EngineConfig, EngineHandle, EngineStats, JOB_QUEUE, Job, JobError, Mode, PlaneOp,
+    PortConfig, PortSnapshot, PortStats, XdpCounters, new_scheduler,
 };
 pub use error::XdpError;
+pub use frame::{FlowHasher, Frame};
 pub use netdev::{NetDev, format_mac};
 pub use program::{AttachMode, Verdicts};
 pub use umem::{FrameCounts, IoConfig, TxGenerator};

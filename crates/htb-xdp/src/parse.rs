@@ -1,6 +1,6 @@
-//! Reads what the classifier needs from an Ethernet frame. Every access is bounds-checked:
-//! a truncated or malformed frame yields `None` fields (it matches no filter that needs them)
-//! and never panics.
+//! Reads what the classifier, the flow hash and ECN marking need from an Ethernet frame. Every
+//! access is bounds-checked: a truncated or malformed frame yields `None` fields (it matches no
+//! filter that needs them) and never panics.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -20,12 +20,34 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
+/// What the engine reads from a frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Parsed {
+    /// The classification fields.
+    pub info: PacketInfo,
+    /// Offset of the IPv4 or IPv6 header, when the frame has a whole one.
+    pub l3: Option<usize>,
+    /// Whether that header is IPv6.
+    pub ipv6: bool,
+    /// The ECN field (0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE).
+    pub ecn: u8,
+    /// A fragment (first or later): its ports must not split the datagram's flow.
+    pub fragment: bool,
+}
+
 /// The classification fields of `frame`.
 #[must_use]
 pub fn packet_info(frame: &[u8]) -> PacketInfo {
-    let mut info = PacketInfo::default();
+    parse(frame).info
+}
+
+/// Everything the engine reads from `frame`.
+#[must_use]
+pub fn parse(frame: &[u8]) -> Parsed {
+    let mut parsed = Parsed::default();
+    let info = &mut parsed.info;
     let Some(mut ethertype) = be16(frame, 12) else {
-        return info;
+        return parsed;
     };
     let mut at = 14;
     // Up to two VLAN tags (802.1ad outer, 802.1Q inner); the outer VID is reported.
@@ -34,22 +56,27 @@ pub fn packet_info(frame: &[u8]) -> PacketInfo {
             break;
         }
         let Some(tci) = be16(frame, at) else {
-            return info;
+            return parsed;
         };
         info.vlan.get_or_insert(tci & 0x0fff);
         let Some(next) = be16(frame, at + 2) else {
-            return info;
+            return parsed;
         };
         ethertype = next;
         at += 4;
     }
     let l3 = &frame[at.min(frame.len())..];
     let transport = match ethertype {
-        ETH_P_IP => ipv4(l3, &mut info),
-        ETH_P_IPV6 => ipv6(l3, &mut info),
+        ETH_P_IP => ipv4(l3, info, &mut parsed.fragment),
+        ETH_P_IPV6 => ipv6(l3, info, &mut parsed.fragment),
         _ => None,
     };
-    if let (Some((offset, proto)), Some(l3)) = (transport, Some(l3)) {
+    if info.src.is_some() {
+        parsed.l3 = Some(at);
+        parsed.ipv6 = ethertype == ETH_P_IPV6;
+        parsed.ecn = if parsed.ipv6 { l3[1] >> 4 } else { l3[1] } & 0b11;
+    }
+    if let Some((offset, proto)) = transport {
         info.proto = Some(proto);
         if has_ports(proto) {
             info.sport = be16(l3, offset);
@@ -59,12 +86,49 @@ pub fn packet_info(frame: &[u8]) -> PacketInfo {
             }
         }
     }
-    info
+    parsed
+}
+
+/// Marks the IP header at `l3` Congestion Experienced if it is ECN-capable
+/// (`INET_ECN_set_ce`): IPv4 with its header checksum updated (RFC 1624), IPv6 in its traffic
+/// class. Returns whether the header now carries CE (false for Not-ECT, which is left alone).
+pub fn set_ce(frame: &mut [u8], l3: usize, ipv6: bool) -> bool {
+    if ipv6 {
+        let Some(b) = frame.get_mut(l3 + 1) else {
+            return false;
+        };
+        if (*b >> 4) & 0b11 == 0 {
+            return false;
+        }
+        *b |= 0b11 << 4;
+        return true;
+    }
+    if frame.len() < l3 + 12 {
+        return false;
+    }
+    let tos = frame[l3 + 1];
+    match tos & 0b11 {
+        0 => false,
+        0b11 => true,
+        _ => {
+            let old = u16::from_be_bytes([frame[l3], tos]);
+            let new_tos = tos | 0b11;
+            let new = u16::from_be_bytes([frame[l3], new_tos]);
+            frame[l3 + 1] = new_tos;
+            let check = u16::from_be_bytes([frame[l3 + 10], frame[l3 + 11]]);
+            // HC' = ~(~HC + ~m + m')
+            let mut sum = u32::from(!check) + u32::from(!old) + u32::from(new);
+            sum = (sum & 0xffff) + (sum >> 16);
+            sum = (sum & 0xffff) + (sum >> 16);
+            frame[l3 + 10..l3 + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+            true
+        }
+    }
 }
 
 /// Parses an IPv4 header; returns the transport's offset and protocol when the packet is a
 /// first (or only) fragment.
-fn ipv4(b: &[u8], info: &mut PacketInfo) -> Option<(usize, u8)> {
+fn ipv4(b: &[u8], info: &mut PacketInfo, fragment: &mut bool) -> Option<(usize, u8)> {
     let version_ihl = *b.first()?;
     if version_ihl >> 4 != 4 || b.len() < 20 {
         return None;
@@ -76,7 +140,9 @@ fn ipv4(b: &[u8], info: &mut PacketInfo) -> Option<(usize, u8)> {
     info.dscp = Some(b[1] >> 2);
     info.src = Some(IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15])));
     info.dst = Some(IpAddr::V4(Ipv4Addr::new(b[16], b[17], b[18], b[19])));
-    let fragment_offset = be16(b, 6)? & 0x1fff;
+    let flags_offset = be16(b, 6)?;
+    let fragment_offset = flags_offset & 0x1fff;
+    *fragment = flags_offset & 0x3fff != 0;
     if fragment_offset != 0 {
         // A later fragment: the protocol is known but there is no transport header.
         info.proto = Some(b[9]);
@@ -86,7 +152,7 @@ fn ipv4(b: &[u8], info: &mut PacketInfo) -> Option<(usize, u8)> {
 }
 
 /// Parses an IPv6 header and its extension headers (at most eight).
-fn ipv6(b: &[u8], info: &mut PacketInfo) -> Option<(usize, u8)> {
+fn ipv6(b: &[u8], info: &mut PacketInfo, fragment: &mut bool) -> Option<(usize, u8)> {
     if b.len() < 40 || b[0] >> 4 != 6 {
         return None;
     }
@@ -111,6 +177,7 @@ fn ipv6(b: &[u8], info: &mut PacketInfo) -> Option<(usize, u8)> {
             }
             // Fragment header: a later fragment has no transport header.
             44 => {
+                *fragment = true;
                 let offset = be16(b, at + 2)? >> 3;
                 next = *b.get(at)?;
                 at += 8;
@@ -203,6 +270,55 @@ mod tests {
     }
 
     #[test]
+    fn ecn_field_and_ce_marking() {
+        let mut f = udp4();
+        // A real header checksum, to check the incremental update against a recomputation.
+        let checksum = |ip: &[u8]| {
+            let sum: u32 = (0..10)
+                .filter(|&i| i != 5)
+                .map(|i| u32::from(u16::from_be_bytes([ip[2 * i], ip[2 * i + 1]])))
+                .sum();
+            let sum = (sum & 0xffff) + (sum >> 16);
+            !((sum & 0xffff) + (sum >> 16)) as u16
+        };
+        f[14 + 1] = (46 << 2) | 0b10; // EF, ECT(0)
+        let c = checksum(&f[14..34]);
+        f[24..26].copy_from_slice(&c.to_be_bytes());
+        let p = parse(&f);
+        assert_eq!(
+            (p.l3, p.ipv6, p.ecn, p.fragment),
+            (Some(14), false, 2, false)
+        );
+        assert!(set_ce(&mut f, 14, false));
+        assert_eq!(f[15], (46 << 2) | 0b11, "DSCP kept, CE set");
+        assert_eq!(
+            u16::from_be_bytes([f[24], f[25]]),
+            checksum(&f[14..34]),
+            "checksum updated incrementally"
+        );
+        assert!(set_ce(&mut f, 14, false), "CE stays CE");
+        let mut not_ect = udp4();
+        let before = not_ect.clone();
+        assert!(!set_ce(&mut not_ect, 14, false));
+        assert_eq!(not_ect, before, "Not-ECT is left alone");
+        // IPv6: ECN in the traffic class's low bits.
+        let mut v6 = vec![0u8; 14 + 40 + 8];
+        v6[12..14].copy_from_slice(&ETH_P_IPV6.to_be_bytes());
+        v6[14] = 0x6b; // traffic class 0xb9: DSCP 46, ECT(1)
+        v6[15] = 0x90;
+        v6[14 + 6] = 17;
+        let p = parse(&v6);
+        assert_eq!((p.l3, p.ipv6, p.ecn), (Some(14), true, 1));
+        assert!(set_ce(&mut v6, 14, true));
+        assert_eq!(parse(&v6).ecn, 3);
+        assert_eq!(parse(&v6).info.dscp, Some(46));
+        // A first fragment is a fragment: its ports must not count in the flow hash.
+        let mut first = udp4();
+        first[14 + 6] = 0x20; // MF
+        assert!(parse(&first).fragment);
+    }
+
+    #[test]
     fn truncated_and_garbage_frames_never_panic() {
         let frame = udp4();
         for len in 0..frame.len() {
@@ -223,7 +339,13 @@ mod tests {
                     (x >> 24) as u8
                 })
                 .collect();
-            let _ = packet_info(&frame);
+            let mut frame = frame;
+            let p = parse(&frame);
+            if let Some(l3) = p.l3 {
+                let _ = set_ce(&mut frame, l3, p.ipv6);
+            }
+            let _ = set_ce(&mut frame, 0, false);
+            let _ = set_ce(&mut frame, 100, true);
         }
         let mut bad_ihl = udp4();
         bad_ihl[14] = 0x4f; // IHL 60 bytes, frame shorter

@@ -212,6 +212,14 @@ impl FrameIo {
         unsafe { self.umem.data(desc) }.contents()
     }
 
+    /// Runs `edit` on the bytes of a frame the caller holds (to write an ECN mark).
+    pub(crate) fn edit<R>(&mut self, desc: &mut FrameDesc, edit: impl FnOnce(&mut [u8]) -> R) -> R {
+        // SAFETY: the caller holds `desc`, a frame of this UMEM that no ring references, so
+        // neither the kernel nor anyone else reads or writes it while we do.
+        let mut data = unsafe { self.umem.data_mut(desc) };
+        edit(data.contents_mut())
+    }
+
     /// How many frames `port`'s TX ring can take now, up to `want`.
     pub(crate) fn tx_room(&mut self, port: usize, want: u32) -> u32 {
         let ch = &mut self.channels[self.tx_channel[port]];

@@ -146,8 +146,8 @@ fn interface_trees(
             .map(|h| kind.parse_handle(h))
             .transpose()
             .map_err(at)?;
-        let matcher = crate::model::matcher(&crate::model::match_spec(&f.matcher.0), protocol)
-            .map_err(|e| at(e.message))?;
+        let matcher =
+            crate::model::with_protocol(f.matcher.0, protocol).map_err(|e| at(e.to_string()))?;
         if let Some(h) = handle
             && filters
                 .iter()

@@ -10,8 +10,9 @@ use std::time::Duration as StdDuration;
 
 use htb_core::ClassId;
 use htb_ipc::{
-    ClassInfo, ClassStats, CommandResult, ErrorCode, FilterInfo, IpcError, Object, QdiscInfo,
-    QueueStats, ReplyBody, Request, RequestBody, Response, Show, Shown,
+    ClassInfo, ClassStats, CommandResult, ErrorCode, FilterInfo, IpcError, LeafQdiscInfo,
+    LeafQdiscStats, Object, QdiscInfo, QueueStats, ReplyBody, Request, RequestBody, Response, Show,
+    Shown,
 };
 use htb_xdp::{Engine, EngineHandle, JobError, PlaneOp, PortSnapshot, new_scheduler};
 use tokio::sync::{mpsc, oneshot};
@@ -205,11 +206,31 @@ impl Control {
             let dev = port.name.clone();
             match object {
                 Object::Qdisc => {
-                    let snapshot = self.snapshot(&dev, Vec::new()).await?;
+                    // Leaf qdiscs follow their HTB qdisc, by class; a class's default leaf
+                    // only with `invisible`, as the kernel hides its default pfifo leaves.
+                    let leaves: Vec<(ClassId, Option<ClassId>)> = qdisc
+                        .classes
+                        .values()
+                        .filter(|d| qdisc.class_info(d.id).is_some_and(|i| i.level == 0))
+                        .filter(|d| d.leaf.is_some() || show.invisible)
+                        .map(|d| {
+                            let handle = d.leaf.and_then(|l| l.handle);
+                            (d.id, handle.map(|h| ClassId::new(h, 0)))
+                        })
+                        .collect();
+                    let ids: Vec<ClassId> = leaves.iter().map(|(id, _)| *id).collect();
+                    let mut snapshot = self.snapshot(&dev, Vec::new()).await?;
+                    if show.stats {
+                        for chunk in ids.chunks(STATS_CHUNK) {
+                            let part = self.snapshot(&dev, chunk.to_vec()).await?;
+                            snapshot.classes.extend(part.classes);
+                            snapshot.leaves.extend(part.leaves);
+                        }
+                    }
                     let s = snapshot.scheduler;
                     let c = qdisc.config;
                     shown.qdiscs.push(QdiscInfo {
-                        dev,
+                        dev: dev.clone(),
                         handle: format!("{:x}:", c.major),
                         default_minor: c.default_minor,
                         r2q: c.r2q,
@@ -225,6 +246,32 @@ impl Control {
                             backlog_packets: s.qlen + u64::from(s.direct_qlen),
                         }),
                     });
+                    for (i, (parent, handle)) in leaves.into_iter().enumerate() {
+                        let Some(config) = qdisc.class_info(parent).and_then(|c| c.leaf) else {
+                            continue;
+                        };
+                        let stats = show.stats.then(|| {
+                            let class = snapshot.classes.get(i).copied().flatten();
+                            let leaf = snapshot.leaves.get(i).copied().flatten();
+                            LeafQdiscStats {
+                                bytes: class.map_or(0, |c| c.bytes),
+                                packets: class.map_or(0, |c| c.packets),
+                                drops: leaf.map_or(0, |l| l.drops),
+                                overlimits: 0,
+                                requeues: 0,
+                                backlog_bytes: leaf.map_or(0, |l| l.backlog),
+                                backlog_packets: leaf.map_or(0, |l| u64::from(l.qlen)),
+                                fq_codel: leaf.and_then(|l| l.fq_codel),
+                            }
+                        });
+                        shown.leaf_qdiscs.push(LeafQdiscInfo {
+                            dev: dev.clone(),
+                            handle,
+                            parent,
+                            config,
+                            stats,
+                        });
+                    }
                 }
                 Object::Class => {
                     let only = show.class.as_deref().map(parse_id).transpose()?;
@@ -289,7 +336,12 @@ impl Control {
                             } else {
                                 "ethernet".into()
                             },
-                            limit: c.limit,
+                            leaf_qdisc: qdisc
+                                .classes
+                                .get(id)
+                                .and_then(|d| d.leaf)
+                                .and_then(|l| l.handle)
+                                .map(|h| ClassId::new(h, 0)),
                             stats,
                         });
                     }
@@ -351,6 +403,8 @@ fn plane_op(effect: &Effect) -> Result<PlaneOp, IpcError> {
             spec: def.spec,
         },
         Effect::DeleteClass { port, id } => PlaneOp::DeleteClass { port, id },
+        Effect::SetLeaf { port, id, leaf } => PlaneOp::SetLeaf { port, id, leaf },
+        Effect::ChangeLeaf { port, id, leaf } => PlaneOp::ChangeLeaf { port, id, leaf },
         Effect::SetFilters { port, filters } => PlaneOp::SetFilters { port, filters },
     })
 }

@@ -2,7 +2,7 @@
 //! compare with the kernel's HTB on the same box, or to go back to it.
 
 use htb_config::filter::{Filter, Match};
-use htb_core::LinkLayer;
+use htb_core::{LeafConfig, LeafSpec, LinkLayer};
 use htb_xdp::PortConfig;
 
 use crate::DaemonConfig;
@@ -146,14 +146,73 @@ pub fn port_commands(port: &PortConfig) -> Vec<String> {
             line += " linklayer atm";
         }
         out.push(line);
-        if let Some(limit) = s.limit {
-            out.push(format!(
-                "tc qdisc add dev {dev} parent {} pfifo limit {limit}",
-                class.id
-            ));
+    }
+    // Every leaf gets its qdisc, the default one too: the kernel's default is pfifo, htbd's
+    // fq_codel unless the config says otherwise.
+    for class in &tree.classes {
+        if tree.classes.iter().any(|c| c.parent == Some(class.id)) {
+            continue;
         }
+        let (handle, leaf) = match &class.leaf {
+            Some(l) => (l.handle, l.config),
+            None => (None, c.default_leaf),
+        };
+        let handle = handle.map_or_else(String::new, |h| format!(" handle {h:x}:"));
+        out.push(format!(
+            "tc qdisc add dev {dev} parent {}{handle} {}",
+            class.id,
+            tc_leaf_args(&leaf)
+        ));
     }
     out.extend(port.filters.iter().flat_map(|f| u32_filters(dev, major, f)));
+    out
+}
+
+/// A leaf's options as tc reads them (`fq_codel limit 10240 …`), every option given so that
+/// the kernel's qdisc matches htbd's whatever its defaults.
+#[must_use]
+pub fn tc_leaf_args(leaf: &LeafConfig) -> String {
+    fn num(out: &mut String, key: &str, v: Option<u32>) {
+        if let Some(v) = v {
+            *out += &format!(" {key} {v}");
+        }
+    }
+    let mut out = leaf.kind().name().to_owned();
+    match leaf.to_spec() {
+        LeafSpec::Pfifo { limit } | LeafSpec::Bfifo { limit } => num(&mut out, "limit", limit),
+        LeafSpec::Sfq(s) => {
+            num(&mut out, "limit", s.limit);
+            num(&mut out, "quantum", s.quantum);
+            num(&mut out, "depth", s.depth);
+            num(&mut out, "divisor", s.divisor);
+            num(&mut out, "flows", s.flows);
+            num(&mut out, "perturb", s.perturb.filter(|&p| p != 0));
+            if s.headdrop {
+                out += " headdrop";
+            }
+        }
+        LeafSpec::FqCodel(s) => {
+            num(&mut out, "limit", s.limit);
+            num(&mut out, "flows", s.flows);
+            for (key, t) in [
+                ("target", s.target),
+                ("interval", s.interval),
+                ("ce_threshold", s.ce_threshold),
+            ] {
+                if let Some(t) = t {
+                    out += &format!(" {key} {t}");
+                }
+            }
+            num(&mut out, "quantum", s.quantum);
+            num(&mut out, "memory_limit", s.memory_limit);
+            num(&mut out, "drop_batch", s.drop_batch);
+            out += if s.ecn == Some(false) {
+                " noecn"
+            } else {
+                " ecn"
+            };
+        }
+    }
     out
 }
 
@@ -166,6 +225,25 @@ pub fn commands(config: &DaemonConfig) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leaves_translate_to_tc() {
+        let text = "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r2\"\n\
+                    [interface.qdisc]\nleaf = \"sfq\"\n[[interface.class]]\nid = \"1:1\"\nrate = \"10mbit\"\n\
+                    [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"1mbit\"\n\
+                    leaf = { kind = \"fq_codel\", handle = \"10:\", target = \"10ms\", ecn = false }\n\
+                    [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"1mbit\"\nlimit = 50\n";
+        let config = DaemonConfig::parse(text).unwrap();
+        let cmds = commands(&config);
+        assert!(cmds.contains(&"tc qdisc add dev r2 parent 1:10 handle 10: fq_codel limit 10240 flows 1024 target 10ms interval 100ms quantum 1514 memory_limit 33554432 drop_batch 64 noecn".to_owned()), "{cmds:#?}");
+        assert!(cmds.contains(&"tc qdisc add dev r2 parent 1:20 sfq limit 50 quantum 1514 depth 127 divisor 1024 flows 50".to_owned()), "{cmds:#?}");
+        assert!(
+            !cmds
+                .iter()
+                .any(|c| c.starts_with("tc qdisc add dev r2 parent 1:1 ")),
+            "inner classes take no leaf"
+        );
+    }
 
     #[test]
     fn lab_example_translates_to_tc() {

@@ -200,7 +200,7 @@ fn a_rate_change_under_load_moves_the_rate_within_a_second_and_loses_nothing() {
     let htbd = Htbd::start(
         &lab,
         &config(
-            "[interface.qdisc]\ndefault = \"10\"\n[[interface.class]]\nid = \"1:10\"\nrate = \"20mbit\"\nlimit = 10000\n",
+            "[interface.qdisc]\ndefault = \"10\"\n[[interface.class]]\nid = \"1:10\"\nrate = \"20mbit\"\nleaf = { kind = \"pfifo\", limit = 10000 }\n",
         ),
     );
     let stats = htbd.class_stats("r2", "1:10");

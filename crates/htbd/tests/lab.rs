@@ -37,7 +37,10 @@ fn udp_l2_bps(report: &serde_json::Value) -> f64 {
 /// What an iperf3 UDP client sent, as L2 bit/s.
 fn udp_l2_sent_bps(report: &serde_json::Value) -> f64 {
     let sent = &report["end"]["sum_sent"];
-    sent["bytes"].as_f64().unwrap() * 1442.0 / 1400.0 * 8.0 / sent["seconds"].as_f64().unwrap()
+    let (Some(bytes), Some(secs)) = (sent["bytes"].as_f64(), sent["seconds"].as_f64()) else {
+        panic!("iperf3 failed: {}", report["error"]);
+    };
+    bytes * 1442.0 / 1400.0 * 8.0 / secs
 }
 
 #[test]
@@ -158,7 +161,9 @@ fn an_idle_class_share_is_borrowed() {
         100e6,
         0.03,
     );
-    // Both busy: each gets its rate.
+    // Both busy: each gets its rate. The first phase's flow must be gone first: its backlog
+    // (fq_codel holds up to 10 240 packets of an unresponsive flood) would share 1:10.
+    lab.wait_drained(&htbd, "r2");
     let before = [
         htbd.class_stats("r2", "1:10"),
         htbd.class_stats("r2", "1:20"),

@@ -10,17 +10,32 @@ use super::histogram::Histogram;
 use super::report::{ClassReport, DirectReport, FlowReport, Report, Sample};
 use super::scenario::{FlowRate, Scenario};
 
-/// A simulated packet: its flow, length and arrival time.
+/// A simulated packet: its flow, length and arrival time, and its ECN bits.
 #[derive(Clone, Copy, Debug)]
 struct SimPacket {
     flow: u32,
     len: u32,
     born: u64,
+    ect: bool,
+    ce: bool,
 }
 
 impl Packet for SimPacket {
     fn len_bytes(&self) -> u32 {
         self.len
+    }
+
+    /// Flows spread over the hash space (Fibonacci hashing), so each scenario flow is its own
+    /// flow to `sfq` and `fq_codel`, as distinct 5-tuples would be.
+    fn flow_hash(&self) -> u32 {
+        self.flow.wrapping_add(1).wrapping_mul(0x9e37_79b9)
+    }
+
+    fn set_ce(&mut self) -> bool {
+        if self.ect {
+            self.ce = true;
+        }
+        self.ect
     }
 }
 
@@ -39,6 +54,8 @@ struct FlowState {
     offered_window: u64,
     delivered_window: u64,
     dropped: u64,
+    /// Packets delivered with Congestion Experienced set.
+    ce_marks: u64,
     delays: Histogram,
 }
 
@@ -84,8 +101,10 @@ impl Sim<'_> {
             flow: f as u32,
             len,
             born: now,
+            ect: flow.ecn,
+            ce: false,
         };
-        match self
+        let queued = match self
             .htb
             .enqueue(Instant::from_nanos(now), flow.target, packet)
         {
@@ -93,6 +112,20 @@ impl Sim<'_> {
             Err(_) => {
                 self.flows[f].dropped += 1;
                 false
+            }
+        };
+        self.count_leaf_drops();
+        queued
+    }
+
+    /// Packets the leaves dropped (CoDel, a full flow, a batch from the fattest flow) count
+    /// against their flows; a "max" flow makes up for them.
+    fn count_leaf_drops(&mut self) {
+        for p in self.htb.drain_dropped() {
+            let f = p.flow as usize;
+            self.flows[f].dropped += 1;
+            if self.scenario.flows[f].rate == FlowRate::Max {
+                self.flows[f].queued -= 1;
             }
         }
     }
@@ -184,6 +217,23 @@ pub fn run(scenario: &Scenario) -> Report {
                 ),
                 Err(e) => warnings.push(format!("at {}: {e}", change.at)),
             }
+            if let Some(leaf) = &change.leaf {
+                match sim
+                    .htb
+                    .set_leaf(Instant::from_nanos(t), change.id, Some(leaf))
+                {
+                    Ok(done) => {
+                        for p in done.purged {
+                            let f = p.flow as usize;
+                            sim.flows[f].dropped += 1;
+                            if scenario.flows[f].rate == FlowRate::Max {
+                                sim.flows[f].queued -= 1;
+                            }
+                        }
+                    }
+                    Err(e) => warnings.push(format!("at {}: {e}", change.at)),
+                }
+            }
             next_change += 1;
         }
         if warm_bytes.is_none() && t >= warmup {
@@ -226,7 +276,9 @@ pub fn run(scenario: &Scenario) -> Report {
         }
 
         while link.as_ref().is_none_or(|l| l.free_at <= t) {
-            let Some(packet) = sim.htb.dequeue(Instant::from_nanos(t)) else {
+            let sent = sim.htb.dequeue(Instant::from_nanos(t));
+            sim.count_leaf_drops();
+            let Some(packet) = sent else {
                 break;
             };
             if let Some(l) = link.as_mut() {
@@ -236,6 +288,7 @@ pub fn run(scenario: &Scenario) -> Report {
             if sim.in_window {
                 sim.flows[f].delivered_window += u64::from(packet.len);
                 sim.flows[f].delays.record(t - packet.born);
+                sim.flows[f].ce_marks += u64::from(packet.ce);
             }
             if scenario.flows[f].rate == FlowRate::Max {
                 sim.flows[f].queued -= 1;
@@ -311,6 +364,8 @@ pub fn run(scenario: &Scenario) -> Report {
             dropped: f.dropped,
             delay_p50_ns: f.delays.quantile(0.50),
             delay_p99_ns: f.delays.quantile(0.99),
+            delay_max_ns: f.delays.max(),
+            ce_marks: f.ce_marks,
         })
         .collect();
     let stats = sim.htb.stats();

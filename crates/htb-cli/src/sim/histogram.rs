@@ -5,6 +5,7 @@
 pub struct Histogram {
     counts: Vec<u64>,
     total: u64,
+    max: u64,
 }
 
 const SUB_BITS: u32 = 5;
@@ -15,6 +16,7 @@ impl Default for Histogram {
         Self {
             counts: vec![0; (64 * SUB) as usize],
             total: 0,
+            max: 0,
         }
     }
 }
@@ -45,6 +47,13 @@ impl Histogram {
     pub fn record(&mut self, value: u64) {
         self.counts[Self::bucket(value)] += 1;
         self.total += 1;
+        self.max = self.max.max(value);
+    }
+
+    /// The largest value recorded, exactly (0 if none).
+    #[must_use]
+    pub fn max(&self) -> u64 {
+        self.max
     }
 
     /// Number of values recorded.

@@ -36,12 +36,16 @@ pub struct FlowReport {
     pub offered_bps: f64,
     /// Delivered (dequeued) load.
     pub delivered_bps: f64,
-    /// Packets dropped.
+    /// Packets dropped (refused, or dropped by the leaf: CoDel, a full flow, over limit).
     pub dropped: u64,
-    /// Median time from enqueue to dequeue.
+    /// Median sojourn time, enqueue to dequeue.
     pub delay_p50_ns: u64,
     /// 99th percentile of that time.
     pub delay_p99_ns: u64,
+    /// Longest sojourn.
+    pub delay_max_ns: u64,
+    /// Packets delivered with Congestion Experienced (ECN-capable flows only).
+    pub ce_marks: u64,
 }
 
 /// The direct queue (unclassified traffic without a default class).
@@ -143,26 +147,30 @@ impl Report {
             let _ = writeln!(out);
             let _ = writeln!(
                 out,
-                "{:<5} {:<13} {:>14} {:>14} {:>9} {:>11} {:>11}",
+                "{:<5} {:<13} {:>14} {:>14} {:>9} {:>9} {:>11} {:>11} {:>11}",
                 "flow",
                 "class",
                 "offered Mbit/s",
                 "deliv. Mbit/s",
                 "dropped",
+                "CE",
                 "delay p50",
-                "delay p99"
+                "delay p99",
+                "delay max"
             );
             for (f, label) in self.flows.iter().zip(&self.flow_labels) {
                 let _ = writeln!(
                     out,
-                    "{:<5} {:<13} {:>14} {:>14} {:>9} {:>11} {:>11}",
+                    "{:<5} {:<13} {:>14} {:>14} {:>9} {:>9} {:>11} {:>11} {:>11}",
                     f.index,
                     label,
                     mbit(f.offered_bps),
                     mbit(f.delivered_bps),
                     f.dropped,
+                    f.ce_marks,
                     time(f.delay_p50_ns),
-                    time(f.delay_p99_ns)
+                    time(f.delay_p99_ns),
+                    time(f.delay_max_ns)
                 );
             }
         }

@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::fmt;
 
 use htb_config::values::{ClassIdValue, LinkLayerValue, RateValue, SizeValue, TimeValue};
-use htb_config::{ClassSection, ConfigError, Located, QdiscSection, TreeSpec};
-use htb_core::{ClassId, ClassSpec, Duration, Instant, Rate, Target};
+use htb_config::{ClassSection, ConfigError, LeafSection, Located, QdiscSection, TreeSpec};
+use htb_core::{ClassId, ClassSpec, Duration, Instant, LeafConfig, Rate, Target};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
@@ -33,11 +33,14 @@ struct FlowSection {
     rate: Located<FlowRate>,
     start: Option<TimeValue>,
     stop: Option<TimeValue>,
+    /// Packets are ECN-capable (ECT(0)): CoDel marks them instead of dropping.
+    ecn: Option<bool>,
 }
 
 /// `[[change]]`: `at`, the class `id`, and any class parameters to change. Parameters not
 /// given keep their current values (a parameter that was defaulted, like `ceil` defaulting to
-/// `rate`, is defaulted again from the new values).
+/// `rate`, is defaulted again from the new values). `leaf` gives the class a new leaf
+/// discipline (its queue is purged, as `tc qdisc replace` does).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ChangeSection {
@@ -53,7 +56,7 @@ struct ChangeSection {
     overhead: Option<u16>,
     mpu: Option<u16>,
     linklayer: Option<LinkLayerValue>,
-    limit: Option<u32>,
+    leaf: Option<Located<LeafSection>>,
 }
 
 impl ChangeSection {
@@ -64,7 +67,7 @@ impl ChangeSection {
             ($($field:ident),*) => { $( if self.$field.is_some() { out.$field = self.$field; } )* };
         }
         set!(
-            rate, ceil, burst, cburst, prio, quantum, mtu, overhead, mpu, linklayer, limit
+            rate, ceil, burst, cburst, prio, quantum, mtu, overhead, mpu, linklayer
         );
         out
     }
@@ -169,6 +172,8 @@ pub struct Flow {
     pub start: Instant,
     /// No packets from this time on.
     pub stop: Instant,
+    /// ECN-capable packets.
+    pub ecn: bool,
 }
 
 /// A live change at a point in time, with the class's full parameters after it.
@@ -180,6 +185,8 @@ pub struct ScheduledChange {
     pub id: ClassId,
     /// Its parameters from then on.
     pub spec: ClassSpec,
+    /// A new leaf discipline, if the change gives one.
+    pub leaf: Option<LeafConfig>,
 }
 
 /// A validated scenario.
@@ -266,6 +273,7 @@ impl Scenario {
                 rate: *f.rate.get_ref(),
                 start: Instant::ZERO + start,
                 stop: Instant::ZERO + stop,
+                ecn: f.ecn.unwrap_or(false),
             });
         }
 
@@ -297,10 +305,28 @@ impl Scenario {
             if let Err(e) = probe.add_class(Instant::ZERO, id, None, &spec) {
                 return Err(err(change.span(), e.to_string()));
             }
+            let leaf = match &c.leaf {
+                None => None,
+                Some(leaf) => {
+                    if tree.classes.iter().any(|d| d.parent == Some(id)) {
+                        let msg = format!(
+                            "class {id} has children: only a leaf class takes a leaf qdisc"
+                        );
+                        return Err(err(leaf.span(), msg));
+                    }
+                    let def = leaf
+                        .get_ref()
+                        .0
+                        .resolve()
+                        .map_err(|e| err(leaf.span(), e))?;
+                    Some(def.config)
+                }
+            };
             changes.push(ScheduledChange {
                 at: Instant::ZERO + at,
                 id,
                 spec,
+                leaf,
             });
         }
 

@@ -4,9 +4,16 @@
 //! Exit status: 0 on success, 1 for a usage error (nothing was sent), 2 when htbd refused the
 //! request or could not be reached.
 
+pub mod args;
+mod f_flower;
+mod f_u32;
 pub mod format;
 mod monitor;
 pub mod parse;
+mod q_fifo;
+mod q_fq_codel;
+mod q_htb;
+mod q_sfq;
 
 use std::io::{Read, Write};
 
@@ -99,7 +106,7 @@ fn print_show(
         return Err(ClientError::Unexpected);
     };
     let text = match show.object {
-        Some(Object::Qdisc) => format::qdiscs(&shown.qdiscs, style),
+        Some(Object::Qdisc) => format::qdiscs(&shown.qdiscs, &shown.leaf_qdiscs, style),
         Some(Object::Class) => format::classes(&shown.classes, style),
         Some(Object::Filter) => format::filters(&shown.filters, style),
         None => String::new(),

@@ -1,44 +1,18 @@
-//! tc's command-line grammar for HTB (iproute2 `tc/tc.c`, `tc_qdisc.c`, `tc_class.c`,
-//! `tc_filter.c`, `q_htb.c`, `f_u32.c`, `f_flower.c`), parsed into typed requests.
+//! tc's command-line grammar (iproute2 `tc/tc.c`, `tc_qdisc.c`, `tc_class.c`, `tc_filter.c`):
+//! the command line, its objects and verbs, and batches; each qdisc's and filter's options
+//! are parsed in its own module (`q_htb`, `q_fq_codel`, `q_sfq`, `q_fifo`, `f_u32`,
+//! `f_flower`), as iproute2 has them.
 //!
 //! Keywords are matched as tc matches them: some exactly (`rate`, `ceil`, `dev`), most by any
 //! non-empty prefix, tried in tc's order (`m` is `mtu`, `b` is `burst`, `c` is `cburst`). Errors
 //! read like tc's (`What is "x"?`, `Illegal "rate"`, `"rate" is required.`).
 
-use std::fmt;
-use std::net::IpAddr;
+use htb_core::{LeafKind, LeafSpec};
+use htb_ipc::{Command, FilterSpec, LeafQdiscSpec, Object, QdiscSpec, Show};
 
-use htb_core::ClassId;
-use htb_core::units::{parse_rate_or_percent, parse_size};
-use htb_ipc::{ClassSpec, Command, FilterSpec, Object, QdiscSpec, Show};
-
-/// A usage error: tc's wording, exit status 1.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UsageError(pub String);
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
-
-type Result<T> = std::result::Result<T, UsageError>;
-
-fn usage<T>(message: impl Into<String>) -> Result<T> {
-    Err(UsageError(message.into()))
-}
-
-fn illegal<T>(what: &str) -> Result<T> {
-    usage(format!("Illegal \"{what}\""))
-}
-
-/// tc's `matches()`: `word` is a non-empty prefix of `keyword`.
-#[must_use]
-pub fn matches(word: &str, keyword: &str) -> bool {
-    !word.is_empty() && keyword.starts_with(word)
-}
+use super::args::{Args, Result, class_id, illegal, qdisc_handle, u32_arg, usage};
+pub use super::args::{UsageError, matches};
+use super::{f_flower, f_u32, q_fifo, q_fq_codel, q_htb, q_sfq};
 
 /// Global options (before the object).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -100,28 +74,7 @@ where  OBJECT := { qdisc | class | filter }
                     -b[atch] FILE | -V[ersion] | -h[elp] | --socket PATH }
 The daemon is reached at /run/htbd.sock, or $HTBD_SOCKET, or --socket PATH.";
 
-const QDISC_USAGE: &str = "\
-Usage: htb-cli qdisc [ add | del | replace | change | show ] dev STRING
-       [ handle QHANDLE ] [ root ] htb [ default MINOR-ID ] [ r2q N ] [ direct_qlen P ]
-       htb-cli qdisc { show | list } [ dev STRING ]";
-
-const CLASS_USAGE: &str = "\
-Usage: htb-cli class [ add | del | change | replace | show ] dev STRING
-       [ classid CLASSID ] [ root | parent CLASSID ] htb rate R1 [ burst B1 ] [ mpu B ]
-       [ overhead O ] [ prio P ] [ ceil R2 ] [ cburst B2 ] [ mtu MTU ] [ quantum Q ]
-       [ linklayer { ethernet | atm | adsl } ]
- rate     rate allocated to this class (class can still borrow)
- burst    max bytes burst which can be accumulated during idle period {computed}
- mpu      minimum packet size used in rate computations
- overhead per-packet size overhead used in rate computations
- linklay  adapting to a linklayer e.g. atm
- ceil     definite upper class rate (no borrows) {rate}
- cburst   burst but for ceil {computed}
- mtu      max packet size we create rate map for {1600}
- prio     priority of leaf; lower are served first {0}
- quantum  how much bytes to serve from leaf at once {use r2q}";
-
-const FILTER_USAGE: &str = "\
+pub(super) const FILTER_USAGE: &str = "\
 Usage: htb-cli filter [ add | del | show ] dev STRING [ parent CLASSID ]
        [ protocol PROTO ] [ pref PRIO ] [ handle FILTERID ] FILTER_TYPE [ FILTER_OPTIONS ]
 FILTER_TYPE := u32 | flower
@@ -282,102 +235,53 @@ fn verb(word: Option<&String>, object: &str) -> Result<Verb> {
     })
 }
 
-/// Arguments as a cursor, tc's `NEXT_ARG()` style.
-struct Args<'a> {
-    words: &'a [String],
-    at: usize,
-}
-
-impl<'a> Args<'a> {
-    fn new(words: &'a [String]) -> Self {
-        Self { words, at: 0 }
-    }
-
-    fn next(&mut self) -> Option<&'a str> {
-        let w = self.words.get(self.at)?;
-        self.at += 1;
-        Some(w.as_str())
-    }
-
-    /// The value after keyword `key` (tc: `Command line is not complete. Try option "help"`).
-    fn value(&mut self, _key: &str) -> Result<&'a str> {
-        self.next()
-            .ok_or_else(|| UsageError("Command line is not complete. Try option \"help\"".into()))
-    }
-
-    fn rest(&self) -> &'a [String] {
-        &self.words[self.at..]
-    }
-}
-
-fn class_id(s: &str, what: &str) -> Result<ClassId> {
-    s.parse().or_else(|_| illegal(what))
-}
-
-/// `1:` or `1` (tc's `get_qdisc_handle`).
-fn qdisc_handle(s: &str) -> Result<String> {
-    let digits = s.strip_suffix(':').unwrap_or(s);
-    match u16::from_str_radix(digits, 16) {
-        Ok(major) if major != 0 => Ok(format!("{major:x}:")),
-        _ => usage(format!(
-            "Illegal \"handle\" \"{s}\" (expected a qdisc handle like 1:)"
-        )),
-    }
-}
-
-fn u32_arg(s: &str, what: &str, radix: u32) -> Result<u32> {
-    let parsed = if radix == 0 {
-        if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-            u32::from_str_radix(hex, 16)
-        } else if s.len() > 1 && s.starts_with('0') {
-            u32::from_str_radix(&s[1..], 8)
-        } else {
-            s.parse()
-        }
-    } else {
-        u32::from_str_radix(s, radix)
-    };
-    parsed.or_else(|_| illegal(what))
-}
-
-fn u16_arg(s: &str, what: &str) -> Result<u16> {
-    s.parse().or_else(|_| illegal(what))
-}
-
 fn qdisc(words: &[String]) -> Result<Action> {
     let verb = verb(words.first(), "qdisc")?;
     let mut a = Args::new(words.get(1..).unwrap_or_default());
     let mut dev = None;
-    let mut spec = QdiscSpec::default();
-    let mut kind: Option<&str> = None;
+    let mut handle = None;
+    let mut parent = None;
+    let mut root = false;
+    let mut invisible = false;
+    let mut htb: Option<QdiscSpec> = None;
+    let mut leaf: Option<LeafSpec> = None;
     while let Some(w) = a.next() {
         match w {
-            "dev" => dev = Some(a.value("dev")?.to_owned()),
-            "handle" => spec.handle = Some(qdisc_handle(a.value("handle")?)?),
-            "root" => {}
-            "parent" => {
-                let p = a.value("parent")?;
+            "dev" => dev = Some(a.value()?.to_owned()),
+            "handle" => handle = Some(qdisc_handle(a.value()?)?),
+            "root" => root = true,
+            "parent" => match a.value()? {
+                "root" => root = true,
+                p => parent = Some(class_id(p, "parent")?),
+            },
+            "ingress" | "clsact" => {
                 return usage(format!(
-                    "htb-cli manages the root htb qdisc only; \"parent {p}\" is not supported"
+                    "htb-cli manages the root htb qdisc and its classes' leaves, not {w}"
                 ));
             }
-            "ingress" | "clsact" => {
-                return usage(format!("htb-cli manages the root htb qdisc only, not {w}"));
-            }
-            w if matches(w, "help") => return Ok(Action::Help(QDISC_USAGE)),
+            w if matches(w, "help") => return Ok(Action::Help(q_htb::QDISC_USAGE)),
+            "invisible" if verb == Verb::Show => invisible = true,
             w if verb == Verb::Show => {
-                // tc accepts a few selectors here (invisible, ingress, …); none matter to us.
-                if !matches!(w, "invisible") {
-                    return usage(format!("What is \"{w}\"? Try \"htb-cli qdisc help\"."));
-                }
+                return usage(format!("What is \"{w}\"? Try \"htb-cli qdisc help\"."));
             }
             "htb" => {
-                kind = Some("htb");
-                htb_qdisc_options(&mut a, &mut spec)?;
+                let mut spec = QdiscSpec::default();
+                q_htb::qdisc_options(&mut a, &mut spec)?;
+                htb = Some(spec);
+            }
+            "pfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Pfifo)?),
+            "bfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Bfifo)?),
+            "sfq" => leaf = Some(q_sfq::options(&mut a)?),
+            "fq_codel" => leaf = Some(q_fq_codel::options(&mut a)?),
+            "cake" => {
+                return usage(
+                    "cake is not supported yet (its shaper, diffserv tins and host isolation are \
+                     a project of their own): use fq_codel under each class",
+                );
             }
             other => {
                 return usage(format!(
-                    "Unknown qdisc \"{other}\": htb-cli manages htb only"
+                    "Unknown qdisc \"{other}\": htb-cli knows htb (root) and fq_codel, sfq, pfifo, bfifo (under a class)"
                 ));
             }
         }
@@ -386,47 +290,68 @@ fn qdisc(words: &[String]) -> Result<Action> {
         return Ok(Action::Show(Show {
             object: Some(Object::Qdisc),
             dev,
+            invisible,
             ..Show::default()
         }));
     }
     let Some(dev) = dev else {
         return usage("Must specify device (dev DEV).");
     };
-    spec.dev = dev.clone();
-    if verb != Verb::Delete && kind.is_none() {
-        return usage(
-            "Unknown qdisc: say \"htb\", e.g. qdisc add dev eth0 root handle 1: htb default 20",
-        );
+    if root && parent.is_some() {
+        return usage("\"root\" and \"parent\" are mutually exclusive");
     }
-    Ok(Action::Change(match verb {
-        Verb::Add => Command::QdiscAdd(spec),
-        Verb::Change => Command::QdiscChange(spec),
-        Verb::Replace => Command::QdiscReplace(spec),
-        Verb::Delete => Command::QdiscDelete { dev },
-        Verb::Show => unreachable!("handled above"),
-    }))
-}
-
-/// `htb_parse_opt`.
-fn htb_qdisc_options(a: &mut Args<'_>, spec: &mut QdiscSpec) -> Result<()> {
-    while let Some(w) = a.next() {
-        if matches(w, "r2q") {
-            spec.r2q = Some(u32_arg(a.value(w)?, "r2q", 10)?);
-        } else if matches(w, "default") {
-            spec.default_minor = Some(u32_arg(a.value(w)?, "default", 16)?);
-        } else if matches(w, "debug") {
-            let _ = a.value(w)?;
-        } else if matches(w, "direct_qlen") {
-            spec.direct_qlen = Some(u32_arg(a.value(w)?, "direct_qlen", 10)?);
-        } else if matches(w, "offload") {
-            return usage("\"offload\" is not supported: htbd shapes in software");
-        } else if w == "help" {
-            return usage(QDISC_USAGE);
-        } else {
-            return usage(format!("What is \"{w}\"?\n{QDISC_USAGE}"));
+    if verb == Verb::Delete {
+        return match (root, parent) {
+            (true, _) if leaf.is_some() => {
+                usage("htbd's root qdisc is htb: qdisc del dev D root deletes it")
+            }
+            (true, _) => Ok(Action::Change(Command::QdiscDelete { dev })),
+            (false, Some(parent)) => Ok(Action::Change(Command::LeafDelete {
+                dev,
+                parent,
+                handle,
+                kind: leaf.map(|l| l.kind()),
+            })),
+            (false, None) => usage("Classid cannot be zero: say root, or parent CLASSID"),
+        };
+    }
+    if let Some(mut spec) = htb {
+        if parent.is_some() {
+            return usage(
+                "htb under a class is not supported: htbd shapes one htb tree per port, at its root",
+            );
         }
+        spec.dev = dev;
+        spec.handle = handle.map(|h| h.to_string());
+        return Ok(Action::Change(match verb {
+            Verb::Add => Command::QdiscAdd(spec),
+            Verb::Change => Command::QdiscChange(spec),
+            _ => Command::QdiscReplace(spec),
+        }));
     }
-    Ok(())
+    let Some(leaf) = leaf else {
+        return usage(
+            "Unknown qdisc: say htb (the root), or fq_codel, sfq, pfifo, bfifo (parent CLASSID)",
+        );
+    };
+    let Some(parent) = parent.filter(|_| !root) else {
+        return usage(format!(
+            "{kind} goes under an htb class here (htbd's root qdisc is htb): qdisc {verb} dev {dev} parent 1:10 {kind}",
+            kind = leaf.kind(),
+            verb = words.first().map_or("add", String::as_str),
+        ));
+    };
+    let spec = LeafQdiscSpec {
+        dev,
+        parent,
+        handle,
+        leaf,
+    };
+    Ok(Action::Change(match verb {
+        Verb::Add => Command::LeafAdd(spec),
+        Verb::Change => Command::LeafChange(spec),
+        _ => Command::LeafReplace(spec),
+    }))
 }
 
 fn class(words: &[String]) -> Result<Action> {
@@ -435,15 +360,15 @@ fn class(words: &[String]) -> Result<Action> {
     let mut dev = None;
     let mut id = None;
     let mut parent = None;
-    let mut spec: Option<ClassSpec> = None;
+    let mut spec = None;
     while let Some(w) = a.next() {
         match w {
-            "dev" => dev = Some(a.value("dev")?.to_owned()),
-            "classid" => id = Some(class_id(a.value("classid")?, "classid")?),
+            "dev" => dev = Some(a.value()?.to_owned()),
+            "classid" => id = Some(class_id(a.value()?, "classid")?),
             "handle" => return usage("Error: try \"classid\" instead of \"handle\""),
             "root" => parent = Some("root".to_owned()),
             "parent" => {
-                let p = a.value("parent")?;
+                let p = a.value()?;
                 parent = Some(if p == "root" {
                     "root".to_owned()
                 } else {
@@ -451,12 +376,12 @@ fn class(words: &[String]) -> Result<Action> {
                 });
             }
             w if matches(w, "estimator") => {
-                let _ = (a.value(w)?, a.value(w)?);
+                let _ = (a.value()?, a.value()?);
             }
-            w if matches(w, "help") => return Ok(Action::Help(CLASS_USAGE)),
+            w if matches(w, "help") => return Ok(Action::Help(q_htb::CLASS_USAGE)),
             "htb" if verb != Verb::Show => {
                 let dev_name = dev.clone().unwrap_or_default();
-                spec = Some(htb_class_options(&mut a, &dev_name)?);
+                spec = Some(q_htb::class_options(&mut a, &dev_name)?);
             }
             other if verb == Verb::Show => {
                 return usage(format!("What is \"{other}\"? Try \"htb-cli class help\"."));
@@ -474,7 +399,7 @@ fn class(words: &[String]) -> Result<Action> {
             dev,
             class: id.map(|c| c.to_string()),
             parent,
-            stats: false,
+            ..Show::default()
         }));
     }
     let Some(dev) = dev else {
@@ -503,81 +428,6 @@ fn class(words: &[String]) -> Result<Action> {
     }))
 }
 
-/// The link speed of `dev` for `N%` rates (tc reads `/sys/class/net/DEV/speed`, in Mbit/s).
-fn link_speed(dev: &str) -> Option<htb_core::Rate> {
-    let text = std::fs::read_to_string(format!("/sys/class/net/{dev}/speed")).ok()?;
-    let mbit: u64 = text.trim().parse().ok().filter(|&m| m > 0)?;
-    Some(htb_core::Rate::from_mbit(mbit))
-}
-
-/// `htb_parse_class_opt`.
-fn htb_class_options(a: &mut Args<'_>, dev: &str) -> Result<ClassSpec> {
-    let mut spec = ClassSpec::default();
-    let mut rate = None;
-    let rate_arg = |s: &str, what: &str| -> Result<u64> {
-        let speed = if s.ends_with('%') {
-            link_speed(dev)
-        } else {
-            None
-        };
-        match parse_rate_or_percent(s, speed) {
-            Ok(r) => Ok(r.bits_per_sec()),
-            Err(htb_core::units::UnitError::PercentWithoutLinkSpeed) => usage(format!(
-                "Illegal \"{what}\": cannot read the speed of {dev} for \"{s}\""
-            )),
-            Err(_) => illegal(what),
-        }
-    };
-    // Sizes may carry tc's "/CELL" (legacy rate tables): accepted, ignored.
-    let size_arg = |s: &str, what: &str| -> Result<u64> {
-        let size = s.split('/').next().unwrap_or(s);
-        parse_size(size).or_else(|_| illegal(what))
-    };
-    while let Some(w) = a.next() {
-        if matches(w, "prio") {
-            spec.prio = Some(u32_arg(a.value(w)?, "prio", 10)?);
-        } else if matches(w, "mtu") {
-            spec.mtu = Some(u32_arg(a.value(w)?, "mtu", 10)?);
-        } else if matches(w, "mpu") {
-            spec.mpu = Some(u16_arg(a.value(w)?, "mpu")?);
-        } else if matches(w, "overhead") {
-            spec.overhead = Some(u16_arg(a.value(w)?, "overhead")?);
-        } else if matches(w, "linklayer") {
-            let v = a.value(w)?;
-            spec.linklayer = Some(match v {
-                "ethernet" => "ethernet".into(),
-                "atm" | "adsl" => "atm".into(),
-                _ => return illegal("linklayer"),
-            });
-        } else if matches(w, "quantum") {
-            spec.quantum = Some(u32_arg(a.value(w)?, "quantum", 10)?);
-        } else if matches(w, "burst") || w == "buffer" || w == "maxburst" {
-            spec.burst = Some(size_arg(a.value(w)?, "buffer")?);
-        } else if matches(w, "cburst") || w == "cbuffer" || w == "cmaxburst" {
-            spec.cburst = Some(size_arg(a.value(w)?, "cbuffer")?);
-        } else if w == "ceil" {
-            if spec.ceil.is_some() {
-                return usage("Double \"ceil\" spec");
-            }
-            spec.ceil = Some(rate_arg(a.value(w)?, "ceil")?);
-        } else if w == "rate" {
-            if rate.is_some() {
-                return usage("Double \"rate\" spec");
-            }
-            rate = Some(rate_arg(a.value(w)?, "rate")?);
-        } else if w == "help" {
-            return usage(CLASS_USAGE);
-        } else {
-            return usage(format!("What is \"{w}\"?\n{CLASS_USAGE}"));
-        }
-    }
-    let Some(rate) = rate else {
-        return usage("\"rate\" is required.");
-    };
-    spec.rate = rate;
-    Ok(spec)
-}
-
 fn filter(words: &[String]) -> Result<Action> {
     let verb = verb(words.first(), "filter")?;
     if matches!(verb, Verb::Change | Verb::Replace) {
@@ -594,18 +444,18 @@ fn filter(words: &[String]) -> Result<Action> {
     let mut kind_given = false;
     while let Some(w) = a.next() {
         match w {
-            "dev" => dev = Some(a.value("dev")?.to_owned()),
+            "dev" => dev = Some(a.value()?.to_owned()),
             "root" => spec.parent = None,
-            "parent" => spec.parent = Some(class_id(a.value("parent")?, "parent")?.to_string()),
-            "handle" => spec.handle = Some(a.value("handle")?.to_owned()),
+            "parent" => spec.parent = Some(class_id(a.value()?, "parent")?.to_string()),
+            "handle" => spec.handle = Some(a.value()?.to_owned()),
             "u32" | "flower" => {
                 spec.kind = w.to_owned();
                 kind_given = true;
                 if verb == Verb::Add {
                     if w == "u32" {
-                        u32_options(&mut a, &mut spec)?;
+                        f_u32::options(&mut a, &mut spec)?;
                     } else {
-                        flower_options(&mut a, &mut spec)?;
+                        f_flower::options(&mut a, &mut spec)?;
                     }
                 } else if let Some(extra) = a.next() {
                     return usage(format!(
@@ -614,11 +464,11 @@ fn filter(words: &[String]) -> Result<Action> {
                 }
             }
             w if matches(w, "preference") || matches(w, "priority") => {
-                let v = a.value(w)?;
+                let v = a.value()?;
                 spec.prio = Some(u32_arg(v, "preference", 0)?);
             }
             w if matches(w, "protocol") => {
-                let v = a.value(w)?;
+                let v = a.value()?;
                 spec.protocol = match v.to_ascii_lowercase().as_str() {
                     "ip" => "ip".into(),
                     "ipv6" => "ipv6".into(),
@@ -628,7 +478,7 @@ fn filter(words: &[String]) -> Result<Action> {
                 };
             }
             w if matches(w, "chain") => {
-                if a.value(w)? != "0" {
+                if a.value()? != "0" {
                     return usage("only chain 0 exists here");
                 }
             }
@@ -675,207 +525,6 @@ fn filter(words: &[String]) -> Result<Action> {
     }
 }
 
-fn number(s: &str, what: &str) -> Result<u32> {
-    u32_arg(s, what, 0)
-}
-
-/// A value/mask pair on a port as an inclusive range (a mask of contiguous high bits).
-fn port_range(value: u32, mask: u32, what: &str) -> Result<(u16, u16)> {
-    let (Ok(value), Ok(mask)) = (u16::try_from(value), u16::try_from(mask)) else {
-        return illegal(what);
-    };
-    // Contiguous high bits: !mask + 1 is a power of two (or mask is 0: any port).
-    let span = u32::from(!mask) + 1;
-    if !span.is_power_of_two() {
-        return usage(format!(
-            "Illegal \"{what}\": mask {mask:#06x} is not a prefix of the port, so it is not a port range"
-        ));
-    }
-    let first = value & mask;
-    Ok((first, first | !mask))
-}
-
-fn tos_to_dscp(value: u32, mask: u32, what: &str) -> Result<u8> {
-    match (u8::try_from(value), mask) {
-        (Ok(v), 0xfc | 0xff) => Ok(v >> 2),
-        _ => usage(format!(
-            "Illegal \"{what}\": only the DSCP bits can be matched (mask 0xfc, or 0xff)"
-        )),
-    }
-}
-
-fn set_once<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
-    if slot.is_some() {
-        return usage(format!("Double \"{what}\" match: one per filter"));
-    }
-    *slot = Some(value);
-    Ok(())
-}
-
-fn prefix(s: &str, v6: bool, what: &str) -> Result<String> {
-    let addr = s.split('/').next().unwrap_or(s);
-    match addr.parse::<IpAddr>() {
-        Ok(ip) if ip.is_ipv6() == v6 => Ok(s.to_owned()),
-        _ => illegal(what),
-    }
-}
-
-/// `parse_u32` / `parse_selector` / `parse_ip` / `parse_ip6`.
-fn u32_options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
-    let m = &mut spec.matcher;
-    while let Some(w) = a.next() {
-        if matches(w, "match") {
-            let layer = a.value("match")?;
-            let field = a.value("match")?;
-            match (layer, field) {
-                ("ip" | "ip6", "src" | "dst") => {
-                    let v6 = layer == "ip6";
-                    let p = prefix(a.value("match")?, v6, "match")?;
-                    let slot = if field == "src" {
-                        &mut m.src
-                    } else {
-                        &mut m.dst
-                    };
-                    set_once(slot, p, field)?;
-                }
-                ("ip" | "ip6", "sport" | "dport") | ("tcp" | "udp", "src" | "dst") => {
-                    let value = number(a.value("match")?, "match")?;
-                    let mask = number(a.value("match")?, "match")?;
-                    let range = port_range(value, mask, field)?;
-                    let slot = if matches!(field, "sport" | "src") {
-                        &mut m.sport
-                    } else {
-                        &mut m.dport
-                    };
-                    set_once(slot, range, field)?;
-                }
-                ("ip" | "ip6", "protocol") => {
-                    let value = number(a.value("match")?, "match")?;
-                    let mask = number(a.value("match")?, "match")?;
-                    let (Ok(p), 0xff) = (u8::try_from(value), mask) else {
-                        return usage("Illegal \"protocol\": value 0-255 with mask 0xff");
-                    };
-                    set_once(&mut m.proto, p, "protocol")?;
-                }
-                ("ip", "tos" | "dsfield") | ("ip6", "priority") => {
-                    let value = number(a.value("match")?, "match")?;
-                    let mask = number(a.value("match")?, "match")?;
-                    set_once(&mut m.dscp, tos_to_dscp(value, mask, field)?, field)?;
-                }
-                ("u32" | "u16" | "u8", _) => {
-                    return usage(format!(
-                        "raw \"match {layer}\" offsets are not supported: use match ip/ip6/tcp/udp fields"
-                    ));
-                }
-                _ => {
-                    return usage(format!(
-                        "Illegal \"match\": \"{layer} {field}\" is not supported"
-                    ));
-                }
-            }
-            if layer == "ip6" && spec.protocol == "all" {
-                spec.protocol = "ipv6".into();
-            }
-            if layer == "ip" && spec.protocol == "all" {
-                spec.protocol = "ip".into();
-            }
-        } else if matches(w, "classid") || matches(w, "flowid") {
-            spec.class = class_id(a.value(w)?, "classid")?.to_string();
-        } else if w == "skip_hw" || w == "skip_sw" {
-        } else if w == "help" {
-            return usage(FILTER_USAGE);
-        } else if matches(w, "action") || matches(w, "police") {
-            return usage(format!(
-                "\"{w}\" is not supported: htbd filters only classify"
-            ));
-        } else {
-            return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
-        }
-    }
-    Ok(())
-}
-
-/// `flower_parse_opt`.
-fn flower_options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
-    let m = &mut spec.matcher;
-    let ip = matches!(spec.protocol.as_str(), "ip" | "ipv6");
-    while let Some(w) = a.next() {
-        if matches(w, "classid") || matches(w, "flowid") {
-            spec.class = class_id(a.value(w)?, "classid")?.to_string();
-        } else if w == "skip_hw" || w == "skip_sw" {
-        } else if matches(w, "vlan_id") {
-            if spec.protocol != "802.1q" {
-                return usage("Can't set \"vlan_id\" if ethertype isn't 802.1Q or 802.1AD");
-            }
-            let v = u16_arg(a.value(w)?, "vlan_id")?;
-            if v > 4094 {
-                return illegal("vlan_id");
-            }
-            m.vlan = Some(v);
-        } else if matches(w, "ip_proto") {
-            if !ip {
-                return usage("Illegal \"eth_type\" for ip proto");
-            }
-            let v = a.value(w)?;
-            m.proto = Some(match v {
-                "tcp" => 6,
-                "udp" => 17,
-                "sctp" => 132,
-                "icmp" => 1,
-                "icmpv6" => 58,
-                n => u8::try_from(number(n, "ip_proto")?).or_else(|_| illegal("ip_proto"))?,
-            });
-        } else if matches(w, "ip_tos") {
-            let v = a.value(w)?;
-            let (value, mask) = v.split_once('/').unwrap_or((v, "0xff"));
-            m.dscp = Some(tos_to_dscp(
-                number(value, "ip_tos")?,
-                number(mask, "ip_tos")?,
-                "ip_tos",
-            )?);
-        } else if matches(w, "dst_ip") || matches(w, "src_ip") {
-            if !ip {
-                return usage(format!("Illegal \"eth_type\" for {w}"));
-            }
-            let p = prefix(a.value(w)?, spec.protocol == "ipv6", w)?;
-            if w.starts_with("dst") {
-                m.dst = Some(p);
-            } else {
-                m.src = Some(p);
-            }
-        } else if matches(w, "dst_port") || matches(w, "src_port") {
-            if !matches!(m.proto, Some(6 | 17 | 132)) {
-                return usage(
-                    "Illegal \"ip_proto\" for port: give ip_proto tcp, udp or sctp first",
-                );
-            }
-            let v = a.value(w)?;
-            let port = |s: &str| u16_arg(s, w);
-            let range = match v.split_once('-') {
-                Some((lo, hi)) => (port(lo)?, port(hi)?),
-                None => (port(v)?, port(v)?),
-            };
-            if range.0 > range.1 {
-                return illegal(w);
-            }
-            if w.starts_with("dst") {
-                m.dport = Some(range);
-            } else {
-                m.sport = Some(range);
-            }
-        } else if w == "help" {
-            return usage(FILTER_USAGE);
-        } else if matches(w, "action") || matches(w, "police") {
-            return usage(format!(
-                "\"{w}\" is not supported: htbd filters only classify"
-            ));
-        } else {
-            return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
-        }
-    }
-    Ok(())
-}
-
 fn monitor(words: &[String]) -> Result<Action> {
     let mut a = Args::new(words);
     let mut m = Monitor {
@@ -885,16 +534,16 @@ fn monitor(words: &[String]) -> Result<Action> {
     };
     while let Some(w) = a.next() {
         if w == "dev" {
-            m.dev = Some(a.value(w)?.to_owned());
+            m.dev = Some(a.value()?.to_owned());
         } else if matches(w, "interval") {
             m.interval = a
-                .value(w)?
+                .value()?
                 .parse::<f64>()
                 .ok()
                 .filter(|s| (0.05..=3600.0).contains(s))
                 .ok_or_else(|| UsageError("Illegal \"interval\" (seconds, 0.05 to 3600)".into()))?;
         } else if matches(w, "count") {
-            m.count = a.value(w)?.parse().or_else(|_| illegal("count"))?;
+            m.count = a.value()?.parse().or_else(|_| illegal("count"))?;
         } else {
             return usage(format!(
                 "What is \"{w}\"? Usage: htb-cli monitor [ dev DEV ] [ interval SECS ] [ count N ]"
@@ -1032,6 +681,107 @@ mod tests {
     }
 
     #[test]
+    fn leaf_qdisc_lines_of_classic_scripts_parse() {
+        use htb_core::{ClassId, Duration, FqCodelSpec, SfqSpec};
+        // wondershaper
+        assert_eq!(
+            change("qdisc add dev eth0 parent 1:10 handle 10: sfq perturb 10"),
+            Command::LeafAdd(LeafQdiscSpec {
+                dev: "eth0".into(),
+                parent: ClassId::new(1, 0x10),
+                handle: Some(ClassId::new(0x10, 0)),
+                leaf: LeafSpec::Sfq(SfqSpec {
+                    perturb: Some(10),
+                    ..SfqSpec::default()
+                }),
+            })
+        );
+        // home routers and LibreQoS's fq_codel mode
+        let Command::LeafAdd(l) = change(
+            "qdisc add dev eth0 parent 1:10 handle 110: fq_codel limit 1000 target 5ms interval 100ms ecn quantum 300 memory_limit 4mb drop_batch 32 ce_threshold 2500us flows 256",
+        ) else {
+            panic!()
+        };
+        assert_eq!(l.handle, Some(ClassId::new(0x110, 0)));
+        assert_eq!(
+            l.leaf,
+            LeafSpec::FqCodel(FqCodelSpec {
+                limit: Some(1000),
+                flows: Some(256),
+                target: Some(Duration::from_millis(5)),
+                interval: Some(Duration::from_millis(100)),
+                quantum: Some(300),
+                ecn: Some(true),
+                ce_threshold: Some(Duration::from_micros(2500)),
+                memory_limit: Some(4 << 20),
+                drop_batch: Some(32),
+            })
+        );
+        assert!(matches!(
+            change("qdisc add dev eth0 parent 1:3 fq_codel"),
+            Command::LeafAdd(LeafQdiscSpec { handle: None, .. })
+        ));
+        assert!(matches!(
+            change("qdisc replace dev eth0 parent 1:20 pfifo limit 100"),
+            Command::LeafReplace(LeafQdiscSpec {
+                leaf: LeafSpec::Pfifo { limit: Some(100) },
+                ..
+            })
+        ));
+        assert!(matches!(
+            change("qdisc add dev eth0 parent 1:30 bfifo limit 30kb"),
+            Command::LeafAdd(LeafQdiscSpec {
+                leaf: LeafSpec::Bfifo {
+                    limit: Some(30_720)
+                },
+                ..
+            })
+        ));
+        assert!(matches!(
+            change("qdisc change dev eth0 parent 1:10 handle 10: fq_codel target 10ms noecn"),
+            Command::LeafChange(LeafQdiscSpec {
+                leaf: LeafSpec::FqCodel(FqCodelSpec {
+                    target: Some(_),
+                    ecn: Some(false),
+                    limit: None,
+                    ..
+                }),
+                ..
+            })
+        ));
+        let Command::LeafAdd(l) = change(
+            "qdisc add dev eth0 parent 1:10 sfq quantum 1514 perturb 10 limit 127 depth 127 divisor 1024 flows 128 headdrop",
+        ) else {
+            panic!()
+        };
+        assert!(matches!(
+            l.leaf,
+            LeafSpec::Sfq(SfqSpec {
+                headdrop: true,
+                flows: Some(128),
+                ..
+            })
+        ));
+        assert_eq!(
+            change("qdisc del dev eth0 parent 1:10 handle 10: sfq"),
+            Command::LeafDelete {
+                dev: "eth0".into(),
+                parent: ClassId::new(1, 0x10),
+                handle: Some(ClassId::new(0x10, 0)),
+                kind: Some(LeafKind::Sfq),
+            }
+        );
+        let inv = parse_command_line(&words("qdisc show dev eth0 invisible")).unwrap();
+        assert!(matches!(
+            inv.action,
+            Some(Action::Show(Show {
+                invisible: true,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
     fn keywords_match_by_prefix_in_tcs_order() {
         let Command::ClassAdd(c) = change(
             "c a dev D parent 1:1 classid 1:10 htb rate 1mbit m 9000 b 15k c 3000 p 3 q 1514 o 24 mp 64 l atm",
@@ -1084,7 +834,22 @@ mod tests {
             error("class add dev D parent 1: classid 1:2 htb rate")
                 .starts_with("Command line is not complete")
         );
-        assert!(error("qdisc add dev D root fq_codel").contains("htb only"));
+        assert!(error("qdisc add dev D root fq_codel").contains("goes under an htb class"));
+        assert!(error("qdisc add dev D parent 1:10 cake").contains("cake is not supported"));
+        assert!(error("qdisc add dev D parent 1:10 red").starts_with("Unknown qdisc \"red\""));
+        assert_eq!(
+            error("qdisc add dev D parent 1:10 sfq limit 1"),
+            "Illegal \"limit\", must be > 1"
+        );
+        assert!(
+            error("qdisc add dev D parent 1:10 fq_codel target x")
+                .starts_with("Illegal \"target\"")
+        );
+        assert!(
+            error("qdisc add dev D parent 1:10 fq_codel bogus").starts_with("What is \"bogus\"?")
+        );
+        assert!(error("qdisc add dev D parent 1:10 sfq redflowlimit 1000").contains("RED"));
+        assert!(error("qdisc del dev D").contains("Classid cannot be zero"));
         assert!(
             parse_command_line(&words("-zz qdisc show"))
                 .unwrap_err()

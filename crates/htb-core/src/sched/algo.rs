@@ -3,7 +3,6 @@
 use super::Scheduler;
 use super::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, Row};
 use crate::Packet;
-use crate::queue::LeafQueue;
 use crate::rate::{TOKENS_PER_NS, tokens_to_ns_ceil};
 use crate::rbtree::{NIL, NodeId, RbTree};
 use crate::spec::MAX_DEPTH;
@@ -47,7 +46,7 @@ fn bits(mut mask: u8) -> impl Iterator<Item = u8> {
     })
 }
 
-impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
+impl<P: Packet> Scheduler<P> {
     /// The node of class `cl` for priority `prio`: a leaf has one node, used for whichever
     /// priority it is active at; an inner class has one per priority.
     #[inline]
@@ -435,34 +434,30 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
     /// `htb_dequeue_tree`: one packet from the row of `prio` at `level`, DRR among its leaves.
     pub(super) fn dequeue_tree(&mut self, prio: usize, level: usize) -> Option<P> {
         let prio = prio as u8;
-        let mut start = self.lookup_leaf(level, prio);
-        let mut cl = start;
+        let mut cl = self.lookup_leaf(level, prio);
         let packet = loop {
             if cl == NO_CLASS {
                 return None;
             }
-            if self.queues[cl as usize].is_empty() {
-                // Can happen when a leaf queue drops on its own; skip and deactivate it.
-                self.deactivate(cl);
-                if self.levels[level].row_mask & (1 << prio) == 0 {
-                    return None;
+            let slot = cl as usize;
+            if !self.queues[slot].is_empty() {
+                let before = (self.queues[slot].len(), self.queues[slot].backlog());
+                let packet = self.queues[slot].dequeue(&mut self.store, self.now);
+                let expected = before.0 - u32::from(packet.is_some());
+                self.account_leaf(cl, before, expected);
+                if let Some(packet) = packet {
+                    break packet;
                 }
-                let next = self.lookup_leaf(level, prio);
-                if cl == start {
-                    start = next;
-                }
-                cl = next;
-                continue;
             }
-            if let Some(packet) = self.queues[cl as usize].dequeue(&mut self.shared, self.now) {
-                break packet;
-            }
-            // A non-work-conserving leaf queue: skip it this round (qdisc_warn_nonwc).
-            self.advance_pointer(cl, level, prio);
-            cl = self.lookup_leaf(level, prio);
-            if cl == start {
+            // The leaf is empty, or emptied itself by dropping (CoDel): `htb_qlen_notify`
+            // deactivates it, and the round moves on (`qdisc_warn_nonwc`).
+            debug_assert!(self.queues[slot].is_empty(), "leaves are work-conserving");
+            self.deactivate(cl);
+            if self.levels[level].row_mask & (1 << prio) == 0 {
                 return None;
             }
+            // Every empty leaf visited leaves the row, so this ends.
+            cl = self.lookup_leaf(level, prio);
         };
 
         let len = packet.len_bytes();

@@ -246,6 +246,5 @@ mod size_tests {
         );
         assert_eq!(size_of::<WaitNode>(), 24);
         assert_eq!(size_of::<PrioNode>(), 24);
-        assert_eq!(size_of::<crate::queue::Fifo>(), 24);
     }
 }

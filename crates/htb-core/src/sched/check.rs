@@ -10,7 +10,6 @@ use core::fmt;
 use super::Scheduler;
 use super::arena::{NO_CLASS, NO_INNER};
 use crate::Packet;
-use crate::queue::LeafQueue;
 use crate::rbtree::NIL;
 use crate::spec::MAX_DEPTH;
 use crate::stats::Mode;
@@ -42,7 +41,7 @@ enum Home {
     Feed { inner: u32, prio: usize },
 }
 
-impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
+impl<P: Packet> Scheduler<P> {
     /// Verifies every internal invariant: red-black properties and orderings of all trees,
     /// levels and child counts, that exactly the non-green classes wait in the event queues,
     /// that active classes sit in exactly the rows and feeds their modes call for, DRR
@@ -142,6 +141,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
 
         let mut qlen = 0u64;
         let mut backlog = 0u64;
+        let mut flow_records = 0usize;
         let mut live = 0usize;
         let mut non_green = 0usize;
         for (slot, c) in self.classes.iter().enumerate() {
@@ -165,7 +165,16 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                 c.id
             );
             qlen += u64::from(queue.len());
-            backlog += queue.backlog_bytes();
+            backlog += queue.backlog();
+            match queue.check(&self.store, slot as u32) {
+                Ok(records) => flow_records += records,
+                Err(e) => return Err(CheckError(format!("class {}: {e}", c.id))),
+            }
+            ensure!(
+                c.level == 0 || queue.is_empty(),
+                "inner class {} holds packets in its leaf slot",
+                c.id
+            );
             if c.mode != Mode::CanSend {
                 non_green += 1;
             }
@@ -303,6 +312,17 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
             "leaf queues hold {backlog} bytes, counter says {}",
             self.backlog
         );
+        ensure!(
+            flow_records == self.store.flows.in_use(),
+            "leaves hold {flow_records} flow records, the table has {} in use (leaked)",
+            self.store.flows.in_use()
+        );
+        let pooled = self.store.packets.in_use() as u64;
+        ensure!(
+            pooled == self.qlen,
+            "the packet pool holds {pooled} packets, the leaves {} (leaked)",
+            self.qlen
+        );
         Ok(())
     }
 
@@ -343,7 +363,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
     }
 }
 
-impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
+impl<P: Packet> Scheduler<P> {
     /// A human-readable dump of every class, row and feed, for debugging failed checks.
     #[doc(hidden)]
     #[must_use]

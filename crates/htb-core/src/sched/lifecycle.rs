@@ -8,7 +8,7 @@ use super::arena::{Class, ClassIdx, InnerState, NO_CLASS, NO_INNER, WaitNode};
 use crate::Packet;
 use crate::class_id::ClassId;
 use crate::error::ClassError;
-use crate::queue::LeafQueue;
+use crate::leaf::{Leaf, LeafConfig};
 use crate::rate::{TokenCost, ns_to_tokens};
 use crate::spec::{ClassConfig, ClassSpec, MAX_DEPTH, Warning};
 use crate::stats::Mode;
@@ -34,7 +34,7 @@ impl<P> Change<P> {
     }
 }
 
-impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
+impl<P: Packet> Scheduler<P> {
     /// Adds class `id` under `parent` (`None`, or the qdisc handle `major:0`, for a root
     /// class), at time `now`.
     ///
@@ -73,7 +73,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
 
         let mut class = Self::fresh_class(id, parent_slot, &config, self.now);
         class.prio_node = self.prio_nodes.alloc(slot, id.minor(), false);
-        let queue = Q::new(config.limit);
+        let queue = Leaf::new(&self.config.default_leaf, slot, self.config.seed, self.now);
         if slot as usize == self.classes.len() {
             self.classes.push(class);
             self.queues.push(queue);
@@ -183,7 +183,6 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         Self::apply_config(class, &config);
         class.tokens = tokens.clamp(1 - super::algo::MBUFFER, class.buffer);
         class.ctokens = ctokens.clamp(1 - super::algo::MBUFFER, class.cbuffer);
-        self.queues[slot as usize].set_limit(config.limit);
 
         if reactivate {
             self.activate(slot);
@@ -239,7 +238,8 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         for slot in 0..self.classes.len() {
             let slot = slot as ClassIdx;
             let class = &self.classes[slot as usize];
-            if class.live && class.level == 0 && self.queues[slot as usize].len() > 0 {
+            // Empty leaves too: an fq_codel leaf may keep flow state.
+            if class.live && class.level == 0 {
                 self.purge_leaf(slot, &mut purged);
                 self.deactivate(slot);
             }
@@ -303,14 +303,83 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
 
     /// Empties a leaf's queue into `purged`, counting the packets as the class's drops.
     fn purge_leaf(&mut self, slot: ClassIdx, purged: &mut Vec<P>) {
-        let queue = &mut self.queues[slot as usize];
-        while let Some(packet) = queue.dequeue(&mut self.shared, self.now) {
-            self.qlen -= 1;
-            self.backlog -= u64::from(packet.len_bytes());
-            self.classes[slot as usize].drops += 1;
-            self.stats.drops += 1;
-            purged.push(packet);
+        let before = purged.len();
+        self.queues[slot as usize].purge(&mut self.store, |p| purged.push(p));
+        let mut bytes = 0;
+        for p in &purged[before..] {
+            bytes += u64::from(p.len_bytes());
         }
+        let count = (purged.len() - before) as u64;
+        self.qlen -= count;
+        self.backlog -= bytes;
+        self.classes[slot as usize].drops += count;
+        self.stats.drops += count;
+    }
+
+    /// Replaces leaf class `id`'s queue discipline with a new, empty one (`tc qdisc add|replace
+    /// dev D parent ID …`, HTB's `htb_graft`); `None` restores the scheduler's default leaf
+    /// (`tc qdisc del dev D parent ID`). The old leaf's packets are purged.
+    ///
+    /// # Errors
+    /// [`ClassError::NotFound`], or [`ClassError::NotALeaf`] for an inner class (the kernel
+    /// refuses to graft a qdisc onto one).
+    pub fn set_leaf(
+        &mut self,
+        now: Instant,
+        id: ClassId,
+        leaf: Option<&LeafConfig>,
+    ) -> Result<Change<P>, ClassError> {
+        self.advance_clock(now);
+        let slot = self.leaf_slot(id)?;
+        let mut change = Change::new();
+        self.purge_leaf(slot, &mut change.purged);
+        self.deactivate(slot);
+        let config = leaf.copied().unwrap_or(self.config.default_leaf);
+        self.queues[slot as usize] = Leaf::new(&config, slot, self.config.seed, self.now);
+        Ok(change)
+    }
+
+    /// Changes leaf class `id`'s queue discipline to `leaf` (`tc qdisc change`): in place when
+    /// the kind is the same (queued packets stay; those over new limits are dropped, as the
+    /// kernel's `change` does), else as [`set_leaf`](Self::set_leaf).
+    ///
+    /// # Errors
+    /// As [`set_leaf`](Self::set_leaf).
+    pub fn change_leaf(
+        &mut self,
+        now: Instant,
+        id: ClassId,
+        leaf: &LeafConfig,
+    ) -> Result<Change<P>, ClassError> {
+        self.advance_clock(now);
+        let slot = self.leaf_slot(id)?;
+        let s = slot as usize;
+        let before = (self.queues[s].len(), self.queues[s].backlog());
+        if !self.queues[s].reconfigure(&mut self.store, leaf, self.now) {
+            return self.set_leaf(now, id, Some(leaf));
+        }
+        self.account_leaf(slot, before, before.0);
+        if self.queues[s].is_empty() {
+            self.deactivate(slot);
+        }
+        Ok(Change::new())
+    }
+
+    fn leaf_slot(&self, id: ClassId) -> Result<ClassIdx, ClassError> {
+        let slot = self.lookup(id);
+        if slot == NO_CLASS {
+            return Err(ClassError::NotFound(id));
+        }
+        if self.classes[slot as usize].level != 0 {
+            return Err(ClassError::NotALeaf(id));
+        }
+        Ok(slot)
+    }
+
+    /// Sets the leaf queue discipline new leaf classes get (classes added later, and inner
+    /// classes that become leaves again); existing leaves keep theirs.
+    pub fn set_default_leaf(&mut self, leaf: LeafConfig) {
+        self.config.default_leaf = leaf;
     }
 
     /// The first child is added under leaf `slot`: purge its queue, take it out of every
@@ -347,7 +416,8 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         class.inner = inner;
         class.level = level;
         class.deficit = [0; MAX_DEPTH];
-        self.queues[slot as usize] = Q::new(self.queues[slot as usize].limit());
+        // An inner class holds no packets: its leaf goes (`qdisc_put` of the child qdisc).
+        self.queues[slot as usize] = Leaf::placeholder();
         self.refresh_default();
     }
 
@@ -372,5 +442,8 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         class.t_c = now;
         class.mode = Mode::CanSend;
         class.deficit = [0; MAX_DEPTH];
+        // A leaf again, with a new default leaf qdisc (`htb_parent_to_leaf`'s `new_q`).
+        self.queues[slot as usize] =
+            Leaf::new(&self.config.default_leaf, slot, self.config.seed, now);
     }
 }

@@ -8,7 +8,6 @@ mod lifecycle;
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::fmt;
-use core::marker::PhantomData;
 
 use hashbrown::HashMap;
 
@@ -17,7 +16,7 @@ pub use self::check::CheckError;
 pub use self::lifecycle::Change;
 use crate::Packet;
 use crate::class_id::ClassId;
-use crate::queue::{Fifo, LeafQueue};
+use crate::leaf::{Leaf, LeafConfig, LeafStats, LeafStore};
 use crate::rate::{TOKENS_PER_TICK_SHIFT, tokens_to_ns_ceil};
 use crate::spec::{ClassConfig, MAX_DEPTH, SchedulerConfig};
 use crate::stats::{ClassStats, SchedulerStats};
@@ -110,19 +109,24 @@ pub struct ClassInfo {
     pub children: u32,
     /// Parameters in effect.
     pub config: ClassConfig,
+    /// The leaf queue discipline's parameters (`None` for an inner class).
+    pub leaf: Option<LeafConfig>,
 }
 
 /// A Hierarchical Token Bucket scheduler: Linux `sch_htb` semantics on a caller-supplied
 /// nanosecond clock.
 ///
-/// Packets of type `P` wait in leaf queues of type `Q` ([`Fifo`] by default). The caller
-/// drives it: [`enqueue`](Self::enqueue) when a packet arrives, [`dequeue`](Self::dequeue)
-/// when the link can take one, and [`next_wakeup`](Self::next_wakeup) to learn when to call
-/// `dequeue` again if it returned `None`.
-pub struct Scheduler<P: Packet, Q: LeafQueue<P> = Fifo> {
+/// Packets of type `P` wait in each leaf class's queue discipline ([`LeafConfig`]; the
+/// scheduler's [`default_leaf`](SchedulerConfig::default_leaf) unless set with
+/// [`set_leaf`](Self::set_leaf)). The caller drives it: [`enqueue`](Self::enqueue) when a
+/// packet arrives, [`dequeue`](Self::dequeue) when the link can take one,
+/// [`next_wakeup`](Self::next_wakeup) to learn when to call `dequeue` again if it returned
+/// `None`, and [`drain_dropped`](Self::drain_dropped) after either to take back the packets the
+/// leaves dropped.
+pub struct Scheduler<P: Packet> {
     config: SchedulerConfig,
     classes: Vec<Class>,
-    queues: Vec<Q>,
+    queues: Vec<Leaf>,
     wait_nodes: Vec<WaitNode>,
     prio_nodes: PrioNodes,
     inner: Vec<InnerState>,
@@ -133,16 +137,15 @@ pub struct Scheduler<P: Packet, Q: LeafQueue<P> = Fifo> {
     /// The default class's slot if it exists and is a leaf, else [`NO_CLASS`].
     default_leaf: ClassIdx,
     direct: VecDeque<P>,
-    shared: Q::Shared,
+    store: LeafStore<P>,
     /// Latest time seen; the scheduler's clock never runs backwards.
     now: Instant,
     qlen: u64,
     backlog: u64,
     stats: SchedulerStats,
-    _packet: PhantomData<fn(P)>,
 }
 
-impl<P: Packet, Q: LeafQueue<P>> fmt::Debug for Scheduler<P, Q> {
+impl<P: Packet> fmt::Debug for Scheduler<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Scheduler")
             .field("config", &self.config)
@@ -153,7 +156,7 @@ impl<P: Packet, Q: LeafQueue<P>> fmt::Debug for Scheduler<P, Q> {
     }
 }
 
-impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
+impl<P: Packet> Scheduler<P> {
     /// An empty scheduler (no classes: everything goes to the direct queue).
     #[must_use]
     pub fn new(config: SchedulerConfig) -> Self {
@@ -173,12 +176,11 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
             free_inner: Vec::new(),
             default_leaf: NO_CLASS,
             direct: VecDeque::new(),
-            shared: Q::Shared::default(),
+            store: LeafStore::default(),
             now: Instant::ZERO,
             qlen: 0,
             backlog: 0,
             stats: SchedulerStats::default(),
-            _packet: PhantomData,
         }
     }
 
@@ -197,10 +199,26 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
         &self.config
     }
 
-    /// Storage shared by the leaf queues (for a [`Fifo`] scheduler, the packet pool: reserve
-    /// room in it to avoid allocation while the backlog grows).
-    pub fn shared_queue_storage(&mut self) -> &mut Q::Shared {
-        &mut self.shared
+    /// Storage shared by the leaf queues: the packet pool and the flow table (reserve room in
+    /// it to avoid allocation while the backlog grows).
+    pub fn leaf_store(&mut self) -> &mut LeafStore<P> {
+        &mut self.store
+    }
+
+    /// The packets leaves dropped since the last call (full queues, CoDel, `fq_codel`'s batch
+    /// drops, `sfq` rehashing), to be recycled: call it after [`enqueue`](Self::enqueue) and
+    /// [`dequeue`](Self::dequeue). They are already counted as drops. Every packet given to
+    /// the scheduler comes back exactly once: from `dequeue`, in an `enqueue` error, in a
+    /// [`Change`]'s `purged`, or here.
+    pub fn drain_dropped(&mut self) -> alloc::vec::Drain<'_, P> {
+        self.store.dropped.drain(..)
+    }
+
+    /// Whether leaves dropped packets not yet taken with
+    /// [`drain_dropped`](Self::drain_dropped).
+    #[must_use]
+    pub fn has_dropped(&self) -> bool {
+        !self.store.dropped.is_empty()
     }
 
     /// Sets the default class minor (tc `default`); 0 removes it.
@@ -247,16 +265,26 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                 reason: DropReason::DirectQueueFull,
             });
         }
-        let len = u64::from(packet.len_bytes());
         let slot = leaf as usize;
-        match self.queues[slot].enqueue(&mut self.shared, packet, self.now) {
+        let before = (self.queues[slot].len(), self.queues[slot].backlog());
+        match self.queues[slot].enqueue(&mut self.store, packet, self.now) {
             Ok(()) => {
-                self.qlen += 1;
-                self.backlog += len;
-                self.activate(leaf);
+                // The leaf took it, and may have dropped others to make room, even everything
+                // it held (fq_codel drops half the fattest flow: the new packet's flow may be
+                // all there is); an emptied leaf leaves the round (`htb_qlen_notify`).
+                self.account_leaf(leaf, before, before.0 + 1);
+                if self.queues[slot].is_empty() {
+                    self.deactivate(leaf);
+                } else {
+                    self.activate(leaf);
+                }
                 Ok(())
             }
             Err(packet) => {
+                self.account_leaf(leaf, before, before.0);
+                if self.queues[slot].is_empty() {
+                    self.deactivate(leaf);
+                }
                 self.classes[slot].drops += 1;
                 self.stats.drops += 1;
                 Err(Dropped {
@@ -264,6 +292,21 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                     reason: DropReason::QueueFull(self.classes[slot].id),
                 })
             }
+        }
+    }
+
+    /// Brings the totals up to date after a call into `leaf`, which held `before` (packets,
+    /// bytes) and would hold `expected` packets had it dropped nothing: the rest it dropped.
+    #[inline]
+    pub(super) fn account_leaf(&mut self, leaf: ClassIdx, before: (u32, u64), expected: u32) {
+        let queue = &self.queues[leaf as usize];
+        let (qlen, bytes) = (queue.len(), queue.backlog());
+        self.qlen = self.qlen - u64::from(before.0) + u64::from(qlen);
+        self.backlog = self.backlog - before.1 + bytes;
+        let dropped = u64::from(expected.saturating_sub(qlen));
+        if dropped > 0 {
+            self.classes[leaf as usize].drops += dropped;
+            self.stats.drops += dropped;
         }
     }
 
@@ -293,8 +336,6 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                 let prio = mask.trailing_zeros() as usize;
                 mask &= mask - 1;
                 if let Some(packet) = self.dequeue_tree(prio, level) {
-                    self.qlen -= 1;
-                    self.backlog -= u64::from(packet.len_bytes());
                     self.note_sent(&packet);
                     return Some(packet);
                 }
@@ -394,8 +435,8 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
                 prio: class.prio,
                 quantum: class.quantum as u32,
                 adjust: class.adjust,
-                limit: queue.limit(),
             },
+            leaf: (class.level == 0).then(|| queue.config()),
         })
     }
 
@@ -419,7 +460,7 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
             drops: c.drops,
             overlimits: c.overlimits,
             requeues: 0,
-            backlog_bytes: queue.backlog_bytes(),
+            backlog_bytes: queue.backlog(),
             backlog_packets: queue.len(),
             lends: c.lends,
             borrows: c.borrows,
@@ -429,6 +470,17 @@ impl<P: Packet, Q: LeafQueue<P>> Scheduler<P, Q> {
             mode: c.mode,
             level: c.level,
         })
+    }
+
+    /// Statistics of class `id`'s leaf queue discipline (`None` for an inner or unknown class):
+    /// what `tc -s qdisc show` prints for a child qdisc.
+    #[must_use]
+    pub fn leaf_stats(&self, id: ClassId) -> Option<LeafStats> {
+        let slot = self.lookup(id);
+        if slot == NO_CLASS || self.classes[slot as usize].level != 0 {
+            return None;
+        }
+        Some(self.queues[slot as usize].stats())
     }
 
     /// `(id, bytes sent, packets sent)` of every class, in no particular order: what a rate

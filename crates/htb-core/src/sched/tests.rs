@@ -22,8 +22,13 @@ fn mbit(m: u64) -> Rate {
     Rate::from_mbit(m)
 }
 
+/// HTB's own semantics are tested with the kernel's default leaf, a 1000-packet pfifo (the
+/// leaf disciplines have their own tests).
 fn htb() -> Scheduler<u32> {
-    Scheduler::new(SchedulerConfig::default())
+    Scheduler::new(SchedulerConfig {
+        default_leaf: LeafConfig::Pfifo { limit: 1000 },
+        ..SchedulerConfig::default()
+    })
 }
 
 fn add(s: &mut Scheduler<u32>, minor: u32, parent: Option<u32>, spec: ClassSpec) {
@@ -298,7 +303,10 @@ fn inner_class_target_falls_back_to_default() {
 #[test]
 fn full_queues_hand_packets_back() {
     let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(1)).with_limit(2));
+    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
+    let _ = s
+        .set_leaf(Instant::ZERO, id(1), Some(&LeafConfig::Pfifo { limit: 2 }))
+        .unwrap();
     s.enqueue(Instant::ZERO, id(1), 1).unwrap();
     s.enqueue(Instant::ZERO, id(1), 2).unwrap();
     let err = s.enqueue(Instant::ZERO, id(1), 3).unwrap_err();

@@ -1,0 +1,156 @@
+//! What every tc object's parser shares: tc's usage errors, its keyword matching, the argument
+//! cursor (`NEXT_ARG()`), and its number, size, time and handle parsers.
+
+use std::fmt;
+
+use htb_core::units::{parse_size, parse_time};
+use htb_core::{ClassId, Duration};
+
+/// A usage error: tc's wording, exit status 1.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A parse result.
+pub type Result<T> = std::result::Result<T, UsageError>;
+
+/// Fails with `message`.
+pub fn usage<T>(message: impl Into<String>) -> Result<T> {
+    Err(UsageError(message.into()))
+}
+
+/// tc's `Illegal "WHAT"`.
+pub fn illegal<T>(what: &str) -> Result<T> {
+    usage(format!("Illegal \"{what}\""))
+}
+
+/// tc's `matches()`: `word` is a non-empty prefix of `keyword`.
+#[must_use]
+pub fn matches(word: &str, keyword: &str) -> bool {
+    !word.is_empty() && keyword.starts_with(word)
+}
+
+/// Arguments as a cursor, tc's `NEXT_ARG()` style.
+#[derive(Debug)]
+pub struct Args<'a> {
+    words: &'a [String],
+    at: usize,
+}
+
+impl<'a> Args<'a> {
+    /// A cursor at the first of `words`.
+    #[must_use]
+    pub fn new(words: &'a [String]) -> Self {
+        Self { words, at: 0 }
+    }
+
+    /// The value after a keyword (tc: `Command line is not complete. Try option "help"`).
+    ///
+    /// # Errors
+    /// When the words ran out.
+    pub fn value(&mut self) -> Result<&'a str> {
+        self.next()
+            .ok_or_else(|| UsageError("Command line is not complete. Try option \"help\"".into()))
+    }
+
+    /// The words not read yet.
+    #[must_use]
+    pub fn rest(&self) -> &'a [String] {
+        &self.words[self.at..]
+    }
+}
+
+impl<'a> Iterator for Args<'a> {
+    type Item = &'a str;
+
+    /// The next word.
+    fn next(&mut self) -> Option<&'a str> {
+        let w = self.words.get(self.at)?;
+        self.at += 1;
+        Some(w.as_str())
+    }
+}
+
+/// A class id (`1:20`), or tc's `Illegal "WHAT"`.
+///
+/// # Errors
+/// Not a class id.
+pub fn class_id(s: &str, what: &str) -> Result<ClassId> {
+    s.parse().or_else(|_| illegal(what))
+}
+
+/// A qdisc handle, `1:` or `1` (tc's `get_qdisc_handle`).
+///
+/// # Errors
+/// Anything else.
+pub fn qdisc_handle(s: &str) -> Result<ClassId> {
+    let digits = s.strip_suffix(':').unwrap_or(s);
+    match u16::from_str_radix(digits, 16) {
+        Ok(major) if major != 0 => Ok(ClassId::new(major, 0)),
+        _ => usage(format!(
+            "Illegal \"handle\" \"{s}\" (expected a qdisc handle like 1:)"
+        )),
+    }
+}
+
+/// A `u32` in `radix`, or with radix 0 as C's `strtoul(s, 0)` reads it (`0x` hex, leading 0
+/// octal).
+///
+/// # Errors
+/// tc's `Illegal "WHAT"`.
+pub fn u32_arg(s: &str, what: &str, radix: u32) -> Result<u32> {
+    let parsed = if radix == 0 {
+        if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            u32::from_str_radix(hex, 16)
+        } else if s.len() > 1 && s.starts_with('0') {
+            u32::from_str_radix(&s[1..], 8)
+        } else {
+            s.parse()
+        }
+    } else {
+        u32::from_str_radix(s, radix)
+    };
+    parsed.or_else(|_| illegal(what))
+}
+
+/// A `u16` in decimal.
+///
+/// # Errors
+/// tc's `Illegal "WHAT"`.
+pub fn u16_arg(s: &str, what: &str) -> Result<u16> {
+    s.parse().or_else(|_| illegal(what))
+}
+
+/// A number as tc's `get_unsigned(…, 0)` reads it.
+///
+/// # Errors
+/// tc's `Illegal "WHAT"`.
+pub fn number(s: &str, what: &str) -> Result<u32> {
+    u32_arg(s, what, 0)
+}
+
+/// A size in bytes (`1514`, `32mb`, `64k`), as tc's `get_size`.
+///
+/// # Errors
+/// tc's `Illegal "WHAT"`, also above 4 GiB (tc's sizes are 32-bit).
+pub fn size_arg(s: &str, what: &str) -> Result<u32> {
+    parse_size(s)
+        .ok()
+        .and_then(|b| u32::try_from(b).ok())
+        .map_or_else(|| illegal(what), Ok)
+}
+
+/// A time (`5ms`, `100ms`, `2500us`; bare: µs), as tc's `get_time`.
+///
+/// # Errors
+/// tc's `Illegal "WHAT"`.
+pub fn time_arg(s: &str, what: &str) -> Result<Duration> {
+    parse_time(s).or_else(|_| illegal(what))
+}

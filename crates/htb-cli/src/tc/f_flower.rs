@@ -1,0 +1,91 @@
+//! flower filters (iproute2 `tc/f_flower.c`): the keys htbd classifies by.
+
+use htb_ipc::FilterSpec;
+
+use super::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
+use super::f_u32::{prefix, tos_to_dscp};
+use super::parse::FILTER_USAGE;
+
+/// `flower_parse_opt`.
+///
+/// # Errors
+/// tc's usage errors.
+pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
+    let m = &mut spec.matcher;
+    let ip = matches!(spec.protocol.as_str(), "ip" | "ipv6");
+    while let Some(w) = a.next() {
+        if matches(w, "classid") || matches(w, "flowid") {
+            spec.class = class_id(a.value()?, "classid")?.to_string();
+        } else if w == "skip_hw" || w == "skip_sw" {
+        } else if matches(w, "vlan_id") {
+            if spec.protocol != "802.1q" {
+                return usage("Can't set \"vlan_id\" if ethertype isn't 802.1Q or 802.1AD");
+            }
+            let v = u16_arg(a.value()?, "vlan_id")?;
+            if v > 4094 {
+                return illegal("vlan_id");
+            }
+            m.vlan = Some(v);
+        } else if matches(w, "ip_proto") {
+            if !ip {
+                return usage("Illegal \"eth_type\" for ip proto");
+            }
+            let v = a.value()?;
+            m.proto = Some(match v {
+                "tcp" => 6,
+                "udp" => 17,
+                "sctp" => 132,
+                "icmp" => 1,
+                "icmpv6" => 58,
+                n => u8::try_from(number(n, "ip_proto")?).or_else(|_| illegal("ip_proto"))?,
+            });
+        } else if matches(w, "ip_tos") {
+            let v = a.value()?;
+            let (value, mask) = v.split_once('/').unwrap_or((v, "0xff"));
+            m.dscp = Some(tos_to_dscp(
+                number(value, "ip_tos")?,
+                number(mask, "ip_tos")?,
+                "ip_tos",
+            )?);
+        } else if matches(w, "dst_ip") || matches(w, "src_ip") {
+            if !ip {
+                return usage(format!("Illegal \"eth_type\" for {w}"));
+            }
+            let p = prefix(a.value()?, spec.protocol == "ipv6", w)?;
+            if w.starts_with("dst") {
+                m.dst = Some(p);
+            } else {
+                m.src = Some(p);
+            }
+        } else if matches(w, "dst_port") || matches(w, "src_port") {
+            if !matches!(m.proto, Some(6 | 17 | 132)) {
+                return usage(
+                    "Illegal \"ip_proto\" for port: give ip_proto tcp, udp or sctp first",
+                );
+            }
+            let v = a.value()?;
+            let port = |s: &str| u16_arg(s, w);
+            let range = match v.split_once('-') {
+                Some((lo, hi)) => (port(lo)?, port(hi)?),
+                None => (port(v)?, port(v)?),
+            };
+            if range.0 > range.1 {
+                return illegal(w);
+            }
+            if w.starts_with("dst") {
+                m.dport = Some(range);
+            } else {
+                m.sport = Some(range);
+            }
+        } else if w == "help" {
+            return usage(FILTER_USAGE);
+        } else if matches(w, "action") || matches(w, "police") {
+            return usage(format!(
+                "\"{w}\" is not supported: htbd filters only classify"
+            ));
+        } else {
+            return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
+        }
+    }
+    Ok(())
+}

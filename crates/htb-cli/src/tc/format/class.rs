@@ -1,0 +1,250 @@
+//! `tc class show` for HTB classes (`print_class`, `htb_print_opt`, `htb_print_xstats`).
+
+use std::fmt::Write as _;
+
+use htb_core::units::DisplaySize;
+use htb_ipc::ClassInfo;
+use serde_json::{Map, Value, json};
+
+use super::{RateText, Style, json_text, sent_lines};
+
+#[must_use]
+pub fn classes(list: &[ClassInfo], style: Style) -> String {
+    if style.json {
+        return json_text(list.iter().map(|c| class_json(c, style)).collect(), style);
+    }
+    let mut out = String::new();
+    for c in list {
+        let _ = write!(out, "class htb {} ", c.id);
+        if style.show_dev {
+            let _ = write!(out, "dev {} ", c.dev);
+        }
+        match &c.parent {
+            Some(p) => {
+                let _ = write!(out, "parent {p} ");
+            }
+            None => out.push_str("root "),
+        }
+        if let Some(h) = c.leaf_qdisc {
+            let _ = write!(out, "leaf {h} ");
+        }
+        if c.leaf {
+            let _ = write!(out, "prio {} ", c.prio);
+            if style.details {
+                let _ = write!(out, "quantum {} ", c.quantum);
+            }
+        }
+        let _ = write!(out, "rate {} ", RateText(c.rate, style.iec));
+        if c.overhead != 0 {
+            let _ = write!(out, "overhead {} ", c.overhead);
+        }
+        let _ = write!(out, "ceil {} ", RateText(c.ceil, style.iec));
+        if c.linklayer == "atm" || style.details {
+            let _ = write!(out, "linklayer {} ", c.linklayer);
+        }
+        if style.details {
+            let _ = write!(
+                out,
+                "burst {}/1 mpu {} cburst {}/1 mpu {} level {} ",
+                DisplaySize(c.burst),
+                DisplaySize(u64::from(c.mpu)),
+                DisplaySize(c.cburst),
+                DisplaySize(u64::from(c.mpu)),
+                c.level
+            );
+        } else {
+            let _ = write!(
+                out,
+                "burst {} cburst {} ",
+                DisplaySize(c.burst),
+                DisplaySize(c.cburst)
+            );
+        }
+        if style.raw {
+            let _ = write!(
+                out,
+                "buffer [{:08x}] cbuffer [{:08x}] ",
+                c.buffer_ns / 64,
+                c.cbuffer_ns / 64
+            );
+        }
+        out.push('\n');
+        if let Some(s) = c.stats {
+            sent_lines(
+                &mut out,
+                [s.bytes, s.packets, s.drops, s.overlimits],
+                [s.backlog_bytes, s.backlog_packets],
+            );
+            let _ = write!(
+                out,
+                " lended: {} borrowed: {} giants: {}\n tokens: {} ctokens: {}\n\n",
+                s.lended, s.borrowed, s.giants, s.tokens, s.ctokens
+            );
+        }
+    }
+    out
+}
+
+fn class_json(c: &ClassInfo, style: Style) -> Value {
+    let mut o = Map::new();
+    o.insert("class".into(), json!("htb"));
+    o.insert("handle".into(), json!(c.id));
+    if style.show_dev {
+        o.insert("dev".into(), json!(c.dev));
+    }
+    match &c.parent {
+        Some(p) => o.insert("parent".into(), json!(p)),
+        None => o.insert("root".into(), json!(true)),
+    };
+    if let Some(h) = c.leaf_qdisc {
+        o.insert("leaf".into(), json!(h.to_string()));
+    }
+    if c.leaf {
+        o.insert("prio".into(), json!(c.prio));
+        if style.details {
+            o.insert("quantum".into(), json!(c.quantum));
+        }
+    }
+    // As tc: rates in bytes per second.
+    o.insert("rate".into(), json!(c.rate / 8));
+    if c.overhead != 0 {
+        o.insert("overhead".into(), json!(c.overhead));
+    }
+    o.insert("ceil".into(), json!(c.ceil / 8));
+    if c.linklayer == "atm" || style.details {
+        o.insert("linklayer".into(), json!(c.linklayer));
+    }
+    o.insert("burst".into(), json!(c.burst));
+    if style.details {
+        o.insert("burst_cell".into(), json!(1));
+        o.insert("mpu_rate".into(), json!(c.mpu));
+    }
+    o.insert("cburst".into(), json!(c.cburst));
+    if style.details {
+        o.insert("cburst_cell".into(), json!(1));
+        o.insert("mpu_ceil".into(), json!(c.mpu));
+        o.insert("level".into(), json!(c.level));
+    }
+    if let Some(s) = c.stats {
+        o.insert(
+            "stats".into(),
+            json!({
+                "bytes": s.bytes,
+                "packets": s.packets,
+                "drops": s.drops,
+                "overlimits": s.overlimits,
+                "requeues": s.requeues,
+                "backlog": s.backlog_bytes,
+                "qlen": s.backlog_packets,
+                "lended": s.lended,
+                "borrowed": s.borrowed,
+                "giants": s.giants,
+                "tokens": s.tokens,
+                "ctokens": s.ctokens,
+            }),
+        );
+    }
+    Value::Object(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use htb_ipc::ClassStats;
+
+    fn class(id: &str, parent: Option<&str>, leaf: bool) -> ClassInfo {
+        ClassInfo {
+            dev: "v0".into(),
+            id: id.into(),
+            parent: parent.map(str::to_owned),
+            level: if leaf { 0 } else { 7 },
+            leaf,
+            prio: 1,
+            quantum: 1514,
+            rate: 8_000_000,
+            ceil: 8_000_000,
+            burst: 1600,
+            cburst: 1600,
+            buffer_ns: 1_280_000,
+            cbuffer_ns: 1_280_000,
+            overhead: 0,
+            mpu: 0,
+            linklayer: "ethernet".into(),
+            leaf_qdisc: None,
+            stats: None,
+        }
+    }
+
+    #[test]
+    fn class_text_is_tc_6_1s() {
+        let mut root = class("1:1", None, false);
+        root.stats = Some(ClassStats {
+            bytes: 1_020_260,
+            packets: 1008,
+            overlimits: 23,
+            lended: 502,
+            tokens: 9156,
+            ctokens: 9156,
+            ..ClassStats::default()
+        });
+        let mut leaf = class("1:20", Some("1:1"), true);
+        leaf.rate = 2_000_000;
+        leaf.ceil = 4_000_000;
+        leaf.stats = Some(ClassStats {
+            bytes: 1_020_260,
+            packets: 1008,
+            drops: 3257,
+            overlimits: 993,
+            backlog_bytes: 30420,
+            backlog_packets: 30,
+            lended: 506,
+            borrowed: 502,
+            tokens: -36055,
+            ctokens: -31588,
+            ..ClassStats::default()
+        });
+        let style = Style {
+            stats: true,
+            ..Style::default()
+        };
+        assert_eq!(
+            classes(&[root, leaf.clone()], style),
+            "class htb 1:1 root rate 8Mbit ceil 8Mbit burst 1600b cburst 1600b \n \
+             Sent 1020260 bytes 1008 pkt (dropped 0, overlimits 23 requeues 0) \n \
+             backlog 0b 0p requeues 0\n lended: 502 borrowed: 0 giants: 0\n tokens: 9156 ctokens: 9156\n\n\
+             class htb 1:20 parent 1:1 prio 1 rate 2Mbit ceil 4Mbit burst 1600b cburst 1600b \n \
+             Sent 1020260 bytes 1008 pkt (dropped 3257, overlimits 993 requeues 0) \n \
+             backlog 30420b 30p requeues 0\n lended: 506 borrowed: 502 giants: 0\n tokens: -36055 ctokens: -31588\n\n"
+        );
+        let mut atm = class("1:40", Some("1:1"), true);
+        atm.prio = 0;
+        atm.rate = 1_500_000;
+        atm.ceil = 1_500_000;
+        atm.overhead = 24;
+        atm.linklayer = "atm".into();
+        atm.burst = 15 * 1024;
+        atm.cburst = 3000;
+        atm.mpu = 64;
+        let details = Style {
+            details: true,
+            ..Style::default()
+        };
+        assert_eq!(
+            classes(&[atm], details),
+            "class htb 1:40 parent 1:1 prio 0 quantum 1514 rate 1500Kbit overhead 24 ceil 1500Kbit linklayer atm burst 15Kb/1 mpu 64b cburst 3000b/1 mpu 64b level 0 \n"
+        );
+        let json: Value = serde_json::from_str(&classes(
+            &[leaf],
+            Style {
+                json: true,
+                stats: true,
+                ..Style::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(json[0]["handle"], "1:20");
+        assert_eq!(json[0]["rate"], 250_000, "bytes per second, as tc");
+        assert_eq!(json[0]["stats"]["lended"], 506);
+        assert_eq!(json[0]["stats"]["qlen"], 30);
+    }
+}

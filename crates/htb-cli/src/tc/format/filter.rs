@@ -1,0 +1,342 @@
+//! `tc filter show` for u32 (`u32_print_opt`: the keys tc would have built) and flower
+//! (`flower_print_opt`).
+
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+use htb_ipc::{FilterInfo, MatchSpec};
+use serde_json::{Map, Value, json};
+
+use super::{Style, json_text};
+
+/// A u32 key: value and mask in host order, at a byte offset of the IP header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Key {
+    value: u32,
+    mask: u32,
+    off: u32,
+}
+
+fn prefix_words(prefix: &str) -> Option<(IpAddr, Vec<(u32, u32)>)> {
+    let (addr, len) = prefix.split_once('/').unwrap_or((prefix, ""));
+    let addr: IpAddr = addr.parse().ok()?;
+    let bits = match addr {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    };
+    let max = bits.len() * 8;
+    let len: usize = if len.is_empty() {
+        max
+    } else {
+        len.parse().ok()?
+    };
+    let words = bits
+        .chunks(4)
+        .enumerate()
+        .map(|(i, w)| {
+            let value = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+            let have = len.saturating_sub(i * 32).min(32);
+            let mask = if have == 0 {
+                0
+            } else {
+                u32::MAX << (32 - have)
+            };
+            (value & mask, mask)
+        })
+        .collect();
+    Some((addr, words))
+}
+
+/// A port range as value/mask, if it is one aligned block.
+fn port_key(range: (u16, u16)) -> Option<(u32, u32)> {
+    let span = u32::from(range.1 - range.0) + 1;
+    let first = u32::from(range.0);
+    (span.is_power_of_two() && first % span == 0).then(|| (first, 0xffff & !(span - 1)))
+}
+
+/// The keys `tc filter add … u32 match ip…` would have built (`pack_key`, merging keys at the
+/// same offset), and what cannot be expressed as one.
+fn u32_keys(protocol: &str, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
+    let v6 = protocol == "ipv6"
+        || m.src
+            .as_deref()
+            .or(m.dst.as_deref())
+            .is_some_and(|p| p.contains(':'));
+    let mut keys: Vec<Key> = Vec::new();
+    let mut other = Vec::new();
+    let mut add = |value: u32, mask: u32, off: u32| {
+        if mask == 0 {
+            return;
+        }
+        match keys.iter_mut().find(|k| k.off == off) {
+            Some(k) => {
+                k.value |= value & mask;
+                k.mask |= mask;
+            }
+            None => keys.push(Key {
+                value: value & mask,
+                mask,
+                off,
+            }),
+        }
+    };
+    if let Some(d) = m.dscp {
+        let tos = u32::from(d) << 2;
+        if v6 {
+            add(tos << 20, 0xfc << 20, 0);
+        } else {
+            add(tos << 16, 0xfc << 16, 0);
+        }
+    }
+    if let Some(p) = m.proto {
+        if v6 {
+            add(u32::from(p) << 8, 0xff << 8, 4);
+        } else {
+            add(u32::from(p) << 16, 0xff << 16, 8);
+        }
+    }
+    for (prefix, base) in [
+        (&m.src, if v6 { 8 } else { 12 }),
+        (&m.dst, if v6 { 24 } else { 16 }),
+    ] {
+        if let Some((_, words)) = prefix.as_deref().and_then(prefix_words) {
+            for (i, (value, mask)) in words.into_iter().enumerate() {
+                add(value, mask, base + 4 * i as u32);
+            }
+        }
+    }
+    let ports_at = if v6 { 40 } else { 20 };
+    for (range, shift, name) in [(m.sport, 16, "sport"), (m.dport, 0, "dport")] {
+        let Some(range) = range else { continue };
+        match port_key(range) {
+            Some((value, mask)) => add(value << shift, mask << shift, ports_at),
+            None => other.push(format!("{name} {}-{}", range.0, range.1)),
+        }
+    }
+    if let Some(v) = m.vlan {
+        other.push(format!("vlan {v}"));
+    }
+    keys.sort_by_key(|k| k.off);
+    (keys, other)
+}
+
+fn proto_name(p: u8) -> String {
+    match p {
+        1 => "icmp".into(),
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        58 => "icmpv6".into(),
+        132 => "sctp".into(),
+        n => n.to_string(),
+    }
+}
+
+fn ports_text(r: (u16, u16)) -> String {
+    if r.0 == r.1 {
+        r.0.to_string()
+    } else {
+        format!("{}-{}", r.0, r.1)
+    }
+}
+
+/// flower's key lines (`flower_print_opt`).
+fn flower_keys(f: &FilterInfo) -> Vec<(String, Value)> {
+    let m = &f.matcher;
+    let mut keys = Vec::new();
+    match f.protocol.as_str() {
+        "ip" => keys.push(("eth_type".into(), json!("ipv4"))),
+        "ipv6" => keys.push(("eth_type".into(), json!("ipv6"))),
+        _ => {}
+    }
+    if let Some(v) = m.vlan {
+        keys.push(("vlan_id".into(), json!(v)));
+    }
+    if let Some(p) = m.proto {
+        keys.push(("ip_proto".into(), json!(proto_name(p))));
+    }
+    if let Some(d) = m.dscp {
+        keys.push((
+            "ip_tos".into(),
+            json!(format!("{:#x}/0xfc", u32::from(d) << 2)),
+        ));
+    }
+    if let Some(p) = &m.dst {
+        keys.push(("dst_ip".into(), json!(p)));
+    }
+    if let Some(p) = &m.src {
+        keys.push(("src_ip".into(), json!(p)));
+    }
+    if let Some(r) = m.dport {
+        keys.push(("dst_port".into(), json!(ports_text(r))));
+    }
+    if let Some(r) = m.sport {
+        keys.push(("src_port".into(), json!(ports_text(r))));
+    }
+    keys
+}
+
+/// `tc filter show`.
+#[must_use]
+pub fn filters(list: &[FilterInfo], style: Style) -> String {
+    let mut out = String::new();
+    let mut items = Vec::new();
+    let mut previous: Option<(&str, u32)> = None;
+    for f in list {
+        let mut head = String::from("filter ");
+        if style.show_dev {
+            let _ = write!(head, "dev {} ", f.dev);
+        }
+        let _ = write!(
+            head,
+            "parent {} protocol {} pref {} {} chain 0 ",
+            f.parent, f.protocol, f.prio, f.kind
+        );
+        let base = || {
+            let mut o = Map::new();
+            if style.show_dev {
+                o.insert("dev".into(), json!(f.dev));
+            }
+            o.insert("parent".into(), json!(f.parent));
+            o.insert("protocol".into(), json!(f.protocol));
+            o.insert("pref".into(), json!(f.prio));
+            o.insert("kind".into(), json!(f.kind));
+            o.insert("chain".into(), json!(0));
+            o
+        };
+        // One header per priority (tc lists the filter "chain head" first).
+        if previous != Some((f.dev.as_str(), f.prio)) {
+            previous = Some((f.dev.as_str(), f.prio));
+            let _ = writeln!(out, "{head}");
+            items.push(Value::Object(base()));
+            if f.kind == "u32" {
+                let ht = f.handle.split(':').next().unwrap_or("800");
+                let _ = writeln!(out, "{head}fh {ht}: ht divisor 1 ");
+                let mut o = base();
+                o.insert(
+                    "options".into(),
+                    json!({"fh": format!("{ht}:"), "ht_divisor": 1}),
+                );
+                items.push(Value::Object(o));
+            }
+        }
+        let mut o = base();
+        if f.kind == "u32" {
+            let mut parts = f.handle.split(':');
+            let ht = parts.next().unwrap_or("800");
+            let node = parts.nth(1).unwrap_or("800");
+            let order = u32::from_str_radix(node, 16).unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "{head}fh {} order {order} key ht {ht} bkt 0 flowid {} not_in_hw ",
+                f.handle, f.class
+            );
+            let (keys, other) = u32_keys(&f.protocol, &f.matcher);
+            let mut matches = Vec::new();
+            for k in &keys {
+                let _ = writeln!(out, "  match {:08x}/{:08x} at {}", k.value, k.mask, k.off);
+                matches.push(json!({
+                    "value": format!("{:x}", k.value),
+                    "mask": format!("{:x}", k.mask),
+                    "offmask": "",
+                    "off": k.off,
+                }));
+            }
+            for o in &other {
+                let _ = writeln!(out, "  match {o} (not expressible as a u32 key)");
+            }
+            o.insert(
+                "options".into(),
+                json!({
+                    "fh": f.handle,
+                    "order": order,
+                    "key_ht": ht,
+                    "bkt": "0",
+                    "flowid": f.class,
+                    "not_in_hw": true,
+                    "match": matches,
+                }),
+            );
+        } else {
+            let _ = writeln!(out, "{head}handle {} classid {} ", f.handle, f.class);
+            let keys = flower_keys(f);
+            let mut map = Map::new();
+            for (k, v) in keys {
+                let text = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                let _ = writeln!(out, "  {k} {text}");
+                map.insert(k, v);
+            }
+            let _ = writeln!(out, "  not_in_hw");
+            let handle = u32::from_str_radix(f.handle.trim_start_matches("0x"), 16).unwrap_or(0);
+            o.insert(
+                "options".into(),
+                json!({"handle": handle, "classid": f.class, "keys": map, "not_in_hw": true}),
+            );
+        }
+        items.push(Value::Object(o));
+    }
+    if style.json {
+        return json_text(items, style);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_print_u32_keys_and_flower_lines() {
+        let u32_filter = FilterInfo {
+            dev: "v0".into(),
+            parent: "1:".into(),
+            protocol: "ip".into(),
+            prio: 1,
+            kind: "u32".into(),
+            handle: "800::800".into(),
+            class: "1:10".into(),
+            matcher: MatchSpec {
+                dst: Some("10.201.2.0/24".into()),
+                proto: Some(17),
+                sport: Some((5200, 5215)),
+                dport: Some((5201, 5201)),
+                ..MatchSpec::default()
+            },
+        };
+        assert_eq!(
+            filters(std::slice::from_ref(&u32_filter), Style::default()),
+            "filter parent 1: protocol ip pref 1 u32 chain 0 \n\
+             filter parent 1: protocol ip pref 1 u32 chain 0 fh 800: ht divisor 1 \n\
+             filter parent 1: protocol ip pref 1 u32 chain 0 fh 800::800 order 2048 key ht 800 bkt 0 flowid 1:10 not_in_hw \n  \
+             match 00110000/00ff0000 at 8\n  \
+             match 0ac90200/ffffff00 at 16\n  \
+             match 14501451/fff0ffff at 20\n"
+        );
+        let flower = FilterInfo {
+            kind: "flower".into(),
+            handle: "0x1".into(),
+            prio: 2,
+            matcher: MatchSpec {
+                dst: Some("10.201.2.0/24".into()),
+                proto: Some(17),
+                dport: Some((5000, 5100)),
+                ..MatchSpec::default()
+            },
+            ..u32_filter
+        };
+        assert_eq!(
+            filters(std::slice::from_ref(&flower), Style::default()),
+            "filter parent 1: protocol ip pref 2 flower chain 0 \n\
+             filter parent 1: protocol ip pref 2 flower chain 0 handle 0x1 classid 1:10 \n  \
+             eth_type ipv4\n  ip_proto udp\n  dst_ip 10.201.2.0/24\n  dst_port 5000-5100\n  not_in_hw\n"
+        );
+        let json: Value = serde_json::from_str(&filters(
+            &[flower],
+            Style {
+                json: true,
+                ..Style::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(json[1]["options"]["keys"]["dst_port"], "5000-5100");
+    }
+}

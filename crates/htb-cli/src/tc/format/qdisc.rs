@@ -1,0 +1,250 @@
+//! `tc qdisc show`: the HTB qdisc (`print_qdisc`, `htb_print_opt`) and the leaf qdiscs of its
+//! classes after it.
+
+use std::fmt::Write as _;
+
+use htb_ipc::{LeafQdiscInfo, QdiscInfo};
+use serde_json::{Map, Value, json};
+
+use super::{Style, json_text, leaf, sent_lines};
+
+/// `tc qdisc show`: each HTB qdisc, then its classes' leaf qdiscs.
+#[must_use]
+pub fn qdiscs(list: &[QdiscInfo], leaves: &[LeafQdiscInfo], style: Style) -> String {
+    if style.json {
+        let items = list
+            .iter()
+            .flat_map(|q| {
+                let mut o = Map::new();
+                o.insert("kind".into(), json!("htb"));
+                o.insert("handle".into(), json!(q.handle));
+                if style.show_dev {
+                    o.insert("dev".into(), json!(q.dev));
+                }
+                o.insert("root".into(), json!(true));
+                let mut options = json!({
+                    "r2q": q.r2q,
+                    "default": format!("{:#x}", q.default_minor),
+                    "direct_packets_stat": q.direct_packets,
+                    "direct_qlen": q.direct_qlen,
+                });
+                if style.details {
+                    options["version"] = json!("3.17");
+                }
+                o.insert("options".into(), options);
+                if let Some(s) = q.stats {
+                    for (k, v) in [
+                        ("bytes", s.bytes),
+                        ("packets", s.packets),
+                        ("drops", s.drops),
+                        ("overlimits", s.overlimits),
+                        ("requeues", s.requeues),
+                        ("backlog", s.backlog_bytes),
+                        ("qlen", s.backlog_packets),
+                    ] {
+                        o.insert(k.into(), json!(v));
+                    }
+                }
+                let mut items = vec![Value::Object(o)];
+                items.extend(
+                    leaves
+                        .iter()
+                        .filter(|l| l.dev == q.dev)
+                        .map(|l| leaf_json(l, style)),
+                );
+                items
+            })
+            .collect();
+        return json_text(items, style);
+    }
+    let mut out = String::new();
+    for q in list {
+        let _ = write!(out, "qdisc htb {} ", q.handle);
+        if style.show_dev {
+            let _ = write!(out, "dev {} ", q.dev);
+        }
+        let default = if q.default_minor == 0 {
+            "0".to_owned()
+        } else {
+            format!("{:#x}", q.default_minor)
+        };
+        let _ = write!(
+            out,
+            "root r2q {} default {default} direct_packets_stat {}",
+            q.r2q, q.direct_packets
+        );
+        if style.details {
+            out.push_str(" ver 3.17");
+        }
+        let _ = writeln!(out, " direct_qlen {}", q.direct_qlen);
+        if let Some(s) = q.stats {
+            sent_lines(
+                &mut out,
+                [s.bytes, s.packets, s.drops, s.overlimits],
+                [s.backlog_bytes, s.backlog_packets],
+            );
+        }
+        for l in leaves.iter().filter(|l| l.dev == q.dev) {
+            leaf_text(&mut out, l, style);
+        }
+    }
+    out
+}
+
+/// tc shows a class's default leaf (no handle) as `0:`.
+fn handle_text(l: &LeafQdiscInfo) -> String {
+    l.handle.map_or_else(|| "0:".to_owned(), |h| h.to_string())
+}
+
+/// `qdisc fq_codel 10: parent 1:10 limit 10240p …` and, with `-s`, its statistics.
+fn leaf_text(out: &mut String, l: &LeafQdiscInfo, style: Style) {
+    let _ = write!(out, "qdisc {} {} ", l.config.kind(), handle_text(l));
+    if style.show_dev {
+        let _ = write!(out, "dev {} ", l.dev);
+    }
+    let _ = writeln!(
+        out,
+        "parent {} {}",
+        l.parent,
+        leaf::options_text(&l.config, style.details)
+    );
+    if let Some(s) = &l.stats {
+        sent_lines(
+            out,
+            [s.bytes, s.packets, s.drops, s.overlimits],
+            [s.backlog_bytes, s.backlog_packets],
+        );
+        out.push_str(&leaf::xstats_text(s));
+    }
+}
+
+fn leaf_json(l: &LeafQdiscInfo, style: Style) -> Value {
+    let mut o = Map::new();
+    o.insert("kind".into(), json!(l.config.kind().name()));
+    o.insert("handle".into(), json!(handle_text(l)));
+    if style.show_dev {
+        o.insert("dev".into(), json!(l.dev));
+    }
+    o.insert("parent".into(), json!(l.parent.to_string()));
+    o.insert(
+        "options".into(),
+        leaf::options_json(&l.config, style.details),
+    );
+    if let Some(s) = &l.stats {
+        for (k, v) in [
+            ("bytes", s.bytes),
+            ("packets", s.packets),
+            ("drops", s.drops),
+            ("overlimits", s.overlimits),
+            ("requeues", s.requeues),
+            ("backlog", s.backlog_bytes),
+            ("qlen", s.backlog_packets),
+        ] {
+            o.insert(k.into(), json!(v));
+        }
+        leaf::xstats_json(s, &mut o);
+    }
+    Value::Object(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use htb_core::{ClassId, FqCodelStats, LeafConfig};
+    use htb_ipc::{LeafQdiscStats, QueueStats};
+
+    #[test]
+    fn qdisc_text_and_json() {
+        let q = QdiscInfo {
+            dev: "v0".into(),
+            handle: "1:".into(),
+            default_minor: 0x20,
+            r2q: 10,
+            direct_qlen: 1000,
+            direct_packets: 1,
+            stats: Some(QueueStats {
+                bytes: 10,
+                packets: 1,
+                ..QueueStats::default()
+            }),
+        };
+        assert_eq!(
+            qdiscs(std::slice::from_ref(&q), &[], Style::default()),
+            "qdisc htb 1: root r2q 10 default 0x20 direct_packets_stat 1 direct_qlen 1000\n \
+             Sent 10 bytes 1 pkt (dropped 0, overlimits 0 requeues 0) \n backlog 0b 0p requeues 0\n"
+        );
+        let json: Value = serde_json::from_str(&qdiscs(
+            &[q],
+            &[],
+            Style {
+                json: true,
+                ..Style::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(json[0]["options"]["default"], "0x20");
+        assert_eq!(json[0]["bytes"], 10);
+    }
+
+    #[test]
+    fn leaf_qdiscs_follow_their_htb_qdisc() {
+        let q = QdiscInfo {
+            dev: "v0".into(),
+            handle: "1:".into(),
+            default_minor: 0,
+            r2q: 10,
+            direct_qlen: 1000,
+            direct_packets: 0,
+            stats: None,
+        };
+        let leaf = LeafQdiscInfo {
+            dev: "v0".into(),
+            handle: Some(ClassId::new(0x10, 0)),
+            parent: ClassId::new(1, 0x10),
+            config: LeafConfig::default(),
+            stats: Some(LeafQdiscStats {
+                bytes: 3000,
+                packets: 2,
+                drops: 1,
+                backlog_bytes: 1500,
+                backlog_packets: 1,
+                fq_codel: Some(FqCodelStats {
+                    maxpacket: 1514,
+                    new_flow_count: 2,
+                    ecn_mark: 5,
+                    new_flows_len: 1,
+                    ..FqCodelStats::default()
+                }),
+                ..LeafQdiscStats::default()
+            }),
+        };
+        let text = qdiscs(
+            std::slice::from_ref(&q),
+            std::slice::from_ref(&leaf),
+            Style::default(),
+        );
+        assert_eq!(
+            text,
+            "qdisc htb 1: root r2q 10 default 0 direct_packets_stat 0 direct_qlen 1000\n\
+             qdisc fq_codel 10: parent 1:10 limit 10240p flows 1024 quantum 1514 target 5ms interval 100ms memory_limit 32Mb ecn drop_batch 64 \n \
+             Sent 3000 bytes 2 pkt (dropped 1, overlimits 0 requeues 0) \n \
+             backlog 1500b 1p requeues 0\n  \
+             maxpacket 1514 drop_overlimit 0 new_flow_count 2 ecn_mark 5\n  \
+             new_flows_len 1 old_flows_len 0\n"
+        );
+        let json: Value = serde_json::from_str(&qdiscs(
+            &[q],
+            &[leaf],
+            Style {
+                json: true,
+                ..Style::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(json[1]["kind"], "fq_codel");
+        assert_eq!(json[1]["parent"], "1:10");
+        assert_eq!(json[1]["options"]["flows"], 1024);
+        assert_eq!(json[1]["ecn_mark"], 5);
+        assert_eq!(json[1]["drops"], 1);
+    }
+}

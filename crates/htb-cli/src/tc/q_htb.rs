@@ -1,0 +1,135 @@
+//! HTB's options (iproute2 `tc/q_htb.c`): the qdisc's (`htb_parse_opt`) and a class's
+//! (`htb_parse_class_opt`).
+
+use htb_core::units::{UnitError, parse_rate_or_percent, parse_size};
+use htb_ipc::{ClassSpec, QdiscSpec};
+
+use super::args::{Args, Result, illegal, matches, u16_arg, u32_arg, usage};
+
+/// `tc qdisc … htb` usage.
+pub(super) const QDISC_USAGE: &str = "\
+Usage: htb-cli qdisc [ add | del | replace | change | show ] dev STRING
+       [ handle QHANDLE ] root htb [ default MINOR-ID ] [ r2q N ] [ direct_qlen P ]
+       htb-cli qdisc { add | change | replace | del } dev STRING parent CLASSID
+       [ handle QHANDLE ] { fq_codel | sfq | pfifo | bfifo } [ OPTIONS ]
+       htb-cli qdisc { show | list } [ dev STRING ] [ invisible ]";
+
+/// `tc class … htb` usage.
+pub(super) const CLASS_USAGE: &str = "\
+Usage: htb-cli class [ add | del | change | replace | show ] dev STRING
+       [ classid CLASSID ] [ root | parent CLASSID ] htb rate R1 [ burst B1 ] [ mpu B ]
+       [ overhead O ] [ prio P ] [ ceil R2 ] [ cburst B2 ] [ mtu MTU ] [ quantum Q ]
+       [ linklayer { ethernet | atm | adsl } ]
+ rate     rate allocated to this class (class can still borrow)
+ burst    max bytes burst which can be accumulated during idle period {computed}
+ mpu      minimum packet size used in rate computations
+ overhead per-packet size overhead used in rate computations
+ linklay  adapting to a linklayer e.g. atm
+ ceil     definite upper class rate (no borrows) {rate}
+ cburst   burst but for ceil {computed}
+ mtu      max packet size we create rate map for {1600}
+ prio     priority of leaf; lower are served first {0}
+ quantum  how much bytes to serve from leaf at once {use r2q}";
+
+/// `htb_parse_opt`.
+///
+/// # Errors
+/// tc's usage errors.
+pub(super) fn qdisc_options(a: &mut Args<'_>, spec: &mut QdiscSpec) -> Result<()> {
+    while let Some(w) = a.next() {
+        if matches(w, "r2q") {
+            spec.r2q = Some(u32_arg(a.value()?, "r2q", 10)?);
+        } else if matches(w, "default") {
+            spec.default_minor = Some(u32_arg(a.value()?, "default", 16)?);
+        } else if matches(w, "debug") {
+            let _ = a.value()?;
+        } else if matches(w, "direct_qlen") {
+            spec.direct_qlen = Some(u32_arg(a.value()?, "direct_qlen", 10)?);
+        } else if matches(w, "offload") {
+            return usage("\"offload\" is not supported: htbd shapes in software");
+        } else if w == "help" {
+            return usage(QDISC_USAGE);
+        } else {
+            return usage(format!("What is \"{w}\"?\n{QDISC_USAGE}"));
+        }
+    }
+    Ok(())
+}
+
+/// The link speed of `dev` for `N%` rates (tc reads `/sys/class/net/DEV/speed`, in Mbit/s).
+fn link_speed(dev: &str) -> Option<htb_core::Rate> {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{dev}/speed")).ok()?;
+    let mbit: u64 = text.trim().parse().ok().filter(|&m| m > 0)?;
+    Some(htb_core::Rate::from_mbit(mbit))
+}
+
+/// `htb_parse_class_opt`.
+///
+/// # Errors
+/// tc's usage errors.
+pub(super) fn class_options(a: &mut Args<'_>, dev: &str) -> Result<ClassSpec> {
+    let mut spec = ClassSpec::default();
+    let mut rate = None;
+    let rate_arg = |s: &str, what: &str| -> Result<u64> {
+        let speed = if s.ends_with('%') {
+            link_speed(dev)
+        } else {
+            None
+        };
+        match parse_rate_or_percent(s, speed) {
+            Ok(r) => Ok(r.bits_per_sec()),
+            Err(UnitError::PercentWithoutLinkSpeed) => usage(format!(
+                "Illegal \"{what}\": cannot read the speed of {dev} for \"{s}\""
+            )),
+            Err(_) => illegal(what),
+        }
+    };
+    // Sizes may carry tc's "/CELL" (legacy rate tables): accepted, ignored.
+    let size_arg = |s: &str, what: &str| -> Result<u64> {
+        let size = s.split('/').next().unwrap_or(s);
+        parse_size(size).or_else(|_| illegal(what))
+    };
+    while let Some(w) = a.next() {
+        if matches(w, "prio") {
+            spec.prio = Some(u32_arg(a.value()?, "prio", 10)?);
+        } else if matches(w, "mtu") {
+            spec.mtu = Some(u32_arg(a.value()?, "mtu", 10)?);
+        } else if matches(w, "mpu") {
+            spec.mpu = Some(u16_arg(a.value()?, "mpu")?);
+        } else if matches(w, "overhead") {
+            spec.overhead = Some(u16_arg(a.value()?, "overhead")?);
+        } else if matches(w, "linklayer") {
+            let v = a.value()?;
+            spec.linklayer = Some(match v {
+                "ethernet" => "ethernet".into(),
+                "atm" | "adsl" => "atm".into(),
+                _ => return illegal("linklayer"),
+            });
+        } else if matches(w, "quantum") {
+            spec.quantum = Some(u32_arg(a.value()?, "quantum", 10)?);
+        } else if matches(w, "burst") || w == "buffer" || w == "maxburst" {
+            spec.burst = Some(size_arg(a.value()?, "buffer")?);
+        } else if matches(w, "cburst") || w == "cbuffer" || w == "cmaxburst" {
+            spec.cburst = Some(size_arg(a.value()?, "cbuffer")?);
+        } else if w == "ceil" {
+            if spec.ceil.is_some() {
+                return usage("Double \"ceil\" spec");
+            }
+            spec.ceil = Some(rate_arg(a.value()?, "ceil")?);
+        } else if w == "rate" {
+            if rate.is_some() {
+                return usage("Double \"rate\" spec");
+            }
+            rate = Some(rate_arg(a.value()?, "rate")?);
+        } else if w == "help" {
+            return usage(CLASS_USAGE);
+        } else {
+            return usage(format!("What is \"{w}\"?\n{CLASS_USAGE}"));
+        }
+    }
+    let Some(rate) = rate else {
+        return usage("\"rate\" is required.");
+    };
+    spec.rate = rate;
+    Ok(spec)
+}

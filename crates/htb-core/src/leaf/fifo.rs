@@ -1,0 +1,108 @@
+//! `pfifo` and `bfifo` (`net/sched/sch_fifo.c`): tail drop at a packet or byte limit.
+
+use alloc::format;
+use alloc::string::String;
+
+use super::pool::{PacketList, PacketPool};
+use crate::Packet;
+
+/// A FIFO with a packet limit (`pfifo`) or a byte limit (`bfifo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fifo {
+    packets: PacketList,
+    len: u32,
+    /// Packets (`pfifo`) or bytes (`bfifo`).
+    limit: u32,
+    bytes_limit: bool,
+    backlog: u64,
+    drops: u64,
+}
+
+impl Fifo {
+    pub(crate) fn new(limit: u32, bytes_limit: bool) -> Self {
+        Self {
+            packets: PacketList::EMPTY,
+            len: 0,
+            limit,
+            bytes_limit,
+            backlog: 0,
+            drops: 0,
+        }
+    }
+
+    /// `pfifo_enqueue` / `bfifo_enqueue`.
+    #[inline]
+    pub(crate) fn enqueue<P: Packet>(
+        &mut self,
+        pool: &mut PacketPool<P>,
+        packet: P,
+        now: u64,
+    ) -> Result<(), P> {
+        let len = u64::from(packet.len_bytes());
+        let fits = if self.bytes_limit {
+            self.backlog + len <= u64::from(self.limit)
+        } else {
+            self.len < self.limit
+        };
+        if !fits {
+            self.drops += 1;
+            return Err(packet);
+        }
+        pool.push_back(&mut self.packets, packet, now)?;
+        self.len += 1;
+        self.backlog += len;
+        Ok(())
+    }
+
+    #[inline]
+    pub(crate) fn dequeue<P: Packet>(&mut self, pool: &mut PacketPool<P>) -> Option<P> {
+        let (packet, _) = pool.pop_front(&mut self.packets)?;
+        self.len -= 1;
+        self.backlog -= u64::from(packet.len_bytes());
+        Some(packet)
+    }
+
+    /// Takes everything out (`qdisc_reset`).
+    pub(crate) fn purge<P: Packet>(&mut self, pool: &mut PacketPool<P>, out: &mut impl FnMut(P)) {
+        while let Some(p) = self.dequeue(pool) {
+            out(p);
+        }
+    }
+
+    /// `fifo_init` on change: the new limit; queued packets stay, as in the kernel.
+    pub(crate) fn set_limit(&mut self, limit: u32) {
+        self.limit = limit;
+    }
+
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    pub(crate) fn backlog(&self) -> u64 {
+        self.backlog
+    }
+
+    pub(crate) fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Whether the limit is in bytes (`bfifo`).
+    pub(crate) fn bytes_limit(&self) -> bool {
+        self.bytes_limit
+    }
+
+    pub(crate) fn drops(&self) -> u64 {
+        self.drops
+    }
+
+    pub(crate) fn check<P: Packet>(&self, pool: &PacketPool<P>) -> Result<(), String> {
+        let (n, bytes) = super::count_list(pool, self.packets);
+        if (n, bytes) != (self.len, self.backlog) {
+            return Err(format!(
+                "fifo holds {n} packets / {bytes} B, counters say {} / {}",
+                self.len, self.backlog
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,406 @@
+//! `fq_codel` (RFC 8290; `net/sched/sch_fq_codel.c`): packets hashed into flows, new flows
+//! served before old ones, DRR by `quantum` among flows, CoDel per flow, and over `limit` or
+//! `memory_limit` a batch dropped from the head of the fattest flow.
+//!
+//! The kernel allocates `flows` flow records per instance; here flows come from the
+//! scheduler-wide [`FlowTable`] while they have packets, so an idle `fq_codel` leaf is a few
+//! list heads and counters. A flow that empties keeps its CoDel state (on a `dormant` list)
+//! only while that state could still change its next dropping episode
+//! ([`codel::state_matters`]); after that a fresh flow behaves identically.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::codel::{self, CodelParams, CodelQueue, CodelStats};
+use super::flows::{Flow, FlowList, FlowTable, ListTag};
+use super::pool::PacketPool;
+use super::spec::FqCodelConfig;
+use super::{FqCodelStats, LeafStore};
+use crate::Packet;
+
+/// How many expired dormant flows one call frees at most (bounded work per packet).
+const TRIM_PER_CALL: usize = 2;
+
+/// One `fq_codel` instance (`struct fq_codel_sched_data`).
+#[derive(Clone, Debug)]
+pub(crate) struct FqCodel {
+    config: FqCodelConfig,
+    key: u32,
+    new_flows: FlowList,
+    old_flows: FlowList,
+    dormant: FlowList,
+    len: u32,
+    backlog: u64,
+    memory_usage: u32,
+    codel: CodelStats,
+    drop_overlimit: u32,
+    drop_overmemory: u32,
+    new_flow_count: u32,
+    drops: u64,
+}
+
+/// `reciprocal_scale(hash, flows)`: a bucket in `0..flows` from a 32-bit hash.
+#[inline]
+fn bucket(hash: u32, flows: u32) -> u32 {
+    ((u64::from(hash) * u64::from(flows)) >> 32) as u32
+}
+
+/// The flow CoDel is serving, with the counters `dequeue_func` and `drop_func` update.
+struct Served<'a, P> {
+    packets: &'a mut PacketPool<P>,
+    flow: &'a mut Flow,
+    dropped: &'a mut Vec<P>,
+    len: &'a mut u32,
+    backlog: &'a mut u64,
+    memory_usage: &'a mut u32,
+    drops: &'a mut u64,
+}
+
+impl<P: Packet> CodelQueue<P> for Served<'_, P> {
+    fn dequeue(&mut self) -> Option<(P, u64)> {
+        let (packet, enqueued) = self.packets.pop_front(&mut self.flow.packets)?;
+        let len = packet.len_bytes();
+        self.flow.len -= 1;
+        self.flow.backlog -= len;
+        *self.len -= 1;
+        *self.backlog -= u64::from(len);
+        *self.memory_usage = self.memory_usage.saturating_sub(packet.truesize());
+        Some((packet, enqueued))
+    }
+
+    fn backlog(&self) -> u64 {
+        *self.backlog
+    }
+
+    fn drop(&mut self, packet: P) {
+        *self.drops += 1;
+        self.dropped.push(packet);
+    }
+}
+
+impl FqCodel {
+    /// `fq_codel_init`: an empty instance for the leaf keyed `key` in the flow table.
+    pub(crate) fn new(config: FqCodelConfig, key: u32) -> Self {
+        Self {
+            config,
+            key,
+            new_flows: FlowList::new(ListTag::New),
+            old_flows: FlowList::new(ListTag::Old),
+            dormant: FlowList::new(ListTag::Dormant),
+            len: 0,
+            backlog: 0,
+            memory_usage: 0,
+            codel: CodelStats::default(),
+            drop_overlimit: 0,
+            drop_overmemory: 0,
+            new_flow_count: 0,
+            drops: 0,
+        }
+    }
+
+    fn params(&self) -> CodelParams {
+        CodelParams {
+            target: self.config.target.as_nanos(),
+            interval: self.config.interval.as_nanos(),
+            mtu: u64::from(self.config.mtu),
+            ecn: self.config.ecn,
+            ce_threshold: self.config.ce_threshold.map(crate::Duration::as_nanos),
+        }
+    }
+
+    /// `fq_codel_enqueue`.
+    #[inline]
+    pub(crate) fn enqueue<P: Packet>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        packet: P,
+        now: u64,
+    ) -> Result<(), P> {
+        self.trim_dormant(&mut store.flows, now);
+        let b = bucket(packet.flow_hash(), self.config.flows);
+        let idx = match store.flows.find(self.key, b) {
+            Some(idx) => {
+                if store.flows.get(idx).list == ListTag::Dormant {
+                    self.dormant.remove(&mut store.flows, idx);
+                }
+                idx
+            }
+            None => store.flows.alloc(self.key, b),
+        };
+        let len = packet.len_bytes();
+        let truesize = packet.truesize();
+        let flow = store.flows.get_mut(idx);
+        if let Err(packet) = store.packets.push_back(&mut flow.packets, packet, now) {
+            if flow.len == 0 && flow.list == ListTag::Unlinked {
+                store.flows.free(idx);
+            }
+            self.drops += 1;
+            return Err(packet);
+        }
+        flow.len += 1;
+        flow.backlog = flow.backlog.saturating_add(len);
+        self.backlog += u64::from(len);
+        if flow.list == ListTag::Unlinked {
+            flow.deficit = self.config.quantum as i32;
+            self.new_flows.push_back(&mut store.flows, idx);
+            self.new_flow_count = self.new_flow_count.wrapping_add(1);
+        }
+        self.memory_usage = self.memory_usage.saturating_add(truesize);
+        let memory_limited = self.memory_usage > self.config.memory_limit;
+        self.len += 1;
+        if self.len <= self.config.limit && !memory_limited {
+            return Ok(());
+        }
+        // fq_codel_drop is a linear search for the fattest flow: rather than one packet, drop
+        // half its backlog (at most drop_batch packets) to amortize it.
+        let before = self.len;
+        self.drop_from_fattest(store);
+        let dropped = before - self.len;
+        self.drop_overlimit = self.drop_overlimit.wrapping_add(dropped);
+        if memory_limited {
+            self.drop_overmemory = self.drop_overmemory.wrapping_add(dropped);
+        }
+        Ok(())
+    }
+
+    /// `fq_codel_drop`: drops from the head of the flow with the largest backlog (the lowest
+    /// bucket among equals, as the kernel's scan of `backlogs[]` finds it) until half its
+    /// backlog or `drop_batch` packets are gone.
+    fn drop_from_fattest<P: Packet>(&mut self, store: &mut LeafStore<P>) {
+        let flows = &store.flows;
+        let mut fattest: Option<(u32, u32, u32)> = None; // (backlog, bucket, idx)
+        for idx in self.new_flows.iter(flows).chain(self.old_flows.iter(flows)) {
+            let f = flows.get(idx);
+            let better = match fattest {
+                None => true,
+                Some((backlog, bucket, _)) => {
+                    f.backlog > backlog || (f.backlog == backlog && f.bucket < bucket)
+                }
+            };
+            if better {
+                fattest = Some((f.backlog, f.bucket, idx));
+            }
+        }
+        let Some((max_backlog, _, idx)) = fattest else {
+            return;
+        };
+        let threshold = max_backlog >> 1;
+        let flow = store.flows.get_mut(idx);
+        let (mut len, mut mem, mut count) = (0u32, 0u32, 0u32);
+        while let Some((packet, _)) = store.packets.pop_front(&mut flow.packets) {
+            len = len.saturating_add(packet.len_bytes());
+            mem = mem.saturating_add(packet.truesize());
+            count += 1;
+            store.dropped.push(packet);
+            if count >= self.config.drop_batch || len >= threshold {
+                break;
+            }
+        }
+        // Tell CoDel to increase its signal strength too.
+        flow.codel.count = flow.codel.count.wrapping_add(count);
+        flow.len -= count;
+        flow.backlog -= len;
+        self.backlog -= u64::from(len);
+        self.memory_usage = self.memory_usage.saturating_sub(mem);
+        self.len -= count;
+        self.drops += u64::from(count);
+    }
+
+    /// `fq_codel_dequeue`.
+    #[inline]
+    pub(crate) fn dequeue<P: Packet>(&mut self, store: &mut LeafStore<P>, now: u64) -> Option<P> {
+        let params = self.params();
+        loop {
+            let (from_new, idx) = match (self.new_flows.front(), self.old_flows.front()) {
+                (Some(idx), _) => (true, idx),
+                (None, Some(idx)) => (false, idx),
+                (None, None) => return None,
+            };
+            if store.flows.get(idx).deficit <= 0 {
+                store.flows.get_mut(idx).deficit += self.config.quantum as i32;
+                self.list(from_new).remove(&mut store.flows, idx);
+                self.old_flows.push_back(&mut store.flows, idx);
+                continue;
+            }
+            let flow = store.flows.get_mut(idx);
+            let mut vars = flow.codel;
+            let mut served = Served {
+                packets: &mut store.packets,
+                flow,
+                dropped: &mut store.dropped,
+                len: &mut self.len,
+                backlog: &mut self.backlog,
+                memory_usage: &mut self.memory_usage,
+                drops: &mut self.drops,
+            };
+            let packet = codel::dequeue(&mut served, &mut vars, &params, &mut self.codel, now);
+            let flow = store.flows.get_mut(idx);
+            flow.codel = vars;
+            match packet {
+                Some(packet) => {
+                    flow.deficit -= packet.len_bytes().min(i32::MAX as u32) as i32;
+                    return Some(packet);
+                }
+                None => {
+                    // Force a pass through old_flows to prevent starvation.
+                    self.list(from_new).remove(&mut store.flows, idx);
+                    if from_new && !self.old_flows.is_empty() {
+                        self.old_flows.push_back(&mut store.flows, idx);
+                    } else {
+                        self.retire(&mut store.flows, idx, &params, now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn list(&mut self, new: bool) -> &mut FlowList {
+        if new {
+            &mut self.new_flows
+        } else {
+            &mut self.old_flows
+        }
+    }
+
+    /// An empty flow leaves the round robin: kept dormant while its CoDel state matters,
+    /// freed otherwise.
+    fn retire(&mut self, flows: &mut FlowTable, idx: u32, params: &CodelParams, now: u64) {
+        let flow = flows.get_mut(idx);
+        flow.codel.first_above_time = 0;
+        if codel::state_matters(&flow.codel, params, now) {
+            self.dormant.push_back(flows, idx);
+        } else {
+            flows.free(idx);
+        }
+    }
+
+    fn trim_dormant(&mut self, flows: &mut FlowTable, now: u64) {
+        if self.dormant.is_empty() {
+            return;
+        }
+        let params = self.params();
+        for _ in 0..TRIM_PER_CALL {
+            match self.dormant.front() {
+                Some(idx) if !codel::state_matters(&flows.get(idx).codel, &params, now) => {
+                    self.dormant.remove(flows, idx);
+                    flows.free(idx);
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// `fq_codel_reset`: every packet out, every flow freed.
+    pub(crate) fn purge<P: Packet>(&mut self, store: &mut LeafStore<P>, out: &mut impl FnMut(P)) {
+        for list in [&mut self.new_flows, &mut self.old_flows, &mut self.dormant] {
+            while let Some(idx) = list.front() {
+                let flow = store.flows.get_mut(idx);
+                while let Some((packet, _)) = store.packets.pop_front(&mut flow.packets) {
+                    out(packet);
+                }
+                flow.len = 0;
+                flow.backlog = 0;
+                list.remove(&mut store.flows, idx);
+                store.flows.free(idx);
+            }
+        }
+        self.len = 0;
+        self.backlog = 0;
+        self.memory_usage = 0;
+    }
+
+    /// `fq_codel_change` with a resolved config (the number of flows is fixed, as in the
+    /// kernel): new parameters apply at once, and packets over the new limits are dropped
+    /// from the head, as `fq_codel_change` does through `fq_codel_dequeue`.
+    pub(crate) fn reconfigure<P: Packet>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        config: FqCodelConfig,
+        now: u64,
+    ) {
+        debug_assert_eq!(config.flows, self.config.flows);
+        self.config = config;
+        while self.len > self.config.limit || self.memory_usage > self.config.memory_limit {
+            match self.dequeue(store, now) {
+                Some(packet) => {
+                    self.drops += 1;
+                    store.dropped.push(packet);
+                }
+                None => break,
+            }
+        }
+    }
+
+    pub(crate) fn config(&self) -> FqCodelConfig {
+        self.config
+    }
+
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    pub(crate) fn backlog(&self) -> u64 {
+        self.backlog
+    }
+
+    pub(crate) fn drops(&self) -> u64 {
+        self.drops
+    }
+
+    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>, key: u32) -> Result<usize, String> {
+        let flows = &store.flows;
+        let (mut len, mut bytes, mut records) = (0u32, 0u64, 0usize);
+        for (list, tag) in [
+            (&self.new_flows, ListTag::New),
+            (&self.old_flows, ListTag::Old),
+            (&self.dormant, ListTag::Dormant),
+        ] {
+            let mut on_list = 0;
+            for idx in list.iter(flows) {
+                let f = flows.get(idx);
+                let (n, b) = super::count_list(&store.packets, f.packets);
+                if f.list != tag || flows.find(key, f.bucket) != Some(idx) {
+                    return Err(format!("fq_codel flow {idx} is not where its lists say"));
+                }
+                if (n, b) != (f.len, u64::from(f.backlog)) || (tag == ListTag::Dormant && n > 0) {
+                    return Err(format!(
+                        "fq_codel flow {idx} ({tag:?}) holds {n} packets / {b} B, says {} / {}",
+                        f.len, f.backlog
+                    ));
+                }
+                len += n;
+                bytes += b;
+                on_list += 1;
+            }
+            if on_list != list.len() {
+                return Err(format!(
+                    "fq_codel {tag:?} list counts {} flows, holds {on_list}",
+                    list.len()
+                ));
+            }
+            records += on_list as usize;
+        }
+        if (len, bytes) != (self.len, self.backlog) {
+            return Err(format!(
+                "fq_codel flows hold {len} packets / {bytes} B, counters say {} / {}",
+                self.len, self.backlog
+            ));
+        }
+        Ok(records)
+    }
+
+    pub(crate) fn stats(&self) -> FqCodelStats {
+        FqCodelStats {
+            maxpacket: self.codel.maxpacket,
+            drop_overlimit: self.drop_overlimit,
+            new_flow_count: self.new_flow_count,
+            ecn_mark: self.codel.ecn_mark,
+            ce_mark: self.codel.ce_mark,
+            memory_usage: self.memory_usage,
+            drop_overmemory: self.drop_overmemory,
+            new_flows_len: self.new_flows.len(),
+            old_flows_len: self.old_flows.len(),
+        }
+    }
+}

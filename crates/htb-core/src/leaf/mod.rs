@@ -1,0 +1,288 @@
+//! Leaf queue disciplines: what holds a leaf class's packets while it waits for tokens, and
+//! decides which to send first and which to drop — the child qdisc of an HTB leaf class.
+//!
+//! HTB asks its leaves what `sch_htb.c` asks its child qdiscs: take this packet, give me the
+//! next one, how many packets and bytes do you hold. A leaf may drop packets on either call (a
+//! full queue, CoDel at the head, a batch from the fattest flow); those go to the scheduler's
+//! drop list and come back to the caller through
+//! [`Scheduler::drain_dropped`](crate::Scheduler::drain_dropped), so every packet handed to
+//! the scheduler is returned exactly once. Every leaf of a scheduler shares one
+//! [`LeafStore`]: the packet pool and the flow table, which grow with the backlog and the
+//! active flows, never per class.
+//!
+//! - [`LeafKind::Pfifo`], [`LeafKind::Bfifo`]: `sch_fifo.c`.
+//! - [`LeafKind::Sfq`]: `sch_sfq.c` (module `sfq`).
+//! - [`LeafKind::FqCodel`]: `sch_fq_codel.c` with `codel.h` (modules `fq_codel`, `codel`).
+
+mod codel;
+mod fifo;
+mod flows;
+mod fq_codel;
+mod pool;
+mod sfq;
+mod spec;
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+pub use pool::PacketPool;
+pub use spec::{
+    DEFAULT_PSCHED_MTU, DEFAULT_TXQUEUELEN, FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec,
+    LeafConfig, LeafError, LeafKind, LeafSpec, SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec,
+};
+
+use self::fifo::Fifo;
+use self::flows::FlowTable;
+use self::fq_codel::FqCodel;
+use self::sfq::Sfq;
+use crate::Packet;
+use crate::time::Instant;
+
+/// Counts the packets of `list` and their bytes.
+fn count_list<P: Packet>(packets: &PacketPool<P>, list: pool::PacketList) -> (u32, u64) {
+    packets
+        .iter(list)
+        .fold((0, 0), |(n, b), p| (n + 1, b + u64::from(p.len_bytes())))
+}
+
+/// Storage shared by every leaf of one scheduler.
+#[derive(Debug)]
+pub struct LeafStore<P> {
+    pub(crate) packets: PacketPool<P>,
+    pub(crate) flows: FlowTable,
+    /// Packets leaves dropped, waiting to be handed back.
+    pub(crate) dropped: Vec<P>,
+    /// Room for `sfq`'s rehash, kept between uses.
+    pub(crate) scratch: Vec<(P, u64)>,
+}
+
+impl<P> Default for LeafStore<P> {
+    fn default() -> Self {
+        Self {
+            packets: PacketPool::default(),
+            flows: FlowTable::default(),
+            dropped: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+impl<P> LeafStore<P> {
+    /// Preallocates room for `packets` queued packets and `drops` packets dropped at once,
+    /// so that no enqueue or dequeue allocates until the backlog exceeds it.
+    pub fn reserve(&mut self, packets: usize, drops: usize) {
+        self.packets.reserve(packets);
+        self.dropped
+            .reserve(drops.saturating_sub(self.dropped.len()));
+    }
+
+    /// The packet pool.
+    #[must_use]
+    pub fn packets(&self) -> &PacketPool<P> {
+        &self.packets
+    }
+
+    /// Flow records in use (sfq and fq_codel flows with packets or live CoDel state).
+    #[must_use]
+    pub fn flows_in_use(&self) -> usize {
+        self.flows.in_use()
+    }
+
+    /// Heap bytes held by the flow table.
+    #[must_use]
+    pub fn flow_table_bytes(&self) -> usize {
+        self.flows.heap_bytes()
+    }
+}
+
+/// `fq_codel`'s statistics, as `tc -s qdisc show` prints them (`tc_fq_codel_qd_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct FqCodelStats {
+    /// Largest packet seen.
+    pub maxpacket: u32,
+    /// Packets dropped over `limit` or `memory_limit`.
+    pub drop_overlimit: u32,
+    /// Flows that became active.
+    pub new_flow_count: u32,
+    /// Packets CE-marked instead of dropped.
+    pub ecn_mark: u32,
+    /// Packets CE-marked above `ce_threshold`.
+    pub ce_mark: u32,
+    /// Bytes of buffers held.
+    pub memory_usage: u32,
+    /// Packets dropped over `memory_limit`.
+    pub drop_overmemory: u32,
+    /// Flows on the new list.
+    pub new_flows_len: u32,
+    /// Flows on the old list.
+    pub old_flows_len: u32,
+}
+
+/// A leaf qdisc's statistics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeafStats {
+    /// Its parameters.
+    pub config: LeafConfig,
+    /// Packets it holds.
+    pub qlen: u32,
+    /// Bytes it holds.
+    pub backlog: u64,
+    /// Packets it dropped (full, over limit, CoDel, rehash).
+    pub drops: u64,
+    /// `fq_codel`'s own counters.
+    pub fq_codel: Option<FqCodelStats>,
+}
+
+/// One leaf qdisc.
+#[derive(Clone, Debug)]
+pub(crate) enum Leaf {
+    Fifo(Fifo),
+    Sfq(Sfq),
+    FqCodel(FqCodel),
+}
+
+impl Leaf {
+    /// A new, empty leaf with `config`; `key` identifies it in the flow table (the class
+    /// slot), `seed` keys `sfq`'s perturbation.
+    pub(crate) fn new(config: &LeafConfig, key: u32, seed: u64, now: Instant) -> Self {
+        match *config {
+            LeafConfig::Pfifo { limit } => Self::Fifo(Fifo::new(limit, false)),
+            LeafConfig::Bfifo { limit } => Self::Fifo(Fifo::new(limit, true)),
+            LeafConfig::Sfq(c) => Self::Sfq(Sfq::new(c, key, seed, now.as_nanos())),
+            LeafConfig::FqCodel(c) => Self::FqCodel(FqCodel::new(c, key)),
+        }
+    }
+
+    /// What an inner class holds in its leaf slot: nothing, for no memory.
+    pub(crate) fn placeholder() -> Self {
+        Self::Fifo(Fifo::new(0, false))
+    }
+
+    /// Takes `packet`, or hands it back when refused; packets dropped to make room go to the
+    /// store's drop list.
+    #[inline]
+    pub(crate) fn enqueue<P: Packet>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        packet: P,
+        now: Instant,
+    ) -> Result<(), P> {
+        let now = now.as_nanos();
+        match self {
+            Self::Fifo(q) => q.enqueue(&mut store.packets, packet, now),
+            Self::Sfq(q) => q.enqueue(store, packet, now),
+            Self::FqCodel(q) => q.enqueue(store, packet, now),
+        }
+    }
+
+    /// The next packet to send; packets dropped on the way go to the store's drop list. `None`
+    /// only when the leaf is empty (every leaf here is work-conserving).
+    #[inline]
+    pub(crate) fn dequeue<P: Packet>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        now: Instant,
+    ) -> Option<P> {
+        match self {
+            Self::Fifo(q) => q.dequeue(&mut store.packets),
+            Self::Sfq(q) => q.dequeue(store, now.as_nanos()),
+            Self::FqCodel(q) => q.dequeue(store, now.as_nanos()),
+        }
+    }
+
+    /// Packets held.
+    #[inline]
+    pub(crate) fn len(&self) -> u32 {
+        match self {
+            Self::Fifo(q) => q.len(),
+            Self::Sfq(q) => q.len(),
+            Self::FqCodel(q) => q.len(),
+        }
+    }
+
+    /// Whether it holds nothing.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes held.
+    #[inline]
+    pub(crate) fn backlog(&self) -> u64 {
+        match self {
+            Self::Fifo(q) => q.backlog(),
+            Self::Sfq(q) => q.backlog(),
+            Self::FqCodel(q) => q.backlog(),
+        }
+    }
+
+    /// Every packet out through `out`, every flow freed (`qdisc_reset`).
+    pub(crate) fn purge<P: Packet>(&mut self, store: &mut LeafStore<P>, mut out: impl FnMut(P)) {
+        match self {
+            Self::Fifo(q) => q.purge(&mut store.packets, &mut out),
+            Self::Sfq(q) => q.purge(store, &mut out),
+            Self::FqCodel(q) => q.purge(store, &mut out),
+        }
+    }
+
+    /// New parameters of the same kind, applied in place (`qdisc change`); packets over new
+    /// limits go to the drop list. Returns `false` (and changes nothing) when the kind
+    /// differs or `fq_codel`'s flow count would change: the caller replaces the leaf instead.
+    pub(crate) fn reconfigure<P: Packet>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        config: &LeafConfig,
+        now: Instant,
+    ) -> bool {
+        match (self, *config) {
+            (Self::Fifo(q), LeafConfig::Pfifo { limit }) if !q.bytes_limit() => q.set_limit(limit),
+            (Self::Fifo(q), LeafConfig::Bfifo { limit }) if q.bytes_limit() => q.set_limit(limit),
+            (Self::Sfq(q), LeafConfig::Sfq(c)) => q.reconfigure(store, c, now.as_nanos()),
+            (Self::FqCodel(q), LeafConfig::FqCodel(c)) if q.config().flows == c.flows => {
+                q.reconfigure(store, c, now.as_nanos());
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// Parameters in effect.
+    pub(crate) fn config(&self) -> LeafConfig {
+        match self {
+            Self::Fifo(q) if q.bytes_limit() => LeafConfig::Bfifo { limit: q.limit() },
+            Self::Fifo(q) => LeafConfig::Pfifo { limit: q.limit() },
+            Self::Sfq(q) => LeafConfig::Sfq(q.config()),
+            Self::FqCodel(q) => LeafConfig::FqCodel(q.config()),
+        }
+    }
+
+    /// Verifies the leaf's own invariants (packet and byte counts against its lists, flow
+    /// lists and ownership); returns how many flow records it holds.
+    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>, key: u32) -> Result<usize, String> {
+        match self {
+            Self::Fifo(q) => q.check(&store.packets).map(|()| 0),
+            Self::Sfq(q) => q.check(store, key),
+            Self::FqCodel(q) => q.check(store, key),
+        }
+    }
+
+    /// Statistics.
+    pub(crate) fn stats(&self) -> LeafStats {
+        let (drops, fq_codel) = match self {
+            Self::Fifo(q) => (q.drops(), None),
+            Self::Sfq(q) => (q.drops(), None),
+            Self::FqCodel(q) => (q.drops(), Some(q.stats())),
+        };
+        LeafStats {
+            config: self.config(),
+            qlen: self.len(),
+            backlog: self.backlog(),
+            drops,
+            fq_codel,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+//! The packet the schedulers hold: a UMEM frame's descriptor, with what its leaf queue
+//! discipline needs — the flow hash and where its ECN bits are — read once when it arrives.
+
+use std::hash::{BuildHasher, RandomState};
+
+use htb_core::Packet;
+use xsk_rs::FrameDesc;
+
+use crate::parse::Parsed;
+
+/// A received frame waiting in a scheduler. Not `Copy`: each frame is in one place at a time.
+#[derive(Debug)]
+pub struct Frame {
+    pub(crate) desc: FrameDesc,
+    hash: u32,
+    /// The UMEM chunk it occupies (`skb->truesize` for `fq_codel`'s memory limit).
+    truesize: u32,
+    /// The IP header's offset, if the frame is IP.
+    l3: Option<u16>,
+    ipv6: bool,
+    /// ECN field as received.
+    ecn: u8,
+    /// A leaf asked for Congestion Experienced: written into the frame before it is sent.
+    mark_ce: bool,
+}
+
+impl Frame {
+    /// A frame received as `desc`, parsed as `parsed`, hashed by `flows`.
+    pub(crate) fn new(desc: FrameDesc, parsed: &Parsed, flows: &FlowHasher, truesize: u32) -> Self {
+        Self {
+            desc,
+            hash: flows.hash(parsed),
+            truesize,
+            l3: parsed.l3.and_then(|l| u16::try_from(l).ok()),
+            ipv6: parsed.ipv6,
+            ecn: parsed.ecn,
+            mark_ce: false,
+        }
+    }
+
+    /// Where to write CE before sending, if a leaf marked it: the IP header's offset and
+    /// whether it is IPv6.
+    pub(crate) fn ce_site(&self) -> Option<(usize, bool)> {
+        self.mark_ce
+            .then_some(self.l3)
+            .flatten()
+            .map(|l| (usize::from(l), self.ipv6))
+    }
+}
+
+impl Packet for Frame {
+    fn len_bytes(&self) -> u32 {
+        self.desc.lengths().data() as u32
+    }
+
+    fn flow_hash(&self) -> u32 {
+        self.hash
+    }
+
+    /// `INET_ECN_set_ce`: ECT(0), ECT(1) or CE frames take the mark (written at transmit);
+    /// Not-ECT ones are dropped instead, as RFC 8290 says.
+    fn set_ce(&mut self) -> bool {
+        if self.l3.is_none() || self.ecn == 0 {
+            return false;
+        }
+        self.mark_ce = true;
+        true
+    }
+
+    fn truesize(&self) -> u32 {
+        self.truesize
+    }
+}
+
+/// The flow hash: keyed SipHash (per process, from the OS's randomness, like the kernel's
+/// `skb_get_hash` with its boot-time key) over the VLAN, addresses, protocol and ports. Fragments
+/// are hashed without ports so that a datagram's pieces stay in one flow, as the kernel's flow
+/// dissector does.
+#[derive(Clone, Debug, Default)]
+pub struct FlowHasher {
+    key: RandomState,
+}
+
+impl FlowHasher {
+    /// The 32-bit hash of a parsed frame's flow.
+    #[must_use]
+    pub fn hash(&self, parsed: &Parsed) -> u32 {
+        let i = &parsed.info;
+        let ports = if parsed.fragment {
+            (None, None)
+        } else {
+            (i.sport, i.dport)
+        };
+        let h = self.key.hash_one((i.vlan, i.src, i.dst, i.proto, ports));
+        (h ^ (h >> 32)) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::parse;
+
+    fn udp(sport: u16, dport: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8];
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[14] = 0x45;
+        f[14 + 9] = 17;
+        f[14 + 12..14 + 16].copy_from_slice(&[10, 0, 0, 1]);
+        f[14 + 16..14 + 20].copy_from_slice(&[10, 0, 0, 2]);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&dport.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn flows_hash_by_five_tuple_and_vlan() {
+        let h = FlowHasher::default();
+        let a = h.hash(&parse(&udp(1000, 53)));
+        assert_eq!(a, h.hash(&parse(&udp(1000, 53))), "same flow, same hash");
+        assert_ne!(a, h.hash(&parse(&udp(1001, 53))));
+        let mut tagged = udp(1000, 53)[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x07]);
+        tagged.extend_from_slice(&udp(1000, 53)[12..]);
+        assert_ne!(a, h.hash(&parse(&tagged)), "VLAN-aware");
+        // Two fragments of one datagram, with and without its ports, hash alike.
+        let mut first = udp(1000, 53);
+        first[14 + 6] = 0x20;
+        let mut later = udp(0, 0);
+        later[14 + 6..14 + 8].copy_from_slice(&100u16.to_be_bytes());
+        assert_eq!(h.hash(&parse(&first)), h.hash(&parse(&later)));
+        // Keyed: another process (key) puts the flow elsewhere.
+        assert_ne!(a, FlowHasher::default().hash(&parse(&udp(1000, 53))));
+    }
+}

@@ -1,0 +1,144 @@
+//! The `class add|change|replace|del` commands.
+
+use htb_config::ClassDef;
+use htb_core::{ClassSpec, Instant, LengthAdjust, LinkLayer, Rate};
+use htb_ipc::{ErrorCode, IpcError};
+
+use super::qdisc::Verb;
+use super::{Effect, Model, Step, Undo, class_error, error, parse_class_id};
+
+/// A wire class spec as the scheduler's.
+pub(super) fn class_spec(c: &htb_ipc::ClassSpec) -> Result<ClassSpec, IpcError> {
+    let link_layer = match c.linklayer.as_deref() {
+        None | Some("ethernet") => LinkLayer::Ethernet,
+        Some("atm" | "adsl") => LinkLayer::Atm,
+        Some(other) => {
+            return Err(error(
+                ErrorCode::Invalid,
+                format!("invalid linklayer {other:?}: ethernet, atm or adsl"),
+            ));
+        }
+    };
+    Ok(ClassSpec {
+        rate: Rate::from_bits_per_sec(c.rate),
+        ceil: c.ceil.map(Rate::from_bits_per_sec),
+        burst: c.burst,
+        cburst: c.cburst,
+        prio: c.prio.unwrap_or(0),
+        quantum: c.quantum,
+        mtu: c.mtu,
+        adjust: LengthAdjust {
+            overhead: c.overhead.unwrap_or(0),
+            mpu: c.mpu.unwrap_or(0),
+            link_layer,
+        },
+    })
+}
+
+impl Model {
+    /// `class add|change|replace`.
+    pub(super) fn class_set(
+        &mut self,
+        step: &mut Step<'_>,
+        c: &htb_ipc::ClassSpec,
+        verb: Verb,
+    ) -> Result<(), IpcError> {
+        let (port, name) = (step.port, step.name.clone());
+        let qdisc = self.qdisc_mut(port)?;
+        let id = parse_class_id(&c.id)?;
+        let parent = match c.parent.as_deref() {
+            None | Some("root") => None,
+            Some(p) => {
+                let p = parse_class_id(p)?;
+                (!(p.is_qdisc() && p.major() == qdisc.config.major)).then_some(p)
+            }
+        };
+        let spec = class_spec(c)?;
+        let change = match verb {
+            Verb::Add => false,
+            Verb::Change => true,
+            Verb::Replace => qdisc.classes.contains_key(&id),
+        };
+        if change {
+            // As in the kernel, the parent of an existing class is not checked, and its leaf
+            // qdisc stays.
+            let warnings = qdisc
+                .shadow
+                .change_class(Instant::ZERO, id, &spec)
+                .map_err(class_error)?
+                .warnings;
+            let def = qdisc.classes.get_mut(&id).ok_or_else(|| {
+                error(
+                    ErrorCode::Internal,
+                    format!("class {id} missing from the model"),
+                )
+            })?;
+            let old = std::mem::replace(&mut def.spec, spec);
+            let mut old_def = def.clone();
+            old_def.spec = old;
+            let def = def.clone();
+            step.warn(warnings.iter().map(ToString::to_string));
+            step.undo.push(Undo::ClassChanged { port, old: old_def });
+            step.effect(Effect::ChangeClass { port: name, def });
+        } else {
+            let warnings = qdisc
+                .shadow
+                .add_class(Instant::ZERO, id, parent, &spec)
+                .map_err(class_error)?
+                .warnings;
+            // A leaf parent becomes an inner class: its leaf qdisc goes (the kernel's
+            // `htb_change_class` puts it), to come back only as the default.
+            if let Some(parent_def) = parent.and_then(|p| qdisc.classes.get_mut(&p))
+                && let Some(leaf) = parent_def.leaf.take()
+            {
+                step.undo.push(Undo::Leaf {
+                    port,
+                    id: parent_def.id,
+                    old: Some(leaf),
+                });
+            }
+            let def = ClassDef {
+                id,
+                parent,
+                spec,
+                leaf: None,
+            };
+            qdisc.classes.insert(id, def.clone());
+            step.warn(warnings.iter().map(ToString::to_string));
+            step.undo.push(Undo::ClassAdded { port, id });
+            step.effect(Effect::AddClass { port: name, def });
+        }
+        Ok(())
+    }
+
+    /// `class del`: the class and its leaf qdisc.
+    pub(super) fn class_delete(&mut self, step: &mut Step<'_>, id: &str) -> Result<(), IpcError> {
+        let (port, name) = (step.port, step.name.clone());
+        let qdisc = self.qdisc_mut(port)?;
+        let id = parse_class_id(id)?;
+        if let Some(f) = qdisc.filters.iter().find(|f| f.class == id) {
+            return Err(error(
+                ErrorCode::InUse,
+                format!(
+                    "class {id} is in use by filter pref {} {} {}; delete the filter first",
+                    f.prio,
+                    f.kind.name(),
+                    f.kind.format_handle(f.handle)
+                ),
+            ));
+        }
+        let _ = qdisc
+            .shadow
+            .delete_class(Instant::ZERO, id)
+            .map_err(class_error)?;
+        let old = qdisc.classes.remove(&id).ok_or_else(|| {
+            error(
+                ErrorCode::Internal,
+                format!("class {id} missing from the model"),
+            )
+        })?;
+        step.undo.push(Undo::ClassDeleted { port, old });
+        step.effect(Effect::DeleteClass { port: name, id });
+        Ok(())
+    }
+}

@@ -1,0 +1,244 @@
+//! The leaf qdiscs of classes: `qdisc add|change|replace|del dev D parent 1:10 [handle 10:]
+//! KIND …`, by the kernel's rules (`tc_modify_qdisc`, `tc_get_qdisc`, `htb_graft`) and with its
+//! error texts.
+
+use htb_config::LeafDef;
+use htb_core::{ClassId, Instant, LeafKind};
+use htb_ipc::{ErrorCode, IpcError, LeafQdiscSpec};
+
+use super::qdisc::{QdiscModel, Verb};
+use super::{Effect, Model, Step, Undo, class_error, error};
+
+/// The first handle the kernel picks itself (`qdisc_alloc_handle`: 8001:, 8002:, …).
+const AUTO_HANDLE: u16 = 0x8001;
+
+/// What a leaf command does, once the kernel's rules have spoken.
+enum Graft {
+    /// A new qdisc in the class (`create_n_graft`), with this handle or an automatic one.
+    New(Option<u16>),
+    /// The class's qdisc changes its options in place (`qdisc_change`).
+    Change(LeafDef),
+}
+
+/// The leaf class `id` of `qdisc`, and its own leaf qdisc.
+fn leaf_class(qdisc: &QdiscModel, id: ClassId) -> Result<Option<LeafDef>, IpcError> {
+    if id.major() != qdisc.config.major {
+        return Err(error(
+            ErrorCode::NotFound,
+            format!(
+                "Failed to find qdisc with specified classid ({id} is not a class of {:x}:)",
+                qdisc.config.major
+            ),
+        ));
+    }
+    let Some(def) = qdisc.classes.get(&id) else {
+        return Err(error(
+            ErrorCode::NotFound,
+            format!("Specified class not found ({id})"),
+        ));
+    };
+    if qdisc.classes.values().any(|d| d.parent == Some(id)) {
+        return Err(error(
+            ErrorCode::Invalid,
+            format!(
+                "class {id} has children: only a leaf class takes a qdisc (htb_graft: Invalid argument)"
+            ),
+        ));
+    }
+    Ok(def.leaf)
+}
+
+/// The major of a qdisc handle (`10:`).
+fn handle_major(handle: Option<ClassId>) -> Result<Option<u16>, IpcError> {
+    match handle {
+        None => Ok(None),
+        Some(h) if h.is_qdisc() && h.major() != 0 => Ok(Some(h.major())),
+        Some(h) => Err(error(
+            ErrorCode::Invalid,
+            format!("Invalid minor handle ({h}: a qdisc handle looks like 10:)"),
+        )),
+    }
+}
+
+fn kind_mismatch(current: LeafKind, asked: LeafKind) -> IpcError {
+    error(
+        ErrorCode::Invalid,
+        format!("Invalid qdisc name: the class's qdisc is {current}, not {asked}"),
+    )
+}
+
+impl Model {
+    /// `qdisc add|change|replace dev D parent CLASS [handle H:] KIND …`.
+    pub(super) fn leaf_set(
+        &mut self,
+        step: &mut Step<'_>,
+        l: &LeafQdiscSpec,
+        verb: Verb,
+    ) -> Result<(), IpcError> {
+        let (port, name) = (step.port, step.name.clone());
+        let qdisc = self.qdisc_mut(port)?;
+        let id = l.parent;
+        let current = leaf_class(qdisc, id)?;
+        let handle = handle_major(l.handle)?;
+        let exclusive = || {
+            error(
+                ErrorCode::Exists,
+                format!(
+                    "Exclusivity flag on, cannot modify (class {id} has a qdisc already: use replace or change)"
+                ),
+            )
+        };
+        let graft = match (verb, current) {
+            (Verb::Add, Some(_)) => return Err(exclusive()),
+            (Verb::Add | Verb::Replace, None) => Graft::New(handle),
+            (Verb::Change, None) => {
+                return Err(error(
+                    ErrorCode::NotFound,
+                    format!("Specified qdisc not found (class {id} has only its default leaf)"),
+                ));
+            }
+            (Verb::Change, Some(cur)) => {
+                if handle.is_some_and(|h| Some(h) != cur.handle) {
+                    return Err(exclusive());
+                }
+                if cur.config.kind() != l.leaf.kind() {
+                    return Err(kind_mismatch(cur.config.kind(), l.leaf.kind()));
+                }
+                Graft::Change(cur)
+            }
+            (Verb::Replace, Some(cur)) => {
+                if handle.is_some_and(|h| Some(h) != cur.handle) {
+                    Graft::New(handle)
+                } else if cur.config.kind() != l.leaf.kind() {
+                    Graft::New(None)
+                } else {
+                    Graft::Change(cur)
+                }
+            }
+        };
+        let invalid = |e: htb_core::LeafError| error(ErrorCode::Invalid, e.to_string());
+        match graft {
+            Graft::New(handle) => {
+                let config = l.leaf.resolve().map_err(invalid)?;
+                let handle = match handle {
+                    Some(h)
+                        if qdisc.handle_in_use(h) && current.and_then(|c| c.handle) != Some(h) =>
+                    {
+                        return Err(error(
+                            ErrorCode::Exists,
+                            format!("handle {h:x}: is used by another qdisc on {name}"),
+                        ));
+                    }
+                    Some(h) => h,
+                    None => (AUTO_HANDLE..=u16::MAX)
+                        .chain(1..AUTO_HANDLE)
+                        .find(|&h| !qdisc.handle_in_use(h))
+                        .ok_or_else(|| error(ErrorCode::Busy, "no qdisc handle is free"))?,
+                };
+                let _ = qdisc
+                    .shadow
+                    .set_leaf(Instant::ZERO, id, Some(&config))
+                    .map_err(class_error)?;
+                let def = qdisc.classes.get_mut(&id).ok_or_else(|| {
+                    error(
+                        ErrorCode::Internal,
+                        format!("class {id} missing from the model"),
+                    )
+                })?;
+                def.leaf = Some(LeafDef {
+                    handle: Some(handle),
+                    config,
+                });
+                step.undo.push(Undo::Leaf {
+                    port,
+                    id,
+                    old: current,
+                });
+                step.effect(Effect::SetLeaf {
+                    port: name,
+                    id,
+                    leaf: Some(config),
+                });
+            }
+            Graft::Change(cur) => {
+                let config = l.leaf.resolve_change(&cur.config).map_err(invalid)?;
+                let _ = qdisc
+                    .shadow
+                    .change_leaf(Instant::ZERO, id, &config)
+                    .map_err(class_error)?;
+                let def = qdisc.classes.get_mut(&id).ok_or_else(|| {
+                    error(
+                        ErrorCode::Internal,
+                        format!("class {id} missing from the model"),
+                    )
+                })?;
+                def.leaf = Some(LeafDef {
+                    handle: cur.handle,
+                    config,
+                });
+                step.undo.push(Undo::Leaf {
+                    port,
+                    id,
+                    old: Some(cur),
+                });
+                step.effect(Effect::ChangeLeaf {
+                    port: name,
+                    id,
+                    leaf: config,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `qdisc del dev D parent CLASS [handle H:] [KIND]`: the class gets its default leaf back.
+    pub(super) fn leaf_delete(
+        &mut self,
+        step: &mut Step<'_>,
+        id: ClassId,
+        handle: Option<ClassId>,
+        kind: Option<LeafKind>,
+    ) -> Result<(), IpcError> {
+        let (port, name) = (step.port, step.name.clone());
+        let qdisc = self.qdisc_mut(port)?;
+        let Some(current) = leaf_class(qdisc, id)? else {
+            return Err(error(
+                ErrorCode::NotFound,
+                format!(
+                    "Cannot delete qdisc with handle of zero (class {id} has only its default leaf)"
+                ),
+            ));
+        };
+        if let Some(h) = handle_major(handle)?
+            && Some(h) != current.handle
+        {
+            return Err(error(
+                ErrorCode::Invalid,
+                format!("Invalid handle: class {id}'s qdisc is not {h:x}:"),
+            ));
+        }
+        if let Some(kind) = kind
+            && kind != current.config.kind()
+        {
+            return Err(kind_mismatch(current.config.kind(), kind));
+        }
+        let _ = qdisc
+            .shadow
+            .set_leaf(Instant::ZERO, id, None)
+            .map_err(class_error)?;
+        if let Some(def) = qdisc.classes.get_mut(&id) {
+            def.leaf = None;
+        }
+        step.undo.push(Undo::Leaf {
+            port,
+            id,
+            old: Some(current),
+        });
+        step.effect(Effect::SetLeaf {
+            port: name,
+            id,
+            leaf: None,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,261 @@
+//! One port's HTB qdisc as the control plane sees it, and the `qdisc add|change|replace|del`
+//! commands for the root HTB qdisc.
+
+use std::collections::BTreeMap;
+
+use htb_config::filter::Filter;
+use htb_config::{ClassDef, TreeSpec};
+use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig};
+use htb_ipc::{ErrorCode, IpcError};
+
+use super::filters::FilterEntry;
+use super::{Effect, Model, Step, Undo, error, parse_class_id};
+
+/// One port's HTB qdisc: its parameters, classes with their leaf qdiscs, filters, and a
+/// shadow scheduler that checks every change the way the data plane will apply it.
+#[derive(Debug)]
+pub struct QdiscModel {
+    /// Qdisc parameters.
+    pub config: SchedulerConfig,
+    /// Classes as given (defaults unresolved), each with its own leaf qdisc if it has one.
+    pub classes: BTreeMap<ClassId, ClassDef>,
+    /// Filters in evaluation order (prio, then handle).
+    pub filters: Vec<FilterEntry>,
+    pub(super) shadow: Scheduler<u32>,
+}
+
+impl QdiscModel {
+    /// An empty qdisc.
+    #[must_use]
+    pub fn new(config: SchedulerConfig) -> Self {
+        Self {
+            config,
+            classes: BTreeMap::new(),
+            filters: Vec::new(),
+            shadow: Scheduler::new(config),
+        }
+    }
+
+    /// A qdisc holding a validated tree and filters.
+    ///
+    /// # Errors
+    /// A class or leaf the tree cannot hold, a leaf handle used twice, or a filter targeting a
+    /// missing class.
+    pub fn from_tree(tree: &TreeSpec, filters: Vec<FilterEntry>) -> Result<Self, String> {
+        let mut model = Self::new(tree.config);
+        model.shadow.reserve_classes(tree.classes.len());
+        for def in &tree.classes {
+            let _ = model
+                .shadow
+                .add_class(Instant::ZERO, def.id, def.parent, &def.spec)
+                .map_err(|e| e.to_string())?;
+            model.classes.insert(def.id, def.clone());
+        }
+        let mut handles = vec![tree.config.major];
+        for def in &tree.classes {
+            let Some(leaf) = &def.leaf else { continue };
+            let _ = model
+                .shadow
+                .set_leaf(Instant::ZERO, def.id, Some(&leaf.config))
+                .map_err(|e| e.to_string())?;
+            if let Some(h) = leaf.handle {
+                if handles.contains(&h) {
+                    return Err(format!(
+                        "class {}: leaf handle {h:x}: is used by another qdisc",
+                        def.id
+                    ));
+                }
+                handles.push(h);
+            }
+        }
+        if let Some(f) = filters
+            .iter()
+            .find(|f| !model.classes.contains_key(&f.class))
+        {
+            return Err(format!(
+                "a filter targets class {}, which does not exist",
+                f.class
+            ));
+        }
+        model.filters = filters;
+        model.sort_filters();
+        Ok(model)
+    }
+
+    /// The tree, parents before children.
+    #[must_use]
+    pub fn tree(&self) -> TreeSpec {
+        let mut children: BTreeMap<Option<ClassId>, Vec<ClassId>> = BTreeMap::new();
+        for def in self.classes.values() {
+            children.entry(def.parent).or_default().push(def.id);
+        }
+        let mut order = Vec::with_capacity(self.classes.len());
+        let mut stack: Vec<ClassId> = children.get(&None).cloned().unwrap_or_default();
+        stack.reverse();
+        while let Some(id) = stack.pop() {
+            order.push(self.classes[&id].clone());
+            if let Some(kids) = children.get(&Some(id)) {
+                stack.extend(kids.iter().rev());
+            }
+        }
+        TreeSpec {
+            config: self.config,
+            classes: order,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Resolved parameters and place of a class, with its leaf's (what `class show` and
+    /// `qdisc show` print).
+    #[must_use]
+    pub fn class_info(&self, id: ClassId) -> Option<htb_core::ClassInfo> {
+        self.shadow.class_info(id)
+    }
+
+    /// The data plane's filters, in evaluation order.
+    #[must_use]
+    pub fn data_filters(&self) -> Vec<Filter> {
+        self.filters.iter().map(FilterEntry::filter).collect()
+    }
+
+    pub(super) fn sort_filters(&mut self) {
+        self.filters.sort_by_key(|f| (f.prio, f.handle));
+    }
+
+    /// Whether qdisc handle `major:` is taken on this port (the HTB qdisc's or a leaf's).
+    pub(super) fn handle_in_use(&self, major: u16) -> bool {
+        self.config.major == major
+            || self
+                .classes
+                .values()
+                .any(|d| d.leaf.is_some_and(|l| l.handle == Some(major)))
+    }
+}
+
+pub(super) fn set_qdisc_config(qdisc: &mut QdiscModel, config: SchedulerConfig) {
+    qdisc.config = config;
+    qdisc.shadow.set_default_class(config.default_minor);
+    qdisc.shadow.set_r2q(config.r2q);
+    qdisc.shadow.set_direct_qlen(config.direct_qlen);
+}
+
+impl Model {
+    /// `qdisc add|change|replace dev D root [handle H:] htb …`.
+    pub(super) fn qdisc_set(
+        &mut self,
+        step: &mut Step<'_>,
+        q: &htb_ipc::QdiscSpec,
+        verb: Verb,
+    ) -> Result<(), IpcError> {
+        let (port, name) = (step.port, step.name.clone());
+        let major = match q.handle.as_deref() {
+            None => None,
+            Some(h) => {
+                let id = parse_class_id(h)?;
+                if !id.is_qdisc() || id.major() == 0 {
+                    return Err(error(
+                        ErrorCode::Invalid,
+                        format!("qdisc handle {h} must look like 1:"),
+                    ));
+                }
+                Some(id.major())
+            }
+        };
+        let existing = self.ports[port].qdisc.as_ref();
+        let existing_major = existing.map(|m| m.config.major);
+        let mut config = SchedulerConfig {
+            major: major.or(existing_major).unwrap_or(1),
+            // htbd's extensions that tc cannot say stay as the port had them.
+            default_leaf: existing.map_or_else(
+                || SchedulerConfig::default().default_leaf,
+                |m| m.config.default_leaf,
+            ),
+            ..SchedulerConfig::default()
+        };
+        // tc sends every parameter: those not given take tc's defaults.
+        config.default_minor = q.default_minor.unwrap_or(0);
+        config.r2q = q.r2q.unwrap_or(10).max(1);
+        if let Some(qlen) = q.direct_qlen {
+            config.direct_qlen = qlen;
+        }
+        let in_place = match (verb, existing_major) {
+            (Verb::Add, Some(m)) => {
+                return Err(error(
+                    ErrorCode::Exists,
+                    format!("{name} has an htb qdisc ({m:x}:) already; use replace or change"),
+                ));
+            }
+            (Verb::Change, None) => {
+                return Err(error(
+                    ErrorCode::NotFound,
+                    format!("no htb qdisc on {name} to change"),
+                ));
+            }
+            (Verb::Change, Some(m)) if m != config.major => {
+                return Err(error(
+                    ErrorCode::Invalid,
+                    format!("qdisc {:x}: is not {name}'s ({m:x}:)", config.major),
+                ));
+            }
+            (_, Some(m)) => m == config.major,
+            (_, None) => false,
+        };
+        if in_place {
+            let qdisc = self.qdisc_mut(port)?;
+            if q.direct_qlen.is_none() {
+                config.direct_qlen = qdisc.config.direct_qlen;
+            }
+            config.default_burst_time = qdisc.config.default_burst_time;
+            config.seed = qdisc.config.seed;
+            step.undo.push(Undo::QdiscConfig {
+                port,
+                old: qdisc.config,
+            });
+            set_qdisc_config(qdisc, config);
+            step.effect(Effect::SetQdisc { port: name, config });
+        } else {
+            let old = self.ports[port].qdisc.replace(QdiscModel::new(config));
+            step.undo.push(Undo::Qdisc {
+                port,
+                old: old.map(Box::new),
+            });
+            step.refilter.insert(port);
+            step.effect(Effect::SetTree {
+                port: name,
+                tree: Some(TreeSpec {
+                    config,
+                    classes: Vec::new(),
+                    warnings: Vec::new(),
+                }),
+            });
+        }
+        Ok(())
+    }
+
+    /// `qdisc del dev D root`: the tree, its classes, leaves and filters.
+    pub(super) fn qdisc_delete(&mut self, step: &mut Step<'_>) -> Result<(), IpcError> {
+        let (port, name) = (step.port, step.name.clone());
+        if self.ports[port].qdisc.is_none() {
+            return Err(error(
+                ErrorCode::NotFound,
+                format!("no htb qdisc on {name} to delete"),
+            ));
+        }
+        let old = self.ports[port].qdisc.take().map(Box::new);
+        step.undo.push(Undo::Qdisc { port, old });
+        step.refilter.insert(port);
+        step.effect(Effect::SetTree {
+            port: name,
+            tree: None,
+        });
+        Ok(())
+    }
+}
+
+/// Which of tc's verbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verb {
+    Add,
+    Change,
+    Replace,
+}

@@ -1,0 +1,244 @@
+//! The model against tc's rules: batches all or nothing, and the saved state round trip.
+
+use super::*;
+use htb_core::Rate;
+use htb_ipc::{ClassSpec as WireClass, FilterSpec, MatchSpec, QdiscSpec};
+
+fn model() -> Model {
+    Model {
+        ports: vec![
+            PortModel {
+                name: "r1".into(),
+                qdisc: None,
+            },
+            PortModel {
+                name: "r2".into(),
+                qdisc: None,
+            },
+        ],
+    }
+}
+
+fn qdisc_add(dev: &str) -> Command {
+    Command::QdiscAdd(QdiscSpec {
+        dev: dev.into(),
+        handle: Some("1:".into()),
+        default_minor: Some(0x20),
+        ..QdiscSpec::default()
+    })
+}
+
+fn class(op: fn(WireClass) -> Command, id: &str, parent: &str, mbit: u64) -> Command {
+    op(WireClass {
+        dev: "r2".into(),
+        id: id.into(),
+        parent: Some(parent.into()),
+        rate: mbit * 1_000_000,
+        ..WireClass::default()
+    })
+}
+
+fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
+    Command::FilterAdd(FilterSpec {
+        dev: "r2".into(),
+        parent: Some("1:".into()),
+        protocol: "ip".into(),
+        prio,
+        kind: kind.into(),
+        handle: None,
+        matcher: MatchSpec {
+            dport: Some((dport, dport)),
+            ..MatchSpec::default()
+        },
+        class: class.into(),
+    })
+}
+
+fn base() -> Model {
+    let mut m = model();
+    let plan = m
+        .apply(&[
+            qdisc_add("r2"),
+            class(Command::ClassAdd, "1:1", "1:", 100),
+            class(Command::ClassAdd, "1:20", "1:1", 10),
+            filter("1:20", 5201, Some(1), "u32"),
+        ])
+        .unwrap();
+    assert_eq!(plan.effects.len(), 4, "{:?}", plan.effects);
+    m
+}
+
+#[test]
+fn a_refused_batch_changes_nothing() {
+    let mut m = base();
+    let before = m.to_toml();
+    let e = m
+        .apply(&[
+            class(Command::ClassAdd, "1:30", "1:1", 5),
+            class(Command::ClassChange, "1:20", "1:1", 20),
+            Command::ClassDelete {
+                dev: "r2".into(),
+                id: "1:1".into(),
+            },
+        ])
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InUse);
+    assert_eq!(e.command, Some(2));
+    assert_eq!(m.to_toml(), before);
+    // The shadow was rolled back too: 1:30 can be added now, 1:20 still has 10 Mbit/s.
+    let q = m.ports[1].qdisc.as_ref().unwrap();
+    assert_eq!(
+        q.class_info("1:20".parse().unwrap()).unwrap().config.rate,
+        Rate::from_mbit(10)
+    );
+    assert!(q.class_info("1:30".parse().unwrap()).is_none());
+    m.apply(&[class(Command::ClassAdd, "1:30", "1:1", 5)])
+        .unwrap();
+}
+
+#[test]
+fn tc_rules_for_classes_filters_and_qdiscs() {
+    let mut m = base();
+    let code = |m: &mut Model, c: Command| m.apply(&[c]).unwrap_err().code;
+    assert_eq!(code(&mut m, qdisc_add("r2")), ErrorCode::Exists);
+    assert_eq!(code(&mut m, qdisc_add("eth9")), ErrorCode::NoDevice);
+    assert_eq!(
+        code(&mut m, class(Command::ClassAdd, "1:20", "1:1", 1)),
+        ErrorCode::Exists
+    );
+    assert_eq!(
+        code(&mut m, class(Command::ClassChange, "1:99", "1:1", 1)),
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        code(&mut m, class(Command::ClassAdd, "1:30", "1:9", 1)),
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        code(&mut m, class(Command::ClassAdd, "1:30", "1:1", 0)),
+        ErrorCode::Invalid
+    );
+    assert_eq!(
+        code(&mut m, class(Command::ClassAdd, "2:30", "1:1", 1)),
+        ErrorCode::Invalid
+    );
+    assert_eq!(
+        code(
+            &mut m,
+            Command::ClassDelete {
+                dev: "r2".into(),
+                id: "1:20".into()
+            }
+        ),
+        ErrorCode::InUse,
+        "a filter points at it"
+    );
+    assert_eq!(
+        code(&mut m, filter("1:99", 1, None, "u32")),
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        code(&mut m, filter("1:20", 1, Some(1), "flower")),
+        ErrorCode::Invalid
+    );
+    // Replace adds, then changes.
+    m.apply(&[class(Command::ClassReplace, "1:30", "1:1", 1)])
+        .unwrap();
+    m.apply(&[class(Command::ClassReplace, "1:30", "1:1", 2)])
+        .unwrap();
+    // Automatic priorities and handles, as the kernel assigns them.
+    m.apply(&[
+        filter("1:30", 5202, Some(1), "u32"),
+        filter("1:30", 5203, None, "flower"),
+    ])
+    .unwrap();
+    let q = m.ports[1].qdisc.as_ref().unwrap();
+    let shown: Vec<(u32, String)> = q
+        .filters
+        .iter()
+        .map(|f| (f.prio, f.kind.format_handle(f.handle)))
+        .collect();
+    let expected: Vec<(u32, String)> = vec![
+        (1, "800::800".into()),
+        (1, "800::801".into()),
+        (2, "0x1".into()),
+    ];
+    assert_eq!(
+        shown, expected,
+        "no room below prio 1: one above the highest"
+    );
+    // Deleting one u32 filter by handle, then a whole prio.
+    m.apply(&[Command::FilterDelete {
+        dev: "r2".into(),
+        prio: Some(1),
+        handle: Some("800::801".into()),
+    }])
+    .unwrap();
+    assert_eq!(m.ports[1].qdisc.as_ref().unwrap().filters.len(), 2);
+    m.apply(&[Command::FilterDelete {
+        dev: "r2".into(),
+        prio: Some(1),
+        handle: None,
+    }])
+    .unwrap();
+    m.apply(&[Command::ClassDelete {
+        dev: "r2".into(),
+        id: "1:20".into(),
+    }])
+    .unwrap();
+    // Deleting the qdisc takes everything.
+    let plan = m
+        .apply(&[Command::QdiscDelete { dev: "r2".into() }])
+        .unwrap();
+    assert!(matches!(
+        plan.effects[0].1,
+        Effect::SetTree { tree: None, .. }
+    ));
+    assert!(m.ports[1].qdisc.is_none());
+}
+
+#[test]
+fn u32_and_flower_handles_parse_and_print_like_tc() {
+    assert_eq!(FilterKind::U32.parse_handle("800::800"), Ok(0x8000_0800));
+    assert_eq!(FilterKind::U32.format_handle(0x8000_0800), "800::800");
+    assert_eq!(FilterKind::U32.format_handle(0x8000_0000), "800:");
+    assert_eq!(FilterKind::U32.parse_handle("801:"), Ok(0x8010_0000));
+    assert_eq!(FilterKind::Flower.parse_handle("0x1a"), Ok(0x1a));
+    assert_eq!(FilterKind::Flower.parse_handle("7"), Ok(7));
+    assert!(FilterKind::Flower.parse_handle("0").is_err());
+    assert!(FilterKind::U32.parse_handle("1000::1").is_err());
+}
+
+#[test]
+fn the_state_file_round_trips_through_the_config_parser() {
+    let mut m = base();
+    m.apply(&[Command::ClassChange(WireClass {
+        dev: "r2".into(),
+        id: "1:20".into(),
+        parent: Some("1:1".into()),
+        rate: 1_234_567_891,
+        ceil: Some(2_000_000_001),
+        burst: Some(15_000),
+        prio: Some(3),
+        quantum: Some(3000),
+        overhead: Some(24),
+        mpu: Some(64),
+        linklayer: Some("atm".into()),
+        ..WireClass::default()
+    })])
+    .unwrap();
+    let text = m.to_toml();
+    let trees = crate::config::parse_state(&text).unwrap();
+    let back = Model::from_trees(trees).unwrap();
+    assert_eq!(back.to_toml(), text);
+    let q = back.ports[1].qdisc.as_ref().unwrap();
+    assert_eq!(q.config.default_minor, 0x20);
+    assert_eq!(
+        q.filters[0].kind.format_handle(q.filters[0].handle),
+        "800::800"
+    );
+    assert_eq!(
+        q.classes[&"1:20".parse().unwrap()].spec.rate.bits_per_sec(),
+        1_234_567_891
+    );
+}
