@@ -488,4 +488,63 @@ rate = "100mbit"
         assert!(e.message.contains("deeper than 8 levels"), "{e}");
         assert_eq!(e.key.as_deref(), Some("class[8]"));
     }
+
+    #[test]
+    fn leaves_per_class_and_by_default() {
+        use htb_core::{FqCodelConfig, LeafConfig, SfqConfig};
+        let t = tree(
+            "[qdisc]\nleaf = \"sfq\"\n[[class]]\nid = \"1:1\"\nrate = \"10mbit\"\n\
+             [[class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"1mbit\"\n\
+             leaf = { kind = \"fq_codel\", handle = \"10:\", ecn = false }\n\
+             [[class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"1mbit\"\nlimit = 50\n\
+             [[class]]\nid = \"1:30\"\nparent = \"1:1\"\nrate = \"1mbit\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.config.default_leaf, LeafConfig::Sfq(SfqConfig::default()));
+        let leaf = |id: u32| t.classes.iter().find(|c| c.id.minor() == id).unwrap().leaf;
+        let ten = leaf(0x10).unwrap();
+        assert_eq!(ten.handle, Some(0x10));
+        assert_eq!(
+            ten.config,
+            LeafConfig::FqCodel(FqCodelConfig {
+                ecn: false,
+                ..FqCodelConfig::default()
+            })
+        );
+        let LeafConfig::Sfq(twenty) = leaf(0x20).unwrap().config else {
+            panic!("limit = N is a limit on the default kind")
+        };
+        assert_eq!((twenty.limit, twenty.flows), (50, 50));
+        assert_eq!(leaf(0x30), None, "the default leaf");
+        let htb: Scheduler<u32> = t.build(Instant::ZERO).unwrap();
+        let info = |id: u32| htb.class_info(ClassId::new(1, id)).unwrap().leaf;
+        assert_eq!(info(0x10), Some(ten.config));
+        assert_eq!(info(0x30), Some(t.config.default_leaf));
+        assert_eq!(info(1), None, "inner classes hold no leaf");
+    }
+
+    #[test]
+    fn bad_leaves_are_located() {
+        assert!(
+            err("[[class]]\nid = \"1:1\"\nrate = 1\nlimit = 5\nleaf = \"pfifo\"\n")
+                .starts_with("line 4, column 9: class[0].limit: give the limit inside leaf")
+        );
+        let e = err(
+            "[[class]]\nid = \"1:1\"\nrate = 1\nleaf = \"sfq\"\n[[class]]\nid = \"1:2\"\nparent = \"1:1\"\nrate = 1\n",
+        );
+        assert!(e.contains("class 1:1 has children"), "{e}");
+        assert!(
+            err("[qdisc]\nleaf = { kind = \"pfifo\", handle = \"5:\" }\n").contains("no handle")
+        );
+        assert!(
+            err("[qdisc]\nleaf = \"bfifo\"\n[[class]]\nid = \"1:1\"\nrate = 1\nlimit = 5\n")
+                .contains("bfifo counts bytes")
+        );
+        let e =
+            err("[[class]]\nid = \"1:1\"\nrate = 1\nleaf = { kind = \"fq_codel\", flows = 0 }\n");
+        assert!(
+            e.starts_with("line 4, column 8: class[0].leaf: fq_codel: flows 0"),
+            "{e}"
+        );
+    }
 }

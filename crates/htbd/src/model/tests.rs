@@ -1,8 +1,8 @@
 //! The model against tc's rules: batches all or nothing, and the saved state round trip.
 
 use super::*;
-use htb_core::Rate;
-use htb_ipc::{ClassSpec as WireClass, FilterSpec, MatchSpec, QdiscSpec};
+use htb_core::{LeafKind, LeafSpec, Rate};
+use htb_ipc::{ClassSpec as WireClass, FilterSpec, LeafQdiscSpec, MatchSpec, QdiscSpec};
 
 fn model() -> Model {
     Model {
@@ -241,4 +241,210 @@ fn the_state_file_round_trips_through_the_config_parser() {
         q.classes[&"1:20".parse().unwrap()].spec.rate.bits_per_sec(),
         1_234_567_891
     );
+}
+
+fn leaf(
+    op: fn(LeafQdiscSpec) -> Command,
+    class: &str,
+    handle: Option<u16>,
+    spec: LeafSpec,
+) -> Command {
+    op(LeafQdiscSpec {
+        dev: "r2".into(),
+        parent: class.parse().unwrap(),
+        handle: handle.map(|h| ClassId::new(h, 0)),
+        leaf: spec,
+    })
+}
+
+fn leaf_of(m: &Model, class: &str) -> Option<LeafDef> {
+    m.ports[1].qdisc.as_ref().unwrap().classes[&class.parse().unwrap()].leaf
+}
+
+fn sfq(perturb: u32) -> LeafSpec {
+    LeafSpec::Sfq(htb_core::SfqSpec {
+        perturb: Some(perturb),
+        ..htb_core::SfqSpec::default()
+    })
+}
+
+#[test]
+fn leaf_qdiscs_follow_tc_modify_qdisc() {
+    let mut m = base();
+    let code = |m: &mut Model, c: Command| m.apply(&[c]).unwrap_err().code;
+    // add: an automatic handle from 8001:, then the class is taken.
+    let plan = m
+        .apply(&[leaf(Command::LeafAdd, "1:20", None, sfq(10))])
+        .unwrap();
+    assert!(matches!(
+        plan.effects[0].1,
+        Effect::SetLeaf { leaf: Some(_), .. }
+    ));
+    assert_eq!(leaf_of(&m, "1:20").unwrap().handle, Some(0x8001));
+    assert_eq!(
+        code(&mut m, leaf(Command::LeafAdd, "1:20", Some(0x20), sfq(5))),
+        ErrorCode::Exists
+    );
+    // Inner classes, unknown classes and taken handles are refused.
+    assert_eq!(
+        code(&mut m, leaf(Command::LeafAdd, "1:1", None, sfq(0))),
+        ErrorCode::Invalid
+    );
+    assert_eq!(
+        code(&mut m, leaf(Command::LeafAdd, "1:99", None, sfq(0))),
+        ErrorCode::NotFound
+    );
+    m.apply(&[class(Command::ClassAdd, "1:30", "1:1", 5)])
+        .unwrap();
+    assert_eq!(
+        code(&mut m, leaf(Command::LeafAdd, "1:30", Some(1), sfq(0))),
+        ErrorCode::Exists,
+        "1: is the htb qdisc's"
+    );
+    // change: same kind only, options merged the kernel's way.
+    let codel = LeafSpec::FqCodel(htb_core::FqCodelSpec {
+        target: Some(Duration::from_millis(10)),
+        ..htb_core::FqCodelSpec::default()
+    });
+    assert_eq!(
+        code(&mut m, leaf(Command::LeafChange, "1:20", None, codel)),
+        ErrorCode::Invalid,
+        "Invalid qdisc name"
+    );
+    assert_eq!(
+        code(&mut m, leaf(Command::LeafChange, "1:30", None, codel)),
+        ErrorCode::NotFound,
+        "the default leaf cannot be changed"
+    );
+    let plan = m
+        .apply(&[leaf(Command::LeafChange, "1:20", Some(0x8001), sfq(20))])
+        .unwrap();
+    assert!(matches!(plan.effects[0].1, Effect::ChangeLeaf { .. }));
+    let LeafConfig::Sfq(c) = leaf_of(&m, "1:20").unwrap().config else {
+        panic!()
+    };
+    assert_eq!(c.perturb, 20);
+    // replace: same kind and handle changes in place; another kind is a new qdisc.
+    let plan = m
+        .apply(&[leaf(Command::LeafReplace, "1:20", None, codel)])
+        .unwrap();
+    assert!(matches!(
+        plan.effects[0].1,
+        Effect::SetLeaf {
+            leaf: Some(LeafConfig::FqCodel(_)),
+            ..
+        }
+    ));
+    assert_eq!(
+        leaf_of(&m, "1:20").unwrap().handle,
+        Some(0x8002),
+        "a new qdisc, a new handle"
+    );
+    // del: back to the default leaf; the default cannot be deleted.
+    assert_eq!(
+        code(
+            &mut m,
+            Command::LeafDelete {
+                dev: "r2".into(),
+                parent: "1:20".parse().unwrap(),
+                handle: Some(ClassId::new(0x99, 0)),
+                kind: None,
+            }
+        ),
+        ErrorCode::Invalid
+    );
+    let plan = m
+        .apply(&[Command::LeafDelete {
+            dev: "r2".into(),
+            parent: "1:20".parse().unwrap(),
+            handle: None,
+            kind: Some(LeafKind::FqCodel),
+        }])
+        .unwrap();
+    assert!(matches!(
+        plan.effects[0].1,
+        Effect::SetLeaf { leaf: None, .. }
+    ));
+    assert_eq!(leaf_of(&m, "1:20"), None);
+    assert_eq!(
+        code(
+            &mut m,
+            Command::LeafDelete {
+                dev: "r2".into(),
+                parent: "1:20".parse().unwrap(),
+                handle: None,
+                kind: None,
+            }
+        ),
+        ErrorCode::NotFound,
+        "Cannot delete qdisc with handle of zero"
+    );
+}
+
+#[test]
+fn a_refused_batch_restores_leaves_and_a_parent_loses_its_leaf() {
+    let mut m = base();
+    m.apply(&[leaf(Command::LeafAdd, "1:20", Some(0x20), sfq(10))])
+        .unwrap();
+    let before = m.to_toml();
+    // A child under 1:20 makes it inner (its leaf goes), then a bad command: all rolled back.
+    let e = m
+        .apply(&[
+            class(Command::ClassAdd, "1:21", "1:20", 1),
+            leaf_delete(LeafQdiscSpec {
+                dev: "r2".into(),
+                parent: "1:21".parse().unwrap(),
+                handle: None,
+                leaf: sfq(0),
+            }),
+        ])
+        .unwrap_err();
+    assert_eq!(e.command, Some(1));
+    assert_eq!(m.to_toml(), before);
+    assert_eq!(leaf_of(&m, "1:20").unwrap().handle, Some(0x20));
+    // Accepted, the leaf is gone with the leaf class.
+    m.apply(&[class(Command::ClassAdd, "1:21", "1:20", 1)])
+        .unwrap();
+    assert_eq!(leaf_of(&m, "1:20"), None);
+    // The shadow agrees: 1:20 takes no qdisc now.
+    assert_eq!(
+        m.apply(&[leaf(Command::LeafAdd, "1:20", None, sfq(0))])
+            .unwrap_err()
+            .code,
+        ErrorCode::Invalid
+    );
+}
+
+fn leaf_delete(op: LeafQdiscSpec) -> Command {
+    Command::LeafDelete {
+        dev: op.dev,
+        parent: op.parent,
+        handle: op.handle,
+        kind: Some(op.leaf.kind()),
+    }
+}
+
+#[test]
+fn leaves_survive_the_state_file() {
+    let mut m = base();
+    m.apply(&[
+        class(Command::ClassAdd, "1:30", "1:1", 5),
+        leaf(Command::LeafAdd, "1:20", Some(0x20), sfq(10)),
+        leaf(
+            Command::LeafAdd,
+            "1:30",
+            None,
+            LeafSpec::FqCodel(htb_core::FqCodelSpec {
+                ecn: Some(false),
+                ce_threshold: Some(Duration::from_micros(1500)),
+                ..htb_core::FqCodelSpec::default()
+            }),
+        ),
+    ])
+    .unwrap();
+    let text = m.to_toml();
+    let back = Model::from_trees(crate::config::parse_state(&text).unwrap()).unwrap();
+    assert_eq!(back.to_toml(), text);
+    assert_eq!(leaf_of(&back, "1:20"), leaf_of(&m, "1:20"));
+    assert_eq!(leaf_of(&back, "1:30"), leaf_of(&m, "1:30"));
 }
