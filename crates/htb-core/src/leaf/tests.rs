@@ -410,7 +410,7 @@ fn reconfiguring_in_place_keeps_packets_and_enforces_new_limits() {
 #[test]
 fn ce_threshold_marks_early() {
     let mut b = Bench::new(fq_codel(|s| {
-        s.ce_threshold = Some(Duration::from_micros(500))
+        s.ce_threshold = Some(Duration::from_micros(500));
     }));
     for _ in 0..10 {
         b.push(1, 1500, true, 0);
