@@ -361,3 +361,56 @@ fn json_report_matches_the_contract() {
     assert_rate(&json, "1:11", 320e3);
     assert_rate(&json, "1:12", 480e3);
 }
+
+/// `examples/latency.toml` with leaf `leaf` (and ECN-capable bulk flows when `ecn`).
+fn latency(leaf: &str, ecn: bool) -> Value {
+    let mut text =
+        example("latency.toml").replace("leaf = \"fq_codel\"", &format!("leaf = \"{leaf}\""));
+    if ecn {
+        text = text.replace("rate = \"4mbit\"", "rate = \"4mbit\"\necn = true");
+    }
+    simulate(&text).0
+}
+
+fn flow(json: &Value, index: usize, key: &str) -> f64 {
+    json["flows"][index][key].as_f64().unwrap()
+}
+
+/// A sparse flow beside four bulk flows that overfill a 10 Mbit/s class: what each leaf
+/// discipline does to its latency, deterministically. The class delivers its rate whatever the
+/// leaf.
+#[test]
+fn a_sparse_flow_beside_bulk_flows_under_each_leaf() {
+    const MS: f64 = 1e6;
+    let codel = latency("fq_codel", false);
+    assert_rate(&codel, "1:10", 10e6);
+    // A new flow each time it speaks: it waits for the packet on the wire, at most.
+    assert!(flow(&codel, 4, "delay_p99_ns") < 1.5 * MS, "{codel}");
+    assert_eq!(flow(&codel, 4, "dropped"), 0.0);
+    // The bulk flows share the rest fairly, and CoDel drops their excess.
+    for f in 0..4 {
+        assert!((flow(&codel, f, "delivered_bps") / 2.484e6 - 1.0).abs() < 0.01);
+        assert!(flow(&codel, f, "dropped") > 3000.0);
+    }
+    let sfq = latency("sfq", false);
+    assert_rate(&sfq, "1:10", 10e6);
+    // Within a round of the four bulk flows: 4 × 1.2 ms.
+    assert!(flow(&sfq, 4, "delay_p99_ns") < 5.0 * MS, "{sfq}");
+    let fifo = latency("pfifo", false);
+    assert_rate(&fifo, "1:10", 10e6);
+    // Behind the full 1000-packet FIFO: 1000 × 1514 B at 10 Mbit/s = 1.21 s.
+    assert!(flow(&fifo, 4, "delay_p50_ns") > 1_100.0 * MS, "{fifo}");
+}
+
+/// ECN-capable flows are marked where others are dropped.
+#[test]
+fn codel_marks_ecn_capable_flows_instead_of_dropping() {
+    let plain = latency("fq_codel", false);
+    let ecn = latency("fq_codel", true);
+    assert_eq!(flow(&plain, 0, "ce_marks"), 0.0);
+    assert!(flow(&ecn, 0, "ce_marks") > 100.0, "{ecn}");
+    // Marks do not slow an unresponsive flow: the queue grows to fq_codel's limit, where
+    // packets are dropped all the same, but the sparse flow keeps its latency.
+    assert!(flow(&ecn, 4, "delay_p99_ns") < 1.5e6);
+    assert_rate(&ecn, "1:10", 10e6);
+}
