@@ -62,7 +62,8 @@ impl Histogram {
         self.total
     }
 
-    /// The `q`-quantile (0.0..=1.0), as the midpoint of its bucket; 0 when empty.
+    /// The `q`-quantile (0.0..=1.0), as the midpoint of its bucket but never above the exact
+    /// maximum (the top bucket's midpoint may lie beyond it); 0 when empty.
     #[must_use]
     pub fn quantile(&self, q: f64) -> u64 {
         if self.total == 0 {
@@ -74,7 +75,7 @@ impl Histogram {
             seen += c;
             if seen >= rank {
                 let (lo, hi) = (Self::lower(i), Self::lower(i + 1));
-                return lo + (hi - lo) / 2;
+                return (lo + (hi - lo) / 2).min(self.max);
             }
         }
         Self::lower(self.counts.len() - 1)
@@ -99,5 +100,16 @@ mod tests {
         let mut small = Histogram::default();
         small.record(7);
         assert_eq!(small.quantile(0.99), 7);
+    }
+
+    #[test]
+    fn no_quantile_exceeds_the_maximum() {
+        let mut h = Histogram::default();
+        // 808.85 ms lies low in its bucket [805.3, 822.1) ms, whose midpoint is above it.
+        for v in [1_000_000, 808_850_000] {
+            h.record(v);
+        }
+        assert_eq!(h.quantile(0.99), 808_850_000);
+        assert_eq!(h.quantile(1.0), h.max());
     }
 }

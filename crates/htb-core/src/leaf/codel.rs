@@ -5,9 +5,9 @@
 //! Time is kept in nanoseconds (the kernel uses 1024 ns units in a wrapping `u32`); the
 //! inverse square root is the kernel's 16-bit `rec_inv_sqrt`, updated with exactly its integer
 //! arithmetic, so drop schedules match the kernel's to the nanosecond scale. One deviation,
-//! shared with RFC 8289's reference code: a flow whose queue runs empty forgets
-//! `first_above_time` (the kernel keeps it, so a flow returning after any idle time with a
-//! standing queue may be dropped without waiting an interval).
+//! RFC 8289's reference code: a flow found empty at dequeue forgets `first_above_time` (the
+//! kernel keeps it, so a sparse flow returning after any idle time to a sojourn above target —
+//! a ping behind bulk flows in a slow class — is dropped without waiting an interval).
 
 use crate::Packet;
 
@@ -132,6 +132,11 @@ pub(crate) fn dequeue<P: Packet>(
 ) -> Option<P> {
     let Some((first, enqueued)) = queue.dequeue() else {
         vars.dropping = false;
+        // RFC 8289's dodequeue: an empty queue is not above target. The kernel keeps
+        // first_above_time here, so a sparse flow that waits a whole DRR round behind bulk
+        // flows (at 180 kbit/s four 1514-byte packets take 270 ms) finds it set from its
+        // previous visit and has its next packet dropped at once.
+        vars.first_above_time = 0;
         return None;
     };
     let drop = should_drop(

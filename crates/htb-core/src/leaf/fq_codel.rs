@@ -266,9 +266,7 @@ impl FqCodel {
     /// An empty flow leaves the round robin: kept dormant while its CoDel state matters,
     /// freed otherwise.
     fn retire(&mut self, flows: &mut FlowTable, idx: u32, params: &CodelParams, now: u64) {
-        let flow = flows.get_mut(idx);
-        flow.codel.first_above_time = 0;
-        if codel::state_matters(&flow.codel, params, now) {
+        if codel::state_matters(&flows.get(idx).codel, params, now) {
             self.dormant.push_back(flows, idx);
         } else {
             flows.free(idx);

@@ -161,6 +161,50 @@ fn fq_codel_serves_a_new_sparse_flow_before_a_bulk_flow() {
     b.assert_conserved();
 }
 
+/// A ping (98 bytes every 100 ms) beside four bulk flows in a 180 kbit/s class (seed 003's
+/// rate), where one 1514-byte packet takes 67 ms: the ping flow, found empty on the new list,
+/// waits a whole round of the old list (four bulk packets, 270 ms) for its next visit, so its
+/// packets always leave above target. It never builds a standing queue, so CoDel must never
+/// drop it — which needs RFC 8289's reset of `first_above_time` when a flow is found empty (the
+/// kernel's `codel_dequeue` keeps it and drops one ping in seven here).
+#[test]
+fn fq_codel_never_drops_a_sparse_flow_in_a_slow_class() {
+    let mut b = Bench::new(fq_codel(|_| {}));
+    let tx_ns = |len: u32| u64::from(len) * 8 * 1_000_000_000 / 180_000;
+    let (mut now, mut next_tx, mut next_ping) = (0, 0, 0);
+    while now < 30_000 * MS {
+        for flow in 1..=4 {
+            while b
+                .store
+                .flows
+                .find(7, flow)
+                .map_or(0, |i| b.store.flows.get(i).len)
+                < 20
+            {
+                b.push(flow, 1514, false, now);
+            }
+        }
+        if now >= next_ping {
+            b.push(9, 98, false, now);
+            next_ping += 100 * MS;
+        }
+        if now >= next_tx {
+            let p = b.pop(now).expect("backlogged");
+            next_tx = now + tx_ns(p.len);
+        }
+        now = next_tx.min(next_ping);
+    }
+    let dropped = |flow| b.store.dropped.iter().filter(|p| p.flow == flow).count();
+    assert!(
+        dropped(1) > 20,
+        "CoDel controls the bulk flows: {}",
+        dropped(1)
+    );
+    assert_eq!(dropped(9), 0, "the sparse flow lost packets");
+    assert!(b.sent.iter().filter(|p| p.flow == 9).count() > 290);
+    b.assert_conserved();
+}
+
 #[test]
 fn fq_codel_shares_bytes_equally_whatever_the_packet_sizes() {
     let mut b = Bench::new(fq_codel(|_| {}));
