@@ -90,6 +90,7 @@ pub(crate) fn control_law(t: u64, interval: u64, rec_inv_sqrt: u16) -> u64 {
 
 /// `codel_should_drop`: whether the packet just dequeued (`None`: the flow is empty) has sat
 /// above target for an interval.
+#[inline]
 fn should_drop<P: Packet>(
     packet: Option<(&P, u64)>,
     vars: &mut CodelVars,
@@ -121,8 +122,20 @@ fn should_drop<P: Packet>(
     }
 }
 
+/// `codel_dequeue` of an empty queue: the dropping state ends, and — RFC 8289's dodequeue:
+/// an empty queue is not above target — so does the time above target. The kernel keeps
+/// `first_above_time` here, so a sparse flow that waits a whole DRR round behind bulk flows (at
+/// 180 kbit/s four 1514-byte packets take 270 ms) finds it set from its previous visit and has
+/// its next packet dropped at once.
+#[inline]
+pub(crate) fn found_empty(vars: &mut CodelVars) {
+    vars.dropping = false;
+    vars.first_above_time = 0;
+}
+
 /// `codel_dequeue`: the next packet of the flow `queue` to send at `now` (ns), dropping or
 /// ECN-marking at the head as the control law says.
+#[inline]
 pub(crate) fn dequeue<P: Packet>(
     queue: &mut impl CodelQueue<P>,
     vars: &mut CodelVars,
@@ -131,12 +144,7 @@ pub(crate) fn dequeue<P: Packet>(
     now: u64,
 ) -> Option<P> {
     let Some((first, enqueued)) = queue.dequeue() else {
-        vars.dropping = false;
-        // RFC 8289's dodequeue: an empty queue is not above target. The kernel keeps
-        // first_above_time here, so a sparse flow that waits a whole DRR round behind bulk
-        // flows (at 180 kbit/s four 1514-byte packets take 270 ms) finds it set from its
-        // previous visit and has its next packet dropped at once.
-        vars.first_above_time = 0;
+        found_empty(vars);
         return None;
     };
     let drop = should_drop(

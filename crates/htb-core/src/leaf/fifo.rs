@@ -1,7 +1,7 @@
 //! `pfifo` and `bfifo` (`net/sched/sch_fifo.c`): tail drop at a packet or byte limit.
 
+use crate::CheckError;
 use alloc::format;
-use alloc::string::String;
 
 use super::pool::{PacketList, PacketPool};
 use crate::Packet;
@@ -95,13 +95,13 @@ impl Fifo {
         self.drops
     }
 
-    pub(crate) fn check<P: Packet>(&self, pool: &PacketPool<P>) -> Result<(), String> {
+    pub(crate) fn check<P: Packet>(&self, pool: &PacketPool<P>) -> Result<(), CheckError> {
         let (n, bytes) = super::count_list(pool, self.packets);
         if (n, bytes) != (self.len, self.backlog) {
-            return Err(format!(
+            return Err(CheckError(format!(
                 "fifo holds {n} packets / {bytes} B, counters say {} / {}",
                 self.len, self.backlog
-            ));
+            )));
         }
         Ok(())
     }

@@ -3,9 +3,16 @@
 //!
 //! The kernel gives every instance an array of `flows` buckets up front (`fq_codel`: 1024 ×
 //! 64 bytes + 4 KiB of backlogs, ~68 KB per class); at 100 000 classes that is 6.8 GB. Here a
-//! leaf keeps list heads only, and a flow record lives in this table while it is busy, found by
-//! `(leaf, bucket)` in one hash map: the memory follows the active flows, not the classes.
+//! leaf keeps list heads only, and a flow record lives in this table while it is busy: the
+//! memory follows the active flows, not the classes.
+//!
+//! A leaf finds the flow of a bucket by walking its own few flows (each leaf's records are
+//! chained), and only past [`SCAN_MAX`] of them through one hash map keyed by `(leaf, bucket)`:
+//! most leaves hold a handful of flows at a time, and a walk over those is cheaper than a map
+//! insert and remove per flow — the map's memory is out of cache at 100 000 classes.
 
+use crate::CheckError;
+use alloc::format;
 use alloc::vec::Vec;
 
 use hashbrown::HashMap;
@@ -46,7 +53,39 @@ pub(crate) struct Flow {
     /// `dep[]` lists keep that order; the longest flow that changed last is dropped from).
     pub(crate) stamp: u32,
     pub(crate) codel: CodelVars,
-    key: u64,
+    /// The chain of the leaf's flow records (see [`LeafFlows`]).
+    sib_prev: u32,
+    sib_next: u32,
+}
+
+/// A leaf walks its flows to find a bucket's while it has at most this many; past it, the
+/// table's map indexes them.
+const SCAN_MAX: u32 = 4;
+/// A mapped leaf goes back to walking once it holds this few flows (hysteresis, so a leaf
+/// hovering at the limit does not map and unmap every packet).
+const UNMAP_AT: u32 = 2;
+
+/// One leaf's handle on its flow records in the [`FlowTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LeafFlows {
+    /// The leaf's key in the map.
+    key: u32,
+    /// Flow records the leaf holds, chained from `first`.
+    count: u32,
+    first: u32,
+    /// Whether the map indexes this leaf's flows.
+    mapped: bool,
+}
+
+impl LeafFlows {
+    pub(crate) const fn new(key: u32) -> Self {
+        Self {
+            key,
+            count: 0,
+            first: NONE,
+            mapped: false,
+        }
+    }
 }
 
 /// The flow table of one scheduler.
@@ -64,13 +103,27 @@ fn map_key(leaf: u32, bucket: u32) -> u64 {
 impl FlowTable {
     /// The flow of `leaf` hashed to `bucket`, if it exists.
     #[inline]
-    pub(crate) fn find(&self, leaf: u32, bucket: u32) -> Option<u32> {
-        self.map.get(&map_key(leaf, bucket)).copied()
+    pub(crate) fn find(&self, leaf: &LeafFlows, bucket: u32) -> Option<u32> {
+        if leaf.mapped {
+            return self.map.get(&map_key(leaf.key, bucket)).copied();
+        }
+        let mut idx = leaf.first;
+        while idx != NONE {
+            let flow = &self.flows[idx as usize];
+            if flow.bucket == bucket {
+                return Some(idx);
+            }
+            idx = flow.sib_next;
+        }
+        None
     }
 
     /// A fresh flow of `leaf` at `bucket` (which must not have one).
-    pub(crate) fn alloc(&mut self, leaf: u32, bucket: u32) -> u32 {
-        let key = map_key(leaf, bucket);
+    pub(crate) fn alloc(&mut self, leaf: &mut LeafFlows, bucket: u32) -> u32 {
+        debug_assert!(
+            self.find(leaf, bucket).is_none(),
+            "bucket {bucket} had a flow"
+        );
         let flow = Flow {
             packets: PacketList::EMPTY,
             len: 0,
@@ -82,7 +135,8 @@ impl FlowTable {
             deficit: 0,
             stamp: 0,
             codel: CodelVars::default(),
-            key,
+            sib_prev: NONE,
+            sib_next: leaf.first,
         };
         let idx = match self.free.pop() {
             Some(idx) => {
@@ -94,20 +148,80 @@ impl FlowTable {
                 (self.flows.len() - 1) as u32
             }
         };
-        let previous = self.map.insert(key, idx);
-        debug_assert!(
-            previous.is_none(),
-            "bucket {bucket} of leaf {leaf} had a flow"
-        );
+        if leaf.first != NONE {
+            self.flows[leaf.first as usize].sib_prev = idx;
+        }
+        leaf.first = idx;
+        leaf.count += 1;
+        if leaf.mapped {
+            self.map.insert(map_key(leaf.key, bucket), idx);
+        } else if leaf.count > SCAN_MAX {
+            self.set_mapped(leaf, true);
+        }
         idx
     }
 
-    /// Frees flow `idx` (it must be empty and on no list).
-    pub(crate) fn free(&mut self, idx: u32) {
+    /// Frees flow `idx` of `leaf` (it must be empty and on no list).
+    pub(crate) fn free(&mut self, leaf: &mut LeafFlows, idx: u32) {
         let flow = &self.flows[idx as usize];
         debug_assert!(flow.len == 0 && flow.list == ListTag::Unlinked);
-        self.map.remove(&flow.key);
+        let (prev, next, bucket) = (flow.sib_prev, flow.sib_next, flow.bucket);
+        if prev == NONE {
+            leaf.first = next;
+        } else {
+            self.flows[prev as usize].sib_next = next;
+        }
+        if next != NONE {
+            self.flows[next as usize].sib_prev = prev;
+        }
+        leaf.count -= 1;
         self.free.push(idx);
+        if leaf.mapped {
+            self.map.remove(&map_key(leaf.key, bucket));
+            if leaf.count <= UNMAP_AT {
+                self.set_mapped(leaf, false);
+            }
+        }
+    }
+
+    /// Puts every flow of `leaf` into the map, or takes them out.
+    fn set_mapped(&mut self, leaf: &mut LeafFlows, mapped: bool) {
+        let mut idx = leaf.first;
+        while idx != NONE {
+            let flow = &self.flows[idx as usize];
+            let key = map_key(leaf.key, flow.bucket);
+            if mapped {
+                self.map.insert(key, idx);
+            } else {
+                self.map.remove(&key);
+            }
+            idx = flow.sib_next;
+        }
+        leaf.mapped = mapped;
+    }
+
+    /// Checks `leaf`'s chain against its count and the map; returns the records it holds.
+    pub(crate) fn check_leaf(&self, leaf: &LeafFlows) -> Result<usize, CheckError> {
+        let (mut idx, mut prev, mut n) = (leaf.first, NONE, 0u32);
+        while idx != NONE {
+            let flow = &self.flows[idx as usize];
+            let mapped = self.map.get(&map_key(leaf.key, flow.bucket)) == Some(&idx);
+            if flow.sib_prev != prev || mapped != leaf.mapped {
+                return Err(CheckError(format!(
+                    "flow {idx} of leaf {} is misfiled",
+                    leaf.key
+                )));
+            }
+            (prev, idx) = (idx, flow.sib_next);
+            n += 1;
+        }
+        if n != leaf.count || (leaf.mapped && n <= UNMAP_AT) || (!leaf.mapped && n > SCAN_MAX) {
+            return Err(CheckError(format!(
+                "leaf {} chains {n} flows, counts {} (mapped: {})",
+                leaf.key, leaf.count, leaf.mapped
+            )));
+        }
+        Ok(n as usize)
     }
 
     #[inline]

@@ -8,13 +8,13 @@
 //! only while that state could still change its next dropping episode
 //! ([`codel::state_matters`]); after that a fresh flow behaves identically.
 
+use crate::CheckError;
 use alloc::format;
-use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::codel::{self, CodelParams, CodelQueue, CodelStats};
-use super::flows::{Flow, FlowList, FlowTable, ListTag};
-use super::pool::PacketPool;
+use super::flows::{Flow, FlowList, FlowTable, LeafFlows, ListTag};
+use super::pool::{PacketList, PacketPool};
 use super::spec::FqCodelConfig;
 use super::{FqCodelStats, LeafStore};
 use crate::Packet;
@@ -26,7 +26,8 @@ const TRIM_PER_CALL: usize = 2;
 #[derive(Clone, Debug)]
 pub(crate) struct FqCodel {
     config: FqCodelConfig,
-    key: u32,
+    /// Its flow records in the scheduler's table.
+    index: LeafFlows,
     new_flows: FlowList,
     old_flows: FlowList,
     dormant: FlowList,
@@ -49,7 +50,9 @@ fn bucket(hash: u32, flows: u32) -> u32 {
 /// The flow CoDel is serving, with the counters `dequeue_func` and `drop_func` update.
 struct Served<'a, P> {
     packets: &'a mut PacketPool<P>,
-    flow: &'a mut Flow,
+    flow_packets: &'a mut PacketList,
+    flow_len: &'a mut u32,
+    flow_backlog: &'a mut u32,
     dropped: &'a mut Vec<P>,
     len: &'a mut u32,
     backlog: &'a mut u64,
@@ -58,11 +61,12 @@ struct Served<'a, P> {
 }
 
 impl<P: Packet> CodelQueue<P> for Served<'_, P> {
+    #[inline]
     fn dequeue(&mut self) -> Option<(P, u64)> {
-        let (packet, enqueued) = self.packets.pop_front(&mut self.flow.packets)?;
+        let (packet, enqueued) = self.packets.pop_front(self.flow_packets)?;
         let len = packet.len_bytes();
-        self.flow.len -= 1;
-        self.flow.backlog -= len;
+        *self.flow_len -= 1;
+        *self.flow_backlog -= len;
         *self.len -= 1;
         *self.backlog -= u64::from(len);
         *self.memory_usage = self.memory_usage.saturating_sub(packet.truesize());
@@ -84,7 +88,7 @@ impl FqCodel {
     pub(crate) fn new(config: FqCodelConfig, key: u32) -> Self {
         Self {
             config,
-            key,
+            index: LeafFlows::new(key),
             new_flows: FlowList::new(ListTag::New),
             old_flows: FlowList::new(ListTag::Old),
             dormant: FlowList::new(ListTag::Dormant),
@@ -119,21 +123,21 @@ impl FqCodel {
     ) -> Result<(), P> {
         self.trim_dormant(&mut store.flows, now);
         let b = bucket(packet.flow_hash(), self.config.flows);
-        let idx = match store.flows.find(self.key, b) {
+        let idx = match store.flows.find(&self.index, b) {
             Some(idx) => {
                 if store.flows.get(idx).list == ListTag::Dormant {
                     self.dormant.remove(&mut store.flows, idx);
                 }
                 idx
             }
-            None => store.flows.alloc(self.key, b),
+            None => store.flows.alloc(&mut self.index, b),
         };
         let len = packet.len_bytes();
         let truesize = packet.truesize();
         let flow = store.flows.get_mut(idx);
         if let Err(packet) = store.packets.push_back(&mut flow.packets, packet, now) {
             if flow.len == 0 && flow.list == ListTag::Unlinked {
-                store.flows.free(idx);
+                store.flows.free(&mut self.index, idx);
             }
             self.drops += 1;
             return Err(packet);
@@ -223,23 +227,35 @@ impl FqCodel {
                 self.old_flows.push_back(&mut store.flows, idx);
                 continue;
             }
-            let flow = store.flows.get_mut(idx);
-            let mut vars = flow.codel;
-            let mut served = Served {
-                packets: &mut store.packets,
-                flow,
-                dropped: &mut store.dropped,
-                len: &mut self.len,
-                backlog: &mut self.backlog,
-                memory_usage: &mut self.memory_usage,
-                drops: &mut self.drops,
+            let Flow {
+                packets,
+                len,
+                backlog,
+                codel: vars,
+                ..
+            } = store.flows.get_mut(idx);
+            let packet = if *len == 0 {
+                // What codel_dequeue does with an empty flow, without building its queue.
+                codel::found_empty(vars);
+                None
+            } else {
+                let mut served = Served {
+                    packets: &mut store.packets,
+                    flow_packets: packets,
+                    flow_len: len,
+                    flow_backlog: backlog,
+                    dropped: &mut store.dropped,
+                    len: &mut self.len,
+                    backlog: &mut self.backlog,
+                    memory_usage: &mut self.memory_usage,
+                    drops: &mut self.drops,
+                };
+                codel::dequeue(&mut served, vars, &params, &mut self.codel, now)
             };
-            let packet = codel::dequeue(&mut served, &mut vars, &params, &mut self.codel, now);
-            let flow = store.flows.get_mut(idx);
-            flow.codel = vars;
             match packet {
                 Some(packet) => {
-                    flow.deficit -= packet.len_bytes().min(i32::MAX as u32) as i32;
+                    store.flows.get_mut(idx).deficit -=
+                        packet.len_bytes().min(i32::MAX as u32) as i32;
                     return Some(packet);
                 }
                 None => {
@@ -269,7 +285,7 @@ impl FqCodel {
         if codel::state_matters(&flows.get(idx).codel, params, now) {
             self.dormant.push_back(flows, idx);
         } else {
-            flows.free(idx);
+            flows.free(&mut self.index, idx);
         }
     }
 
@@ -282,7 +298,7 @@ impl FqCodel {
             match self.dormant.front() {
                 Some(idx) if !codel::state_matters(&flows.get(idx).codel, &params, now) => {
                     self.dormant.remove(flows, idx);
-                    flows.free(idx);
+                    flows.free(&mut self.index, idx);
                 }
                 _ => return,
             }
@@ -300,7 +316,7 @@ impl FqCodel {
                 flow.len = 0;
                 flow.backlog = 0;
                 list.remove(&mut store.flows, idx);
-                store.flows.free(idx);
+                store.flows.free(&mut self.index, idx);
             }
         }
         self.len = 0;
@@ -346,7 +362,7 @@ impl FqCodel {
         self.drops
     }
 
-    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>, key: u32) -> Result<usize, String> {
+    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>) -> Result<usize, CheckError> {
         let flows = &store.flows;
         let (mut len, mut bytes, mut records) = (0u32, 0u64, 0usize);
         for (list, tag) in [
@@ -358,32 +374,40 @@ impl FqCodel {
             for idx in list.iter(flows) {
                 let f = flows.get(idx);
                 let (n, b) = super::count_list(&store.packets, f.packets);
-                if f.list != tag || flows.find(key, f.bucket) != Some(idx) {
-                    return Err(format!("fq_codel flow {idx} is not where its lists say"));
+                if f.list != tag || flows.find(&self.index, f.bucket) != Some(idx) {
+                    return Err(CheckError(format!(
+                        "fq_codel flow {idx} is not where its lists say"
+                    )));
                 }
                 if (n, b) != (f.len, u64::from(f.backlog)) || (tag == ListTag::Dormant && n > 0) {
-                    return Err(format!(
+                    return Err(CheckError(format!(
                         "fq_codel flow {idx} ({tag:?}) holds {n} packets / {b} B, says {} / {}",
                         f.len, f.backlog
-                    ));
+                    )));
                 }
                 len += n;
                 bytes += b;
                 on_list += 1;
             }
             if on_list != list.len() {
-                return Err(format!(
+                return Err(CheckError(format!(
                     "fq_codel {tag:?} list counts {} flows, holds {on_list}",
                     list.len()
-                ));
+                )));
             }
             records += on_list as usize;
         }
         if (len, bytes) != (self.len, self.backlog) {
-            return Err(format!(
+            return Err(CheckError(format!(
                 "fq_codel flows hold {len} packets / {bytes} B, counters say {} / {}",
                 self.len, self.backlog
-            ));
+            )));
+        }
+        let chained = store.flows.check_leaf(&self.index)?;
+        if chained != records {
+            return Err(CheckError(format!(
+                "fq_codel holds {chained} flow records, {records} on its lists"
+            )));
         }
         Ok(records)
     }

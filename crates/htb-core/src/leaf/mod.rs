@@ -22,7 +22,7 @@ mod pool;
 mod sfq;
 mod spec;
 
-use alloc::string::String;
+use crate::CheckError;
 use alloc::vec::Vec;
 
 pub use pool::PacketPool;
@@ -259,11 +259,11 @@ impl Leaf {
 
     /// Verifies the leaf's own invariants (packet and byte counts against its lists, flow
     /// lists and ownership); returns how many flow records it holds.
-    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>, key: u32) -> Result<usize, String> {
+    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>) -> Result<usize, CheckError> {
         match self {
             Self::Fifo(q) => q.check(&store.packets).map(|()| 0),
-            Self::Sfq(q) => q.check(store, key),
-            Self::FqCodel(q) => q.check(store, key),
+            Self::Sfq(q) => q.check(store),
+            Self::FqCodel(q) => q.check(store),
         }
     }
 

@@ -9,11 +9,12 @@
 //! whose depth changed last). `perturb` re-keys the hash every `perturb` seconds from a seed the
 //! scheduler gives, and rehashes the queued packets as `sfq_rehash` does.
 
+use crate::CheckError;
 use alloc::format;
-use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::LeafStore;
+use super::flows::LeafFlows;
 use super::pool::NONE;
 use super::spec::SfqConfig;
 use crate::Packet;
@@ -47,7 +48,8 @@ fn next_random(state: &mut u64) -> u32 {
 #[derive(Clone, Debug)]
 pub(crate) struct Sfq {
     config: SfqConfig,
-    key: u32,
+    /// Its flow records in the scheduler's table.
+    index: LeafFlows,
     /// The flow served last in the round (`q->tail`); the ring links through `Flow::next`.
     tail: u32,
     len: u32,
@@ -69,7 +71,7 @@ impl Sfq {
         let perturbation = next_random(&mut random);
         Self {
             config,
-            key,
+            index: LeafFlows::new(key),
             tail: NONE,
             len: 0,
             backlog: 0,
@@ -114,7 +116,7 @@ impl Sfq {
     ) -> Result<(), P> {
         self.maybe_perturb(store, now);
         let bucket = self.bucket(packet.flow_hash());
-        let idx = match store.flows.find(self.key, bucket) {
+        let idx = match store.flows.find(&self.index, bucket) {
             Some(idx) => idx,
             None if self.active >= self.config.flows => {
                 self.drops += 1;
@@ -122,7 +124,7 @@ impl Sfq {
             }
             None => {
                 self.active += 1;
-                store.flows.alloc(self.key, bucket)
+                store.flows.alloc(&mut self.index, bucket)
             }
         };
         let len = packet.len_bytes();
@@ -154,7 +156,7 @@ impl Sfq {
         }
         if let Err(packet) = store.packets.push_back(&mut flow.packets, packet, now) {
             if flow.len == 0 {
-                store.flows.free(idx);
+                store.flows.free(&mut self.index, idx);
                 self.active -= 1;
             }
             self.drops += 1;
@@ -242,7 +244,7 @@ impl Sfq {
         if depth > 1 {
             self.touch(store, victim);
         } else {
-            store.flows.free(victim);
+            store.flows.free(&mut self.index, victim);
             self.active -= 1;
         }
     }
@@ -276,7 +278,7 @@ impl Sfq {
                 store.flows.get_mut(self.tail).next = next;
             }
             store.flows.get_mut(a).next = NONE;
-            store.flows.free(a);
+            store.flows.free(&mut self.index, a);
             self.active -= 1;
         } else {
             flow.deficit -= allot_size(len);
@@ -314,7 +316,7 @@ impl Sfq {
                 flow.len = 0;
                 flow.backlog = 0;
                 flow.next = NONE;
-                store.flows.free(idx);
+                store.flows.free(&mut self.index, idx);
                 if idx == self.tail {
                     break;
                 }
@@ -333,11 +335,11 @@ impl Sfq {
 
     fn reinsert<P: Packet>(&mut self, store: &mut LeafStore<P>, packet: P, enqueued: u64) {
         let bucket = self.bucket(packet.flow_hash());
-        let idx = match store.flows.find(self.key, bucket) {
+        let idx = match store.flows.find(&self.index, bucket) {
             Some(idx) if store.flows.get(idx).len < self.config.depth => idx,
             None if self.active < self.config.flows => {
                 self.active += 1;
-                store.flows.alloc(self.key, bucket)
+                store.flows.alloc(&mut self.index, bucket)
             }
             _ => {
                 self.drops += 1;
@@ -388,7 +390,7 @@ impl Sfq {
             } else {
                 store.flows.get_mut(self.tail).next = next;
             }
-            store.flows.free(idx);
+            store.flows.free(&mut self.index, idx);
         }
         self.active = 0;
         self.len = 0;
@@ -435,30 +437,30 @@ impl Sfq {
         self.drops
     }
 
-    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>, key: u32) -> Result<usize, String> {
+    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>) -> Result<usize, CheckError> {
         let (mut len, mut bytes, mut flows) = (0u32, 0u64, 0u32);
         if self.tail != NONE {
             let mut idx = self.tail;
             loop {
                 let f = store.flows.get(idx);
                 let (n, b) = super::count_list(&store.packets, f.packets);
-                if store.flows.find(key, f.bucket) != Some(idx) {
-                    return Err(format!("sfq flow {idx} is not its bucket's"));
+                if store.flows.find(&self.index, f.bucket) != Some(idx) {
+                    return Err(CheckError(format!("sfq flow {idx} is not its bucket's")));
                 }
                 if (n, b) != (f.len, u64::from(f.backlog)) || n == 0 || n > self.config.depth {
-                    return Err(format!(
+                    return Err(CheckError(format!(
                         "sfq flow {idx} holds {n} packets / {b} B, says {} / {} (depth {})",
                         f.len, f.backlog, self.config.depth
-                    ));
+                    )));
                 }
                 len += n;
                 bytes += b;
                 flows += 1;
                 if flows > self.active {
-                    return Err(format!(
+                    return Err(CheckError(format!(
                         "sfq ring longer than its {} active flows",
                         self.active
-                    ));
+                    )));
                 }
                 idx = f.next;
                 if idx == self.tail {
@@ -467,17 +469,23 @@ impl Sfq {
             }
         }
         if (len, bytes, flows) != (self.len, self.backlog, self.active) {
-            return Err(format!(
+            return Err(CheckError(format!(
                 "sfq ring holds {len} packets / {bytes} B in {flows} flows, counters say {} / {} / {}",
                 self.len, self.backlog, self.active
-            ));
+            )));
         }
         if self.len > self.config.limit {
-            return Err(format!(
+            return Err(CheckError(format!(
                 "sfq holds {} packets over its limit {}",
                 self.len, self.config.limit
-            ));
+            )));
         }
-        Ok(flows as usize)
+        let chained = store.flows.check_leaf(&self.index)?;
+        if chained != flows as usize {
+            return Err(CheckError(format!(
+                "sfq holds {chained} flow records, {flows} in its ring"
+            )));
+        }
+        Ok(chained)
     }
 }

@@ -40,6 +40,8 @@ struct Bench {
     leaf: Leaf,
     store: LeafStore<Pkt>,
     next_id: u32,
+    /// The flow of every packet pushed, in order.
+    pushed: Vec<u32>,
     sent: Vec<Pkt>,
     refused: Vec<Pkt>,
 }
@@ -50,6 +52,7 @@ impl Bench {
             leaf: Leaf::new(&config, 7, 42, Instant::ZERO),
             store: LeafStore::default(),
             next_id: 0,
+            pushed: Vec::new(),
             sent: Vec::new(),
             refused: Vec::new(),
         }
@@ -64,6 +67,7 @@ impl Bench {
             ce: false,
         };
         self.next_id += 1;
+        self.pushed.push(flow);
         if let Err(p) = self
             .leaf
             .enqueue(&mut self.store, p, Instant::from_nanos(now))
@@ -83,7 +87,7 @@ impl Bench {
     }
 
     fn check(&self) {
-        let records = self.leaf.check(&self.store, 7).unwrap();
+        let records = self.leaf.check(&self.store).unwrap();
         assert_eq!(records, self.store.flows.in_use(), "flow records leaked");
         assert_eq!(self.store.packets.in_use(), self.leaf.len() as usize);
     }
@@ -174,13 +178,10 @@ fn fq_codel_never_drops_a_sparse_flow_in_a_slow_class() {
     let (mut now, mut next_tx, mut next_ping) = (0, 0, 0);
     while now < 30_000 * MS {
         for flow in 1..=4 {
-            while b
-                .store
-                .flows
-                .find(7, flow)
-                .map_or(0, |i| b.store.flows.get(i).len)
-                < 20
-            {
+            let count = |v: &[Pkt]| v.iter().filter(|p| p.flow == flow).count();
+            let out = count(&b.sent) + count(&b.store.dropped) + count(&b.refused);
+            let pushed = b.pushed.iter().filter(|&&f| f == flow).count();
+            for _ in pushed - out..20 {
                 b.push(flow, 1514, false, now);
             }
         }
@@ -203,6 +204,27 @@ fn fq_codel_never_drops_a_sparse_flow_in_a_slow_class() {
     assert_eq!(dropped(9), 0, "the sparse flow lost packets");
     assert!(b.sent.iter().filter(|p| p.flow == 9).count() > 290);
     b.assert_conserved();
+}
+
+/// A leaf walks its own flows while it has few and indexes them in the table's map past four;
+/// every step is checked (chain, count, map) as flows come and go across both thresholds.
+#[test]
+fn flows_are_found_by_walk_or_map_across_the_threshold() {
+    for config in [fq_codel(|_| {}), sfq(|_| {})] {
+        let mut b = Bench::new(config);
+        for round in 0..3 {
+            for flow in 0..12 {
+                b.push(flow, 100 + round, false, 0);
+            }
+            assert_eq!(b.store.flows.in_use(), 12, "{config:?}");
+            // Packets of existing flows find their flow, walked or mapped.
+            b.push(3, 100, false, 0);
+            assert_eq!(b.store.flows.in_use(), 12);
+            while b.pop(0).is_some() {}
+        }
+        assert_eq!(b.sent.len(), 39);
+        b.assert_conserved();
+    }
 }
 
 #[test]
@@ -403,7 +425,7 @@ fn sfq_perturbation_rehashes_without_reordering_a_flow() {
     for i in 0..60 {
         b.push(i % 6, 200, false, 0);
     }
-    assert_eq!(b.leaf.check(&b.store, 7).unwrap(), 6, "six flows");
+    assert_eq!(b.leaf.check(&b.store).unwrap(), 6, "six flows");
     // A second later the key changes and the 60 packets move to their new buckets.
     while b.pop(1_500 * MS).is_some() {}
     let mut last: BTreeMap<u32, u32> = BTreeMap::new();

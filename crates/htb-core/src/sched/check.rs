@@ -166,7 +166,7 @@ impl<P: Packet> Scheduler<P> {
             );
             qlen += u64::from(queue.len());
             backlog += queue.backlog();
-            match queue.check(&self.store, slot as u32) {
+            match queue.check(&self.store) {
                 Ok(records) => flow_records += records,
                 Err(e) => return Err(CheckError(format!("class {}: {e}", c.id))),
             }
