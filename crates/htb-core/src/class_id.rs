@@ -78,7 +78,13 @@ impl ClassId {
     }
 }
 
+/// One part of a class id: hex digits with an optional `0x` (tc reads each part with
+/// `strtoul(…, 16)`, which takes the prefix: LibreQoS writes `parent 0x1:0x3`).
 fn hex(s: &str) -> Result<u64, ClassIdError> {
+    let s = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
     if s.is_empty() || s.len() > 16 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ClassIdError::Malformed);
     }
@@ -88,10 +94,9 @@ fn hex(s: &str) -> Result<u64, ClassIdError> {
 impl FromStr for ClassId {
     type Err = ClassIdError;
 
-    /// Accepts tc's `get_tc_classid` forms: `1:20`, `1:` (minor 0), `:20` (major 0) and a bare
-    /// 32-bit kernel handle in hex (`10020` = `1:20`).
+    /// Accepts tc's `get_tc_classid` forms: `1:20`, `1:` (minor 0), `:20` (major 0), a bare
+    /// 32-bit kernel handle in hex (`10020` = `1:20`), each part with or without `0x`.
     fn from_str(s: &str) -> Result<Self, ClassIdError> {
-        let s = s.strip_prefix("0x").unwrap_or(s);
         if let Some((major, minor)) = s.split_once(':') {
             let major = if major.is_empty() { 0 } else { hex(major)? };
             let minor = if minor.is_empty() { 0 } else { hex(minor)? };
@@ -164,6 +169,10 @@ mod tests {
             Ok(ClassId::new(1, 0x1a2b3)),
             "32-bit minors"
         );
+        // strtoul(…, 16) takes 0x on each part: LibreQoS's `parent 0x1:0x3`, mq's `7FFF:0x1`.
+        assert_eq!("0x1:0x3".parse(), Ok(ClassId::new(1, 3)));
+        assert_eq!("7FFF:0x1".parse(), Ok(ClassId::new(0x7fff, 1)));
+        assert_eq!("0x10020".parse(), Ok(ClassId::new(1, 0x20)));
     }
 
     #[test]
@@ -180,6 +189,8 @@ mod tests {
             Err(ClassIdError::MinorTooLarge)
         );
         assert_eq!("1: 2".parse::<ClassId>(), Err(ClassIdError::Malformed));
+        assert_eq!("0x:1".parse::<ClassId>(), Err(ClassIdError::Malformed));
+        assert_eq!("1:0x0x2".parse::<ClassId>(), Err(ClassIdError::Malformed));
     }
 
     #[test]
