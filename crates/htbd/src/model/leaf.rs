@@ -63,7 +63,9 @@ fn handle_major(handle: Option<ClassId>) -> Result<Option<u16>, IpcError> {
 fn kind_mismatch(current: LeafKind, asked: LeafKind) -> IpcError {
     error(
         ErrorCode::Invalid,
-        format!("Invalid qdisc name: the class's qdisc is {current}, not {asked}"),
+        format!(
+            "Invalid qdisc name: must match existing qdisc (the class's qdisc is {current}, not {asked})"
+        ),
     )
 }
 
@@ -106,15 +108,17 @@ impl Model {
                 }
                 Graft::Change(cur)
             }
-            (Verb::Replace, Some(cur)) => {
-                if handle.is_some_and(|h| Some(h) != cur.handle) {
-                    Graft::New(handle)
-                } else if cur.config.kind() != l.leaf.kind() {
-                    Graft::New(None)
-                } else {
-                    Graft::Change(cur)
+            // tc_modify_qdisc with NLM_F_CREATE | NLM_F_REPLACE: another handle creates and
+            // grafts; no handle and another kind too ("this magic test"); the class's own
+            // handle changes in place, so its kind must match.
+            (Verb::Replace, Some(cur)) => match handle {
+                Some(h) if Some(h) != cur.handle => Graft::New(Some(h)),
+                None if cur.config.kind() != l.leaf.kind() => Graft::New(None),
+                _ if cur.config.kind() != l.leaf.kind() => {
+                    return Err(kind_mismatch(cur.config.kind(), l.leaf.kind()));
                 }
-            }
+                _ => Graft::Change(cur),
+            },
         };
         let invalid = |e: htb_core::LeafError| error(ErrorCode::Invalid, e.to_string());
         match graft {

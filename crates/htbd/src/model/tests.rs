@@ -324,7 +324,17 @@ fn leaf_qdiscs_follow_tc_modify_qdisc() {
         panic!()
     };
     assert_eq!(c.perturb, 20);
-    // replace: same kind and handle changes in place; another kind is a new qdisc.
+    // replace: same kind and handle changes in place; another kind under the same handle is
+    // refused (the kernel changes that qdisc, whose kind must match); without a handle,
+    // another kind is a new qdisc.
+    assert_eq!(
+        code(
+            &mut m,
+            leaf(Command::LeafReplace, "1:20", Some(0x8001), codel)
+        ),
+        ErrorCode::Invalid,
+        "must match existing qdisc"
+    );
     let plan = m
         .apply(&[leaf(Command::LeafReplace, "1:20", None, codel)])
         .unwrap();
