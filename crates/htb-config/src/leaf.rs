@@ -130,26 +130,56 @@ fn allowed(kind: LeafKind) -> &'static [&'static str] {
     }
 }
 
+/// What is wrong with a `leaf = …` section.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LeafSectionError {
+    /// `cake`: refused by name, with the reason.
+    #[error(
+        "cake is not supported yet (its shaper, diffserv tins and host isolation are a project \
+         of their own): use fq_codel"
+    )]
+    Cake,
+    /// A kind that does not exist here.
+    #[error("unknown leaf qdisc {0:?}: pfifo, bfifo, sfq or fq_codel")]
+    UnknownKind(String),
+    /// An option of another kind.
+    #[error("{kind} has no option {option:?} (it takes: {})", allowed(*.kind).join(", "))]
+    NoSuchOption {
+        /// The kind given.
+        kind: LeafKind,
+        /// The option it does not take.
+        option: &'static str,
+    },
+    /// A number past 32 bits.
+    #[error("{option} {value} is too large")]
+    TooLarge {
+        /// The option.
+        option: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// A value the discipline refuses (the core's check, with tc's ranges).
+    #[error(transparent)]
+    Refused(#[from] htb_core::LeafError),
+    /// `handle` that is a class id, not a qdisc's `10:`.
+    #[error("handle {0} is not a qdisc handle like \"10:\"")]
+    NotAQdiscHandle(htb_core::ClassId),
+}
+
 /// The kind named `name`, or why not.
 ///
 /// # Errors
 /// An unknown name, with what is supported (and why `cake` is not).
-pub fn leaf_kind(name: &str) -> Result<LeafKind, String> {
+pub fn leaf_kind(name: &str) -> Result<LeafKind, LeafSectionError> {
     match LeafKind::from_name(name) {
         Some(kind) => Ok(kind),
-        None if name == "cake" => Err(
-            "cake is not supported yet (its shaper, diffserv tins and host isolation are a \
-             project of their own): use fq_codel"
-                .into(),
-        ),
-        None => Err(format!(
-            "unknown leaf qdisc {name:?}: pfifo, bfifo, sfq or fq_codel"
-        )),
+        None if name == "cake" => Err(LeafSectionError::Cake),
+        None => Err(LeafSectionError::UnknownKind(name.to_owned())),
     }
 }
 
-fn u32_of(v: Option<SizeValue>, what: &str) -> Result<Option<u32>, String> {
-    v.map(|s| u32::try_from(s.0).map_err(|_| format!("{what} {} is too large", s.0)))
+fn u32_of(v: Option<SizeValue>, option: &'static str) -> Result<Option<u32>, LeafSectionError> {
+    v.map(|s| u32::try_from(s.0).map_err(|_| LeafSectionError::TooLarge { option, value: s.0 }))
         .transpose()
 }
 
@@ -181,17 +211,14 @@ impl LeafTable {
     ///
     /// # Errors
     /// An unknown kind, an option the kind does not take, a value out of range.
-    pub fn spec(&self) -> Result<LeafSpec, String> {
+    pub fn spec(&self) -> Result<LeafSpec, LeafSectionError> {
         let kind = leaf_kind(&self.kind)?;
-        if let Some(extra) = self
+        if let Some(option) = self
             .given()
             .into_iter()
             .find(|o| !allowed(kind).contains(o))
         {
-            return Err(format!(
-                "{kind} has no option {extra:?} (it takes: {})",
-                allowed(kind).join(", ")
-            ));
+            return Err(LeafSectionError::NoSuchOption { kind, option });
         }
         let limit = u32_of(self.limit, "limit")?;
         Ok(match kind {
@@ -224,14 +251,12 @@ impl LeafTable {
     ///
     /// # Errors
     /// As [`spec`](Self::spec), a refused value, or a handle that is not a qdisc handle.
-    pub fn resolve(&self) -> Result<LeafDef, String> {
-        let config = self.spec()?.resolve().map_err(|e| e.to_string())?;
+    pub fn resolve(&self) -> Result<LeafDef, LeafSectionError> {
+        let config = self.spec()?.resolve()?;
         let handle = match self.handle {
             None => None,
             Some(ClassIdValue(id)) if id.is_qdisc() && id.major() != 0 => Some(id.major()),
-            Some(ClassIdValue(id)) => {
-                return Err(format!("handle {id} is not a qdisc handle like \"10:\""));
-            }
+            Some(ClassIdValue(id)) => return Err(LeafSectionError::NotAQdiscHandle(id)),
         };
         Ok(LeafDef { handle, config })
     }
@@ -298,7 +323,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<LeafDef, String> {
         let doc: Doc = toml::from_str(text).map_err(|e| e.message().to_owned())?;
-        doc.leaf.0.resolve()
+        doc.leaf.0.resolve().map_err(|e| e.to_string())
     }
 
     #[test]

@@ -25,7 +25,7 @@ mod tree;
 pub mod values;
 
 pub use error::{ConfigError, Located};
-pub use leaf::{LeafDef, LeafSection, LeafTable, leaf_toml};
+pub use leaf::{LeafDef, LeafSection, LeafSectionError, LeafTable, leaf_toml};
 pub use tree::{ClassDef, ClassSection, QdiscSection, TreeSpec};
 
 /// Parses `text` as TOML into `T`, turning any error into a [`ConfigError`] that names the

@@ -174,7 +174,7 @@ impl TreeSpec {
                 .get_ref()
                 .0
                 .resolve()
-                .map_err(|e| ConfigError::spanned(text, &leaf.span(), e))?;
+                .map_err(|e| ConfigError::spanned(text, &leaf.span(), e.to_string()))?;
             if def.handle.is_some() {
                 let msg = "the default leaf has no handle: give handles to classes' own leaves";
                 return Err(ConfigError::spanned(text, &leaf.span(), msg));
@@ -348,7 +348,7 @@ fn class_leaf(
             .0
             .resolve()
             .map(Some)
-            .map_err(|e| ConfigError::spanned(text, &leaf.span(), e)),
+            .map_err(|e| ConfigError::spanned(text, &leaf.span(), e.to_string())),
         (None, Some(limit)) => {
             let packets = Some(*limit.get_ref());
             let spec = match config.default_leaf.to_spec() {

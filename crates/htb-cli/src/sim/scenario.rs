@@ -318,7 +318,7 @@ impl Scenario {
                         .get_ref()
                         .0
                         .resolve()
-                        .map_err(|e| err(leaf.span(), e))?;
+                        .map_err(|e| err(leaf.span(), e.to_string()))?;
                     Some(def.config)
                 }
             };
