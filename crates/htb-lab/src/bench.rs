@@ -4,7 +4,8 @@
 //! 1. forwarding capacity: 64-byte UDP packets/s (from the AF_XDP generator) and TCP Gbit/s,
 //!    with the endpoints' GSO/TSO/GRO off (htbd needs them off) and, for the kernel, also on;
 //! 2. accuracy sweep (seed 001): one class from 1 Mbit/s up, UDP and TCP, L2 bytes at node-2;
-//! 3. ping RTT through a saturated class.
+//! 3. latency under load: ping RTT through a class four TCP flows keep full, per leaf
+//!    ([`crate::latency`]), with `latency.svg` of the RTT distributions.
 //!
 //! Each shaper uses its own default burst (htbd: 1 ms of rate + mtu; kernel: ~mtu): the
 //! comparison is of what users get without tuning.
@@ -13,10 +14,11 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde_json::{Value, json};
 
-use crate::{Htbd, Lab, N1, N2, R, Reaped};
+use crate::shaper::{Shaper, install, one_class_tree, uninstall};
+use crate::{Lab, N1, N2, R, Reaped};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -27,76 +29,6 @@ pub struct BenchOptions {
     pub quick: bool,
     /// Namespace prefix.
     pub lab: String,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Shaper {
-    Htbd,
-    Kernel,
-    KernelHtb,
-}
-
-impl Shaper {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Htbd => "htbd",
-            Self::Kernel => "kernel",
-            Self::KernelHtb => "kernel_htb",
-        }
-    }
-}
-
-/// A shaper set up in the lab; dropping it removes it.
-enum Installed {
-    Htbd(Box<Htbd>),
-    Tc,
-    Nothing,
-}
-
-/// One class taking all traffic to node-2, at `rate` (a tc rate).
-fn tree(rate: &str) -> String {
-    format!(
-        "[daemon]\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n[[interface]]\nname = \"r1\"\n\
-         [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"10\"\n\
-         [[interface.class]]\nid = \"1:1\"\nrate = \"{rate}\"\n\
-         [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"{rate}\"\n"
-    )
-}
-
-fn install(lab: &Lab, shaper: Shaper, rate: &str) -> anyhow::Result<Installed> {
-    Ok(match shaper {
-        Shaper::Htbd => Installed::Htbd(Box::new(Htbd::start(lab, &tree(rate)))),
-        Shaper::Kernel => Installed::Nothing,
-        Shaper::KernelHtb => {
-            let config = htbd::DaemonConfig::parse(
-                &tree(rate)
-                    .replace("@SOCKET@", "/tmp/x")
-                    .replace("@STATE@", "/tmp/x"),
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-            for command in htbd::tc_export::commands(&config) {
-                let out = lab.exec(R, &["sh", "-c", &command]);
-                if !out.status.success() && !command.contains("|| true") {
-                    bail!("{command}: {}", String::from_utf8_lossy(&out.stderr));
-                }
-            }
-            Installed::Tc
-        }
-    })
-}
-
-fn uninstall(lab: &Lab, installed: Installed) {
-    match installed {
-        Installed::Htbd(htbd) => {
-            // SIGTERM and wait for the exit, so that the next run never races the teardown.
-            let _ = htbd.terminate();
-        }
-        Installed::Tc => {
-            let _ = lab.exec(R, &["tc", "qdisc", "del", "dev", "r2", "root"]);
-        }
-        Installed::Nothing => {}
-    }
-    std::thread::sleep(Duration::from_millis(300));
 }
 
 /// A node-2 eth0 receive counter: `rx_bytes` or `rx_packets`.
@@ -251,42 +183,6 @@ fn shaped_bps(lab: &Lab, bps: f64, udp: bool) -> f64 {
     rate
 }
 
-/// Ping RTTs (ms) through a 10 Mbit/s class saturated by UDP: (p50, p99, loss %).
-fn saturated_rtt(lab: &Lab) -> (f64, f64, f64) {
-    let _server = lab.iperf_server(N2, 5201);
-    let flood = Reaped(lab.udp_flow(5201, "20M", 12));
-    std::thread::sleep(Duration::from_secs(2));
-    let out = lab.exec(
-        N1,
-        &[
-            "ping",
-            "-n",
-            "-c",
-            "40",
-            "-i",
-            "0.2",
-            "-W",
-            "3",
-            "10.201.2.2",
-        ],
-    );
-    drop(flood);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut rtts: Vec<f64> = text
-        .lines()
-        .filter_map(|l| l.split("time=").nth(1))
-        .filter_map(|t| t.split(' ').next()?.parse().ok())
-        .collect();
-    rtts.sort_by(f64::total_cmp);
-    let pick = |q: f64| {
-        rtts.get(((rtts.len() as f64 * q) as usize).min(rtts.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(0.0)
-    };
-    let loss = 100.0 * (40 - rtts.len()) as f64 / 40.0;
-    (pick(0.5), pick(0.99), loss)
-}
-
 /// Runs the benchmark; prints a summary and writes `lab.json` into `out`.
 ///
 /// # Errors
@@ -302,7 +198,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<Value> {
     let mut pps = serde_json::Map::new();
     let mut cpu = serde_json::Map::new();
     for shaper in shapers {
-        let installed = install(&lab, shaper, "10gbit")?;
+        let installed = install(&lab, shaper, &one_class_tree("10gbit", None))?;
         let runs: Vec<(f64, f64)> = (0..reps).map(|_| pps_64(&lab)).collect();
         uninstall(&lab, installed);
         let value = median(runs.iter().map(|r| r.0).collect());
@@ -324,7 +220,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<Value> {
                 continue; // AF_XDP copy mode needs whole frames: offloads stay off for htbd
             }
             offloads(&lab, on);
-            let installed = install(&lab, shaper, "10gbit")?;
+            let installed = install(&lab, shaper, &one_class_tree("10gbit", None))?;
             let value = median((0..reps).map(|_| tcp_bps(&lab)).collect());
             uninstall(&lab, installed);
             let key = format!(
@@ -358,7 +254,11 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<Value> {
                 if udp { "UDP" } else { "TCP" }
             );
             for shaper in [Shaper::Htbd, Shaper::KernelHtb] {
-                let installed = install(&lab, shaper, &format!("{target:.0}bit"))?;
+                let installed = install(
+                    &lab,
+                    shaper,
+                    &one_class_tree(&format!("{target:.0}bit"), None),
+                )?;
                 let measured = shaped_bps(&lab, target, udp);
                 uninstall(&lab, installed);
                 let error = (measured - target) / target * 100.0;
@@ -376,32 +276,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<Value> {
         }
     }
 
-    println!("== ping RTT through a saturated 10 Mbit/s class (FIFO leaf, 1000 packets)");
-    let mut rtt = serde_json::Map::new();
-    let idle = lab.exec(N1, &["ping", "-n", "-c", "10", "-i", "0.1", "10.201.2.2"]);
-    let idle_avg = String::from_utf8_lossy(&idle.stdout)
-        .lines()
-        .find_map(|l| {
-            l.split(" = ")
-                .nth(1)
-                .and_then(|v| v.split('/').nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0);
-    rtt.insert("kernel_idle_avg_ms".into(), json!(idle_avg));
-    for shaper in [Shaper::Htbd, Shaper::KernelHtb] {
-        let installed = install(&lab, shaper, "10mbit")?;
-        let (p50, p99, loss) = saturated_rtt(&lab);
-        uninstall(&lab, installed);
-        println!(
-            "  {:<11} p50 {p50:.1} ms, p99 {p99:.1} ms, {loss:.0} % lost",
-            shaper.name()
-        );
-        rtt.insert(
-            shaper.name().into(),
-            json!({"p50_ms": p50, "p99_ms": p99, "loss_pct": loss}),
-        );
-    }
+    let (latency, latency_svg) = crate::latency::bench(&lab, options.quick)?;
     drop(lab);
 
     let pps_ratio =
@@ -423,7 +298,7 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<Value> {
         "burst": "each shaper's default (htbd: 1 ms of rate + 1600 B; kernel: ~1600 B)",
         "capacity": {"pps_64b": pps, "cpu_ns_per_packet_64b": cpu, "tcp_bps": tcp},
         "sweep": sweep,
-        "rtt": rtt,
+        "latency": latency,
         "goals": {
             "htbd_pps_over_kernel_htb": pps_ratio,
             "kernel_htb_cpu_over_htbd_cpu": cpu["kernel_htb"].as_f64().unwrap_or(0.0) / cpu["htbd"].as_f64().unwrap_or(1.0).max(1.0),
@@ -437,6 +312,8 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<Value> {
     std::fs::create_dir_all(&options.out).context("creating the output directory")?;
     let path = options.out.join("lab.json");
     std::fs::write(&path, serde_json::to_string_pretty(&result)?)?;
-    println!("wrote {}", path.display());
+    let svg = options.out.join("latency.svg");
+    std::fs::write(&svg, latency_svg)?;
+    println!("wrote {} and {}", path.display(), svg.display());
     Ok(result)
 }

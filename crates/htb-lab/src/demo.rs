@@ -7,11 +7,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+
 use htb_cli::plot::{LineChart, Series};
 use htb_cli::sim::{Flow, FlowRate, Scenario};
 use htb_core::{ClassId, Instant, Target};
 use htbd::DaemonConfig;
 
+use crate::latency::{Pinger, Rtts};
+use crate::shaper::apply_tc;
 use crate::traffic::{FlowResult, FlowSpec, udp_flows};
 use crate::{Htbd, Lab, R};
 
@@ -146,19 +149,16 @@ pub fn run(options: &DemoOptions) -> anyhow::Result<Vec<ClassRow>> {
     );
     let dir = tempfile::tempdir()?;
     let htbd = Htbd::start(&lab, &relocate(&text, dir.path()));
-    let through_htbd = udp_flows(&lab, &flows, options.seconds, warmup);
+    let (through_htbd, htbd_ping) = flows_and_pings(&lab, &flows, options.seconds, warmup);
     drop(htbd);
     std::thread::sleep(Duration::from_millis(500));
 
     println!("== kernel HTB: the same tree through tc (htbd --print-tc), kernel forwarding");
-    for command in htbd::tc_export::port_commands(port) {
-        let out = lab.exec(R, &["sh", "-c", &command]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() && !command.contains("|| true") {
-            bail!("{command}: {stderr}");
-        }
+    let notes = apply_tc(&lab, &htbd::tc_export::port_commands(port))?;
+    for note in &notes {
+        println!("   note: {note}");
     }
-    let through_kernel = udp_flows(&lab, &flows, options.seconds, warmup);
+    let (through_kernel, kernel_ping) = flows_and_pings(&lab, &flows, options.seconds, warmup);
     let _ = lab.exec(R, &["tc", "qdisc", "del", "dev", &port.name, "root"]);
     drop(lab);
 
@@ -181,6 +181,15 @@ pub fn run(options: &DemoOptions) -> anyhow::Result<Vec<ClassRow>> {
         )
         .collect();
     print!("{}", table(&rows, tree));
+    let (default_class, leaf) = default_leaf(tree);
+    // The kernel keeps pfifo where it lacks the leaf htbd uses.
+    let kernel_leaf = if notes.is_empty() { leaf } else { "pfifo" };
+    println!(
+        "\nping RTT through the default class {default_class} while its flow keeps it full:\n  \
+         htbd ({leaf} leaf)       {}\n  kernel HTB ({kernel_leaf} leaf) {}",
+        ping_line(&htbd_ping),
+        ping_line(&kernel_ping)
+    );
     std::fs::create_dir_all(&options.out)?;
     std::fs::write(
         options.out.join("demo.json"),
@@ -193,6 +202,48 @@ pub fn run(options: &DemoOptions) -> anyhow::Result<Vec<ClassRow>> {
         options.out.display()
     );
     Ok(rows)
+}
+
+/// Runs `flows` as [`udp_flows`] does while node-1 pings node-2 at 10 Hz over the steady part.
+fn flows_and_pings(
+    lab: &Lab,
+    flows: &[FlowSpec],
+    secs: u32,
+    warmup: f64,
+) -> (Vec<FlowResult>, Rtts) {
+    let pings = ((f64::from(secs) - warmup - 1.5) * 10.0).max(10.0) as u32;
+    std::thread::scope(|scope| {
+        let pinger = scope.spawn(|| {
+            // udp_flows starts its senders 0.4 s in.
+            std::thread::sleep(Duration::from_secs_f64(warmup + 0.4));
+            Pinger::start(lab, pings, 0.1).finish()
+        });
+        let results = udp_flows(lab, flows, secs, warmup);
+        (results, pinger.join().unwrap_or_default())
+    })
+}
+
+/// The class unclassified traffic (ping) goes to, and its leaf's kind.
+fn default_leaf(tree: &htb_config::TreeSpec) -> (String, &'static str) {
+    let c = &tree.config;
+    let id = format!("{:x}:{:x}", c.major, c.default_minor);
+    let leaf = tree
+        .classes
+        .iter()
+        .find(|class| class.id.to_string() == id)
+        .and_then(|class| class.leaf.as_ref())
+        .map_or(c.default_leaf, |l| l.config);
+    (id, leaf.kind().name())
+}
+
+fn ping_line(rtts: &Rtts) -> String {
+    format!(
+        "p50 {:>8.2} ms  p95 {:>8.2} ms  max {:>8.2} ms  {:.0} % lost",
+        rtts.quantile(0.5),
+        rtts.quantile(0.95),
+        rtts.quantile(1.0),
+        rtts.loss_pct()
+    )
 }
 
 fn error(measured: f64, expected: f64) -> String {

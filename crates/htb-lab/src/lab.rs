@@ -77,6 +77,17 @@ pub fn unavailable() -> Option<String> {
     })
 }
 
+/// Why a lab could not be built.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LabError {
+    /// This machine cannot run it (not root, a tool missing, no namespaces).
+    #[error("{0}")]
+    Unavailable(String),
+    /// `scripts/lab.sh up` failed, with its stderr.
+    #[error("scripts/lab.sh up failed: {0}")]
+    Setup(String),
+}
+
 /// A running lab; dropping it removes the namespaces (and every process in them).
 #[derive(Debug)]
 pub struct Lab {
@@ -108,21 +119,20 @@ impl Lab {
     ///
     /// # Errors
     /// Why the lab cannot run (not root, a tool missing, no namespaces) or `lab.sh` failed.
-    pub fn try_up(name: &str, mode: &str) -> Result<Self, String> {
+    pub fn try_up(name: &str, mode: &str) -> Result<Self, LabError> {
         let serial = SERIAL
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(reason) = unavailable() {
-            return Err(reason);
+            return Err(LabError::Unavailable(reason));
         }
         let name = name.to_owned();
         let out = run(Command::new(repo().join("scripts/lab.sh"))
             .args(["up", mode])
             .env("LAB", &name));
         if !out.status.success() {
-            return Err(format!(
-                "scripts/lab.sh up failed: {}",
-                String::from_utf8_lossy(&out.stderr)
+            return Err(LabError::Setup(
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
             ));
         }
         Ok(Self {

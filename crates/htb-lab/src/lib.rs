@@ -6,9 +6,11 @@ pub mod bench;
 pub mod demo;
 pub mod ipc_bench;
 mod lab;
+pub mod latency;
+pub mod shaper;
 pub mod traffic;
 
 pub use lab::{
-    Htbd, Lab, Load, N1, N2, R, Reaped, assert_within, cli_bin, gen_bin, htbd_bin, htbd_fails,
-    unavailable, wait_line,
+    Htbd, Lab, LabError, Load, N1, N2, R, Reaped, assert_within, cli_bin, gen_bin, htbd_bin,
+    htbd_fails, unavailable, wait_line,
 };

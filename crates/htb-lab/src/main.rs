@@ -46,6 +46,18 @@ enum Command {
         #[arg(long, default_value = "htbbench")]
         lab: String,
     },
+    /// Ping RTT through a class saturated by 4 TCP flows: htbd's leaves against kernel HTB.
+    Latency {
+        /// Output directory for latency.json and latency.svg.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// 100 pings per case instead of 200.
+        #[arg(long)]
+        quick: bool,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htblat")]
+        lab: String,
+    },
     /// Live changes while traffic flows: changes/s, time to apply, packets lost.
     BenchIpc {
         /// Output directory for ipc.json.
@@ -77,6 +89,7 @@ fn main() -> ExitCode {
         Command::Bench { out, quick, lab } => {
             htb_lab::bench::run(&BenchOptions { out, quick, lab }).map(|_| ())
         }
+        Command::Latency { out, quick, lab } => htb_lab::latency::run(&out, quick, &lab),
         Command::BenchIpc { out, changes, lab } => {
             htb_lab::ipc_bench::run(&htb_lab::ipc_bench::IpcBenchOptions { out, changes, lab })
                 .map(|_| ())

@@ -1,0 +1,455 @@
+//! Latency under load: ping RTT from node-1 to node-2 through a class that four TCP flows
+//! (`iperf3 -P 4`) keep full — what a user of a saturated link feels. htbd with its default
+//! leaf (fq_codel), htbd with pfifo leaves and the kernel's HTB with pfifo leaves (the kernel
+//! here has no sch_fq_codel) in the same lab, one after the other; with ECN on, how often the
+//! leaf marked instead of dropping. `htb-lab bench` runs [`bench`] and `htb-lab latency` runs
+//! it alone; the lab tests use [`ping_through_tcp_load`].
+
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use htb_cli::plot::{LineChart, Series};
+use serde_json::{Value, json};
+
+use crate::shaper::{Installed, Shaper, install, one_class_tree, uninstall};
+use crate::{Lab, N1, N2, R};
+
+/// RTTs of one ping run, in milliseconds, sorted.
+#[derive(Clone, Debug, Default)]
+pub struct Rtts {
+    ms: Vec<f64>,
+    sent: u32,
+}
+
+impl Rtts {
+    /// The replies in iputils ping's output (`… time=12.3 ms`) of `sent` echo requests.
+    #[must_use]
+    pub fn from_ping_output(text: &str, sent: u32) -> Self {
+        let mut ms: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.split("time=").nth(1))
+            .filter_map(|t| t.split(' ').next()?.parse().ok())
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        Self { ms, sent }
+    }
+
+    /// The `q`-quantile (nearest rank), NaN without replies.
+    #[must_use]
+    pub fn quantile(&self, q: f64) -> f64 {
+        if self.ms.is_empty() {
+            return f64::NAN;
+        }
+        let rank = ((q * self.ms.len() as f64).ceil() as usize).clamp(1, self.ms.len());
+        self.ms[rank - 1]
+    }
+
+    /// Replies received.
+    #[must_use]
+    pub fn received(&self) -> usize {
+        self.ms.len()
+    }
+
+    /// Echo requests without a reply, in percent.
+    #[must_use]
+    pub fn loss_pct(&self) -> f64 {
+        if self.sent == 0 {
+            return 0.0;
+        }
+        let lost = (self.sent as usize).saturating_sub(self.ms.len());
+        100.0 * lost as f64 / f64::from(self.sent)
+    }
+
+    /// p50/p95/p99/max and loss, for the JSON.
+    #[must_use]
+    pub fn summary(&self) -> Value {
+        json!({
+            "sent": self.sent,
+            "received": self.received(),
+            "loss_pct": self.loss_pct(),
+            "p50_ms": self.quantile(0.5),
+            "p95_ms": self.quantile(0.95),
+            "p99_ms": self.quantile(0.99),
+            "max_ms": self.quantile(1.0),
+        })
+    }
+
+    /// `(rtt ms, fraction of replies at or below it)`, for a CDF.
+    #[must_use]
+    pub fn cdf(&self) -> Vec<(f64, f64)> {
+        let n = self.ms.len() as f64;
+        self.ms
+            .iter()
+            .enumerate()
+            .map(|(i, &ms)| (ms, (i + 1) as f64 / n))
+            .collect()
+    }
+}
+
+/// Pings node-2 from node-1 in the background; dropping it stops the ping.
+#[derive(Debug)]
+pub struct Pinger {
+    child: Option<Child>,
+    count: u32,
+}
+
+impl Pinger {
+    /// Starts `count` echo requests, one every `interval` seconds (below 0.2 s needs root).
+    ///
+    /// # Panics
+    /// When ping cannot be started.
+    #[must_use]
+    pub fn start(lab: &Lab, count: u32, interval: f64) -> Self {
+        let child = lab
+            .cmd(N1, "ping")
+            .args(["-n", "-c", &count.to_string(), "-i", &interval.to_string()])
+            .args(["-W", "5", "10.201.2.2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("ping");
+        Self {
+            child: Some(child),
+            count,
+        }
+    }
+
+    /// Waits for the last reply (or its timeout) and returns the RTTs.
+    ///
+    /// # Panics
+    /// When ping's output cannot be read.
+    #[must_use]
+    pub fn finish(mut self) -> Rtts {
+        let child = self.child.take().expect("finished once");
+        let out = child.wait_with_output().expect("ping output");
+        Rtts::from_ping_output(&String::from_utf8_lossy(&out.stdout), self.count)
+    }
+}
+
+impl Drop for Pinger {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Counters of the leaf qdisc under class 1:10 on r2, as `tc -s -j qdisc show` prints them
+/// (htb-cli prints the same keys).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LeafCounters {
+    /// Packets the leaf sent.
+    pub packets: u64,
+    /// Packets it dropped (CoDel, overflow).
+    pub drops: u64,
+    /// Packets fq_codel CE-marked instead of dropping (0 for other kinds).
+    pub ecn_mark: u64,
+}
+
+impl LeafCounters {
+    /// The counters of the leaf under `parent` in a qdisc list, if there is one.
+    #[must_use]
+    pub fn from_qdisc_list(list: &Value, parent: &str) -> Option<Self> {
+        let leaf = list
+            .as_array()?
+            .iter()
+            .find(|q| q["parent"].as_str() == Some(parent))?;
+        let count = |key: &str| leaf[key].as_u64().unwrap_or(0);
+        Some(Self {
+            packets: count("packets"),
+            drops: count("drops"),
+            ecn_mark: count("ecn_mark"),
+        })
+    }
+
+    /// Reads the leaf of class 1:10 on r2 from whoever shapes there.
+    ///
+    /// # Panics
+    /// When htb-cli or tc fails.
+    #[must_use]
+    pub fn read(lab: &Lab, installed: &Installed) -> Option<Self> {
+        let text = match installed {
+            Installed::Htbd(htbd) => {
+                htbd.cli_ok(&["-s", "-j", "qdisc", "show", "dev", "r2", "invisible"])
+            }
+            Installed::Tc => {
+                let out = lab.exec(R, &["tc", "-s", "-j", "qdisc", "show", "dev", "r2"]);
+                String::from_utf8_lossy(&out.stdout).into_owned()
+            }
+            Installed::Nothing => return None,
+        };
+        let list: Value = serde_json::from_str(&text).ok()?;
+        Self::from_qdisc_list(&list, "1:10")
+    }
+
+    /// What happened between `self` and `later`.
+    #[must_use]
+    pub fn since(self, later: Self) -> Self {
+        Self {
+            packets: later.packets.saturating_sub(self.packets),
+            drops: later.drops.saturating_sub(self.drops),
+            ecn_mark: later.ecn_mark.saturating_sub(self.ecn_mark),
+        }
+    }
+}
+
+/// One measurement: pings through a class saturated by four TCP flows.
+#[derive(Clone, Debug, Default)]
+pub struct Saturated {
+    /// The pings' RTTs.
+    pub rtts: Rtts,
+    /// L2 bit/s node-2 received while the pings ran (the class's delivered rate).
+    pub delivered_bps: f64,
+    /// TCP retransmissions of the whole iperf3 run.
+    pub retransmits: u64,
+    /// The leaf's counters over the ping window (none when nothing shapes).
+    pub leaf: Option<LeafCounters>,
+}
+
+impl Saturated {
+    /// The measurement as JSON.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        let mut v = self.rtts.summary();
+        v["delivered_bps"] = json!(self.delivered_bps);
+        v["tcp_retransmits"] = json!(self.retransmits);
+        if let Some(leaf) = self.leaf {
+            v["leaf_packets"] = json!(leaf.packets);
+            v["leaf_drops"] = json!(leaf.drops);
+            v["leaf_ecn_marks"] = json!(leaf.ecn_mark);
+        }
+        v
+    }
+}
+
+/// Four TCP flows node-1 → node-2 (`iperf3 -P 4` to `port`) through whatever `installed` is;
+/// after `warmup` (slow start, the queue building up), `pings` pings at 10 Hz, while node-2's
+/// L2 receive rate and the leaf's counters are measured over the same window.
+///
+/// # Panics
+/// When iperf3 or ping cannot be run.
+#[must_use]
+pub fn ping_through_tcp_load(
+    lab: &Lab,
+    installed: &Installed,
+    port: u16,
+    warmup: Duration,
+    pings: u32,
+) -> Saturated {
+    let _server = lab.iperf_server(N2, port);
+    let secs = warmup.as_secs() + u64::from(pings) / 10 + 3;
+    let client = lab
+        .cmd(N1, "iperf3")
+        .args(["-c", "10.201.2.2", "-p", &port.to_string(), "-P", "4"])
+        .args(["-t", &secs.to_string(), "-J"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("iperf3 -c");
+    std::thread::sleep(warmup);
+    let leaf0 = LeafCounters::read(lab, installed);
+    let (rx0, t0) = (lab.rx_counters(N2, "eth0").0, Instant::now());
+    let rtts = Pinger::start(lab, pings, 0.1).finish();
+    let (rx1, t1) = (lab.rx_counters(N2, "eth0").0, Instant::now());
+    let leaf1 = LeafCounters::read(lab, installed);
+    let out = client.wait_with_output().expect("iperf3 -c");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    Saturated {
+        rtts,
+        delivered_bps: (rx1 - rx0) as f64 * 8.0 / (t1 - t0).as_secs_f64(),
+        retransmits: report["end"]["sum_sent"]["retransmits"]
+            .as_u64()
+            .unwrap_or(0),
+        leaf: leaf0.zip(leaf1).map(|(a, b)| a.since(b)),
+    }
+}
+
+/// Sets `net.ipv4.tcp_ecn` in both endpoints: 1 requests ECN, 2 (Linux's default) only
+/// accepts it.
+pub fn set_tcp_ecn(lab: &Lab, on: bool) {
+    let value = format!("net.ipv4.tcp_ecn={}", if on { 1 } else { 2 });
+    for ns in [N1, N2] {
+        let _ = lab.exec(ns, &["sysctl", "-qw", &value]);
+    }
+}
+
+/// One line of the benchmark: who shaped, with which leaf, at which rate.
+struct Case {
+    key: String,
+    label: String,
+    shaper: Shaper,
+    leaf: Option<&'static str>,
+    rate: &'static str,
+    rate_bps: f64,
+    ecn: bool,
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (rate, rate_bps) in [("10mbit", 10e6), ("180kbit", 180e3)] {
+        for (shaper, leaf, name) in [
+            (Shaper::Htbd, None, "htbd fq_codel (default)"),
+            (Shaper::Htbd, Some("pfifo"), "htbd pfifo"),
+            (Shaper::KernelHtb, Some("pfifo"), "kernel HTB pfifo"),
+        ] {
+            cases.push(Case {
+                key: format!("{rate}_{}_{}", shaper.name(), leaf.unwrap_or("default")),
+                label: format!("{name}, {rate}"),
+                shaper,
+                leaf,
+                rate,
+                rate_bps,
+                ecn: false,
+            });
+        }
+    }
+    cases.push(Case {
+        key: "10mbit_htbd_default_ecn".into(),
+        label: "htbd fq_codel (default), 10mbit, ECN on".into(),
+        shaper: Shaper::Htbd,
+        leaf: None,
+        rate: "10mbit",
+        rate_bps: 10e6,
+        ecn: true,
+    });
+    cases
+}
+
+/// Runs every case in `lab`; prints a table and returns the JSON and an SVG of the RTT
+/// distributions.
+///
+/// # Errors
+/// When a shaper cannot be installed.
+pub fn bench(lab: &Lab, quick: bool) -> anyhow::Result<(Value, String)> {
+    let pings = if quick { 100 } else { 200 };
+    println!(
+        "== ping RTT through one class saturated by 4 TCP flows (iperf3 -P 4), {pings} pings at 10 Hz"
+    );
+    let idle = Pinger::start(lab, 20, 0.1).finish();
+    println!(
+        "  idle (kernel forwarding)              p50 {:>8.2} ms",
+        idle.quantile(0.5)
+    );
+    println!(
+        "  {:<39} {:>8} {:>8} {:>8} {:>8} {:>6} {:>11} {:>7} {:>6}",
+        "", "p50 ms", "p95 ms", "p99 ms", "max ms", "loss", "Mbit/s L2", "drops", "CE"
+    );
+    let mut results = serde_json::Map::new();
+    let mut series = Vec::new();
+    for case in cases() {
+        set_tcp_ecn(lab, case.ecn);
+        let installed = install(lab, case.shaper, &one_class_tree(case.rate, case.leaf))?;
+        let warmup = Duration::from_secs(if case.rate_bps < 1e6 { 6 } else { 4 });
+        let run = ping_through_tcp_load(lab, &installed, 5201, warmup, pings);
+        uninstall(lab, installed);
+        set_tcp_ecn(lab, false);
+        let leaf = run.leaf.unwrap_or_default();
+        println!(
+            "  {:<39} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>5.1}% {:>11.3} {:>7} {:>6}",
+            case.label,
+            run.rtts.quantile(0.5),
+            run.rtts.quantile(0.95),
+            run.rtts.quantile(0.99),
+            run.rtts.quantile(1.0),
+            run.rtts.loss_pct(),
+            run.delivered_bps / 1e6,
+            leaf.drops,
+            leaf.ecn_mark
+        );
+        let mut value = run.to_json();
+        value["rate_bps"] = json!(case.rate_bps);
+        value["delivered_error_pct"] =
+            json!((run.delivered_bps - case.rate_bps) / case.rate_bps * 100.0);
+        results.insert(case.key.clone(), value);
+        if !case.ecn {
+            series.push(Series {
+                name: case.label,
+                points: run.rtts.cdf(),
+                dashed: case.rate_bps < 1e6,
+            });
+        }
+    }
+    let result = json!({
+        "method": "ping -i 0.1 node-1 -> node-2 through class 1:10 of r2 while iperf3 -P 4 keeps it full; RTT includes the unshaped return path",
+        "idle": idle.summary(),
+        "runs": results,
+    });
+    let chart = LineChart {
+        title: "Ping RTT through a class saturated by 4 TCP flows (CDF)".into(),
+        x_label: "RTT (ms, log scale)".into(),
+        y_label: "fraction of pings".into(),
+        x_log: true,
+        series,
+    }
+    .to_svg();
+    Ok((result, chart))
+}
+
+/// `htb-lab latency`: [`bench`] in a lab of its own, writing `latency.json` and
+/// `latency.svg` into `out`.
+///
+/// # Errors
+/// When the lab cannot run here or the results cannot be written.
+pub fn run(out: &std::path::Path, quick: bool, lab: &str) -> anyhow::Result<()> {
+    let lab = Lab::try_up(lab, "router")
+        .map_err(|why| anyhow::anyhow!("the lab cannot run here: {why}"))?;
+    let (result, svg) = bench(&lab, quick)?;
+    drop(lab);
+    std::fs::create_dir_all(out)?;
+    std::fs::write(
+        out.join("latency.json"),
+        serde_json::to_string_pretty(&result)?,
+    )?;
+    std::fs::write(out.join("latency.svg"), svg)?;
+    println!("wrote {0}/latency.json and {0}/latency.svg", out.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rtts_from_ping_output() {
+        let text = "PING 10.201.2.2 (10.201.2.2) 56(84) bytes of data.\n\
+                    64 bytes from 10.201.2.2: icmp_seq=1 ttl=63 time=3.10 ms\n\
+                    64 bytes from 10.201.2.2: icmp_seq=2 ttl=63 time=0.52 ms\n\
+                    64 bytes from 10.201.2.2: icmp_seq=4 ttl=63 time=1.7 ms\n\
+                    --- 10.201.2.2 ping statistics ---\n\
+                    4 packets transmitted, 3 received, 25% packet loss, time 301ms\n\
+                    rtt min/avg/max/mdev = 0.520/1.773/3.100/1.054 ms\n";
+        let r = Rtts::from_ping_output(text, 4);
+        assert_eq!(r.received(), 3);
+        assert_eq!((r.quantile(0.5), r.quantile(1.0)), (1.7, 3.1));
+        assert_eq!(r.quantile(0.01), 0.52);
+        assert_eq!(r.summary()["loss_pct"], json!(25.0));
+        assert_eq!(r.cdf().last(), Some(&(3.1, 1.0)));
+        assert!(Rtts::default().quantile(0.5).is_nan());
+    }
+
+    #[test]
+    fn leaf_counters_from_a_qdisc_list() {
+        let list = json!([
+            {"kind": "htb", "handle": "1:", "root": true, "packets": 9, "drops": 9},
+            {"kind": "fq_codel", "handle": "0:", "parent": "1:10", "packets": 100, "drops": 3,
+             "ecn_mark": 7},
+        ]);
+        let c = LeafCounters::from_qdisc_list(&list, "1:10").unwrap();
+        assert_eq!((c.packets, c.drops, c.ecn_mark), (100, 3, 7));
+        assert_eq!(LeafCounters::from_qdisc_list(&list, "1:20"), None);
+        let later = LeafCounters {
+            packets: 150,
+            drops: 3,
+            ecn_mark: 10,
+        };
+        assert_eq!(
+            c.since(later),
+            LeafCounters {
+                packets: 50,
+                drops: 0,
+                ecn_mark: 3
+            }
+        );
+    }
+}
