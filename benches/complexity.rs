@@ -6,8 +6,12 @@
 //!   (50 Mbit for n = 5000), k of them backlogged, k log-spaced 1..n: CPU ns per dequeued
 //!   packet on the virtual clock, event processing and the packet's enqueue included.
 //! - `scale`: n leaves under √n sites under one root, all backlogged, every class borrowing.
-//! - `hotpath`: enqueue + dequeue pairs at rates that never throttle: pure overhead.
-//! - memory per class (counting allocator) and the time to add 100 000 classes.
+//! - `hotpath`: enqueue + dequeue pairs at rates that never throttle: pure overhead, with
+//!   pfifo leaves (the kernel's default) and fq_codel leaves (htbd's), four flows per class.
+//! - memory per leaf class (counting allocator), idle and with a packet queued, per leaf kind,
+//!   and the time to add 100 000 classes.
+//!
+//! Every tree but the hot path's pfifo one has htbd's default leaf, fq_codel.
 //!
 //! Writes `target/htb-bench/complexity.json` and `target/htb-bench/complexity.svg`.
 
@@ -19,20 +23,42 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
 use htb_cli::plot::{LineChart, Series};
 use htb_core::{
-    ClassHandle, ClassId, ClassSpec, Instant, Packet, Rate, Scheduler, SchedulerConfig,
+    ClassHandle, ClassId, ClassSpec, Instant, LeafConfig, Packet, Rate, Scheduler, SchedulerConfig,
 };
 
-/// A packet that remembers which leaf it came from, so the bench can keep that leaf backlogged.
+/// A packet that remembers which leaf it came from, so the bench can keep that leaf backlogged,
+/// and carries its flow's hash (as the engine's frames do).
 #[derive(Clone, Copy, Debug)]
 struct Pkt {
     leaf: u32,
     len: u32,
+    hash: u32,
+}
+
+impl Pkt {
+    /// A packet of flow `flow` (0..4) of leaf `leaf`.
+    fn new(leaf: u32, flow: u32, len: u32) -> Self {
+        // Fibonacci hashing spreads the flows over fq_codel's buckets (it uses the high bits).
+        let hash = (leaf.wrapping_mul(4).wrapping_add(flow & 3)).wrapping_mul(0x9E37_79B1);
+        Self { leaf, len, hash }
+    }
 }
 
 impl Packet for Pkt {
     fn len_bytes(&self) -> u32 {
         self.len
     }
+    fn flow_hash(&self) -> u32 {
+        self.hash
+    }
+}
+
+/// The leaf kinds compared: pfifo (the kernel's default, 1000 packets) and htbd's default.
+fn leaves() -> [(&'static str, LeafConfig); 2] {
+    [
+        ("pfifo", LeafConfig::Pfifo { limit: 1000 }),
+        ("fq_codel", LeafConfig::default()),
+    ]
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -41,6 +67,7 @@ struct Run {
     leaves: usize,
     backlogged: usize,
     ceil: &'static str,
+    leaf: &'static str,
     ns_per_packet: f64,
 }
 
@@ -82,16 +109,9 @@ struct Workload {
 impl Workload {
     fn backlog(&mut self, active: usize, depth: usize) {
         for (i, &leaf) in self.leaves.iter().take(active).enumerate() {
-            for _ in 0..depth {
+            for flow in 0..depth {
                 self.htb
-                    .enqueue(
-                        self.now,
-                        leaf,
-                        Pkt {
-                            leaf: i as u32,
-                            len: self.len,
-                        },
-                    )
+                    .enqueue(self.now, leaf, Pkt::new(i as u32, flow as u32, self.len))
                     .expect("room");
             }
         }
@@ -180,9 +200,13 @@ fn sites_tree(n: usize) -> Workload {
     }
 }
 
-/// n leaves at rates nothing reaches: every enqueue/dequeue pair is pure scheduling overhead.
-fn unthrottled_tree(n: usize) -> Workload {
-    let mut htb = Scheduler::new(SchedulerConfig::default());
+/// n leaves at rates nothing reaches, under `leaf`: every enqueue/dequeue pair is pure
+/// scheduling overhead.
+fn unthrottled_tree(n: usize, leaf: LeafConfig) -> Workload {
+    let mut htb = Scheduler::new(SchedulerConfig {
+        default_leaf: leaf,
+        ..SchedulerConfig::default()
+    });
     htb.reserve_classes(n + 1);
     let root = ClassId::new(1, 1);
     let fast = Rate::from_gbit(1_000_000);
@@ -260,6 +284,7 @@ fn bench_complexity(c: &mut Criterion, runs: &mut Vec<Run>) {
                     leaves: n,
                     backlogged: k,
                     ceil,
+                    leaf: "fq_codel",
                     ns_per_packet: bench_run(&mut group, id, &mut work),
                 });
             }
@@ -279,6 +304,7 @@ fn bench_scale(c: &mut Criterion, runs: &mut Vec<Run>) {
             leaves: n,
             backlogged: n,
             ceil: "root",
+            leaf: "fq_codel",
             ns_per_packet: bench_run(&mut group, BenchmarkId::from_parameter(n), &mut work),
         });
     }
@@ -291,59 +317,80 @@ fn bench_scale(c: &mut Criterion, runs: &mut Vec<Run>) {
 /// enqueues into the next class and dequeues whatever DRR picks).
 fn bench_hotpath(c: &mut Criterion, runs: &mut Vec<Run>) {
     let mut group = c.benchmark_group("hotpath");
+    // The two leaves of one point run back to back, so that the machine's drift between
+    // points does not enter their ratio.
     for n in [1usize, 100, 10_000, 100_000] {
         for backlogged in if n == 1 { vec![1] } else { vec![1, n] } {
-            let mut work = unthrottled_tree(n);
-            if backlogged == n {
-                work.backlog(n, 1);
-            }
-            let samples = Samples::default();
-            let mut next = 0usize;
-            let id = BenchmarkId::new(
-                format!("backlogged_{}", if backlogged == 1 { "1" } else { "all" }),
-                n,
-            );
-            group.bench_function(id, |b| {
-                b.iter_custom(|iters| {
-                    let start = WallInstant::now();
-                    for _ in 0..iters {
-                        // The clock advances by one packet time at 10 Gbit/s.
-                        work.now += htb_core::Duration::from_nanos(1200);
-                        let leaf = work.leaves[next];
-                        let _ = work.htb.enqueue(
-                            work.now,
-                            leaf,
-                            Pkt {
-                                leaf: next as u32,
-                                len: 1500,
-                            },
-                        );
-                        next = if next + 1 == n { 0 } else { next + 1 };
-                        let p = work.htb.dequeue(work.now);
-                        assert!(p.is_some(), "never throttled");
-                    }
-                    let elapsed = start.elapsed();
-                    samples.record(elapsed, iters);
-                    elapsed
+            for (leaf_name, leaf) in leaves() {
+                let mut work = unthrottled_tree(n, leaf);
+                if backlogged == n {
+                    work.backlog(n, 1);
+                }
+                let samples = Samples::default();
+                let (mut next, mut flow) = (0usize, 0u32);
+                let id = BenchmarkId::new(
+                    format!(
+                        "{leaf_name}/backlogged_{}",
+                        if backlogged == 1 { "1" } else { "all" }
+                    ),
+                    n,
+                );
+                group.bench_function(id, |b| {
+                    b.iter_custom(|iters| {
+                        let start = WallInstant::now();
+                        for _ in 0..iters {
+                            // The clock advances by one packet time at 10 Gbit/s.
+                            work.now += htb_core::Duration::from_nanos(1200);
+                            let leaf = work.leaves[next];
+                            let _ =
+                                work.htb
+                                    .enqueue(work.now, leaf, Pkt::new(next as u32, flow, 1500));
+                            next = if next + 1 == n { 0 } else { next + 1 };
+                            if next == 0 {
+                                flow = flow.wrapping_add(1);
+                            }
+                            let p = work.htb.dequeue(work.now);
+                            assert!(p.is_some(), "never throttled");
+                        }
+                        let elapsed = start.elapsed();
+                        samples.record(elapsed, iters);
+                        elapsed
+                    });
                 });
-            });
-            runs.push(Run {
-                bench: "hotpath",
-                leaves: n,
-                backlogged,
-                ceil: "rate",
-                ns_per_packet: samples.median(),
-            });
+                runs.push(Run {
+                    bench: "hotpath",
+                    leaves: n,
+                    backlogged,
+                    ceil: "rate",
+                    leaf: leaf_name,
+                    ns_per_packet: samples.median(),
+                });
+            }
         }
     }
     group.finish();
 }
 
-/// Bytes allocated per class for a 100 000-class tree, and the time to add them.
-fn memory_and_add_time() -> (u64, f64) {
+/// Memory and build time of a 100 000-class tree under one leaf kind.
+#[derive(Clone, Debug, serde::Serialize)]
+struct Memory {
+    leaf: &'static str,
+    /// Heap bytes per class of the built tree, every leaf idle.
+    idle_bytes_per_class: u64,
+    /// Further heap bytes per class once every leaf holds one packet (the packet's slot in
+    /// the pool, fq_codel's flow record).
+    busy_bytes_per_class: u64,
+    /// Median time to add the 100 000 classes.
+    add_100k_classes_ms: f64,
+}
+
+fn memory_and_add_time(leaf_name: &'static str, leaf: LeafConfig) -> Memory {
     const N: usize = 100_000;
     let build = || {
-        let mut htb: Scheduler<Pkt> = Scheduler::new(SchedulerConfig::default());
+        let mut htb: Scheduler<Pkt> = Scheduler::new(SchedulerConfig {
+            default_leaf: leaf,
+            ..SchedulerConfig::default()
+        });
         htb.reserve_classes(N + 1);
         let root = ClassId::new(1, 1);
         let _ = htb
@@ -368,9 +415,16 @@ fn memory_and_add_time() -> (u64, f64) {
         htb
     };
     let mut kept = None;
-    let info = allocation_counter::measure(|| kept = Some(build()));
-    let per_class = info.bytes_current as u64 / (N as u64 + 1);
-    drop(kept);
+    let idle = allocation_counter::measure(|| kept = Some(build()));
+    let mut htb = kept.expect("built");
+    let busy = allocation_counter::measure(|| {
+        for i in 0..N {
+            let id = htb.handle(ClassId::new(1, 0x10 + i as u32)).expect("class");
+            htb.enqueue(Instant::ZERO, id, Pkt::new(i as u32, 0, 1500))
+                .expect("room");
+        }
+    });
+    drop(htb);
     let mut times: Vec<f64> = (0..if quick() { 3 } else { 9 })
         .map(|_| {
             let start = WallInstant::now();
@@ -381,16 +435,52 @@ fn memory_and_add_time() -> (u64, f64) {
         })
         .collect();
     times.sort_by(f64::total_cmp);
-    (per_class, times[times.len() / 2])
+    Memory {
+        leaf: leaf_name,
+        idle_bytes_per_class: idle.bytes_current as u64 / (N as u64 + 1),
+        busy_bytes_per_class: busy.bytes_current as u64 / N as u64,
+        add_100k_classes_ms: times[times.len() / 2],
+    }
 }
 
-fn summarize(runs: &[Run], memory_per_class: u64, add_ms: f64) {
+/// The hot path's ratios of fq_codel to pfifo, point by point: `(leaves, backlogged, ratio)`.
+fn hotpath_ratios(runs: &[Run]) -> Vec<(usize, usize, f64)> {
+    runs.iter()
+        .filter(|r| r.bench == "hotpath" && r.leaf == "fq_codel")
+        .filter_map(|r| {
+            let fifo = runs.iter().find(|f| {
+                f.bench == "hotpath"
+                    && f.leaf == "pfifo"
+                    && (f.leaves, f.backlogged) == (r.leaves, r.backlogged)
+            })?;
+            Some((r.leaves, r.backlogged, r.ns_per_packet / fifo.ns_per_packet))
+        })
+        .collect()
+}
+
+fn summarize(runs: &[Run], memory: &[Memory]) {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/htb-bench");
     std::fs::create_dir_all(&dir).expect("create target/htb-bench");
+    let ratios = hotpath_ratios(runs);
+    let mut sorted: Vec<f64> = ratios.iter().map(|r| r.2).collect();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
+    let worst = sorted.last().copied().unwrap_or(f64::NAN);
     let json = serde_json::json!({
         "runs": runs,
-        "memory_per_class_bytes": memory_per_class,
-        "add_100k_classes_ms": add_ms,
+        "memory_100k_classes": memory,
+        "goals": {
+            "hotpath_fq_codel_over_pfifo": ratios
+                .iter()
+                .map(|(n, k, r)| serde_json::json!({"leaves": n, "backlogged": k, "ratio": r}))
+                .collect::<Vec<_>>(),
+            "hotpath_fq_codel_over_pfifo_median": median,
+            "hotpath_fq_codel_over_pfifo_worst": worst,
+            "idle_fq_codel_leaf_bytes": memory
+                .iter()
+                .find(|m| m.leaf == "fq_codel")
+                .map(|m| m.idle_bytes_per_class),
+        },
     });
     std::fs::write(
         dir.join("complexity.json"),
@@ -424,18 +514,25 @@ fn summarize(runs: &[Run], memory_per_class: u64, add_ms: f64) {
     std::fs::write(dir.join("complexity.svg"), chart.to_svg()).unwrap();
 
     println!(
-        "\n{:<11} {:>7} {:>10} {:>5} {:>12}",
-        "bench", "leaves", "backlogged", "ceil", "ns/packet"
+        "\n{:<11} {:>7} {:>10} {:>5} {:>9} {:>12}",
+        "bench", "leaves", "backlogged", "ceil", "leaf", "ns/packet"
     );
     for r in runs {
         println!(
-            "{:<11} {:>7} {:>10} {:>5} {:>12.1}",
-            r.bench, r.leaves, r.backlogged, r.ceil, r.ns_per_packet
+            "{:<11} {:>7} {:>10} {:>5} {:>9} {:>12.1}",
+            r.bench, r.leaves, r.backlogged, r.ceil, r.leaf, r.ns_per_packet
         );
     }
-    println!(
-        "memory per class: {memory_per_class} bytes; adding 100 000 classes: {add_ms:.1} ms (median)"
-    );
+    for m in memory {
+        println!(
+            "100 000 {} leaf classes: {} bytes per class idle, +{} with a packet queued; added in {:.1} ms (median)",
+            m.leaf, m.idle_bytes_per_class, m.busy_bytes_per_class, m.add_100k_classes_ms
+        );
+    }
+    for (n, k, r) in &ratios {
+        println!("hot path, {n} classes, {k} backlogged: fq_codel / pfifo = {r:.2}");
+    }
+    println!("hot path, fq_codel over pfifo: median {median:.2}x, worst {worst:.2}x");
     println!("wrote {}/complexity.json and complexity.svg", dir.display());
 }
 
@@ -452,7 +549,10 @@ fn main() {
     bench_complexity(&mut criterion, &mut runs);
     bench_scale(&mut criterion, &mut runs);
     bench_hotpath(&mut criterion, &mut runs);
-    let (memory, add_ms) = memory_and_add_time();
+    let memory: Vec<Memory> = leaves()
+        .into_iter()
+        .map(|(name, leaf)| memory_and_add_time(name, leaf))
+        .collect();
     criterion.final_summary();
-    summarize(&runs, memory, add_ms);
+    summarize(&runs, &memory);
 }
