@@ -184,12 +184,13 @@ pub fn run(options: &DemoOptions) -> anyhow::Result<Vec<ClassRow>> {
     let (default_class, leaf) = default_leaf(tree);
     // The kernel keeps pfifo where it lacks the leaf htbd uses.
     let kernel_leaf = if notes.is_empty() { leaf } else { "pfifo" };
-    println!(
-        "\nping RTT through the default class {default_class} while its flow keeps it full:\n  \
-         htbd ({leaf} leaf)       {}\n  kernel HTB ({kernel_leaf} leaf) {}",
-        ping_line(&htbd_ping),
-        ping_line(&kernel_ping)
-    );
+    println!("\nping RTT through the default class {default_class} while its flow keeps it full:");
+    for (who, rtts) in [
+        (format!("htbd ({leaf} leaf)"), &htbd_ping),
+        (format!("kernel HTB ({kernel_leaf} leaf)"), &kernel_ping),
+    ] {
+        println!("  {who:<26} {}", ping_line(rtts));
+    }
     std::fs::create_dir_all(&options.out)?;
     std::fs::write(
         options.out.join("demo.json"),
