@@ -14,6 +14,9 @@ mod q_fifo;
 mod q_fq_codel;
 mod q_htb;
 mod q_sfq;
+mod tc_class;
+mod tc_filter;
+mod tc_qdisc;
 
 use std::io::{Read, Write};
 

@@ -1,18 +1,17 @@
-//! tc's command-line grammar (iproute2 `tc/tc.c`, `tc_qdisc.c`, `tc_class.c`, `tc_filter.c`):
-//! the command line, its objects and verbs, and batches; each qdisc's and filter's options
-//! are parsed in its own module (`q_htb`, `q_fq_codel`, `q_sfq`, `q_fifo`, `f_u32`,
-//! `f_flower`), as iproute2 has them.
+//! tc's command line (iproute2 `tc/tc.c`): global options, the object and verb, batches. Each
+//! object's commands are parsed in its own module (`tc_qdisc`, `tc_class`, `tc_filter`), and
+//! each qdisc's and filter's options in theirs (`q_htb`, `q_fq_codel`, `q_sfq`, `q_fifo`,
+//! `f_u32`, `f_flower`), as iproute2 has them.
 //!
 //! Keywords are matched as tc matches them: some exactly (`rate`, `ceil`, `dev`), most by any
 //! non-empty prefix, tried in tc's order (`m` is `mtu`, `b` is `burst`, `c` is `cburst`). Errors
 //! read like tc's (`What is "x"?`, `Illegal "rate"`, `"rate" is required.`).
 
-use htb_core::{LeafKind, LeafSpec};
-use htb_ipc::{Command, FilterSpec, LeafQdiscSpec, Object, QdiscSpec, Show};
+use htb_ipc::{Command, Show};
 
-use super::args::{Args, Result, class_id, illegal, qdisc_handle, u32_arg, usage};
+use super::args::{Args, Result, illegal, usage};
 pub use super::args::{UsageError, matches};
-use super::{f_flower, f_u32, q_fifo, q_fq_codel, q_htb, q_sfq};
+use super::{tc_class, tc_filter, tc_qdisc};
 
 /// Global options (before the object).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -73,19 +72,6 @@ where  OBJECT := { qdisc | class | filter }
        OPTIONS := { -s[tatistics] | -d[etails] | -r[aw] | -i[ec] | -j[son] | -p[retty] |
                     -b[atch] FILE | -V[ersion] | -h[elp] | --socket PATH }
 The daemon is reached at /run/htbd.sock, or $HTBD_SOCKET, or --socket PATH.";
-
-pub(super) const FILTER_USAGE: &str = "\
-Usage: htb-cli filter [ add | del | show ] dev STRING [ parent CLASSID ]
-       [ protocol PROTO ] [ pref PRIO ] [ handle FILTERID ] FILTER_TYPE [ FILTER_OPTIONS ]
-FILTER_TYPE := u32 | flower
-u32:    match ip { src | dst } PREFIX | match ip { sport | dport } PORT MASK
-        | match ip protocol N 0xff | match ip { tos | dsfield } V M
-        | match ip6 { src | dst } PREFIX | match ip6 { sport | dport } PORT MASK
-        | match ip6 { protocol | priority } V M | match { tcp | udp } { src | dst } PORT MASK
-        ... { flowid | classid } CLASSID
-flower: [ src_ip PREFIX ] [ dst_ip PREFIX ] [ ip_proto tcp | udp | sctp | icmp | icmpv6 | N ]
-        [ src_port PORT[-PORT] ] [ dst_port PORT[-PORT] ] [ ip_tos V[/M] ] [ vlan_id VID ]
-        [ skip_sw | skip_hw ] classid CLASSID";
 
 /// A parsed command line: options and the action.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,11 +176,11 @@ pub fn parse_command(words: &[String]) -> Result<Action> {
     };
     let o = object.as_str();
     if matches(o, "qdisc") {
-        qdisc(args)
+        tc_qdisc::parse(args)
     } else if matches(o, "class") {
-        class(args)
+        tc_class::parse(args)
     } else if matches(o, "filter") {
-        filter(args)
+        tc_filter::parse(args)
     } else if matches(o, "monitor") || o == "top" {
         monitor(args)
     } else if matches(o, "help") {
@@ -204,8 +190,9 @@ pub fn parse_command(words: &[String]) -> Result<Action> {
     }
 }
 
+/// A command's verb.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Verb {
+pub(super) enum Verb {
     Add,
     Change,
     Replace,
@@ -213,7 +200,8 @@ enum Verb {
     Show,
 }
 
-fn verb(word: Option<&String>, object: &str) -> Result<Verb> {
+/// The verb of `object`'s command (none: `show`).
+pub(super) fn verb(word: Option<&String>, object: &str) -> Result<Verb> {
     let Some(w) = word else {
         return Ok(Verb::Show);
     };
@@ -233,296 +221,6 @@ fn verb(word: Option<&String>, object: &str) -> Result<Verb> {
             "Command \"{w}\" is unknown, try \"htb-cli {object} help\"."
         ));
     })
-}
-
-fn qdisc(words: &[String]) -> Result<Action> {
-    let verb = verb(words.first(), "qdisc")?;
-    let mut a = Args::new(words.get(1..).unwrap_or_default());
-    let mut dev = None;
-    let mut handle = None;
-    let mut parent = None;
-    let mut root = false;
-    let mut invisible = false;
-    let mut htb: Option<QdiscSpec> = None;
-    let mut leaf: Option<LeafSpec> = None;
-    while let Some(w) = a.next() {
-        match w {
-            "dev" => dev = Some(a.value()?.to_owned()),
-            "handle" => handle = Some(qdisc_handle(a.value()?)?),
-            "root" => root = true,
-            "parent" => match a.value()? {
-                "root" => root = true,
-                p => parent = Some(class_id(p, "parent")?),
-            },
-            "ingress" | "clsact" => {
-                return usage(format!(
-                    "htb-cli manages the root htb qdisc and its classes' leaves, not {w}"
-                ));
-            }
-            w if matches(w, "help") => return Ok(Action::Help(q_htb::QDISC_USAGE)),
-            "invisible" if verb == Verb::Show => invisible = true,
-            w if verb == Verb::Show => {
-                return usage(format!("What is \"{w}\"? Try \"htb-cli qdisc help\"."));
-            }
-            "htb" => {
-                let mut spec = QdiscSpec::default();
-                q_htb::qdisc_options(&mut a, &mut spec)?;
-                htb = Some(spec);
-            }
-            "pfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Pfifo)?),
-            "bfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Bfifo)?),
-            "sfq" => leaf = Some(q_sfq::options(&mut a)?),
-            "fq_codel" => leaf = Some(q_fq_codel::options(&mut a)?),
-            "cake" => {
-                return usage(
-                    "cake is not supported yet (its shaper, diffserv tins and host isolation are \
-                     a project of their own): use fq_codel under each class",
-                );
-            }
-            other => {
-                return usage(format!(
-                    "Unknown qdisc \"{other}\": htb-cli knows htb (root) and fq_codel, sfq, pfifo, bfifo (under a class)"
-                ));
-            }
-        }
-    }
-    if verb == Verb::Show {
-        return Ok(Action::Show(Show {
-            object: Some(Object::Qdisc),
-            dev,
-            invisible,
-            ..Show::default()
-        }));
-    }
-    let Some(dev) = dev else {
-        return usage("Must specify device (dev DEV).");
-    };
-    if root && parent.is_some() {
-        return usage("\"root\" and \"parent\" are mutually exclusive");
-    }
-    if verb == Verb::Delete {
-        return match (root, parent) {
-            (true, _) if leaf.is_some() => {
-                usage("htbd's root qdisc is htb: qdisc del dev D root deletes it")
-            }
-            (true, _) => Ok(Action::Change(Command::QdiscDelete { dev })),
-            (false, Some(parent)) => Ok(Action::Change(Command::LeafDelete {
-                dev,
-                parent,
-                handle,
-                kind: leaf.map(|l| l.kind()),
-            })),
-            (false, None) => usage("Classid cannot be zero: say root, or parent CLASSID"),
-        };
-    }
-    if let Some(mut spec) = htb {
-        if parent.is_some() {
-            return usage(
-                "htb under a class is not supported: htbd shapes one htb tree per port, at its root",
-            );
-        }
-        spec.dev = dev;
-        spec.handle = handle.map(|h| h.to_string());
-        return Ok(Action::Change(match verb {
-            Verb::Add => Command::QdiscAdd(spec),
-            Verb::Change => Command::QdiscChange(spec),
-            _ => Command::QdiscReplace(spec),
-        }));
-    }
-    let Some(leaf) = leaf else {
-        return usage(
-            "Unknown qdisc: say htb (the root), or fq_codel, sfq, pfifo, bfifo (parent CLASSID)",
-        );
-    };
-    let Some(parent) = parent.filter(|_| !root) else {
-        return usage(format!(
-            "{kind} goes under an htb class here (htbd's root qdisc is htb): qdisc {verb} dev {dev} parent 1:10 {kind}",
-            kind = leaf.kind(),
-            verb = words.first().map_or("add", String::as_str),
-        ));
-    };
-    let spec = LeafQdiscSpec {
-        dev,
-        parent,
-        handle,
-        leaf,
-    };
-    Ok(Action::Change(match verb {
-        Verb::Add => Command::LeafAdd(spec),
-        Verb::Change => Command::LeafChange(spec),
-        _ => Command::LeafReplace(spec),
-    }))
-}
-
-fn class(words: &[String]) -> Result<Action> {
-    let verb = verb(words.first(), "class")?;
-    let mut a = Args::new(words.get(1..).unwrap_or_default());
-    let mut dev = None;
-    let mut id = None;
-    let mut parent = None;
-    let mut spec = None;
-    while let Some(w) = a.next() {
-        match w {
-            "dev" => dev = Some(a.value()?.to_owned()),
-            "classid" => id = Some(class_id(a.value()?, "classid")?),
-            "handle" => return usage("Error: try \"classid\" instead of \"handle\""),
-            "root" => parent = Some("root".to_owned()),
-            "parent" => {
-                let p = a.value()?;
-                parent = Some(if p == "root" {
-                    "root".to_owned()
-                } else {
-                    class_id(p, "parent")?.to_string()
-                });
-            }
-            w if matches(w, "estimator") => {
-                let _ = (a.value()?, a.value()?);
-            }
-            w if matches(w, "help") => return Ok(Action::Help(q_htb::CLASS_USAGE)),
-            "htb" if verb != Verb::Show => {
-                let dev_name = dev.clone().unwrap_or_default();
-                spec = Some(q_htb::class_options(&mut a, &dev_name)?);
-            }
-            other if verb == Verb::Show => {
-                return usage(format!("What is \"{other}\"? Try \"htb-cli class help\"."));
-            }
-            other => {
-                return usage(format!(
-                    "Unknown class kind \"{other}\": htb-cli manages htb only"
-                ));
-            }
-        }
-    }
-    if verb == Verb::Show {
-        return Ok(Action::Show(Show {
-            object: Some(Object::Class),
-            dev,
-            class: id.map(|c| c.to_string()),
-            parent,
-            ..Show::default()
-        }));
-    }
-    let Some(dev) = dev else {
-        return usage("Must specify device (dev DEV).");
-    };
-    let Some(id) = id else {
-        return usage("Must specify classid (classid MAJ:MIN).");
-    };
-    if verb == Verb::Delete {
-        return Ok(Action::Change(Command::ClassDelete {
-            dev,
-            id: id.to_string(),
-        }));
-    }
-    let Some(mut spec) = spec else {
-        return usage("Must specify the class kind: ... htb rate RATE");
-    };
-    spec.dev = dev;
-    spec.id = id.to_string();
-    spec.parent = parent.filter(|p| p != "root");
-    Ok(Action::Change(match verb {
-        Verb::Add => Command::ClassAdd(spec),
-        Verb::Change => Command::ClassChange(spec),
-        Verb::Replace => Command::ClassReplace(spec),
-        Verb::Delete | Verb::Show => unreachable!("handled above"),
-    }))
-}
-
-fn filter(words: &[String]) -> Result<Action> {
-    let verb = verb(words.first(), "filter")?;
-    if matches!(verb, Verb::Change | Verb::Replace) {
-        return usage(
-            "filter change/replace is not supported: delete the filter and add it again (in one batch, atomically)",
-        );
-    }
-    let mut a = Args::new(words.get(1..).unwrap_or_default());
-    let mut dev = None;
-    let mut spec = FilterSpec {
-        protocol: "all".into(),
-        ..FilterSpec::default()
-    };
-    let mut kind_given = false;
-    while let Some(w) = a.next() {
-        match w {
-            "dev" => dev = Some(a.value()?.to_owned()),
-            "root" => spec.parent = None,
-            "parent" => spec.parent = Some(class_id(a.value()?, "parent")?.to_string()),
-            "handle" => spec.handle = Some(a.value()?.to_owned()),
-            "u32" | "flower" => {
-                spec.kind = w.to_owned();
-                kind_given = true;
-                if verb == Verb::Add {
-                    if w == "u32" {
-                        f_u32::options(&mut a, &mut spec)?;
-                    } else {
-                        f_flower::options(&mut a, &mut spec)?;
-                    }
-                } else if let Some(extra) = a.next() {
-                    return usage(format!(
-                        "What is \"{extra}\"? (filter del and show take no match)"
-                    ));
-                }
-            }
-            w if matches(w, "preference") || matches(w, "priority") => {
-                let v = a.value()?;
-                spec.prio = Some(u32_arg(v, "preference", 0)?);
-            }
-            w if matches(w, "protocol") => {
-                let v = a.value()?;
-                spec.protocol = match v.to_ascii_lowercase().as_str() {
-                    "ip" => "ip".into(),
-                    "ipv6" => "ipv6".into(),
-                    "all" => "all".into(),
-                    "802.1q" | "8021q" => "802.1q".into(),
-                    _ => return illegal("protocol"),
-                };
-            }
-            w if matches(w, "chain") => {
-                if a.value()? != "0" {
-                    return usage("only chain 0 exists here");
-                }
-            }
-            w if matches(w, "help") => return Ok(Action::Help(FILTER_USAGE)),
-            other => {
-                return usage(format!(
-                    "Unknown filter \"{other}\", hence option \"{}\" is unparsable (htb-cli knows u32 and flower)",
-                    a.rest().first().map_or("", String::as_str)
-                ));
-            }
-        }
-    }
-    let dev = match (dev, verb) {
-        (Some(dev), _) => dev,
-        (None, Verb::Show) => String::new(),
-        (None, _) => return usage("Must specify device (dev DEV)."),
-    };
-    match verb {
-        Verb::Show => Ok(Action::Show(Show {
-            object: Some(Object::Filter),
-            dev: (!dev.is_empty()).then_some(dev),
-            ..Show::default()
-        })),
-        Verb::Delete => {
-            if spec.handle.is_some() && spec.prio.is_none() {
-                return usage("Error: a filter handle needs its prio (pref N handle H)");
-            }
-            Ok(Action::Change(Command::FilterDelete {
-                dev,
-                prio: spec.prio,
-                handle: spec.handle,
-            }))
-        }
-        _ => {
-            if !kind_given {
-                return usage("Must specify the filter type: u32 or flower");
-            }
-            if spec.class.is_empty() {
-                return usage("Must specify flowid/classid: where matching packets go");
-            }
-            spec.dev = dev;
-            Ok(Action::Change(Command::FilterAdd(spec)))
-        }
-    }
 }
 
 fn monitor(words: &[String]) -> Result<Action> {
@@ -625,7 +323,8 @@ pub fn parse_batch(text: &str) -> std::result::Result<Vec<(usize, Action)>, (usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use htb_ipc::MatchSpec;
+    use htb_core::{LeafKind, LeafSpec};
+    use htb_ipc::{LeafQdiscSpec, MatchSpec, Object, QdiscSpec};
 
     fn words(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_owned).collect()

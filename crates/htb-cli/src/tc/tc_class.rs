@@ -1,0 +1,82 @@
+//! `class add|change|replace|del|show` (iproute2 `tc/tc_class.c`): HTB classes.
+
+use htb_ipc::{Command, Object, Show};
+
+use super::args::{Args, Result, class_id, matches, usage};
+use super::parse::{Action, Verb, verb};
+use super::q_htb;
+
+/// Parses the words after `class`.
+pub(super) fn parse(words: &[String]) -> Result<Action> {
+    let verb = verb(words.first(), "class")?;
+    let mut a = Args::new(words.get(1..).unwrap_or_default());
+    let mut dev = None;
+    let mut id = None;
+    let mut parent = None;
+    let mut spec = None;
+    while let Some(w) = a.next() {
+        match w {
+            "dev" => dev = Some(a.value()?.to_owned()),
+            "classid" => id = Some(class_id(a.value()?, "classid")?),
+            "handle" => return usage("Error: try \"classid\" instead of \"handle\""),
+            "root" => parent = Some("root".to_owned()),
+            "parent" => {
+                let p = a.value()?;
+                parent = Some(if p == "root" {
+                    "root".to_owned()
+                } else {
+                    class_id(p, "parent")?.to_string()
+                });
+            }
+            w if matches(w, "estimator") => {
+                let _ = (a.value()?, a.value()?);
+            }
+            w if matches(w, "help") => return Ok(Action::Help(q_htb::CLASS_USAGE)),
+            "htb" if verb != Verb::Show => {
+                let dev_name = dev.clone().unwrap_or_default();
+                spec = Some(q_htb::class_options(&mut a, &dev_name)?);
+            }
+            other if verb == Verb::Show => {
+                return usage(format!("What is \"{other}\"? Try \"htb-cli class help\"."));
+            }
+            other => {
+                return usage(format!(
+                    "Unknown class kind \"{other}\": htb-cli manages htb only"
+                ));
+            }
+        }
+    }
+    if verb == Verb::Show {
+        return Ok(Action::Show(Show {
+            object: Some(Object::Class),
+            dev,
+            class: id.map(|c| c.to_string()),
+            parent,
+            ..Show::default()
+        }));
+    }
+    let Some(dev) = dev else {
+        return usage("Must specify device (dev DEV).");
+    };
+    let Some(id) = id else {
+        return usage("Must specify classid (classid MAJ:MIN).");
+    };
+    if verb == Verb::Delete {
+        return Ok(Action::Change(Command::ClassDelete {
+            dev,
+            id: id.to_string(),
+        }));
+    }
+    let Some(mut spec) = spec else {
+        return usage("Must specify the class kind: ... htb rate RATE");
+    };
+    spec.dev = dev;
+    spec.id = id.to_string();
+    spec.parent = parent.filter(|p| p != "root");
+    Ok(Action::Change(match verb {
+        Verb::Add => Command::ClassAdd(spec),
+        Verb::Change => Command::ClassChange(spec),
+        Verb::Replace => Command::ClassReplace(spec),
+        Verb::Delete | Verb::Show => unreachable!("handled above"),
+    }))
+}

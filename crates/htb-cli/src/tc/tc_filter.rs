@@ -1,0 +1,119 @@
+//! `filter add|del|show` (iproute2 `tc/tc_filter.c`): u32 and flower filters on the root qdisc.
+
+use htb_ipc::{Command, FilterSpec, Object, Show};
+
+use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
+use super::parse::{Action, Verb, verb};
+use super::{f_flower, f_u32};
+
+/// The filter usage (`tc filter help`, for the HTB parts).
+pub(crate) const FILTER_USAGE: &str = "\
+Usage: htb-cli filter [ add | del | show ] dev STRING [ parent CLASSID ]
+       [ protocol PROTO ] [ pref PRIO ] [ handle FILTERID ] FILTER_TYPE [ FILTER_OPTIONS ]
+FILTER_TYPE := u32 | flower
+u32:    match ip { src | dst } PREFIX | match ip { sport | dport } PORT MASK
+        | match ip protocol N 0xff | match ip { tos | dsfield } V M
+        | match ip6 { src | dst } PREFIX | match ip6 { sport | dport } PORT MASK
+        | match ip6 { protocol | priority } V M | match { tcp | udp } { src | dst } PORT MASK
+        ... { flowid | classid } CLASSID
+flower: [ src_ip PREFIX ] [ dst_ip PREFIX ] [ ip_proto tcp | udp | sctp | icmp | icmpv6 | N ]
+        [ src_port PORT[-PORT] ] [ dst_port PORT[-PORT] ] [ ip_tos V[/M] ] [ vlan_id VID ]
+        [ skip_sw | skip_hw ] classid CLASSID";
+
+/// Parses the words after `filter`.
+pub(super) fn parse(words: &[String]) -> Result<Action> {
+    let verb = verb(words.first(), "filter")?;
+    if matches!(verb, Verb::Change | Verb::Replace) {
+        return usage(
+            "filter change/replace is not supported: delete the filter and add it again (in one batch, atomically)",
+        );
+    }
+    let mut a = Args::new(words.get(1..).unwrap_or_default());
+    let mut dev = None;
+    let mut spec = FilterSpec {
+        protocol: "all".into(),
+        ..FilterSpec::default()
+    };
+    let mut kind_given = false;
+    while let Some(w) = a.next() {
+        match w {
+            "dev" => dev = Some(a.value()?.to_owned()),
+            "root" => spec.parent = None,
+            "parent" => spec.parent = Some(class_id(a.value()?, "parent")?.to_string()),
+            "handle" => spec.handle = Some(a.value()?.to_owned()),
+            "u32" | "flower" => {
+                spec.kind = w.to_owned();
+                kind_given = true;
+                if verb == Verb::Add {
+                    if w == "u32" {
+                        f_u32::options(&mut a, &mut spec)?;
+                    } else {
+                        f_flower::options(&mut a, &mut spec)?;
+                    }
+                } else if let Some(extra) = a.next() {
+                    return usage(format!(
+                        "What is \"{extra}\"? (filter del and show take no match)"
+                    ));
+                }
+            }
+            w if matches(w, "preference") || matches(w, "priority") => {
+                let v = a.value()?;
+                spec.prio = Some(u32_arg(v, "preference", 0)?);
+            }
+            w if matches(w, "protocol") => {
+                let v = a.value()?;
+                spec.protocol = match v.to_ascii_lowercase().as_str() {
+                    "ip" => "ip".into(),
+                    "ipv6" => "ipv6".into(),
+                    "all" => "all".into(),
+                    "802.1q" | "8021q" => "802.1q".into(),
+                    _ => return illegal("protocol"),
+                };
+            }
+            w if matches(w, "chain") => {
+                if a.value()? != "0" {
+                    return usage("only chain 0 exists here");
+                }
+            }
+            w if matches(w, "help") => return Ok(Action::Help(FILTER_USAGE)),
+            other => {
+                return usage(format!(
+                    "Unknown filter \"{other}\", hence option \"{}\" is unparsable (htb-cli knows u32 and flower)",
+                    a.rest().first().map_or("", String::as_str)
+                ));
+            }
+        }
+    }
+    let dev = match (dev, verb) {
+        (Some(dev), _) => dev,
+        (None, Verb::Show) => String::new(),
+        (None, _) => return usage("Must specify device (dev DEV)."),
+    };
+    match verb {
+        Verb::Show => Ok(Action::Show(Show {
+            object: Some(Object::Filter),
+            dev: (!dev.is_empty()).then_some(dev),
+            ..Show::default()
+        })),
+        Verb::Delete => {
+            if spec.handle.is_some() && spec.prio.is_none() {
+                return usage("Error: a filter handle needs its prio (pref N handle H)");
+            }
+            Ok(Action::Change(Command::FilterDelete {
+                dev,
+                prio: spec.prio,
+                handle: spec.handle,
+            }))
+        }
+        _ => {
+            if !kind_given {
+                return usage("Must specify the filter type: u32 or flower");
+            }
+            if spec.class.is_empty() {
+                return usage("Must specify flowid/classid: where matching packets go");
+            }
+            spec.dev = dev;
+            Ok(Action::Change(Command::FilterAdd(spec)))
+        }
+    }
+}

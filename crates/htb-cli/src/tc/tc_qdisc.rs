@@ -1,0 +1,129 @@
+//! `qdisc add|change|replace|del|show` (iproute2 `tc/tc_qdisc.c`): the root `htb` qdisc, and
+//! the leaf qdiscs under its classes (`parent 1:10 [handle 10:] fq_codel|sfq|pfifo|bfifo …`).
+
+use htb_core::{LeafKind, LeafSpec};
+use htb_ipc::{Command, LeafQdiscSpec, Object, QdiscSpec, Show};
+
+use super::args::{Args, Result, class_id, matches, qdisc_handle, usage};
+use super::parse::{Action, Verb, verb};
+use super::{q_fifo, q_fq_codel, q_htb, q_sfq};
+
+/// Parses the words after `qdisc`.
+pub(super) fn parse(words: &[String]) -> Result<Action> {
+    let verb = verb(words.first(), "qdisc")?;
+    let mut a = Args::new(words.get(1..).unwrap_or_default());
+    let mut dev = None;
+    let mut handle = None;
+    let mut parent = None;
+    let mut root = false;
+    let mut invisible = false;
+    let mut htb: Option<QdiscSpec> = None;
+    let mut leaf: Option<LeafSpec> = None;
+    while let Some(w) = a.next() {
+        match w {
+            "dev" => dev = Some(a.value()?.to_owned()),
+            "handle" => handle = Some(qdisc_handle(a.value()?)?),
+            "root" => root = true,
+            "parent" => match a.value()? {
+                "root" => root = true,
+                p => parent = Some(class_id(p, "parent")?),
+            },
+            "ingress" | "clsact" => {
+                return usage(format!(
+                    "htb-cli manages the root htb qdisc and its classes' leaves, not {w}"
+                ));
+            }
+            w if matches(w, "help") => return Ok(Action::Help(q_htb::QDISC_USAGE)),
+            "invisible" if verb == Verb::Show => invisible = true,
+            w if verb == Verb::Show => {
+                return usage(format!("What is \"{w}\"? Try \"htb-cli qdisc help\"."));
+            }
+            "htb" => {
+                let mut spec = QdiscSpec::default();
+                q_htb::qdisc_options(&mut a, &mut spec)?;
+                htb = Some(spec);
+            }
+            "pfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Pfifo)?),
+            "bfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Bfifo)?),
+            "sfq" => leaf = Some(q_sfq::options(&mut a)?),
+            "fq_codel" => leaf = Some(q_fq_codel::options(&mut a)?),
+            "cake" => {
+                return usage(
+                    "cake is not supported yet (its shaper, diffserv tins and host isolation are \
+                     a project of their own): use fq_codel under each class",
+                );
+            }
+            other => {
+                return usage(format!(
+                    "Unknown qdisc \"{other}\": htb-cli knows htb (root) and fq_codel, sfq, pfifo, bfifo (under a class)"
+                ));
+            }
+        }
+    }
+    if verb == Verb::Show {
+        return Ok(Action::Show(Show {
+            object: Some(Object::Qdisc),
+            dev,
+            invisible,
+            ..Show::default()
+        }));
+    }
+    let Some(dev) = dev else {
+        return usage("Must specify device (dev DEV).");
+    };
+    if root && parent.is_some() {
+        return usage("\"root\" and \"parent\" are mutually exclusive");
+    }
+    if verb == Verb::Delete {
+        return match (root, parent) {
+            (true, _) if leaf.is_some() => {
+                usage("htbd's root qdisc is htb: qdisc del dev D root deletes it")
+            }
+            (true, _) => Ok(Action::Change(Command::QdiscDelete { dev })),
+            (false, Some(parent)) => Ok(Action::Change(Command::LeafDelete {
+                dev,
+                parent,
+                handle,
+                kind: leaf.map(|l| l.kind()),
+            })),
+            (false, None) => usage("Classid cannot be zero: say root, or parent CLASSID"),
+        };
+    }
+    if let Some(mut spec) = htb {
+        if parent.is_some() {
+            return usage(
+                "htb under a class is not supported: htbd shapes one htb tree per port, at its root",
+            );
+        }
+        spec.dev = dev;
+        spec.handle = handle.map(|h| h.to_string());
+        return Ok(Action::Change(match verb {
+            Verb::Add => Command::QdiscAdd(spec),
+            Verb::Change => Command::QdiscChange(spec),
+            _ => Command::QdiscReplace(spec),
+        }));
+    }
+    let Some(leaf) = leaf else {
+        return usage(
+            "Unknown qdisc: say htb (the root), or fq_codel, sfq, pfifo, bfifo (parent CLASSID)",
+        );
+    };
+    let Some(parent) = parent.filter(|_| !root) else {
+        return usage(format!(
+            "{kind} goes under an htb class here (htbd's root qdisc is htb): qdisc {verb} dev {dev} parent 1:10 {kind}",
+            kind = leaf.kind(),
+            verb = words.first().map_or("add", String::as_str),
+        ));
+    };
+    let spec = LeafQdiscSpec {
+        dev,
+        parent,
+        handle,
+        leaf,
+    };
+    Ok(Action::Change(match verb {
+        Verb::Add => Command::LeafAdd(spec),
+        Verb::Change => Command::LeafChange(spec),
+        _ => Command::LeafReplace(spec),
+    }))
+}
