@@ -223,7 +223,8 @@ impl FrameIo {
     /// How many frames `port`'s TX ring can take now, up to `want`.
     pub(crate) fn tx_room(&mut self, port: usize, want: u32) -> u32 {
         let ch = &mut self.channels[self.tx_channel[port]];
-        ch.tx.nb_free(want)
+        // libxdp's xsk_prod_nb_free answers at least `nb` when it can, possibly more.
+        ch.tx.nb_free(want).min(want)
     }
 
     /// Submits `descs` (at most [`tx_room`](Self::tx_room)) to `port`'s TX ring and kicks it.
@@ -287,8 +288,10 @@ impl FrameIo {
             if want == 0 {
                 continue;
             }
-            // Reserve is all-or-nothing: ask how much room there is first.
-            let room = ch.fq.nb_free(want);
+            // Reserve is all-or-nothing: ask how much room there is first. xsk_prod_nb_free
+            // may answer more than asked (all the room it knows of), and more than the free
+            // pool holds: taking that many would underflow.
+            let room = ch.fq.nb_free(want).min(want);
             if room == 0 {
                 continue;
             }
