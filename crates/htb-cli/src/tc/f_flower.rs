@@ -4,7 +4,7 @@ use htb_ipc::FilterSpec;
 
 use super::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
 use super::f_u32::{prefix, tos_to_dscp};
-use super::tc_filter::FILTER_USAGE;
+use super::usage::FILTER_USAGE;
 
 /// `flower_parse_opt`.
 ///

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use htb_ipc::FilterSpec;
 
 use super::args::{Args, Result, class_id, illegal, matches, number, usage};
-use super::tc_filter::FILTER_USAGE;
+use super::usage::FILTER_USAGE;
 
 /// A value/mask pair on a port as an inclusive range (a mask of contiguous high bits).
 pub(super) fn port_range(value: u32, mask: u32, what: &str) -> Result<(u16, u16)> {

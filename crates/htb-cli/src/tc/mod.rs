@@ -4,6 +4,7 @@
 //! Exit status: 0 on success, 1 for a usage error (nothing was sent), 2 when htbd refused the
 //! request or could not be reached.
 
+mod action;
 pub mod args;
 mod f_flower;
 mod f_u32;
@@ -17,6 +18,7 @@ mod q_sfq;
 mod tc_class;
 mod tc_filter;
 mod tc_qdisc;
+mod usage;
 
 use std::io::{Read, Write};
 

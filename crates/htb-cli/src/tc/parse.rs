@@ -7,10 +7,10 @@
 //! non-empty prefix, tried in tc's order (`m` is `mtu`, `b` is `burst`, `c` is `cburst`). Errors
 //! read like tc's (`What is "x"?`, `Illegal "rate"`, `"rate" is required.`).
 
-use htb_ipc::{Command, Show};
-
+pub use super::action::{Action, Monitor};
 use super::args::{Args, Result, illegal, usage};
 pub use super::args::{UsageError, matches};
+use super::usage::USAGE;
 use super::{tc_class, tc_filter, tc_qdisc};
 
 /// Global options (before the object).
@@ -33,45 +33,6 @@ pub struct Options {
     /// `-b FILE` / `batch FILE`.
     pub batch: Option<String>,
 }
-
-/// What one command line asks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    /// Read state.
-    Show(Show),
-    /// Change state.
-    Change(Command),
-    /// Live per-class rates.
-    Monitor(Monitor),
-    /// Print usage.
-    Help(&'static str),
-    /// Print the version.
-    Version,
-}
-
-/// `monitor [dev D] [interval SECS] [count N]`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Monitor {
-    /// Only this interface.
-    pub dev: Option<String>,
-    /// Seconds between refreshes.
-    pub interval: f64,
-    /// Stop after this many refreshes (0: until interrupted).
-    pub count: u64,
-}
-
-impl Eq for Monitor {}
-
-/// Top-level usage (tc's, for the HTB parts).
-pub const USAGE: &str = "\
-Usage: htb-cli [ OPTIONS ] OBJECT { COMMAND | help }
-       htb-cli [ OPTIONS ] -b[atch] FILE     (all commands of FILE, atomically)
-       htb-cli monitor [ dev DEV ] [ interval SECS ] [ count N ]
-       htb-cli sim SCENARIO.toml [ --json ] [ --svg OUT.svg ]
-where  OBJECT := { qdisc | class | filter }
-       OPTIONS := { -s[tatistics] | -d[etails] | -r[aw] | -i[ec] | -j[son] | -p[retty] |
-                    -b[atch] FILE | -V[ersion] | -h[elp] | --socket PATH }
-The daemon is reached at /run/htbd.sock, or $HTBD_SOCKET, or --socket PATH.";
 
 /// A parsed command line: options and the action.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,39 +151,6 @@ pub fn parse_command(words: &[String]) -> Result<Action> {
     }
 }
 
-/// A command's verb.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Verb {
-    Add,
-    Change,
-    Replace,
-    Delete,
-    Show,
-}
-
-/// The verb of `object`'s command (none: `show`).
-pub(super) fn verb(word: Option<&String>, object: &str) -> Result<Verb> {
-    let Some(w) = word else {
-        return Ok(Verb::Show);
-    };
-    let w = w.as_str();
-    Ok(if matches(w, "add") {
-        Verb::Add
-    } else if matches(w, "change") {
-        Verb::Change
-    } else if matches(w, "replace") {
-        Verb::Replace
-    } else if matches(w, "delete") {
-        Verb::Delete
-    } else if matches(w, "show") || matches(w, "list") || matches(w, "lst") {
-        Verb::Show
-    } else {
-        return usage(format!(
-            "Command \"{w}\" is unknown, try \"htb-cli {object} help\"."
-        ));
-    })
-}
-
 fn monitor(words: &[String]) -> Result<Action> {
     let mut a = Args::new(words);
     let mut m = Monitor {
@@ -324,7 +252,7 @@ pub fn parse_batch(text: &str) -> std::result::Result<Vec<(usize, Action)>, (usi
 mod tests {
     use super::*;
     use htb_core::{LeafKind, LeafSpec};
-    use htb_ipc::{LeafQdiscSpec, MatchSpec, Object, QdiscSpec};
+    use htb_ipc::{Command, LeafQdiscSpec, MatchSpec, Object, QdiscSpec, Show};
 
     fn words(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_owned).collect()

@@ -2,8 +2,8 @@
 
 use htb_ipc::{Command, Object, Show};
 
+use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, matches, usage};
-use super::parse::{Action, Verb, verb};
 use super::q_htb;
 
 /// Parses the words after `class`.

@@ -2,23 +2,10 @@
 
 use htb_ipc::{Command, FilterSpec, Object, Show};
 
+use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
-use super::parse::{Action, Verb, verb};
+use super::usage::FILTER_USAGE;
 use super::{f_flower, f_u32};
-
-/// The filter usage (`tc filter help`, for the HTB parts).
-pub(crate) const FILTER_USAGE: &str = "\
-Usage: htb-cli filter [ add | del | show ] dev STRING [ parent CLASSID ]
-       [ protocol PROTO ] [ pref PRIO ] [ handle FILTERID ] FILTER_TYPE [ FILTER_OPTIONS ]
-FILTER_TYPE := u32 | flower
-u32:    match ip { src | dst } PREFIX | match ip { sport | dport } PORT MASK
-        | match ip protocol N 0xff | match ip { tos | dsfield } V M
-        | match ip6 { src | dst } PREFIX | match ip6 { sport | dport } PORT MASK
-        | match ip6 { protocol | priority } V M | match { tcp | udp } { src | dst } PORT MASK
-        ... { flowid | classid } CLASSID
-flower: [ src_ip PREFIX ] [ dst_ip PREFIX ] [ ip_proto tcp | udp | sctp | icmp | icmpv6 | N ]
-        [ src_port PORT[-PORT] ] [ dst_port PORT[-PORT] ] [ ip_tos V[/M] ] [ vlan_id VID ]
-        [ skip_sw | skip_hw ] classid CLASSID";
 
 /// Parses the words after `filter`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {

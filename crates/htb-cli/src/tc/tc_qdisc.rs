@@ -4,8 +4,8 @@
 use htb_core::{LeafKind, LeafSpec};
 use htb_ipc::{Command, LeafQdiscSpec, Object, QdiscSpec, Show};
 
+use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, matches, qdisc_handle, usage};
-use super::parse::{Action, Verb, verb};
 use super::{q_fifo, q_fq_codel, q_htb, q_sfq};
 
 /// Parses the words after `qdisc`.

@@ -11,6 +11,7 @@
 //! `leaf` (the leaf qdiscs of classes), `filters`; `state` writes the saved state.
 
 mod class;
+mod filter_entry;
 mod filters;
 mod leaf;
 mod qdisc;
@@ -23,7 +24,7 @@ use htb_config::{ClassDef, LeafDef, TreeSpec};
 use htb_core::{ClassError, ClassId, Duration, Instant, LeafConfig, SchedulerConfig};
 use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 
-pub use self::filters::{
+pub use self::filter_entry::{
     FilterEntry, FilterKind, Protocol, assign_handles, match_spec, matcher, with_protocol,
 };
 pub use self::qdisc::QdiscModel;

@@ -8,7 +8,7 @@ use htb_config::{ClassDef, TreeSpec};
 use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig};
 use htb_ipc::{ErrorCode, IpcError};
 
-use super::filters::FilterEntry;
+use super::filter_entry::FilterEntry;
 use super::{Effect, Model, Step, Undo, error, parse_class_id};
 
 /// One port's HTB qdisc: its parameters, classes with their leaf qdiscs, filters, and a

@@ -1,0 +1,66 @@
+//! What a command line asks (`Action`), and the verbs of tc's objects.
+
+use htb_ipc::{Command, Show};
+
+use super::args::{Result, matches, usage};
+
+/// What one command line asks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Read state.
+    Show(Show),
+    /// Change state.
+    Change(Command),
+    /// Live per-class rates.
+    Monitor(Monitor),
+    /// Print usage.
+    Help(&'static str),
+    /// Print the version.
+    Version,
+}
+
+/// `monitor [dev D] [interval SECS] [count N]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Monitor {
+    /// Only this interface.
+    pub dev: Option<String>,
+    /// Seconds between refreshes.
+    pub interval: f64,
+    /// Stop after this many refreshes (0: until interrupted).
+    pub count: u64,
+}
+
+impl Eq for Monitor {}
+
+/// A command's verb.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Verb {
+    Add,
+    Change,
+    Replace,
+    Delete,
+    Show,
+}
+
+/// The verb of `object`'s command (none: `show`).
+pub(super) fn verb(word: Option<&String>, object: &str) -> Result<Verb> {
+    let Some(w) = word else {
+        return Ok(Verb::Show);
+    };
+    let w = w.as_str();
+    Ok(if matches(w, "add") {
+        Verb::Add
+    } else if matches(w, "change") {
+        Verb::Change
+    } else if matches(w, "replace") {
+        Verb::Replace
+    } else if matches(w, "delete") {
+        Verb::Delete
+    } else if matches(w, "show") || matches(w, "list") || matches(w, "lst") {
+        Verb::Show
+    } else {
+        return usage(format!(
+            "Command \"{w}\" is unknown, try \"htb-cli {object} help\"."
+        ));
+    })
+}

@@ -1,0 +1,304 @@
+//! A filter as tc shows it: `u32` or `flower`, its protocol, priority and handle, and its
+//! match in both tc's and the config's form. The `filter add|del` commands are in `filters`.
+
+use std::fmt::Write as _;
+
+use htb_config::filter::{Family, Filter, IpPrefix, Match, PortRange};
+use htb_core::ClassId;
+use htb_ipc::{ErrorCode, IpcError, MatchSpec};
+
+use super::error;
+
+/// Where the kernel starts numbering filter priorities it picks itself (`tcf_auto_prio`).
+pub(super) const AUTO_PRIO: u32 = 0xC000;
+/// First u32 hash table and node id (`gen_new_htid`, `gen_new_kid` in `cls_u32.c`).
+const U32_FIRST_ID: u32 = 0x800;
+
+/// tc's filter `protocol`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// `all` (ETH_P_ALL): any frame.
+    All,
+    /// `ip`: IPv4.
+    Ip,
+    /// `ipv6`.
+    Ipv6,
+    /// `802.1q`: VLAN-tagged frames.
+    Dot1q,
+}
+
+impl Protocol {
+    /// Parses tc's names.
+    ///
+    /// # Errors
+    /// An unknown name.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "all" => Ok(Self::All),
+            "ip" | "ipv4" => Ok(Self::Ip),
+            "ipv6" => Ok(Self::Ipv6),
+            "802.1q" | "8021q" | "802_1q" => Ok(Self::Dot1q),
+            _ => Err(format!("invalid protocol {s:?}: ip, ipv6, 802.1q or all")),
+        }
+    }
+
+    /// The name tc prints.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::Ip => "ip",
+            Self::Ipv6 => "ipv6",
+            Self::Dot1q => "802.1Q",
+        }
+    }
+
+    fn family(self) -> Option<Family> {
+        match self {
+            Self::Ip => Some(Family::V4),
+            Self::Ipv6 => Some(Family::V6),
+            Self::All | Self::Dot1q => None,
+        }
+    }
+}
+
+/// How a filter is presented (`u32` or `flower`); both classify the same way here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterKind {
+    /// `u32`, handles like `800::800`.
+    U32,
+    /// `flower`, handles like `0x1`.
+    Flower,
+}
+
+impl FilterKind {
+    /// Parses `u32` or `flower`.
+    ///
+    /// # Errors
+    /// Anything else.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "u32" => Ok(Self::U32),
+            "flower" => Ok(Self::Flower),
+            _ => Err(format!(
+                "filter kind {s:?} is not supported: use u32 or flower"
+            )),
+        }
+    }
+
+    /// The name tc prints.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::U32 => "u32",
+            Self::Flower => "flower",
+        }
+    }
+
+    /// Parses a handle of this kind: `800::800` (u32), `0x1` or `1` (flower).
+    ///
+    /// # Errors
+    /// A malformed handle.
+    pub fn parse_handle(self, s: &str) -> Result<u32, String> {
+        let bad = || format!("invalid {} handle {s:?}", self.name());
+        match self {
+            Self::U32 => {
+                let parts: Vec<&str> = s.split(':').collect();
+                let field = |i: usize| -> Result<u32, String> {
+                    match parts.get(i) {
+                        None | Some(&"") => Ok(0),
+                        Some(p) => u32::from_str_radix(p, 16).map_err(|_| bad()),
+                    }
+                };
+                if parts.len() > 3 {
+                    return Err(bad());
+                }
+                let (ht, hash, node) = (field(0)?, field(1)?, field(2)?);
+                if ht > 0xfff || hash > 0xff || node > 0xfff {
+                    return Err(bad());
+                }
+                Ok(ht << 20 | hash << 12 | node)
+            }
+            Self::Flower => {
+                let digits = s.strip_prefix("0x");
+                match digits {
+                    Some(hex) => u32::from_str_radix(hex, 16),
+                    None => s.parse(),
+                }
+                .ok()
+                .filter(|&h| h != 0)
+                .ok_or_else(bad)
+            }
+        }
+    }
+
+    /// Formats a handle as tc prints it (`sprint_u32_handle`, flower's `0x%x`).
+    #[must_use]
+    pub fn format_handle(self, handle: u32) -> String {
+        match self {
+            Self::U32 => {
+                let (ht, hash, node) = (handle >> 20, (handle >> 12) & 0xff, handle & 0xfff);
+                let mut s = String::new();
+                if ht != 0 {
+                    let _ = write!(s, "{ht:x}");
+                }
+                s.push(':');
+                if hash != 0 {
+                    let _ = write!(s, "{hash:x}");
+                }
+                if node != 0 {
+                    let _ = write!(s, ":{node:x}");
+                }
+                s
+            }
+            Self::Flower => format!("0x{handle:x}"),
+        }
+    }
+}
+
+/// A filter with what tc shows about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FilterEntry {
+    /// Priority (`pref`).
+    pub prio: u32,
+    /// `protocol`.
+    pub protocol: Protocol,
+    /// `u32` or `flower`.
+    pub kind: FilterKind,
+    /// Handle within its priority.
+    pub handle: u32,
+    /// What it matches (the family comes from `protocol`).
+    pub matcher: Match,
+    /// Target class.
+    pub class: ClassId,
+}
+
+impl FilterEntry {
+    /// The data plane's view.
+    #[must_use]
+    pub fn filter(&self) -> Filter {
+        Filter {
+            prio: self.prio,
+            matcher: self.matcher,
+            class: self.class,
+        }
+    }
+}
+
+/// Gives each filter without a handle one, the way the kernel would have: per priority, u32
+/// filters share a hash table (`800:`, `801:`, … in order of first use) and number their nodes
+/// from `800`; flower filters count from 1.
+pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) {
+    let mut next_ht = filters
+        .iter()
+        .filter(|(f, given)| *given && f.kind == FilterKind::U32)
+        .map(|(f, _)| (f.handle >> 20) + 1)
+        .max()
+        .unwrap_or(U32_FIRST_ID)
+        .max(U32_FIRST_ID);
+    for i in 0..filters.len() {
+        if filters[i].1 {
+            continue;
+        }
+        let (prio, kind) = (filters[i].0.prio, filters[i].0.kind);
+        let peers = filters
+            .iter()
+            .filter(|(f, given)| *given && f.prio == prio && f.kind == kind);
+        filters[i].0.handle = match kind {
+            FilterKind::U32 => {
+                let mut peers = peers.map(|(f, _)| f.handle).peekable();
+                let ht = match peers.peek() {
+                    Some(h) => h >> 20,
+                    None => {
+                        next_ht += 1;
+                        next_ht - 1
+                    }
+                };
+                let node = peers.map(|h| (h & 0xfff) + 1).max().unwrap_or(U32_FIRST_ID);
+                ht << 20 | node.max(U32_FIRST_ID)
+            }
+            FilterKind::Flower => peers.map(|(f, _)| f.handle + 1).max().unwrap_or(1),
+        };
+        filters[i].1 = true;
+    }
+}
+
+/// A prefix of one address family in a filter of another protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{prefix} is not an address of protocol {}", protocol.name())]
+pub struct FamilyMismatch {
+    /// The prefix.
+    pub prefix: IpPrefix,
+    /// The filter's protocol.
+    pub protocol: Protocol,
+}
+
+/// Restricts `m` to `protocol`'s address family (tc's `protocol ip|ipv6`).
+///
+/// # Errors
+/// [`FamilyMismatch`] for a prefix of the other family.
+pub fn with_protocol(mut m: Match, protocol: Protocol) -> Result<Match, FamilyMismatch> {
+    if let Some(family) = protocol.family() {
+        for prefix in [m.src, m.dst].into_iter().flatten() {
+            let of = if prefix.addr().is_ipv4() {
+                Family::V4
+            } else {
+                Family::V6
+            };
+            if of != family {
+                return Err(FamilyMismatch { prefix, protocol });
+            }
+        }
+    }
+    m.family = protocol.family();
+    Ok(m)
+}
+
+/// A wire match as the classifier's, restricted to `protocol`'s family.
+///
+/// # Errors
+/// Malformed prefixes or ports, or a prefix of the wrong family.
+pub fn matcher(spec: &MatchSpec, protocol: Protocol) -> Result<Match, IpcError> {
+    let invalid = |m: String| error(ErrorCode::Invalid, m);
+    let prefix = |s: &Option<String>| -> Result<Option<IpPrefix>, IpcError> {
+        s.as_deref().map(str::parse).transpose().map_err(invalid)
+    };
+    let ports = |r: Option<(u16, u16)>| -> Result<Option<PortRange>, IpcError> {
+        match r {
+            None => Ok(None),
+            Some((first, last)) if first <= last => Ok(Some(PortRange { first, last })),
+            Some((first, last)) => Err(invalid(format!("port range {first}-{last} is empty"))),
+        }
+    };
+    if spec.dscp.is_some_and(|d| d > 63) {
+        return Err(invalid("dscp must be 0 to 63".into()));
+    }
+    if spec.vlan.is_some_and(|v| v > 4094) {
+        return Err(invalid("vlan id must be 0 to 4094".into()));
+    }
+    let m = Match {
+        family: None,
+        src: prefix(&spec.src)?,
+        dst: prefix(&spec.dst)?,
+        proto: spec.proto,
+        sport: ports(spec.sport)?,
+        dport: ports(spec.dport)?,
+        dscp: spec.dscp,
+        vlan: spec.vlan,
+    };
+    with_protocol(m, protocol).map_err(|e| invalid(e.to_string()))
+}
+
+/// A classifier match as the wire's.
+#[must_use]
+pub fn match_spec(m: &Match) -> MatchSpec {
+    MatchSpec {
+        src: m.src.map(|p| p.to_string()),
+        dst: m.dst.map(|p| p.to_string()),
+        proto: m.proto,
+        sport: m.sport.map(|r| (r.first, r.last)),
+        dport: m.dport.map(|r| (r.first, r.last)),
+        dscp: m.dscp,
+        vlan: m.vlan,
+    }
+}
