@@ -168,23 +168,27 @@ impl Sfq {
         self.backlog += u64::from(len);
         self.touch(store, idx);
         if new_flow {
-            // A new flow goes to the end of the round (serving new flows first could starve
-            // old ones).
-            if self.tail == NONE {
-                store.flows.get_mut(idx).next = idx;
-            } else {
-                let after = store.flows.get(self.tail).next;
-                store.flows.get_mut(idx).next = after;
-                store.flows.get_mut(self.tail).next = idx;
-            }
-            self.tail = idx;
-            store.flows.get_mut(idx).deficit = self.scaled_quantum();
+            self.link_at_end(store, idx);
         }
         self.len += 1;
         if self.len > self.config.limit {
             self.drop_one(store);
         }
         Ok(())
+    }
+
+    /// A flow that just got its first packet joins the round at its end, with a fresh allot
+    /// (serving new flows first could starve the old ones).
+    fn link_at_end<P>(&mut self, store: &mut LeafStore<P>, idx: u32) {
+        if self.tail == NONE {
+            store.flows.get_mut(idx).next = idx;
+        } else {
+            let after = store.flows.get(self.tail).next;
+            store.flows.get_mut(idx).next = after;
+            store.flows.get_mut(self.tail).next = idx;
+        }
+        self.tail = idx;
+        store.flows.get_mut(idx).deficit = self.scaled_quantum();
     }
 
     /// `sfq_drop`: one packet from the longest flow (its tail, or head with `headdrop`); when
@@ -361,15 +365,7 @@ impl Sfq {
         self.backlog += u64::from(len);
         self.touch(store, idx);
         if new_flow {
-            if self.tail == NONE {
-                store.flows.get_mut(idx).next = idx;
-            } else {
-                let after = store.flows.get(self.tail).next;
-                store.flows.get_mut(idx).next = after;
-                store.flows.get_mut(self.tail).next = idx;
-            }
-            self.tail = idx;
-            store.flows.get_mut(idx).deficit = self.scaled_quantum();
+            self.link_at_end(store, idx);
         }
     }
 

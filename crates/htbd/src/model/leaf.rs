@@ -69,6 +69,18 @@ fn kind_mismatch(current: LeafKind, asked: LeafKind) -> IpcError {
     )
 }
 
+/// Records `leaf` as class `id`'s own (`None`: the default) in the model.
+fn record_leaf(qdisc: &mut QdiscModel, id: ClassId, leaf: Option<LeafDef>) -> Result<(), IpcError> {
+    let def = qdisc.classes.get_mut(&id).ok_or_else(|| {
+        error(
+            ErrorCode::Internal,
+            format!("class {id} missing from the model"),
+        )
+    })?;
+    def.leaf = leaf;
+    Ok(())
+}
+
 impl Model {
     /// `qdisc add|change|replace dev D parent CLASS [handle H:] KIND …`.
     pub(super) fn leaf_set(
@@ -143,16 +155,14 @@ impl Model {
                     .shadow
                     .set_leaf(Instant::ZERO, id, Some(&config))
                     .map_err(class_error)?;
-                let def = qdisc.classes.get_mut(&id).ok_or_else(|| {
-                    error(
-                        ErrorCode::Internal,
-                        format!("class {id} missing from the model"),
-                    )
-                })?;
-                def.leaf = Some(LeafDef {
-                    handle: Some(handle),
-                    config,
-                });
+                record_leaf(
+                    qdisc,
+                    id,
+                    Some(LeafDef {
+                        handle: Some(handle),
+                        config,
+                    }),
+                )?;
                 step.undo.push(Undo::Leaf {
                     port,
                     id,
@@ -170,16 +180,14 @@ impl Model {
                     .shadow
                     .change_leaf(Instant::ZERO, id, &config)
                     .map_err(class_error)?;
-                let def = qdisc.classes.get_mut(&id).ok_or_else(|| {
-                    error(
-                        ErrorCode::Internal,
-                        format!("class {id} missing from the model"),
-                    )
-                })?;
-                def.leaf = Some(LeafDef {
-                    handle: cur.handle,
-                    config,
-                });
+                record_leaf(
+                    qdisc,
+                    id,
+                    Some(LeafDef {
+                        handle: cur.handle,
+                        config,
+                    }),
+                )?;
                 step.undo.push(Undo::Leaf {
                     port,
                     id,
@@ -230,9 +238,7 @@ impl Model {
             .shadow
             .set_leaf(Instant::ZERO, id, None)
             .map_err(class_error)?;
-        if let Some(def) = qdisc.classes.get_mut(&id) {
-            def.leaf = None;
-        }
+        record_leaf(qdisc, id, None)?;
         step.undo.push(Undo::Leaf {
             port,
             id,
