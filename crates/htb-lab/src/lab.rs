@@ -669,6 +669,15 @@ impl Htbd {
         );
     }
 
+    /// The process id of htbd.
+    ///
+    /// # Panics
+    /// When htbd was already stopped.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("htbd is running").id()
+    }
+
     /// SIGKILL, as a crash.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

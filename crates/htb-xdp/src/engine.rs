@@ -30,6 +30,30 @@ use crate::program::{AttachMode, Verdicts, XdpProgram};
 use crate::sys;
 use crate::umem::{FrameCounts, FrameIo, IoConfig};
 
+/// How long the loop first sleeps before kicking TX again when frames wait in a TX ring and a
+/// kick moved nothing (the egress link is down: the kernel refuses the frames); it doubles
+/// while nothing moves, up to [`TX_RETRY_MAX`].
+const TX_RETRY: StdDuration = StdDuration::from_micros(500);
+const TX_RETRY_MAX: StdDuration = StdDuration::from_millis(16);
+
+/// How often the data plane beats for a liveness timeout: ten beats per timeout, 1 to 10 ms
+/// apart, so a timeout is never missed by a late beat and an idle loop wakes at most 100
+/// times a second.
+fn beat_period(timeout: StdDuration) -> StdDuration {
+    (timeout / 10).clamp(StdDuration::from_millis(1), StdDuration::from_millis(10))
+}
+
+/// What one pass of the loop did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Frames were received, queued, sent or completed.
+    Moved,
+    /// Nothing moved, but frames wait in a TX ring.
+    TxStuck,
+    /// Nothing to do until a frame arrives or a class may send.
+    Idle,
+}
+
 /// How frames find their egress port.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {
@@ -70,6 +94,10 @@ pub struct EngineConfig {
     pub realtime: Option<u8>,
     /// Frames per RX/TX batch.
     pub batch: usize,
+    /// Liveness fail-open: when the data plane has not beaten for this long (hung, stopped,
+    /// stuck in a long job), the XDP program hands every frame to the kernel until it beats
+    /// again. `None`: no liveness check (only a missing socket fails open).
+    pub liveness: Option<StdDuration>,
 }
 
 /// Counters of one port.
@@ -233,6 +261,14 @@ pub struct Engine {
     low_water: u32,
     flows: FlowHasher,
     frame_size: u32,
+    /// How often to beat (a tenth of the liveness timeout, 1 to 10 ms); `None`: never.
+    beat_every: Option<StdDuration>,
+    /// CLOCK_MONOTONIC ns of the last beat.
+    last_beat: u64,
+    /// The last beat failed (warned once until one succeeds).
+    beat_failed: bool,
+    /// How long to wait before the next TX kick while a TX ring is stuck.
+    tx_retry: StdDuration,
 }
 
 impl std::fmt::Debug for Engine {
@@ -314,6 +350,9 @@ fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
             }
         }
     }
+    let channels = devs.iter().map(|d| d.rx_queues).sum();
+    let batch = config.batch.clamp(1, config.io.ring_size as usize) as u32;
+    config.io.check_budget(channels, batch)?;
     Ok(devs)
 }
 
@@ -363,7 +402,7 @@ impl Engine {
             port.resolve_targets();
             ports.push(port);
         }
-        let mut program = XdpProgram::load(config.mode == Mode::Bridge)?;
+        let mut program = XdpProgram::load(config.mode == Mode::Bridge, config.liveness)?;
         let channels: Vec<(String, u32)> = ports
             .iter()
             .map(|p| (p.dev.name.clone(), p.dev.rx_queues))
@@ -371,7 +410,7 @@ impl Engine {
         let io = FrameIo::new(&config.io, &channels)?;
         let mut slot = 0u32;
         for (i, port) in ports.iter().enumerate() {
-            program.add_port(port.dev.ifindex, slot, port.dev.rx_queues)?;
+            program.add_port(port.dev.ifindex, slot, port.dev.rx_queues, port.dev.mac)?;
             for ch in (0..io.channels()).filter(|&c| io.channel_port(c) == i) {
                 program.set_socket(slot, io.fd(ch))?;
                 slot += 1;
@@ -435,6 +474,10 @@ impl Engine {
             low_water,
             flows: FlowHasher::default(),
             frame_size: config.io.frame_size,
+            beat_every: config.liveness.map(beat_period),
+            last_beat: 0,
+            beat_failed: false,
+            tx_retry: TX_RETRY,
         };
         Ok((engine, handle))
     }
@@ -458,13 +501,41 @@ impl Engine {
             }
         }
         while !self.stop.load(Ordering::Relaxed) {
+            self.beat();
             self.run_jobs();
-            let busy = self.poll_once();
-            if !busy && !self.busy_poll {
-                self.sleep();
+            match self.poll_once() {
+                Progress::Moved => self.tx_retry = TX_RETRY,
+                // Frames the kernel would not send, and nothing else moved: kick again later,
+                // backing off, rather than spin on a link that is down.
+                Progress::TxStuck if !self.busy_poll => {
+                    self.sleep(Some(self.tx_retry));
+                    self.tx_retry = (self.tx_retry * 2).min(TX_RETRY_MAX);
+                }
+                Progress::Idle if !self.busy_poll => self.sleep(None),
+                Progress::TxStuck | Progress::Idle => {}
             }
         }
         self.run_jobs();
+    }
+
+    /// Refreshes the XDP program's heartbeat when a beat is due.
+    fn beat(&mut self) {
+        let Some(every) = self.beat_every else {
+            return;
+        };
+        let now = sys::monotonic_ns();
+        if now.saturating_sub(self.last_beat) < u64::try_from(every.as_nanos()).unwrap_or(0) {
+            return;
+        }
+        self.last_beat = now;
+        match self.program.beat(now) {
+            Ok(()) => self.beat_failed = false,
+            Err(e) if !self.beat_failed => {
+                self.beat_failed = true;
+                tracing::warn!("heartbeat not written ({e}): frames go to the kernel meanwhile");
+            }
+            Err(_) => {}
+        }
     }
 
     fn run_jobs(&mut self) {
@@ -473,8 +544,8 @@ impl Engine {
         }
     }
 
-    /// One pass of receive, schedule, transmit. Returns whether anything moved.
-    pub fn poll_once(&mut self) -> bool {
+    /// One pass of receive, schedule, transmit.
+    pub fn poll_once(&mut self) -> Progress {
         self.loops += 1;
         let mut work = false;
         let now = self.now();
@@ -498,7 +569,11 @@ impl Engine {
         let pending = self.io.kick();
         work |= self.io.reap() > 0;
         self.io.refill();
-        work || pending
+        match (work, pending) {
+            (true, _) => Progress::Moved,
+            (false, true) => Progress::TxStuck,
+            (false, false) => Progress::Idle,
+        }
     }
 
     /// Classifies a received frame into its egress port's scheduler (or drops it).
@@ -590,8 +665,9 @@ impl Engine {
         }
     }
 
-    /// Sleeps until the earliest scheduler wake-up, a frame on any RX ring, or a control request.
-    fn sleep(&mut self) {
+    /// Sleeps until the earliest scheduler wake-up, a frame on any RX ring, a control request,
+    /// the next heartbeat, or `at_most`.
+    fn sleep(&mut self, at_most: Option<StdDuration>) {
         let now = self.now();
         let next = self.ports.iter().filter_map(|p| p.htb.next_wakeup()).min();
         let timeout = match next {
@@ -599,6 +675,10 @@ impl Engine {
             Some(at) => Some(StdDuration::from_nanos((at - now).as_nanos())),
             None => None,
         };
+        let timeout = [timeout, at_most, self.beat_every]
+            .into_iter()
+            .flatten()
+            .min();
         let mut fds: Vec<libc::pollfd> = (0..self.io.channels())
             .map(|c| libc::pollfd {
                 fd: self.io.fd(c),

@@ -22,7 +22,7 @@ mod umem;
 
 pub use engine::{
     Engine, EngineConfig, EngineHandle, EngineStats, JOB_QUEUE, Job, JobError, Mode, PlaneOp,
-    PortConfig, PortSnapshot, PortStats, XdpCounters, new_scheduler,
+    PortConfig, PortSnapshot, PortStats, Progress, XdpCounters, new_scheduler,
 };
 pub use error::XdpError;
 pub use frame::{FlowHasher, Frame};

@@ -3,7 +3,9 @@
 //! Attachment uses BPF links, which the kernel detaches when the last fd goes away: if htbd
 //! dies, even by `kill -9`, the program goes with it and the kernel forwards as before.
 
-use aya::maps::{HashMap as BpfHashMap, PerCpuArray, XskMap};
+use std::time::Duration;
+
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, XskMap};
 use aya::programs::{Xdp, XdpMode};
 use aya::{Ebpf, EbpfLoader, include_bytes_aligned};
 
@@ -46,13 +48,23 @@ pub struct Verdicts {
     pub pass_not_port: u64,
     /// No socket in the slot (htbd starting or stopping): to the kernel.
     pub pass_no_socket: u64,
+    /// Router mode: not addressed to the port's MAC (broadcast, multicast, another host's):
+    /// to the kernel, which does not forward it either.
+    pub pass_not_ours: u64,
+    /// The data plane had not beaten for the liveness timeout: to the kernel.
+    pub pass_stale: u64,
+    /// Router mode: IPv4 with options, which the forwarding router must process: to the
+    /// kernel.
+    pub pass_ip_options: u64,
 }
 
-const VERDICTS: u32 = 9;
+const VERDICTS: u32 = 12;
 
 /// The loaded program and its maps.
 pub(crate) struct XdpProgram {
     bpf: Ebpf,
+    /// The data plane's heartbeat (`heartbeat` in the C source), taken out of `bpf` once.
+    heartbeat: Array<MapData, u64>,
 }
 
 fn program_error(what: impl Into<String>, e: impl std::fmt::Display) -> XdpError {
@@ -63,11 +75,17 @@ fn program_error(what: impl Into<String>, e: impl std::fmt::Display) -> XdpError
 }
 
 impl XdpProgram {
-    /// Loads the program into the kernel (nothing is attached yet).
-    pub(crate) fn load(bridge: bool) -> Result<Self, XdpError> {
+    /// Loads the program into the kernel (nothing is attached yet). With `stale_after`, the
+    /// program sends every frame to the kernel once the data plane's last
+    /// [`beat`](Self::beat) is older than that.
+    pub(crate) fn load(bridge: bool, stale_after: Option<Duration>) -> Result<Self, XdpError> {
         let bridge_mode = u32::from(bridge);
+        let stale_after_ns = stale_after.map_or(0, |d| {
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
+        });
         let mut bpf = EbpfLoader::new()
             .override_global("bridge_mode", &bridge_mode, true)
+            .override_global("stale_after_ns", &stale_after_ns, true)
             .load(OBJECT)
             .map_err(|e| program_error("load object", e))?;
         let program: &mut Xdp = bpf
@@ -78,25 +96,39 @@ impl XdpProgram {
         program
             .load()
             .map_err(|e| program_error("verify and load", e))?;
-        Ok(Self { bpf })
+        let heartbeat = bpf
+            .take_map("heartbeat")
+            .ok_or_else(|| program_error("heartbeat map", "missing"))?;
+        let heartbeat =
+            Array::try_from(heartbeat).map_err(|e| program_error("heartbeat map", e))?;
+        Ok(Self { bpf, heartbeat })
+    }
+
+    /// Tells the program the data plane is alive at `monotonic_ns` (CLOCK_MONOTONIC, the
+    /// clock of `bpf_ktime_get_ns`).
+    pub(crate) fn beat(&mut self, monotonic_ns: u64) -> Result<(), XdpError> {
+        self.heartbeat
+            .set(0, monotonic_ns, 0)
+            .map_err(|e| program_error("heartbeat", e))
     }
 
     /// Declares a managed port: frames arriving on `ifindex` queue q go to XSKMAP slot
-    /// `slot_base + q`.
+    /// `slot_base + q`; in router mode only frames addressed to `mac`.
     pub(crate) fn add_port(
         &mut self,
         ifindex: u32,
         slot_base: u32,
         queues: u32,
+        mac: [u8; 6],
     ) -> Result<(), XdpError> {
         let map = self
             .bpf
             .map_mut("ports")
             .ok_or_else(|| program_error("ports map", "missing"))?;
-        let mut ports: BpfHashMap<_, u32, [u32; 2]> =
+        let mut ports: BpfHashMap<_, u32, [u8; 16]> =
             BpfHashMap::try_from(map).map_err(|e| program_error("ports map", e))?;
         ports
-            .insert(ifindex, [slot_base, queues], 0)
+            .insert(ifindex, port_value(slot_base, queues, mac), 0)
             .map_err(|e| program_error("ports map insert", e))
     }
 
@@ -161,8 +193,21 @@ impl XdpProgram {
             pass_unmanaged: sums[6],
             pass_not_port: sums[7],
             pass_no_socket: sums[8],
+            pass_not_ours: sums[9],
+            pass_stale: sums[10],
+            pass_ip_options: sums[11],
         }
     }
+}
+
+/// `struct port` of the C source as the map stores it: `slot_base`, `queues` (native-endian
+/// u32s), the MAC, two bytes of padding.
+fn port_value(slot_base: u32, queues: u32, mac: [u8; 6]) -> [u8; 16] {
+    let mut value = [0u8; 16];
+    value[..4].copy_from_slice(&slot_base.to_ne_bytes());
+    value[4..8].copy_from_slice(&queues.to_ne_bytes());
+    value[8..14].copy_from_slice(&mac);
+    value
 }
 
 /// An error with its causes, so "Numerical result out of range" reaches the operator.

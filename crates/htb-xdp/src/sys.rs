@@ -99,6 +99,20 @@ pub(crate) fn wait_readable(
     }
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of the XDP program's `bpf_ktime_get_ns`, which
+/// the data plane's heartbeat is compared against (`std::time::Instant` hides its value).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, exclusively borrowed `timespec` on the stack; CLOCK_MONOTONIC
+    // always exists on Linux, so the call cannot fail.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    debug_assert_eq!(rc, 0);
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;
@@ -107,6 +121,16 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
+
+    #[test]
+    fn monotonic_ns_advances_with_the_clock() {
+        let (a, start) = (monotonic_ns(), Instant::now());
+        std::thread::sleep(Duration::from_millis(5));
+        let (b, elapsed) = (monotonic_ns(), start.elapsed());
+        // Instant is CLOCK_MONOTONIC too: the two agree to well under a millisecond.
+        let diff = (b - a).abs_diff(u64::try_from(elapsed.as_nanos()).unwrap());
+        assert!(b > a && diff < 1_000_000, "{a} {b} {elapsed:?}");
+    }
 
     #[test]
     fn wait_readable_times_out_and_wakes() {

@@ -44,6 +44,45 @@ impl Default for IoConfig {
     }
 }
 
+/// Frames kept for queued packets beyond what the rings and the receive reserve take: a UMEM
+/// with fewer would drop nearly every packet it receives.
+pub(crate) const QUEUE_FRAMES_MIN: u32 = 1024;
+
+impl IoConfig {
+    /// The frames the data plane needs with `channels` sockets moving `batch` frames at a time:
+    /// every fill ring full, every TX ring full, the receive reserve (two batches per socket,
+    /// below which received frames are dropped so the fill rings never starve), and
+    /// [`QUEUE_FRAMES_MIN`] for the queues.
+    #[must_use]
+    pub fn frames_needed(&self, channels: u32, batch: u32) -> u64 {
+        let channels = u64::from(channels);
+        2 * channels * u64::from(self.ring_size)
+            + channels * u64::from(batch) * 2
+            + u64::from(QUEUE_FRAMES_MIN)
+    }
+
+    /// Refuses a UMEM too small for its rings (with every ring full, nothing would be left to
+    /// queue, and every packet would be dropped: a silent blackhole).
+    ///
+    /// # Errors
+    /// [`XdpError::Config`] naming the sizes and what they need.
+    pub fn check_budget(&self, channels: u32, batch: u32) -> Result<(), XdpError> {
+        let needed = self.frames_needed(channels, batch);
+        if u64::from(self.frames) >= needed {
+            return Ok(());
+        }
+        Err(XdpError::Config(format!(
+            "frames = {} is too few: {channels} socket(s) with ring_size = {} need {} in their \
+             fill and TX rings, {} held back for receiving and {QUEUE_FRAMES_MIN} for queues, \
+             {needed} in all; raise frames or lower ring_size",
+            self.frames,
+            self.ring_size,
+            2 * u64::from(channels) * u64::from(self.ring_size),
+            u64::from(channels) * u64::from(batch) * 2,
+        )))
+    }
+}
+
 /// One AF_XDP socket: a (port, RX queue) pair with its four rings.
 struct Channel {
     port: usize,
@@ -482,5 +521,36 @@ impl TxGenerator {
             sent += completed as u64;
         }
         sent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_umem_too_small_for_its_rings_is_refused_with_the_sizes() {
+        let default = IoConfig::default();
+        // Two veth ports (one queue each), batch 64: 2 × 2 × 2048 + 256 + 1024 frames.
+        assert_eq!(default.frames_needed(2, 64), 9472);
+        assert!(default.check_budget(2, 64).is_ok());
+        // The blackhole of the issue: rings of 16384 on two ports fill all 32768 frames.
+        let big_rings = IoConfig {
+            ring_size: 16384,
+            ..default
+        };
+        let err = big_rings.check_budget(2, 64).unwrap_err().to_string();
+        assert!(
+            err.contains("frames = 32768 is too few")
+                && err.contains("ring_size = 16384")
+                && err.contains("66816 in all"),
+            "{err}"
+        );
+        // Enough frames for them is accepted.
+        let enough = IoConfig {
+            frames: 66816,
+            ..big_rings
+        };
+        assert!(enough.check_budget(2, 64).is_ok());
     }
 }

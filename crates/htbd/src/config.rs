@@ -26,6 +26,7 @@
 use std::path::PathBuf;
 
 use htb_config::filter::FilterSection;
+use htb_config::values::TimeValue;
 use htb_config::{ClassSection, ConfigError, Located, QdiscSection, TreeSpec};
 use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
@@ -57,6 +58,7 @@ struct DaemonSection {
     realtime: Option<Located<u8>>,
     xdp_mode: Option<Located<String>>,
     zero_copy: Option<bool>,
+    liveness_timeout: Option<Located<TimeValue>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -273,6 +275,26 @@ impl DaemonConfig {
                 format!("realtime priority {} must be 1 to 99", p.get_ref()),
             ));
         }
+        // Liveness fail-open: 100 ms by default, "0s" turns it off.
+        let liveness = match &daemon.liveness_timeout {
+            None => Some(std::time::Duration::from_millis(100)),
+            Some(t) => {
+                let ns = t.get_ref().0.as_nanos();
+                if ns == 0 {
+                    None
+                } else if !(1_000_000..=10_000_000_000).contains(&ns) {
+                    return Err(err(
+                        t.span(),
+                        format!(
+                            "liveness_timeout {} must be 1ms to 10s (or 0s: off)",
+                            t.get_ref().0
+                        ),
+                    ));
+                } else {
+                    Some(std::time::Duration::from_nanos(ns))
+                }
+            }
+        };
         if file.interface.is_empty() {
             return Err(ConfigError::at(
                 text,
@@ -359,6 +381,7 @@ impl DaemonConfig {
                 busy_poll: daemon.busy_poll.unwrap_or(false),
                 realtime: daemon.realtime.map(|p| *p.get_ref()),
                 batch: daemon.batch.unwrap_or(64),
+                liveness,
             },
         })
     }

@@ -79,13 +79,24 @@ impl DataPlane {
     /// # Errors
     /// [`DaemonError::Engine`] from [`Engine::start`].
     pub fn start(config: EngineConfig) -> Result<Self, DaemonError> {
+        Self::start_with(config, exit_after_panic)
+    }
+
+    /// As [`start`](Self::start), with what to do once the data plane has panicked and been
+    /// detached (`start` ends the process; tests observe instead).
+    ///
+    /// # Errors
+    /// [`DaemonError::Engine`] from [`Engine::start`].
+    pub fn start_with(config: EngineConfig, after_panic: fn()) -> Result<Self, DaemonError> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("htbd-dataplane".into())
             .spawn(move || match Engine::start(&config) {
-                Ok((mut engine, handle)) => {
+                Ok((engine, handle)) => {
                     let _ = tx.send(Ok(handle));
-                    engine.run();
+                    let Some(engine) = supervise(engine, Engine::run, after_panic) else {
+                        return;
+                    };
                     let stats = engine.stats();
                     for p in &stats.ports {
                         tracing::info!(
@@ -133,6 +144,31 @@ impl DataPlane {
             .join()
             .map_err(|_| DaemonError::DataPlanePanicked)
     }
+}
+
+/// Runs `run` on `engine`. Should it panic, drops the engine (for the engine: detaches XDP and
+/// closes the sockets, so the kernel forwards unshaped — fail-open), then calls `after_panic`
+/// and returns `None`.
+fn supervise<E>(mut engine: E, run: impl FnOnce(&mut E), after_panic: fn()) -> Option<E> {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mut engine)));
+    if ran.is_ok() {
+        return Some(engine);
+    }
+    drop(engine);
+    tracing::error!(
+        "the data plane panicked (message above); XDP detached, traffic goes through the \
+         kernel unshaped"
+    );
+    after_panic();
+    None
+}
+
+/// What htbd does once its data plane has panicked: it exits with status 70 (`EX_SOFTWARE`),
+/// so that the service manager restarts it (`dist/htbd.service`: `Restart=on-failure`). A process
+/// that stayed up with a dead data plane would answer `htb-cli` and shape nothing.
+fn exit_after_panic() {
+    tracing::error!("exiting (status 70) so that the service manager restarts htbd");
+    std::process::exit(70);
 }
 
 /// How [`run`] starts.
@@ -305,4 +341,41 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     let stopped = dataplane.stop();
     served?;
     stopped
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use super::supervise;
+
+    /// What happened, in order.
+    static EVENTS: Mutex<Vec<&str>> = Mutex::new(Vec::new());
+
+    struct Plane;
+
+    impl Drop for Plane {
+        fn drop(&mut self) {
+            EVENTS.lock().unwrap().push("detached");
+        }
+    }
+
+    #[test]
+    fn a_panicking_data_plane_is_cleaned_up_then_reported() {
+        static REPORTED: AtomicBool = AtomicBool::new(false);
+        let after = || {
+            EVENTS.lock().unwrap().push("after_panic");
+            REPORTED.store(true, Ordering::SeqCst);
+        };
+        let left = supervise(Plane, |_| panic!("a test panic"), after);
+        assert!(left.is_none());
+        assert!(REPORTED.load(Ordering::SeqCst));
+        // Detached first, so that traffic flows through the kernel before htbd exits.
+        assert_eq!(*EVENTS.lock().unwrap(), ["detached", "after_panic"]);
+        // A data plane that returns is handed back, and nothing is reported.
+        EVENTS.lock().unwrap().clear();
+        let back = supervise(Plane, |_| {}, || panic!("not called"));
+        assert!(back.is_some() && EVENTS.lock().unwrap().is_empty());
+    }
 }

@@ -13,7 +13,17 @@
  * Bridge mode: every frame goes to the socket (userspace sends it out of the peer port).
  *
  * A missing socket (htbd starting, stopping or dead) falls back to XDP_PASS through
- * bpf_redirect_map's flags argument, so the kernel keeps forwarding: htbd fails open.
+ * bpf_redirect_map's flags argument, so the kernel keeps forwarding: htbd fails open. So does a
+ * data plane that stopped beating: htbd writes a CLOCK_MONOTONIC timestamp into `heartbeat`
+ * every few milliseconds, and once it is older than `stale_after_ns` (a hung, stopped or
+ * crashed-but-alive htbd) every frame goes to the kernel until it beats again.
+ *
+ * Router mode forwards only what the kernel's ip_forward would: frames addressed to the
+ * port's own MAC, IPv4 headers that are whole (IHL, total length, header checksum: RFC 1812
+ * 5.2.2) and carry no options (the kernel processes those), a TTL or hop limit above 1, and
+ * packets that fit the egress MTU (the FIB checks tot_len; too big goes to the kernel, which
+ * sends the ICMP error). It does not run netfilter:
+ * FORWARD rules and NAT do not see what htbd forwards (the README says so).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -33,10 +43,12 @@
 #define MAX_SOCKETS 256
 #define MAX_PORTS 64
 
-/* A managed port: its first XSKMAP slot (one per RX queue). */
+/* A managed port: its first XSKMAP slot (one per RX queue) and its MAC address. */
 struct port {
     __u32 slot_base;
     __u32 queues;
+    __u8 mac[ETH_ALEN];
+    __u8 pad[2];
 };
 
 struct {
@@ -64,6 +76,9 @@ enum verdict {
     V_PASS_UNMANAGED,    /* egress is not an htbd port */
     V_PASS_NOT_PORT,     /* ingress is not an htbd port */
     V_PASS_NO_SOCKET,    /* htbd's socket is not there (starting or stopping) */
+    V_PASS_NOT_OURS,     /* router mode: not addressed to the port's MAC */
+    V_PASS_STALE,        /* htbd's data plane has not beaten for stale_after_ns */
+    V_PASS_IP_OPTIONS,   /* IPv4 options: the kernel processes them */
     V_COUNT,
 };
 
@@ -74,8 +89,18 @@ struct {
     __type(value, __u64);
 } verdicts SEC(".maps");
 
+/* htbd's data plane: the CLOCK_MONOTONIC ns of its last beat. */
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u64);
+} heartbeat SEC(".maps");
+
 /* 0: router, 1: bridge. Patched by the loader. */
 volatile const __u32 bridge_mode = 0;
+/* A beat older than this sends every frame to the kernel; 0: no liveness check. Patched. */
+volatile const __u64 stale_after_ns = 0;
 
 static __always_inline int count(__u32 verdict, int action)
 {
@@ -92,6 +117,43 @@ static __always_inline __u16 csum_replace16(__u16 check, __u16 old, __u16 new)
     sum = (sum & 0xffff) + (sum >> 16);
     sum = (sum & 0xffff) + (sum >> 16);
     return ~sum;
+}
+
+/* Whether htbd's data plane beat recently enough to be trusted with a frame. */
+static __always_inline int alive(void)
+{
+    if (!stale_after_ns)
+        return 1;
+    __u32 key = 0;
+    __u64 *beat = bpf_map_lookup_elem(&heartbeat, &key);
+    if (!beat)
+        return 0;
+    __u64 now = bpf_ktime_get_ns();
+    /* A beat written after `now` was read is not stale. */
+    return now <= *beat || now - *beat <= stale_after_ns;
+}
+
+/* RFC 1071: the checksum of an option-less IPv4 header (20 bytes, already bounds-checked) sums
+ * to all ones when valid. */
+static __always_inline int ipv4_checksum_ok(const struct iphdr *ip)
+{
+    const __u16 *word = (const __u16 *)ip;
+    __u32 sum = 0;
+#pragma unroll
+    for (int i = 0; i < 10; i++)
+        sum += word[i];
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return sum == 0xffff;
+}
+
+static __always_inline int mac_equal(const __u8 *a, const __u8 *b)
+{
+    __u8 diff = 0;
+#pragma unroll
+    for (int i = 0; i < ETH_ALEN; i++)
+        diff |= a[i] ^ b[i];
+    return diff == 0;
 }
 
 static __always_inline int to_socket(struct xdp_md *ctx, const struct port *port)
@@ -131,12 +193,18 @@ int htb_xdp(struct xdp_md *ctx)
     __u32 slot = port->slot_base + ctx->rx_queue_index;
     if (!bpf_map_lookup_elem(&xsks_map, &slot))
         return count(V_PASS_NO_SOCKET, XDP_PASS);
+    if (!alive())
+        return count(V_PASS_STALE, XDP_PASS);
     if (bridge_mode)
         return to_socket(ctx, port);
 
     struct ethhdr *eth = data;
     if ((void *)(eth + 1) > data_end)
         return count(V_PASS_MALFORMED, XDP_PASS);
+    /* The kernel drops what is not for this host (PACKET_OTHERHOST, broadcast or multicast
+     * MAC to a unicast IP); it never forwards it. */
+    if (!mac_equal(eth->h_dest, port->mac))
+        return count(V_PASS_NOT_OURS, XDP_PASS);
 
     struct bpf_fib_lookup fib = {};
     __u16 proto = eth->h_proto;
@@ -144,12 +212,19 @@ int htb_xdp(struct xdp_md *ctx)
         struct iphdr *ip = (void *)(eth + 1);
         if ((void *)(ip + 1) > data_end || ip->ihl < 5 || ip->version != 4)
             return count(V_PASS_MALFORMED, XDP_PASS);
+        /* Options (record route, timestamps, router alert …) are the forwarding router's to
+         * process (RFC 1812 5.3.13): the kernel's. */
+        if (ip->ihl != 5)
+            return count(V_PASS_IP_OPTIONS, XDP_PASS);
+        __u16 tot_len = bpf_ntohs(ip->tot_len);
+        if (tot_len < sizeof(*ip) || (void *)ip + tot_len > data_end || !ipv4_checksum_ok(ip))
+            return count(V_PASS_MALFORMED, XDP_PASS);
         if (ip->ttl <= 1)
             return count(V_PASS_TTL, XDP_PASS);
         fib.family = AF_INET;
         fib.tos = ip->tos;
         fib.l4_protocol = ip->protocol;
-        fib.tot_len = bpf_ntohs(ip->tot_len);
+        fib.tot_len = tot_len;
         fib.ipv4_src = ip->saddr;
         fib.ipv4_dst = ip->daddr;
         int verdict = route(ctx, eth, &fib);
@@ -170,7 +245,8 @@ int htb_xdp(struct xdp_md *ctx)
         fib.family = AF_INET6;
         fib.flowinfo = *(__be32 *)ip6 & bpf_htonl(0x0fffffff);
         fib.l4_protocol = ip6->nexthdr;
-        fib.tot_len = bpf_ntohs(ip6->payload_len);
+        /* The FIB's MTU check compares the whole packet: header included. */
+        fib.tot_len = bpf_ntohs(ip6->payload_len) + sizeof(struct ipv6hdr);
         __builtin_memcpy(fib.ipv6_src, &ip6->saddr, sizeof(fib.ipv6_src));
         __builtin_memcpy(fib.ipv6_dst, &ip6->daddr, sizeof(fib.ipv6_dst));
         int verdict = route(ctx, eth, &fib);
