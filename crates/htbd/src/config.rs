@@ -437,6 +437,30 @@ classid = "1:20"
     }
 
     #[test]
+    fn liveness_timeout_defaults_to_100_ms_and_turns_off_with_zero() {
+        let liveness = |line: &str| {
+            DaemonConfig::parse(&LAB.replace("[daemon]\n", &format!("[daemon]\n{line}\n")))
+                .map(|c| c.engine.liveness)
+        };
+        assert_eq!(
+            liveness("").unwrap(),
+            Some(std::time::Duration::from_millis(100))
+        );
+        assert_eq!(
+            liveness("liveness_timeout = \"250ms\"").unwrap(),
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(liveness("liveness_timeout = \"0s\"").unwrap(), None);
+        let e = liveness("liveness_timeout = \"10us\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("line 3, column 20: daemon.liveness_timeout: liveness_timeout 10us must be 1ms to 10s"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bad_configs_name_the_place() {
         let e = error(&LAB.replace("rate = \"10mbit\"", "rate = \"10mbitz\""));
         assert!(
