@@ -1,17 +1,18 @@
-//! The packet the schedulers hold: a UMEM frame's descriptor, with what its leaf queue
+//! The packet the schedulers hold: a UMEM frame (its [`Chunk`]), with what its leaf queue
 //! discipline needs — the flow hash and where its ECN bits are — read once when it arrives.
 
 use std::hash::{BuildHasher, RandomState};
 
 use htb_core::Packet;
-use xsk_rs::FrameDesc;
 
 use crate::parse::Parsed;
+use crate::rings::Chunk;
 
-/// A received frame waiting in a scheduler. Not `Copy`: each frame is in one place at a time.
+/// A received frame waiting in a scheduler. Not `Copy`: it owns its chunk, which only a send or
+/// a release gives back.
 #[derive(Debug)]
 pub struct Frame {
-    pub(crate) desc: FrameDesc,
+    chunk: Chunk,
     hash: u32,
     /// The UMEM chunk it occupies (`skb->truesize` for `fq_codel`'s memory limit).
     truesize: u32,
@@ -25,10 +26,10 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// A frame received as `desc`, parsed as `parsed`, hashed by `flows`.
-    pub(crate) fn new(desc: FrameDesc, parsed: &Parsed, flows: &FlowHasher, truesize: u32) -> Self {
+    /// A frame received as `chunk`, parsed as `parsed`, hashed by `flows`.
+    pub(crate) fn new(chunk: Chunk, parsed: &Parsed, flows: &FlowHasher, truesize: u32) -> Self {
         Self {
-            desc,
+            chunk,
             hash: flows.hash(parsed),
             truesize,
             l3: parsed.l3.and_then(|l| u16::try_from(l).ok()),
@@ -38,19 +39,26 @@ impl Frame {
         }
     }
 
-    /// Where to write CE before sending, if a leaf marked it: the IP header's offset and
-    /// whether it is IPv6.
-    pub(crate) fn ce_site(&self) -> Option<(usize, bool)> {
-        self.mark_ce
+    /// The frame's chunk, and where to write CE before sending if a leaf marked it (the IP
+    /// header's offset and whether it is IPv6).
+    pub(crate) fn into_parts(self) -> (Chunk, Option<(usize, bool)>) {
+        let ce = self
+            .mark_ce
             .then_some(self.l3)
             .flatten()
-            .map(|l| (usize::from(l), self.ipv6))
+            .map(|l| (usize::from(l), self.ipv6));
+        (self.chunk, ce)
+    }
+
+    /// The frame's chunk (a drop: the mark no longer matters).
+    pub(crate) fn into_chunk(self) -> Chunk {
+        self.chunk
     }
 }
 
 impl Packet for Frame {
     fn len_bytes(&self) -> u32 {
-        self.desc.lengths().data() as u32
+        self.chunk.len()
     }
 
     fn flow_hash(&self) -> u32 {

@@ -2,30 +2,37 @@
 //!
 //! A C XDP program (built by `build.rs` with clang, loaded with aya) sends the frames htbd must
 //! handle to AF_XDP sockets (xsk-rs) sharing one UMEM, and lets everything else through to the
-//! kernel. The [`Engine`] classifies each frame with its egress port's filters, queues it in
-//! that port's `htb-core` scheduler — the frame stays in the UMEM; the scheduler holds its
-//! descriptor — and sends what the scheduler releases.
+//! kernel. The data plane (`dataplane`) classifies each frame with its egress port's filters, queues it in
+//! that port's `htb-core` scheduler — the frame stays in the UMEM; the scheduler holds it as a
+//! [`Chunk`] — and sends what the scheduler releases. It is sans-IO: it moves frames through
+//! rings behind a trait (`rings::Rings`) at the `now` it is given. The [`Engine`] runs it on the AF_XDP sockets and a
+//! clock; the tests run it on a simulated UMEM.
 //!
 //! `unsafe` is confined to `sys` (three system calls) and `umem` (the ring operations); both
 //! document why each block is sound.
 
 #![deny(unsafe_code)]
 
+mod dataplane;
 mod engine;
 mod error;
 mod frame;
 mod netdev;
 pub mod parse;
+mod plane_op;
 mod program;
+mod rings;
+mod stats;
 mod sys;
 mod umem;
 
-pub use engine::{
-    Engine, EngineConfig, EngineHandle, EngineStats, JOB_QUEUE, Job, JobError, Mode, PlaneOp,
-    PortConfig, PortSnapshot, PortStats, Progress, XdpCounters, new_scheduler,
-};
+pub use dataplane::{Mode, Progress};
+pub use engine::{Engine, EngineConfig, EngineHandle, JOB_QUEUE, Job, JobError, PortConfig};
 pub use error::XdpError;
 pub use frame::{FlowHasher, Frame};
 pub use netdev::{NetDev, format_mac};
+pub use plane_op::{PlaneOp, new_scheduler};
 pub use program::{AttachMode, Verdicts};
-pub use umem::{FrameCounts, IoConfig, TxGenerator};
+pub use rings::{Chunk, FrameCounts};
+pub use stats::{EngineStats, PortSnapshot, PortStats, XdpCounters};
+pub use umem::{IoConfig, TxGenerator};

@@ -6,10 +6,12 @@
 //! Every frame of the UMEM is in exactly one place: the free pool here, a fill ring (the
 //! kernel's), with the caller (received, not yet queued, sent or released), or a TX ring (the
 //! kernel's, until it comes back through the completion ring). [`FrameIo`] counts the kernel's
-//! share; the caller hands every received frame back through [`FrameIo::transmit`] or
-//! [`FrameIo::release`] exactly once. That discipline is what makes the `unsafe` ring calls
-//! below sound: xsk-rs requires that a descriptor belongs to this UMEM and is not on two rings
-//! (or with the kernel and read by us) at once.
+//! share. The caller holds a frame as a [`Chunk`], which is not `Copy` and which only
+//! [`Rings::transmit`] or [`Rings::release`] takes back: it cannot hand a frame back twice.
+//! That is what makes the `unsafe` ring calls below sound: xsk-rs requires that a descriptor
+//! belongs to this UMEM and is not on two rings (or with the kernel and read by us) at once.
+//! The descriptors themselves (xsk-rs's `FrameDesc` is `Copy`) never leave this module: a
+//! chunk names its frame by index, and `slots` keeps each frame's last descriptor.
 #![allow(unsafe_code)]
 
 use std::num::NonZeroU32;
@@ -19,6 +21,7 @@ use xsk_rs::config::{BindFlags, FrameSize, LibxdpFlags, QueueSize, SocketConfig,
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 use crate::error::XdpError;
+use crate::rings::{Chunk, FrameCounts, Rings};
 
 /// UMEM and ring sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,21 +97,6 @@ struct Channel {
     in_tx: u32,
 }
 
-/// Where the frames are, for the leak check and the statistics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct FrameCounts {
-    /// All frames of the UMEM.
-    pub total: u32,
-    /// In the free pool.
-    pub free: u32,
-    /// Lent to the kernel's fill rings.
-    pub in_fill: u32,
-    /// Submitted to TX rings, not completed yet.
-    pub in_tx: u32,
-    /// With the caller (received and not yet sent or released): `total - free - in_fill - in_tx`.
-    pub with_caller: u32,
-}
-
 /// The UMEM shared by every port, and all sockets on it.
 pub(crate) struct FrameIo {
     umem: Umem,
@@ -116,8 +104,13 @@ pub(crate) struct FrameIo {
     /// Per port, the channel whose TX ring sends its frames.
     tx_channel: Vec<usize>,
     free: Vec<FrameDesc>,
+    /// Per frame index, its descriptor as last received (lengths included).
+    slots: Vec<FrameDesc>,
+    /// Scratch for the descriptors of one RX or TX batch.
+    scratch: Vec<FrameDesc>,
     total: u32,
     ring_size: u32,
+    frame_size: usize,
 }
 
 impl FrameIo {
@@ -196,21 +189,14 @@ impl FrameIo {
             channels,
             tx_channel,
             free,
+            slots: vec![FrameDesc::default(); total as usize],
+            scratch: Vec::new(),
             total,
             ring_size: config.ring_size,
+            frame_size: config.frame_size as usize,
         };
         io.refill();
         Ok(io)
-    }
-
-    /// Number of sockets.
-    pub(crate) fn channels(&self) -> usize {
-        self.channels.len()
-    }
-
-    /// The port a channel belongs to.
-    pub(crate) fn channel_port(&self, channel: usize) -> usize {
-        self.channels[channel].port
     }
 
     /// The socket fd of a channel (for the XSKMAP and for polling).
@@ -226,63 +212,75 @@ impl FrameIo {
         self.channels[channel].rx.fd().xdp_statistics()
     }
 
-    /// Moves up to `max` received frames of `channel` into `out`; they are the caller's now.
-    pub(crate) fn receive(
-        &mut self,
-        channel: usize,
-        out: &mut Vec<FrameDesc>,
-        max: usize,
-    ) -> usize {
-        let start = out.len();
-        out.resize(start + max, FrameDesc::default());
+    /// The descriptor of a frame the caller holds.
+    fn slot(&self, chunk: &Chunk) -> &FrameDesc {
+        &self.slots[chunk.index() as usize]
+    }
+}
+
+impl Rings for FrameIo {
+    fn channels(&self) -> usize {
+        self.channels.len()
+    }
+
+    fn channel_port(&self, channel: usize) -> usize {
+        self.channels[channel].port
+    }
+
+    fn receive(&mut self, channel: usize, out: &mut Vec<Chunk>, max: usize) -> usize {
+        self.scratch.clear();
+        self.scratch.resize(max, FrameDesc::default());
         let ch = &mut self.channels[channel];
         // SAFETY: the descriptors written are frames of this UMEM that the kernel filled and
         // releases to us; none of them is anywhere else (see the module docs).
-        let n = unsafe { ch.rx.consume(&mut out[start..]) };
-        out.truncate(start + n);
+        let n = unsafe { ch.rx.consume(&mut self.scratch) };
         ch.in_fill -= n as u32;
+        for desc in &self.scratch[..n] {
+            let index = desc.addr() / self.frame_size;
+            self.slots[index] = *desc;
+            out.push(Chunk::received(index as u32, desc.lengths().data() as u32));
+        }
         n
     }
 
-    /// The bytes of a frame the caller holds.
-    pub(crate) fn bytes(&self, desc: &FrameDesc) -> &[u8] {
-        // SAFETY: the caller holds `desc`, a frame of this UMEM that no ring references, so the
+    fn bytes(&self, chunk: &Chunk) -> &[u8] {
+        // SAFETY: the caller holds `chunk`, a frame of this UMEM that no ring references, so the
         // kernel does not write it while we read.
-        unsafe { self.umem.data(desc) }.contents()
+        unsafe { self.umem.data(self.slot(chunk)) }.contents()
     }
 
-    /// Runs `edit` on the bytes of a frame the caller holds (to write an ECN mark).
-    pub(crate) fn edit<R>(&mut self, desc: &mut FrameDesc, edit: impl FnOnce(&mut [u8]) -> R) -> R {
-        // SAFETY: the caller holds `desc`, a frame of this UMEM that no ring references, so
-        // neither the kernel nor anyone else reads or writes it while we do.
+    fn rewrite(&mut self, chunk: &mut Chunk, edit: &mut dyn FnMut(&mut [u8])) {
+        let desc = &mut self.slots[chunk.index() as usize];
+        // SAFETY: the caller holds `chunk` (mutably), a frame of this UMEM that no ring
+        // references, so neither the kernel nor anyone else reads or writes it while we do.
         let mut data = unsafe { self.umem.data_mut(desc) };
-        edit(data.contents_mut())
+        edit(data.contents_mut());
     }
 
-    /// How many frames `port`'s TX ring can take now, up to `want`.
-    pub(crate) fn tx_room(&mut self, port: usize, want: u32) -> u32 {
+    fn tx_room(&mut self, port: usize, want: u32) -> u32 {
         let ch = &mut self.channels[self.tx_channel[port]];
         // libxdp's xsk_prod_nb_free answers at least `nb` when it can, possibly more.
         ch.tx.nb_free(want).min(want)
     }
 
-    /// Submits `descs` (at most [`tx_room`](Self::tx_room)) to `port`'s TX ring and kicks it.
-    /// Returns how many were taken; the rest stay the caller's.
-    pub(crate) fn transmit(&mut self, port: usize, descs: &[FrameDesc]) -> usize {
-        if descs.is_empty() {
+    fn transmit(&mut self, port: usize, chunks: &mut Vec<Chunk>) -> usize {
+        if chunks.is_empty() {
             return 0;
         }
+        self.scratch.clear();
+        self.scratch
+            .extend(chunks.iter().map(|c| self.slots[c.index() as usize]));
         let ch = &mut self.channels[self.tx_channel[port]];
-        // SAFETY: every descriptor is a frame of this UMEM held by the caller, who gives it up
-        // here; the ring takes all or none of them.
-        let n = unsafe { ch.tx.produce(descs) };
+        // SAFETY: every descriptor is a frame of this UMEM held by the caller as a chunk; the
+        // ring takes all or none of them, and the chunks of those it took are consumed below.
+        let n = unsafe { ch.tx.produce(&self.scratch) };
         ch.in_tx += n as u32;
+        chunks.drain(..n);
         n
     }
 
-    /// Kicks TX where frames wait (copy mode sends only inside `sendto`, at most the TX budget
-    /// per call). Returns whether any ring still holds unsent frames.
-    pub(crate) fn kick(&mut self) -> bool {
+    /// Copy mode sends only inside `sendto`, at most the TX budget per call.
+    fn kick(&mut self) -> bool {
         let mut pending = false;
         for ch in &mut self.channels {
             if ch.in_tx > 0 {
@@ -297,8 +295,7 @@ impl FrameIo {
         pending
     }
 
-    /// Takes completed TX frames back into the free pool. Returns how many.
-    pub(crate) fn reap(&mut self) -> usize {
+    fn reap(&mut self) -> usize {
         let mut reaped = 0;
         for ch in &mut self.channels {
             if ch.in_tx == 0 {
@@ -317,8 +314,8 @@ impl FrameIo {
         reaped
     }
 
-    /// Tops every fill ring up from the free pool (capped at the ring size).
-    pub(crate) fn refill(&mut self) {
+    /// Capped at the ring size and at what the pool holds.
+    fn refill(&mut self) {
         for ch in &mut self.channels {
             let want = self
                 .ring_size
@@ -343,13 +340,11 @@ impl FrameIo {
         }
     }
 
-    /// Returns a frame the caller holds to the free pool (a drop).
-    pub(crate) fn release(&mut self, desc: FrameDesc) {
-        self.free.push(desc);
+    fn release(&mut self, chunk: Chunk) {
+        self.free.push(*self.slot(&chunk));
     }
 
-    /// Where the frames are.
-    pub(crate) fn counts(&self) -> FrameCounts {
+    fn counts(&self) -> FrameCounts {
         let in_fill = self.channels.iter().map(|c| c.in_fill).sum();
         let in_tx = self.channels.iter().map(|c| c.in_tx).sum();
         let free = self.free.len() as u32;

@@ -1,0 +1,447 @@
+//! The data plane without its I/O: frames from the RX rings through each egress port's
+//! classifier and HTB scheduler to its TX ring, over any [`Rings`], at the `now` it is given.
+//!
+//! [`Engine`](crate::Engine) runs it on AF_XDP sockets and a clock, and sleeps between passes;
+//! the property tests run it on a simulated UMEM (`sim`) with random traffic, ring stalls and
+//! control changes, and check that every frame comes back.
+
+use std::collections::HashMap;
+
+use htb_config::filter::{Classifier, Filter};
+use htb_core::{ClassId, Instant, Scheduler, Target};
+
+use crate::frame::{FlowHasher, Frame};
+use crate::parse::{parse, set_ce};
+use crate::plane_op::PlaneOp;
+use crate::rings::{Chunk, FrameCounts, Rings};
+use crate::stats::{PortSnapshot, PortStats};
+
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod tests;
+
+/// How frames find their egress port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// By the kernel's routes and neighbours (looked up in XDP).
+    #[default]
+    Router,
+    /// Everything from a port goes out of its peer.
+    Bridge,
+}
+
+/// What one pass did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Frames were received, queued, sent or completed.
+    Moved,
+    /// Nothing moved, but frames wait in a TX ring.
+    TxStuck,
+    /// Nothing to do until a frame arrives or a class may send.
+    Idle,
+}
+
+/// One port as the data plane needs it.
+pub(crate) struct PortSetup {
+    /// Interface name.
+    pub(crate) name: String,
+    /// Its MAC address (router mode: the XDP program writes the egress port's MAC as source).
+    pub(crate) mac: [u8; 6],
+    /// Bridge mode: the index of the other side.
+    pub(crate) peer: Option<usize>,
+    /// The scheduler shaping what leaves through it.
+    pub(crate) htb: Scheduler<Frame>,
+    /// Its filters.
+    pub(crate) classifier: Classifier,
+}
+
+struct Port {
+    name: String,
+    peer: Option<usize>,
+    htb: Scheduler<Frame>,
+    classifier: Classifier,
+    /// Per filter, its class as a checked handle (no id lookup per packet; a handle made stale
+    /// by a tree change falls back to the id).
+    targets: Vec<Target>,
+    stats: PortStats,
+}
+
+impl Port {
+    fn resolve_targets(&mut self) {
+        self.targets = self
+            .classifier
+            .filters()
+            .iter()
+            .map(|f| {
+                self.htb
+                    .handle(f.class)
+                    .map_or(Target::Class(f.class), Target::Handle)
+            })
+            .collect();
+    }
+}
+
+/// Receive, classify, schedule, transmit: one pass per [`poll`](Self::poll).
+pub(crate) struct Dataplane<R: Rings> {
+    rings: R,
+    ports: Vec<Port>,
+    mode: Mode,
+    by_mac: HashMap<[u8; 6], usize>,
+    batch: usize,
+    rx_batch: Vec<Chunk>,
+    tx_batch: Vec<Chunk>,
+    /// Below this many free frames, received frames are dropped (counted) so that the fill
+    /// rings never starve: two batches per channel.
+    low_water: u32,
+    flows: FlowHasher,
+    /// What a frame occupies (`skb->truesize` for `fq_codel`'s memory limit).
+    frame_size: u32,
+    loops: u64,
+}
+
+impl<R: Rings> std::fmt::Debug for Dataplane<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dataplane")
+            .field("mode", &self.mode)
+            .field("ports", &self.port_names())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Rings> Dataplane<R> {
+    /// A data plane moving `batch` frames at a time between `rings` and `ports`' schedulers.
+    pub(crate) fn new(
+        rings: R,
+        mode: Mode,
+        ports: Vec<PortSetup>,
+        batch: usize,
+        frame_size: u32,
+    ) -> Self {
+        let by_mac = ports.iter().enumerate().map(|(i, p)| (p.mac, i)).collect();
+        let ports = ports
+            .into_iter()
+            .map(|p| {
+                let mut port = Port {
+                    stats: PortStats {
+                        name: p.name.clone(),
+                        ..PortStats::default()
+                    },
+                    name: p.name,
+                    peer: p.peer,
+                    htb: p.htb,
+                    classifier: p.classifier,
+                    targets: Vec::new(),
+                };
+                port.resolve_targets();
+                port
+            })
+            .collect();
+        let batch = batch.max(1);
+        let low_water = u32::try_from(rings.channels() * batch * 2).unwrap_or(u32::MAX);
+        Self {
+            rings,
+            ports,
+            mode,
+            by_mac,
+            batch,
+            rx_batch: Vec::with_capacity(batch),
+            tx_batch: Vec::with_capacity(batch),
+            low_water,
+            flows: FlowHasher::default(),
+            frame_size,
+            loops: 0,
+        }
+    }
+
+    /// The rings.
+    pub(crate) fn rings(&self) -> &R {
+        &self.rings
+    }
+
+    /// The rings, for a test to play the kernel's side.
+    #[cfg(test)]
+    pub(crate) fn rings_mut(&mut self) -> &mut R {
+        &mut self.rings
+    }
+
+    /// One pass at `now`: receive a batch on every channel, classify and enqueue each frame
+    /// into its egress port's scheduler, move what the schedulers release into the TX rings
+    /// and kick them, take completed frames back, refill the fill rings.
+    pub(crate) fn poll(&mut self, now: Instant) -> Progress {
+        self.loops += 1;
+        let mut work = false;
+        for channel in 0..self.rings.channels() {
+            let port = self.rings.channel_port(channel);
+            let mut batch = std::mem::take(&mut self.rx_batch);
+            let n = self.rings.receive(channel, &mut batch, self.batch);
+            work |= n > 0;
+            // Keep frames for the fill rings: when the pool runs low, drop here, counted,
+            // rather than at the NIC.
+            let pool_low = n > 0 && self.rings.counts().free < self.low_water;
+            for chunk in batch.drain(..) {
+                self.ingest(port, chunk, now, pool_low);
+            }
+            self.rx_batch = batch;
+        }
+        work |= self.rings.reap() > 0;
+        for port in 0..self.ports.len() {
+            work |= self.transmit(port, now);
+        }
+        let pending = self.rings.kick();
+        work |= self.rings.reap() > 0;
+        self.rings.refill();
+        debug_assert_eq!(
+            self.unaccounted_frames(),
+            0,
+            "a frame was lost or kept twice"
+        );
+        match (work, pending) {
+            (true, _) => Progress::Moved,
+            (false, true) => Progress::TxStuck,
+            (false, false) => Progress::Idle,
+        }
+    }
+
+    /// Frames the rings count as the data plane's that no scheduler holds: 0 unless a frame
+    /// leaked (positive) or is counted twice (negative). Between passes every frame the data
+    /// plane holds is queued in a scheduler.
+    #[must_use]
+    pub(crate) fn unaccounted_frames(&self) -> i64 {
+        i64::from(self.rings.counts().with_caller) - self.queued() as i64
+    }
+
+    /// Classifies a received frame into its egress port's scheduler (or drops it).
+    fn ingest(&mut self, ingress: usize, chunk: Chunk, now: Instant, pool_low: bool) {
+        let bytes = self.rings.bytes(&chunk);
+        let stats = &mut self.ports[ingress].stats;
+        stats.rx_packets += 1;
+        stats.rx_bytes += u64::from(chunk.len());
+        let egress = match self.mode {
+            Mode::Bridge => self.ports[ingress].peer,
+            // The XDP program wrote the egress port's MAC as the source.
+            Mode::Router => bytes
+                .get(6..12)
+                .and_then(|m| <[u8; 6]>::try_from(m).ok())
+                .and_then(|m| self.by_mac.get(&m).copied()),
+        };
+        let Some(egress) = egress else {
+            self.ports[ingress].stats.drops_no_egress += 1;
+            self.rings.release(chunk);
+            return;
+        };
+        if pool_low {
+            self.ports[egress].stats.drops_pool += 1;
+            self.rings.release(chunk);
+            return;
+        }
+        let parsed = parse(bytes);
+        let frame = Frame::new(chunk, &parsed, &self.flows, self.frame_size);
+        let port = &mut self.ports[egress];
+        let target = port
+            .classifier
+            .classify_index(&parsed.info)
+            .map_or(Target::Unclassified, |i| port.targets[i]);
+        if let Err(dropped) = port.htb.enqueue(now, target, frame) {
+            port.stats.drops_queue += 1;
+            self.rings.release(dropped.packet.into_chunk());
+        }
+        self.release_dropped(egress);
+    }
+
+    /// Takes back the frames `port`'s leaves dropped (CoDel, a full flow, a batch from the
+    /// fattest flow) and returns them to the pool.
+    fn release_dropped(&mut self, port: usize) {
+        let p = &mut self.ports[port];
+        for frame in p.htb.drain_dropped() {
+            p.stats.drops_queue += 1;
+            self.rings.release(frame.into_chunk());
+        }
+    }
+
+    /// Moves what `port`'s scheduler releases into its TX ring. Returns whether any moved.
+    fn transmit(&mut self, port: usize, now: Instant) -> bool {
+        let mut moved = false;
+        loop {
+            let room = self.rings.tx_room(port, self.batch as u32) as usize;
+            if room == 0 {
+                return moved;
+            }
+            let mut bytes = 0u64;
+            while self.tx_batch.len() < room {
+                let Some(frame) = self.ports[port].htb.dequeue(now) else {
+                    break;
+                };
+                let (mut chunk, ce) = frame.into_parts();
+                if let Some((l3, ipv6)) = ce {
+                    // The leaf marked it instead of dropping it.
+                    self.rings.rewrite(&mut chunk, &mut |b| {
+                        set_ce(b, l3, ipv6);
+                    });
+                }
+                bytes += u64::from(chunk.len());
+                self.tx_batch.push(chunk);
+            }
+            self.release_dropped(port);
+            if self.tx_batch.is_empty() {
+                return moved;
+            }
+            let sent = self.rings.transmit(port, &mut self.tx_batch);
+            debug_assert!(self.tx_batch.is_empty(), "room was checked");
+            // Should the ring refuse despite the room check, the frames are dropped, not leaked.
+            let p = &mut self.ports[port];
+            for chunk in self.tx_batch.drain(..) {
+                bytes -= u64::from(chunk.len());
+                p.stats.drops_queue += 1;
+                self.rings.release(chunk);
+            }
+            p.stats.tx_packets += sent as u64;
+            p.stats.tx_bytes += bytes;
+            moved = true;
+            if sent < room {
+                return moved;
+            }
+        }
+    }
+
+    /// The earliest time a scheduler may release a packet it holds now.
+    #[must_use]
+    pub(crate) fn next_wakeup(&self) -> Option<Instant> {
+        self.ports.iter().filter_map(|p| p.htb.next_wakeup()).min()
+    }
+
+    /// Frames queued in the schedulers.
+    #[must_use]
+    pub(crate) fn queued(&self) -> u64 {
+        self.ports.iter().map(|p| p.htb.len()).sum()
+    }
+
+    /// Where the UMEM's frames are.
+    #[must_use]
+    pub(crate) fn frames(&self) -> FrameCounts {
+        self.rings.counts()
+    }
+
+    /// Passes so far.
+    #[must_use]
+    pub(crate) fn loops(&self) -> u64 {
+        self.loops
+    }
+
+    /// Every port's counters, in configuration order.
+    #[must_use]
+    pub(crate) fn port_stats(&self) -> Vec<PortStats> {
+        self.ports.iter().map(|p| p.stats.clone()).collect()
+    }
+
+    fn port(&self, name: &str) -> Option<&Port> {
+        self.ports.iter().find(|p| p.name == name)
+    }
+
+    /// The scheduler shaping what leaves through `port`.
+    #[must_use]
+    pub(crate) fn scheduler(&self, port: &str) -> Option<&Scheduler<Frame>> {
+        self.port(port).map(|p| &p.htb)
+    }
+
+    /// Names of the ports, in configuration order.
+    #[must_use]
+    pub(crate) fn port_names(&self) -> Vec<String> {
+        self.ports.iter().map(|p| p.name.clone()).collect()
+    }
+
+    /// The filters of `port`, in evaluation order.
+    #[must_use]
+    pub(crate) fn filters(&self, port: &str) -> Option<&[Filter]> {
+        self.port(port).map(|p| p.classifier.filters())
+    }
+
+    /// Applies `ops` in order at `now`: nothing is received or sent while they apply, so a
+    /// batch of changes is atomic for the traffic. Frames the changes purge go back to the
+    /// pool. Returns, per op, the packets it dropped or why it failed (the control plane
+    /// validates first, so a failure is a bug).
+    pub(crate) fn apply(&mut self, now: Instant, ops: Vec<PlaneOp>) -> Vec<Result<u64, String>> {
+        let mut touched = vec![false; self.ports.len()];
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            let Some(index) = self.ports.iter().position(|p| p.name == op.port()) else {
+                results.push(Err(format!("no port {}", op.port())));
+                continue;
+            };
+            touched[index] = true;
+            let port = &mut self.ports[index];
+            let purged = match op {
+                PlaneOp::SetTree { scheduler, .. } => {
+                    let mut old = std::mem::replace(&mut port.htb, *scheduler);
+                    Ok(old.drain())
+                }
+                PlaneOp::SetQdisc {
+                    default_minor,
+                    r2q,
+                    direct_qlen,
+                    ..
+                } => {
+                    port.htb.set_default_class(default_minor);
+                    port.htb.set_r2q(r2q);
+                    port.htb.set_direct_qlen(direct_qlen);
+                    Ok(Vec::new())
+                }
+                PlaneOp::AddClass {
+                    id, parent, spec, ..
+                } => port.htb.add_class(now, id, parent, &spec).map(|c| c.purged),
+                PlaneOp::ChangeClass { id, spec, .. } => {
+                    port.htb.change_class(now, id, &spec).map(|c| c.purged)
+                }
+                PlaneOp::DeleteClass { id, .. } => port.htb.delete_class(now, id).map(|c| c.purged),
+                PlaneOp::SetLeaf { id, leaf, .. } => {
+                    port.htb.set_leaf(now, id, leaf.as_ref()).map(|c| c.purged)
+                }
+                PlaneOp::ChangeLeaf { id, leaf, .. } => {
+                    // Packets over new limits are dropped, not purged.
+                    port.htb.change_leaf(now, id, &leaf).map(|c| c.purged)
+                }
+                PlaneOp::SetFilters { filters, .. } => {
+                    port.classifier = Classifier::new(filters);
+                    Ok(Vec::new())
+                }
+            };
+            let dropped: Vec<Frame> = self.ports[index].htb.drain_dropped().collect();
+            results.push(match purged {
+                Ok(frames) => {
+                    let n = (frames.len() + dropped.len()) as u64;
+                    self.ports[index].stats.drops_purged += n;
+                    for frame in frames.into_iter().chain(dropped) {
+                        self.rings.release(frame.into_chunk());
+                    }
+                    Ok(n)
+                }
+                Err(e) => {
+                    for frame in dropped {
+                        self.rings.release(frame.into_chunk());
+                    }
+                    Err(e.to_string())
+                }
+            });
+        }
+        // Class slots may have moved: re-resolve the filters' class handles.
+        for (port, touched) in self.ports.iter_mut().zip(touched) {
+            if touched {
+                port.resolve_targets();
+            }
+        }
+        results
+    }
+
+    /// Statistics of the listed classes of `port` (`None` for ids it does not have) and of
+    /// their leaf qdiscs, with the port's scheduler-wide statistics and counters.
+    #[must_use]
+    pub(crate) fn class_stats(&self, port: &str, ids: &[ClassId]) -> Option<PortSnapshot> {
+        let p = self.port(port)?;
+        Some(PortSnapshot {
+            scheduler: p.htb.stats(),
+            port: p.stats.clone(),
+            classes: ids.iter().map(|&id| p.htb.class_stats(id)).collect(),
+            leaves: ids.iter().map(|&id| p.htb.leaf_stats(id)).collect(),
+        })
+    }
+}

@@ -1,0 +1,106 @@
+//! The boundary between the data plane and the rings it moves frames through.
+//!
+//! The data plane (`Dataplane`) never touches a socket: it asks a [`Rings`] for
+//! received frames and hands frames back to it to send or release, as smoltcp's stack asks its
+//! `phy::Device`. Production runs on the AF_XDP implementation (`umem::FrameIo`); the property
+//! tests run on a simulated UMEM, without root.
+//!
+//! # Frame ownership
+//!
+//! A frame the data plane holds is a [`Chunk`]: not `Copy`, not `Clone`, made only by
+//! [`Rings::receive`], and given up only by [`Rings::transmit`] (it goes to a TX ring) or
+//! [`Rings::release`] (back to the free pool). So a frame cannot be sent twice, or sent and
+//! released: the compiler refuses it. What the types cannot say — that no `Chunk` is simply
+//! dropped — the counters check: [`FrameCounts::with_caller`] must equal what the schedulers
+//! queue whenever the data plane is between passes.
+
+/// A UMEM frame held by the data plane: its index in the UMEM and the length of its packet.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Chunk {
+    index: u32,
+    len: u32,
+}
+
+impl Chunk {
+    /// Only a ring implementation creates chunks, for frames it has just received.
+    pub(crate) fn received(index: u32, len: u32) -> Self {
+        Self { index, len }
+    }
+
+    /// The frame's index in the UMEM.
+    #[must_use]
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The packet's length in bytes.
+    #[must_use]
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the frame holds no bytes (rings never deliver one; for completeness).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// Where the frames are, for the leak check and the statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FrameCounts {
+    /// All frames of the UMEM.
+    pub total: u32,
+    /// In the free pool.
+    pub free: u32,
+    /// Lent to the kernel's fill rings (or waiting in its RX rings for us).
+    pub in_fill: u32,
+    /// Submitted to TX rings, not completed yet.
+    pub in_tx: u32,
+    /// With the data plane (received and not yet sent or released):
+    /// `total - free - in_fill - in_tx`.
+    pub with_caller: u32,
+}
+
+/// The sockets of every port on one UMEM, as the data plane sees them. Channels are sockets
+/// (one per port and RX queue); each port sends through one of its channels.
+pub(crate) trait Rings {
+    /// Number of channels.
+    fn channels(&self) -> usize;
+
+    /// The port a channel belongs to.
+    fn channel_port(&self, channel: usize) -> usize;
+
+    /// Moves up to `max` frames received on `channel` into `out`; they are the caller's now.
+    /// Returns how many.
+    fn receive(&mut self, channel: usize, out: &mut Vec<Chunk>, max: usize) -> usize;
+
+    /// The packet in a frame the caller holds.
+    fn bytes(&self, chunk: &Chunk) -> &[u8];
+
+    /// Runs `edit` on the packet in a frame the caller holds (to write an ECN mark).
+    fn rewrite(&mut self, chunk: &mut Chunk, edit: &mut dyn FnMut(&mut [u8]));
+
+    /// How many frames `port`'s TX ring takes now, at most `want`.
+    fn tx_room(&mut self, port: usize, want: u32) -> u32;
+
+    /// Submits frames from the front of `chunks` to `port`'s TX ring, removing those it took;
+    /// those left are still the caller's. Returns how many it took.
+    fn transmit(&mut self, port: usize, chunks: &mut Vec<Chunk>) -> usize;
+
+    /// Asks the kernel to send what waits in the TX rings. Returns whether any still holds
+    /// frames not completed.
+    fn kick(&mut self) -> bool;
+
+    /// Takes completed TX frames back into the free pool. Returns how many.
+    fn reap(&mut self) -> usize;
+
+    /// Tops the fill rings up from the free pool.
+    fn refill(&mut self);
+
+    /// Returns a frame the caller holds to the free pool (a drop).
+    fn release(&mut self, chunk: Chunk);
+
+    /// Where the frames are.
+    fn counts(&self) -> FrameCounts;
+}

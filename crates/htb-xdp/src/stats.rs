@@ -1,0 +1,75 @@
+//! The data plane's counters, as the control plane and `htbd`'s statistics read them.
+
+use crate::program::Verdicts;
+use crate::rings::FrameCounts;
+
+/// Counters of one port.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Interface name.
+    pub name: String,
+    /// Frames received from the socket.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames sent out of this port.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Frames dropped by this port's scheduler: a full queue, or its leaf's AQM (CoDel) or
+    /// limits.
+    pub drops_queue: u64,
+    /// Frames received here whose egress could not be determined.
+    pub drops_no_egress: u64,
+    /// Frames dropped because the UMEM was nearly exhausted.
+    pub drops_pool: u64,
+    /// Frames dropped from queues by control changes (class or qdisc deleted, leaf made inner).
+    pub drops_purged: u64,
+    /// Kernel socket counters (`XDP_STATISTICS`), summed over this port's sockets.
+    pub xdp: XdpCounters,
+}
+
+/// The kernel's per-socket drop counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct XdpCounters {
+    /// Dropped for other reasons.
+    pub rx_dropped: u64,
+    /// Dropped because the RX ring was full.
+    pub rx_ring_full: u64,
+    /// Times the fill ring was empty.
+    pub rx_fill_ring_empty: u64,
+    /// Invalid RX descriptors.
+    pub rx_invalid: u64,
+    /// Invalid TX descriptors.
+    pub tx_invalid: u64,
+}
+
+/// A snapshot of the engine's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Per port.
+    pub ports: Vec<PortStats>,
+    /// Where the UMEM's frames are.
+    pub frames: FrameCounts,
+    /// Frames queued in schedulers (part of `frames.with_caller`).
+    pub queued: u64,
+    /// The XDP program's verdicts.
+    pub verdicts: Verdicts,
+    /// Loop iterations.
+    pub loops: u64,
+    /// Times the loop slept.
+    pub sleeps: u64,
+}
+
+/// One port's statistics, from [`Engine::class_stats`](crate::Engine::class_stats).
+#[derive(Clone, Debug)]
+pub struct PortSnapshot {
+    /// The scheduler's totals.
+    pub scheduler: htb_core::SchedulerStats,
+    /// The port's counters.
+    pub port: PortStats,
+    /// Per requested class, in request order.
+    pub classes: Vec<Option<htb_core::ClassStats>>,
+    /// Per requested class, its leaf qdisc's statistics (`None` for inner classes).
+    pub leaves: Vec<Option<htb_core::LeafStats>>,
+}
