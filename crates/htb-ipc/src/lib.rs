@@ -21,9 +21,12 @@
 
 use std::io::{self, Read, Write};
 
+mod status;
+
 pub use htb_core::{ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+pub use status::{FrameStatus, PortStatus, Status, XdpVerdicts};
 
 /// Version of this protocol; bumped on any incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -71,6 +74,8 @@ pub enum RequestBody {
         /// In order.
         commands: Vec<Command>,
     },
+    /// The data plane's counters: answered with [`ReplyBody::Status`].
+    Status,
 }
 
 /// What `show` lists.
@@ -146,6 +151,8 @@ pub enum ReplyBody {
         /// In command order.
         results: Vec<CommandResult>,
     },
+    /// To [`RequestBody::Status`].
+    Status(Status),
 }
 
 /// What a command did besides succeeding.

@@ -8,6 +8,7 @@ pub mod ipc_bench;
 mod lab;
 pub mod latency;
 pub mod shaper;
+pub mod soak;
 pub mod traffic;
 
 pub use lab::{

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use htb_lab::bench::BenchOptions;
@@ -58,6 +59,22 @@ enum Command {
         #[arg(long, default_value = "htblat")]
         lab: String,
     },
+    /// Maximum-rate traffic through 1 003 classes with a change every second, watched for
+    /// leaked frames, RSS growth and panics; ends with a verdict.
+    Soak {
+        /// How long: 3600, 90s, 10m, 1h.
+        #[arg(long, default_value = "1h", value_parser = htb_lab::soak::parse_duration)]
+        duration: Duration,
+        /// Seconds between reports (default: 60, or a tenth of a shorter run).
+        #[arg(long)]
+        every: Option<u64>,
+        /// Output directory for soak.json.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htbsoak")]
+        lab: String,
+    },
     /// Live changes while traffic flows: changes/s, time to apply, packets lost.
     BenchIpc {
         /// Output directory for ipc.json.
@@ -90,6 +107,24 @@ fn main() -> ExitCode {
             htb_lab::bench::run(&BenchOptions { out, quick, lab }).map(|_| ())
         }
         Command::Latency { out, quick, lab } => htb_lab::latency::run(&out, quick, &lab),
+        Command::Soak {
+            duration,
+            every,
+            out,
+            lab,
+        } => {
+            let every = every.map_or_else(
+                || (duration / 10).clamp(Duration::from_secs(1), Duration::from_secs(60)),
+                Duration::from_secs,
+            );
+            htb_lab::soak::run(&htb_lab::soak::SoakOptions {
+                duration,
+                every,
+                out,
+                lab,
+            })
+            .map(|_| ())
+        }
         Command::BenchIpc { out, changes, lab } => {
             htb_lab::ipc_bench::run(&htb_lab::ipc_bench::IpcBenchOptions { out, changes, lab })
                 .map(|_| ())

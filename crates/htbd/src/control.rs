@@ -92,6 +92,10 @@ impl Control {
                 .apply(&commands, peer)
                 .await
                 .map(|results| ReplyBody::Applied { results }),
+            RequestBody::Status => self
+                .on_engine(|engine| engine.stats())
+                .await
+                .map(|stats| ReplyBody::Status(crate::status::status(&stats))),
         };
         Response::new(result)
     }

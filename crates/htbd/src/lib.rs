@@ -12,6 +12,7 @@ mod forwarding;
 pub mod ipc;
 pub mod model;
 pub mod persist;
+mod status;
 pub mod tc_export;
 
 use std::thread::JoinHandle;

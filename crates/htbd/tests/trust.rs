@@ -195,6 +195,16 @@ fn an_egress_link_down_does_not_spin_the_data_plane() {
         lab.ping(N1, "10.201.2.2", 10, "0.1") >= 9,
         "no forwarding after the link came back"
     );
+    // The flow has ended: every frame the dead link held came back to the pool.
+    let status: serde_json::Value =
+        serde_json::from_str(&htbd.cli_ok(&["-j", "status"])).expect("htb-cli -j status");
+    let f = &status["frames"];
+    let n = |k: &str| f[k].as_u64().unwrap_or(u64::MAX);
+    assert!(
+        n("held") == 0 && n("queued") == 0 && n("in_tx") == 0,
+        "frames not back after the link came up: {f}"
+    );
+    assert_eq!(n("free") + n("in_fill"), n("total"), "{f}");
 }
 
 #[test]

@@ -13,6 +13,8 @@ pub enum Action {
     Change(Command),
     /// Live per-class rates.
     Monitor(Monitor),
+    /// The data plane's counters.
+    Status,
     /// Print usage.
     Help(&'static str),
     /// Print the version.

@@ -15,6 +15,7 @@ mod q_fifo;
 mod q_fq_codel;
 mod q_htb;
 mod q_sfq;
+mod status;
 mod tc_class;
 mod tc_filter;
 mod tc_qdisc;
@@ -91,6 +92,7 @@ fn run(invocation: Invocation, out: &mut impl Write, err: &mut impl Write) -> u8
         Action::Show(show) => print_show(&mut client, &options, show, out),
         Action::Change(command) => apply(&mut client, vec![command], err).map(|_| ()),
         Action::Monitor(m) => monitor::run(&mut client, &m, out),
+        Action::Status => status::run(&mut client, &options, out),
         Action::Help(_) | Action::Version => Ok(()),
     };
     match result {
@@ -177,7 +179,7 @@ fn batch(options: &Options, out: &mut impl Write, err: &mut impl Write) -> u8 {
                 commands.push(c);
             }
             Action::Show(s) => shows.push(s),
-            Action::Monitor(_) | Action::Help(_) | Action::Version => {}
+            Action::Monitor(_) | Action::Status | Action::Help(_) | Action::Version => {}
         }
     }
     let mut client = match Client::connect(&socket_path(options.socket.as_deref())) {

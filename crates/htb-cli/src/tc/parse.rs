@@ -144,6 +144,11 @@ pub fn parse_command(words: &[String]) -> Result<Action> {
         tc_filter::parse(args)
     } else if matches(o, "monitor") || o == "top" {
         monitor(args)
+    } else if o == "status" {
+        match args.first() {
+            None => Ok(Action::Status),
+            Some(w) => usage(format!("What is \"{w}\"? Usage: htb-cli status")),
+        }
     } else if matches(o, "help") {
         Ok(Action::Help(USAGE))
     } else {
@@ -237,7 +242,7 @@ pub fn parse_batch(text: &str) -> std::result::Result<Vec<(usize, Action)>, (usi
             continue;
         }
         let action = parse_command(&words).map_err(|e| (start, e))?;
-        if let Action::Monitor(_) | Action::Help(_) | Action::Version = action {
+        if let Action::Monitor(_) | Action::Status | Action::Help(_) | Action::Version = action {
             return Err((
                 start,
                 UsageError("only qdisc, class and filter commands can be batched".into()),
@@ -267,6 +272,18 @@ mod tests {
 
     fn error(s: &str) -> String {
         parse_command(&words(s)).unwrap_err().0
+    }
+
+    #[test]
+    fn status_takes_no_arguments_and_cannot_be_batched() {
+        assert_eq!(parse_command(&words("status")), Ok(Action::Status));
+        assert_eq!(
+            error("status dev r2"),
+            "What is \"dev\"? Usage: htb-cli status"
+        );
+        let err = parse_batch("status\n").unwrap_err();
+        assert_eq!(err.0, 1);
+        assert!(err.1.0.contains("can be batched"), "{:?}", err.1);
     }
 
     #[test]

@@ -1,0 +1,123 @@
+//! `htb-cli status`: the data plane's counters — frames, per-port traffic and drops, XDP
+//! verdicts (not a tc command: tc has no daemon to ask).
+
+use std::io::Write;
+
+use htb_ipc::{ReplyBody, RequestBody, Status};
+
+use super::parse::Options;
+use crate::client::{Client, ClientError};
+
+/// Asks htbd for its status and prints it (`-j`: as JSON, `-p`: pretty).
+pub(super) fn run(
+    client: &mut Client,
+    options: &Options,
+    out: &mut impl Write,
+) -> Result<(), ClientError> {
+    let ReplyBody::Status(status) = client.call(RequestBody::Status)? else {
+        return Err(ClientError::Unexpected);
+    };
+    let text = if options.json {
+        let json = if options.pretty {
+            serde_json::to_string_pretty(&status)
+        } else {
+            serde_json::to_string(&status)
+        };
+        json.map_err(|_| ClientError::Unexpected)? + "\n"
+    } else {
+        format(&status)
+    };
+    // A closed stdout (`| head`) is not an error of htbd's.
+    let _ = out.write_all(text.as_bytes());
+    Ok(())
+}
+
+/// The text form.
+#[must_use]
+pub(super) fn format(s: &Status) -> String {
+    let f = &s.frames;
+    let mut text = format!(
+        "htbd {} (pid {})\nframes {}: free {}, in fill rings {}, in TX rings {}, held {} (queued {})\n",
+        s.daemon, s.pid, f.total, f.free, f.in_fill, f.in_tx, f.held, f.queued
+    );
+    for p in &s.ports {
+        text.push_str(&format!(
+            "dev {}: rx {} pkts {} bytes, tx {} pkts {} bytes\n  dropped: queue {} pool {} \
+             no-egress {} purged {}; kernel: rx_ring_full {} fill_ring_empty {} rx_dropped {} \
+             invalid {}\n",
+            p.dev,
+            p.rx_packets,
+            p.rx_bytes,
+            p.tx_packets,
+            p.tx_bytes,
+            p.drops_queue,
+            p.drops_pool,
+            p.drops_no_egress,
+            p.drops_purged,
+            p.kernel_rx_ring_full,
+            p.kernel_fill_ring_empty,
+            p.kernel_rx_dropped,
+            p.kernel_invalid
+        ));
+    }
+    let v = &s.xdp;
+    text.push_str(&format!(
+        "xdp: redirected {}; to the kernel: not_ip {} malformed {} ttl {} fib {} no_neigh {} \
+         unmanaged {} not_port {} no_socket {} not_ours {} stale {} ip_options {}\n\
+         data plane: {} passes, {} sleeps\n",
+        v.redirected,
+        v.pass_not_ip,
+        v.pass_malformed,
+        v.pass_ttl,
+        v.pass_fib,
+        v.pass_no_neigh,
+        v.pass_unmanaged,
+        v.pass_not_port,
+        v.pass_no_socket,
+        v.pass_not_ours,
+        v.pass_stale,
+        v.pass_ip_options,
+        s.loops,
+        s.sleeps
+    ));
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use htb_ipc::{FrameStatus, PortStatus};
+
+    use super::*;
+
+    #[test]
+    fn text_names_every_counter() {
+        let status = Status {
+            daemon: "0.1.0".into(),
+            pid: 42,
+            frames: FrameStatus {
+                total: 32768,
+                free: 28000,
+                in_fill: 4096,
+                in_tx: 12,
+                held: 660,
+                queued: 660,
+            },
+            ports: vec![PortStatus {
+                dev: "r2-0".into(),
+                rx_packets: 7,
+                drops_pool: 3,
+                ..PortStatus::default()
+            }],
+            ..Status::default()
+        };
+        let text = format(&status);
+        assert!(text.starts_with("htbd 0.1.0 (pid 42)\n"), "{text}");
+        assert!(
+            text.contains("frames 32768: free 28000, in fill rings 4096, in TX rings 12, held 660 (queued 660)"),
+            "{text}"
+        );
+        assert!(text.contains("dev r2-0: rx 7 pkts 0 bytes"), "{text}");
+        assert!(text.contains("pool 3 "), "{text}");
+        assert_eq!(status.frames.in_use(), 672);
+    }
+}

@@ -1,0 +1,110 @@
+//! `htb-cli status`: the data plane's own counters — where the UMEM's frames are, what each
+//! port received, sent and dropped, and what the XDP program decided — for operators and for
+//! the soak test's leak check.
+
+use serde::{Deserialize, Serialize};
+
+/// The daemon's data-plane state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// The daemon's version.
+    pub daemon: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Where the frames are.
+    pub frames: FrameStatus,
+    /// Per port, in configuration order.
+    pub ports: Vec<PortStatus>,
+    /// What the XDP program did with the frames it saw.
+    pub xdp: XdpVerdicts,
+    /// Passes of the data-plane loop.
+    pub loops: u64,
+    /// Times it slept.
+    pub sleeps: u64,
+}
+
+/// Where the UMEM's frames are. `free + in_fill + in_tx + held = total`; every frame the data
+/// plane holds between passes is queued: `held = queued`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameStatus {
+    /// All frames.
+    pub total: u32,
+    /// In the free pool.
+    pub free: u32,
+    /// Lent to the kernel's fill (and RX) rings.
+    pub in_fill: u32,
+    /// In TX rings, not completed yet.
+    pub in_tx: u32,
+    /// Held by the data plane.
+    pub held: u32,
+    /// Packets queued in the schedulers.
+    pub queued: u64,
+}
+
+impl FrameStatus {
+    /// Frames out of the free pool and the fill rings: what traffic is using.
+    #[must_use]
+    pub fn in_use(&self) -> u64 {
+        u64::from(self.in_tx) + u64::from(self.held)
+    }
+}
+
+/// One port's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortStatus {
+    /// Interface.
+    pub dev: String,
+    /// Frames received from its sockets.
+    pub rx_packets: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// Frames sent out of it.
+    pub tx_packets: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+    /// Dropped by its scheduler (a full queue, the leaf's AQM or limits).
+    pub drops_queue: u64,
+    /// Dropped because the UMEM was nearly exhausted.
+    pub drops_pool: u64,
+    /// Received here with no egress port.
+    pub drops_no_egress: u64,
+    /// Dropped from queues by control changes.
+    pub drops_purged: u64,
+    /// The kernel's socket counters (`XDP_STATISTICS`): RX ring full.
+    pub kernel_rx_ring_full: u64,
+    /// Fill ring found empty.
+    pub kernel_fill_ring_empty: u64,
+    /// Dropped for other reasons.
+    pub kernel_rx_dropped: u64,
+    /// Invalid RX and TX descriptors.
+    pub kernel_invalid: u64,
+}
+
+/// The XDP program's verdicts (`enum verdict` in its C source).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XdpVerdicts {
+    /// Sent to htbd.
+    pub redirected: u64,
+    /// Not IPv4/IPv6: to the kernel.
+    pub pass_not_ip: u64,
+    /// Malformed headers: to the kernel.
+    pub pass_malformed: u64,
+    /// TTL or hop limit expiring: to the kernel.
+    pub pass_ttl: u64,
+    /// Not forwarded by the FIB (local, unreachable, too big): to the kernel.
+    pub pass_fib: u64,
+    /// Next hop not resolved: to the kernel.
+    pub pass_no_neigh: u64,
+    /// Egress not managed by htbd: to the kernel.
+    pub pass_unmanaged: u64,
+    /// Ingress not managed by htbd.
+    pub pass_not_port: u64,
+    /// No socket in the slot: to the kernel.
+    pub pass_no_socket: u64,
+    /// Not addressed to the port's MAC: to the kernel.
+    pub pass_not_ours: u64,
+    /// The data plane's heartbeat was stale: to the kernel.
+    pub pass_stale: u64,
+    /// IPv4 with options: to the kernel.
+    pub pass_ip_options: u64,
+}

@@ -1,0 +1,57 @@
+//! The data plane's counters as the control socket sends them (`htb-cli status`).
+
+use htb_ipc::{FrameStatus, PortStatus, Status, XdpVerdicts};
+use htb_xdp::EngineStats;
+
+/// `stats` on the wire.
+pub(crate) fn status(stats: &EngineStats) -> Status {
+    let f = stats.frames;
+    let v = stats.verdicts;
+    Status {
+        daemon: env!("CARGO_PKG_VERSION").into(),
+        pid: std::process::id(),
+        frames: FrameStatus {
+            total: f.total,
+            free: f.free,
+            in_fill: f.in_fill,
+            in_tx: f.in_tx,
+            held: f.with_caller,
+            queued: stats.queued,
+        },
+        ports: stats
+            .ports
+            .iter()
+            .map(|p| PortStatus {
+                dev: p.name.clone(),
+                rx_packets: p.rx_packets,
+                rx_bytes: p.rx_bytes,
+                tx_packets: p.tx_packets,
+                tx_bytes: p.tx_bytes,
+                drops_queue: p.drops_queue,
+                drops_pool: p.drops_pool,
+                drops_no_egress: p.drops_no_egress,
+                drops_purged: p.drops_purged,
+                kernel_rx_ring_full: p.xdp.rx_ring_full,
+                kernel_fill_ring_empty: p.xdp.rx_fill_ring_empty,
+                kernel_rx_dropped: p.xdp.rx_dropped,
+                kernel_invalid: p.xdp.rx_invalid + p.xdp.tx_invalid,
+            })
+            .collect(),
+        xdp: XdpVerdicts {
+            redirected: v.redirected,
+            pass_not_ip: v.pass_not_ip,
+            pass_malformed: v.pass_malformed,
+            pass_ttl: v.pass_ttl,
+            pass_fib: v.pass_fib,
+            pass_no_neigh: v.pass_no_neigh,
+            pass_unmanaged: v.pass_unmanaged,
+            pass_not_port: v.pass_not_port,
+            pass_no_socket: v.pass_no_socket,
+            pass_not_ours: v.pass_not_ours,
+            pass_stale: v.pass_stale,
+            pass_ip_options: v.pass_ip_options,
+        },
+        loops: stats.loops,
+        sleeps: stats.sleeps,
+    }
+}
