@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building and testing htb needs, skipping whatever is already there:
 # Debian packages (clang/llvm/libelf/zlib/m4/pkg-config/make build the XDP program and libxdp;
-# iproute2/iputils-ping/ethtool/iperf3 run the network-namespace lab) and a Rust toolchain.
+# iproute2/iputils-ping/ethtool/iperf3 run the network-namespace lab, nftables gives a lab test
+# netfilter rules) and a Rust toolchain.
 set -euo pipefail
 
 PACKAGES=(clang llvm libelf-dev zlib1g-dev m4 pkg-config make libbpf-dev
-          iproute2 iputils-ping ethtool iperf3 curl ca-certificates)
+          iproute2 iputils-ping ethtool iperf3 nftables curl ca-certificates)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

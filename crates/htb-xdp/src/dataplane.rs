@@ -154,6 +154,13 @@ impl<R: Rings> Dataplane<R> {
         }
     }
 
+    /// Router mode: `port`'s MAC address is now `mac` (the XDP program writes it as the source
+    /// of frames routed out of `port`).
+    pub(crate) fn set_mac(&mut self, port: usize, mac: [u8; 6]) {
+        self.by_mac.retain(|_, p| *p != port);
+        self.by_mac.insert(mac, port);
+    }
+
     /// The rings.
     pub(crate) fn rings(&self) -> &R {
         &self.rings

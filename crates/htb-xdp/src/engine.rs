@@ -20,6 +20,7 @@ use htb_core::{ClassId, Instant, Scheduler};
 use crate::dataplane::{Dataplane, Mode, PortSetup, Progress};
 use crate::error::XdpError;
 use crate::frame::Frame;
+use crate::links::{LINK_CHECK, LinkWatch};
 use crate::netdev::{NetDev, format_mac};
 use crate::plane_op::{PlaneOp, new_scheduler};
 use crate::program::{AttachMode, XdpProgram};
@@ -138,6 +139,7 @@ impl EngineHandle {
 pub struct Engine {
     plane: Dataplane<FrameIo>,
     program: XdpProgram,
+    links: LinkWatch,
     clock: std::time::Instant,
     busy_poll: bool,
     realtime: Option<u8>,
@@ -283,7 +285,9 @@ impl Engine {
             devs.iter().map(|d| (d.name.clone(), d.rx_queues)).collect();
         let io = FrameIo::new(&config.io, &channels)?;
         let mut slot = 0u32;
+        let mut slots = Vec::with_capacity(devs.len());
         for (i, dev) in devs.iter().enumerate() {
+            slots.push((slot, dev.rx_queues));
             program.add_port(dev.ifindex, slot, dev.rx_queues, dev.mac)?;
             for ch in (0..io.channels()).filter(|&c| io.channel_port(c) == i) {
                 program.set_socket(slot, io.fd(ch))?;
@@ -325,6 +329,7 @@ impl Engine {
         let engine = Self {
             plane: Dataplane::new(io, config.mode, ports, batch, config.io.frame_size),
             program,
+            links: LinkWatch::new(devs, slots, config.io.frame_size.saturating_sub(256)),
             clock,
             busy_poll: config.busy_poll,
             realtime: config.realtime,
@@ -360,6 +365,9 @@ impl Engine {
         }
         while !self.stop.load(Ordering::Relaxed) {
             self.beat();
+            for (port, mac) in self.links.check(&mut self.program) {
+                self.plane.set_mac(port, mac);
+            }
             self.run_jobs();
             match self.poll_once() {
                 Progress::Moved => self.tx_retry = TX_RETRY,
@@ -418,7 +426,7 @@ impl Engine {
             Some(at) => Some(StdDuration::from_nanos((at - now).as_nanos())),
             None => None,
         };
-        let timeout = [timeout, at_most, self.beat_every]
+        let timeout = [timeout, at_most, self.beat_every, Some(LINK_CHECK)]
             .into_iter()
             .flatten()
             .min();

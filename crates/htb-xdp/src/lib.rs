@@ -2,11 +2,12 @@
 //!
 //! A C XDP program (built by `build.rs` with clang, loaded with aya) sends the frames htbd must
 //! handle to AF_XDP sockets (xsk-rs) sharing one UMEM, and lets everything else through to the
-//! kernel. The data plane (`dataplane`) classifies each frame with its egress port's filters, queues it in
-//! that port's `htb-core` scheduler — the frame stays in the UMEM; the scheduler holds it as a
-//! [`Chunk`] — and sends what the scheduler releases. It is sans-IO: it moves frames through
-//! rings behind a trait (`rings::Rings`) at the `now` it is given. The [`Engine`] runs it on the AF_XDP sockets and a
-//! clock; the tests run it on a simulated UMEM.
+//! kernel. The data plane (`dataplane`) classifies each frame with its egress port's filters,
+//! queues it in that port's `htb-core` scheduler — the frame stays in the UMEM; the scheduler
+//! holds it as a [`Chunk`] — and sends what the scheduler releases. It is sans-IO: it moves
+//! frames through rings behind a trait (`rings::Rings`) at the `now` it is given. The [`Engine`]
+//! runs it on the AF_XDP sockets and a clock (and `links` watches the ports); the tests run it on
+//! a simulated UMEM.
 //!
 //! `unsafe` is confined to `sys` (three system calls) and `umem` (the ring operations); both
 //! document why each block is sound.
@@ -17,6 +18,7 @@ mod dataplane;
 mod engine;
 mod error;
 mod frame;
+mod links;
 mod netdev;
 pub mod parse;
 mod plane_op;

@@ -16,6 +16,7 @@
 
 /// A UMEM frame held by the data plane: its index in the UMEM and the length of its packet.
 #[derive(Debug, PartialEq, Eq)]
+#[must_use = "a frame must be sent or released, or it leaks from the UMEM"]
 pub struct Chunk {
     index: u32,
     len: u32,

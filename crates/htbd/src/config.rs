@@ -32,6 +32,7 @@ use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
 
 use crate::model::{FilterEntry, FilterKind, Protocol, assign_handles};
+use crate::netfilter::NetfilterPolicy;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,6 +60,7 @@ struct DaemonSection {
     xdp_mode: Option<Located<String>>,
     zero_copy: Option<bool>,
     liveness_timeout: Option<Located<TimeValue>>,
+    netfilter: Option<Located<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -88,6 +90,8 @@ pub struct DaemonConfig {
     pub interfaces: Vec<InterfaceTrees>,
     /// The data plane.
     pub engine: EngineConfig,
+    /// Router mode with netfilter rules that its fast path would bypass: refuse or run.
+    pub netfilter: NetfilterPolicy,
 }
 
 /// One interface's tree and filters.
@@ -295,6 +299,19 @@ impl DaemonConfig {
                 }
             }
         };
+        let netfilter = match &daemon.netfilter {
+            None => NetfilterPolicy::Refuse,
+            Some(v) => match v.get_ref().as_str() {
+                "refuse" => NetfilterPolicy::Refuse,
+                "bypass" => NetfilterPolicy::Bypass,
+                other => {
+                    return Err(err(
+                        v.span(),
+                        format!("netfilter {other:?} must be \"refuse\" or \"bypass\""),
+                    ));
+                }
+            },
+        };
         if file.interface.is_empty() {
             return Err(ConfigError::at(
                 text,
@@ -383,6 +400,7 @@ impl DaemonConfig {
                 batch: daemon.batch.unwrap_or(64),
                 liveness,
             },
+            netfilter,
         })
     }
 }
@@ -434,6 +452,24 @@ classid = "1:20"
 
     fn error(text: &str) -> String {
         DaemonConfig::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn netfilter_refuses_by_default_and_bypass_is_spelled_out() {
+        let policy = |line: &str| {
+            DaemonConfig::parse(&LAB.replace("[daemon]\n", &format!("[daemon]\n{line}\n")))
+                .map(|c| c.netfilter)
+        };
+        assert_eq!(policy("").unwrap(), NetfilterPolicy::Refuse);
+        assert_eq!(
+            policy("netfilter = \"bypass\"").unwrap(),
+            NetfilterPolicy::Bypass
+        );
+        let e = policy("netfilter = \"ignore\"").unwrap_err().to_string();
+        assert!(
+            e.starts_with("line 3, column 13: daemon.netfilter: netfilter \"ignore\" must be"),
+            "{e}"
+        );
     }
 
     #[test]

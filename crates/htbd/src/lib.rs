@@ -11,6 +11,7 @@ pub mod control;
 mod forwarding;
 pub mod ipc;
 pub mod model;
+pub mod netfilter;
 pub mod persist;
 mod status;
 pub mod tc_export;
@@ -39,6 +40,16 @@ pub enum DaemonError {
         /// The OS error.
         #[source]
         source: std::io::Error,
+    },
+    /// Router mode would bypass netfilter rules, and the config does not allow it.
+    #[error(
+        "router mode forwards in XDP, before netfilter, so these rules would not see the traffic \
+         htbd forwards: {rules}. Move them elsewhere, use bridge mode, or set [daemon] netfilter = \
+         \"bypass\" to run anyway"
+    )]
+    NetfilterBypassed {
+        /// The chains, `family table chain (hook, rules)`.
+        rules: String,
     },
     /// An I/O step failed.
     #[error("{what}: {source}")]
@@ -289,7 +300,10 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     }
 
     match config.engine.mode {
-        Mode::Router => forwarding::enable_kernel_forwarding()?,
+        Mode::Router => {
+            netfilter::check(config.netfilter)?;
+            forwarding::enable_kernel_forwarding()?;
+        }
         Mode::Bridge => forwarding::check_bridge_fail_open(&ports),
     }
     let dataplane = DataPlane::start(config.engine.clone())?;

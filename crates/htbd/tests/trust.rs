@@ -1,6 +1,8 @@
 //! What the data plane does when things go wrong, in the netns lab: frames the kernel would not
-//! forward, a data plane that stops (SIGSTOP), an egress link that goes down. (A panic on the
-//! data plane is `htbd`'s unit test `a_panicking_data_plane_is_cleaned_up_then_reported`.)
+//! forward or must fragment, a data plane that stops (SIGSTOP), an egress link that goes down, a
+//! port whose MAC address changes under htbd, netfilter rules router mode would bypass. (A
+//! panic on the data plane is `htbd`'s unit test
+//! `a_panicking_data_plane_is_cleaned_up_then_reported`.)
 //!
 //! Every test needs root and network namespaces, so each is `#[ignore]`d; `scripts/test.sh`
 //! includes them as root.
@@ -95,6 +97,155 @@ fn router_mode_forwards_only_what_the_kernel_would() {
         assert!(n <= 2, "{n} of 100 {kind} frames were forwarded");
     }
     drop(htbd);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn router_mode_refuses_to_bypass_netfilter_rules_unless_told() {
+    let lab = Lab::up("htbr", "router");
+    let nft = |words: &str| {
+        let args: Vec<&str> = std::iter::once("nft").chain(words.split(' ')).collect();
+        let out = lab.exec(R, &args);
+        assert!(
+            out.status.success(),
+            "nft {words} (scripts/setup.sh installs nftables): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // A rule only for the router itself is not bypassed: htbd starts.
+    nft("add table inet fw");
+    nft("add chain inet fw input { type filter hook input priority 0 ; }");
+    nft("add rule inet fw input tcp dport 9 drop");
+    drop(Htbd::start(&lab, &one_class("100mbit")));
+    // A forwarding rule would be: htbd refuses, names it, attaches nothing.
+    nft("add chain inet fw forward { type filter hook forward priority 0 ; }");
+    nft("add rule inet fw forward ip saddr 10.9.9.9 drop");
+    let error = htbd_fails(&lab, &one_class("100mbit"));
+    assert!(
+        error.contains("router mode forwards in XDP, before netfilter")
+            && error.contains("nftables inet fw forward (hook forward, 1 rule)")
+            && error.contains("netfilter = \"bypass\""),
+        "{error}"
+    );
+    assert!(!lab.xdp_attached(R, "r1") && !lab.xdp_attached(R, "r2"));
+    // Told to, it runs, warns and forwards.
+    let config =
+        one_class("100mbit").replace("realtime = 1", "realtime = 1\nnetfilter = \"bypass\"");
+    let htbd = Htbd::start(&lab, &config);
+    assert!(
+        htbd.log_text()
+            .contains("skips these rules: nftables inet fw forward (hook forward, 1 rule)"),
+        "{}",
+        htbd.log_text()
+    );
+    assert_eq!(lab.ping(N1, "10.201.2.2", 5, "0.1"), 5);
+}
+
+/// `htb-cli -j status`, parsed.
+fn status(htbd: &Htbd) -> serde_json::Value {
+    serde_json::from_str(&htbd.cli_ok(&["-j", "status"])).expect("htb-cli -j status")
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn a_packet_too_big_for_the_egress_mtu_goes_to_the_kernel() {
+    let lab = Lab::up("htbr", "router");
+    let htbd = Htbd::start(&lab, &one_class("100mbit"));
+    assert_eq!(lab.ping(N1, "10.201.2.2", 3, "0.1"), 3);
+    // The r2 <-> node-2 link's MTU becomes 1000 (both ends: veth drops what its peer's MTU
+    // cannot take).
+    let _ = lab.exec(R, &["ip", "link", "set", "r2", "mtu", "1000"]);
+    let _ = lab.exec(N2, &["ip", "link", "set", "eth0", "mtu", "1000"]);
+    let ping = |df: &str| {
+        let out = lab.exec(
+            N1,
+            &[
+                "ping",
+                "-n",
+                "-c",
+                "5",
+                "-i",
+                "0.2",
+                "-W",
+                "1",
+                "-M",
+                df,
+                "-s",
+                "1200",
+                "10.201.2.2",
+            ],
+        );
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    // Don't fragment: the kernel answers "fragmentation needed" with r2's MTU; htbd must not
+    // send the 1228-byte packet out of a 1000-byte link.
+    let df = ping("do");
+    assert!(
+        df.contains("mtu = 1000") || df.contains("mtu=1000"),
+        "no fragmentation-needed for a 1228-byte packet with DF: {df}"
+    );
+    assert!(df.contains(" 0 received"), "{df}");
+    // May fragment: the kernel does (or node-1, which has learnt the path MTU), and every
+    // echo is answered.
+    let fragmented = ping("dont");
+    assert!(fragmented.contains(" 5 received"), "{fragmented}");
+    // The first DF packet went to the kernel (node-1 then knows the path MTU and sends none
+    // that big again).
+    assert!(
+        status(&htbd)["xdp"]["pass_fib"].as_u64().unwrap_or(0) >= 1,
+        "the XDP program did not hand the big packet to the kernel"
+    );
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn a_port_whose_mac_changes_keeps_forwarding_and_shaping() {
+    let lab = Lab::up("htbr", "router");
+    let htbd = Htbd::start(&lab, &one_class("10mbit"));
+    assert_eq!(lab.ping(N1, "10.201.2.2", 3, "0.1"), 3);
+    let _ = lab.exec(
+        R,
+        &["ip", "link", "set", "r2", "address", "02:00:0a:c9:02:42"],
+    );
+    // node-2 learns the router's new MAC (the kernel does not announce it by itself).
+    let _ = lab.exec(N2, &["ip", "neigh", "flush", "dev", "eth0"]);
+    // htbd reads the ports once a second.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        htbd.log_text()
+            .contains("r2: MAC address changed from 02:00:0a:c9:02:01 to 02:00:0a:c9:02:42"),
+        "{}",
+        htbd.log_text()
+    );
+    // Frames routed out of r2 now carry the new MAC as their source: htbd used to find no
+    // egress for them and drop every one.
+    assert!(
+        lab.ping(N1, "10.201.2.2", 10, "0.1") >= 9,
+        "no forwarding after r2's MAC changed"
+    );
+    let before = htbd.class_stats("r2", "1:1");
+    let load = lab.udp_load(5201, "20M", 6);
+    load.assert_saturates("after the MAC change", 10e6);
+    htbd.assert_class_saturated("r2", "1:1", &before);
+    assert_within(
+        "10 Mbit/s class after the MAC change",
+        load.delivered_bps,
+        10e6,
+        0.02,
+    );
+    let ports = status(&htbd)["ports"].clone();
+    let no_egress: u64 = ports
+        .as_array()
+        .map(|p| p.iter().filter_map(|p| p["drops_no_egress"].as_u64()).sum())
+        .unwrap_or(u64::MAX);
+    assert_eq!(
+        no_egress, 0,
+        "frames dropped for want of an egress: {ports}"
+    );
 }
 
 #[test]
@@ -196,8 +347,7 @@ fn an_egress_link_down_does_not_spin_the_data_plane() {
         "no forwarding after the link came back"
     );
     // The flow has ended: every frame the dead link held came back to the pool.
-    let status: serde_json::Value =
-        serde_json::from_str(&htbd.cli_ok(&["-j", "status"])).expect("htb-cli -j status");
+    let status = status(&htbd);
     let f = &status["frames"];
     let n = |k: &str| f[k].as_u64().unwrap_or(u64::MAX);
     assert!(

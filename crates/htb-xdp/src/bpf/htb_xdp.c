@@ -189,7 +189,11 @@ int htb_xdp(struct xdp_md *ctx)
     struct port *port = bpf_map_lookup_elem(&ports, &ingress);
     if (!port)
         return count(V_PASS_NOT_PORT, XDP_PASS);
-    /* Never touch a frame that will not reach the socket: the kernel must get it intact. */
+    /* Never touch a frame that will not reach the socket: the kernel must get it intact. A
+     * queue beyond those htbd has sockets for (`ethtool -L` after htbd started) would index
+     * the next port's slots: the kernel gets those frames too. */
+    if (ctx->rx_queue_index >= port->queues)
+        return count(V_PASS_NO_SOCKET, XDP_PASS);
     __u32 slot = port->slot_base + ctx->rx_queue_index;
     if (!bpf_map_lookup_elem(&xsks_map, &slot))
         return count(V_PASS_NO_SOCKET, XDP_PASS);

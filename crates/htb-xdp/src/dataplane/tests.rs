@@ -523,3 +523,29 @@ fn ce_marks_reach_the_wire_with_a_valid_checksum() {
     );
     drain(&mut dp, now);
 }
+
+#[test]
+fn router_mode_follows_a_port_whose_mac_changed() {
+    let mut dp = plane(Mode::Router, 512, 32, 16);
+    let new_b = [2, 0, 0, 0, 0, 0xbb];
+    dp.set_mac(B, new_b);
+    let mut now = Instant::ZERO;
+    for mac in [new_b, MAC_B] {
+        for n in 0..4 {
+            dp.rings_mut()
+                .deliver(0, &udp_frame(200, mac, 0, 1000 + n, 80));
+        }
+    }
+    for _ in 0..10 {
+        now += Duration::from_millis(10);
+        dp.poll(now);
+        dp.rings_mut().send(B, usize::MAX);
+    }
+    let stats = dp.port_stats();
+    assert_eq!(
+        stats[B].tx_packets, 4,
+        "frames with the new source MAC go out of b"
+    );
+    assert_eq!(stats[A].drops_no_egress, 4, "the old MAC is nobody's now");
+    drain(&mut dp, now);
+}
