@@ -169,7 +169,7 @@ fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
     if config.ports.is_empty() {
         return Err(XdpError::Config("no interfaces".into()));
     }
-    let payload = config.io.frame_size.saturating_sub(256);
+    let max_mtu = config.io.max_mtu();
     let mut devs = Vec::new();
     for port in &config.ports {
         if devs.iter().any(|d: &NetDev| d.name == port.name) {
@@ -179,14 +179,12 @@ fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
             )));
         }
         let dev = NetDev::open(&port.name)?;
-        if dev.mtu + 18 > payload {
+        if dev.mtu > max_mtu {
             return Err(XdpError::Interface {
                 interface: dev.name,
                 reason: format!(
                     "MTU {} does not fit frames of {} bytes (at most {} bytes of MTU)",
-                    dev.mtu,
-                    config.io.frame_size,
-                    payload.saturating_sub(18)
+                    dev.mtu, config.io.frame_size, max_mtu
                 ),
             });
         }
@@ -329,7 +327,7 @@ impl Engine {
         let engine = Self {
             plane: Dataplane::new(io, config.mode, ports, batch, config.io.frame_size),
             program,
-            links: LinkWatch::new(devs, slots, config.io.frame_size.saturating_sub(256)),
+            links: LinkWatch::new(devs, slots, config.io.max_mtu()),
             clock,
             busy_poll: config.busy_poll,
             realtime: config.realtime,

@@ -24,17 +24,17 @@ pub(crate) struct LinkWatch {
     devs: Vec<NetDev>,
     /// Per port, its first XSKMAP slot and how many sockets it has (its queues at start).
     slots: Vec<(u32, u32)>,
-    /// Largest frame (L2, without FCS) a UMEM frame holds.
-    max_frame: u32,
+    /// The largest MTU a UMEM frame holds ([`IoConfig::max_mtu`](crate::IoConfig::max_mtu)).
+    max_mtu: u32,
     checked: Instant,
 }
 
 impl LinkWatch {
-    pub(crate) fn new(devs: Vec<NetDev>, slots: Vec<(u32, u32)>, max_frame: u32) -> Self {
+    pub(crate) fn new(devs: Vec<NetDev>, slots: Vec<(u32, u32)>, max_mtu: u32) -> Self {
         Self {
             devs,
             slots,
-            max_frame,
+            max_mtu,
             checked: Instant::now(),
         }
     }
@@ -82,7 +82,7 @@ impl LinkWatch {
                 moved.push((port, now.mac));
             }
             if now.mtu != old.mtu {
-                if now.mtu + 18 > self.max_frame {
+                if now.mtu > self.max_mtu {
                     tracing::warn!(
                         "{}: MTU changed from {} to {}, more than frames of this UMEM hold \
                          (MTU {} at most): larger frames cannot reach htbd; raise frame_size \
@@ -90,7 +90,7 @@ impl LinkWatch {
                         old.name,
                         old.mtu,
                         now.mtu,
-                        self.max_frame - 18
+                        self.max_mtu
                     );
                 } else {
                     tracing::info!("{}: MTU changed from {} to {}", old.name, old.mtu, now.mtu);

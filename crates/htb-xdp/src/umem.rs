@@ -64,6 +64,13 @@ impl IoConfig {
             + u64::from(QUEUE_FRAMES_MIN)
     }
 
+    /// The largest interface MTU whose frames fit a UMEM frame: the frame less the kernel's
+    /// 256-byte XDP headroom and an Ethernet header with two VLAN tags (18 bytes).
+    #[must_use]
+    pub fn max_mtu(&self) -> u32 {
+        self.frame_size.saturating_sub(256 + 18)
+    }
+
     /// Refuses a UMEM too small for its rings (with every ring full, nothing would be left to
     /// queue, and every packet would be dropped: a silent blackhole).
     ///
@@ -522,6 +529,16 @@ impl TxGenerator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frames_of_2048_bytes_hold_an_mtu_of_1774() {
+        assert_eq!(IoConfig::default().max_mtu(), 1774);
+        let jumbo = IoConfig {
+            frame_size: 4096,
+            ..IoConfig::default()
+        };
+        assert_eq!(jumbo.max_mtu(), 3822);
+    }
 
     #[test]
     fn a_umem_too_small_for_its_rings_is_refused_with_the_sizes() {
