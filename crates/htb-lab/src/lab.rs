@@ -636,6 +636,15 @@ impl Htbd {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The data plane's counters (`htb-cli -j status`): frames, ports, XDP verdicts.
+    ///
+    /// # Panics
+    /// When htb-cli fails or answers something else.
+    pub fn status(&self) -> htb_ipc::Status {
+        let out = self.cli_ok(&["-j", "status"]);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("htb-cli -j status: {e}: {out}"))
+    }
+
     /// Counters of class `id` on `dev` (tc's `-s -j class show` object: `stats.drops`,
     /// `stats.overlimits`, `stats.packets` …).
     ///

@@ -75,17 +75,6 @@ fn change(n: u64) -> Vec<String> {
     }
 }
 
-fn status(htbd: &Htbd) -> anyhow::Result<Status> {
-    let out = htbd.cli(&["-j", "status"]);
-    if !out.status.success() {
-        bail!(
-            "htb-cli status: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    serde_json::from_slice(&out.stdout).context("htb-cli -j status")
-}
-
 fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("htbd (pid {pid}) is gone"))?;
@@ -154,7 +143,7 @@ pub fn run(options: &SoakOptions) -> anyhow::Result<Value> {
     let lab = Lab::try_up(&options.lab, "router")?;
     let htbd = Htbd::start(&lab, &config());
     let pid = htbd.pid();
-    let baseline = status(&htbd)?;
+    let baseline = htbd.status();
     let secs = options.duration.as_secs().max(10);
     println!(
         "soak: {secs} s of 64-byte frames flat out into 1:10 plus TCP into 1:20, {} classes, \
@@ -193,7 +182,7 @@ pub fn run(options: &SoakOptions) -> anyhow::Result<Value> {
         changes += 1;
         if start.elapsed() >= next_report {
             next_report += options.every;
-            let s = status(&htbd)?;
+            let s = htbd.status();
             let rss = rss_kib(pid)?;
             first_rss.get_or_insert(rss);
             let tx: u64 = s.ports.iter().map(|p| p.tx_packets).sum();
@@ -224,7 +213,7 @@ pub fn run(options: &SoakOptions) -> anyhow::Result<Value> {
     let _ = tcp.wait();
     // Let the queues drain (1:10 holds at most a second's worth).
     std::thread::sleep(Duration::from_secs(3));
-    let end = status(&htbd)?;
+    let end = htbd.status();
     let rss_end = rss_kib(pid)?;
     let log = htbd.log_text();
     let f = end.frames;

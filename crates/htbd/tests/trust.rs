@@ -141,11 +141,6 @@ fn router_mode_refuses_to_bypass_netfilter_rules_unless_told() {
     assert_eq!(lab.ping(N1, "10.201.2.2", 5, "0.1"), 5);
 }
 
-/// `htb-cli -j status`, parsed.
-fn status(htbd: &Htbd) -> serde_json::Value {
-    serde_json::from_str(&htbd.cli_ok(&["-j", "status"])).expect("htb-cli -j status")
-}
-
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn a_packet_too_big_for_the_egress_mtu_goes_to_the_kernel() {
@@ -196,7 +191,7 @@ fn a_packet_too_big_for_the_egress_mtu_goes_to_the_kernel() {
     // The first DF packet went to the kernel (node-1 then knows the path MTU and sends none
     // that big again).
     assert!(
-        status(&htbd)["xdp"]["pass_fib"].as_u64().unwrap_or(0) >= 1,
+        htbd.status().xdp.pass_fib >= 1,
         "the XDP program did not hand the big packet to the kernel"
     );
 }
@@ -237,14 +232,11 @@ fn a_port_whose_mac_changes_keeps_forwarding_and_shaping() {
         10e6,
         0.02,
     );
-    let ports = status(&htbd)["ports"].clone();
-    let no_egress: u64 = ports
-        .as_array()
-        .map(|p| p.iter().filter_map(|p| p["drops_no_egress"].as_u64()).sum())
-        .unwrap_or(u64::MAX);
+    let ports = htbd.status().ports;
+    let no_egress: u64 = ports.iter().map(|p| p.drops_no_egress).sum();
     assert_eq!(
         no_egress, 0,
-        "frames dropped for want of an egress: {ports}"
+        "frames dropped for want of an egress: {ports:?}"
     );
 }
 
@@ -347,14 +339,12 @@ fn an_egress_link_down_does_not_spin_the_data_plane() {
         "no forwarding after the link came back"
     );
     // The flow has ended: every frame the dead link held came back to the pool.
-    let status = status(&htbd);
-    let f = &status["frames"];
-    let n = |k: &str| f[k].as_u64().unwrap_or(u64::MAX);
+    let f = htbd.status().frames;
     assert!(
-        n("held") == 0 && n("queued") == 0 && n("in_tx") == 0,
-        "frames not back after the link came up: {f}"
+        f.held == 0 && f.queued == 0 && f.in_tx == 0,
+        "frames not back after the link came up: {f:?}"
     );
-    assert_eq!(n("free") + n("in_fill"), n("total"), "{f}");
+    assert_eq!(f.free + f.in_fill, f.total, "{f:?}");
 }
 
 #[test]
