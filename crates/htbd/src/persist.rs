@@ -1,119 +1,345 @@
 //! Live changes survive restarts: `state_dir` holds a snapshot and a journal.
 //!
 //! - `state.toml` — every port's tree and filters, in the config file's format (readable, and
-//!   editable while htbd is stopped). Written to a temporary file, synced, then renamed over
-//!   the old one, so it is always complete.
-//! - `journal.jsonl` — one line per accepted batch of commands since the snapshot, appended and
-//!   `fdatasync`ed before the batch is applied, so an acknowledged change is never lost (a
-//!   torn last line, from a crash mid-write, is ignored at load: that batch was never
-//!   acknowledged).
+//!   editable while htbd is stopped), under a header line that records the last journal batch
+//!   it contains and a hash of the config file's trees it started from. Written to a temporary
+//!   file, synced, then renamed over the old one, so it is always complete.
+//! - `journal.jsonl` — one line per accepted batch since the snapshot, `{"seq":N,"commands":
+//!   […]}`, appended and `fdatasync`ed before the batch is applied, so an acknowledged change is
+//!   never lost. A write or sync that fails is cut back off the file and the batch refused.
+//! - `lock` — held (`flock`) while htbd runs: a second htbd on the same `state_dir` is refused.
 //!
-//! At start the snapshot is loaded and the journal replayed, then both are compacted into a
-//! new snapshot. The journal is compacted again once it holds [`COMPACT_AFTER`] batches.
+//! Loading is strict where guessing would lose or invent changes: a torn last line (a crash
+//! mid-write: that batch was never acknowledged) is cut off, but a damaged line anywhere else
+//! stops the start with its line number. Batches the snapshot already contains (a crash between
+//! the snapshot's rename and the journal's truncation) are recognised by their sequence number
+//! and not replayed twice. At start the journal is folded into a new snapshot; it is folded
+//! again once it holds [`COMPACT_AFTER`] batches.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
+use std::ops::ControlFlow;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use htb_ipc::Command;
+use serde::{Deserialize, Serialize};
 
 /// Batches in the journal that trigger a new snapshot.
 pub const COMPACT_AFTER: usize = 10_000;
 
 const SNAPSHOT: &str = "state.toml";
 const JOURNAL: &str = "journal.jsonl";
+const LOCK: &str = "lock";
+/// The snapshot's machine-read header line.
+const META_PREFIX: &str = "# htbd-state";
+
+/// Why the saved state cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A file operation failed.
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        /// The operation.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// Another process holds the lock.
+    #[error(
+        "{} is in use by another htbd{holder} (one state_dir per htbd: set [daemon] state_dir)",
+        dir.display()
+    )]
+    Locked {
+        /// `state_dir`.
+        dir: PathBuf,
+        /// `" (pid N)"` when the lock file says.
+        holder: String,
+    },
+    /// A journal line other than a torn last one cannot be read.
+    #[error(
+        "{}: line {line} is damaged ({reason}); htbd will not guess which changes it held. \
+         Repair or remove the line, or start with --fresh-state to set the saved state aside",
+        path.display()
+    )]
+    Damaged {
+        /// The journal.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An earlier failure could not be cut back off the journal: nothing more is written.
+    #[error("the journal could not be repaired after an earlier failure ({0}); restart htbd")]
+    Poisoned(String),
+    /// A compaction was stopped at a test hook.
+    #[error("compaction stopped after {0:?}")]
+    Interrupted(CompactStep),
+}
+
+fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One journal line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JournalLine {
+    seq: u64,
+    commands: Vec<Command>,
+}
+
+/// The snapshot's machine-read facts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotMeta {
+    /// The last journal batch the snapshot contains (0: none yet).
+    pub last_seq: u64,
+    /// Hash of the config file's trees the state started from ([`trees_hash`]); `None` in a
+    /// snapshot from before it was recorded.
+    pub config_hash: Option<String>,
+}
+
+impl SnapshotMeta {
+    fn line(&self) -> String {
+        let mut line = format!("{META_PREFIX} last-batch={}", self.last_seq);
+        if let Some(hash) = &self.config_hash {
+            line.push_str(&format!(" config-trees={hash}"));
+        }
+        line
+    }
+
+    fn parse(text: &str) -> Self {
+        let mut meta = Self::default();
+        let Some(line) = text.lines().find_map(|l| l.strip_prefix(META_PREFIX)) else {
+            return meta;
+        };
+        for field in line.split_whitespace() {
+            match field.split_once('=') {
+                Some(("last-batch", n)) => meta.last_seq = n.parse().unwrap_or(0),
+                Some(("config-trees", h)) => meta.config_hash = Some(h.to_owned()),
+                _ => {}
+            }
+        }
+        meta
+    }
+}
+
+/// A stable hash (FNV-1a, 64 bits, hex) of the config file's trees in their canonical form, so
+/// that a changed comment or log level does not count as a changed config.
+#[must_use]
+pub fn trees_hash(canonical: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in canonical.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
 
 /// What a previous run left.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Saved {
     /// The snapshot's text, if there is one.
     pub snapshot: Option<String>,
-    /// Journal batches after it, in order.
-    pub journal: Vec<Vec<Command>>,
-    /// Lines that could not be read (a torn last write, or damage), with their line number.
-    pub skipped: Vec<(usize, String)>,
     /// The snapshot's first line, which records when and from what it was written.
     pub header: Option<String>,
+    /// The snapshot's machine-read facts.
+    pub meta: SnapshotMeta,
+    /// Journal batches after the snapshot, in order, with their sequence numbers.
+    pub journal: Vec<(u64, Vec<Command>)>,
+    /// Journal batches skipped because the snapshot already contains them.
+    pub already_in_snapshot: usize,
+    /// A torn last line (from a crash mid-write) was found: its 1-based line number.
+    pub torn_line: Option<usize>,
 }
 
-/// The state directory.
-#[derive(Debug)]
-pub struct Store {
-    dir: PathBuf,
-    journal: File,
-    batches: usize,
-}
-
-fn io_context(what: &str, path: &Path, e: io::Error) -> io::Error {
-    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
-}
-
-impl Store {
-    /// Opens (creating) `dir` and reads what is saved there.
+impl Saved {
+    /// Reads what is saved in `dir`, changing nothing (`htbd --check`, and [`Store::open`]).
+    /// Returns the saved state and the journal's complete length in bytes.
     ///
     /// # Errors
-    /// The directory cannot be created or read.
-    pub fn open(dir: &Path) -> io::Result<(Self, Saved)> {
-        fs::create_dir_all(dir).map_err(|e| io_context("cannot create", dir, e))?;
+    /// A file cannot be read, or the journal is damaged before its last line.
+    pub fn read(dir: &Path) -> Result<(Self, u64), StoreError> {
         let snapshot_path = dir.join(SNAPSHOT);
         let snapshot = match fs::read_to_string(&snapshot_path) {
             Ok(text) => Some(text),
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_context("cannot read", &snapshot_path, e)),
+            Err(e) => return Err(io_error("read", &snapshot_path)(e)),
         };
         let header = snapshot
             .as_deref()
             .and_then(|s| s.lines().next())
-            .filter(|l| l.starts_with('#'))
+            .filter(|l| l.starts_with('#') && !l.starts_with(META_PREFIX))
             .map(|l| l.trim_start_matches('#').trim().to_owned());
+        let meta = snapshot
+            .as_deref()
+            .map(SnapshotMeta::parse)
+            .unwrap_or_default();
         let journal_path = dir.join(JOURNAL);
-        let mut journal = Vec::new();
-        let mut skipped = Vec::new();
         let bytes = match fs::read(&journal_path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io_context("cannot read", &journal_path, e)),
+            Err(e) => return Err(io_error("read", &journal_path)(e)),
+        };
+        let mut saved = Self {
+            snapshot,
+            header,
+            meta,
+            ..Self::default()
         };
         // Everything after the last newline is a write that never completed.
         let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let mut last_seq = 0;
         for (n, line) in bytes[..complete].split(|&b| b == b'\n').enumerate() {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            match serde_json::from_slice::<Vec<Command>>(line) {
-                Ok(batch) => journal.push(batch),
-                Err(e) => skipped.push((n + 1, e.to_string())),
+            let damaged = |reason: String| StoreError::Damaged {
+                path: journal_path.clone(),
+                line: n + 1,
+                reason,
+            };
+            let entry: JournalLine =
+                serde_json::from_slice(line).map_err(|e| damaged(e.to_string()))?;
+            if entry.seq <= last_seq {
+                return Err(damaged(format!(
+                    "batch {} follows batch {last_seq}: out of order",
+                    entry.seq
+                )));
+            }
+            last_seq = entry.seq;
+            if entry.seq <= saved.meta.last_seq {
+                saved.already_in_snapshot += 1;
+            } else {
+                saved.journal.push((entry.seq, entry.commands));
             }
         }
         if complete < bytes.len() {
-            let line = bytes[..complete].iter().filter(|&&b| b == b'\n').count() + 1;
-            skipped.push((line, "incomplete write (cut off by a crash)".into()));
-            let f = OpenOptions::new()
-                .write(true)
-                .open(&journal_path)
-                .map_err(|e| io_context("cannot open", &journal_path, e))?;
-            f.set_len(complete as u64)?;
-            f.sync_all()?;
+            saved.torn_line = Some(bytes[..complete].iter().filter(|&&b| b == b'\n').count() + 1);
         }
-        let file = OpenOptions::new()
+        Ok((saved, complete as u64))
+    }
+
+    /// The sequence number the next batch gets.
+    fn next_seq(&self) -> u64 {
+        let last = self.journal.last().map_or(0, |(seq, _)| *seq);
+        last.max(self.meta.last_seq) + 1
+    }
+}
+
+/// A batch on disk, until the data plane has taken it: [`Store::retract`] consumes it.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a batch the data plane refuses must be retracted"]
+pub struct Appended {
+    seq: u64,
+    start: u64,
+}
+
+impl Appended {
+    /// The batch's sequence number.
+    #[must_use]
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// A step of [`Store::compact`], where the test hook may stop it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompactStep {
+    /// The new snapshot is written to `state.toml.tmp`.
+    TmpWritten,
+    /// … and synced.
+    TmpSynced,
+    /// … and renamed over `state.toml`.
+    Renamed,
+    /// The directory is synced (the rename is durable).
+    DirSynced,
+    /// The journal is emptied.
+    JournalTruncated,
+}
+
+impl CompactStep {
+    /// Every step, in order.
+    pub const ALL: [Self; 5] = [
+        Self::TmpWritten,
+        Self::TmpSynced,
+        Self::Renamed,
+        Self::DirSynced,
+        Self::JournalTruncated,
+    ];
+
+    /// The name `HTBD_FAULTS=crash-in-compaction:NAME` uses.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TmpWritten => "tmp-written",
+            Self::TmpSynced => "tmp-synced",
+            Self::Renamed => "renamed",
+            Self::DirSynced => "dir-synced",
+            Self::JournalTruncated => "journal-truncated",
+        }
+    }
+}
+
+/// The state directory, locked for this process.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    journal: File,
+    /// Held for the `flock`.
+    _lock: File,
+    /// Complete bytes in the journal (where a failed append is cut back to).
+    end: u64,
+    batches: usize,
+    next_seq: u64,
+    /// The snapshot's config hash, kept for the next compaction.
+    config_hash: Option<String>,
+    poisoned: Option<String>,
+}
+
+impl Store {
+    /// Opens (creating, mode 0700) `dir`, locks it, cuts a torn journal tail off, and reads
+    /// what is saved there.
+    ///
+    /// # Errors
+    /// Another htbd holds the lock, a file cannot be read, or the journal is damaged.
+    pub fn open(dir: &Path) -> Result<(Self, Saved), StoreError> {
+        create_private_dir(dir)?;
+        let lock = lock(dir)?;
+        let (saved, complete) = Saved::read(dir)?;
+        let journal_path = dir.join(JOURNAL);
+        let journal = OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(&journal_path)
-            .map_err(|e| io_context("cannot open", &journal_path, e))?;
-        let batches = journal.len();
-        Ok((
-            Self {
-                dir: dir.to_owned(),
-                journal: file,
-                batches,
-            },
-            Saved {
-                snapshot,
-                journal,
-                skipped,
-                header,
-            },
-        ))
+            .map_err(io_error("open", &journal_path))?;
+        if saved.torn_line.is_some() {
+            journal
+                .set_len(complete)
+                .and_then(|()| journal.sync_all())
+                .map_err(io_error("cut the torn tail off", &journal_path))?;
+        }
+        let store = Self {
+            dir: dir.to_owned(),
+            journal,
+            _lock: lock,
+            end: complete,
+            batches: saved.journal.len() + saved.already_in_snapshot,
+            next_seq: saved.next_seq(),
+            config_hash: saved.meta.config_hash.clone(),
+            poisoned: None,
+        };
+        Ok((store, saved))
     }
 
     /// The directory.
@@ -122,17 +348,77 @@ impl Store {
         &self.dir
     }
 
-    /// Appends one accepted batch and waits until it is on disk.
+    /// The config hash the next snapshot records.
+    pub fn set_config_hash(&mut self, hash: String) {
+        self.config_hash = Some(hash);
+    }
+
+    /// Appends one accepted batch and waits until it is on disk. A failed write or sync is cut
+    /// back off the file, so the journal holds exactly the batches that were acknowledged.
+    /// The returned receipt takes the batch back ([`retract`](Self::retract)) should the data
+    /// plane refuse it.
     ///
     /// # Errors
     /// The write or sync failed; the batch must not be applied.
-    pub fn append(&mut self, batch: &[Command]) -> io::Result<()> {
-        let mut line = serde_json::to_vec(batch).map_err(io::Error::other)?;
+    pub fn append(&mut self, batch: &[Command]) -> Result<Appended, StoreError> {
+        if let Some(why) = &self.poisoned {
+            return Err(StoreError::Poisoned(why.clone()));
+        }
+        let seq = self.next_seq;
+        let mut line = serde_json::to_vec(&JournalLine {
+            seq,
+            commands: batch.to_vec(),
+        })
+        .map_err(|e| io_error("encode a batch for", &self.dir.join(JOURNAL))(e.into()))?;
         line.push(b'\n');
-        self.journal.write_all(&line)?;
-        self.journal.sync_data()?;
+        let written = self
+            .journal
+            .write_all(&line)
+            .and_then(|()| self.journal.sync_data());
+        if let Err(e) = written {
+            let path = self.dir.join(JOURNAL);
+            self.cut_back(self.end);
+            return Err(io_error("append to", &path)(e));
+        }
+        let start = self.end;
+        self.end += line.len() as u64;
+        self.next_seq += 1;
         self.batches += 1;
+        Ok(Appended { seq, start })
+    }
+
+    /// Takes the last appended batch back off the journal: the data plane refused it.
+    ///
+    /// # Errors
+    /// It is not the last batch, or the journal cannot be cut (then nothing more is written).
+    pub fn retract(&mut self, appended: Appended) -> Result<(), StoreError> {
+        if appended.seq + 1 != self.next_seq || self.batches == 0 {
+            return Err(StoreError::Poisoned(format!(
+                "batch {} is not the last one in the journal",
+                appended.seq
+            )));
+        }
+        self.cut_back(appended.start);
+        if let Some(why) = &self.poisoned {
+            return Err(StoreError::Poisoned(why.clone()));
+        }
+        self.end = appended.start;
+        self.next_seq -= 1;
+        self.batches -= 1;
         Ok(())
+    }
+
+    fn cut_back(&mut self, len: u64) {
+        let cut = self
+            .journal
+            .set_len(len)
+            .and_then(|()| self.journal.sync_data());
+        if let Err(e) = cut {
+            tracing::error!(
+                "cannot cut the journal back to {len} bytes ({e}): no further change is accepted"
+            );
+            self.poisoned = Some(e.to_string());
+        }
     }
 
     /// Whether the journal is long enough to be folded into a snapshot.
@@ -146,105 +432,171 @@ impl Store {
     ///
     /// # Errors
     /// Writing failed; the previous snapshot and journal are intact.
-    pub fn compact(&mut self, header: &str, state: &str) -> io::Result<()> {
+    pub fn compact(&mut self, header: &str, state: &str) -> Result<(), StoreError> {
+        self.compact_observed(header, state, |_| ControlFlow::Continue(()))
+    }
+
+    /// [`compact`](Self::compact), calling `at` after every step; a `Break` stops it there (the
+    /// fault-injection hook: the files are left as a crash at that point would leave them).
+    ///
+    /// # Errors
+    /// Writing failed, or `at` stopped it.
+    pub fn compact_observed(
+        &mut self,
+        header: &str,
+        state: &str,
+        mut at: impl FnMut(CompactStep) -> ControlFlow<()>,
+    ) -> Result<(), StoreError> {
+        let mut step = |s: CompactStep| match at(s) {
+            ControlFlow::Continue(()) => Ok(()),
+            ControlFlow::Break(()) => Err(StoreError::Interrupted(s)),
+        };
+        let meta = SnapshotMeta {
+            last_seq: self.next_seq - 1,
+            config_hash: self.config_hash.clone(),
+        };
         let tmp = self.dir.join(format!("{SNAPSHOT}.tmp"));
-        {
-            let mut f = File::create(&tmp).map_err(|e| io_context("cannot write", &tmp, e))?;
-            writeln!(f, "# {header}")?;
-            writeln!(
-                f,
-                "# htbd's live state: the trees below replace the config file's while this file exists.\n\
-                 # Stop htbd before editing it; remove it (or start htbd with --fresh-state) to go back to\n\
-                 # the config file.\n"
-            )?;
-            f.write_all(state.as_bytes())?;
-            f.sync_all()?;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io_error("write", &tmp))?;
+        let text = format!(
+            "# {header}\n{}\n\
+             # htbd's live state: the trees below replace the config file's while this file exists\n\
+             # and the config file's trees are unchanged. Stop htbd before editing it; remove it (or\n\
+             # start htbd with --fresh-state) to go back to the config file.\n\n{state}",
+            meta.line()
+        );
+        let written = f.write_all(text.as_bytes());
+        if let Err(e) = written {
+            drop(f);
+            let _ = fs::remove_file(&tmp);
+            return Err(io_error("write", &tmp)(e));
         }
+        step(CompactStep::TmpWritten)?;
+        if let Err(e) = f.sync_all() {
+            drop(f);
+            let _ = fs::remove_file(&tmp);
+            return Err(io_error("sync", &tmp)(e));
+        }
+        drop(f);
+        step(CompactStep::TmpSynced)?;
         let path = self.dir.join(SNAPSHOT);
-        fs::rename(&tmp, &path).map_err(|e| io_context("cannot replace", &path, e))?;
-        File::open(&self.dir)?.sync_all()?;
-        self.journal.set_len(0)?;
-        self.journal.sync_all()?;
+        fs::rename(&tmp, &path).map_err(io_error("replace", &path))?;
+        step(CompactStep::Renamed)?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_error("sync", &self.dir))?;
+        step(CompactStep::DirSynced)?;
+        // The snapshot now holds every batch up to `last_seq`: a crash before the truncation
+        // leaves batches that replay skips by their sequence number.
+        let journal = self.dir.join(JOURNAL);
+        self.journal
+            .set_len(0)
+            .and_then(|()| self.journal.sync_all())
+            .map_err(io_error("empty", &journal))?;
+        self.end = 0;
         self.batches = 0;
+        step(CompactStep::JournalTruncated)?;
         Ok(())
     }
 
-    /// Moves the saved state aside (`--fresh-state`), returning where it went.
+    /// Moves the saved state aside (`--fresh-state`, or a changed config file), returning where
+    /// it went; the journal starts empty.
     ///
     /// # Errors
     /// The rename failed.
-    pub fn set_aside(dir: &Path) -> io::Result<Option<PathBuf>> {
-        let path = dir.join(SNAPSHOT);
-        let journal = dir.join(JOURNAL);
-        if !path.exists() && !journal.exists() {
+    pub fn set_aside(&mut self) -> Result<Option<PathBuf>, StoreError> {
+        let snapshot = self.dir.join(SNAPSHOT);
+        let journal = self.dir.join(JOURNAL);
+        let has_journal = fs::metadata(&journal).is_ok_and(|m| m.len() > 0);
+        if !snapshot.exists() && !has_journal {
             return Ok(None);
         }
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let aside = dir.join(format!("set-aside-{stamp}"));
-        fs::create_dir_all(&aside)?;
-        for p in [path, journal] {
-            if p.exists()
-                && let Some(name) = p.file_name()
-            {
-                fs::rename(&p, aside.join(name))?;
-            }
+        let mut aside = self.dir.join(format!("set-aside-{stamp}"));
+        let mut n = 1;
+        while aside.exists() {
+            aside = self.dir.join(format!("set-aside-{stamp}-{n}"));
+            n += 1;
         }
+        create_private_dir(&aside)?;
+        if snapshot.exists() {
+            fs::rename(&snapshot, aside.join(SNAPSHOT)).map_err(io_error("move", &snapshot))?;
+        }
+        fs::copy(&journal, aside.join(JOURNAL)).map_err(io_error("copy", &journal))?;
+        self.journal
+            .set_len(0)
+            .and_then(|()| self.journal.sync_all())
+            .map_err(io_error("empty", &journal))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_error("sync", &self.dir))?;
+        self.end = 0;
+        self.batches = 0;
         Ok(Some(aside))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use htb_ipc::Command;
-
-    fn batch(id: &str) -> Vec<Command> {
-        vec![Command::ClassDelete {
-            dev: "r2".into(),
-            id: id.into(),
-        }]
+/// Creates `dir` (mode 0700) if needed; tightens an existing one that others may write to.
+fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io_error("create", dir))?;
+    let mode = fs::metadata(dir)
+        .map_err(io_error("read", dir))?
+        .permissions()
+        .mode();
+    if mode & 0o022 != 0 {
+        tracing::warn!(
+            "{} was writable by others (mode {:o}): now 0700",
+            dir.display(),
+            mode & 0o777
+        );
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(io_error("chmod", dir))?;
     }
-
-    #[test]
-    fn journal_survives_reopen_and_a_torn_tail_is_skipped() {
-        let dir = tempfile::tempdir().unwrap();
-        let (mut store, saved) = Store::open(dir.path()).unwrap();
-        assert!(saved.snapshot.is_none() && saved.journal.is_empty());
-        store.append(&batch("1:10")).unwrap();
-        store.append(&batch("1:20")).unwrap();
-        drop(store);
-        // A crash in the middle of a third write.
-        let mut f = OpenOptions::new()
-            .append(true)
-            .open(dir.path().join(JOURNAL))
-            .unwrap();
-        f.write_all(b"[{\"op\":\"class_del").unwrap();
-        drop(f);
-        let (mut store, saved) = Store::open(dir.path()).unwrap();
-        assert_eq!(saved.journal, vec![batch("1:10"), batch("1:20")]);
-        assert_eq!(saved.skipped.len(), 1);
-        assert_eq!(saved.skipped[0].0, 3);
-        // The torn bytes were cut off: the next batch lands on a line of its own.
-        store.append(&batch("1:30")).unwrap();
-        let (mut store, saved) = Store::open(dir.path()).unwrap();
-        assert_eq!(saved.journal.len(), 3);
-        assert!(saved.skipped.is_empty());
-
-        store
-            .compact("written by a test", "[[interface]]\nname = \"r2\"\n")
-            .unwrap();
-        let (_, saved) = Store::open(dir.path()).unwrap();
-        assert!(saved.journal.is_empty() && saved.skipped.is_empty());
-        assert_eq!(saved.header.as_deref(), Some("written by a test"));
-        let text = saved.snapshot.unwrap();
-        assert!(text.ends_with("[[interface]]\nname = \"r2\"\n"), "{text}");
-        assert!(crate::config::parse_state(&text).is_ok());
-
-        let aside = Store::set_aside(dir.path()).unwrap().unwrap();
-        assert!(aside.join(SNAPSHOT).exists());
-        let (_, saved) = Store::open(dir.path()).unwrap();
-        assert!(saved.snapshot.is_none());
-    }
+    Ok(())
 }
+
+/// Takes the exclusive lock on `dir`, writing this process's id into the lock file.
+fn lock(dir: &Path) -> Result<File, StoreError> {
+    let path = dir.join(LOCK);
+    let mut file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .write(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_error("open", &path))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let holder = fs::read_to_string(&path)
+                .ok()
+                .and_then(|s| s.trim().parse::<u32>().ok())
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default();
+            return Err(StoreError::Locked {
+                dir: dir.to_owned(),
+                holder,
+            });
+        }
+        Err(fs::TryLockError::Error(e)) => return Err(io_error("lock", &path)(e)),
+    }
+    file.set_len(0)
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .map_err(io_error("write", &path))?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests;
