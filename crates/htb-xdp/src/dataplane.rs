@@ -366,11 +366,16 @@ impl<R: Rings> Dataplane<R> {
     /// Applies `ops` in order at `now`: nothing is received or sent while they apply, so a
     /// batch of changes is atomic for the traffic. Frames the changes purge go back to the
     /// pool. Returns, per op, the packets it dropped or why it failed (the control plane
-    /// validates first, so a failure is a bug).
+    /// validates first, so a failure is a bug). It stops at the first failure: the results end
+    /// there, the later operations are not applied, and the control plane takes the batch back
+    /// by rebuilding the touched ports' trees.
     pub(crate) fn apply(&mut self, now: Instant, ops: Vec<PlaneOp>) -> Vec<Result<u64, String>> {
         let mut touched = vec![false; self.ports.len()];
         let mut results = Vec::with_capacity(ops.len());
         for op in ops {
+            if results.last().is_some_and(Result::is_err) {
+                break;
+            }
             let Some(index) = self.ports.iter().position(|p| p.name == op.port()) else {
                 results.push(Err(format!("no port {}", op.port())));
                 continue;

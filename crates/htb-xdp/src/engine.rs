@@ -499,7 +499,8 @@ impl Engine {
     /// Applies `ops` in order, between two batches (run it through [`EngineHandle::execute`]):
     /// no packet is received or sent while they apply, so a batch of changes is atomic for
     /// the traffic. Frames the changes purge go back to the pool. Returns, per op, the packets
-    /// it dropped or why it failed (the control plane validates first, so a failure is a bug).
+    /// it dropped or why it failed (the control plane validates first, so a failure is a bug);
+    /// the first failure ends the batch, later operations are not applied.
     pub fn apply(&mut self, ops: Vec<PlaneOp>) -> Vec<Result<u64, String>> {
         let now = self.now();
         self.plane.apply(now, ops)

@@ -3,25 +3,27 @@
 //! A batch of commands is validated against the [`Model`], written to the journal, then sent
 //! to the data-plane thread as one job, which applies it between two packet batches. Only
 //! after that does the client get its answer: an acknowledged change is live and durable.
-//! Statistics are read from the data plane in chunks, so that even a 100 000-class `show`
-//! never holds the packets up for long.
+//! Every batch is all or nothing: a journal write that fails reverts the model; a data-plane
+//! step that fails (a bug: the model validated it) stops the job there, and the batch is taken
+//! back everywhere — model, journal, and the touched ports' trees, reloaded from the model.
+//! Disk I/O (`fdatasync`, compaction) runs on a blocking thread, so that a slow disk holds up
+//! the changes waiting behind it but not the clients being read or accepted.
 
+mod show;
+
+use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use htb_core::ClassId;
-use htb_ipc::{
-    ClassInfo, ClassStats, CommandResult, ErrorCode, FilterInfo, IpcError, LeafQdiscInfo,
-    LeafQdiscStats, Object, QdiscInfo, QueueStats, ReplyBody, Request, RequestBody, Response, Show,
-    Shown,
-};
-use htb_xdp::{Engine, EngineHandle, JobError, PlaneOp, PortSnapshot, new_scheduler};
+use htb_ipc::{CommandResult, ErrorCode, IpcError, ReplyBody, Request, RequestBody, Response};
+use htb_xdp::{Engine, EngineHandle, JobError, PlaneOp, new_scheduler};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::model::{Effect, Model, match_spec};
-use crate::persist::Store;
-
-/// Classes whose statistics one data-plane job copies.
-const STATS_CHUNK: usize = 4096;
+use crate::InterfaceTrees;
+use crate::faults::Faults;
+use crate::model::{Effect, Model};
+use crate::persist::{Store, StoreError};
+use crate::reload;
 
 /// Who sent a request (from `SO_PEERCRED`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,16 +34,39 @@ pub struct Peer {
     pub pid: Option<i32>,
 }
 
-/// A request with where its answer goes.
-pub type Call = (Request, Peer, oneshot::Sender<Response>);
+/// What the control task is asked to do.
+#[derive(Debug)]
+pub enum Call {
+    /// A client's request, with where its answer goes.
+    Client(Request, Peer, oneshot::Sender<Response>),
+    /// SIGHUP: make the running trees the config file's (`trees`, whose hash is `hash`).
+    Reload {
+        /// The config file's trees.
+        trees: Vec<InterfaceTrees>,
+        /// Their hash, recorded in the next snapshot.
+        hash: String,
+        /// The outcome.
+        reply: oneshot::Sender<Result<Reloaded, IpcError>>,
+    },
+}
+
+/// What a reload changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Commands in the batch (0: the trees were already the file's).
+    pub commands: usize,
+    /// Packets the changes dropped (deleted classes' backlogs).
+    pub dropped_packets: u64,
+}
 
 /// The control task's state.
 #[derive(Debug)]
 pub struct Control {
     model: Model,
-    store: Store,
+    store: Arc<Mutex<Store>>,
     engine: EngineHandle,
     header: String,
+    faults: Faults,
 }
 
 fn internal(message: impl Into<String>) -> IpcError {
@@ -50,24 +75,45 @@ fn internal(message: impl Into<String>) -> IpcError {
 
 impl Control {
     /// A control task over `model`, persisting into `store`, driving `engine`. `header` is
-    /// written at the top of every snapshot.
+    /// written at the top of every snapshot; `faults` are the test hooks (none in service).
     #[must_use]
-    pub fn new(model: Model, store: Store, engine: EngineHandle, header: String) -> Self {
+    pub fn new(
+        model: Model,
+        store: Store,
+        engine: EngineHandle,
+        header: String,
+        faults: Faults,
+    ) -> Self {
         Self {
             model,
-            store,
+            store: Arc::new(Mutex::new(store)),
             engine,
             header,
+            faults,
         }
     }
 
     /// Serves calls until every sender is gone.
     pub async fn run(mut self, mut calls: mpsc::Receiver<Call>) {
-        while let Some((request, peer, reply)) = calls.recv().await {
-            let response = self.handle(request, peer).await;
-            // The client may have gone; the change (if any) stands regardless.
-            let _ = reply.send(response);
+        while let Some(call) = calls.recv().await {
+            match call {
+                Call::Client(request, peer, reply) => {
+                    let response = self.handle(request, peer).await;
+                    // The client may have gone; the change (if any) stands regardless.
+                    let _ = reply.send(response);
+                }
+                Call::Reload { trees, hash, reply } => {
+                    let _ = reply.send(self.reload(&trees, hash).await);
+                }
+            }
+            crate::service::status(&self.model);
         }
+    }
+
+    /// Ports and classes, for the service manager's status line.
+    #[must_use]
+    pub fn model(&self) -> &Model {
+        &self.model
     }
 
     async fn handle(&mut self, request: Request, peer: Peer) -> Response {
@@ -83,21 +129,74 @@ impl Control {
             )));
         }
         let result = match request.request {
-            RequestBody::Ping => Ok(ReplyBody::Pong {
+            RequestBody::Ping {} => Ok(ReplyBody::Pong {
                 daemon: env!("CARGO_PKG_VERSION").into(),
                 pid: std::process::id(),
             }),
             RequestBody::Show(show) => self.show(&show).await.map(ReplyBody::Shown),
-            RequestBody::Apply { commands } => self
-                .apply(&commands, peer)
-                .await
-                .map(|results| ReplyBody::Applied { results }),
-            RequestBody::Status => self
+            RequestBody::Apply { commands } => {
+                tracing::debug!(
+                    "{} command(s) from uid {} (pid {:?})",
+                    commands.len(),
+                    peer.uid,
+                    peer.pid
+                );
+                self.apply(&commands, None)
+                    .await
+                    .map(|results| ReplyBody::Applied { results })
+            }
+            RequestBody::Status {} => self
                 .on_engine(|engine| engine.stats())
                 .await
                 .map(|stats| ReplyBody::Status(crate::status::status(&stats))),
         };
         Response::new(result)
+    }
+
+    /// Runs `f` on the store on a blocking thread (disk I/O stays off the runtime).
+    async fn on_store<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store) -> T + Send + 'static,
+    ) -> Result<T, IpcError> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || {
+            let mut store = store
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            f(&mut store)
+        })
+        .await
+        .map_err(|e| internal(format!("the state store's thread failed: {e}")))
+    }
+
+    /// SIGHUP: the difference between the running trees and `trees`, as one batch.
+    async fn reload(
+        &mut self,
+        trees: &[InterfaceTrees],
+        hash: String,
+    ) -> Result<Reloaded, IpcError> {
+        let commands = reload::commands(&self.model, trees)?;
+        let results = self.apply(&commands, Some(trees)).await?;
+        // The running trees are the file's now: a restart with this file keeps them (and the
+        // live changes made after this), so the snapshot records the file's hash.
+        let state = self.model.to_toml();
+        let header = self.header.clone();
+        let compacted = self
+            .on_store(move |store| {
+                store.set_config_hash(hash);
+                store.compact(&header, &state)
+            })
+            .await?;
+        if let Err(e) = compacted {
+            tracing::warn!(
+                "reloaded, but the snapshot recording the new config file failed ({e}): a \
+                 restart will treat the file as changed and start from it"
+            );
+        }
+        Ok(Reloaded {
+            commands: commands.len(),
+            dropped_packets: results.iter().map(|r| r.dropped_packets).sum(),
+        })
     }
 
     /// Runs `f` on the data-plane thread and waits for its result.
@@ -132,33 +231,65 @@ impl Control {
             .map_err(|_| IpcError::new(ErrorCode::ShuttingDown, "htbd is stopping"))
     }
 
+    /// Applies one batch all or nothing: model, journal, data plane. `expect`: the trees the
+    /// batch must produce (a reload's check of its own difference).
     async fn apply(
         &mut self,
         commands: &[htb_ipc::Command],
-        peer: Peer,
+        expect: Option<&[InterfaceTrees]>,
     ) -> Result<Vec<CommandResult>, IpcError> {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
         let plan = self.model.apply(commands)?;
-        if let Err(e) = self.store.append(commands) {
+        if expect.is_some_and(|trees| !reload::matches(&self.model, trees)) {
             self.model.revert(plan);
-            return Err(IpcError::new(
-                ErrorCode::Persist,
-                format!(
-                    "cannot save the change in {} ({e}); nothing was changed",
-                    self.store.dir().display()
-                ),
+            return Err(internal(
+                "the reload's changes do not reproduce the config file's trees (a bug, please \
+                 report it): nothing was changed",
             ));
         }
+        // Build the data plane's operations before anything is written: building can fail.
         let mut owners = Vec::with_capacity(plan.effects.len());
         let mut ops = Vec::with_capacity(plan.effects.len());
         for (command, effect) in &plan.effects {
-            owners.push(*command);
-            ops.push(plane_op(effect)?);
+            match plane_op(effect) {
+                Ok(op) => {
+                    owners.push(*command);
+                    ops.push(op);
+                }
+                Err(e) => {
+                    self.model.revert(plan);
+                    return Err(e);
+                }
+            }
         }
+        let batch = commands.to_vec();
+        let appended = match self.on_store(move |store| store.append(&batch)).await {
+            Ok(Ok(appended)) => appended,
+            Ok(Err(e)) => {
+                self.model.revert(plan);
+                return Err(persist_error(&e));
+            }
+            Err(e) => {
+                self.model.revert(plan);
+                return Err(e);
+            }
+        };
+        self.faults.poison_plane_ops(&mut ops);
+        let mut touched: Vec<String> = ops.iter().map(|op| op.port().to_owned()).collect();
+        touched.sort();
+        touched.dedup();
+        let outcomes = match self.on_engine(move |engine| engine.apply(ops)).await {
+            Ok(outcomes) => outcomes,
+            Err(e) => {
+                // The job did not run (the data plane is busy or stopping).
+                self.take_back(plan, appended, Vec::new()).await;
+                return Err(e);
+            }
+        };
         let mut results = plan.results.clone();
-        let outcomes = self.on_engine(move |engine| engine.apply(ops)).await?;
+        let mut refused = None;
         for (owner, outcome) in owners.into_iter().zip(outcomes) {
             match outcome {
                 Ok(dropped) => {
@@ -166,23 +297,30 @@ impl Control {
                         results[i].dropped_packets += dropped;
                     }
                 }
-                Err(e) => {
-                    tracing::error!("the data plane refused a validated change: {e}");
-                    return Err(internal(format!(
-                        "the data plane refused a validated change ({e}); please report this"
-                    )));
-                }
+                Err(e) => refused = Some(e),
             }
         }
-        tracing::debug!(
-            "applied {} command(s) for uid {} (pid {:?})",
-            commands.len(),
-            peer.uid,
-            peer.pid
-        );
-        if self.store.wants_compaction() {
+        if let Some(e) = refused {
+            tracing::error!("the data plane refused a validated change: {e}");
+            self.take_back(plan, appended, touched.clone()).await;
+            return Err(internal(format!(
+                "the data plane refused a validated change ({e}; a bug, please report it): the \
+                 batch was taken back, and the trees of {} were reloaded from the control \
+                 plane's model (their counters restart)",
+                touched.join(", ")
+            )));
+        }
+        drop(appended);
+        if self.on_store(|store| store.wants_compaction()).await? {
             let state = self.model.to_toml();
-            match self.store.compact(&self.header, &state) {
+            let header = self.header.clone();
+            let faults = self.faults.clone();
+            let compacted = self
+                .on_store(move |store| {
+                    store.compact_observed(&header, &state, |step| faults.compaction_step(step))
+                })
+                .await?;
+            match compacted {
                 Ok(()) => tracing::info!("saved state compacted into a snapshot"),
                 Err(e) => tracing::warn!("cannot compact the saved state: {e}"),
             }
@@ -190,191 +328,65 @@ impl Control {
         Ok(results)
     }
 
-    async fn show(&self, show: &Show) -> Result<Shown, IpcError> {
-        let object = show.object.ok_or_else(|| {
-            IpcError::new(
-                ErrorCode::BadRequest,
-                "show needs an object (qdisc, class, filter)",
-            )
-        })?;
-        let ports: Vec<usize> = match &show.dev {
-            Some(dev) => vec![self.model.port_index(dev)?],
-            None => (0..self.model.ports.len()).collect(),
-        };
-        let mut shown = Shown::default();
-        for index in ports {
-            let port = &self.model.ports[index];
-            let Some(qdisc) = &port.qdisc else {
+    /// Takes a batch back after the journal accepted it: the model reverted, the journal line
+    /// cut off, and `ports`' trees (which the data plane changed in part) rebuilt from the
+    /// model.
+    async fn take_back(
+        &mut self,
+        plan: crate::model::Plan,
+        appended: crate::persist::Appended,
+        ports: Vec<String>,
+    ) {
+        self.model.revert(plan);
+        match self.on_store(move |store| store.retract(appended)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!("cannot take the refused batch off the journal: {e}"),
+            Err(e) => tracing::error!("cannot take the refused batch off the journal: {e}"),
+        }
+        let mut ops = Vec::new();
+        for name in ports {
+            let Some(port) = self.model.ports.iter().find(|p| p.name == name) else {
                 continue;
             };
-            let dev = port.name.clone();
-            match object {
-                Object::Qdisc => {
-                    // Leaf qdiscs follow their HTB qdisc, by class; a class's default leaf
-                    // only with `invisible`, as the kernel hides its default pfifo leaves.
-                    let leaves: Vec<(ClassId, Option<ClassId>)> = qdisc
-                        .classes
-                        .values()
-                        .filter(|d| qdisc.class_info(d.id).is_some_and(|i| i.level == 0))
-                        .filter(|d| d.leaf.is_some() || show.invisible)
-                        .map(|d| {
-                            let handle = d.leaf.and_then(|l| l.handle);
-                            (d.id, handle.map(|h| ClassId::new(h, 0)))
-                        })
-                        .collect();
-                    let ids: Vec<ClassId> = leaves.iter().map(|(id, _)| *id).collect();
-                    let mut snapshot = self.snapshot(&dev, Vec::new()).await?;
-                    if show.stats {
-                        for chunk in ids.chunks(STATS_CHUNK) {
-                            let part = self.snapshot(&dev, chunk.to_vec()).await?;
-                            snapshot.classes.extend(part.classes);
-                            snapshot.leaves.extend(part.leaves);
-                        }
-                    }
-                    let s = snapshot.scheduler;
-                    let c = qdisc.config;
-                    shown.qdiscs.push(QdiscInfo {
-                        dev: dev.clone(),
-                        handle: format!("{:x}:", c.major),
-                        default_minor: c.default_minor,
-                        r2q: c.r2q,
-                        direct_qlen: c.direct_qlen,
-                        direct_packets: s.direct_packets,
-                        stats: show.stats.then_some(QueueStats {
-                            bytes: s.bytes_sent,
-                            packets: s.packets_sent,
-                            drops: s.drops + snapshot.port.drops_pool,
-                            overlimits: s.overlimits,
-                            requeues: 0,
-                            backlog_bytes: s.backlog_bytes,
-                            backlog_packets: s.qlen + u64::from(s.direct_qlen),
-                        }),
+            let tree = port.qdisc.as_ref().map(crate::model::QdiscModel::tree);
+            let filters = port
+                .qdisc
+                .as_ref()
+                .map(crate::model::QdiscModel::data_filters)
+                .unwrap_or_default();
+            match new_scheduler(tree.as_ref()) {
+                Ok(scheduler) => {
+                    ops.push(PlaneOp::SetTree {
+                        port: name.clone(),
+                        scheduler: Box::new(scheduler),
                     });
-                    for (i, (parent, handle)) in leaves.into_iter().enumerate() {
-                        let Some(config) = qdisc.class_info(parent).and_then(|c| c.leaf) else {
-                            continue;
-                        };
-                        let stats = show.stats.then(|| {
-                            let class = snapshot.classes.get(i).copied().flatten();
-                            let leaf = snapshot.leaves.get(i).copied().flatten();
-                            LeafQdiscStats {
-                                bytes: class.map_or(0, |c| c.bytes),
-                                packets: class.map_or(0, |c| c.packets),
-                                drops: leaf.map_or(0, |l| l.drops),
-                                overlimits: 0,
-                                requeues: 0,
-                                backlog_bytes: leaf.map_or(0, |l| l.backlog),
-                                backlog_packets: leaf.map_or(0, |l| u64::from(l.qlen)),
-                                fq_codel: leaf.and_then(|l| l.fq_codel),
-                            }
-                        });
-                        shown.leaf_qdiscs.push(LeafQdiscInfo {
-                            dev: dev.clone(),
-                            handle,
-                            parent,
-                            config,
-                            stats,
-                        });
-                    }
+                    ops.push(PlaneOp::SetFilters {
+                        port: name,
+                        filters,
+                    });
                 }
-                Object::Class => {
-                    let only = show.class.as_deref().map(parse_id).transpose()?;
-                    let parent = match show.parent.as_deref() {
-                        None => None,
-                        Some("root") => Some(None),
-                        Some(p) => {
-                            let p = parse_id(p)?;
-                            Some((!p.is_qdisc()).then_some(p))
-                        }
-                    };
-                    let ids: Vec<ClassId> = qdisc
-                        .classes
-                        .values()
-                        .filter(|d| only.is_none_or(|o| o == d.id))
-                        .filter(|d| parent.is_none_or(|p| p == d.parent))
-                        .map(|d| d.id)
-                        .collect();
-                    let mut stats = Vec::with_capacity(ids.len());
-                    if show.stats {
-                        for chunk in ids.chunks(STATS_CHUNK) {
-                            stats.extend(self.snapshot(&dev, chunk.to_vec()).await?.classes);
-                        }
-                    }
-                    for (i, id) in ids.iter().enumerate() {
-                        let info = qdisc
-                            .class_info(*id)
-                            .ok_or_else(|| internal(format!("class {id} missing")))?;
-                        let c = info.config;
-                        let stats = stats.get(i).copied().flatten().map(|s| ClassStats {
-                            bytes: s.bytes,
-                            packets: s.packets,
-                            drops: s.drops,
-                            overlimits: s.overlimits,
-                            requeues: s.requeues,
-                            backlog_bytes: s.backlog_bytes,
-                            backlog_packets: u64::from(s.backlog_packets),
-                            lended: s.lends,
-                            borrowed: s.borrows,
-                            giants: s.giants,
-                            tokens: s.tokens,
-                            ctokens: s.ctokens,
-                        });
-                        shown.classes.push(ClassInfo {
-                            dev: dev.clone(),
-                            id: id.to_string(),
-                            parent: info.parent.map(|p| p.to_string()),
-                            level: info.level,
-                            leaf: info.children == 0,
-                            prio: c.prio,
-                            quantum: c.quantum,
-                            rate: c.rate.bits_per_sec(),
-                            ceil: c.ceil.bits_per_sec(),
-                            burst: c.burst,
-                            cburst: c.cburst,
-                            buffer_ns: c.buffer.as_nanos(),
-                            cbuffer_ns: c.cbuffer.as_nanos(),
-                            overhead: c.adjust.overhead,
-                            mpu: c.adjust.mpu,
-                            linklayer: if c.adjust.link_layer == htb_core::LinkLayer::Atm {
-                                "atm".into()
-                            } else {
-                                "ethernet".into()
-                            },
-                            leaf_qdisc: qdisc
-                                .classes
-                                .get(id)
-                                .and_then(|d| d.leaf)
-                                .and_then(|l| l.handle)
-                                .map(|h| ClassId::new(h, 0)),
-                            stats,
-                        });
-                    }
-                }
-                Object::Filter => {
-                    for f in &qdisc.filters {
-                        shown.filters.push(FilterInfo {
-                            dev: dev.clone(),
-                            parent: format!("{:x}:", qdisc.config.major),
-                            protocol: f.protocol.name().into(),
-                            prio: f.prio,
-                            kind: f.kind.name().into(),
-                            handle: f.kind.format_handle(f.handle),
-                            class: f.class.to_string(),
-                            matcher: match_spec(&f.matcher),
-                        });
-                    }
-                }
+                Err(e) => tracing::error!("cannot rebuild the tree of {name}: {e}"),
             }
         }
-        Ok(shown)
+        if ops.is_empty() {
+            return;
+        }
+        match self.on_engine(move |engine| engine.apply(ops)).await {
+            Ok(outcomes) => {
+                for e in outcomes.into_iter().filter_map(Result::err) {
+                    tracing::error!("rebuilding a tree on the data plane failed: {e}");
+                }
+            }
+            Err(e) => tracing::error!("cannot rebuild the trees on the data plane: {e}"),
+        }
     }
+}
 
-    async fn snapshot(&self, dev: &str, ids: Vec<ClassId>) -> Result<PortSnapshot, IpcError> {
-        let port = dev.to_owned();
-        self.on_engine(move |engine| engine.class_stats(&port, &ids))
-            .await?
-            .ok_or_else(|| internal(format!("the data plane has no port {dev}")))
-    }
+fn persist_error(e: &StoreError) -> IpcError {
+    IpcError::new(
+        ErrorCode::Persist,
+        format!("cannot save the change ({e}); nothing was changed"),
+    )
 }
 
 fn parse_id(s: &str) -> Result<ClassId, IpcError> {

@@ -549,3 +549,33 @@ fn router_mode_follows_a_port_whose_mac_changed() {
     assert_eq!(stats[A].drops_no_egress, 4, "the old MAC is nobody's now");
     drain(&mut dp, now);
 }
+
+/// A batch stops at its first failing operation: the later ones are not applied.
+#[test]
+fn a_batch_stops_at_its_first_failure() {
+    let mut dp = plane(Mode::Bridge, 64, 16, 16);
+    let tree = PlaneOp::SetTree {
+        port: "b".into(),
+        scheduler: Box::new(Scheduler::new(SchedulerConfig::default())),
+    };
+    assert_eq!(dp.apply(Instant::ZERO, vec![tree]), [Ok(0)]);
+    let add = |minor| PlaneOp::AddClass {
+        port: "b".into(),
+        id: class(minor),
+        parent: None,
+        spec: ClassSpec::new(Rate::from_bits_per_sec(1_000_000)),
+    };
+    let missing = PlaneOp::DeleteClass {
+        port: "b".into(),
+        id: class(99),
+    };
+    let results = dp.apply(Instant::ZERO, vec![add(1), missing, add(2)]);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].is_ok() && results[1].is_err());
+    let htb = dp.scheduler("b").unwrap();
+    assert!(htb.class_info(class(1)).is_some());
+    assert!(
+        htb.class_info(class(2)).is_none(),
+        "applied after a failure"
+    );
+}

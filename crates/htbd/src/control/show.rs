@@ -1,0 +1,203 @@
+//! `show` requests: the model's objects with the data plane's statistics, read in chunks of
+//! [`STATS_CHUNK`] classes so that even a 100 000-class `show -s` never holds packets up long.
+
+use htb_core::ClassId;
+use htb_ipc::{
+    ClassInfo, ClassStats, ErrorCode, FilterInfo, IpcError, LeafQdiscInfo, LeafQdiscStats, Object,
+    QdiscInfo, QueueStats, Show, Shown,
+};
+use htb_xdp::PortSnapshot;
+
+use super::{Control, internal, parse_id};
+use crate::model::match_spec;
+
+/// Classes whose statistics one data-plane job copies.
+const STATS_CHUNK: usize = 4096;
+
+impl Control {
+    pub(super) async fn show(&self, show: &Show) -> Result<Shown, IpcError> {
+        let object = show.object.ok_or_else(|| {
+            IpcError::new(
+                ErrorCode::BadRequest,
+                "show needs an object (qdisc, class, filter)",
+            )
+        })?;
+        let ports: Vec<usize> = match &show.dev {
+            Some(dev) => vec![self.model.port_index(dev)?],
+            None => (0..self.model.ports.len()).collect(),
+        };
+        let mut shown = Shown::default();
+        for index in ports {
+            let port = &self.model.ports[index];
+            let Some(qdisc) = &port.qdisc else {
+                continue;
+            };
+            let dev = port.name.clone();
+            match object {
+                Object::Qdisc => {
+                    // Leaf qdiscs follow their HTB qdisc, by class; a class's default leaf
+                    // only with `invisible`, as the kernel hides its default pfifo leaves.
+                    let leaves: Vec<(ClassId, Option<ClassId>)> = qdisc
+                        .classes
+                        .values()
+                        .filter(|d| qdisc.class_info(d.id).is_some_and(|i| i.level == 0))
+                        .filter(|d| d.leaf.is_some() || show.invisible)
+                        .map(|d| {
+                            let handle = d.leaf.and_then(|l| l.handle);
+                            (d.id, handle.map(|h| ClassId::new(h, 0)))
+                        })
+                        .collect();
+                    let ids: Vec<ClassId> = leaves.iter().map(|(id, _)| *id).collect();
+                    let mut snapshot = self.snapshot(&dev, Vec::new()).await?;
+                    if show.stats {
+                        for chunk in ids.chunks(STATS_CHUNK) {
+                            let part = self.snapshot(&dev, chunk.to_vec()).await?;
+                            snapshot.classes.extend(part.classes);
+                            snapshot.leaves.extend(part.leaves);
+                        }
+                    }
+                    let s = snapshot.scheduler;
+                    let c = qdisc.config;
+                    shown.qdiscs.push(QdiscInfo {
+                        dev: dev.clone(),
+                        handle: format!("{:x}:", c.major),
+                        default_minor: c.default_minor,
+                        r2q: c.r2q,
+                        direct_qlen: c.direct_qlen,
+                        direct_packets: s.direct_packets,
+                        stats: show.stats.then_some(QueueStats {
+                            bytes: s.bytes_sent,
+                            packets: s.packets_sent,
+                            drops: s.drops + snapshot.port.drops_pool,
+                            overlimits: s.overlimits,
+                            requeues: 0,
+                            backlog_bytes: s.backlog_bytes,
+                            backlog_packets: s.qlen + u64::from(s.direct_qlen),
+                        }),
+                    });
+                    for (i, (parent, handle)) in leaves.into_iter().enumerate() {
+                        let Some(config) = qdisc.class_info(parent).and_then(|c| c.leaf) else {
+                            continue;
+                        };
+                        let stats = show.stats.then(|| {
+                            let class = snapshot.classes.get(i).copied().flatten();
+                            let leaf = snapshot.leaves.get(i).copied().flatten();
+                            LeafQdiscStats {
+                                bytes: class.map_or(0, |c| c.bytes),
+                                packets: class.map_or(0, |c| c.packets),
+                                drops: leaf.map_or(0, |l| l.drops),
+                                overlimits: 0,
+                                requeues: 0,
+                                backlog_bytes: leaf.map_or(0, |l| l.backlog),
+                                backlog_packets: leaf.map_or(0, |l| u64::from(l.qlen)),
+                                fq_codel: leaf.and_then(|l| l.fq_codel),
+                            }
+                        });
+                        shown.leaf_qdiscs.push(LeafQdiscInfo {
+                            dev: dev.clone(),
+                            handle,
+                            parent,
+                            config,
+                            stats,
+                        });
+                    }
+                }
+                Object::Class => {
+                    let only = show.class.as_deref().map(parse_id).transpose()?;
+                    let parent = match show.parent.as_deref() {
+                        None => None,
+                        Some("root") => Some(None),
+                        Some(p) => {
+                            let p = parse_id(p)?;
+                            Some((!p.is_qdisc()).then_some(p))
+                        }
+                    };
+                    let ids: Vec<ClassId> = qdisc
+                        .classes
+                        .values()
+                        .filter(|d| only.is_none_or(|o| o == d.id))
+                        .filter(|d| parent.is_none_or(|p| p == d.parent))
+                        .map(|d| d.id)
+                        .collect();
+                    let mut stats = Vec::with_capacity(ids.len());
+                    if show.stats {
+                        for chunk in ids.chunks(STATS_CHUNK) {
+                            stats.extend(self.snapshot(&dev, chunk.to_vec()).await?.classes);
+                        }
+                    }
+                    for (i, id) in ids.iter().enumerate() {
+                        let info = qdisc
+                            .class_info(*id)
+                            .ok_or_else(|| internal(format!("class {id} missing")))?;
+                        let c = info.config;
+                        let stats = stats.get(i).copied().flatten().map(|s| ClassStats {
+                            bytes: s.bytes,
+                            packets: s.packets,
+                            drops: s.drops,
+                            overlimits: s.overlimits,
+                            requeues: s.requeues,
+                            backlog_bytes: s.backlog_bytes,
+                            backlog_packets: u64::from(s.backlog_packets),
+                            lended: s.lends,
+                            borrowed: s.borrows,
+                            giants: s.giants,
+                            tokens: s.tokens,
+                            ctokens: s.ctokens,
+                        });
+                        shown.classes.push(ClassInfo {
+                            dev: dev.clone(),
+                            id: id.to_string(),
+                            parent: info.parent.map(|p| p.to_string()),
+                            level: info.level,
+                            leaf: info.children == 0,
+                            prio: c.prio,
+                            quantum: c.quantum,
+                            rate: c.rate.bits_per_sec(),
+                            ceil: c.ceil.bits_per_sec(),
+                            burst: c.burst,
+                            cburst: c.cburst,
+                            buffer_ns: c.buffer.as_nanos(),
+                            cbuffer_ns: c.cbuffer.as_nanos(),
+                            overhead: c.adjust.overhead,
+                            mpu: c.adjust.mpu,
+                            linklayer: if c.adjust.link_layer == htb_core::LinkLayer::Atm {
+                                "atm".into()
+                            } else {
+                                "ethernet".into()
+                            },
+                            leaf_qdisc: qdisc
+                                .classes
+                                .get(id)
+                                .and_then(|d| d.leaf)
+                                .and_then(|l| l.handle)
+                                .map(|h| ClassId::new(h, 0)),
+                            stats,
+                        });
+                    }
+                }
+                Object::Filter => {
+                    for f in &qdisc.filters {
+                        shown.filters.push(FilterInfo {
+                            dev: dev.clone(),
+                            parent: format!("{:x}:", qdisc.config.major),
+                            protocol: f.protocol.name().into(),
+                            prio: f.prio,
+                            kind: f.kind.name().into(),
+                            handle: f.kind.format_handle(f.handle),
+                            class: f.class.to_string(),
+                            matcher: match_spec(&f.matcher),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(shown)
+    }
+
+    async fn snapshot(&self, dev: &str, ids: Vec<ClassId>) -> Result<PortSnapshot, IpcError> {
+        let port = dev.to_owned();
+        self.on_engine(move |engine| engine.class_stats(&port, &ids))
+            .await?
+            .ok_or_else(|| internal(format!("the data plane has no port {dev}")))
+    }
+}
