@@ -549,6 +549,16 @@ impl Htbd {
 
     /// As [`start`](Self::start), keeping state in `dir` (to test restarts).
     pub fn start_in(lab: &Lab, config: &str, dir: tempfile::TempDir) -> Self {
+        Self::start_with(lab, config, dir, &[])
+    }
+
+    /// As [`start_in`](Self::start_in), with extra environment variables (`HTBD_FAULTS`).
+    pub fn start_with(
+        lab: &Lab,
+        config: &str,
+        dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+    ) -> Self {
         let text = config
             .replace(
                 "@SOCKET@",
@@ -562,6 +572,7 @@ impl Htbd {
             .cmd(R, htbd_bin().to_str().unwrap())
             .args(["--config", path.to_str().unwrap()])
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -685,6 +696,39 @@ impl Htbd {
     #[must_use]
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("htbd is running").id()
+    }
+
+    /// Sends `signal` (`"HUP"`, `"STOP"`, …) to htbd.
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("kill");
+        assert!(sent.success(), "kill -{signal} failed");
+    }
+
+    /// Rewrites the config file (placeholders as in [`start`](Self::start)), sends SIGHUP and
+    /// waits for htbd to log the outcome; returns that log line.
+    ///
+    /// # Panics
+    /// When htbd logs nothing about it within 10 s.
+    pub fn reload(&mut self, config: &str) -> String {
+        let dir = self.dir().to_owned();
+        let text = config
+            .replace("@SOCKET@", &dir.join("htbd.sock").display().to_string())
+            .replace("@STATE@", &dir.join("state").display().to_string());
+        std::fs::write(&self.config, text).unwrap();
+        let before = self.log_text().matches("SIGHUP:").count();
+        self.signal("HUP");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            let log = self.log_text();
+            if let Some(line) = log.lines().filter(|l| l.contains("SIGHUP:")).nth(before) {
+                return line.to_owned();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("htbd logged nothing about SIGHUP:\n{}", self.log_text());
     }
 
     /// SIGKILL, as a crash.

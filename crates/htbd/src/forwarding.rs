@@ -1,37 +1,41 @@
 //! Fail-open: when htbd is not running, the kernel must forward as if htbd were not there.
 //!
 //! The XDP program is attached through BPF links, which die with the process, so a dead htbd
-//! leaves the kernel in charge. In router mode that is only useful if the kernel forwards IP:
-//! htbd turns forwarding on at start (and leaves it on). In bridge mode the ports should be
-//! members of a kernel bridge, which takes over when the XDP program is gone.
+//! leaves the kernel in charge. In router mode that is only useful if the kernel forwards IP,
+//! and htbd's own forwarding needs it too (`bpf_fib_lookup` honours `ip_forward`). htbd changes
+//! no sysctl: it refuses to start in router mode while IPv4 forwarding is off, saying how to
+//! turn it on, and warns when IPv6 is enabled but not forwarded (IPv6 is then not forwarded,
+//! by htbd or the kernel). In bridge mode the ports should be members of a kernel bridge, which
+//! takes over when the XDP program is gone.
 
 use std::fs;
 
 use crate::DaemonError;
 
-fn write(path: &str, value: &str) -> std::io::Result<()> {
-    fs::write(path, value)
+const IPV4: &str = "/proc/sys/net/ipv4/ip_forward";
+const IPV6: &str = "/proc/sys/net/ipv6/conf/all/forwarding";
+const IPV6_DISABLED: &str = "/proc/sys/net/ipv6/conf/all/disable_ipv6";
+
+fn is_on(path: &str) -> Option<bool> {
+    fs::read_to_string(path).ok().map(|v| v.trim() == "1")
 }
 
-/// Turns IPv4 (and, where IPv6 is enabled, IPv6) forwarding on.
+/// Checks that the kernel forwards IPv4 (and says whether it forwards IPv6).
 ///
 /// # Errors
-/// [`DaemonError::Forwarding`] when IPv4 forwarding cannot be enabled.
-pub(crate) fn enable_kernel_forwarding() -> Result<(), DaemonError> {
-    let path = "/proc/sys/net/ipv4/ip_forward";
-    if fs::read_to_string(path)
-        .map(|v| v.trim() == "1")
-        .unwrap_or(false)
-    {
-        tracing::info!("kernel IPv4 forwarding is on (fail-open)");
-    } else {
-        write(path, "1").map_err(|source| DaemonError::Forwarding { path, source })?;
-        tracing::info!("turned kernel IPv4 forwarding on, so traffic keeps flowing if htbd stops");
+/// [`DaemonError::Forwarding`] when IPv4 forwarding is off.
+pub(crate) fn check_kernel_forwarding() -> Result<(), DaemonError> {
+    if is_on(IPV4) != Some(true) {
+        return Err(DaemonError::Forwarding);
     }
-    let v6 = "/proc/sys/net/ipv6/conf/all/forwarding";
-    if fs::metadata(v6).is_ok() && write(v6, "1").is_err() {
-        tracing::warn!("could not turn IPv6 forwarding on");
+    let ipv6_enabled = is_on(IPV6_DISABLED) == Some(false);
+    if ipv6_enabled && is_on(IPV6) == Some(false) {
+        tracing::warn!(
+            "IPv6 is enabled but net.ipv6.conf.all.forwarding is 0: IPv6 is not forwarded, by \
+             htbd or by the kernel (sysctl -w net.ipv6.conf.all.forwarding=1 to forward it)"
+        );
     }
+    tracing::info!("kernel IPv4 forwarding is on: traffic keeps flowing if htbd stops");
     Ok(())
 }
 

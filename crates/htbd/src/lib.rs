@@ -8,11 +8,16 @@
 
 mod config;
 pub mod control;
+pub mod faults;
 mod forwarding;
 pub mod ipc;
 pub mod model;
 pub mod netfilter;
 pub mod persist;
+pub mod reload;
+pub mod service;
+pub mod signals;
+pub mod startup;
 mod status;
 pub mod tc_export;
 
@@ -32,15 +37,16 @@ pub enum DaemonError {
     /// The data plane could not start.
     #[error(transparent)]
     Engine(#[from] XdpError),
-    /// Kernel forwarding could not be enabled.
-    #[error("cannot enable kernel forwarding ({path}): {source}")]
-    Forwarding {
-        /// The sysctl file.
-        path: &'static str,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Router mode needs the kernel to forward IPv4; htbd does not change sysctls.
+    #[error(
+        "router mode needs kernel IPv4 forwarding (htbd forwards through bpf_fib_lookup, which \
+         honours it, and the kernel takes over when htbd stops), and net.ipv4.ip_forward is 0: \
+         run sysctl -w net.ipv4.ip_forward=1, and set it in /etc/sysctl.d/ to keep it"
+    )]
+    Forwarding,
+    /// The saved state cannot be used.
+    #[error(transparent)]
+    Store(#[from] persist::StoreError),
     /// Router mode would bypass netfilter rules, and the config does not allow it.
     #[error(
         "router mode forwards in XDP, before netfilter, so these rules would not see the traffic \
@@ -192,96 +198,50 @@ pub struct RunOptions {
     pub fresh_state: bool,
 }
 
-/// Builds the model: the saved state (snapshot + journal) where there is one, else the config
-/// file's trees. Says which.
-fn load_model(config: &DaemonConfig, saved: persist::Saved) -> Result<Model, DaemonError> {
-    let state_error = |message: String| DaemonError::State {
-        dir: config.state_dir.clone(),
-        message,
-    };
-    let Some(snapshot) = saved.snapshot else {
-        if !saved.journal.is_empty() {
-            return Err(state_error(
-                "journal.jsonl without state.toml: the saved state is incomplete (start with \
-                 --fresh-state to discard it)"
-                    .into(),
-            ));
-        }
-        tracing::info!(
-            "no saved state in {}: trees and filters from the config file",
-            config.state_dir.display()
-        );
-        return Model::from_trees(config.interfaces.clone()).map_err(state_error);
-    };
-    let saved_trees = parse_state(&snapshot).map_err(|e| {
-        state_error(format!(
-            "state.toml: {e} (fix it, or start with --fresh-state)"
-        ))
-    })?;
-    for extra in saved_trees
-        .iter()
-        .filter(|s| !config.interfaces.iter().any(|c| c.name == s.name))
-    {
-        tracing::warn!(
-            "saved state has interface {}, which the config no longer lists: ignored",
-            extra.name
-        );
-    }
-    let trees = config
-        .interfaces
-        .iter()
-        .map(|c| {
-            saved_trees
-                .iter()
-                .find(|s| s.name == c.name)
-                .cloned()
-                .unwrap_or_else(|| c.clone())
-        })
-        .collect();
-    let mut model = Model::from_trees(trees).map_err(state_error)?;
-    for (line, why) in &saved.skipped {
-        tracing::warn!("journal.jsonl line {line} skipped: {why}");
-    }
-    let mut replayed = 0;
-    for (n, batch) in saved.journal.iter().enumerate() {
-        match model.apply(batch) {
-            Ok(_) => replayed += 1,
-            Err(e) => tracing::warn!("journal batch {} no longer applies, skipped: {e}", n + 1),
-        }
-    }
-    tracing::info!(
-        "loaded the live state from {} ({}) and {replayed} later change batch(es); the config \
-         file's trees are not used (start with --fresh-state to use them)",
-        config.state_dir.display(),
-        saved.header.as_deref().unwrap_or("no header")
-    );
-    Ok(model)
-}
-
-/// Runs the daemon until SIGTERM or SIGINT.
+/// Runs the daemon until SIGTERM or SIGINT; SIGHUP reloads the config file's trees.
 ///
 /// # Errors
 /// [`DaemonError`] when the data plane cannot start; then nothing stays attached.
 pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonError> {
+    let faults = faults::Faults::from_env().map_err(DaemonError::Setup)?;
+    if faults.any() {
+        tracing::warn!(
+            "{} is set, faults will be injected: {faults:?}",
+            faults::VAR
+        );
+    }
     let ports: Vec<String> = config.engine.ports.iter().map(|p| p.name.clone()).collect();
     let policy =
         ipc::PeerPolicy::new(config.socket_group.as_deref()).map_err(DaemonError::Setup)?;
+    // The lock first: a second htbd on this state_dir stops here, before touching anything.
+    let (mut store, saved) = persist::Store::open(&config.state_dir)?;
     let mut socket = ipc::Socket::bind(&config.socket, policy.gid()).map_err(DaemonError::Setup)?;
 
-    let state_error = |e: std::io::Error| DaemonError::State {
-        dir: config.state_dir.clone(),
-        message: e.to_string(),
-    };
-    if options.fresh_state
-        && let Some(aside) = persist::Store::set_aside(&config.state_dir).map_err(state_error)?
-    {
-        tracing::info!(
-            "--fresh-state: the saved state moved to {}",
-            aside.display()
+    let hash = startup::config_hash(&config)?;
+    let source = startup::choose(&saved, &hash, options.fresh_state);
+    if let Some(line) = saved.torn_line {
+        tracing::warn!(
+            "journal.jsonl line {line} was cut off by a crash mid-write (never acknowledged): removed"
         );
     }
-    let (mut store, saved) = persist::Store::open(&config.state_dir).map_err(state_error)?;
-    let model = load_model(&config, saved)?;
+    let model = match &source {
+        startup::Source::Saved { .. } => startup::load_saved(&config, &saved)?,
+        startup::Source::File { set_aside, .. } => {
+            if *set_aside && let Some(aside) = store.set_aside()? {
+                tracing::warn!(
+                    "the saved live state was set aside in {} (its changes are not applied; \
+                     copy what you need back into the config file)",
+                    aside.display()
+                );
+            }
+            Model::from_trees(config.interfaces.clone()).map_err(|message| DaemonError::State {
+                dir: config.state_dir.clone(),
+                message,
+            })?
+        }
+    };
+    tracing::info!("starting from {}", source.describe());
+    store.set_config_hash(hash);
     let header = format!(
         "written by htbd {} (config {}) at unix time {}",
         env!("CARGO_PKG_VERSION"),
@@ -302,15 +262,17 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     match config.engine.mode {
         Mode::Router => {
             netfilter::check(config.netfilter)?;
-            forwarding::enable_kernel_forwarding()?;
+            forwarding::check_kernel_forwarding()?;
         }
         Mode::Bridge => forwarding::check_bridge_fail_open(&ports),
     }
     let dataplane = DataPlane::start(config.engine.clone())?;
     // Fold the replayed journal into a fresh snapshot, now that the trees are known to run.
-    if let Err(e) = store.compact(&header, &model.to_toml()) {
+    if let Err(e) = store.compact_observed(&header, &model.to_toml(), |step| {
+        faults.compaction_step(step)
+    }) {
         let _ = dataplane.stop();
-        return Err(state_error(e));
+        return Err(e.into());
     }
     tracing::info!(
         "htbd running in {:?} mode on {}; control socket {}",
@@ -326,27 +288,21 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
             what: "cannot start the control runtime".into(),
             source,
         })?;
-    let control = control::Control::new(model, store, dataplane.handle.clone(), header);
+    service::ready(&model);
+    let control = control::Control::new(model, store, dataplane.handle.clone(), header, faults);
+    let engine = dataplane.handle.clone();
     let served = runtime.block_on(async {
         let (calls_tx, calls) = tokio::sync::mpsc::channel(64);
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
         let control = tokio::spawn(control.run(calls));
+        let watchdog = tokio::spawn(service::watchdog(engine));
         let policy = std::sync::Arc::new(policy);
-        let server = ipc::serve(&mut socket, policy, calls_tx, stop);
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|source| DaemonError::Io {
-                what: "cannot watch SIGTERM".into(),
-                source,
-            })?;
-        let signals = async {
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-            }
-            let _ = stop_tx.send(true);
-        };
-        let (served, ()) = tokio::join!(server, signals);
+        let server = ipc::serve(&mut socket, policy, calls_tx.clone(), stop);
+        let signals = signals::handle(&options.config_path, calls_tx, stop_tx);
+        let (served, handled) = tokio::join!(server, signals);
+        watchdog.abort();
         control.abort();
+        handled?;
         served.map_err(|source| DaemonError::Io {
             what: "control socket".into(),
             source,

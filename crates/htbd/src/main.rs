@@ -17,7 +17,8 @@ struct Args {
     /// Config file (TOML).
     #[arg(long, short)]
     config: PathBuf,
-    /// Check the config and exit.
+    /// Check the config, say whether a start would use the saved live state or the file's
+    /// trees, and exit.
     #[arg(long)]
     check: bool,
     /// Print the config's trees and filters as tc commands for the kernel's HTB, and exit.
@@ -52,7 +53,16 @@ fn main() -> ExitCode {
     }
     if args.check {
         println!("{}: ok", args.config.display());
-        return ExitCode::SUCCESS;
+        return match htbd::startup::check(&config, args.fresh_state) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("htbd: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&config.log));
     tracing_subscriber::fmt()

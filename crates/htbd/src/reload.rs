@@ -1,0 +1,316 @@
+//! SIGHUP: the difference between the running trees and the config file's, as one batch of the
+//! same commands `htb-cli -b` sends — so it is validated, journaled and applied all or nothing
+//! by the same path. Only what differs is touched: an unchanged class keeps its counters,
+//! tokens and queue; a changed one is `class change`d in place (as the kernel's
+//! `htb_change_class`); a class that moved to another parent is deleted and added again, as tc
+//! would have to.
+//!
+//! What tc's grammar cannot change live — the ports, the default leaf qdisc, `burst_time` — is
+//! refused with a reason, and nothing changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use htb_config::{ClassDef, LeafDef, TreeSpec};
+use htb_core::{ClassId, LinkLayer, SchedulerConfig};
+use htb_ipc::{ClassSpec, Command, ErrorCode, FilterSpec, IpcError, LeafQdiscSpec, QdiscSpec};
+
+use crate::InterfaceTrees;
+use crate::model::{FilterEntry, Model, QdiscModel, match_spec};
+
+fn refuse(message: String) -> IpcError {
+    IpcError::new(ErrorCode::Invalid, message)
+}
+
+/// The commands that turn `model`'s trees into `target`'s.
+///
+/// # Errors
+/// The ports differ, or a change tc's grammar cannot make live.
+pub fn commands(model: &Model, target: &[InterfaceTrees]) -> Result<Vec<Command>, IpcError> {
+    let now: Vec<&str> = model.ports.iter().map(|p| p.name.as_str()).collect();
+    let file: Vec<&str> = target.iter().map(|t| t.name.as_str()).collect();
+    if now != file {
+        return Err(refuse(format!(
+            "the config file's interfaces ({}) are not the running ones ({}): interfaces are set \
+             up at start only, restart htbd",
+            file.join(", "),
+            now.join(", ")
+        )));
+    }
+    let mut out = Vec::new();
+    for (port, want) in model.ports.iter().zip(target) {
+        port_commands(&port.name, port.qdisc.as_ref(), want, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Whether `model` holds exactly `target`'s trees (a leaf without a handle in the file matches
+/// any handle: the model numbers them).
+#[must_use]
+pub fn matches(model: &Model, target: &[InterfaceTrees]) -> bool {
+    model.ports.len() == target.len()
+        && model
+            .ports
+            .iter()
+            .zip(target)
+            .all(|(port, want)| match (&port.qdisc, &want.tree) {
+                (None, None) => true,
+                (Some(q), Some(tree)) => qdisc_matches(q, tree, &want.filters),
+                _ => false,
+            })
+}
+
+fn qdisc_matches(q: &QdiscModel, tree: &TreeSpec, filters: &[FilterEntry]) -> bool {
+    let c = (&q.config, &tree.config);
+    c.0.major == c.1.major
+        && c.0.default_minor == c.1.default_minor
+        && c.0.r2q == c.1.r2q
+        && c.0.direct_qlen == c.1.direct_qlen
+        && fixed(c.0) == fixed(c.1)
+        && q.classes.len() == tree.classes.len()
+        && tree.classes.iter().all(|want| {
+            q.classes.get(&want.id).is_some_and(|have| {
+                have.parent == want.parent
+                    && have.spec == want.spec
+                    && leaf_matches(have.leaf.as_ref(), want.leaf.as_ref())
+            })
+        })
+        && q.filters == sorted(filters)
+}
+
+fn leaf_matches(have: Option<&LeafDef>, want: Option<&LeafDef>) -> bool {
+    match (have, want) {
+        (None, None) => true,
+        (Some(h), Some(w)) => h.config == w.config && w.handle.is_none_or(|x| h.handle == Some(x)),
+        _ => false,
+    }
+}
+
+fn sorted(filters: &[FilterEntry]) -> Vec<FilterEntry> {
+    let mut filters = filters.to_vec();
+    filters.sort_by_key(|f| (f.prio, f.handle));
+    filters
+}
+
+/// The qdisc parameters tc's `qdisc change` cannot set.
+fn fixed(c: &SchedulerConfig) -> impl PartialEq + use<> {
+    (c.default_leaf, c.default_burst_time, c.max_events_per_level)
+}
+
+fn check_fixed(dev: &str, have: &SchedulerConfig, want: &SchedulerConfig) -> Result<(), IpcError> {
+    if fixed(have) == fixed(want) {
+        return Ok(());
+    }
+    Err(refuse(format!(
+        "{dev}: the qdisc's default leaf or burst_time changed, which cannot be changed live: \
+         restart htbd (the changed file's trees are then used)"
+    )))
+}
+
+fn qdisc_spec(dev: &str, c: &SchedulerConfig) -> QdiscSpec {
+    QdiscSpec {
+        dev: dev.to_owned(),
+        handle: Some(format!("{:x}:", c.major)),
+        default_minor: Some(c.default_minor),
+        r2q: Some(c.r2q),
+        direct_qlen: Some(c.direct_qlen),
+    }
+}
+
+fn port_commands(
+    dev: &str,
+    have: Option<&QdiscModel>,
+    want: &InterfaceTrees,
+    out: &mut Vec<Command>,
+) -> Result<(), IpcError> {
+    match (have, &want.tree) {
+        (None, None) => {}
+        (Some(_), None) => out.push(Command::QdiscDelete {
+            dev: dev.to_owned(),
+        }),
+        (None, Some(tree)) => {
+            check_fixed(dev, &SchedulerConfig::default(), &tree.config)?;
+            out.push(Command::QdiscAdd(qdisc_spec(dev, &tree.config)));
+            add_everything(dev, tree, &want.filters, out);
+        }
+        (Some(q), Some(tree)) if q.config.major != tree.config.major => {
+            // Another handle is another qdisc: `qdisc replace` builds it empty.
+            check_fixed(dev, &q.config, &tree.config)?;
+            out.push(Command::QdiscReplace(qdisc_spec(dev, &tree.config)));
+            add_everything(dev, tree, &want.filters, out);
+        }
+        (Some(q), Some(tree)) => {
+            check_fixed(dev, &q.config, &tree.config)?;
+            differences(dev, q, tree, &want.filters, out);
+        }
+    }
+    Ok(())
+}
+
+fn add_everything(dev: &str, tree: &TreeSpec, filters: &[FilterEntry], out: &mut Vec<Command>) {
+    for def in &tree.classes {
+        out.push(Command::ClassAdd(class_spec(dev, tree.config.major, def)));
+        if let Some(leaf) = &def.leaf {
+            out.push(Command::LeafAdd(leaf_spec(dev, def.id, leaf, leaf.handle)));
+        }
+    }
+    out.extend(
+        filters
+            .iter()
+            .map(|f| filter_add(dev, tree.config.major, f)),
+    );
+}
+
+fn differences(
+    dev: &str,
+    q: &QdiscModel,
+    tree: &TreeSpec,
+    filters: &[FilterEntry],
+    out: &mut Vec<Command>,
+) {
+    let major = tree.config.major;
+    let c = (&q.config, &tree.config);
+    if (c.0.default_minor, c.0.r2q, c.0.direct_qlen)
+        != (c.1.default_minor, c.1.r2q, c.1.direct_qlen)
+    {
+        out.push(Command::QdiscChange(qdisc_spec(dev, c.1)));
+    }
+    let want: BTreeMap<ClassId, &ClassDef> = tree.classes.iter().map(|d| (d.id, d)).collect();
+    // Classes that go: gone from the file, moved to another parent, or below one that goes.
+    let mut gone: BTreeSet<ClassId> = q
+        .classes
+        .values()
+        .filter(|d| want.get(&d.id).is_none_or(|w| w.parent != d.parent))
+        .map(|d| d.id)
+        .collect();
+    loop {
+        let more: Vec<ClassId> = q
+            .classes
+            .values()
+            .filter(|d| !gone.contains(&d.id) && d.parent.is_some_and(|p| gone.contains(&p)))
+            .map(|d| d.id)
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        gone.extend(more);
+    }
+    // Filters keep a class from being deleted: when they change or target a class that goes,
+    // all go first and the file's come back at the end.
+    let new_filters = sorted(filters);
+    let filters_change =
+        q.filters != new_filters || q.filters.iter().any(|f| gone.contains(&f.class));
+    if filters_change {
+        out.push(Command::FilterDelete {
+            dev: dev.to_owned(),
+            prio: None,
+            handle: None,
+        });
+    }
+    // Children before parents: the model's tree order (parents first), reversed.
+    for def in q
+        .tree()
+        .classes
+        .iter()
+        .rev()
+        .filter(|d| gone.contains(&d.id))
+    {
+        out.push(Command::ClassDelete {
+            dev: dev.to_owned(),
+            id: def.id.to_string(),
+        });
+    }
+    for def in &tree.classes {
+        let kept = q.classes.get(&def.id).filter(|_| !gone.contains(&def.id));
+        let Some(have) = kept else {
+            out.push(Command::ClassAdd(class_spec(dev, major, def)));
+            if let Some(leaf) = &def.leaf {
+                out.push(Command::LeafAdd(leaf_spec(dev, def.id, leaf, leaf.handle)));
+            }
+            continue;
+        };
+        if have.spec != def.spec {
+            out.push(Command::ClassChange(class_spec(dev, major, def)));
+        }
+        if leaf_matches(have.leaf.as_ref(), def.leaf.as_ref()) {
+            continue;
+        }
+        match (&have.leaf, &def.leaf) {
+            (Some(h), Some(w))
+                if h.config.kind() == w.config.kind()
+                    && w.handle.is_none_or(|x| h.handle == Some(x)) =>
+            {
+                // Same qdisc, new options: changed in place, its queue kept.
+                out.push(Command::LeafChange(leaf_spec(dev, def.id, w, h.handle)));
+            }
+            (have_leaf, want_leaf) => {
+                if have_leaf.is_some() {
+                    out.push(Command::LeafDelete {
+                        dev: dev.to_owned(),
+                        parent: def.id,
+                        handle: None,
+                        kind: None,
+                    });
+                }
+                if let Some(w) = want_leaf {
+                    out.push(Command::LeafAdd(leaf_spec(dev, def.id, w, w.handle)));
+                }
+            }
+        }
+    }
+    if filters_change {
+        out.extend(new_filters.iter().map(|f| filter_add(dev, major, f)));
+    }
+}
+
+fn class_spec(dev: &str, major: u16, def: &ClassDef) -> ClassSpec {
+    let s = &def.spec;
+    ClassSpec {
+        dev: dev.to_owned(),
+        id: def.id.to_string(),
+        parent: Some(
+            def.parent
+                .map_or_else(|| format!("{major:x}:"), |p| p.to_string()),
+        ),
+        rate: s.rate.bits_per_sec(),
+        ceil: s.ceil.map(htb_core::Rate::bits_per_sec),
+        burst: s.burst,
+        cburst: s.cburst,
+        prio: Some(s.prio),
+        quantum: s.quantum,
+        mtu: s.mtu,
+        overhead: Some(s.adjust.overhead),
+        mpu: Some(s.adjust.mpu),
+        linklayer: Some(
+            match s.adjust.link_layer {
+                LinkLayer::Atm => "atm",
+                _ => "ethernet",
+            }
+            .into(),
+        ),
+    }
+}
+
+fn leaf_spec(dev: &str, class: ClassId, leaf: &LeafDef, handle: Option<u16>) -> LeafQdiscSpec {
+    LeafQdiscSpec {
+        dev: dev.to_owned(),
+        parent: class,
+        handle: handle.map(|h| ClassId::new(h, 0)),
+        leaf: leaf.config.to_spec(),
+    }
+}
+
+fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
+    Command::FilterAdd(FilterSpec {
+        dev: dev.to_owned(),
+        parent: Some(format!("{major:x}:")),
+        protocol: f.protocol.name().into(),
+        prio: Some(f.prio),
+        kind: f.kind.name().into(),
+        handle: Some(f.kind.format_handle(f.handle)),
+        matcher: match_spec(&f.matcher),
+        class: f.class.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,172 @@
+//! A reload's batch turns the running trees into the file's exactly, touching only what
+//! differs, and refuses what cannot change live.
+
+use super::*;
+use crate::config::parse_state;
+
+const BASE: &str = r#"
+[[interface]]
+name = "r1"
+
+[[interface]]
+name = "r2"
+[interface.qdisc]
+default = "30"
+[[interface.class]]
+id = "1:1"
+rate = "300mbit"
+[[interface.class]]
+id = "1:10"
+parent = "1:1"
+rate = "50mbit"
+ceil = "300mbit"
+leaf = { kind = "sfq", perturb = 10 }
+[[interface.class]]
+id = "1:20"
+parent = "1:1"
+rate = "100mbit"
+leaf = { kind = "fq_codel", target = "5ms", handle = "20:" }
+[[interface.class]]
+id = "1:30"
+parent = "1:1"
+rate = "20mbit"
+[[interface.filter]]
+prio = 1
+match = { dport = "5201" }
+classid = "1:10"
+[[interface.filter]]
+prio = 2
+match = { dport = "5202" }
+classid = "1:20"
+"#;
+
+fn trees(text: &str) -> Vec<InterfaceTrees> {
+    parse_state(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn model(text: &str) -> Model {
+    Model::from_trees(trees(text)).unwrap()
+}
+
+/// Reloads `to` over `from`: the commands, after checking the model then holds `to` exactly.
+fn reload(from: &str, to: &str) -> Vec<Command> {
+    let mut m = model(from);
+    let want = trees(to);
+    let commands = commands(&m, &want).unwrap();
+    if let Err(e) = m.apply(&commands) {
+        panic!("{e} (command {:?})\n{commands:#?}", e.command);
+    }
+    assert!(matches(&m, &want), "{commands:#?}\n{}", m.to_toml());
+    // And a second reload of the same file has nothing to do.
+    assert_eq!(self::commands(&m, &want).unwrap(), Vec::new());
+    commands
+}
+
+#[test]
+fn an_unchanged_file_changes_nothing() {
+    assert!(reload(BASE, BASE).is_empty());
+    assert!(matches(&model(BASE), &trees(BASE)));
+    assert!(!matches(
+        &model(BASE),
+        &trees(&BASE.replace("50mbit", "60mbit"))
+    ));
+}
+
+#[test]
+fn a_changed_rate_is_one_class_change() {
+    let commands = reload(
+        BASE,
+        &BASE.replace("rate = \"20mbit\"", "rate = \"25mbit\""),
+    );
+    assert_eq!(commands.len(), 1, "{commands:#?}");
+    let Command::ClassChange(c) = &commands[0] else {
+        panic!("{commands:#?}")
+    };
+    assert_eq!((c.id.as_str(), c.rate), ("1:30", 25_000_000));
+}
+
+#[test]
+fn classes_come_go_and_move() {
+    // 1:30 goes, 1:40 comes under 1:1, 1:10 moves under a new inner class 1:2.
+    let to = BASE
+        .replace(
+            "[[interface.class]]\nid = \"1:30\"\nparent = \"1:1\"\nrate = \"20mbit\"\n",
+            "[[interface.class]]\nid = \"1:40\"\nparent = \"1:1\"\nrate = \"5mbit\"\n\
+             [[interface.class]]\nid = \"1:2\"\nparent = \"1:1\"\nrate = \"60mbit\"\n",
+        )
+        .replace(
+            "id = \"1:10\"\nparent = \"1:1\"",
+            "id = \"1:10\"\nparent = \"1:2\"",
+        )
+        .replace("default = \"30\"", "default = \"40\"");
+    let commands = reload(BASE, &to);
+    // 1:20 is untouched: no class or leaf command names it (the filters are added again, as
+    // one targeted 1:10, which moved).
+    let names_20 = commands
+        .iter()
+        .filter(|c| !matches!(c, Command::FilterAdd(_)))
+        .any(|c| format!("{c:?}").contains("\"1:20\"") || format!("{c:?}").contains("minor: 32"));
+    assert!(!names_20, "{commands:#?}");
+}
+
+#[test]
+fn leaves_change_in_place_or_are_replaced() {
+    // sfq options: changed in place; fq_codel → pfifo: replaced; a leaf added to 1:30.
+    let to = BASE
+        .replace("perturb = 10", "perturb = 20")
+        .replace(
+            "leaf = { kind = \"fq_codel\", target = \"5ms\", handle = \"20:\" }",
+            "leaf = { kind = \"pfifo\", limit = 50 }",
+        )
+        .replace(
+            "rate = \"20mbit\"\n",
+            "rate = \"20mbit\"\nleaf = { kind = \"bfifo\", limit = 30000 }\n",
+        );
+    let commands = reload(BASE, &to);
+    assert!(
+        commands
+            .iter()
+            .any(|c| matches!(c, Command::LeafChange(l) if l.parent.to_string() == "1:10")),
+        "{commands:#?}"
+    );
+    // And back: the leaves return to the file's.
+    reload(&to, BASE);
+}
+
+#[test]
+fn filters_and_qdisc_parameters_follow_the_file() {
+    let to = BASE
+        .replace("dport = \"5202\"", "dport = \"5302\"")
+        .replace("default = \"30\"", "default = \"30\"\nr2q = 5");
+    let commands = reload(BASE, &to);
+    assert!(
+        matches!(commands[0], Command::QdiscChange(_)),
+        "{commands:#?}"
+    );
+}
+
+#[test]
+fn shaping_starts_stops_and_changes_handle() {
+    let unshaped = "[[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n";
+    reload(BASE, unshaped);
+    reload(unshaped, BASE);
+    let other = BASE
+        .replace("default = \"30\"", "handle = \"2:\"\ndefault = \"30\"")
+        .replace("\"1:", "\"2:");
+    let commands = reload(BASE, &other);
+    assert!(
+        matches!(commands[0], Command::QdiscReplace(_)),
+        "{commands:#?}"
+    );
+}
+
+#[test]
+fn what_cannot_change_live_is_refused() {
+    let m = model(BASE);
+    let ports = BASE.replace("name = \"r1\"", "name = \"r3\"");
+    let e = commands(&m, &trees(&ports)).unwrap_err();
+    assert!(e.message.contains("restart htbd"), "{e}");
+    let burst = BASE.replace("default = \"30\"", "default = \"30\"\nburst_time = \"5ms\"");
+    let e = commands(&m, &trees(&burst)).unwrap_err();
+    assert!(e.message.contains("burst_time"), "{e}");
+}
