@@ -2,6 +2,7 @@
 
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use htb_ipc::{
     DEFAULT_SOCKET, FrameError, IpcError, ReplyBody, Request, RequestBody, Response, SOCKET_ENV,
@@ -33,9 +34,23 @@ pub enum ClientError {
     /// htbd answered with the wrong kind of reply.
     #[error("htbd answered something unexpected")]
     Unexpected,
+    /// htbd did not answer in time.
+    #[error(
+        "htbd did not answer within {}s (is it hung? see journalctl -u htbd; pass --timeout \
+         SECS to wait longer)",
+        .0.as_secs_f64()
+    )]
+    Timeout(Duration),
 }
 
-/// Where the daemon listens: `--socket`, else `$HTBD_SOCKET`, else `/run/htbd.sock`.
+/// How long `htb-cli` waits for an answer unless `--timeout` says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection idle longer than this is opened again before the next request: htbd closes
+/// connections idle for `IDLE_TIMEOUT` (60 s), and `monitor` may wait up to an hour between two.
+const RECONNECT_AFTER: Duration = Duration::from_secs(30);
+
+/// Where the daemon listens: `--socket`, else `$HTBD_SOCKET`, else `/run/htbd/htbd.sock`.
 #[must_use]
 pub fn socket_path(option: Option<&str>) -> PathBuf {
     option
@@ -48,26 +63,66 @@ pub fn socket_path(option: Option<&str>) -> PathBuf {
 #[derive(Debug)]
 pub struct Client {
     stream: UnixStream,
+    path: PathBuf,
+    timeout: Duration,
+    last_used: Instant,
+}
+
+fn open(path: &Path, timeout: Duration) -> Result<UnixStream, ClientError> {
+    let stream = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+        path: path.to_owned(),
+        source,
+    })?;
+    let set = stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)));
+    set.map_err(|source| ClientError::Connect {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(stream)
 }
 
 impl Client {
-    /// Connects to the socket at `path`.
+    /// Connects to the socket at `path`; every request then waits at most `timeout` for
+    /// its answer.
     ///
     /// # Errors
     /// [`ClientError::Connect`].
-    pub fn connect(path: &Path) -> Result<Self, ClientError> {
-        let stream = UnixStream::connect(path).map_err(|source| ClientError::Connect {
+    pub fn connect(path: &Path, timeout: Duration) -> Result<Self, ClientError> {
+        Ok(Self {
+            stream: open(path, timeout)?,
             path: path.to_owned(),
-            source,
-        })?;
-        Ok(Self { stream })
+            timeout,
+            last_used: Instant::now(),
+        })
     }
 
     /// Sends one request and waits for its answer.
     ///
     /// # Errors
-    /// [`ClientError`]; a refusal is [`ClientError::Daemon`].
+    /// [`ClientError`]; a refusal is [`ClientError::Daemon`], no answer in time
+    /// [`ClientError::Timeout`].
     pub fn call(&mut self, request: RequestBody) -> Result<ReplyBody, ClientError> {
+        if self.last_used.elapsed() > RECONNECT_AFTER {
+            self.stream = open(&self.path, self.timeout)?;
+        }
+        let answer = self.exchange(request);
+        self.last_used = Instant::now();
+        answer.map_err(|e| match e {
+            ClientError::Frame(FrameError::Io(io))
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                ClientError::Timeout(self.timeout)
+            }
+            other => other,
+        })
+    }
+
+    fn exchange(&mut self, request: RequestBody) -> Result<ReplyBody, ClientError> {
         if let Err(sent) = write_frame(&mut self.stream, &Request::new(request)) {
             // htbd may refuse a peer (permissions, too many clients) and close the socket
             // before the request is written: its answer is then waiting to be read, and it

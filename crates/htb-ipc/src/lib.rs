@@ -14,9 +14,9 @@
 //! ```
 //! use htb_ipc::{Request, RequestBody, Response, read_frame, write_frame};
 //! let mut wire = Vec::new();
-//! write_frame(&mut wire, &Request::new(RequestBody::Ping)).unwrap();
+//! write_frame(&mut wire, &Request::new(RequestBody::Ping {})).unwrap();
 //! let back: Request = read_frame(&mut wire.as_slice()).unwrap();
-//! assert!(matches!(back.request, RequestBody::Ping));
+//! assert!(matches!(back.request, RequestBody::Ping {}));
 //! ```
 
 use std::io::{self, Read, Write};
@@ -35,13 +35,14 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub const MAX_MESSAGE_BYTES: u32 = 64 << 20;
 
 /// Where the daemon listens unless configured otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/htbd.sock";
+pub const DEFAULT_SOCKET: &str = "/run/htbd/htbd.sock";
 
 /// Environment variable naming the socket for `htb-cli`.
 pub const SOCKET_ENV: &str = "HTBD_SOCKET";
 
 /// A client's message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Request {
     /// [`PROTOCOL_VERSION`] of the sender.
     pub version: u32,
@@ -63,9 +64,11 @@ impl Request {
 /// What a client asks.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[serde(deny_unknown_fields)]
 pub enum RequestBody {
-    /// Is the daemon there? Answered with [`ReplyBody::Pong`].
-    Ping,
+    /// Is the daemon there? Answered with [`ReplyBody::Pong`]. (A struct variant, so that
+    /// unknown fields are refused as in the others.)
+    Ping {},
     /// Read state: answered with [`ReplyBody::Shown`].
     Show(Show),
     /// Apply commands **atomically**: all of them or none. Answered with
@@ -75,7 +78,7 @@ pub enum RequestBody {
         commands: Vec<Command>,
     },
     /// The data plane's counters: answered with [`ReplyBody::Status`].
-    Status,
+    Status {},
 }
 
 /// What `show` lists.
@@ -92,6 +95,7 @@ pub enum Object {
 
 /// A `show` request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Show {
     /// What to list (`None` in [`Default`] only; the daemon requires it).
     pub object: Option<Object>,
@@ -356,6 +360,7 @@ pub struct FilterInfo {
 
 /// The fields a filter can match; every one given must match.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MatchSpec {
     /// Source prefix, `10.0.0.0/8`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -383,6 +388,7 @@ pub struct MatchSpec {
 /// A change, as one line of tc's grammar says it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
+#[serde(deny_unknown_fields)]
 pub enum Command {
     /// `qdisc add`: fails if the interface has one.
     QdiscAdd(QdiscSpec),
@@ -461,6 +467,7 @@ impl Command {
 
 /// `qdisc … dev D root handle 1: htb default 20 r2q 10 direct_qlen 1000`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct QdiscSpec {
     /// Interface.
     pub dev: String,
@@ -480,6 +487,7 @@ pub struct QdiscSpec {
 
 /// `class … dev D parent P classid C htb rate R …`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ClassSpec {
     /// Interface.
     pub dev: String,
@@ -522,6 +530,7 @@ pub struct ClassSpec {
 /// `qdisc add|change|replace dev D parent 1:10 [handle 10:] KIND OPTIONS`: typed on the wire
 /// (the class and handle as ids, the options as the core's spec).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LeafQdiscSpec {
     /// Interface.
     pub dev: String,
@@ -536,6 +545,7 @@ pub struct LeafQdiscSpec {
 
 /// `filter add dev D parent 1: protocol ip prio 1 u32|flower … classid X`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FilterSpec {
     /// Interface.
     pub dev: String,
@@ -697,6 +707,26 @@ pub fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> Result<T, FrameErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A field the daemon does not know is an error, not silently ignored: at the top, in a
+    /// command, in a filter's match and in a leaf's options.
+    #[test]
+    fn unknown_fields_are_refused() {
+        let ok = r#"{"version":1,"request":{"type":"apply","commands":[
+            {"op":"class_delete","dev":"r2","id":"1:10"},
+            {"op":"leaf_add","dev":"r2","parent":"1:10","leaf":{"kind":"sfq","perturb":10}}]}}"#;
+        assert!(serde_json::from_str::<Request>(ok).is_ok());
+        for bad in [
+            r#"{"version":1,"request":{"type":"ping"},"extra":1}"#,
+            r#"{"version":1,"request":{"type":"ping","extra":1}}"#,
+            r#"{"version":1,"request":{"type":"apply","commands":[{"op":"class_delete","dev":"r2","id":"1:10","rate":1}]}}"#,
+            r#"{"version":1,"request":{"type":"apply","commands":[{"op":"leaf_add","dev":"r2","parent":"1:10","leaf":{"kind":"sfq","perturbb":10}}]}}"#,
+            r#"{"version":1,"request":{"type":"show","object":"class","stat":true}}"#,
+        ] {
+            let e = serde_json::from_str::<Request>(bad).unwrap_err();
+            assert!(e.to_string().contains("unknown field"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn frames_round_trip_and_errors_are_data() {

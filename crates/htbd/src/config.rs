@@ -3,7 +3,7 @@
 //! ```toml
 //! [daemon]
 //! mode = "router"              # or "bridge"
-//! socket = "/run/htbd.sock"    # control socket
+//! socket = "/run/htbd/htbd.sock"    # control socket
 //! state_dir = "/var/lib/htbd"  # live changes persist here
 //! log = "info"
 //!
@@ -383,7 +383,7 @@ impl DaemonConfig {
         Ok(Self {
             socket: daemon
                 .socket
-                .unwrap_or_else(|| PathBuf::from("/run/htbd.sock")),
+                .unwrap_or_else(|| PathBuf::from(htb_ipc::DEFAULT_SOCKET)),
             socket_group: daemon.socket_group,
             state_dir: daemon
                 .state_dir

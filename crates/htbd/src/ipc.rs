@@ -3,9 +3,11 @@
 //! Who may connect: the socket file is mode 0660, owned by root and `socket_group`; on top of
 //! that every connection's peer credentials (`SO_PEERCRED`) are checked — root, htbd's own
 //! user, or a member of `socket_group`. Nothing a client does reaches the data plane except
-//! through the control task's bounded queue: a slow client only slows itself (a started frame
-//! must arrive within [`BODY_TIMEOUT`]), a hostile one gets an error and is dropped, and at most
-//! [`MAX_CLIENTS`] are served at once.
+//! through the control task's bounded queue: a slow client only slows itself (a started frame,
+//! header included, must arrive within [`FRAME_TIMEOUT`]; a connection idle for
+//! [`IDLE_TIMEOUT`] is closed), a hostile one gets an error and is dropped, at most
+//! [`MAX_CLIENTS`] are served at once, and request bodies being read take at most
+//! [`MAX_BUFFERED_BYTES`] together (each at most `htb_ipc::MAX_MESSAGE_BYTES`).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -21,8 +23,12 @@ use crate::control::{Call, Peer};
 
 /// Clients served at once; more get [`ErrorCode::Busy`].
 pub const MAX_CLIENTS: usize = 64;
-/// Time a client has to finish a frame it started.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a client has to finish a frame it started (header and body).
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time a connection may stay open without a request (`htb-cli` reconnects after 30 s idle).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Request bytes being read at once, all clients together.
+pub const MAX_BUFFERED_BYTES: u32 = 256 << 20;
 
 /// Who may use the socket.
 #[derive(Clone, Debug)]
@@ -171,6 +177,7 @@ pub async fn serve(
     listener.set_nonblocking(true)?;
     let listener = UnixListener::from_std(listener)?;
     let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
+    let memory = Arc::new(Semaphore::new(MAX_BUFFERED_BYTES as usize));
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -190,8 +197,9 @@ pub async fn serve(
                     continue;
                 };
                 let (policy, calls) = (Arc::clone(&policy), calls.clone());
+                let memory = Arc::clone(&memory);
                 tokio::spawn(async move {
-                    client(stream, &policy, &calls).await;
+                    client(stream, &policy, &calls, &memory).await;
                     drop(permit);
                 });
             }
@@ -215,7 +223,12 @@ async fn refuse(mut stream: UnixStream, error: IpcError) {
 }
 
 /// Serves one client: frames in, one response per frame out, until it hangs up or misbehaves.
-async fn client(mut stream: UnixStream, policy: &PeerPolicy, calls: &mpsc::Sender<Call>) {
+async fn client(
+    mut stream: UnixStream,
+    policy: &PeerPolicy,
+    calls: &mpsc::Sender<Call>,
+    memory: &Semaphore,
+) {
     let peer = match stream.peer_cred() {
         Ok(cred) => {
             if let Err(why) = policy.check(cred.uid(), cred.gid(), cred.pid()) {
@@ -235,9 +248,30 @@ async fn client(mut stream: UnixStream, policy: &PeerPolicy, calls: &mpsc::Sende
     };
     loop {
         let mut header = [0u8; 4];
-        // Between frames a client may idle as long as it likes (htb-cli monitor does).
-        if stream.read_exact(&mut header).await.is_err() {
-            return;
+        // Between frames a client may idle (htb-cli monitor does), up to IDLE_TIMEOUT.
+        match tokio::time::timeout(IDLE_TIMEOUT, stream.read_exact(&mut header[..1])).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::debug!("control socket: closing a connection idle for {IDLE_TIMEOUT:?}");
+                return;
+            }
+        }
+        // From its first byte, the whole frame must arrive within FRAME_TIMEOUT.
+        let deadline = tokio::time::Instant::now() + FRAME_TIMEOUT;
+        let late = || {
+            IpcError::new(
+                ErrorCode::BadRequest,
+                format!("message not complete within {FRAME_TIMEOUT:?}"),
+            )
+        };
+        match tokio::time::timeout_at(deadline, stream.read_exact(&mut header[1..])).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => return,
+            Err(_) => {
+                refuse(stream, late()).await;
+                return;
+            }
         }
         let len = match htb_ipc::body_len(header) {
             Ok(len) => len,
@@ -251,26 +285,34 @@ async fn client(mut stream: UnixStream, policy: &PeerPolicy, calls: &mpsc::Sende
                 return;
             }
         };
-        // Read what actually arrives (no allocation of the announced size up front).
+        // The announced size is reserved against the total, then read as it arrives (no
+        // allocation of the announced size up front).
+        let Ok(reserved) = memory.try_acquire_many(u32::try_from(len).unwrap_or(u32::MAX)) else {
+            refuse(
+                stream,
+                IpcError::new(
+                    ErrorCode::Busy,
+                    format!("{MAX_BUFFERED_BYTES} bytes of requests are being read; try again"),
+                ),
+            )
+            .await;
+            return;
+        };
         let mut body = Vec::new();
         let mut limited = (&mut stream).take(len as u64);
         let read = limited.read_to_end(&mut body);
-        match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        match tokio::time::timeout_at(deadline, read).await {
             Ok(Ok(n)) if n == len => {}
             Ok(_) => return,
             Err(_) => {
-                refuse(
-                    stream,
-                    IpcError::new(
-                        ErrorCode::BadRequest,
-                        format!("message not complete within {BODY_TIMEOUT:?}"),
-                    ),
-                )
-                .await;
+                refuse(stream, late()).await;
                 return;
             }
         }
-        let request: Request = match serde_json::from_slice(&body) {
+        let parsed = serde_json::from_slice::<Request>(&body);
+        drop(body);
+        drop(reserved);
+        let request: Request = match parsed {
             Ok(request) => request,
             Err(e) => {
                 let error = IpcError::new(ErrorCode::BadRequest, format!("malformed request: {e}"));
@@ -281,7 +323,7 @@ async fn client(mut stream: UnixStream, policy: &PeerPolicy, calls: &mpsc::Sende
             }
         };
         let (tx, rx) = oneshot::channel();
-        if calls.send((request, peer, tx)).await.is_err() {
+        if calls.send(Call::Client(request, peer, tx)).await.is_err() {
             refuse(
                 stream,
                 IpcError::new(ErrorCode::ShuttingDown, "htbd is stopping"),

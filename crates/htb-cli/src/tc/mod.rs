@@ -25,7 +25,7 @@ use std::io::{Read, Write};
 
 use htb_ipc::{Command, IpcError, Object, ReplyBody, RequestBody, Show};
 
-use crate::client::{Client, ClientError, socket_path};
+use crate::client::{Client, ClientError, DEFAULT_TIMEOUT, socket_path};
 use format::Style;
 use parse::{Action, Invocation, Options};
 
@@ -84,7 +84,10 @@ fn run(invocation: Invocation, out: &mut impl Write, err: &mut impl Write) -> u8
         }
         Some(action) => action,
     };
-    let mut client = match Client::connect(&socket_path(options.socket.as_deref())) {
+    let mut client = match Client::connect(
+        &socket_path(options.socket.as_deref()),
+        options.timeout.unwrap_or(DEFAULT_TIMEOUT),
+    ) {
         Ok(c) => c,
         Err(e) => return daemon_error(err, &e),
     };
@@ -182,7 +185,10 @@ fn batch(options: &Options, out: &mut impl Write, err: &mut impl Write) -> u8 {
             Action::Monitor(_) | Action::Status | Action::Help(_) | Action::Version => {}
         }
     }
-    let mut client = match Client::connect(&socket_path(options.socket.as_deref())) {
+    let mut client = match Client::connect(
+        &socket_path(options.socket.as_deref()),
+        options.timeout.unwrap_or(DEFAULT_TIMEOUT),
+    ) {
         Ok(c) => c,
         Err(e) => return daemon_error(err, &e),
     };

@@ -30,6 +30,8 @@ pub struct Options {
     pub iec: bool,
     /// `--socket PATH`.
     pub socket: Option<String>,
+    /// `--timeout SECS`: how long to wait for htbd's answer.
+    pub timeout: Option<std::time::Duration>,
     /// `-b FILE` / `batch FILE`.
     pub batch: Option<String>,
 }
@@ -64,6 +66,27 @@ pub fn parse_command_line(args: &[String]) -> Result<Invocation> {
             };
             options.socket = Some(path.clone());
             rest = more;
+        } else if a == "--timeout" || a.starts_with("--timeout=") {
+            let value = match a.strip_prefix("--timeout=") {
+                Some(v) => v.to_owned(),
+                None => {
+                    let Some((v, more)) = rest.split_first() else {
+                        return usage("--timeout needs a number of seconds");
+                    };
+                    rest = more;
+                    v.clone()
+                }
+            };
+            let secs = value
+                .parse::<f64>()
+                .ok()
+                .filter(|s| (0.001..=86_400.0).contains(s))
+                .ok_or_else(|| {
+                    UsageError(format!(
+                        "Illegal \"--timeout\" {value:?} (seconds, 0.001 to 86400)"
+                    ))
+                })?;
+            options.timeout = Some(std::time::Duration::from_secs_f64(secs));
         } else if a == "--help" || matches(a, "-help") {
             return Ok(Invocation {
                 options,

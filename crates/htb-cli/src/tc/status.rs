@@ -14,7 +14,7 @@ pub(super) fn run(
     options: &Options,
     out: &mut impl Write,
 ) -> Result<(), ClientError> {
-    let ReplyBody::Status(status) = client.call(RequestBody::Status)? else {
+    let ReplyBody::Status(status) = client.call(RequestBody::Status {})? else {
         return Err(ClientError::Unexpected);
     };
     let text = if options.json {

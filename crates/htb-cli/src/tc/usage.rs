@@ -10,8 +10,9 @@ Usage: htb-cli [ OPTIONS ] OBJECT { COMMAND | help }
        htb-cli sim SCENARIO.toml [ --json ] [ --svg OUT.svg ]
 where  OBJECT := { qdisc | class | filter }
        OPTIONS := { -s[tatistics] | -d[etails] | -r[aw] | -i[ec] | -j[son] | -p[retty] |
-                    -b[atch] FILE | -V[ersion] | -h[elp] | --socket PATH }
-The daemon is reached at /run/htbd.sock, or $HTBD_SOCKET, or --socket PATH.";
+                    -b[atch] FILE | -V[ersion] | -h[elp] | --socket PATH | --timeout SECS }
+The daemon is reached at /run/htbd/htbd.sock, or $HTBD_SOCKET, or --socket PATH, and
+its answer awaited --timeout SECS (default 10).";
 
 /// The filter usage (`tc filter help`, for the HTB parts).
 pub(crate) const FILTER_USAGE: &str = "\

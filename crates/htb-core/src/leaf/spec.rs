@@ -73,7 +73,7 @@ impl fmt::Display for LeafKind {
 #[cfg_attr(
     feature = "serde",
     derive(serde::Serialize, serde::Deserialize),
-    serde(default)
+    serde(default, deny_unknown_fields)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FqCodelSpec {
@@ -102,7 +102,7 @@ pub struct FqCodelSpec {
 #[cfg_attr(
     feature = "serde",
     derive(serde::Serialize, serde::Deserialize),
-    serde(default)
+    serde(default, deny_unknown_fields)
 )]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SfqSpec {
@@ -127,7 +127,7 @@ pub struct SfqSpec {
 #[cfg_attr(
     feature = "serde",
     derive(serde::Serialize, serde::Deserialize),
-    serde(tag = "kind", rename_all = "snake_case")
+    serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)
 )]
 pub enum LeafSpec {
     /// `pfifo [limit PACKETS]` (default: `txqueuelen`, 1000).
