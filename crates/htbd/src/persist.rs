@@ -23,7 +23,11 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use htb_ipc::Command;
-use serde::{Deserialize, Serialize};
+
+mod saved;
+
+use self::saved::JournalLine;
+pub use self::saved::{Journal, Saved, SnapshotMeta, parse_journal, trees_hash};
 
 /// Batches in the journal that trigger a new snapshot.
 pub const COMPACT_AFTER: usize = 10_000;
@@ -87,152 +91,6 @@ fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
         what,
         path: path.to_owned(),
         source,
-    }
-}
-
-/// One journal line.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JournalLine {
-    seq: u64,
-    commands: Vec<Command>,
-}
-
-/// The snapshot's machine-read facts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SnapshotMeta {
-    /// The last journal batch the snapshot contains (0: none yet).
-    pub last_seq: u64,
-    /// Hash of the config file's trees the state started from ([`trees_hash`]); `None` in a
-    /// snapshot from before it was recorded.
-    pub config_hash: Option<String>,
-}
-
-impl SnapshotMeta {
-    fn line(&self) -> String {
-        let mut line = format!("{META_PREFIX} last-batch={}", self.last_seq);
-        if let Some(hash) = &self.config_hash {
-            line.push_str(&format!(" config-trees={hash}"));
-        }
-        line
-    }
-
-    fn parse(text: &str) -> Self {
-        let mut meta = Self::default();
-        let Some(line) = text.lines().find_map(|l| l.strip_prefix(META_PREFIX)) else {
-            return meta;
-        };
-        for field in line.split_whitespace() {
-            match field.split_once('=') {
-                Some(("last-batch", n)) => meta.last_seq = n.parse().unwrap_or(0),
-                Some(("config-trees", h)) => meta.config_hash = Some(h.to_owned()),
-                _ => {}
-            }
-        }
-        meta
-    }
-}
-
-/// A stable hash (FNV-1a, 64 bits, hex) of the config file's trees in their canonical form, so
-/// that a changed comment or log level does not count as a changed config.
-#[must_use]
-pub fn trees_hash(canonical: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in canonical.bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
-}
-
-/// What a previous run left.
-#[derive(Debug, Default)]
-pub struct Saved {
-    /// The snapshot's text, if there is one.
-    pub snapshot: Option<String>,
-    /// The snapshot's first line, which records when and from what it was written.
-    pub header: Option<String>,
-    /// The snapshot's machine-read facts.
-    pub meta: SnapshotMeta,
-    /// Journal batches after the snapshot, in order, with their sequence numbers.
-    pub journal: Vec<(u64, Vec<Command>)>,
-    /// Journal batches skipped because the snapshot already contains them.
-    pub already_in_snapshot: usize,
-    /// A torn last line (from a crash mid-write) was found: its 1-based line number.
-    pub torn_line: Option<usize>,
-}
-
-impl Saved {
-    /// Reads what is saved in `dir`, changing nothing (`htbd --check`, and [`Store::open`]).
-    /// Returns the saved state and the journal's complete length in bytes.
-    ///
-    /// # Errors
-    /// A file cannot be read, or the journal is damaged before its last line.
-    pub fn read(dir: &Path) -> Result<(Self, u64), StoreError> {
-        let snapshot_path = dir.join(SNAPSHOT);
-        let snapshot = match fs::read_to_string(&snapshot_path) {
-            Ok(text) => Some(text),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_error("read", &snapshot_path)(e)),
-        };
-        let header = snapshot
-            .as_deref()
-            .and_then(|s| s.lines().next())
-            .filter(|l| l.starts_with('#') && !l.starts_with(META_PREFIX))
-            .map(|l| l.trim_start_matches('#').trim().to_owned());
-        let meta = snapshot
-            .as_deref()
-            .map(SnapshotMeta::parse)
-            .unwrap_or_default();
-        let journal_path = dir.join(JOURNAL);
-        let bytes = match fs::read(&journal_path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(io_error("read", &journal_path)(e)),
-        };
-        let mut saved = Self {
-            snapshot,
-            header,
-            meta,
-            ..Self::default()
-        };
-        // Everything after the last newline is a write that never completed.
-        let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        let mut last_seq = 0;
-        for (n, line) in bytes[..complete].split(|&b| b == b'\n').enumerate() {
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let damaged = |reason: String| StoreError::Damaged {
-                path: journal_path.clone(),
-                line: n + 1,
-                reason,
-            };
-            let entry: JournalLine =
-                serde_json::from_slice(line).map_err(|e| damaged(e.to_string()))?;
-            if entry.seq <= last_seq {
-                return Err(damaged(format!(
-                    "batch {} follows batch {last_seq}: out of order",
-                    entry.seq
-                )));
-            }
-            last_seq = entry.seq;
-            if entry.seq <= saved.meta.last_seq {
-                saved.already_in_snapshot += 1;
-            } else {
-                saved.journal.push((entry.seq, entry.commands));
-            }
-        }
-        if complete < bytes.len() {
-            saved.torn_line = Some(bytes[..complete].iter().filter(|&&b| b == b'\n').count() + 1);
-        }
-        Ok((saved, complete as u64))
-    }
-
-    /// The sequence number the next batch gets.
-    fn next_seq(&self) -> u64 {
-        let last = self.journal.last().map_or(0, |(seq, _)| *seq);
-        last.max(self.meta.last_seq) + 1
     }
 }
 
