@@ -96,17 +96,25 @@ impl Control {
     /// Serves calls until every sender is gone.
     pub async fn run(mut self, mut calls: mpsc::Receiver<Call>) {
         while let Some(call) = calls.recv().await {
-            match call {
+            let changed = match call {
                 Call::Client(request, peer, reply) => {
+                    let applies = matches!(request.request, RequestBody::Apply { .. });
                     let response = self.handle(request, peer).await;
+                    let changed = applies && response.result.is_ok();
                     // The client may have gone; the change (if any) stands regardless.
                     let _ = reply.send(response);
+                    changed
                 }
                 Call::Reload { trees, hash, reply } => {
-                    let _ = reply.send(self.reload(&trees, hash).await);
+                    let reloaded = self.reload(&trees, hash).await;
+                    let changed = reloaded.is_ok();
+                    let _ = reply.send(reloaded);
+                    changed
                 }
+            };
+            if changed {
+                crate::service::status(&self.model);
             }
-            crate::service::status(&self.model);
         }
     }
 
