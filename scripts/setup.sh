@@ -2,11 +2,12 @@
 # Installs what building and testing htb needs, skipping whatever is already there:
 # Debian packages (clang/llvm/libelf/zlib/m4/pkg-config/make build the XDP program and libxdp;
 # iproute2/iputils-ping/ethtool/iperf3 run the network-namespace lab, nftables gives a lab test
-# netfilter rules) and a Rust toolchain.
+# netfilter rules, systemd's systemd-analyze checks the service unit) and a Rust toolchain with
+# a nightly and cargo-fuzz for the fuzz targets.
 set -euo pipefail
 
 PACKAGES=(clang llvm libelf-dev zlib1g-dev m4 pkg-config make libbpf-dev
-          iproute2 iputils-ping ethtool iperf3 nftables curl ca-certificates)
+          iproute2 iputils-ping ethtool iperf3 nftables systemd curl ca-certificates)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -35,3 +36,11 @@ for component in clippy rustfmt; do
         rustup component add "$component"
     fi
 done
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    echo "setup: installing the nightly toolchain (cargo fuzz needs it)"
+    rustup toolchain install nightly --profile minimal
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "setup: installing cargo-fuzz"
+    cargo install cargo-fuzz --locked --quiet
+fi

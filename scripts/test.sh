@@ -23,6 +23,8 @@ fi
 step "unit, property, simulation, CLI and netns lab tests"
 HTBD_BIN="$PWD/target/release/htbd" HTB_CLI_BIN="$PWD/target/release/htb-cli" \
     HTB_XDP_GEN_BIN="$PWD/target/release/htb-xdp-gen" cargo test --workspace "${LAB[@]}"
+step "fuzz targets, 10 s each (long runs: scripts/fuzz.sh SECONDS)"
+scripts/fuzz.sh 10
 step "benchmarks compile (run them with: cargo bench --bench complexity)"
 cargo bench --no-run --quiet
 step "htb-core builds and runs in a #![no_std] program"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target for SECONDS each (default 60), seeded from fuzz/corpus/ (the
+# committed seeds; new inputs go to target/fuzz-corpus/, not into the repository), and prints
+# and saves each target's executions and outcome in target/htb-bench/fuzz.json.
+#   scripts/fuzz.sh 10       # what CI runs
+#   scripts/fuzz.sh 1800     # a long run
+# A crash or a hang (an input running over 10 s) fails the script and leaves the input in
+# fuzz/artifacts/TARGET/ (reproduce: cargo +nightly fuzz run TARGET fuzz/artifacts/TARGET/FILE).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-60}"
+root="$PWD"
+mkdir -p target/htb-bench
+cd fuzz
+cargo +nightly fuzz build 2>&1 | tail -n 1
+results=()
+status=0
+for target in $(cargo +nightly fuzz list); do
+    scratch="$root/target/fuzz-corpus/$target"
+    mkdir -p "$scratch" "artifacts/$target"
+    log="$root/target/fuzz-$target.log"
+    if cargo +nightly fuzz run "$target" "$scratch" "corpus/$target" -- \
+        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        >"$log" 2>&1; then
+        outcome=ok
+    else
+        outcome=failed
+        status=1
+    fi
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n 1)
+    execs="${execs:-0}"
+    printf '%-12s %-7s %12s executions in %ss\n' "$target" "$outcome" "$execs" "$secs"
+    if [ "$outcome" = failed ]; then
+        grep -E 'ERROR|panicked|SUMMARY|Test unit written' "$log" | head -n 20 || true
+    fi
+    results+=("{\"target\":\"$target\",\"seconds\":$secs,\"executions\":$execs,\"outcome\":\"$outcome\"}")
+done
+(IFS=,; echo "[${results[*]}]") >"$root/target/htb-bench/fuzz.json"
+echo "saved target/htb-bench/fuzz.json"
+exit "$status"
