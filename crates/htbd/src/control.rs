@@ -194,7 +194,8 @@ impl Control {
                 store.set_config_hash(hash);
                 store.compact(&header, &state)
             })
-            .await?;
+            .await
+            .and_then(|r| r.map_err(|e| internal(e.to_string())));
         if let Err(e) = compacted {
             tracing::warn!(
                 "reloaded, but the snapshot recording the new config file failed ({e}): a \
@@ -273,7 +274,13 @@ impl Control {
             }
         }
         let batch = commands.to_vec();
-        let appended = match self.on_store(move |store| store.append(&batch)).await {
+        let appended = self
+            .on_store(move |store| {
+                let appended = store.append(&batch)?;
+                Ok::<_, StoreError>((appended, store.wants_compaction()))
+            })
+            .await;
+        let (appended, wants_compaction) = match appended {
             Ok(Ok(appended)) => appended,
             Ok(Err(e)) => {
                 self.model.revert(plan);
@@ -319,7 +326,7 @@ impl Control {
             )));
         }
         drop(appended);
-        if self.on_store(|store| store.wants_compaction()).await? {
+        if wants_compaction {
             let state = self.model.to_toml();
             let header = self.header.clone();
             let faults = self.faults.clone();
@@ -327,9 +334,12 @@ impl Control {
                 .on_store(move |store| {
                     store.compact_observed(&header, &state, |step| faults.compaction_step(step))
                 })
-                .await?;
+                .await;
+            // The batch is live and journaled either way: a failed compaction is retried
+            // after the next batch.
             match compacted {
-                Ok(()) => tracing::info!("saved state compacted into a snapshot"),
+                Ok(Ok(())) => tracing::info!("saved state compacted into a snapshot"),
+                Ok(Err(e)) => tracing::warn!("cannot compact the saved state: {e}"),
                 Err(e) => tracing::warn!("cannot compact the saved state: {e}"),
             }
         }

@@ -459,7 +459,8 @@ fn live_changes_survive_kill_and_restart() {
     let dir = htbd.into_dir();
     let htbd = Htbd::start_in(&lab, &cfg, dir);
     assert!(
-        htbd.log_text().contains("loaded the live state"),
+        htbd.log_text()
+            .contains("starting from the saved live state"),
         "{}",
         htbd.log_text()
     );
