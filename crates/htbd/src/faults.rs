@@ -4,7 +4,9 @@
 //!   (`tmp-written`, `tmp-synced`, `renamed`, `dir-synced`, `journal-truncated`), as `kill -9`
 //!   there would leave the files;
 //! - `refuse-plane-op:N` — in every batch, the data plane's operation N fails (as a bug
-//!   between the model and the data plane would), to prove batches are all or nothing.
+//!   between the model and the data plane would), to prove batches are all or nothing;
+//! - `hang-data-plane-after:MS` — MS milliseconds after start, the data-plane thread blocks
+//!   for good (in a job that never returns), to prove the watchdog stops being fed.
 //!
 //! htbd logs a warning naming the faults when any is set.
 
@@ -20,6 +22,7 @@ use crate::persist::CompactStep;
 pub struct Faults {
     crash_in_compaction: Option<CompactStep>,
     refuse_plane_op: Option<usize>,
+    hang_data_plane_after: Option<u64>,
 }
 
 /// The environment variable.
@@ -62,6 +65,12 @@ impl Faults {
                         .map_err(|_| format!("{VAR}: refuse-plane-op:{arg}: not a number"))?;
                     faults.refuse_plane_op = Some(n);
                 }
+                "hang-data-plane-after" => {
+                    let ms = arg.parse().map_err(|_| {
+                        format!("{VAR}: hang-data-plane-after:{arg}: not a number of ms")
+                    })?;
+                    faults.hang_data_plane_after = Some(ms);
+                }
                 other => return Err(format!("{VAR}: unknown fault {other:?}")),
             }
         }
@@ -84,6 +93,21 @@ impl Faults {
             std::process::abort();
         }
         ControlFlow::Continue(())
+    }
+
+    /// After the configured delay, blocks the data-plane thread for good.
+    pub async fn hang_data_plane(&self, engine: htb_xdp::EngineHandle) {
+        let Some(ms) = self.hang_data_plane_after else {
+            return;
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        eprintln!("htbd: {VAR}: hanging the data plane");
+        let job: htb_xdp::Job = Box::new(|_engine: &mut htb_xdp::Engine| {
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
+        });
+        let _ = engine.execute(job);
     }
 
     /// Replaces operation N of a batch with one the data plane refuses (deleting a class that
@@ -117,5 +141,7 @@ mod tests {
         );
         assert!(Faults::parse("refuse-plane-op:x").is_err());
         assert!(Faults::parse("explode").is_err());
+        let f = Faults::parse("hang-data-plane-after:1500").unwrap();
+        assert_eq!(f.hang_data_plane_after, Some(1500));
     }
 }

@@ -289,18 +289,21 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
             source,
         })?;
     service::ready(&model);
+    let hang_faults = faults.clone();
     let control = control::Control::new(model, store, dataplane.handle.clone(), header, faults);
     let engine = dataplane.handle.clone();
     let served = runtime.block_on(async {
         let (calls_tx, calls) = tokio::sync::mpsc::channel(64);
         let (stop_tx, stop) = tokio::sync::watch::channel(false);
         let control = tokio::spawn(control.run(calls));
-        let watchdog = tokio::spawn(service::watchdog(engine));
+        let watchdog = tokio::spawn(service::watchdog(engine.clone()));
+        let hang = tokio::spawn(async move { hang_faults.hang_data_plane(engine).await });
         let policy = std::sync::Arc::new(policy);
         let server = ipc::serve(&mut socket, policy, calls_tx.clone(), stop);
         let signals = signals::handle(&options.config_path, calls_tx, stop_tx);
         let (served, handled) = tokio::join!(server, signals);
         watchdog.abort();
+        hang.abort();
         control.abort();
         handled?;
         served.map_err(|source| DaemonError::Io {

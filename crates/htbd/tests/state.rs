@@ -329,6 +329,27 @@ fn a_crash_at_every_step_of_compaction_restarts_with_exactly_the_acknowledged_ch
 fn a_half_sent_header_loses_its_slot_and_htb_cli_times_out_on_a_hung_htbd() {
     let lab = Lab::up("htbs", "router");
     let htbd = Htbd::start(&lab, &config("10mbit"));
+    // Four clients announce 64 MiB each and trickle: together they hold the 256 MiB that
+    // requests being read may take, so a fifth is refused as busy, not buffered.
+    let announce = |bytes: u32| {
+        let mut s = UnixStream::connect(htbd.socket()).unwrap();
+        s.write_all(&bytes.to_be_bytes()).unwrap();
+        s.write_all(b"{\"version\"").unwrap();
+        s
+    };
+    let _holders: Vec<UnixStream> = (0..4).map(|_| announce(64 << 20)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut fifth = announce(64 << 20);
+    fifth
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = fifth.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        text.contains("busy") && text.contains("being read"),
+        "{text:?}"
+    );
     // Three bytes of a header, then silence: an error within the frame timeout, then closed.
     let mut stream = UnixStream::connect(htbd.socket()).unwrap();
     stream.write_all(&[0, 0, 0]).unwrap();
@@ -364,4 +385,120 @@ fn a_half_sent_header_loses_its_slot_and_htb_cli_times_out_on_a_hung_htbd() {
     );
     assert!(waited < Duration::from_secs(3), "htb-cli waited {waited:?}");
     htbd.cli_ok(&["class", "show", "dev", "r2"]);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn router_mode_refuses_to_start_without_ip_forward_and_changes_no_sysctl() {
+    let lab = Lab::up("htbs", "router");
+    let forwarding = || {
+        String::from_utf8_lossy(&lab.exec(R, &["sysctl", "-n", "net.ipv4.ip_forward"]).stdout)
+            .trim()
+            .to_owned()
+    };
+    lab.exec(R, &["sysctl", "-qw", "net.ipv4.ip_forward=0"]);
+    let err = htbd_fails(&lab, &config("10mbit"));
+    assert!(
+        err.contains("net.ipv4.ip_forward is 0") && err.contains("sysctl -w net.ipv4.ip_forward=1"),
+        "{err}"
+    );
+    assert_eq!(forwarding(), "0", "htbd changed the sysctl");
+    lab.exec(R, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    let htbd = Htbd::start(&lab, &config("10mbit"));
+    let (status, _) = htbd.terminate();
+    assert!(status.success());
+    assert_eq!(forwarding(), "1", "htbd changed the sysctl at stop");
+}
+
+/// What the service manager hears (`NOTIFY_SOCKET`), with when.
+fn notifications(
+    socket: std::os::unix::net::UnixDatagram,
+) -> std::sync::Arc<std::sync::Mutex<Vec<(Instant, String)>>> {
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = std::sync::Arc::clone(&heard);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = socket.recv(&mut buf) {
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            sink.lock().unwrap().push((Instant::now(), text));
+        }
+    });
+    heard
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn the_service_manager_hears_ready_reload_status_stopping_and_a_watchdog_only_a_live_data_plane_feeds()
+ {
+    let lab = Lab::up("htbs", "router");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify.sock");
+    let heard = notifications(std::os::unix::net::UnixDatagram::bind(&path).unwrap());
+    let started = Instant::now();
+    let mut htbd = Htbd::start_with(
+        &lab,
+        &config("10mbit"),
+        dir,
+        &[
+            ("NOTIFY_SOCKET", path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "1000000"),
+            ("HTBD_FAULTS", "hang-data-plane-after:4000"),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    let line = htbd.reload(&config("12mbit"));
+    assert!(line.contains("1 change(s) applied"), "{line}");
+    htbd.wait_for_log("hanging the data plane", Duration::from_secs(6));
+    let hung = Instant::now();
+    std::thread::sleep(Duration::from_millis(2500));
+    htbd.signal("TERM");
+    std::thread::sleep(Duration::from_millis(500));
+    let heard = heard.lock().unwrap().clone();
+    let texts: Vec<&str> = heard.iter().map(|(_, t)| t.as_str()).collect();
+    eprintln!(
+        "{} notifications: {:?}",
+        texts.len(),
+        texts
+            .iter()
+            .filter(|t| !t.starts_with("WATCHDOG"))
+            .collect::<Vec<_>>()
+    );
+    let first = |needle: &str| texts.iter().position(|t| t.contains(needle));
+    let ready = first("READY=1").expect("READY=1");
+    assert!(
+        texts[ready].contains("STATUS=shaping: ports 2 (r1, r2), classes 3"),
+        "{}",
+        texts[ready]
+    );
+    let reloading = first("RELOADING=1").expect("RELOADING=1");
+    assert!(
+        texts[reloading].contains("MONOTONIC_USEC="),
+        "{}",
+        texts[reloading]
+    );
+    assert!(reloading > ready && texts[reloading + 1..].iter().any(|t| t.contains("READY=1")));
+    assert!(
+        first("STOPPING=1").is_some_and(|i| i > reloading),
+        "{texts:?}"
+    );
+    // Fed about every 500 ms while the data plane runs; never once it hangs.
+    let fed = |from: Instant, to: Instant| {
+        heard
+            .iter()
+            .filter(|(at, t)| *at >= from && *at < to && t.contains("WATCHDOG=1"))
+            .count()
+    };
+    let before = fed(started, started + Duration::from_millis(3500));
+    let after = fed(hung + Duration::from_millis(600), Instant::now());
+    eprintln!("WATCHDOG=1: {before} in the first 3.5 s, {after} after the data plane hung");
+    assert!(
+        before >= 4,
+        "watchdog fed only {before} times while the data plane ran"
+    );
+    assert_eq!(after, 0, "the watchdog was fed by a hung data plane");
+    assert!(
+        htbd.log_text().contains("did not answer"),
+        "{}",
+        htbd.log_text()
+    );
 }
