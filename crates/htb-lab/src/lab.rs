@@ -559,6 +559,18 @@ impl Htbd {
         dir: tempfile::TempDir,
         env: &[(&str, &str)],
     ) -> Self {
+        Self::start_under(lab, config, dir, env, &[])
+    }
+
+    /// As [`start_with`](Self::start_with), run through `wrapper` (`setpriv …`), which gets
+    /// htbd's path and arguments after its own.
+    pub fn start_under(
+        lab: &Lab,
+        config: &str,
+        dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Self {
         let text = config
             .replace(
                 "@SOCKET@",
@@ -568,8 +580,15 @@ impl Htbd {
         let path = dir.path().join("htbd.toml");
         std::fs::write(&path, text).unwrap();
         let log = dir.path().join("htbd.log");
+        let bin = htbd_bin();
+        let (program, args) = match wrapper.split_first() {
+            Some((program, args)) => (*program, args.to_vec()),
+            None => (bin.to_str().unwrap(), Vec::new()),
+        };
         let child = lab
-            .cmd(R, htbd_bin().to_str().unwrap())
+            .cmd(R, program)
+            .args(args)
+            .args(wrapper.first().map(|_| bin.to_str().unwrap()))
             .args(["--config", path.to_str().unwrap()])
             .env("RUST_LOG", "info")
             .envs(env.iter().copied())

@@ -502,3 +502,65 @@ fn the_service_manager_hears_ready_reload_status_stopping_and_a_watchdog_only_a_
         htbd.log_text()
     );
 }
+
+/// The capabilities `dist/htbd.service` bounds htbd to, as setpriv names them.
+fn unit_capabilities() -> String {
+    let unit = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/htbd.service"),
+    )
+    .unwrap();
+    let line = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit bounds capabilities");
+    line.split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn htbd_shapes_with_only_the_capabilities_the_unit_grants() {
+    let lab = Lab::up("htbs", "router");
+    let caps = format!("-all,{}", unit_capabilities());
+    assert_eq!(caps, "-all,+net_admin,+net_raw,+bpf,+perfmon,+sys_nice");
+    // Without CAP_IPC_LOCK the UMEM counts against RLIMIT_MEMLOCK, which the unit lifts
+    // (LimitMEMLOCK=infinity) but this sandbox cannot: a UMEM that fits in 8 MiB.
+    let small = config("10mbit").replace(
+        "realtime = 1",
+        "realtime = 1\nframes = 3072\nring_size = 256",
+    );
+    let htbd = Htbd::start_under(
+        &lab,
+        &small,
+        tempfile::tempdir().unwrap(),
+        &[],
+        &[
+            "setpriv",
+            "--bounding-set",
+            &caps,
+            "--inh-caps=-all",
+            "--no-new-privs",
+        ],
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", htbd.pid())).unwrap();
+    let effective = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    // CAP_NET_ADMIN 12, CAP_NET_RAW 13, CAP_SYS_NICE 23, CAP_PERFMON 38, CAP_BPF 39.
+    let granted = (1u64 << 12) | (1 << 13) | (1 << 23) | (1 << 38) | (1 << 39);
+    assert_eq!(effective & !granted, 0, "htbd has more: {effective:x}");
+    let before = htbd.class_stats("r2", "1:20");
+    let load = lab.udp_load(5202, "30M", 4);
+    load.assert_saturates("1:20 with the unit's capabilities", 20e6);
+    htbd.assert_class_saturated("r2", "1:20", &before);
+    assert_within(
+        "1:20 with the unit's capabilities",
+        load.delivered_bps,
+        20e6,
+        0.03,
+    );
+}
