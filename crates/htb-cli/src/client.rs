@@ -36,8 +36,8 @@ pub enum ClientError {
     Unexpected,
     /// htbd did not answer in time.
     #[error(
-        "htbd did not answer within {}s (is it hung? see journalctl -u htbd; pass --timeout \
-         SECS to wait longer)",
+        "htbd did not answer within {}s (is it hung? see journalctl -u htbd; a change sent may \
+         still be applied, check with show; pass --timeout SECS to wait longer)",
         .0.as_secs_f64()
     )]
     Timeout(Duration),
