@@ -101,7 +101,7 @@ pub struct InterfaceTrees {
     pub name: String,
     /// Its HTB tree (`None`: unshaped).
     pub tree: Option<TreeSpec>,
-    /// Its filters, with handles.
+    /// Its filters, with handles, in evaluation order ([`FilterEntry::order`]).
     pub filters: Vec<FilterEntry>,
 }
 
@@ -178,7 +178,7 @@ fn interface_trees(
     }
     assign_handles(&mut filters);
     let mut filters: Vec<FilterEntry> = filters.into_iter().map(|(f, _)| f).collect();
-    filters.sort_by_key(|f| (f.prio, f.handle));
+    filters.sort_by_key(FilterEntry::order);
     Ok(InterfaceTrees {
         name,
         tree,

@@ -366,13 +366,7 @@ impl Control {
             let Some(port) = self.model.ports.iter().find(|p| p.name == name) else {
                 continue;
             };
-            let tree = port.qdisc.as_ref().map(crate::model::QdiscModel::tree);
-            let filters = port
-                .qdisc
-                .as_ref()
-                .map(crate::model::QdiscModel::data_filters)
-                .unwrap_or_default();
-            match new_scheduler(tree.as_ref()) {
+            match new_scheduler(port.tree().as_ref()) {
                 Ok(scheduler) => {
                     ops.push(PlaneOp::SetTree {
                         port: name.clone(),
@@ -380,7 +374,7 @@ impl Control {
                     });
                     ops.push(PlaneOp::SetFilters {
                         port: name,
-                        filters,
+                        filters: port.data_filters(),
                     });
                 }
                 Err(e) => tracing::error!("cannot rebuild the tree of {name}: {e}"),

@@ -251,12 +251,8 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
             .map_or(0, |d| d.as_secs())
     );
     for (port, state) in config.engine.ports.iter_mut().zip(&model.ports) {
-        port.tree = state.qdisc.as_ref().map(model::QdiscModel::tree);
-        port.filters = state
-            .qdisc
-            .as_ref()
-            .map(model::QdiscModel::data_filters)
-            .unwrap_or_default();
+        port.tree = state.tree();
+        port.filters = state.data_filters();
     }
 
     match config.engine.mode {

@@ -11,11 +11,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use htb_config::{ClassDef, LeafDef, TreeSpec};
-use htb_core::{ClassId, LinkLayer, SchedulerConfig};
+use htb_core::{ClassId, SchedulerConfig};
 use htb_ipc::{ClassSpec, Command, ErrorCode, FilterSpec, IpcError, LeafQdiscSpec, QdiscSpec};
 
 use crate::InterfaceTrees;
-use crate::model::{FilterEntry, Model, QdiscModel, match_spec};
+use crate::model::{FilterEntry, Model, QdiscModel, link_layer_name, match_spec};
 
 fn refuse(message: String) -> IpcError {
     IpcError::new(ErrorCode::Invalid, message)
@@ -74,7 +74,7 @@ fn qdisc_matches(q: &QdiscModel, tree: &TreeSpec, filters: &[FilterEntry]) -> bo
                     && leaf_matches(have.leaf.as_ref(), want.leaf.as_ref())
             })
         })
-        && q.filters == sorted(filters)
+        && q.filters == filters
 }
 
 fn leaf_matches(have: Option<&LeafDef>, want: Option<&LeafDef>) -> bool {
@@ -83,12 +83,6 @@ fn leaf_matches(have: Option<&LeafDef>, want: Option<&LeafDef>) -> bool {
         (Some(h), Some(w)) => h.config == w.config && w.handle.is_none_or(|x| h.handle == Some(x)),
         _ => false,
     }
-}
-
-fn sorted(filters: &[FilterEntry]) -> Vec<FilterEntry> {
-    let mut filters = filters.to_vec();
-    filters.sort_by_key(|f| (f.prio, f.handle));
-    filters
 }
 
 /// The qdisc parameters tc's `qdisc change` cannot set.
@@ -195,10 +189,8 @@ fn differences(
         gone.extend(more);
     }
     // Filters keep a class from being deleted: when they change or target a class that goes,
-    // all go first and the file's come back at the end.
-    let new_filters = sorted(filters);
-    let filters_change =
-        q.filters != new_filters || q.filters.iter().any(|f| gone.contains(&f.class));
+    // all go first and the file's come back at the end. (Both lists are in evaluation order.)
+    let filters_change = q.filters != filters || q.filters.iter().any(|f| gone.contains(&f.class));
     if filters_change {
         out.push(Command::FilterDelete {
             dev: dev.to_owned(),
@@ -258,7 +250,7 @@ fn differences(
         }
     }
     if filters_change {
-        out.extend(new_filters.iter().map(|f| filter_add(dev, major, f)));
+        out.extend(filters.iter().map(|f| filter_add(dev, major, f)));
     }
 }
 
@@ -280,13 +272,7 @@ fn class_spec(dev: &str, major: u16, def: &ClassDef) -> ClassSpec {
         mtu: s.mtu,
         overhead: Some(s.adjust.overhead),
         mpu: Some(s.adjust.mpu),
-        linklayer: Some(
-            match s.adjust.link_layer {
-                LinkLayer::Atm => "atm",
-                _ => "ethernet",
-            }
-            .into(),
-        ),
+        linklayer: Some(link_layer_name(s.adjust.link_layer).into()),
     }
 }
 

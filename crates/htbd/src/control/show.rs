@@ -9,7 +9,7 @@ use htb_ipc::{
 use htb_xdp::PortSnapshot;
 
 use super::{Control, internal, parse_id};
-use crate::model::match_spec;
+use crate::model::{link_layer_name, match_spec};
 
 /// Classes whose statistics one data-plane job copies.
 const STATS_CHUNK: usize = 4096;
@@ -160,11 +160,7 @@ impl Control {
                             cbuffer_ns: c.cbuffer.as_nanos(),
                             overhead: c.adjust.overhead,
                             mpu: c.adjust.mpu,
-                            linklayer: if c.adjust.link_layer == htb_core::LinkLayer::Atm {
-                                "atm".into()
-                            } else {
-                                "ethernet".into()
-                            },
+                            linklayer: link_layer_name(c.adjust.link_layer).into(),
                             leaf_qdisc: qdisc
                                 .classes
                                 .get(id)

@@ -7,6 +7,15 @@ use htb_ipc::{ErrorCode, IpcError};
 use super::qdisc::Verb;
 use super::{Effect, Model, Step, Undo, class_error, error, parse_class_id};
 
+/// `linklayer` as tc names it (the inverse of what [`class_spec`] reads).
+#[must_use]
+pub fn link_layer_name(link_layer: LinkLayer) -> &'static str {
+    match link_layer {
+        LinkLayer::Atm => "atm",
+        _ => "ethernet",
+    }
+}
+
 /// A wire class spec as the scheduler's.
 pub(super) fn class_spec(c: &htb_ipc::ClassSpec) -> Result<ClassSpec, IpcError> {
     let link_layer = match c.linklayer.as_deref() {

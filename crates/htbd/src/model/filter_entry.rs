@@ -174,6 +174,12 @@ pub struct FilterEntry {
 }
 
 impl FilterEntry {
+    /// Evaluation order: by priority, then handle (tc's order within a priority).
+    #[must_use]
+    pub fn order(&self) -> (u32, u32) {
+        (self.prio, self.handle)
+    }
+
     /// The data plane's view.
     #[must_use]
     pub fn filter(&self) -> Filter {

@@ -24,6 +24,7 @@ use htb_config::{ClassDef, LeafDef, TreeSpec};
 use htb_core::{ClassError, ClassId, Duration, Instant, LeafConfig, SchedulerConfig};
 use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 
+pub use self::class::link_layer_name;
 pub use self::filter_entry::{
     FilterEntry, FilterKind, Protocol, assign_handles, match_spec, matcher, with_protocol,
 };
@@ -37,6 +38,23 @@ pub struct PortModel {
     pub name: String,
     /// Its HTB qdisc, if it shapes.
     pub qdisc: Option<QdiscModel>,
+}
+
+impl PortModel {
+    /// The tree the data plane runs (`None`: unshaped).
+    #[must_use]
+    pub fn tree(&self) -> Option<TreeSpec> {
+        self.qdisc.as_ref().map(QdiscModel::tree)
+    }
+
+    /// The data plane's filters, in evaluation order.
+    #[must_use]
+    pub fn data_filters(&self) -> Vec<Filter> {
+        self.qdisc
+            .as_ref()
+            .map(QdiscModel::data_filters)
+            .unwrap_or_default()
+    }
 }
 
 /// A change for the data plane (see `htb_xdp::PlaneOp`, which it becomes).
@@ -287,16 +305,11 @@ impl Model {
         }
         for port in refilter {
             let p = &self.ports[port];
-            let filters = p
-                .qdisc
-                .as_ref()
-                .map(QdiscModel::data_filters)
-                .unwrap_or_default();
             plan.effects.push((
                 None,
                 Effect::SetFilters {
                     port: p.name.clone(),
-                    filters,
+                    filters: p.data_filters(),
                 },
             ));
         }

@@ -119,7 +119,7 @@ impl QdiscModel {
     }
 
     pub(super) fn sort_filters(&mut self) {
-        self.filters.sort_by_key(|f| (f.prio, f.handle));
+        self.filters.sort_by_key(FilterEntry::order);
     }
 
     /// Whether qdisc handle `major:` is taken on this port (the HTB qdisc's or a leaf's).
