@@ -25,7 +25,6 @@ use std::thread::JoinHandle;
 
 pub use config::{DaemonConfig, InterfaceTrees, parse_state};
 use htb_xdp::{Engine, EngineConfig, EngineHandle, Mode, XdpError};
-use model::Model;
 
 /// Why the daemon could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -217,7 +216,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     let (mut store, saved) = persist::Store::open(&config.state_dir)?;
     let mut socket = ipc::Socket::bind(&config.socket, policy.gid()).map_err(DaemonError::Setup)?;
 
-    let hash = startup::config_hash(&config)?;
+    let (file_model, hash) = startup::file_model(&config)?;
     let source = startup::choose(&saved, &hash, options.fresh_state);
     if let Some(line) = saved.torn_line {
         tracing::warn!(
@@ -234,10 +233,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
                     aside.display()
                 );
             }
-            Model::from_trees(config.interfaces.clone()).map_err(|message| DaemonError::State {
-                dir: config.state_dir.clone(),
-                message,
-            })?
+            file_model
         }
     };
     tracing::info!("starting from {}", source.describe());

@@ -51,17 +51,27 @@ impl Source {
     }
 }
 
-/// The hash of `config`'s trees in canonical form (as the saved state writes them).
+/// The model of `config`'s trees, with their hash in canonical form (as the saved state
+/// writes them): what a start from the file uses, built once.
 ///
 /// # Errors
 /// A tree the model refuses (the config parser validated it, so only a bug).
-pub fn config_hash(config: &DaemonConfig) -> Result<String, DaemonError> {
+pub fn file_model(config: &DaemonConfig) -> Result<(Model, String), DaemonError> {
     let model =
         Model::from_trees(config.interfaces.clone()).map_err(|message| DaemonError::State {
             dir: config.state_dir.clone(),
             message,
         })?;
-    Ok(trees_hash(&model.to_toml()))
+    let hash = trees_hash(&model.to_toml());
+    Ok((model, hash))
+}
+
+/// The hash of `config`'s trees in canonical form.
+///
+/// # Errors
+/// As [`file_model`].
+pub fn config_hash(config: &DaemonConfig) -> Result<String, DaemonError> {
+    file_model(config).map(|(_, hash)| hash)
 }
 
 /// `htbd --check`: where a start would take the trees from, read without the lock and
