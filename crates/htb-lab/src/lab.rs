@@ -571,14 +571,8 @@ impl Htbd {
         env: &[(&str, &str)],
         wrapper: &[&str],
     ) -> Self {
-        let text = config
-            .replace(
-                "@SOCKET@",
-                &dir.path().join("htbd.sock").display().to_string(),
-            )
-            .replace("@STATE@", &dir.path().join("state").display().to_string());
         let path = dir.path().join("htbd.toml");
-        std::fs::write(&path, text).unwrap();
+        std::fs::write(&path, with_paths(config, dir.path())).unwrap();
         let log = dir.path().join("htbd.log");
         let bin = htbd_bin();
         let (program, args) = match wrapper.split_first() {
@@ -732,11 +726,7 @@ impl Htbd {
     /// # Panics
     /// When htbd logs nothing about it within 10 s.
     pub fn reload(&mut self, config: &str) -> String {
-        let dir = self.dir().to_owned();
-        let text = config
-            .replace("@SOCKET@", &dir.join("htbd.sock").display().to_string())
-            .replace("@STATE@", &dir.join("state").display().to_string());
-        std::fs::write(&self.config, text).unwrap();
+        std::fs::write(&self.config, with_paths(config, self.dir())).unwrap();
         let before = self.log_text().matches("SIGHUP:").count();
         self.signal("HUP");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -782,17 +772,18 @@ impl Drop for Htbd {
     }
 }
 
+/// `config` with `@SOCKET@` and `@STATE@` replaced by paths in `dir`.
+fn with_paths(config: &str, dir: &Path) -> String {
+    config
+        .replace("@SOCKET@", &dir.join("htbd.sock").display().to_string())
+        .replace("@STATE@", &dir.join("state").display().to_string())
+}
+
 /// Runs htbd with `config` expecting it to fail; returns its stderr.
 pub fn htbd_fails(lab: &Lab, config: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.toml");
-    std::fs::write(
-        &path,
-        config
-            .replace("@SOCKET@", &dir.path().join("s").display().to_string())
-            .replace("@STATE@", &dir.path().join("state").display().to_string()),
-    )
-    .unwrap();
+    std::fs::write(&path, with_paths(config, dir.path())).unwrap();
     let out = run(lab
         .cmd(R, htbd_bin().to_str().unwrap())
         .args(["--config", path.to_str().unwrap()]));
