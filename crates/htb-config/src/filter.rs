@@ -3,151 +3,15 @@
 //! in `prio` order (lowest first, then in the order given), the first match wins.
 
 use std::fmt;
-use std::net::IpAddr;
-use std::str::FromStr;
 
-use htb_core::ClassId;
+pub use htb_classify::{
+    Classifier, Family, Filter, IpPrefix, Match, PacketInfo, ParseError, PortRange,
+};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::error::Located;
 use crate::values::ClassIdValue;
-
-/// What a filter can look at in a packet; `None` where the packet does not have it (not IP,
-/// truncated, a later fragment, …).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PacketInfo {
-    /// Outer VLAN id.
-    pub vlan: Option<u16>,
-    /// IPv4 or IPv6 source.
-    pub src: Option<IpAddr>,
-    /// IPv4 or IPv6 destination.
-    pub dst: Option<IpAddr>,
-    /// IP protocol / IPv6 next header of the transport.
-    pub proto: Option<u8>,
-    /// Transport source port (TCP, UDP, SCTP, UDP-Lite).
-    pub sport: Option<u16>,
-    /// Transport destination port.
-    pub dport: Option<u16>,
-    /// DSCP (the upper six bits of the TOS / traffic class byte).
-    pub dscp: Option<u8>,
-}
-
-/// An address prefix, `10.0.0.0/8` or `2001:db8::/32`; a bare address is a host prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct IpPrefix {
-    addr: IpAddr,
-    len: u8,
-}
-
-impl IpPrefix {
-    /// The network address as given.
-    #[must_use]
-    pub fn addr(&self) -> IpAddr {
-        self.addr
-    }
-
-    /// The prefix length in bits.
-    #[must_use]
-    pub fn prefix_len(&self) -> u8 {
-        self.len
-    }
-
-    /// Whether `ip` lies in this prefix (never across address families).
-    #[must_use]
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.len))
-                    .unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
-    }
-}
-
-impl FromStr for IpPrefix {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (addr, len) = match s.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (s, None),
-        };
-        let addr: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("invalid address {addr:?}"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let len = match len {
-            None => max,
-            Some(l) => l
-                .parse::<u8>()
-                .ok()
-                .filter(|&l| l <= max)
-                .ok_or_else(|| format!("invalid prefix length {l:?}"))?,
-        };
-        Ok(Self { addr, len })
-    }
-}
-
-impl fmt::Display for IpPrefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.len)
-    }
-}
-
-/// A port or an inclusive range, `5201` or `5000-5100`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PortRange {
-    /// First port.
-    pub first: u16,
-    /// Last port (inclusive).
-    pub last: u16,
-}
-
-impl PortRange {
-    /// Whether `port` is in the range.
-    #[must_use]
-    pub fn contains(&self, port: u16) -> bool {
-        (self.first..=self.last).contains(&port)
-    }
-}
-
-impl FromStr for PortRange {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let port = |p: &str| {
-            p.trim()
-                .parse::<u16>()
-                .map_err(|_| format!("invalid port {p:?}"))
-        };
-        let (first, last) = match s.split_once('-') {
-            Some((a, b)) => (port(a)?, port(b)?),
-            None => (port(s)?, port(s)?),
-        };
-        if first > last {
-            return Err(format!("port range {s:?} is empty"));
-        }
-        Ok(Self { first, last })
-    }
-}
-
-impl fmt::Display for PortRange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.first == self.last {
-            write!(f, "{}", self.first)
-        } else {
-            write!(f, "{}-{}", self.first, self.last)
-        }
-    }
-}
 
 /// IP protocol by name (`tcp`, `udp`, `icmp`, `icmpv6`, `sctp`, `gre`, `esp`) or number.
 pub fn parse_protocol(s: &str) -> Result<u8, String> {
@@ -198,15 +62,6 @@ pub fn parse_dscp(s: &str) -> Result<u8, String> {
         .ok_or_else(|| format!("invalid dscp {s:?}: 0-63 or a name like ef, cs1, af21"))
 }
 
-/// An IP version a filter is restricted to (tc's `protocol ip` / `protocol ipv6`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// IPv4 (`protocol ip`).
-    V4,
-    /// IPv6 (`protocol ipv6`).
-    V6,
-}
-
 /// tc's filter `protocol`: `ip`, `ipv6`, `802.1q` or `all` (the default).
 ///
 /// # Errors
@@ -217,142 +72,6 @@ pub fn parse_family(s: &str) -> Result<Option<Family>, String> {
         "ipv6" => Ok(Some(Family::V6)),
         "all" | "802.1q" | "8021q" | "802_1q" => Ok(None),
         _ => Err(format!("invalid protocol {s:?}: ip, ipv6, 802.1q or all")),
-    }
-}
-
-/// The match part of a filter: every key given must match.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Match {
-    /// IP version (from the filter's `protocol`).
-    pub family: Option<Family>,
-    /// Source prefix.
-    pub src: Option<IpPrefix>,
-    /// Destination prefix.
-    pub dst: Option<IpPrefix>,
-    /// IP protocol.
-    pub proto: Option<u8>,
-    /// Source port(s).
-    pub sport: Option<PortRange>,
-    /// Destination port(s).
-    pub dport: Option<PortRange>,
-    /// DSCP.
-    pub dscp: Option<u8>,
-    /// VLAN id.
-    pub vlan: Option<u16>,
-}
-
-impl Match {
-    /// Whether `p` matches every key of this match (a key the packet lacks never matches).
-    #[must_use]
-    pub fn matches(&self, p: &PacketInfo) -> bool {
-        fn check<T: Copy, V: Copy>(
-            want: Option<T>,
-            got: Option<V>,
-            ok: impl Fn(T, V) -> bool,
-        ) -> bool {
-            match want {
-                None => true,
-                Some(w) => got.is_some_and(|g| ok(w, g)),
-            }
-        }
-        let family = p
-            .src
-            .map(|a| if a.is_ipv4() { Family::V4 } else { Family::V6 });
-        check(self.family, family, |w, g| w == g)
-            && check(self.src, p.src, |w, g| w.contains(g))
-            && check(self.dst, p.dst, |w, g| w.contains(g))
-            && check(self.proto, p.proto, |w, g| w == g)
-            && check(self.sport, p.sport, |w, g| w.contains(g))
-            && check(self.dport, p.dport, |w, g| w.contains(g))
-            && check(self.dscp, p.dscp, |w, g| w == g)
-            && check(self.vlan, p.vlan, |w, g| w == g)
-    }
-
-    /// Whether no key is given (matches everything).
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        *self == Self::default()
-    }
-}
-
-impl fmt::Display for Match {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts = Vec::new();
-        match self.family {
-            Some(Family::V4) => parts.push("ip".to_owned()),
-            Some(Family::V6) => parts.push("ipv6".to_owned()),
-            None => {}
-        }
-        if let Some(v) = self.src {
-            parts.push(format!("src {v}"));
-        }
-        if let Some(v) = self.dst {
-            parts.push(format!("dst {v}"));
-        }
-        if let Some(v) = self.proto {
-            parts.push(format!("proto {v}"));
-        }
-        if let Some(v) = self.sport {
-            parts.push(format!("sport {v}"));
-        }
-        if let Some(v) = self.dport {
-            parts.push(format!("dport {v}"));
-        }
-        if let Some(v) = self.dscp {
-            parts.push(format!("dscp {v}"));
-        }
-        if let Some(v) = self.vlan {
-            parts.push(format!("vlan {v}"));
-        }
-        if parts.is_empty() {
-            f.write_str("all")
-        } else {
-            f.write_str(&parts.join(" "))
-        }
-    }
-}
-
-/// A filter: match, priority, target class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Filter {
-    /// Lower first.
-    pub prio: u32,
-    /// What to match.
-    pub matcher: Match,
-    /// Where matching packets go.
-    pub class: ClassId,
-}
-
-/// Filters in evaluation order.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Classifier {
-    filters: Vec<Filter>,
-}
-
-impl Classifier {
-    /// Orders `filters` by prio (stable: equal prios keep their order).
-    #[must_use]
-    pub fn new(mut filters: Vec<Filter>) -> Self {
-        filters.sort_by_key(|f| f.prio);
-        Self { filters }
-    }
-
-    /// The class of the first matching filter.
-    #[must_use]
-    pub fn classify(&self, p: &PacketInfo) -> Option<ClassId> {
-        self.classify_index(p).map(|i| self.filters[i].class)
-    }
-
-    /// The position (in [`filters`](Self::filters)) of the first matching filter.
-    #[must_use]
-    pub fn classify_index(&self, p: &PacketInfo) -> Option<usize> {
-        self.filters.iter().position(|f| f.matcher.matches(p))
-    }
-
-    /// The filters in evaluation order.
-    #[must_use]
-    pub fn filters(&self) -> &[Filter] {
-        &self.filters
     }
 }
 
@@ -521,7 +240,7 @@ pub struct FilterSection {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
+    use std::net::{IpAddr, Ipv4Addr};
 
     use super::*;
 
@@ -538,72 +257,12 @@ mod tests {
     }
 
     #[test]
-    fn prefixes_ports_and_names() {
-        let p: IpPrefix = "10.201.2.0/24".parse().unwrap();
-        assert!(p.contains("10.201.2.99".parse().unwrap()));
-        assert!(!p.contains("10.201.3.1".parse().unwrap()));
-        assert!(!p.contains("::1".parse().unwrap()));
-        let p6: IpPrefix = "2001:db8::/32".parse().unwrap();
-        assert!(p6.contains("2001:db8:1::5".parse().unwrap()));
-        let all: IpPrefix = "0.0.0.0/0".parse().unwrap();
-        assert!(all.contains("1.2.3.4".parse().unwrap()));
-        assert!("10.0.0.0/33".parse::<IpPrefix>().is_err());
-        assert_eq!(
-            "5000-5100".parse::<PortRange>().unwrap(),
-            PortRange {
-                first: 5000,
-                last: 5100
-            }
-        );
-        assert!("5100-5000".parse::<PortRange>().is_err());
+    fn names() {
         assert_eq!(parse_protocol("UDP"), Ok(17));
         assert_eq!(parse_dscp("af21"), Ok(18));
         assert_eq!(parse_dscp("cs1"), Ok(8));
         assert_eq!(parse_dscp("ef"), Ok(46));
         assert!(parse_dscp("64").is_err());
-    }
-
-    #[test]
-    fn first_matching_filter_by_prio_wins() {
-        let m = |dport: &str| Match {
-            dport: Some(dport.parse().unwrap()),
-            ..Match::default()
-        };
-        let c = Classifier::new(vec![
-            Filter {
-                prio: 5,
-                matcher: Match::default(),
-                class: ClassId::new(1, 0x99),
-            },
-            Filter {
-                prio: 1,
-                matcher: m("5201"),
-                class: ClassId::new(1, 0x10),
-            },
-            Filter {
-                prio: 1,
-                matcher: m("5200-5300"),
-                class: ClassId::new(1, 0x11),
-            },
-        ]);
-        assert_eq!(c.classify(&packet()), Some(ClassId::new(1, 0x10)));
-        let other = PacketInfo {
-            dport: Some(5250),
-            ..packet()
-        };
-        assert_eq!(c.classify(&other), Some(ClassId::new(1, 0x11)));
-        let not_ip = PacketInfo::default();
-        assert_eq!(
-            c.classify(&not_ip),
-            Some(ClassId::new(1, 0x99)),
-            "the catch-all"
-        );
-        let dscp = Match {
-            dscp: Some(46),
-            vlan: Some(7),
-            ..Match::default()
-        };
-        assert!(!dscp.matches(&packet()), "no vlan tag: no match");
     }
 
     #[test]

@@ -412,8 +412,8 @@ impl<R: Rings> Dataplane<R> {
                     // Packets over new limits are dropped, not purged.
                     port.htb.change_leaf(now, id, &leaf).map(|c| c.purged)
                 }
-                PlaneOp::SetFilters { filters, .. } => {
-                    port.classifier = Classifier::new(filters);
+                PlaneOp::SetFilters { classifier, .. } => {
+                    port.classifier = classifier;
                     Ok(Vec::new())
                 }
             };

@@ -2,7 +2,7 @@
 //! plane between two batches.
 
 use htb_config::TreeSpec;
-use htb_config::filter::Filter;
+use htb_config::filter::Classifier;
 use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig};
 
 use crate::frame::Frame;
@@ -76,12 +76,13 @@ pub enum PlaneOp {
         /// The parameters.
         leaf: LeafConfig,
     },
-    /// Replace the port's filters.
+    /// Replace the port's filters, compiled by the sender (compiling 100 000 filters takes
+    /// milliseconds; the data-plane thread only swaps them in).
     SetFilters {
         /// Port name.
         port: String,
-        /// The filters (any order: they are sorted by prio, stably).
-        filters: Vec<Filter>,
+        /// The filters, compiled.
+        classifier: Classifier,
     },
 }
 

@@ -14,6 +14,7 @@ mod show;
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
+use htb_config::filter::Classifier;
 use htb_core::ClassId;
 use htb_ipc::{CommandResult, ErrorCode, IpcError, ReplyBody, Request, RequestBody, Response};
 use htb_xdp::{Engine, EngineHandle, JobError, PlaneOp, new_scheduler};
@@ -374,7 +375,7 @@ impl Control {
                     });
                     ops.push(PlaneOp::SetFilters {
                         port: name,
-                        filters: port.data_filters(),
+                        classifier: Classifier::new(port.data_filters()),
                     });
                 }
                 Err(e) => tracing::error!("cannot rebuild the tree of {name}: {e}"),
@@ -433,6 +434,9 @@ fn plane_op(effect: &Effect) -> Result<PlaneOp, IpcError> {
         Effect::DeleteClass { port, id } => PlaneOp::DeleteClass { port, id },
         Effect::SetLeaf { port, id, leaf } => PlaneOp::SetLeaf { port, id, leaf },
         Effect::ChangeLeaf { port, id, leaf } => PlaneOp::ChangeLeaf { port, id, leaf },
-        Effect::SetFilters { port, filters } => PlaneOp::SetFilters { port, filters },
+        Effect::SetFilters { port, filters } => PlaneOp::SetFilters {
+            port,
+            classifier: Classifier::new(filters),
+        },
     })
 }

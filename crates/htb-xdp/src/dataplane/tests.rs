@@ -197,7 +197,7 @@ impl Control {
             },
             Self::Filters { on } => PlaneOp::SetFilters {
                 port,
-                filters: if on { to_5001() } else { Vec::new() },
+                classifier: Classifier::new(if on { to_5001() } else { Vec::new() }),
             },
             Self::DirectQlen { qlen } => PlaneOp::SetQdisc {
                 port,

@@ -267,7 +267,10 @@ pub fn with_protocol(mut m: Match, protocol: Protocol) -> Result<Match, FamilyMi
 pub fn matcher(spec: &MatchSpec, protocol: Protocol) -> Result<Match, IpcError> {
     let invalid = |m: String| error(ErrorCode::Invalid, m);
     let prefix = |s: &Option<String>| -> Result<Option<IpPrefix>, IpcError> {
-        s.as_deref().map(str::parse).transpose().map_err(invalid)
+        s.as_deref()
+            .map(str::parse)
+            .transpose()
+            .map_err(|e: htb_config::filter::ParseError| invalid(e.to_string()))
     };
     let ports = |r: Option<(u16, u16)>| -> Result<Option<PortRange>, IpcError> {
         match r {

@@ -1,0 +1,280 @@
+use alloc::vec;
+use alloc::vec::Vec;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::matcher::{IpPrefix, PortRange};
+
+fn packet() -> PacketInfo {
+    PacketInfo {
+        vlan: None,
+        src: Some(IpAddr::V4(Ipv4Addr::new(10, 201, 1, 2))),
+        dst: Some(IpAddr::V4(Ipv4Addr::new(10, 201, 2, 2))),
+        proto: Some(17),
+        sport: Some(40000),
+        dport: Some(5201),
+        dscp: Some(46),
+    }
+}
+
+/// The definition: the first filter, in evaluation order, whose every key matches.
+fn linear(c: &Classifier, p: &PacketInfo) -> Option<usize> {
+    c.filters().iter().position(|f| f.matcher.matches(p))
+}
+
+#[test]
+fn prefixes_and_ports() {
+    let p: IpPrefix = "10.201.2.0/24".parse().unwrap();
+    assert!(p.contains("10.201.2.99".parse().unwrap()));
+    assert!(!p.contains("10.201.3.1".parse().unwrap()));
+    assert!(!p.contains("::1".parse().unwrap()));
+    let p6: IpPrefix = "2001:db8::/32".parse().unwrap();
+    assert!(p6.contains("2001:db8:1::5".parse().unwrap()));
+    let all: IpPrefix = "0.0.0.0/0".parse().unwrap();
+    assert!(all.contains("1.2.3.4".parse().unwrap()));
+    assert!(
+        !all.contains("::".parse().unwrap()),
+        "never across families"
+    );
+    assert!("10.0.0.0/33".parse::<IpPrefix>().is_err());
+    assert_eq!(
+        "5000-5100".parse::<PortRange>().unwrap(),
+        PortRange {
+            first: 5000,
+            last: 5100
+        }
+    );
+    assert!("5100-5000".parse::<PortRange>().is_err());
+    let host: IpPrefix = "10.0.0.42".parse().unwrap();
+    assert_eq!(p.intersect(host), None);
+    let net16: IpPrefix = "10.0.0.0/16".parse().unwrap();
+    assert_eq!(net16.intersect(host), Some(host));
+    assert_eq!(host.intersect(net16), Some(host));
+}
+
+#[test]
+fn first_matching_filter_by_prio_wins() {
+    let m = |dport: &str| Match {
+        dport: Some(dport.parse().unwrap()),
+        ..Match::default()
+    };
+    let c = Classifier::new(vec![
+        Filter {
+            prio: 5,
+            matcher: Match::default(),
+            class: ClassId::new(1, 0x99),
+        },
+        Filter {
+            prio: 1,
+            matcher: m("5201"),
+            class: ClassId::new(1, 0x10),
+        },
+        Filter {
+            prio: 1,
+            matcher: m("5200-5300"),
+            class: ClassId::new(1, 0x11),
+        },
+    ]);
+    assert_eq!(c.classify(&packet()), Some(ClassId::new(1, 0x10)));
+    let other = PacketInfo {
+        dport: Some(5250),
+        ..packet()
+    };
+    assert_eq!(c.classify(&other), Some(ClassId::new(1, 0x11)));
+    let not_ip = PacketInfo::default();
+    assert_eq!(
+        c.classify(&not_ip),
+        Some(ClassId::new(1, 0x99)),
+        "the catch-all"
+    );
+    let dscp = Match {
+        dscp: Some(46),
+        vlan: Some(7),
+        ..Match::default()
+    };
+    assert!(!dscp.matches(&packet()), "no vlan tag: no match");
+    assert_eq!(c.cost(), (2, 1), "two shapes (dport, all) and one range");
+}
+
+#[test]
+fn many_subscribers_share_one_table() {
+    let filters: Vec<Filter> = (0..10_000u32)
+        .map(|i| Filter {
+            prio: 5,
+            matcher: Match {
+                dst: Some(IpPrefix::new(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)), 32).unwrap()),
+                ..Match::default()
+            },
+            class: ClassId::new(1, i + 1),
+        })
+        .collect();
+    let c = Classifier::new(filters);
+    assert_eq!(c.cost(), (1, 0));
+    let to = |i: u32| PacketInfo {
+        dst: Some(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))),
+        src: Some(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1))),
+        ..PacketInfo::default()
+    };
+    assert_eq!(c.classify(&to(4321)), Some(ClassId::new(1, 4322)));
+    assert_eq!(c.classify(&to(10_000)), None);
+}
+
+#[test]
+fn disagreeing_keys_match_nothing_and_intersections_meet() {
+    let v4: IpPrefix = "10.0.0.0/8".parse().unwrap();
+    let v6: IpPrefix = "2001:db8::/32".parse().unwrap();
+    let never = Match {
+        src: Some(v4),
+        dst: Some(v6),
+        ..Match::default()
+    };
+    let c = Classifier::new(vec![Filter {
+        prio: 1,
+        matcher: never,
+        class: ClassId::new(1, 1),
+    }]);
+    assert_eq!(c.cost(), (0, 0));
+    let link = Match {
+        family: Some(Family::V4),
+        dst: Some("10.0.0.0/16".parse().unwrap()),
+        ..Match::default()
+    };
+    let leaf = Match {
+        dst: Some("10.0.0.42/32".parse().unwrap()),
+        dport: Some("80-90".parse().unwrap()),
+        ..Match::default()
+    };
+    let both = link.intersect(&leaf).unwrap();
+    assert_eq!(both.dst, leaf.dst);
+    assert_eq!(both.family, Some(Family::V4));
+    let elsewhere = Match {
+        dst: Some("10.1.0.42/32".parse().unwrap()),
+        ..Match::default()
+    };
+    assert_eq!(link.intersect(&elsewhere), None);
+    let v6_leaf = Match {
+        dst: Some(v6),
+        ..Match::default()
+    };
+    assert_eq!(
+        link.intersect(&v6_leaf),
+        None,
+        "protocol ip cannot hold a v6 prefix"
+    );
+}
+
+fn address() -> impl Strategy<Value = IpAddr> {
+    prop_oneof![
+        (0u32..6).prop_map(|i| IpAddr::V4(Ipv4Addr::new(10, 0, (i / 3) as u8, (i % 3) as u8))),
+        (0u16..3).prop_map(|i| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, i))),
+    ]
+}
+
+fn prefix() -> impl Strategy<Value = IpPrefix> {
+    (
+        address(),
+        prop::sample::select(vec![0u8, 8, 23, 24, 31, 32, 64, 127, 128]),
+    )
+        .prop_map(|(a, len)| IpPrefix::new(a, len.min(Family::of(a).bits())).unwrap())
+}
+
+fn ports() -> impl Strategy<Value = PortRange> {
+    prop_oneof![
+        prop::sample::select(vec![53u16, 80, 5201]).prop_map(|p| PortRange { first: p, last: p }),
+        Just(PortRange {
+            first: 50,
+            last: 90
+        }),
+        Just(PortRange {
+            first: 0,
+            last: 65535
+        }),
+    ]
+}
+
+fn matcher() -> impl Strategy<Value = Match> {
+    (
+        prop::option::weighted(0.2, prop::sample::select(vec![Family::V4, Family::V6])),
+        prop::option::weighted(0.3, prefix()),
+        prop::option::weighted(0.5, prefix()),
+        prop::option::weighted(0.3, prop::sample::select(vec![6u8, 17])),
+        prop::option::weighted(0.2, ports()),
+        prop::option::weighted(0.3, ports()),
+        prop::option::weighted(0.2, prop::sample::select(vec![0u8, 46])),
+        prop::option::weighted(0.1, Just(7u16)),
+    )
+        .prop_map(
+            |(family, src, dst, proto, sport, dport, dscp, vlan)| Match {
+                family,
+                src,
+                dst,
+                proto,
+                sport,
+                dport,
+                dscp,
+                vlan,
+            },
+        )
+}
+
+fn packet_info() -> impl Strategy<Value = PacketInfo> {
+    let ip = (address(), 0u8..3).prop_map(|(src, dst)| {
+        let dst = match src {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(10, 0, dst / 2, dst % 3)),
+            IpAddr::V6(_) => {
+                IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, u16::from(dst)))
+            }
+        };
+        (src, dst)
+    });
+    (
+        prop::option::weighted(0.9, ip),
+        prop::option::weighted(0.8, prop::sample::select(vec![6u8, 17, 1])),
+        prop::option::of(prop::sample::select(vec![53u16, 80, 85, 5201, 9999])),
+        prop::option::of(prop::sample::select(vec![53u16, 80, 85, 5201, 9999])),
+        prop::option::of(prop::sample::select(vec![0u8, 46])),
+        prop::option::weighted(0.2, Just(7u16)),
+    )
+        .prop_map(|(ip, proto, sport, dport, dscp, vlan)| PacketInfo {
+            vlan,
+            src: ip.map(|(s, _)| s),
+            dst: ip.map(|(_, d)| d),
+            proto: ip.and(proto),
+            sport: ip.and(sport),
+            dport: ip.and(dport),
+            dscp: ip.and(dscp),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The compiled lookup finds exactly the filter the walk of the list finds.
+    #[test]
+    fn compiled_equals_first_match_walk(
+        filters in prop::collection::vec((1u32..4, matcher()), 0..40),
+        packets in prop::collection::vec(packet_info(), 1..40),
+    ) {
+        let filters = filters
+            .into_iter()
+            .enumerate()
+            .map(|(i, (prio, matcher))| Filter { prio, matcher, class: ClassId::new(1, i as u32 + 1) })
+            .collect();
+        let c = Classifier::new(filters);
+        for p in &packets {
+            prop_assert_eq!(c.classify_index(p), linear(&c, p), "{:?}", p);
+        }
+    }
+
+    /// An intersection matches exactly the packets both match.
+    #[test]
+    fn intersection_is_conjunction(a in matcher(), b in matcher(), packets in prop::collection::vec(packet_info(), 1..30)) {
+        let both = a.intersect(&b);
+        for p in &packets {
+            let want = a.matches(p) && b.matches(p);
+            prop_assert_eq!(both.is_some_and(|m| m.matches(p)), want, "{:?} & {:?} on {:?}", a, b, p);
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! Which class a packet goes to: tc's filters, as the operator wrote them (tried by `prio`,
+//! lowest first, then in the order given; the first whose every key matches wins), compiled
+//! into a structure whose per-packet cost does not grow with the number of filters of one kind.
+//!
+//! - [`PacketInfo`]: what a filter can see in a packet (the engine's parser fills it in).
+//! - [`Match`]: the keys of one filter (prefixes, protocol, ports, DSCP, VLAN) and
+//!   [`Match::intersect`], which flattens tc's u32 hash-table links into plain filters.
+//! - [`Classifier`]: the compiled filter list (tuple space search: one hash table per
+//!   *shape* of filter, a short ordered list for port ranges); see its docs for the costs.
+//!
+//! `no_std` + `alloc`, no I/O: the engine, the simulator and the benchmarks share it.
+
+#![no_std]
+
+extern crate alloc;
+
+mod classifier;
+mod matcher;
+mod packet;
+
+pub use classifier::{Classifier, Filter};
+pub use matcher::{Family, IpPrefix, Match, ParseError, PortRange};
+pub use packet::PacketInfo;

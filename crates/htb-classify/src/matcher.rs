@@ -1,0 +1,360 @@
+//! The keys of one filter: prefixes, protocol, ports, DSCP, VLAN.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+use core::net::IpAddr;
+use core::str::FromStr;
+
+use crate::packet::PacketInfo;
+
+/// An IP version a filter is restricted to (tc's `protocol ip` / `protocol ipv6`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// IPv4 (`protocol ip`).
+    V4,
+    /// IPv6 (`protocol ipv6`).
+    V6,
+}
+
+impl Family {
+    /// The family of `ip`.
+    #[must_use]
+    pub fn of(ip: IpAddr) -> Self {
+        if ip.is_ipv4() { Self::V4 } else { Self::V6 }
+    }
+
+    /// Address width in bits.
+    #[must_use]
+    pub fn bits(self) -> u8 {
+        match self {
+            Self::V4 => 32,
+            Self::V6 => 128,
+        }
+    }
+}
+
+/// A prefix, port or range that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    /// Not an IPv4 or IPv6 address.
+    Address(String),
+    /// Not a number up to the address's width.
+    PrefixLength(String),
+    /// Not a port number.
+    Port(String),
+    /// A range whose first port is above its last.
+    EmptyRange(String),
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Address(s) => write!(f, "invalid address {s:?}"),
+            Self::PrefixLength(s) => write!(f, "invalid prefix length {s:?}"),
+            Self::Port(s) => write!(f, "invalid port {s:?}"),
+            Self::EmptyRange(s) => write!(f, "port range {s:?} is empty"),
+        }
+    }
+}
+
+impl core::error::Error for ParseError {}
+
+/// An address prefix, `10.0.0.0/8` or `2001:db8::/32`; a bare address is a host prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IpPrefix {
+    addr: IpAddr,
+    len: u8,
+}
+
+impl IpPrefix {
+    /// `addr/len`, `None` when `len` is wider than the address.
+    #[must_use]
+    pub fn new(addr: IpAddr, len: u8) -> Option<Self> {
+        (len <= Family::of(addr).bits()).then_some(Self { addr, len })
+    }
+
+    /// The network address as given.
+    #[must_use]
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length in bits.
+    #[must_use]
+    pub fn prefix_len(&self) -> u8 {
+        self.len
+    }
+
+    /// The address family.
+    #[must_use]
+    pub fn family(&self) -> Family {
+        Family::of(self.addr)
+    }
+
+    /// The network bits (the address with the host bits cleared), as a number.
+    #[must_use]
+    pub fn network_bits(&self) -> u128 {
+        masked(self.addr, self.len)
+    }
+
+    /// Whether `ip` lies in this prefix (never across address families).
+    #[must_use]
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        Family::of(ip) == self.family() && masked(ip, self.len) == self.network_bits()
+    }
+
+    /// The packets both prefixes hold: the longer one if it lies in the shorter, `None` when
+    /// they are disjoint.
+    #[must_use]
+    pub fn intersect(self, other: Self) -> Option<Self> {
+        let (short, long) = if self.len <= other.len {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        short.contains(long.addr).then_some(long)
+    }
+}
+
+/// `ip`'s top `len` bits as a number (the rest zero); IPv4 in the low 32 bits.
+pub(crate) fn masked(ip: IpAddr, len: u8) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0);
+            u128::from(u32::from(v4) & mask)
+        }
+        IpAddr::V6(v6) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0);
+            u128::from(v6) & mask
+        }
+    }
+}
+
+impl FromStr for IpPrefix {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        let (addr, len) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| ParseError::Address(addr.to_string()))?;
+        let max = Family::of(addr).bits();
+        let len = match len {
+            None => max,
+            Some(l) => l
+                .parse::<u8>()
+                .ok()
+                .filter(|&l| l <= max)
+                .ok_or_else(|| ParseError::PrefixLength(l.to_string()))?,
+        };
+        Ok(Self { addr, len })
+    }
+}
+
+impl fmt::Display for IpPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+/// A port or an inclusive range, `5201` or `5000-5100`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortRange {
+    /// First port.
+    pub first: u16,
+    /// Last port (inclusive).
+    pub last: u16,
+}
+
+impl PortRange {
+    /// Whether `port` is in the range.
+    #[must_use]
+    pub fn contains(&self, port: u16) -> bool {
+        (self.first..=self.last).contains(&port)
+    }
+
+    /// The one port this range holds, if it holds one.
+    #[must_use]
+    pub fn single(&self) -> Option<u16> {
+        (self.first == self.last).then_some(self.first)
+    }
+
+    /// The ports both hold, `None` when none.
+    #[must_use]
+    pub fn intersect(self, other: Self) -> Option<Self> {
+        let (first, last) = (self.first.max(other.first), self.last.min(other.last));
+        (first <= last).then_some(Self { first, last })
+    }
+}
+
+impl FromStr for PortRange {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        let port = |p: &str| {
+            p.trim()
+                .parse::<u16>()
+                .map_err(|_| ParseError::Port(p.to_string()))
+        };
+        let (first, last) = match s.split_once('-') {
+            Some((a, b)) => (port(a)?, port(b)?),
+            None => (port(s)?, port(s)?),
+        };
+        if first > last {
+            return Err(ParseError::EmptyRange(s.to_string()));
+        }
+        Ok(Self { first, last })
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first == self.last {
+            write!(f, "{}", self.first)
+        } else {
+            write!(f, "{}-{}", self.first, self.last)
+        }
+    }
+}
+
+/// The match part of a filter: every key given must match.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Match {
+    /// IP version (from the filter's `protocol`).
+    pub family: Option<Family>,
+    /// Source prefix.
+    pub src: Option<IpPrefix>,
+    /// Destination prefix.
+    pub dst: Option<IpPrefix>,
+    /// IP protocol.
+    pub proto: Option<u8>,
+    /// Source port(s).
+    pub sport: Option<PortRange>,
+    /// Destination port(s).
+    pub dport: Option<PortRange>,
+    /// DSCP.
+    pub dscp: Option<u8>,
+    /// VLAN id.
+    pub vlan: Option<u16>,
+}
+
+/// Both keys, or the one given; `None` in the outer option when they cannot both hold.
+fn both<T: Copy>(
+    a: Option<T>,
+    b: Option<T>,
+    meet: impl Fn(T, T) -> Option<T>,
+) -> Option<Option<T>> {
+    match (a, b) {
+        (Some(a), Some(b)) => meet(a, b).map(Some),
+        (a, b) => Some(a.or(b)),
+    }
+}
+
+fn equal<T: PartialEq>(a: T, b: T) -> Option<T> {
+    (a == b).then_some(a)
+}
+
+impl Match {
+    /// Whether `p` matches every key of this match (a key the packet lacks never matches).
+    #[must_use]
+    pub fn matches(&self, p: &PacketInfo) -> bool {
+        fn check<T: Copy, V: Copy>(
+            want: Option<T>,
+            got: Option<V>,
+            ok: impl Fn(T, V) -> bool,
+        ) -> bool {
+            match want {
+                None => true,
+                Some(w) => got.is_some_and(|g| ok(w, g)),
+            }
+        }
+        check(self.family, p.family(), |w, g| w == g)
+            && check(self.src, p.src, |w, g| w.contains(g))
+            && check(self.dst, p.dst, |w, g| w.contains(g))
+            && check(self.proto, p.proto, |w, g| w == g)
+            && check(self.sport, p.sport, |w, g| w.contains(g))
+            && check(self.dport, p.dport, |w, g| w.contains(g))
+            && check(self.dscp, p.dscp, |w, g| w == g)
+            && check(self.vlan, p.vlan, |w, g| w == g)
+    }
+
+    /// Whether no key is given (matches everything).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The one family every packet it matches has, if its keys fix one; `Err(())` when its
+    /// keys disagree (a v4 source with a v6 destination, `protocol ip` with a v6 prefix), so
+    /// it matches nothing.
+    #[allow(clippy::result_unit_err)]
+    pub fn fixed_family(&self) -> Result<Option<Family>, ()> {
+        let mut family = self.family;
+        for prefix in [self.src, self.dst].into_iter().flatten() {
+            match family {
+                Some(f) if f != prefix.family() => return Err(()),
+                _ => family = Some(prefix.family()),
+            }
+        }
+        Ok(family)
+    }
+
+    /// The packets both match, as one match; `None` when no packet can match both. This is
+    /// how a u32 `link` is flattened: the linking filter's keys AND each linked filter's.
+    #[must_use]
+    pub fn intersect(&self, other: &Self) -> Option<Self> {
+        let m = Self {
+            family: both(self.family, other.family, equal)?,
+            src: both(self.src, other.src, IpPrefix::intersect)?,
+            dst: both(self.dst, other.dst, IpPrefix::intersect)?,
+            proto: both(self.proto, other.proto, equal)?,
+            sport: both(self.sport, other.sport, PortRange::intersect)?,
+            dport: both(self.dport, other.dport, PortRange::intersect)?,
+            dscp: both(self.dscp, other.dscp, equal)?,
+            vlan: both(self.vlan, other.vlan, equal)?,
+        };
+        m.fixed_family().ok().map(|_| m)
+    }
+}
+
+impl fmt::Display for Match {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        match self.family {
+            Some(Family::V4) => parts.push("ip".to_string()),
+            Some(Family::V6) => parts.push("ipv6".to_string()),
+            None => {}
+        }
+        if let Some(v) = self.src {
+            parts.push(format!("src {v}"));
+        }
+        if let Some(v) = self.dst {
+            parts.push(format!("dst {v}"));
+        }
+        if let Some(v) = self.proto {
+            parts.push(format!("proto {v}"));
+        }
+        if let Some(v) = self.sport {
+            parts.push(format!("sport {v}"));
+        }
+        if let Some(v) = self.dport {
+            parts.push(format!("dport {v}"));
+        }
+        if let Some(v) = self.dscp {
+            parts.push(format!("dscp {v}"));
+        }
+        if let Some(v) = self.vlan {
+            parts.push(format!("vlan {v}"));
+        }
+        if parts.is_empty() {
+            f.write_str("all")
+        } else {
+            f.write_str(&parts.join(" "))
+        }
+    }
+}
