@@ -234,8 +234,21 @@ pub struct FilterSection {
     /// The match; `{}` matches everything.
     #[serde(rename = "match", default)]
     pub matcher: MatchSection,
-    /// Target class.
-    pub classid: Located<ClassIdValue>,
+    /// Target class; a u32 hash table (`divisor`) and a `link` may have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classid: Option<Located<ClassIdValue>>,
+    /// u32: this filter is a hash table with this many buckets (its `handle` is `X:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divisor: Option<u16>,
+    /// u32: packets it matches go on to this hash table (`"2:"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+    /// u32: with `link`, the bits that pick the bucket (`hashkey mask M`), e.g. `0x000000ff`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_mask: Option<u32>,
+    /// u32: with `hash_mask`, the byte offset of the hashed word (`at 16`: IPv4 destination).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash_at: Option<u32>,
 }
 
 #[cfg(test)]

@@ -352,10 +352,55 @@ pub struct FilterInfo {
     pub kind: String,
     /// tc handle: `800::800`, `0x1`.
     pub handle: String,
-    /// Target class.
+    /// Target class; empty for a u32 hash table or a link without a class.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub class: String,
     /// What it matches.
     pub matcher: MatchSpec,
+    /// u32's hash-table parts.
+    #[serde(default, skip_serializing_if = "U32Hashing::is_empty")]
+    pub hashing: U32Hashing,
+}
+
+/// u32's `hashkey mask M at O`: the bits of the 32-bit word at byte `at` of the network
+/// header that pick the bucket of a linked table (`(word & mask) >> lowest set bit of mask`,
+/// modulo the divisor, as the kernel's `u32_hash_fold`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HashKey {
+    /// The bits hashed.
+    pub mask: u32,
+    /// Byte offset of the word in the network header (a multiple of 4).
+    pub at: u32,
+}
+
+/// A u32 filter's hash-table parts (`cls_u32.c`). Table ids are tc's 12-bit `htid`s (`2` for
+/// `2:`), buckets 0..=255.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct U32Hashing {
+    /// `divisor N`: this filter creates hash table `handle` with N buckets (a power of two,
+    /// 1 to 256); it has no match and no class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub divisor: Option<u32>,
+    /// `ht X:Y:`: the table and bucket this filter goes in (default: its prio's root table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<(u32, u32)>,
+    /// `link X:`: packets it matches go on to table X; when no filter there matches, its own
+    /// class (if any) applies and the walk goes on after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<u32>,
+    /// `hashkey`: which bucket of the linked table (default: bucket 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hashkey: Option<HashKey>,
+}
+
+impl U32Hashing {
+    /// Whether no hash-table part is given.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// The fields a filter can match; every one given must match.
@@ -564,8 +609,13 @@ pub struct FilterSpec {
     pub handle: Option<String>,
     /// What to match.
     pub matcher: MatchSpec,
-    /// Target class.
+    /// Target class; empty for a u32 hash table, a link without a class, or an empty u32
+    /// filter (which only makes its prio exist, as tc's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub class: String,
+    /// u32's hash-table parts.
+    #[serde(default, skip_serializing_if = "U32Hashing::is_empty")]
+    pub hashing: U32Hashing,
 }
 
 /// An error, as data.

@@ -31,7 +31,9 @@ use htb_config::{ClassSection, ConfigError, Located, QdiscSection, TreeSpec};
 use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
 
-use crate::model::{FilterEntry, FilterKind, Protocol, assign_handles};
+use htb_ipc::HashKey;
+
+use crate::model::{FilterEntry, FilterKind, Protocol, U32Parts, assign_handles};
 use crate::netfilter::NetfilterPolicy;
 
 #[derive(Deserialize)]
@@ -105,6 +107,46 @@ pub struct InterfaceTrees {
     pub filters: Vec<FilterEntry>,
 }
 
+/// A filter section's u32 hash-table keys.
+fn u32_parts(f: &FilterSection, kind: FilterKind, handle: Option<u32>) -> Result<U32Parts, String> {
+    let given =
+        f.divisor.is_some() || f.link.is_some() || f.hash_mask.is_some() || f.hash_at.is_some();
+    if given && kind != FilterKind::U32 {
+        return Err("divisor, link and hash_mask/hash_at are u32's: set kind = \"u32\"".into());
+    }
+    if let Some(d) = f.divisor {
+        if !(d.is_power_of_two() && d <= 256) {
+            return Err(format!("divisor {d}: a power of two from 1 to 256"));
+        }
+        if handle.is_none_or(|h| h & 0xfffff != 0) {
+            return Err("a u32 hash table (divisor) needs a handle like \"2:\"".into());
+        }
+        if f.classid.is_some() || f.link.is_some() || !f.matcher.0.is_empty() {
+            return Err("a u32 hash table (divisor) has no match, classid or link".into());
+        }
+    }
+    let link = f
+        .link
+        .as_deref()
+        .map(|l| match FilterKind::U32.parse_handle(l) {
+            Ok(h) if h != 0 && h & 0xfffff == 0 => Ok((h >> 20) as u16),
+            _ => Err(format!("link {l:?}: a hash table like \"2:\"")),
+        })
+        .transpose()?;
+    let hashkey = match (f.hash_mask, f.hash_at) {
+        (None, None) => None,
+        (Some(mask), Some(at)) if link.is_some() && at % 4 == 0 => Some(HashKey { mask, at }),
+        _ => {
+            return Err("hash_mask and hash_at go together, with link, at a multiple of 4".into());
+        }
+    };
+    Ok(U32Parts {
+        divisor: f.divisor,
+        link,
+        hashkey,
+    })
+}
+
 /// Parses one `[[interface]]`'s qdisc, classes and filters.
 fn interface_trees(
     text: &str,
@@ -125,15 +167,17 @@ fn interface_trees(
     let mut filters = Vec::new();
     for located in &iface.filter {
         let f = located.get_ref();
-        let class = f.classid.get_ref().0;
-        let known = tree
-            .as_ref()
-            .is_some_and(|t| t.classes.iter().any(|c| c.id == class));
-        if !known {
-            return Err(err(
-                f.classid.span(),
-                format!("filter targets class {class}, which interface {name} does not define"),
-            ));
+        let class = f.classid.as_ref().map(|c| c.get_ref().0);
+        if let (Some(class), Some(located_class)) = (class, f.classid.as_ref()) {
+            let known = tree
+                .as_ref()
+                .is_some_and(|t| t.classes.iter().any(|c| c.id == class));
+            if !known {
+                return Err(err(
+                    located_class.span(),
+                    format!("filter targets class {class}, which interface {name} does not define"),
+                ));
+            }
         }
         let at = |e: String| err(located.span(), e);
         let protocol = f
@@ -164,6 +208,12 @@ fn interface_trees(
                 f.prio
             )));
         }
+        let u32 = u32_parts(f, kind, handle).map_err(at)?;
+        if class.is_none() && u32.divisor.is_none() && u32.link.is_none() {
+            return Err(at(
+                "a filter needs a classid (only a u32 divisor or link may go without)".into(),
+            ));
+        }
         filters.push((
             FilterEntry {
                 prio: f.prio,
@@ -172,6 +222,7 @@ fn interface_trees(
                 handle: handle.unwrap_or(0),
                 matcher,
                 class,
+                u32,
             },
             handle.is_some(),
         ));
@@ -179,6 +230,8 @@ fn interface_trees(
     assign_handles(&mut filters);
     let mut filters: Vec<FilterEntry> = filters.into_iter().map(|(f, _)| f).collect();
     filters.sort_by_key(FilterEntry::order);
+    crate::model::flatten(&filters)
+        .map_err(|e| err(section.span(), format!("interface {name}: {e}")))?;
     Ok(InterfaceTrees {
         name,
         tree,
@@ -345,7 +398,8 @@ impl DaemonConfig {
                 _ => {}
             }
             let trees = interface_trees(text, section)?;
-            let filters = trees.filters.iter().map(FilterEntry::filter).collect();
+            // Checked by interface_trees.
+            let filters = crate::model::flatten(&trees.filters).unwrap_or_default();
             let tree = trees.tree.clone();
             interfaces.push(trees);
             ports.push(PortConfig {

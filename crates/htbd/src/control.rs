@@ -367,6 +367,13 @@ impl Control {
             let Some(port) = self.model.ports.iter().find(|p| p.name == name) else {
                 continue;
             };
+            let filters = match port.data_filters() {
+                Ok(filters) => filters,
+                Err(e) => {
+                    tracing::error!("cannot rebuild the filters of {name}: {e}");
+                    continue;
+                }
+            };
             match new_scheduler(port.tree().as_ref()) {
                 Ok(scheduler) => {
                     ops.push(PlaneOp::SetTree {
@@ -375,7 +382,7 @@ impl Control {
                     });
                     ops.push(PlaneOp::SetFilters {
                         port: name,
-                        classifier: Classifier::new(port.data_filters()),
+                        classifier: Classifier::new(filters),
                     });
                 }
                 Err(e) => tracing::error!("cannot rebuild the tree of {name}: {e}"),

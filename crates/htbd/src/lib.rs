@@ -46,6 +46,9 @@ pub enum DaemonError {
     /// The saved state cannot be used.
     #[error(transparent)]
     Store(#[from] persist::StoreError),
+    /// The saved filters' u32 links cannot be followed.
+    #[error("saved filters: {0}")]
+    Links(#[from] model::LinkError),
     /// Router mode would bypass netfilter rules, and the config does not allow it.
     #[error(
         "router mode forwards in XDP, before netfilter, so these rules would not see the traffic \
@@ -248,7 +251,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     );
     for (port, state) in config.engine.ports.iter_mut().zip(&model.ports) {
         port.tree = state.tree();
-        port.filters = state.data_filters();
+        port.filters = state.data_filters()?;
     }
 
     match config.engine.mode {

@@ -190,7 +190,10 @@ fn differences(
     }
     // Filters keep a class from being deleted: when they change or target a class that goes,
     // all go first and the file's come back at the end. (Both lists are in evaluation order.)
-    let filters_change = q.filters != filters || q.filters.iter().any(|f| gone.contains(&f.class));
+    let filters_change = q.filters != filters
+        || q.filters
+            .iter()
+            .any(|f| f.class.is_some_and(|c| gone.contains(&c)));
     if filters_change {
         out.push(Command::FilterDelete {
             dev: dev.to_owned(),
@@ -294,7 +297,8 @@ fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
         kind: f.kind.name().into(),
         handle: Some(f.kind.format_handle(f.handle)),
         matcher: match_spec(&f.matcher),
-        class: f.class.to_string(),
+        class: f.class.map(|c| c.to_string()).unwrap_or_default(),
+        hashing: f.hashing(),
     })
 }
 

@@ -1,11 +1,13 @@
 //! u32 filters (iproute2 `tc/f_u32.c`): the `match ip|ip6|tcp|udp FIELD VALUE MASK`
-//! selectors htbd classifies by, as typed matches.
+//! selectors htbd classifies by, as typed matches; raw `u32|u16|u8 … at OFF` keys and the hash
+//! tables (`divisor`, `ht`, `link`, `hashkey`, `sample`) are read in `u32_keys`.
 
 use std::net::IpAddr;
 
-use htb_ipc::FilterSpec;
+use htb_ipc::{FilterSpec, HashKey, MatchSpec};
 
 use super::args::{Args, Result, class_id, illegal, matches, number, usage};
+use super::u32_keys::{self, RawKeys};
 use super::usage::FILTER_USAGE;
 
 /// A value/mask pair on a port as an inclusive range (a mask of contiguous high bits).
@@ -54,10 +56,69 @@ pub(super) fn prefix(s: &str, v6: bool, what: &str) -> Result<String> {
 /// # Errors
 /// tc's usage errors.
 pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
+    let mut raw_keys = RawKeys::default();
+    let mut sample_bucket = None;
     let m = &mut spec.matcher;
     while let Some(w) = a.next() {
-        if matches(w, "match") {
+        if matches(w, "divisor") {
+            let d = number(a.value()?, "divisor")?;
+            if d == 0 || d > 0x100 || !d.is_power_of_two() {
+                return illegal("divisor");
+            }
+            spec.hashing.divisor = Some(d);
+        } else if w == "ht" {
+            spec.hashing.table = Some(u32_keys::table(a.value()?)?);
+        } else if matches(w, "link") {
+            spec.hashing.link = Some(u32_keys::link(a.value()?)?);
+        } else if matches(w, "hashkey") {
+            if a.value()? != "mask" {
+                return usage("Illegal \"hashkey\": hashkey mask MASK at OFFSET");
+            }
+            // tc reads the mask in hex (get_u32(…, 16)), the offset in any base.
+            let mask = a.value()?;
+            let mask = u32::from_str_radix(mask.trim_start_matches("0x"), 16)
+                .or_else(|_| illegal("hashkey mask"))?;
+            if a.value()? != "at" {
+                return usage("Illegal \"hashkey\": hashkey mask MASK at OFFSET");
+            }
+            let at = number(a.value()?, "hashkey at")?;
+            if at % 4 != 0 {
+                return usage("Illegal \"hashkey\": the offset must be a multiple of 4");
+            }
+            spec.hashing.hashkey = Some(HashKey { mask, at });
+        } else if matches(w, "sample") {
+            let key = match (a.value()?, a.value()?) {
+                ("ip", field @ ("src" | "dst")) => u32_keys::ip_key(field, a.value()?)?,
+                (width @ ("u32" | "u16" | "u8"), first) => {
+                    let mut rest = vec![first.to_owned()];
+                    rest.extend(a.by_ref().take(3).map(str::to_owned));
+                    u32_keys::raw(&mut Args::new(&rest), width)?
+                }
+                _ => {
+                    return usage(
+                        "Illegal \"sample\": sample ip src|dst PREFIX, or sample u32|u16|u8 VALUE MASK at OFFSET",
+                    );
+                }
+            };
+            let mut divisor = 0x100;
+            if a.rest().first().is_some_and(|w| w == "divisor") {
+                a.next();
+                divisor = number(a.value()?, "divisor")?;
+                if divisor == 0 || divisor > 0x100 || !divisor.is_power_of_two() {
+                    return usage("Illegal sample \"divisor\"");
+                }
+            }
+            sample_bucket = Some(key.fold() % divisor);
+        } else if matches(w, "offset") {
+            return usage(
+                "\"offset\" is not supported: htbd finds the transport header itself (IPv4 options and IPv6 included), so tcp/udp matches and nexthdr+ offsets need no offset",
+            );
+        } else if matches(w, "match") {
             let layer = a.value()?;
+            if matches!(layer, "u32" | "u16" | "u8") {
+                raw_keys.push(u32_keys::raw(a, layer)?);
+                continue;
+            }
             let field = a.value()?;
             match (layer, field) {
                 ("ip" | "ip6", "src" | "dst") => {
@@ -94,11 +155,6 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
                     let mask = number(a.value()?, "match")?;
                     set_once(&mut m.dscp, tos_to_dscp(value, mask, field)?, field)?;
                 }
-                ("u32" | "u16" | "u8", _) => {
-                    return usage(format!(
-                        "raw \"match {layer}\" offsets are not supported: use match ip/ip6/tcp/udp fields"
-                    ));
-                }
                 _ => {
                     return usage(format!(
                         "Illegal \"match\": \"{layer} {field}\" is not supported"
@@ -123,6 +179,29 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }
+    }
+    if let Some(bucket) = sample_bucket {
+        let Some((table, _)) = spec.hashing.table else {
+            return usage(
+                "\"sample\" places the filter in a bucket of the table given by \"ht\": give ht too",
+            );
+        };
+        spec.hashing.table = Some((table, bucket));
+    }
+    if !raw_keys.is_empty() {
+        let v6 = spec.protocol == "ipv6";
+        if spec.protocol == "all" {
+            spec.protocol = "ip".into();
+        }
+        raw_keys.into_match(v6, &mut spec.matcher)?;
+    }
+    if spec.hashing.divisor.is_some()
+        && (spec.hashing.table.is_some()
+            || spec.hashing.link.is_some()
+            || spec.matcher != MatchSpec::default()
+            || !spec.class.is_empty())
+    {
+        return usage("\"divisor\" makes a hash table: it takes no match, ht, link or classid");
     }
     Ok(())
 }

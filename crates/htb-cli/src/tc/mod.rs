@@ -19,6 +19,7 @@ mod status;
 mod tc_class;
 mod tc_filter;
 mod tc_qdisc;
+mod u32_keys;
 mod usage;
 
 use std::io::{Read, Write};

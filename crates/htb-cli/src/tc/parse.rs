@@ -562,9 +562,43 @@ mod tests {
             error("filter add dev D parent 1: u32 match ip dport 80 0x00ff classid 1:1")
                 .contains("not a port range")
         );
+        // LARTC's catch-all: a key with mask 0 matches every packet.
+        let Command::FilterAdd(all) =
+            change("filter add dev D parent 1: u32 match u32 0 0 at 0 classid 1:1")
+        else {
+            panic!("not a filter add");
+        };
+        assert_eq!(all.matcher, MatchSpec::default());
         assert!(
-            error("filter add dev D parent 1: u32 match u32 0 0 at 0 classid 1:1").contains("raw")
+            error("filter add dev D parent 1: u32 match u32 1 0xffff at 4 classid 1:1")
+                .contains("raw match at 4")
         );
+        // A hash table, a link with its hash key, a filter placed by sample.
+        let Command::FilterAdd(t) =
+            change("filter add dev D parent 1: prio 5 handle 2: protocol ip u32 divisor 256")
+        else {
+            panic!("not a filter add");
+        };
+        assert_eq!(t.hashing.divisor, Some(256));
+        let Command::FilterAdd(l) = change(
+            "filter add dev D parent 1: prio 5 protocol ip u32 ht 800:: match ip dst 10.0.0.0/16 hashkey mask 0x000000ff at 16 link 2:",
+        ) else {
+            panic!("not a filter add");
+        };
+        assert_eq!(l.hashing.link, Some(2));
+        assert_eq!(l.hashing.table, Some((0x800, 0)));
+        assert_eq!(
+            l.hashing.hashkey,
+            Some(htb_ipc::HashKey { mask: 0xff, at: 16 })
+        );
+        let Command::FilterAdd(s) = change(
+            "filter add dev D parent 1: prio 5 protocol ip u32 ht 2: sample ip dst 10.0.0.42 match ip dst 10.0.0.42/32 flowid 1:2a",
+        ) else {
+            panic!("not a filter add");
+        };
+        assert_eq!(s.hashing.table, Some((2, 0x2a)));
+        assert!(error("filter add dev D parent 1: u32 divisor 3").contains("divisor"));
+        assert!(error("filter add dev D parent 1: u32 match ip dst 10.0.0.0/8 offset at 0 mask 0x0f00 shift 6 link 1:").contains("offset"));
 
         let Command::FilterAdd(f) = change(
             "filter add dev D parent 1: protocol ip pref 3 flower ip_proto udp dst_ip 10.201.2.0/24 dst_port 5000-5100 ip_tos 0xb8/0xfc classid 1:30",

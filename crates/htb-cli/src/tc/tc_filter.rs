@@ -1,6 +1,6 @@
 //! `filter add|del|show` (iproute2 `tc/tc_filter.c`): u32 and flower filters on the root qdisc.
 
-use htb_ipc::{Command, FilterSpec, Object, Show};
+use htb_ipc::{Command, FilterSpec, MatchSpec, Object, Show};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
@@ -96,7 +96,13 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             if !kind_given {
                 return usage("Must specify the filter type: u32 or flower");
             }
-            if spec.class.is_empty() {
+            // u32 alone (the prio's root table), a hash table (divisor) and a link need no
+            // class.
+            let classless = spec.kind == "u32"
+                && (spec.hashing.divisor.is_some()
+                    || spec.hashing.link.is_some()
+                    || (spec.hashing.is_empty() && spec.matcher == MatchSpec::default()));
+            if spec.class.is_empty() && !classless {
                 return usage("Must specify flowid/classid: where matching packets go");
             }
             spec.dev = dev;

@@ -180,8 +180,9 @@ impl Control {
                             prio: f.prio,
                             kind: f.kind.name().into(),
                             handle: f.kind.format_handle(f.handle),
-                            class: f.class.to_string(),
+                            class: f.class.map(|c| c.to_string()).unwrap_or_default(),
                             matcher: match_spec(&f.matcher),
+                            hashing: f.hashing(),
                         });
                     }
                 }

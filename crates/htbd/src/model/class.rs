@@ -125,7 +125,7 @@ impl Model {
         let (port, name) = (step.port, step.name.clone());
         let qdisc = self.qdisc_mut(port)?;
         let id = parse_class_id(id)?;
-        if let Some(f) = qdisc.filters.iter().find(|f| f.class == id) {
+        if let Some(f) = qdisc.filters.iter().find(|f| f.class == Some(id)) {
             return Err(error(
                 ErrorCode::InUse,
                 format!(

@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use htb_config::filter::{Family, Filter, IpPrefix, Match, PortRange};
+use htb_config::filter::{Family, IpPrefix, Match, PortRange};
 use htb_core::ClassId;
-use htb_ipc::{ErrorCode, IpcError, MatchSpec};
+use htb_ipc::{ErrorCode, HashKey, IpcError, MatchSpec, U32Hashing};
 
 use super::error;
 
@@ -156,6 +156,17 @@ impl FilterKind {
     }
 }
 
+/// A u32 filter's hash-table parts (`cls_u32.c`'s `tc_u_hnode` and a knode's `ht_down`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct U32Parts {
+    /// This entry is hash table `handle >> 20` with this many buckets (no match, no class).
+    pub divisor: Option<u16>,
+    /// Packets it matches go on to this table (its 12-bit id).
+    pub link: Option<u16>,
+    /// Which bucket of the linked table (none: bucket 0).
+    pub hashkey: Option<HashKey>,
+}
+
 /// A filter with what tc shows about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FilterEntry {
@@ -169,8 +180,10 @@ pub struct FilterEntry {
     pub handle: u32,
     /// What it matches (the family comes from `protocol`).
     pub matcher: Match,
-    /// Target class.
-    pub class: ClassId,
+    /// Target class (none: a u32 hash table, a link without a class, an empty u32 filter).
+    pub class: Option<ClassId>,
+    /// u32 hash tables and links.
+    pub u32: U32Parts,
 }
 
 impl FilterEntry {
@@ -180,14 +193,27 @@ impl FilterEntry {
         (self.prio, self.handle)
     }
 
-    /// The data plane's view.
+    /// Its u32 parts as the wire carries them (the table and bucket are in its handle).
     #[must_use]
-    pub fn filter(&self) -> Filter {
-        Filter {
-            prio: self.prio,
-            matcher: self.matcher,
-            class: self.class,
+    pub fn hashing(&self) -> U32Hashing {
+        U32Hashing {
+            divisor: self.u32.divisor.map(u32::from),
+            table: None,
+            link: self.u32.link.map(u32::from),
+            hashkey: self.u32.hashkey,
         }
+    }
+
+    /// The u32 table it sits in (`handle`'s top 12 bits).
+    #[must_use]
+    pub fn table(&self) -> u16 {
+        (self.handle >> 20) as u16
+    }
+
+    /// The bucket of its table it sits in.
+    #[must_use]
+    pub fn bucket(&self) -> u32 {
+        (self.handle >> 12) & 0xff
     }
 }
 
@@ -195,6 +221,13 @@ impl FilterEntry {
 /// filters share a hash table (`800:`, `801:`, … in order of first use) and number their nodes
 /// from `800`; flower filters count from 1.
 pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) {
+    // Filters placed in hash tables made with `divisor` (and those tables) are not in a prio's
+    // root table.
+    let hashed: Vec<u16> = filters
+        .iter()
+        .filter(|(f, _)| f.u32.divisor.is_some())
+        .map(|(f, _)| f.table())
+        .collect();
     let mut next_ht = filters
         .iter()
         .filter(|(f, given)| *given && f.kind == FilterKind::U32)
@@ -207,9 +240,9 @@ pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) {
             continue;
         }
         let (prio, kind) = (filters[i].0.prio, filters[i].0.kind);
-        let peers = filters
-            .iter()
-            .filter(|(f, given)| *given && f.prio == prio && f.kind == kind);
+        let peers = filters.iter().filter(|(f, given)| {
+            *given && f.prio == prio && f.kind == kind && !hashed.contains(&f.table())
+        });
         filters[i].0.handle = match kind {
             FilterKind::U32 => {
                 let mut peers = peers.map(|(f, _)| f.handle).peekable();

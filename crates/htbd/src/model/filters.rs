@@ -1,11 +1,190 @@
 //! The `filter add|del` commands: a filter checked against its qdisc, given its priority and
 //! handle by the kernel's rules.
 
-use htb_ipc::{ErrorCode, IpcError};
+use htb_ipc::{ErrorCode, IpcError, MatchSpec};
 
-use super::filter_entry::{AUTO_PRIO, FilterEntry, FilterKind, Protocol, assign_handles, matcher};
+use super::filter_entry::{
+    AUTO_PRIO, FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, matcher,
+};
 use super::qdisc::QdiscModel;
 use super::{Model, Step, Undo, error, parse_class_id};
+
+/// The u32 hash-table parts of a `filter add`, checked against the tables that exist
+/// (`u32_change` in `cls_u32.c`).
+fn u32_parts(
+    qdisc: &QdiscModel,
+    f: &htb_ipc::FilterSpec,
+    kind: FilterKind,
+) -> Result<U32Parts, IpcError> {
+    let invalid = |m: String| error(ErrorCode::Invalid, m);
+    let h = &f.hashing;
+    if h.is_empty() {
+        return Ok(U32Parts::default());
+    }
+    if kind != FilterKind::U32 {
+        return Err(invalid("divisor, ht, link and hashkey are u32's".into()));
+    }
+    let divisor = match h.divisor {
+        None => None,
+        Some(d) if d.is_power_of_two() && d <= 256 => Some(d as u16),
+        Some(d) if d > 256 => {
+            return Err(invalid(format!(
+                "divisor {d}: exceeded maximum 256 hash buckets"
+            )));
+        }
+        Some(d) => return Err(invalid(format!("divisor {d} is not a power of 2"))),
+    };
+    let link = match h.link {
+        None => None,
+        Some(table) => {
+            let table = u16::try_from(table)
+                .ok()
+                .filter(|&t| (1..0x1000).contains(&t));
+            let declared = table.filter(|&t| {
+                qdisc
+                    .filters
+                    .iter()
+                    .any(|e| e.u32.divisor.is_some() && e.table() == t)
+            });
+            match (table, declared) {
+                (Some(_), Some(t)) => Some(t),
+                (Some(t), None)
+                    if qdisc
+                        .filters
+                        .iter()
+                        .any(|e| e.kind == FilterKind::U32 && e.table() == t) =>
+                {
+                    return Err(invalid(format!(
+                        "link {t:x}: is a root table: not linking to root node"
+                    )));
+                }
+                _ => {
+                    return Err(error(
+                        ErrorCode::NotFound,
+                        format!(
+                            "link {:x}: link hash table not found (add it first: u32 divisor N)",
+                            h.link.unwrap_or(0)
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    if divisor.is_some() && (link.is_some() || h.table.is_some() || !f.class.is_empty()) {
+        return Err(invalid(
+            "a u32 hash table (divisor) takes no ht, link or classid".into(),
+        ));
+    }
+    if let Some(key) = h.hashkey {
+        if link.is_none() {
+            return Err(invalid(
+                "hashkey picks a bucket of the linked table: it needs link".into(),
+            ));
+        }
+        if key.at % 4 != 0 {
+            return Err(invalid(format!(
+                "hashkey at {}: offset must be a multiple of 4",
+                key.at
+            )));
+        }
+    }
+    Ok(U32Parts {
+        divisor,
+        link,
+        hashkey: h.hashkey,
+    })
+}
+
+/// A handle for a u32 filter placed with `ht TABLE:BUCKET:` (`gen_new_kid`: the next free node
+/// id of that table and bucket, from 0x800) or a new hash table (`gen_new_htid`).
+fn u32_placement(
+    qdisc: &QdiscModel,
+    f: &htb_ipc::FilterSpec,
+    parts: &U32Parts,
+) -> Result<Option<u32>, IpcError> {
+    let invalid = |m: String| error(ErrorCode::Invalid, m);
+    if parts.divisor.is_some() {
+        if let Some(given) = f.handle.as_deref() {
+            let h = FilterKind::U32.parse_handle(given).map_err(invalid)?;
+            if h == 0 || h & 0xfffff != 0 {
+                return Err(invalid(format!(
+                    "a hash table's handle is a table id like 2:, not {given}"
+                )));
+            }
+            return Ok(Some(h));
+        }
+        let next = qdisc
+            .filters
+            .iter()
+            .filter(|e| e.kind == FilterKind::U32)
+            .map(|e| u32::from(e.table()) + 1)
+            .max()
+            .unwrap_or(0x800)
+            .max(0x800);
+        return Ok(Some(next << 20));
+    }
+    let Some((table, bucket)) = f.hashing.table else {
+        return Ok(None);
+    };
+    let Some(decl) = qdisc
+        .filters
+        .iter()
+        .find(|e| e.u32.divisor.is_some() && u32::from(e.table()) == table)
+    else {
+        // Not a table made with `divisor`: a prio's root table (`800:` …), one bucket.
+        if bucket != 0 || table == 0 {
+            return Err(invalid(format!(
+                "ht {table:x}:{bucket:x}: not a hash table made with divisor, and a root table has one bucket"
+            )));
+        }
+        return place(qdisc, f, table, 0);
+    };
+    if bucket >= u32::from(decl.u32.divisor.unwrap_or(1)) {
+        return Err(invalid(format!(
+            "ht {table:x}:{bucket:x}: bucket out of range (the table has {} buckets)",
+            decl.u32.divisor.unwrap_or(1)
+        )));
+    }
+    place(qdisc, f, table, bucket)
+}
+
+/// The handle of a filter in `table`, `bucket`: the one given (its table and bucket must agree)
+/// or the next free node.
+fn place(
+    qdisc: &QdiscModel,
+    f: &htb_ipc::FilterSpec,
+    table: u32,
+    bucket: u32,
+) -> Result<Option<u32>, IpcError> {
+    let base = table << 20 | bucket << 12;
+    if let Some(given) = f.handle.as_deref() {
+        let h = FilterKind::U32
+            .parse_handle(given)
+            .map_err(|m| error(ErrorCode::Invalid, m))?;
+        if h & 0xfff == 0 || h & !0xfff != base {
+            return Err(error(
+                ErrorCode::Invalid,
+                format!("handle {given} is not a node of ht {table:x}:{bucket:x}:"),
+            ));
+        }
+        return Ok(Some(h));
+    }
+    let node = qdisc
+        .filters
+        .iter()
+        .filter(|e| e.kind == FilterKind::U32 && e.handle & !0xfff == base)
+        .map(|e| (e.handle & 0xfff) + 1)
+        .max()
+        .unwrap_or(0x800)
+        .max(0x800);
+    if node > 0xfff {
+        return Err(error(
+            ErrorCode::Invalid,
+            format!("ht {table:x}: has no free node id"),
+        ));
+    }
+    Ok(Some(base | node))
+}
 
 /// Checks a `filter add` against the qdisc and gives it a priority and handle.
 fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry, IpcError> {
@@ -21,11 +200,22 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
     }
     let protocol = Protocol::parse(&f.protocol).map_err(invalid)?;
     let kind = FilterKind::parse(&f.kind).map_err(invalid)?;
-    let class = parse_class_id(&f.class)?;
-    if !qdisc.classes.contains_key(&class) {
-        return Err(error(
-            ErrorCode::NotFound,
-            format!("class {class} does not exist (add it before its filters)"),
+    let class = if f.class.is_empty() {
+        None
+    } else {
+        let class = parse_class_id(&f.class)?;
+        if !qdisc.classes.contains_key(&class) {
+            return Err(error(
+                ErrorCode::NotFound,
+                format!("class {class} does not exist (add it before its filters)"),
+            ));
+        }
+        Some(class)
+    };
+    let u32 = u32_parts(qdisc, f, kind)?;
+    if class.is_none() && u32.divisor.is_none() && u32.link.is_none() {
+        return Err(invalid(
+            "Must specify flowid/classid: where matching packets go".into(),
         ));
     }
     let matcher = matcher(&f.matcher, protocol)?;
@@ -59,7 +249,6 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
             )));
         }
     }
-    let mut entries: Vec<(FilterEntry, bool)> = qdisc.filters.iter().map(|&e| (e, true)).collect();
     let mut entry = FilterEntry {
         prio,
         protocol,
@@ -67,21 +256,39 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         handle: 0,
         matcher,
         class,
+        u32,
     };
-    if let Some(h) = f.handle.as_deref() {
-        entry.handle = kind.parse_handle(h).map_err(invalid)?;
-        if qdisc
-            .filters
-            .iter()
-            .any(|e| e.prio == prio && e.handle == entry.handle)
-        {
+    let placed = u32_placement(qdisc, f, &u32)?;
+    let given = match placed {
+        Some(h) => Some(h),
+        None => f
+            .handle
+            .as_deref()
+            .map(|h| kind.parse_handle(h).map_err(invalid))
+            .transpose()?,
+    };
+    if let Some(h) = given {
+        entry.handle = h;
+        if qdisc.filters.iter().any(|e| {
+            e.handle == h
+                && (e.prio == prio
+                    || (kind == FilterKind::U32
+                        && e.kind == FilterKind::U32
+                        && (u32.divisor.is_some()
+                            || e.u32.divisor.is_some()
+                            || f.hashing.table.is_some())))
+        }) {
             return Err(error(
                 ErrorCode::Exists,
-                format!("a filter with prio {prio} and handle {h} exists"),
+                format!(
+                    "a filter with prio {prio} and handle {} exists",
+                    kind.format_handle(h)
+                ),
             ));
         }
         return Ok(entry);
     }
+    let mut entries: Vec<(FilterEntry, bool)> = qdisc.filters.iter().map(|&e| (e, true)).collect();
     entries.push((entry, false));
     assign_handles(&mut entries);
     Ok(entries.pop().map_or(entry, |(e, _)| e))
@@ -96,13 +303,27 @@ impl Model {
     ) -> Result<(), IpcError> {
         let port = step.port;
         let qdisc = self.qdisc_mut(port)?;
+        if f.kind == "u32"
+            && f.class.is_empty()
+            && f.hashing.is_empty()
+            && f.matcher == MatchSpec::default()
+        {
+            // `tc filter add … prio 5 u32` alone makes the prio's root table exist; htbd makes
+            // the tables it needs when a filter uses them.
+            return Ok(());
+        }
         let entry = new_filter(qdisc, f)?;
-        step.undo.push(Undo::Filters {
+        // Filters are kept in (prio, handle) order; a batch usually adds in that order, so
+        // this is an append. The undo names the one entry (a copy of 100 000 filters per
+        // add would make a large batch quadratic).
+        let at = qdisc
+            .filters
+            .partition_point(|e| e.order() <= entry.order());
+        qdisc.filters.insert(at, entry);
+        step.undo.push(Undo::FilterAdded {
             port,
-            old: qdisc.filters.clone(),
+            order: entry.order(),
         });
-        qdisc.filters.push(entry);
-        qdisc.sort_filters();
         step.refilter.insert(port);
         Ok(())
     }
@@ -145,7 +366,14 @@ impl Model {
                         format!("no filter with prio {prio} and handle {handle} on {name}"),
                     ));
                 };
-                qdisc.filters.remove(position);
+                let removed = qdisc.filters.remove(position);
+                if removed.u32.divisor.is_some() {
+                    // A hash table goes with its filters (`u32_destroy_hnode`).
+                    let table = removed.table();
+                    qdisc
+                        .filters
+                        .retain(|f| !(f.kind == FilterKind::U32 && f.table() == table));
+                }
             }
         }
         step.undo.push(Undo::Filters { port, old });

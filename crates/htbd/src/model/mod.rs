@@ -16,6 +16,7 @@ mod filters;
 mod leaf;
 mod qdisc;
 mod state;
+mod u32_links;
 
 use std::collections::BTreeSet;
 
@@ -26,10 +27,11 @@ use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 
 pub use self::class::link_layer_name;
 pub use self::filter_entry::{
-    FilterEntry, FilterKind, Protocol, assign_handles, match_spec, matcher, with_protocol,
+    FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, match_spec, matcher, with_protocol,
 };
 pub use self::qdisc::QdiscModel;
 use self::qdisc::{Verb, set_qdisc_config};
+pub use self::u32_links::{LinkError, flatten};
 
 /// One port htbd forwards on.
 #[derive(Debug)]
@@ -47,13 +49,14 @@ impl PortModel {
         self.qdisc.as_ref().map(QdiscModel::tree)
     }
 
-    /// The data plane's filters, in evaluation order.
-    #[must_use]
-    pub fn data_filters(&self) -> Vec<Filter> {
+    /// The data plane's filters, in evaluation order (u32 links flattened).
+    ///
+    /// # Errors
+    /// u32 links htbd cannot follow (checked when every batch is accepted).
+    pub fn data_filters(&self) -> Result<Vec<Filter>, LinkError> {
         self.qdisc
             .as_ref()
-            .map(QdiscModel::data_filters)
-            .unwrap_or_default()
+            .map_or(Ok(Vec::new()), QdiscModel::data_filters)
     }
 }
 
@@ -173,6 +176,11 @@ enum Undo {
     Filters {
         port: usize,
         old: Vec<FilterEntry>,
+    },
+    /// The filter with this `(prio, handle)` was added.
+    FilterAdded {
+        port: usize,
+        order: (u32, u32),
     },
 }
 
@@ -305,11 +313,18 @@ impl Model {
         }
         for port in refilter {
             let p = &self.ports[port];
+            let filters = match p.data_filters() {
+                Ok(filters) => filters,
+                Err(e) => {
+                    self.rollback(undo);
+                    return Err(error(ErrorCode::Invalid, e.to_string()));
+                }
+            };
             plan.effects.push((
                 None,
                 Effect::SetFilters {
                     port: p.name.clone(),
-                    filters: p.data_filters(),
+                    filters,
                 },
             ));
         }
@@ -407,6 +422,10 @@ impl Model {
                 }),
                 Undo::Filters { port, old } => self.with_qdisc(port, |q| {
                     q.filters = old;
+                    Ok(())
+                }),
+                Undo::FilterAdded { port, order } => self.with_qdisc(port, |q| {
+                    q.filters.retain(|e| e.order() != order);
                     Ok(())
                 }),
             };

@@ -9,6 +9,7 @@ use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig};
 use htb_ipc::{ErrorCode, IpcError};
 
 use super::filter_entry::FilterEntry;
+use super::u32_links::{LinkError, flatten};
 use super::{Effect, Model, Step, Undo, error, parse_class_id};
 
 /// One port's HTB qdisc: its parameters, classes with their leaf qdiscs, filters, and a
@@ -68,17 +69,18 @@ impl QdiscModel {
                 handles.push(h);
             }
         }
-        if let Some(f) = filters
+        if let Some(class) = filters
             .iter()
-            .find(|f| !model.classes.contains_key(&f.class))
+            .filter_map(|f| f.class)
+            .find(|class| !model.classes.contains_key(class))
         {
             return Err(format!(
-                "a filter targets class {}, which does not exist",
-                f.class
+                "a filter targets class {class}, which does not exist"
             ));
         }
         model.filters = filters;
         model.sort_filters();
+        model.data_filters().map_err(|e| e.to_string())?;
         Ok(model)
     }
 
@@ -112,10 +114,12 @@ impl QdiscModel {
         self.shadow.class_info(id)
     }
 
-    /// The data plane's filters, in evaluation order.
-    #[must_use]
-    pub fn data_filters(&self) -> Vec<Filter> {
-        self.filters.iter().map(FilterEntry::filter).collect()
+    /// The data plane's filters, in evaluation order (u32 links flattened).
+    ///
+    /// # Errors
+    /// u32 links htbd cannot follow.
+    pub fn data_filters(&self) -> Result<Vec<Filter>, LinkError> {
+        flatten(&self.filters)
     }
 
     pub(super) fn sort_filters(&mut self) {

@@ -86,14 +86,25 @@ impl Model {
                 key("vlan", m.vlan.map(|p| p.to_string()));
                 let _ = writeln!(
                     out,
-                    "[[interface.filter]]\nprio = {}\nprotocol = {}\nkind = \"{}\"\nhandle = {}\nmatch = {{ {} }}\nclassid = \"{}\"",
+                    "[[interface.filter]]\nprio = {}\nprotocol = {}\nkind = \"{}\"\nhandle = {}\nmatch = {{ {} }}",
                     f.prio,
                     q(f.protocol.name()),
                     f.kind.name(),
                     q(&f.kind.format_handle(f.handle)),
                     keys.join(", "),
-                    f.class
                 );
+                if let Some(class) = f.class {
+                    let _ = writeln!(out, "classid = \"{class}\"");
+                }
+                if let Some(divisor) = f.u32.divisor {
+                    let _ = writeln!(out, "divisor = {divisor}");
+                }
+                if let Some(link) = f.u32.link {
+                    let _ = writeln!(out, "link = \"{link:x}:\"");
+                }
+                if let Some(key) = f.u32.hashkey {
+                    let _ = writeln!(out, "hash_mask = {:#010x}\nhash_at = {}", key.mask, key.at);
+                }
             }
             out.push('\n');
         }

@@ -51,6 +51,7 @@ fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
             ..MatchSpec::default()
         },
         class: class.into(),
+        ..FilterSpec::default()
     })
 }
 

@@ -181,6 +181,13 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
     let mut out = String::new();
     let mut items = Vec::new();
     let mut previous: Option<(&str, u32)> = None;
+    // Tables made with `divisor`: their filters are not in a prio's root table.
+    let table_of = |f: &FilterInfo| f.handle.split(':').next().unwrap_or("").to_owned();
+    let hashed: Vec<(String, String)> = list
+        .iter()
+        .filter(|f| f.hashing.divisor.is_some())
+        .map(|f| (f.dev.clone(), table_of(f)))
+        .collect();
     for f in list {
         let mut head = String::from("filter ");
         if style.show_dev {
@@ -209,7 +216,12 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             let _ = writeln!(out, "{head}");
             items.push(Value::Object(base()));
             if f.kind == "u32" {
-                let ht = f.handle.split(':').next().unwrap_or("800");
+                let root = list
+                    .iter()
+                    .filter(|g| g.dev == f.dev && g.prio == f.prio)
+                    .map(table_of)
+                    .find(|t| !hashed.iter().any(|(dev, h)| *dev == f.dev && h == t));
+                let ht = root.as_deref().unwrap_or("800");
                 let _ = writeln!(out, "{head}fh {ht}: ht divisor 1 ");
                 let mut o = base();
                 o.insert(
@@ -220,16 +232,32 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             }
         }
         let mut o = base();
+        if let (true, Some(divisor)) = (f.kind == "u32", f.hashing.divisor) {
+            let _ = writeln!(out, "{head}fh {} ht divisor {divisor} ", f.handle);
+            o.insert(
+                "options".into(),
+                json!({"fh": f.handle, "ht_divisor": divisor}),
+            );
+            items.push(Value::Object(o));
+            continue;
+        }
         if f.kind == "u32" {
             let mut parts = f.handle.split(':');
             let ht = parts.next().unwrap_or("800");
-            let node = parts.nth(1).unwrap_or("800");
+            let bucket = parts.next().filter(|b| !b.is_empty()).unwrap_or("0");
+            let node = parts.next().unwrap_or("800");
             let order = u32::from_str_radix(node, 16).unwrap_or(0);
-            let _ = writeln!(
-                out,
-                "{head}fh {} order {order} key ht {ht} bkt 0 flowid {} not_in_hw ",
-                f.handle, f.class
+            let mut line = format!(
+                "{head}fh {} order {order} key ht {ht} bkt {bucket}",
+                f.handle
             );
+            if !f.class.is_empty() {
+                let _ = write!(line, " flowid {}", f.class);
+            }
+            if let Some(link) = f.hashing.link {
+                let _ = write!(line, " link {link:x}:");
+            }
+            let _ = writeln!(out, "{line} not_in_hw ");
             let (keys, other) = u32_keys(&f.protocol, &f.matcher);
             let mut matches = Vec::new();
             for k in &keys {
@@ -244,18 +272,27 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             for o in &other {
                 let _ = writeln!(out, "  match {o} (not expressible as a u32 key)");
             }
-            o.insert(
-                "options".into(),
-                json!({
-                    "fh": f.handle,
-                    "order": order,
-                    "key_ht": ht,
-                    "bkt": "0",
-                    "flowid": f.class,
-                    "not_in_hw": true,
-                    "match": matches,
-                }),
-            );
+            if let Some(key) = f.hashing.hashkey {
+                let _ = writeln!(out, "    hash mask {:08x} at {} ", key.mask, key.at);
+            }
+            let mut options = json!({
+                "fh": f.handle,
+                "order": order,
+                "key_ht": ht,
+                "bkt": bucket,
+                "not_in_hw": true,
+                "match": matches,
+            });
+            if !f.class.is_empty() {
+                options["flowid"] = json!(f.class);
+            }
+            if let Some(link) = f.hashing.link {
+                options["link"] = json!(format!("{link:x}:"));
+            }
+            if let Some(key) = f.hashing.hashkey {
+                options["hash"] = json!({"mask": format!("{:08x}", key.mask), "at": key.at});
+            }
+            o.insert("options".into(), options);
         } else {
             let _ = writeln!(out, "{head}handle {} classid {} ", f.handle, f.class);
             let keys = flower_keys(f);
@@ -283,6 +320,7 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use htb_ipc::U32Hashing;
 
     #[test]
     fn filters_print_u32_keys_and_flower_lines() {
@@ -301,6 +339,7 @@ mod tests {
                 dport: Some((5201, 5201)),
                 ..MatchSpec::default()
             },
+            hashing: U32Hashing::default(),
         };
         assert_eq!(
             filters(std::slice::from_ref(&u32_filter), Style::default()),
@@ -321,6 +360,7 @@ mod tests {
                 dport: Some((5000, 5100)),
                 ..MatchSpec::default()
             },
+            hashing: U32Hashing::default(),
             ..u32_filter
         };
         assert_eq!(

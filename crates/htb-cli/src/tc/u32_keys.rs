@@ -1,0 +1,342 @@
+//! u32's raw selectors (`match u32|u16|u8 VALUE MASK at [nexthdr+]OFF`, iproute2's
+//! `parse_u32`/`parse_u16`/`parse_u8` and `pack_key`) read as the header fields htbd classifies
+//! by, and the hash-table words `ht`, `link`, `hashkey`, `sample` (`parse_u32` in `f_u32.c`).
+//!
+//! A raw key is a 32-bit word of the network header (or, with `nexthdr+`, of the transport
+//! header), a mask and a value. htbd does not read arbitrary bytes: a key must fall on the
+//! IPv4/IPv6 addresses (prefix masks), the protocol, the DSCP bits or the ports (prefix masks),
+//! and is refused, naming the offset, otherwise.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use htb_ipc::MatchSpec;
+
+use super::args::{Args, Result, illegal, number, usage};
+use super::f_u32::{port_range, tos_to_dscp};
+
+/// One 32-bit key, in host order, as `pack_key` builds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RawKey {
+    /// Byte offset of the word (a multiple of 4).
+    pub(super) at: u32,
+    /// Whether `at` counts from the transport header (`nexthdr+`).
+    pub(super) nexthdr: bool,
+    pub(super) mask: u32,
+    pub(super) value: u32,
+}
+
+impl RawKey {
+    /// u32's hash fold of this key (iproute2's `u32_hash_fold`, as `sample` uses it).
+    pub(super) fn fold(&self) -> u32 {
+        let shift = if self.mask == 0 {
+            0
+        } else {
+            self.mask.trailing_zeros()
+        };
+        (self.value & self.mask) >> shift
+    }
+}
+
+/// `u32|u16|u8 VALUE MASK at [nexthdr+]OFF` after the width word.
+pub(super) fn raw(a: &mut Args<'_>, width: &str) -> Result<RawKey> {
+    let value = number(a.value()?, "match")?;
+    let mask = number(a.value()?, "match")?;
+    if a.value()? != "at" {
+        return usage(format!("Illegal \"match {width}\": expected \"at OFFSET\""));
+    }
+    let off = a.value()?;
+    let (nexthdr, off) = match off.strip_prefix("nexthdr+") {
+        Some(rest) => (true, rest),
+        None => (false, off),
+    };
+    let off = number(off, "at")?;
+    let (bits, align) = match width {
+        "u32" => (32, 4),
+        "u16" => (16, 2),
+        _ => (8, 1),
+    };
+    if off % align != 0 {
+        return usage(format!(
+            "Illegal \"at {off}\": a {width} key must be {align}-byte aligned"
+        ));
+    }
+    let limit = if bits == 32 {
+        u32::MAX
+    } else {
+        (1 << bits) - 1
+    };
+    if value > limit || mask > limit {
+        return usage(format!(
+            "Illegal \"match {width}\": value or mask wider than {bits} bits"
+        ));
+    }
+    // pack_key16 / pack_key8: the key's place within its 32-bit word, big-endian.
+    let shift = 32 - bits - (off % 4) * 8;
+    Ok(RawKey {
+        at: off - off % 4,
+        nexthdr,
+        mask: mask << shift,
+        value: (value & mask) << shift,
+    })
+}
+
+/// The key `match ip src|dst PREFIX` makes (for `sample`).
+pub(super) fn ip_key(field: &str, prefix: &str) -> Result<RawKey> {
+    let (addr, len) = prefix.split_once('/').unwrap_or((prefix, "32"));
+    let (Ok(addr), Ok(len)) = (addr.parse::<Ipv4Addr>(), len.parse::<u32>()) else {
+        return illegal("sample");
+    };
+    if len > 32 {
+        return illegal("sample");
+    }
+    let mask = !u32::MAX.checked_shr(len).unwrap_or(0);
+    Ok(RawKey {
+        at: if field == "src" { 12 } else { 16 },
+        nexthdr: false,
+        mask,
+        value: u32::from(addr) & mask,
+    })
+}
+
+/// Keys gathered for one filter, then read as fields.
+#[derive(Debug, Default)]
+pub(super) struct RawKeys(Vec<RawKey>);
+
+/// A 128-bit address being built from its words.
+#[derive(Default)]
+struct Address {
+    mask: u128,
+    value: u128,
+}
+
+impl Address {
+    fn add(&mut self, word: u32, k: &RawKey) {
+        let shift = 96 - 32 * word;
+        self.mask |= u128::from(k.mask) << shift;
+        self.value |= u128::from(k.value) << shift;
+    }
+
+    /// As a prefix (the mask must be leading ones).
+    fn prefix(&self, v6: bool, what: &str) -> Result<Option<String>> {
+        if self.mask == 0 {
+            return Ok(None);
+        }
+        let len = self.mask.leading_ones();
+        if self.mask.checked_shl(len).unwrap_or(0) != 0 {
+            return usage(format!(
+                "Illegal \"{what}\": mask is not a prefix, so it is not an address prefix htbd can classify by"
+            ));
+        }
+        Ok(Some(if v6 {
+            format!("{}/{len}", Ipv6Addr::from(self.value))
+        } else {
+            format!(
+                "{}/{}",
+                IpAddr::V4(Ipv4Addr::from((self.value >> 96) as u32)),
+                len
+            )
+        }))
+    }
+}
+
+impl RawKeys {
+    pub(super) fn push(&mut self, k: RawKey) {
+        self.0.push(k);
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Writes the keys into `m` as fields of the IPv4 (or, `v6`, IPv6) header.
+    ///
+    /// # Errors
+    /// A key on bytes htbd does not classify by, or a field also given another way.
+    pub(super) fn into_match(self, v6: bool, m: &mut MatchSpec) -> Result<()> {
+        let (mut src, mut dst) = (Address::default(), Address::default());
+        let transport = |k: &RawKey| k.nexthdr || (!v6 && k.at == 20) || (v6 && k.at == 40);
+        for k in &self.0 {
+            let refuse = || {
+                usage(format!(
+                    "raw match at {}{}, mask {:#010x}: htbd classifies by addresses, protocol, DSCP and ports only",
+                    if k.nexthdr { "nexthdr+" } else { "" },
+                    k.at,
+                    k.mask
+                ))
+            };
+            if k.mask == 0 {
+                continue;
+            }
+            if transport(k) {
+                if k.nexthdr && k.at != 0 {
+                    return refuse();
+                }
+                let (sport, dport) = (k.mask >> 16, k.mask & 0xffff);
+                if sport != 0 {
+                    set(
+                        &mut m.sport,
+                        port_range(k.value >> 16, sport, "sport")?,
+                        "sport",
+                    )?;
+                }
+                if dport != 0 {
+                    set(
+                        &mut m.dport,
+                        port_range(k.value & 0xffff, dport, "dport")?,
+                        "dport",
+                    )?;
+                }
+                continue;
+            }
+            match (v6, k.at) {
+                (false, 0) if k.mask & !0x00ff_0000 == 0 => {
+                    let dscp = tos_to_dscp((k.value >> 16) & 0xff, (k.mask >> 16) & 0xff, "tos")?;
+                    set(&mut m.dscp, dscp, "tos")?;
+                }
+                (false, 8) if k.mask == 0x00ff_0000 => {
+                    set(&mut m.proto, ((k.value >> 16) & 0xff) as u8, "protocol")?;
+                }
+                (false, 12) => src.add(0, k),
+                (false, 16) => dst.add(0, k),
+                (true, 0) if k.mask & !0x0ff0_0000 == 0 => {
+                    let dscp =
+                        tos_to_dscp((k.value >> 20) & 0xff, (k.mask >> 20) & 0xff, "priority")?;
+                    set(&mut m.dscp, dscp, "priority")?;
+                }
+                (true, 4) if k.mask == 0x0000_ff00 => {
+                    set(&mut m.proto, ((k.value >> 8) & 0xff) as u8, "protocol")?;
+                }
+                (true, 8..=20) => src.add((k.at - 8) / 4, k),
+                (true, 24..=36) => dst.add((k.at - 24) / 4, k),
+                _ => return refuse(),
+            }
+        }
+        if let Some(p) = src.prefix(v6, "src")? {
+            set(&mut m.src, p, "src")?;
+        }
+        if let Some(p) = dst.prefix(v6, "dst")? {
+            set(&mut m.dst, p, "dst")?;
+        }
+        Ok(())
+    }
+}
+
+fn set<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
+    if slot.is_some() {
+        return usage(format!("Double \"{what}\" match: one per filter"));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// `ht X:Y:` (`get_u32_handle`, a table and bucket, no node).
+pub(super) fn table(s: &str) -> Result<(u32, u32)> {
+    let h = u32_handle(s, "ht")?;
+    if h & 0xfff != 0 {
+        return illegal("ht");
+    }
+    Ok((h >> 20, (h >> 12) & 0xff))
+}
+
+/// `link X:` (a table, no bucket or node).
+pub(super) fn link(s: &str) -> Result<u32> {
+    let h = u32_handle(s, "link")?;
+    if h & 0xfffff != 0 || h == 0 {
+        return illegal("link");
+    }
+    Ok(h >> 20)
+}
+
+/// tc's `get_u32_handle`: `X:Y:Z` in hex, each part optional, or `0x…`.
+pub(super) fn u32_handle(s: &str, what: &str) -> Result<u32> {
+    if !s.contains(':') {
+        return match s.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16).or_else(|_| illegal(what)),
+            None => illegal(what),
+        };
+    }
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() > 3 {
+        return illegal(what);
+    }
+    let field = |i: usize, max: u32| -> Result<u32> {
+        match parts.get(i).copied() {
+            None | Some("") => Ok(0),
+            Some(p) => match u32::from_str_radix(p.trim_start_matches("0x"), 16) {
+                Ok(v) if v < max => Ok(v),
+                _ => illegal(what),
+            },
+        }
+    };
+    Ok(field(0, 0x1000)? << 20 | field(1, 0x100)? << 12 | field(2, 0x1000)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    fn read(s: &str, v6: bool) -> Result<MatchSpec> {
+        let w = words(s);
+        let mut a = Args::new(&w);
+        let mut keys = RawKeys::default();
+        while let Some(width) = a.next() {
+            keys.push(raw(&mut a, width)?);
+        }
+        let mut m = MatchSpec::default();
+        keys.into_match(v6, &mut m)?;
+        Ok(m)
+    }
+
+    #[test]
+    fn raw_keys_become_fields() {
+        let m = read(
+            "u32 0x0a00002a 0xffffffff at 16 u8 6 0xff at 9 u16 80 0xffff at 22",
+            false,
+        )
+        .unwrap();
+        assert_eq!(m.dst.as_deref(), Some("10.0.0.42/32"));
+        assert_eq!(m.proto, Some(6));
+        assert_eq!(m.dport, Some((80, 80)));
+        let m = read(
+            "u32 0xc0a80000 0xffff0000 at 12 u16 0x0035 0xffff at nexthdr+0",
+            false,
+        )
+        .unwrap();
+        assert_eq!(m.src.as_deref(), Some("192.168.0.0/16"));
+        assert_eq!(m.sport, Some((53, 53)));
+        let m = read(
+            "u32 0x20010db8 0xffffffff at 24 u32 0 0xffff0000 at 28",
+            true,
+        )
+        .unwrap();
+        assert_eq!(m.dst.as_deref(), Some("2001:db8::/48"));
+        let m = read("u8 0xb8 0xfc at 1", false).unwrap();
+        assert_eq!(m.dscp, Some(46));
+        let err = read("u32 0 0xffff at 4", false).unwrap_err();
+        assert!(err.0.contains("raw match at 4"), "{}", err.0);
+        let err = read("u32 0x0a000000 0xff00ff00 at 16", false).unwrap_err();
+        assert!(err.0.contains("not a prefix"), "{}", err.0);
+        assert!(read("u16 1 0xffff at 3", false).is_err(), "misaligned");
+    }
+
+    #[test]
+    fn handles_and_sample_fold() {
+        assert_eq!(table("2:7b:").unwrap(), (2, 0x7b));
+        assert_eq!(table("800::").unwrap(), (0x800, 0));
+        assert!(table("2:7b:1").is_err());
+        assert_eq!(link("2:").unwrap(), 2);
+        assert!(link("2:1:").is_err());
+        assert_eq!(
+            u32_handle("0x1:0x3:0x800", "handle").unwrap(),
+            1 << 20 | 3 << 12 | 0x800
+        );
+        assert_eq!(ip_key("dst", "10.0.0.42").unwrap().fold() % 256, 0x2a);
+        let w = words("0x2a 0xff at 16");
+        let k = raw(&mut Args::new(&w), "u32").unwrap();
+        assert_eq!(k.fold(), 0x2a);
+    }
+}
