@@ -33,7 +33,7 @@ use serde::Deserialize;
 
 use htb_ipc::HashKey;
 
-use crate::model::{FilterEntry, FilterKind, Protocol, U32Parts, assign_handles};
+use crate::model::{FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, u32_divisor};
 use crate::netfilter::NetfilterPolicy;
 
 #[derive(Deserialize)]
@@ -115,9 +115,7 @@ fn u32_parts(f: &FilterSection, kind: FilterKind, handle: Option<u32>) -> Result
         return Err("divisor, link and hash_mask/hash_at are u32's: set kind = \"u32\"".into());
     }
     if let Some(d) = f.divisor {
-        if !(d.is_power_of_two() && d <= 256) {
-            return Err(format!("divisor {d}: a power of two from 1 to 256"));
-        }
+        u32_divisor(u32::from(d))?;
         if handle.is_none_or(|h| h & 0xfffff != 0) {
             return Err("a u32 hash table (divisor) needs a handle like \"2:\"".into());
         }

@@ -156,6 +156,20 @@ impl FilterKind {
     }
 }
 
+/// u32's `divisor`: a power of two from 1 to 256 buckets (`u32_change` in `cls_u32.c`).
+///
+/// # Errors
+/// Above 256, or not a power of two.
+pub fn u32_divisor(d: u32) -> Result<u16, String> {
+    if d > 256 {
+        Err(format!("divisor {d}: exceeded maximum 256 hash buckets"))
+    } else if !d.is_power_of_two() {
+        Err(format!("divisor {d} is not a power of 2"))
+    } else {
+        Ok(d as u16)
+    }
+}
+
 /// A u32 filter's hash-table parts (`cls_u32.c`'s `tc_u_hnode` and a knode's `ht_down`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct U32Parts {

@@ -4,7 +4,7 @@
 use htb_ipc::{ErrorCode, IpcError, MatchSpec};
 
 use super::filter_entry::{
-    AUTO_PRIO, FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, matcher,
+    AUTO_PRIO, FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, matcher, u32_divisor,
 };
 use super::qdisc::QdiscModel;
 use super::{Model, Step, Undo, error, parse_class_id};
@@ -24,16 +24,7 @@ fn u32_parts(
     if kind != FilterKind::U32 {
         return Err(invalid("divisor, ht, link and hashkey are u32's".into()));
     }
-    let divisor = match h.divisor {
-        None => None,
-        Some(d) if d.is_power_of_two() && d <= 256 => Some(d as u16),
-        Some(d) if d > 256 => {
-            return Err(invalid(format!(
-                "divisor {d}: exceeded maximum 256 hash buckets"
-            )));
-        }
-        Some(d) => return Err(invalid(format!("divisor {d} is not a power of 2"))),
-    };
+    let divisor = h.divisor.map(u32_divisor).transpose().map_err(invalid)?;
     let link = match h.link {
         None => None,
         Some(table) => {

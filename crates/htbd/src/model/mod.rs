@@ -27,7 +27,8 @@ use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 
 pub use self::class::link_layer_name;
 pub use self::filter_entry::{
-    FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, match_spec, matcher, with_protocol,
+    FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, match_spec, matcher, u32_divisor,
+    with_protocol,
 };
 pub use self::qdisc::QdiscModel;
 use self::qdisc::{Verb, set_qdisc_config};
