@@ -80,7 +80,6 @@ impl QdiscModel {
         }
         model.filters = filters;
         model.sort_filters();
-        model.data_filters().map_err(|e| e.to_string())?;
         Ok(model)
     }
 
