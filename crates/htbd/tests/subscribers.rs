@@ -155,4 +155,15 @@ fn a_u32_hash_table_script_runs_verbatim_and_each_packet_reaches_its_bucket_filt
         "filter", "del", "dev", "r2", "parent", "1:", "prio", "5", "handle", "2:", "u32",
     ]);
     assert!(!out.status.success(), "a linked table was deleted");
+
+    // Tables, links and bucket filters survive a crash and restart (journal replay), and a
+    // clean stop and start (the snapshot written as TOML and read back).
+    let mut htbd = htbd;
+    htbd.kill9();
+    let htbd = Htbd::start_in(&lab, CONFIG, htbd.into_dir());
+    assert_eq!(htbd.cli_ok(&["filter", "show", "dev", "r2"]), shown);
+    let (status, dir) = htbd.terminate();
+    assert!(status.success(), "htbd stopped with {status}");
+    let htbd = Htbd::start_in(&lab, CONFIG, dir);
+    assert_eq!(htbd.cli_ok(&["filter", "show", "dev", "r2"]), shown);
 }
