@@ -1,8 +1,10 @@
 //! `htb-cli`: tc's grammar for a running htbd ([`tc`], over the control socket: [`client`]),
-//! the deterministic HTB simulator (`htb-cli sim`), and chart output shared with the
+//! LibreQoS's subscriber list imported as one batch ([`import`]), the deterministic HTB
+//! simulator (`htb-cli sim`), and chart output shared with the
 //! benchmarks and the lab demo.
 
 pub mod client;
+pub mod import;
 pub mod plot;
 pub mod sim;
 pub mod tc;

@@ -1,11 +1,16 @@
 //! `htb-cli`: see the crate documentation.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use htb_cli::import::circuits::Placement;
+use htb_cli::import::{self, Import, ImportError};
 use htb_cli::sim::{Scenario, run};
+use htb_core::ClassId;
 
 #[derive(Parser)]
 #[command(
@@ -31,6 +36,93 @@ enum Command {
         #[arg(long, value_name = "OUT.svg")]
         svg: Option<PathBuf>,
     },
+    /// Import LibreQoS's ShapedDevices.csv as one atomic batch: per circuit a class (rate =
+    /// min, ceil = max) under its node in each tree, one u32 filter per address.
+    Import {
+        /// The CSV file (LibreQoS's ShapedDevices.csv columns).
+        file: PathBuf,
+        /// Port towards the subscribers: the download tree, filters on the destination.
+        #[arg(long, value_name = "DEV")]
+        download_dev: Option<String>,
+        /// Port towards the upstream: the upload tree, filters on the source.
+        #[arg(long, value_name = "DEV")]
+        upload_dev: Option<String>,
+        /// The class circuits hang under unless their Parent Node is mapped with --node
+        /// (the same class id in both trees).
+        #[arg(long, value_name = "CLASSID")]
+        parent: ClassId,
+        /// Map a Parent Node name to its class: `--node AP_A=1:10` (repeatable).
+        #[arg(long = "node", value_name = "NAME=CLASSID", value_parser = node_mapping)]
+        nodes: Vec<(String, ClassId)>,
+        /// The IPv4 filters' prio; IPv6 filters use the next one.
+        #[arg(long, default_value_t = 10)]
+        prio: u32,
+        /// The lowest class minor (hex, as tc writes minors) a circuit may take; minors in
+        /// use on either port are skipped.
+        #[arg(long, value_name = "HEX", default_value = "100", value_parser = hex_minor)]
+        first_minor: u32,
+        /// Print the tc batch instead of sending it (htbd is not asked).
+        #[arg(long)]
+        print: bool,
+        /// htbd's control socket.
+        #[arg(long, value_name = "PATH")]
+        socket: Option<String>,
+        /// Seconds to wait for htbd's answer.
+        #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+        timeout: f64,
+    },
+}
+
+fn node_mapping(s: &str) -> Result<(String, ClassId), String> {
+    let (name, id) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("expected NAME=CLASSID such as AP_A=1:10, got \"{s}\""))?;
+    let id: ClassId = id.parse().map_err(|e| format!("\"{id}\": {e}"))?;
+    if id.is_qdisc() {
+        return Err(format!("\"{id}\" names a qdisc, not a class"));
+    }
+    Ok((name.to_owned(), id))
+}
+
+fn hex_minor(s: &str) -> Result<u32, String> {
+    let digits = s.strip_prefix("0x").unwrap_or(s);
+    u32::from_str_radix(digits, 16).map_err(|e| format!("\"{s}\": {e} (a hex minor such as 100)"))
+}
+
+/// Exit status as for tc commands: 1 when the input was wrong (nothing sent), 2 when htbd
+/// refused or could not be asked.
+fn import(import: &Import) -> ExitCode {
+    let mut stdout = std::io::stdout();
+    let summary = match import::run(import, &mut stdout) {
+        Ok(s) => s,
+        Err(e) => {
+            // The messages carry their causes; `{e:#}` would repeat them.
+            eprintln!("htb-cli: {e}");
+            return ExitCode::from(match e {
+                ImportError::Client(_)
+                | ImportError::Refused { .. }
+                | ImportError::MissingClass { .. } => htb_cli::tc::EXIT_DAEMON,
+                _ => htb_cli::tc::EXIT_USAGE,
+            });
+        }
+    };
+    if !summary.unmapped_nodes.is_empty() {
+        let names: Vec<&str> = summary.unmapped_nodes.iter().map(String::as_str).collect();
+        eprintln!(
+            "htb-cli: circuits of {} parent node(s) without --node went under {}: {}",
+            names.len(),
+            import.placement.parent,
+            names.join(", ")
+        );
+    }
+    if !import.print {
+        let (first, last) = summary.classes.unwrap_or_default();
+        eprintln!(
+            "htb-cli: imported {} circuits (classes {first}..{last}) and {} filters",
+            summary.circuits, summary.filters
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 fn sim(path: &PathBuf, json: bool, svg: Option<&PathBuf>) -> anyhow::Result<()> {
@@ -54,7 +146,7 @@ fn sim(path: &PathBuf, json: bool, svg: Option<&PathBuf>) -> anyhow::Result<()> 
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) != Some("sim") {
+    if !matches!(args.first().map(String::as_str), Some("sim" | "import")) {
         // Everything but `sim` is tc's grammar, parsed by hand as tc parses it.
         let status = htb_cli::tc::main(&args, &mut std::io::stdout(), &mut std::io::stderr());
         return ExitCode::from(status);
@@ -66,6 +158,37 @@ fn main() -> ExitCode {
             json,
             svg,
         } => sim(scenario, *json, svg.as_ref()),
+        Command::Import {
+            file,
+            download_dev,
+            upload_dev,
+            parent,
+            nodes,
+            prio,
+            first_minor,
+            print,
+            socket,
+            timeout,
+        } => {
+            if parent.is_qdisc() {
+                eprintln!("htb-cli: --parent {parent} names a qdisc; circuits hang under a class");
+                return ExitCode::from(htb_cli::tc::EXIT_USAGE);
+            }
+            return import(&Import {
+                file: file.clone(),
+                placement: Placement {
+                    download_dev: download_dev.clone(),
+                    upload_dev: upload_dev.clone(),
+                    parent: *parent,
+                    nodes: nodes.iter().cloned().collect::<BTreeMap<_, _>>(),
+                    prio: *prio,
+                },
+                first_minor: *first_minor,
+                print: *print,
+                socket: socket.clone(),
+                timeout: Some(Duration::from_secs_f64(timeout.max(0.1))),
+            });
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,339 @@
+//! LibreQoS's `ShapedDevices.csv`: one row per device, devices grouped into circuits by
+//! `Circuit ID`. Columns are found by their header names (LibreQoS's order is `Circuit ID,
+//! Circuit Name, Device ID, Device Name, Parent Node, MAC, IPv4, IPv6, Download Min Mbps,
+//! Upload Min Mbps, Download Max Mbps, Upload Max Mbps, Comment[, sqm]`); `#` starts a comment
+//! line; address lists are comma-separated inside one quoted field (`"100.64.0.1, 100.64.0.14"`);
+//! rates are Mbps with decimals (LibreQoS 1.5 accepts `0.5`, `2.5`).
+
+use htb_config::filter::IpPrefix;
+
+/// Why the file was refused: the line, the column (by header name) and what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, column \"{column}\": {message}")]
+pub struct CsvError {
+    /// 1-based line in the file.
+    pub line: u64,
+    /// The column's header name (or `header` for the header row itself).
+    pub column: String,
+    /// What was wrong.
+    pub message: String,
+}
+
+/// One device row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShapedDevice {
+    /// The line it was read from (for errors found later, e.g. duplicate addresses).
+    pub line: u64,
+    /// `Circuit ID`; devices sharing one share a class. Empty: the device is its own circuit.
+    pub circuit_id: String,
+    /// `Circuit Name` (free text).
+    pub circuit_name: String,
+    /// `Device ID`.
+    pub device_id: String,
+    /// `Parent Node`: the node (site, access point) the circuit hangs under; may be empty.
+    pub parent_node: String,
+    /// `IPv4` and `IPv6` together, in the order given.
+    pub addresses: Vec<IpPrefix>,
+    /// The four rates in bit/s.
+    pub rates: CircuitRates,
+}
+
+/// A circuit's plan in bit/s: min is HTB's `rate`, max its `ceil`, per direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircuitRates {
+    /// `Download Min Mbps`.
+    pub download_min: u64,
+    /// `Upload Min Mbps`.
+    pub upload_min: u64,
+    /// `Download Max Mbps`.
+    pub download_max: u64,
+    /// `Upload Max Mbps`.
+    pub upload_max: u64,
+}
+
+const CIRCUIT_ID: &str = "Circuit ID";
+const CIRCUIT_NAME: &str = "Circuit Name";
+const DEVICE_ID: &str = "Device ID";
+const PARENT_NODE: &str = "Parent Node";
+const IPV4: &str = "IPv4";
+const IPV6: &str = "IPv6";
+const DOWNLOAD_MIN: &str = "Download Min Mbps";
+const UPLOAD_MIN: &str = "Upload Min Mbps";
+const DOWNLOAD_MAX: &str = "Download Max Mbps";
+const UPLOAD_MAX: &str = "Upload Max Mbps";
+
+/// The columns htb reads; the others (`Device Name`, `MAC`, `Comment`, `sqm`) are ignored.
+const REQUIRED: [&str; 10] = [
+    CIRCUIT_ID,
+    CIRCUIT_NAME,
+    DEVICE_ID,
+    PARENT_NODE,
+    IPV4,
+    IPV6,
+    DOWNLOAD_MIN,
+    UPLOAD_MIN,
+    DOWNLOAD_MAX,
+    UPLOAD_MAX,
+];
+
+/// Where each required column is in a row.
+struct Columns([usize; REQUIRED.len()]);
+
+impl Columns {
+    fn find(header: &csv::StringRecord, line: u64) -> Result<Self, CsvError> {
+        let mut at = [0; REQUIRED.len()];
+        for (slot, name) in at.iter_mut().zip(REQUIRED) {
+            *slot = header
+                .iter()
+                .position(|h| h.trim().eq_ignore_ascii_case(name))
+                .ok_or_else(|| CsvError {
+                    line,
+                    column: "header".into(),
+                    message: format!(
+                        "no \"{name}\" column (LibreQoS's header is: Circuit ID,Circuit Name,\
+                         Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,Download Min Mbps,\
+                         Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment)"
+                    ),
+                })?;
+        }
+        Ok(Self(at))
+    }
+
+    fn get<'r>(&self, row: &'r csv::StringRecord, name: &str) -> Option<&'r str> {
+        let i = REQUIRED.iter().position(|n| *n == name)?;
+        row.get(self.0[i]).map(str::trim)
+    }
+}
+
+/// Reads the whole file; the first error stops it.
+///
+/// # Errors
+/// A malformed row or header, with its line and column.
+pub fn read(text: &str) -> Result<Vec<ShapedDevice>, CsvError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .comment(Some(b'#'))
+        // LibreQoS's own example has rows whose free-text comment holds an unquoted comma;
+        // only the columns we read must be where the header says.
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let mut columns = None;
+    let mut devices = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| CsvError {
+            line: e.position().map_or(0, csv::Position::line),
+            column: "-".into(),
+            message: e.to_string(),
+        })?;
+        let line = record.position().map_or(0, csv::Position::line);
+        if record.iter().all(|f| f.trim().is_empty()) {
+            continue;
+        }
+        match &columns {
+            None => columns = Some(Columns::find(&record, line)?),
+            Some(c) => devices.push(device(c, &record, line)?),
+        }
+    }
+    if columns.is_none() {
+        return Err(CsvError {
+            line: 1,
+            column: "header".into(),
+            message: "the file is empty (no header row)".into(),
+        });
+    }
+    Ok(devices)
+}
+
+fn device(c: &Columns, row: &csv::StringRecord, line: u64) -> Result<ShapedDevice, CsvError> {
+    let err = |column: &str, message: String| CsvError {
+        line,
+        column: column.to_owned(),
+        message,
+    };
+    let field = |name: &str| {
+        c.get(row, name)
+            .ok_or_else(|| err(name, format!("missing (the row has {} fields)", row.len())))
+    };
+    let mut addresses = Vec::new();
+    for (name, v6) in [(IPV4, false), (IPV6, true)] {
+        for part in field(name)?.split(',').map(str::trim) {
+            if part.is_empty() {
+                continue;
+            }
+            let prefix: IpPrefix = part
+                .parse()
+                .map_err(|e| err(name, format!("\"{part}\": {e}")))?;
+            if prefix.addr().is_ipv6() != v6 {
+                return Err(err(name, format!("\"{part}\" is not an {name} address")));
+            }
+            addresses.push(prefix);
+        }
+    }
+    if addresses.is_empty() {
+        return Err(err(IPV4, "the device has no IPv4 or IPv6 address".into()));
+    }
+    let rate = |name: &str| {
+        let text = field(name)?;
+        mbps_to_bits(text).map_err(|why| err(name, format!("\"{text}\": {why}")))
+    };
+    let rates = CircuitRates {
+        download_min: rate(DOWNLOAD_MIN)?,
+        upload_min: rate(UPLOAD_MIN)?,
+        download_max: rate(DOWNLOAD_MAX)?,
+        upload_max: rate(UPLOAD_MAX)?,
+    };
+    for (min, max, min_name, max_name) in [
+        (
+            rates.download_min,
+            rates.download_max,
+            DOWNLOAD_MIN,
+            DOWNLOAD_MAX,
+        ),
+        (rates.upload_min, rates.upload_max, UPLOAD_MIN, UPLOAD_MAX),
+    ] {
+        if max < min {
+            return Err(err(
+                max_name,
+                format!("below \"{min_name}\" (HTB's ceil must be at least its rate)"),
+            ));
+        }
+    }
+    Ok(ShapedDevice {
+        line,
+        circuit_id: field(CIRCUIT_ID)?.to_owned(),
+        circuit_name: field(CIRCUIT_NAME)?.to_owned(),
+        device_id: field(DEVICE_ID)?.to_owned(),
+        parent_node: field(PARENT_NODE)?.to_owned(),
+        addresses,
+        rates,
+    })
+}
+
+/// `2.5` Mbps → 2 500 000 bit/s, exactly (decimal, not floating point); at most 6 decimals
+/// (1 bit/s), more than zero.
+fn mbps_to_bits(text: &str) -> Result<u64, &'static str> {
+    const WHY: &str = "expected Mbps such as 100 or 2.5";
+    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && frac.is_empty()) || !digits(whole) || !digits(frac) {
+        return Err(WHY);
+    }
+    if frac.len() > 6 {
+        return Err("more than 6 decimals (finer than 1 bit/s)");
+    }
+    let whole: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| "too large")?
+    };
+    let frac_bits: u64 = format!("{frac:0<6}").parse().map_err(|_| WHY)?;
+    let bits = whole
+        .checked_mul(1_000_000)
+        .and_then(|b| b.checked_add(frac_bits))
+        .ok_or("too large")?;
+    if bits == 0 {
+        return Err("a rate must be above 0");
+    }
+    Ok(bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,\
+                          IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,\
+                          Upload Max Mbps,Comment\n";
+
+    #[test]
+    fn libreqos_rows_read_with_decimal_rates_lists_and_comments() {
+        let text = format!(
+            "# a comment\n{HEADER}1,\"968 Circle St., Gurnee\",1,Device 1,AP_A,,\
+             \"100.64.0.1, 100.64.0.14\",fdd7:b724:0:100::/56,1,0.5,155,20.25,Plan A, gold\n"
+        );
+        let devices = read(&text).unwrap();
+        assert_eq!(devices.len(), 1);
+        let d = &devices[0];
+        assert_eq!(d.line, 3);
+        assert_eq!(d.circuit_id, "1");
+        assert_eq!(d.circuit_name, "968 Circle St., Gurnee");
+        assert_eq!(d.parent_node, "AP_A");
+        let addrs: Vec<String> = d.addresses.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            addrs,
+            ["100.64.0.1/32", "100.64.0.14/32", "fdd7:b724:0:100::/56"]
+        );
+        assert_eq!(
+            d.rates,
+            CircuitRates {
+                download_min: 1_000_000,
+                upload_min: 500_000,
+                download_max: 155_000_000,
+                upload_max: 20_250_000,
+            }
+        );
+    }
+
+    #[test]
+    fn header_columns_are_found_by_name_in_any_order() {
+        let text = "IPv6,IPv4,Upload Max Mbps,Download Max Mbps,Upload Min Mbps,\
+                    Download Min Mbps,Parent Node,Device ID,Circuit Name,Circuit ID\n\
+                    ,10.0.0.1,2,3,1,1,,d,c,7\n";
+        let d = &read(text).unwrap()[0];
+        assert_eq!(d.circuit_id, "7");
+        assert_eq!(d.rates.download_max, 3_000_000);
+        assert_eq!(d.rates.upload_max, 2_000_000);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_column() {
+        let row = |fields: &str| format!("{HEADER}{fields}\n");
+        let cases = [
+            (
+                row("1,c,1,d,,,10.0.0.300,,1,1,10,10,"),
+                "line 2, column \"IPv4\": \"10.0.0.300\": ",
+            ),
+            (
+                row("1,c,1,d,,,10.0.0.1,10.0.0.2,1,1,10,10,"),
+                "column \"IPv6\": \"10.0.0.2\" is not an IPv6 address",
+            ),
+            (
+                row("1,c,1,d,,,10.0.0.1,,1,1,10,1.5x,"),
+                "column \"Upload Max Mbps\": \"1.5x\": expected Mbps",
+            ),
+            (
+                row("1,c,1,d,,,10.0.0.1,,20,1,10,10,"),
+                "column \"Download Max Mbps\": below \"Download Min Mbps\"",
+            ),
+            (row("1,c,1,d,,,,,1,1,10,10,"), "has no IPv4 or IPv6 address"),
+            (row("1,c,1,d,,,10.0.0.1,,0,1,10,10,"), "above 0"),
+            (
+                row("1,c,1,d,,,10.0.0.1,,1,1"),
+                "\"Download Max Mbps\": missing",
+            ),
+            (
+                "Circuit ID,IPv4\n1,10.0.0.1\n".to_owned(),
+                "line 1, column \"header\": no \"Circuit Name\" column",
+            ),
+            (String::new(), "the file is empty"),
+        ];
+        for (text, want) in cases {
+            let got = read(&text).unwrap_err().to_string();
+            assert!(got.contains(want), "{got:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn mbps_are_converted_exactly() {
+        assert_eq!(mbps_to_bits("0.1"), Ok(100_000));
+        assert_eq!(mbps_to_bits("1500.5"), Ok(1_500_500_000));
+        assert_eq!(mbps_to_bits(".25"), Ok(250_000));
+        assert_eq!(mbps_to_bits("3."), Ok(3_000_000));
+        assert_eq!(mbps_to_bits("0.000001"), Ok(1));
+        assert!(mbps_to_bits("0.0000001").is_err());
+        assert!(mbps_to_bits("-1").is_err());
+        assert!(mbps_to_bits(".").is_err());
+        assert!(mbps_to_bits("1e3").is_err());
+        assert!(mbps_to_bits("99999999999999999999").is_err());
+    }
+}

@@ -1,0 +1,194 @@
+//! `htb-cli import ShapedDevices.csv` against a live htbd in the netns lab: LibreQoS's
+//! subscriber list becomes one class per circuit in both trees (download on the port towards
+//! the subscribers, upload on the port towards the upstream), and each direction of node-2's
+//! traffic is shaped by its circuit's plan. Needs root and network namespaces, so each test is
+//! `#[ignore]`d; `scripts/test.sh` includes them as root.
+
+use std::fmt::Write as _;
+
+use htb_lab::{Htbd, Lab, N1, assert_within};
+use serde_json::Value;
+
+/// Router mode; both ports have an HTB tree with the circuits' parent 1:1, a node class 1:2
+/// and the default 1:99. r2 faces node-2 (the subscriber side: download), r1 node-1 (upload).
+const CONFIG: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+     [[interface]]\nname = \"r1\"\n[interface.qdisc]\ndefault = \"99\"\n\
+     [[interface.class]]\nid = \"1:1\"\nrate = \"900mbit\"\n\
+     [[interface.class]]\nid = \"1:2\"\nparent = \"1:1\"\nrate = \"100mbit\"\n\
+     [[interface.class]]\nid = \"1:99\"\nrate = \"100mbit\"\n\n\
+     [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"99\"\n\
+     [[interface.class]]\nid = \"1:1\"\nrate = \"900mbit\"\n\
+     [[interface.class]]\nid = \"1:2\"\nparent = \"1:1\"\nrate = \"100mbit\"\n\
+     [[interface.class]]\nid = \"1:99\"\nrate = \"100mbit\"\n";
+
+/// Circuits besides node-2's.
+const CIRCUITS: u32 = 3000;
+
+const HEADER: &str = "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,\
+                      Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n";
+
+/// LibreQoS's format: node-2 is circuit "lab" (two devices: its address and an IPv6 prefix)
+/// under node AP_LAB with 5 Mbit/s down and 3 Mbit/s up; the other circuits are subscribers
+/// in 100.64.0.0/16 under nodes the import is not told about (they go under `--parent`), some
+/// with two devices, some with fractional plans.
+fn shaped_devices() -> String {
+    let mut s = format!(
+        "# LibreQoS ShapedDevices.csv\n{HEADER}\
+         lab,\"Lab, node-2\",d-lab-1,node-2,AP_LAB,,10.201.2.2,,1,1,5,3,the lab's subscriber\n\
+         lab,\"Lab, node-2\",d-lab-2,node-2 v6,AP_LAB,,,fd00:201:2::/64,1,1,5,3,\n"
+    );
+    for i in 0..CIRCUITS {
+        let (hi, lo) = (i / 250, i % 250 + 1);
+        let _ = writeln!(
+            s,
+            "c{i},\"Subscriber {i}\",d{i},cpe-{i},AP_{},,100.64.{hi}.{lo},,0.5,0.25,{}.5,10,",
+            i % 40,
+            20 + i % 7
+        );
+        if i % 100 == 0 {
+            let _ = writeln!(
+                s,
+                "c{i},\"Subscriber {i}\",d{i}b,phone-{i},AP_{},,\"100.65.{hi}.{lo}, 100.66.{hi}.{lo}\",,0.5,0.25,{}.5,10,",
+                i % 40,
+                20 + i % 7
+            );
+        }
+    }
+    s
+}
+
+fn classes(htbd: &Htbd, dev: &str) -> Vec<Value> {
+    let shown: Value =
+        serde_json::from_str(&htbd.cli_ok(&["-j", "class", "show", "dev", dev])).unwrap();
+    shown.as_array().unwrap().clone()
+}
+
+fn import(htbd: &Htbd, file: &std::path::Path) -> std::process::Output {
+    let socket = htbd.socket();
+    let out = std::process::Command::new(htb_lab::cli_bin())
+        .args(["import", file.to_str().unwrap()])
+        .args([
+            "--download-dev",
+            "r2",
+            "--upload-dev",
+            "r1",
+            "--parent",
+            "1:1",
+        ])
+        .args(["--node", "AP_LAB=1:2", "--socket", socket.to_str().unwrap()])
+        .output()
+        .expect("htb-cli import");
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn a_shaped_devices_csv_is_imported_in_one_batch_and_shapes_both_directions() {
+    let lab = Lab::up("htbi", "router");
+    let htbd = Htbd::start(&lab, CONFIG);
+    let file = htbd.dir().join("ShapedDevices.csv");
+    std::fs::write(&file, shaped_devices()).unwrap();
+
+    // A file with an error changes nothing, and the error names the line and column.
+    let bad = htbd.dir().join("bad.csv");
+    let mut text = shaped_devices();
+    text.push_str("x1,\"Overlap\",dx,cpe-x,AP_1,,100.64.0.7,,1,1,10,10,\n");
+    std::fs::write(&bad, text).unwrap();
+    let out = import(&htbd, &bad);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "line {}: 100.64.0.7/32 overlaps 100.64.0.7/32 of circuit \"c6\"",
+            CIRCUITS + 3 + CIRCUITS / 100 + 2
+        )),
+        "{err}"
+    );
+    assert_eq!(classes(&htbd, "r2").len(), 3, "the bad file changed r2");
+
+    let started = std::time::Instant::now();
+    let out = import(&htbd, &file);
+    let elapsed = started.elapsed();
+    assert!(out.status.success(), "{}", htbd.log_text());
+    eprintln!("{} circuits imported in {elapsed:?}", CIRCUITS + 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "imported {} circuits (classes 1:100..1:{:x}) and {} filters",
+            CIRCUITS + 1,
+            0x100 + CIRCUITS,
+            2 * (2 + CIRCUITS + 2 * (CIRCUITS / 100))
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("40 parent node(s) without --node went under 1:1"),
+        "{err}"
+    );
+
+    // Both trees: the circuit's class under its node, the plan as rate and ceil (tc's JSON
+    // gives rates in bytes per second).
+    for (dev, ceil) in [("r2", 5_000_000_u64), ("r1", 3_000_000)] {
+        let all = classes(&htbd, dev);
+        assert_eq!(all.len() as u32, 3 + CIRCUITS + 1, "{dev}");
+        let lab_class = all.iter().find(|c| c["handle"] == "1:100").unwrap();
+        assert_eq!(lab_class["parent"], "1:2", "{dev}: {lab_class}");
+        assert_eq!(
+            lab_class["ceil"].as_u64(),
+            Some(ceil / 8),
+            "{dev}: {lab_class}"
+        );
+        assert_eq!(
+            lab_class["rate"].as_u64(),
+            Some(1_000_000 / 8),
+            "{dev}: {lab_class}"
+        );
+        let sub = all.iter().find(|c| c["handle"] == "1:101").unwrap();
+        assert_eq!(sub["parent"], "1:1", "{dev}: {sub}");
+    }
+    let filters = htbd.cli_ok(&["filter", "show", "dev", "r1"]);
+    assert!(
+        filters.contains("match 0ac90202/ffffffff at 12") && filters.contains("flowid 1:100"),
+        "the upload filter matches node-2's source:\n{}",
+        &filters[..filters.len().min(2000)]
+    );
+
+    // Download: node-1 → node-2 through r2, shaped by the lab circuit's 5 Mbit/s.
+    assert_eq!(lab.ping(N1, "10.201.2.2", 1, "0.2"), 1);
+    let before = htbd.class_stats("r2", "1:100");
+    let down = lab.udp_rate_at_n2(5201, "20M", 5);
+    htbd.assert_class_saturated("r2", "1:100", &before);
+    assert_within("download shaped by the circuit (5 Mbit/s)", down, 5e6, 0.03);
+
+    // Upload: node-2 → node-1 through r1 (iperf3 -R), shaped by its 3 Mbit/s; the class
+    // counted the flow and hit its limit.
+    let before = htbd.class_stats("r1", "1:100");
+    let _server = lab.iperf_server(N1, 5202);
+    let report = lab.iperf("n2", "10.201.1.2", 5202, 5, Some("20M"), false);
+    htbd.assert_class_saturated("r1", "1:100", &before);
+    let after = htbd.class_stats("r1", "1:100");
+    let sent = after["packets"].as_u64().unwrap() - before["packets"].as_u64().unwrap();
+    assert!(
+        sent > 1000,
+        "the upload flow went to 1:100 on r1: {sent} packets"
+    );
+    // iperf3's receiver rate is UDP payload; the class shapes frames (1442 bytes per 1400).
+    let received = report["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .or_else(|| report["end"]["sum"]["bits_per_second"].as_f64())
+        .unwrap_or_else(|| panic!("no receiver rate in {report}"));
+    assert_within(
+        "upload shaped by the circuit (3 Mbit/s)",
+        received * 1442.0 / 1400.0,
+        3e6,
+        0.05,
+    );
+
+    // The import survives a crash (journal replay).
+    let shown = htbd.cli_ok(&["filter", "show", "dev", "r2"]);
+    let mut htbd = htbd;
+    htbd.kill9();
+    let htbd = Htbd::start_in(&lab, CONFIG, htbd.into_dir());
+    assert_eq!(htbd.cli_ok(&["filter", "show", "dev", "r2"]), shown);
+}
