@@ -6,6 +6,7 @@
 //! socket = "/run/htbd/htbd.sock"    # control socket
 //! state_dir = "/var/lib/htbd"  # live changes persist here
 //! log = "info"
+//! metrics = "127.0.0.1:9469"   # optional: Prometheus metrics over HTTP (off by default)
 //!
 //! [[interface]]
 //! name = "r2"
@@ -63,6 +64,7 @@ struct DaemonSection {
     zero_copy: Option<bool>,
     liveness_timeout: Option<Located<TimeValue>>,
     netfilter: Option<Located<String>>,
+    metrics: Option<Located<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -94,6 +96,8 @@ pub struct DaemonConfig {
     pub engine: EngineConfig,
     /// Router mode with netfilter rules that its fast path would bypass: refuse or run.
     pub netfilter: NetfilterPolicy,
+    /// Where Prometheus scrapes `/metrics` (`None`: not served).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// One interface's tree and filters.
@@ -363,6 +367,19 @@ impl DaemonConfig {
                 }
             },
         };
+        let metrics = match &daemon.metrics {
+            None => None,
+            Some(v) => Some(v.get_ref().parse().map_err(|_| {
+                err(
+                    v.span(),
+                    format!(
+                        "metrics {:?} is not an address and port such as \"127.0.0.1:9469\" \
+                         or \"[::1]:9469\"",
+                        v.get_ref()
+                    ),
+                )
+            })?),
+        };
         if file.interface.is_empty() {
             return Err(ConfigError::at(
                 text,
@@ -453,6 +470,7 @@ impl DaemonConfig {
                 liveness,
             },
             netfilter,
+            metrics,
         })
     }
 }
@@ -504,6 +522,24 @@ classid = "1:20"
 
     fn error(text: &str) -> String {
         DaemonConfig::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn metrics_are_off_by_default_and_need_an_address_and_port() {
+        let metrics = |line: &str| {
+            DaemonConfig::parse(&LAB.replace("[daemon]\n", &format!("[daemon]\n{line}\n")))
+                .map(|c| c.metrics)
+        };
+        assert_eq!(metrics("").unwrap(), None);
+        assert_eq!(
+            metrics("metrics = \"127.0.0.1:9469\"").unwrap(),
+            Some("127.0.0.1:9469".parse().unwrap())
+        );
+        let e = metrics("metrics = \"localhost\"").unwrap_err().to_string();
+        assert!(
+            e.contains("line 3, column 11") && e.contains("not an address and port"),
+            "{e}"
+        );
     }
 
     #[test]

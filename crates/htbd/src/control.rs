@@ -22,6 +22,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::InterfaceTrees;
 use crate::faults::Faults;
+use crate::metrics::Scrape;
+use crate::metrics::requests::{self, RequestMetrics};
 use crate::model::{Effect, Model};
 use crate::persist::{Store, StoreError};
 use crate::reload;
@@ -49,6 +51,8 @@ pub enum Call {
         /// The outcome.
         reply: oneshot::Sender<Result<Reloaded, IpcError>>,
     },
+    /// A Prometheus scrape: every port's and class's statistics.
+    Metrics(oneshot::Sender<Result<Scrape, IpcError>>),
 }
 
 /// What a reload changed.
@@ -68,6 +72,7 @@ pub struct Control {
     engine: EngineHandle,
     header: String,
     faults: Faults,
+    requests: RequestMetrics,
 }
 
 fn internal(message: impl Into<String>) -> IpcError {
@@ -91,7 +96,14 @@ impl Control {
             engine,
             header,
             faults,
+            requests: RequestMetrics::default(),
         }
+    }
+
+    /// The control socket's request counters, shared with the metrics endpoint.
+    #[must_use]
+    pub fn request_metrics(&self) -> RequestMetrics {
+        self.requests.clone()
     }
 
     /// Serves calls until every sender is gone.
@@ -100,7 +112,14 @@ impl Control {
             let changed = match call {
                 Call::Client(request, peer, reply) => {
                     let applies = matches!(request.request, RequestBody::Apply { .. });
+                    let kind = requests::Request::of(&request.request);
+                    let started = std::time::Instant::now();
                     let response = self.handle(request, peer).await;
+                    let outcome = match response.result {
+                        Ok(_) => requests::Outcome::ok,
+                        Err(_) => requests::Outcome::error,
+                    };
+                    self.requests.observe(kind, outcome, started.elapsed());
                     let changed = applies && response.result.is_ok();
                     // The client may have gone; the change (if any) stands regardless.
                     let _ = reply.send(response);
@@ -111,6 +130,10 @@ impl Control {
                     let changed = reloaded.is_ok();
                     let _ = reply.send(reloaded);
                     changed
+                }
+                Call::Metrics(reply) => {
+                    let _ = reply.send(self.scrape().await);
+                    false
                 }
             };
             if changed {

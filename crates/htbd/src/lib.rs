@@ -11,6 +11,7 @@ pub mod control;
 pub mod faults;
 mod forwarding;
 pub mod ipc;
+pub mod metrics;
 pub mod model;
 pub mod netfilter;
 pub mod persist;
@@ -218,6 +219,15 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     // The lock first: a second htbd on this state_dir stops here, before touching anything.
     let (mut store, saved) = persist::Store::open(&config.state_dir)?;
     let mut socket = ipc::Socket::bind(&config.socket, policy.gid()).map_err(DaemonError::Setup)?;
+    let metrics = config
+        .metrics
+        .map(|addr| {
+            metrics::http::bind(addr).map_err(|source| DaemonError::Io {
+                what: format!("cannot serve metrics on {addr} ([daemon] metrics)"),
+                source,
+            })
+        })
+        .transpose()?;
 
     let (file_model, hash) = startup::file_model(&config)?;
     let source = startup::choose(&saved, &hash, options.fresh_state);
@@ -286,6 +296,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     service::ready(&model);
     let hang_faults = faults.clone();
     let control = control::Control::new(model, store, dataplane.handle.clone(), header, faults);
+    let requests = control.request_metrics();
     let engine = dataplane.handle.clone();
     let served = runtime.block_on(async {
         let (calls_tx, calls) = tokio::sync::mpsc::channel(64);
@@ -294,9 +305,26 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
         let watchdog = tokio::spawn(service::watchdog(engine.clone()));
         let hang = tokio::spawn(async move { hang_faults.hang_data_plane(engine).await });
         let policy = std::sync::Arc::new(policy);
+        let exporter = metrics.map(|listener| {
+            tracing::info!(
+                "metrics at http://{}/metrics",
+                listener
+                    .local_addr()
+                    .map_or_else(|e| e.to_string(), |a| a.to_string())
+            );
+            let serving = metrics::http::serve(listener, calls_tx.clone(), requests, stop.clone());
+            tokio::spawn(async move {
+                if let Err(e) = serving.await {
+                    tracing::error!("metrics endpoint stopped: {e}");
+                }
+            })
+        });
         let server = ipc::serve(&mut socket, policy, calls_tx.clone(), stop);
         let signals = signals::handle(&options.config_path, calls_tx, stop_tx);
         let (served, handled) = tokio::join!(server, signals);
+        if let Some(exporter) = exporter {
+            exporter.abort();
+        }
         watchdog.abort();
         hang.abort();
         control.abort();

@@ -1,7 +1,7 @@
 //! `htb-cli import ShapedDevices.csv` against a live htbd in the netns lab: LibreQoS's
 //! subscriber list becomes one class per circuit in both trees (download on the port towards
 //! the subscribers, upload on the port towards the upstream), and each direction of node-2's
-//! traffic is shaped by its circuit's plan. Needs root and network namespaces, so each test is
+//! traffic is shaped by its circuit's plan; Prometheus metrics report every circuit. Needs root and network namespaces, so each test is
 //! `#[ignore]`d; `scripts/test.sh` includes them as root.
 
 use std::fmt::Write as _;
@@ -11,7 +11,7 @@ use serde_json::Value;
 
 /// Router mode; both ports have an HTB tree with the circuits' parent 1:1, a node class 1:2
 /// and the default 1:99. r2 faces node-2 (the subscriber side: download), r1 node-1 (upload).
-const CONFIG: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+const CONFIG: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\nmetrics = \"127.0.0.1:9469\"\n\n\
      [[interface]]\nname = \"r1\"\n[interface.qdisc]\ndefault = \"99\"\n\
      [[interface.class]]\nid = \"1:1\"\nrate = \"900mbit\"\n\
      [[interface.class]]\nid = \"1:2\"\nparent = \"1:1\"\nrate = \"100mbit\"\n\
@@ -61,6 +61,21 @@ fn classes(htbd: &Htbd, dev: &str) -> Vec<Value> {
     let shown: Value =
         serde_json::from_str(&htbd.cli_ok(&["-j", "class", "show", "dev", dev])).unwrap();
     shown.as_array().unwrap().clone()
+}
+
+fn url(path: &str) -> String {
+    format!("http://127.0.0.1:9469{path}")
+}
+
+/// `GET path` on htbd's metrics endpoint, from the router's namespace.
+fn scrape(lab: &Lab, path: &str) -> String {
+    let out = lab.exec(htb_lab::R, &["curl", "-sS", "--fail", &url(path)]);
+    assert!(
+        out.status.success(),
+        "curl {path}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("the exposition is UTF-8")
 }
 
 fn import(htbd: &Htbd, file: &std::path::Path) -> std::process::Output {
@@ -184,6 +199,55 @@ fn a_shaped_devices_csv_is_imported_in_one_batch_and_shapes_both_directions() {
         3e6,
         0.05,
     );
+
+    // Prometheus sees every class of both trees, with the counters `class show -s` gives.
+    let bytes_shown = htbd.class_stats("r2", "1:100")["bytes"].as_u64().unwrap();
+    let started = std::time::Instant::now();
+    let metrics = scrape(&lab, "/metrics");
+    eprintln!(
+        "scrape of {} classes: {} bytes in {:?}",
+        2 * (3 + CIRCUITS + 1),
+        metrics.len(),
+        started.elapsed()
+    );
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in the scrape"))
+    };
+    let bytes = value("htb_class_bytes_total{dev=\"r2\",class=\"1:100\"}");
+    assert!(
+        bytes >= bytes_shown as f64 && bytes < bytes_shown as f64 * 1.01 + 10_000.0,
+        "scraped {bytes} bytes, class show said {bytes_shown}"
+    );
+    assert_eq!(
+        value("htb_class_ceil_bits_per_second{dev=\"r1\",class=\"1:100\",parent=\"1:2\"}"),
+        3e6
+    );
+    for dev in ["r1", "r2"] {
+        let series = format!("htb_class_packets_total{{dev=\"{dev}\",");
+        let n = metrics.lines().filter(|l| l.starts_with(&series)).count();
+        assert_eq!(n as u32, 3 + CIRCUITS + 1, "{dev}'s classes in the scrape");
+    }
+    assert!(value("htb_ipc_requests_total{request=\"apply\",outcome=\"ok\"}") >= 1.0);
+    assert!(value("htb_xdp_verdicts_total{verdict=\"redirected\"}") > 1000.0);
+    assert!(metrics.ends_with("# EOF\n"), "the exposition is cut short");
+    for (path, code) in [("/nothing", "404"), ("/", "200")] {
+        let out = lab.exec(
+            htb_lab::R,
+            &[
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                &url(path),
+            ],
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), code, "GET {path}");
+    }
 
     // The import survives a crash (journal replay).
     let shown = htbd.cli_ok(&["filter", "show", "dev", "r2"]);

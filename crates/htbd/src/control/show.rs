@@ -9,6 +9,7 @@ use htb_ipc::{
 use htb_xdp::PortSnapshot;
 
 use super::{Control, internal, parse_id};
+use crate::metrics::{ClassScrape, Scrape, TreeScrape};
 use crate::model::{link_layer_name, match_spec};
 
 /// Classes whose statistics one data-plane job copies.
@@ -189,6 +190,48 @@ impl Control {
             }
         }
         Ok(shown)
+    }
+
+    /// A Prometheus scrape: the data plane's counters, then every tree's classes in chunks.
+    pub(super) async fn scrape(&self) -> Result<Scrape, IpcError> {
+        let started = std::time::Instant::now();
+        let engine = self.on_engine(|engine| engine.stats()).await?;
+        let mut trees = Vec::new();
+        for port in &self.model.ports {
+            let Some(qdisc) = &port.qdisc else {
+                continue;
+            };
+            let ids: Vec<ClassId> = qdisc.classes.values().map(|d| d.id).collect();
+            let mut snapshot = self.snapshot(&port.name, Vec::new()).await?;
+            for chunk in ids.chunks(STATS_CHUNK) {
+                let part = self.snapshot(&port.name, chunk.to_vec()).await?;
+                snapshot.classes.extend(part.classes);
+            }
+            let classes = ids
+                .iter()
+                .zip(snapshot.classes)
+                .filter_map(|(id, stats)| {
+                    let info = qdisc.class_info(*id)?;
+                    Some(ClassScrape {
+                        id: *id,
+                        parent: info.parent,
+                        rate: info.config.rate.bits_per_sec(),
+                        ceil: info.config.ceil.bits_per_sec(),
+                        stats: stats?,
+                    })
+                })
+                .collect();
+            trees.push(TreeScrape {
+                dev: port.name.clone(),
+                scheduler: snapshot.scheduler,
+                classes,
+            });
+        }
+        Ok(Scrape {
+            engine,
+            trees,
+            gather_seconds: started.elapsed().as_secs_f64(),
+        })
     }
 
     async fn snapshot(&self, dev: &str, ids: Vec<ClassId>) -> Result<PortSnapshot, IpcError> {
