@@ -12,7 +12,7 @@ use super::error;
 /// Where the kernel starts numbering filter priorities it picks itself (`tcf_auto_prio`).
 pub(super) const AUTO_PRIO: u32 = 0xC000;
 /// First u32 hash table and node id (`gen_new_htid`, `gen_new_kid` in `cls_u32.c`).
-const U32_FIRST_ID: u32 = 0x800;
+pub(super) const U32_FIRST_ID: u32 = 0x800;
 
 /// tc's filter `protocol`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,8 +4,9 @@
 use htb_ipc::{ErrorCode, IpcError, MatchSpec};
 
 use super::filter_entry::{
-    AUTO_PRIO, FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, matcher, u32_divisor,
+    AUTO_PRIO, FilterEntry, FilterKind, Protocol, U32Parts, matcher, u32_divisor,
 };
+use super::filter_list;
 use super::qdisc::QdiscModel;
 use super::{Model, Step, Undo, error, parse_class_id};
 
@@ -31,20 +32,11 @@ fn u32_parts(
             let table = u16::try_from(table)
                 .ok()
                 .filter(|&t| (1..0x1000).contains(&t));
-            let declared = table.filter(|&t| {
-                qdisc
-                    .filters
-                    .iter()
-                    .any(|e| e.u32.divisor.is_some() && e.table() == t)
-            });
+            let declared =
+                table.filter(|&t| filter_list::is_hash_table(&qdisc.filters, u32::from(t)));
             match (table, declared) {
                 (Some(_), Some(t)) => Some(t),
-                (Some(t), None)
-                    if qdisc
-                        .filters
-                        .iter()
-                        .any(|e| e.kind == FilterKind::U32 && e.table() == t) =>
-                {
+                (Some(t), None) if filter_list::table_used(&qdisc.filters, u32::from(t)) => {
                     return Err(invalid(format!(
                         "link {t:x}: is a root table: not linking to root node"
                     )));
@@ -104,6 +96,7 @@ fn u32_placement(
             }
             return Ok(Some(h));
         }
+        // gen_new_htid: above every table in use (a rare command: a walk is fine).
         let next = qdisc
             .filters
             .iter()
@@ -117,11 +110,7 @@ fn u32_placement(
     let Some((table, bucket)) = f.hashing.table else {
         return Ok(None);
     };
-    let Some(decl) = qdisc
-        .filters
-        .iter()
-        .find(|e| e.u32.divisor.is_some() && u32::from(e.table()) == table)
-    else {
+    let Some(decl) = filter_list::hash_table(&qdisc.filters, table) else {
         // Not a table made with `divisor`: a prio's root table (`800:` …), one bucket.
         if bucket != 0 || table == 0 {
             return Err(invalid(format!(
@@ -160,14 +149,7 @@ fn place(
         }
         return Ok(Some(h));
     }
-    let node = qdisc
-        .filters
-        .iter()
-        .filter(|e| e.kind == FilterKind::U32 && e.handle & !0xfff == base)
-        .map(|e| (e.handle & 0xfff) + 1)
-        .max()
-        .unwrap_or(0x800)
-        .max(0x800);
+    let node = filter_list::next_node(&qdisc.filters, table, bucket);
     if node > 0xfff {
         return Err(error(
             ErrorCode::Invalid,
@@ -215,16 +197,15 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         Some(p) => p,
         // As tcf_auto_prio: 49152 for the first, then one below the lowest existing priority
         // (one above the highest when the lowest is 1).
-        None => {
-            let prios = qdisc.filters.iter().map(|f| f.prio);
-            match (prios.clone().min(), prios.max()) {
-                (None, _) | (_, None) => AUTO_PRIO,
-                (Some(low), _) if low > 1 => low - 1,
-                (_, Some(high)) => high.saturating_add(1),
-            }
-        }
+        // The list is sorted by prio: the lowest is first, the highest last.
+        None => match (qdisc.filters.first(), qdisc.filters.last()) {
+            (Some(low), _) if low.prio > 1 => low.prio - 1,
+            (_, Some(high)) => high.prio.saturating_add(1),
+            _ => AUTO_PRIO,
+        },
     };
-    if let Some(peer) = qdisc.filters.iter().find(|e| e.prio == prio) {
+    let peers = filter_list::prio_range(&qdisc.filters, prio);
+    if let Some(peer) = qdisc.filters.get(peers.start).filter(|_| !peers.is_empty()) {
         if peer.kind != kind {
             return Err(invalid(format!(
                 "prio {prio} holds {} filters; a {} filter needs another prio",
@@ -260,14 +241,15 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
     };
     if let Some(h) = given {
         entry.handle = h;
-        if qdisc.filters.iter().any(|e| {
-            e.handle == h
-                && (e.prio == prio
-                    || (kind == FilterKind::U32
-                        && e.kind == FilterKind::U32
-                        && (u32.divisor.is_some()
-                            || e.u32.divisor.is_some()
-                            || f.hashing.table.is_some())))
+        // Taken: the same prio and handle; or, for u32, a table or a node of a hash table
+        // (their ids are the qdisc's, in whichever prio).
+        let hashed =
+            kind == FilterKind::U32 && (u32.divisor.is_some() || f.hashing.table.is_some());
+        if filter_list::with_handle(&qdisc.filters, h).any(|e| {
+            e.prio == prio
+                || (kind == FilterKind::U32
+                    && e.kind == FilterKind::U32
+                    && (hashed || e.u32.divisor.is_some()))
         }) {
             return Err(error(
                 ErrorCode::Exists,
@@ -279,10 +261,8 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         }
         return Ok(entry);
     }
-    let mut entries: Vec<(FilterEntry, bool)> = qdisc.filters.iter().map(|&e| (e, true)).collect();
-    entries.push((entry, false));
-    assign_handles(&mut entries);
-    Ok(entries.pop().map_or(entry, |(e, _)| e))
+    entry.handle = filter_list::next_handle(&qdisc.filters, prio, kind);
+    Ok(entry)
 }
 
 impl Model {

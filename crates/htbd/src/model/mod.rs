@@ -12,6 +12,7 @@
 
 mod class;
 mod filter_entry;
+mod filter_list;
 mod filters;
 mod leaf;
 mod qdisc;
@@ -426,7 +427,10 @@ impl Model {
                     Ok(())
                 }),
                 Undo::FilterAdded { port, order } => self.with_qdisc(port, |q| {
-                    q.filters.retain(|e| e.order() != order);
+                    // Sorted by order: one binary search, not a walk per undone add.
+                    if let Ok(at) = q.filters.binary_search_by_key(&order, FilterEntry::order) {
+                        q.filters.remove(at);
+                    }
                     Ok(())
                 }),
             };
