@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building and testing htb needs, skipping whatever is already there:
 # Debian packages (clang/llvm/libelf/zlib/m4/pkg-config/make build the XDP program and libxdp;
-# iproute2/iputils-ping/ethtool/iperf3 run the network-namespace lab, nftables gives a lab test
+# iproute2/iputils-ping/ethtool/iperf3 run the network-namespace lab (tcpdump times packets in bench-scale), nftables gives a lab test
 # netfilter rules, systemd's systemd-analyze checks the service unit) and a Rust toolchain with
 # a nightly and cargo-fuzz for the fuzz targets.
 set -euo pipefail
 
 PACKAGES=(clang llvm libelf-dev zlib1g-dev m4 pkg-config make libbpf-dev
-          iproute2 iputils-ping ethtool iperf3 nftables systemd curl ca-certificates)
+          iproute2 iputils-ping ethtool iperf3 nftables systemd curl ca-certificates tcpdump)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

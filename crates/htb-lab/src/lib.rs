@@ -7,6 +7,7 @@ pub mod demo;
 pub mod ipc_bench;
 mod lab;
 pub mod latency;
+pub mod scale;
 pub mod shaper;
 pub mod soak;
 pub mod traffic;

@@ -75,6 +75,19 @@ enum Command {
         #[arg(long, default_value = "htbsoak")]
         lab: String,
     },
+    /// 100 000 subscribers: import time, forwarding gaps during the import, a scrape and
+    /// `class show -s`, htbd's RSS.
+    Scale {
+        /// Output directory for scale.json.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// Circuits to import.
+        #[arg(long, default_value_t = 100_000)]
+        subscribers: u32,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htbscale")]
+        lab: String,
+    },
     /// Live changes while traffic flows: changes/s, time to apply, packets lost.
     BenchIpc {
         /// Output directory for ipc.json.
@@ -125,6 +138,16 @@ fn main() -> ExitCode {
             })
             .map(|_| ())
         }
+        Command::Scale {
+            out,
+            subscribers,
+            lab,
+        } => htb_lab::scale::run(&htb_lab::scale::ScaleOptions {
+            out,
+            subscribers,
+            lab,
+        })
+        .map(|_| ()),
         Command::BenchIpc { out, changes, lab } => {
             htb_lab::ipc_bench::run(&htb_lab::ipc_bench::IpcBenchOptions { out, changes, lab })
                 .map(|_| ())

@@ -1,0 +1,289 @@
+//! `htb-lab scale`: 100 000 subscribers on one box (issue 10's goals), writing
+//! `target/htb-bench/scale.json`.
+//!
+//! htbd shapes r2 (towards node-2, the download direction) with an empty tree under `1:1`.
+//! A steady 64-byte UDP flow (`htb-xdp-gen`, paced at 20 000 packets/s) crosses htbd to node-2
+//! through the default class the whole time, passing the classifier with every subscriber
+//! filter in it; `tcpdump` at node-2 timestamps each packet in the kernel. Then:
+//!
+//! 1. `htb-cli import` of a LibreQoS `ShapedDevices.csv` with N circuits (one class and one
+//!    `/32` filter each): total time, and the longest gap between two packets of the flow
+//!    while it runs (forwarding stalls show as gaps), against the longest gap before;
+//! 2. a Prometheus scrape of every class: time, size, longest gap;
+//! 3. `htb-cli -s class show dev r2`: time, size, longest gap;
+//! 4. htbd's RSS before and after.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+use crate::{Htbd, Lab, N1, N2, R, cli_bin, gen_bin};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct ScaleOptions {
+    /// Where scale.json goes.
+    pub out: PathBuf,
+    /// Circuits to import.
+    pub subscribers: u32,
+    /// Namespace prefix.
+    pub lab: String,
+}
+
+/// The flow's rate: one packet per 50 µs.
+const PPS: u32 = 20_000;
+/// Its frames (L2 bytes without FCS).
+const FRAME: u32 = 64;
+
+const CONFIG: &str = "[daemon]\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\
+     metrics = \"127.0.0.1:9469\"\n\
+     [[interface]]\nname = \"r1\"\n\
+     [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"99\"\n\
+     [[interface.class]]\nid = \"1:1\"\nrate = \"10gbit\"\n\
+     [[interface.class]]\nid = \"1:99\"\nparent = \"1:1\"\nrate = \"1gbit\"\n";
+
+/// N circuits in 100.64.0.0/10, one device and one address each, 1–100 Mbit/s plans.
+fn shaped_devices(n: u32) -> String {
+    let mut s = String::from(
+        "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,\
+         Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n",
+    );
+    for i in 0..n {
+        let a = 64 + (i >> 16);
+        let (b, c) = ((i >> 8) & 0xff, i & 0xff);
+        s.push_str(&format!(
+            "{i},Subscriber {i},{i},cpe,,,100.{a}.{b}.{c},,1,1,{},20,\n",
+            10 + i % 91
+        ));
+    }
+    s
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The longest gap between consecutive arrivals inside `[from, to]` (unix seconds), and how
+/// many arrived there.
+fn longest_gap(arrivals: &[f64], from: f64, to: f64) -> (f64, usize) {
+    let inside: Vec<f64> = arrivals
+        .iter()
+        .copied()
+        .filter(|t| (from..=to).contains(t))
+        .collect();
+    let gap = inside
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .fold(0.0_f64, f64::max);
+    (gap, inside.len())
+}
+
+/// One measured step: its wall time, and the flow during it.
+fn window(arrivals: &[f64], name: &str, from: f64, to: f64) -> Value {
+    let (gap, packets) = longest_gap(arrivals, from, to);
+    let expected = (to - from) * f64::from(PPS);
+    eprintln!(
+        "{name}: {:.1} ms; longest gap {:.3} ms over {packets} packets ({expected:.0} expected)",
+        (to - from) * 1e3,
+        gap * 1e3
+    );
+    json!({
+        "seconds": to - from,
+        "longest_gap_ms": gap * 1e3,
+        "packets": packets,
+        "packets_expected": expected,
+    })
+}
+
+/// Runs the benchmark; writes and returns the report.
+///
+/// # Errors
+/// The lab or a tool failed, or a premise did not hold (the flow did not arrive).
+pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
+    let lab = Lab::try_up(&options.lab, "router").map_err(|e| anyhow::anyhow!("{e}"))?;
+    let htbd = Htbd::start(&lab, CONFIG);
+    let csv = htbd.dir().join("ShapedDevices.csv");
+    std::fs::write(&csv, shaped_devices(options.subscribers))?;
+    let rss_before = rss_kib(htbd.pid());
+
+    let mut dump = lab
+        .cmd(N2, "tcpdump")
+        .args([
+            "-i", "eth0", "-n", "-tt", "-l", "-q", "udp", "and", "dst", "port", "9",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("tcpdump (scripts/setup.sh installs it)")?;
+    let stdout = dump.stdout.take().context("tcpdump's output")?;
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .filter_map(|l| l.split_whitespace().next()?.parse::<f64>().ok())
+            .collect::<Vec<f64>>()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    // Long enough for a slow import; stopped once the steps are done.
+    let seconds = 600;
+    let rate = format!("{}bit", PPS * FRAME * 8);
+    let generator = lab
+        .cmd(N1, gen_bin().to_str().unwrap_or("htb-xdp-gen"))
+        .args(["eth0", "--src-mac", "02:00:0a:c9:01:02"])
+        .args(["--dst-mac", "02:00:0a:c9:01:01", "--src-ip", "10.201.1.2"])
+        .args(["--dst-ip", "10.201.2.2", "--dport", "9"])
+        .args(["--size", &FRAME.to_string(), "--rate", &rate])
+        .args(["--seconds", &seconds.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("htb-xdp-gen")?;
+    let flow_start = unix_now();
+    std::thread::sleep(Duration::from_secs(3));
+    let baseline = (flow_start + 1.0, unix_now());
+
+    let t0 = unix_now();
+    let started = Instant::now();
+    let import = Command::new(cli_bin())
+        .args(["import", csv.to_str().unwrap_or_default()])
+        .args([
+            "--download-dev",
+            "r2",
+            "--parent",
+            "1:1",
+            "--timeout",
+            "600",
+        ])
+        .arg("--socket")
+        .arg(htbd.socket())
+        .output()
+        .context("htb-cli import")?;
+    let import_secs = started.elapsed().as_secs_f64();
+    let import_window = (t0, unix_now());
+    if !import.status.success() {
+        bail!(
+            "htb-cli import failed: {}",
+            String::from_utf8_lossy(&import.stderr)
+        );
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_after = rss_kib(htbd.pid());
+
+    let t0 = unix_now();
+    let scrape = lab.exec(
+        R,
+        &["curl", "-sS", "--fail", "http://127.0.0.1:9469/metrics"],
+    );
+    let scrape_window = (t0, unix_now());
+    if !scrape.status.success() {
+        bail!("scrape: {}", String::from_utf8_lossy(&scrape.stderr));
+    }
+    let scraped_classes = String::from_utf8_lossy(&scrape.stdout)
+        .lines()
+        .filter(|l| l.starts_with("htb_class_bytes_total{"))
+        .count();
+    std::thread::sleep(Duration::from_secs(1));
+
+    let t0 = unix_now();
+    let shown = htbd.cli(&["-s", "class", "show", "dev", "r2"]);
+    let show_window = (t0, unix_now());
+    let show_ok = shown.status.success();
+    let show_note = if show_ok {
+        String::new()
+    } else {
+        String::from_utf8_lossy(&shown.stderr).trim().to_owned()
+    };
+
+    let mut generator = generator;
+    if let Some(status) = generator.try_wait()? {
+        bail!("htb-xdp-gen stopped early ({status}): the flow did not last the steps");
+    }
+    let _ = generator.kill();
+    let _ = generator.wait();
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = lab.exec(N2, &["pkill", "-INT", "tcpdump"]);
+    let _ = dump.wait();
+    let arrivals = reader.join().unwrap_or_default();
+
+    let base = window(&arrivals, "baseline", baseline.0, baseline.1);
+    let expected = base["packets_expected"].as_f64().unwrap_or(0.0);
+    if (base["packets"].as_u64().unwrap_or(0) as f64) < 0.9 * expected {
+        bail!(
+            "premise failed: the flow did not arrive at {PPS} packets/s before the import \
+             ({} of {expected:.0} packets)",
+            base["packets"]
+        );
+    }
+    let report = json!({
+        "subscribers": options.subscribers,
+        "flow_pps": PPS,
+        "baseline": base,
+        "import": {
+            "total_seconds": import_secs,
+            "flow": window(&arrivals, "import", import_window.0, import_window.1),
+            "cli": String::from_utf8_lossy(&import.stderr).trim(),
+        },
+        "scrape": {
+            "bytes": scrape.stdout.len(),
+            "classes": scraped_classes,
+            "flow": window(&arrivals, "scrape", scrape_window.0, scrape_window.1),
+        },
+        "class_show_stats": {
+            "ok": show_ok,
+            "bytes": shown.stdout.len(),
+            "error": show_note,
+            "flow": window(&arrivals, "class show -s", show_window.0, show_window.1),
+        },
+        "rss_kib": { "before": rss_before, "after": rss_after },
+        "rss_bytes_per_subscriber":
+            (rss_after.saturating_sub(rss_before) * 1024) as f64 / f64::from(options.subscribers.max(1)),
+    });
+    std::fs::create_dir_all(&options.out)?;
+    let path = options.out.join("scale.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    eprintln!("{}", serde_json::to_string_pretty(&report)?);
+    eprintln!("wrote {}", path.display());
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_gap_is_taken_inside_the_window() {
+        let t = [0.0, 1.0, 1.1, 1.5, 1.6, 3.0];
+        assert_eq!(longest_gap(&t, 1.0, 1.6), (0.4, 4));
+        assert_eq!(longest_gap(&t, 0.0, 3.0).0, 1.4);
+        assert_eq!(longest_gap(&t, 5.0, 6.0), (0.0, 0));
+    }
+
+    #[test]
+    fn circuits_get_distinct_addresses() {
+        let csv = shaped_devices(70_000);
+        let addrs: std::collections::HashSet<&str> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(6).unwrap())
+            .collect();
+        assert_eq!(addrs.len(), 70_000);
+        assert!(addrs.contains("100.65.17.111"));
+    }
+}
