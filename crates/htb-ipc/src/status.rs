@@ -21,6 +21,16 @@ pub struct Status {
     pub loops: u64,
     /// Times it slept.
     pub sleeps: u64,
+    /// Control jobs it ran between packet batches (changes, statistics copies); forwarding
+    /// waits while one runs.
+    #[serde(default)]
+    pub jobs: u64,
+    /// Their total time in µs.
+    #[serde(default)]
+    pub jobs_us: u64,
+    /// The longest one since the start, in µs: the longest stall changes caused.
+    #[serde(default)]
+    pub longest_job_us: u64,
 }
 
 /// Where the UMEM's frames are. `free + in_fill + in_tx + held = total`; every frame the data

@@ -6,12 +6,17 @@
 //! through the default class the whole time, passing the classifier with every subscriber
 //! filter in it; `tcpdump` at node-2 timestamps each packet in the kernel. Then:
 //!
+//! 0. the same CPU load as an import (two parses of the file) without touching htbd: the gaps
+//!    this 2-core machine shows anyway;
 //! 1. `htb-cli import` of a LibreQoS `ShapedDevices.csv` with N circuits (one class and one
 //!    `/32` filter each): total time, and the longest gap between two packets of the flow
 //!    while it runs (forwarding stalls show as gaps), against the longest gap before;
 //! 2. a Prometheus scrape of every class: time, size, longest gap;
 //! 3. `htb-cli -s class show dev r2`: time, size, longest gap;
 //! 4. htbd's RSS before and after.
+//!
+//! htbd's own stall is measured exactly as well: the data plane times every control job it runs
+//! between packet batches (`htb-cli status`: the longest since the start).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -95,20 +100,44 @@ fn longest_gap(arrivals: &[f64], from: f64, to: f64) -> (f64, usize) {
     (gap, inside.len())
 }
 
-/// One measured step: its wall time, and the flow during it.
-fn window(arrivals: &[f64], name: &str, from: f64, to: f64) -> Value {
-    let (gap, packets) = longest_gap(arrivals, from, to);
-    let expected = (to - from) * f64::from(PPS);
+/// One measured step: its wall time, the flow during it, and htbd's control jobs.
+struct Step {
+    from: f64,
+    to: f64,
+    /// `(jobs, longest µs)` before and after.
+    jobs: ((u64, u64), (u64, u64)),
+}
+
+/// htbd's control-job counters (`htb-cli -j status`): jobs run, longest µs since the start.
+fn jobs(htbd: &Htbd) -> (u64, u64) {
+    let status = htbd.status();
+    (status.jobs, status.longest_job_us)
+}
+
+fn window(arrivals: &[f64], name: &str, step: &Step) -> Value {
+    let (gap, packets) = longest_gap(arrivals, step.from, step.to);
+    let expected = (step.to - step.from) * f64::from(PPS);
+    let ((jobs0, longest0), (jobs1, longest1)) = step.jobs;
+    // The longest job is kept since the start: a step that did not beat it ran none longer.
+    let longest = if longest1 > longest0 {
+        json!(longest1)
+    } else {
+        json!(format!("<= {longest0}"))
+    };
     eprintln!(
-        "{name}: {:.1} ms; longest gap {:.3} ms over {packets} packets ({expected:.0} expected)",
-        (to - from) * 1e3,
-        gap * 1e3
+        "{name}: {:.1} ms; longest gap at node-2 {:.3} ms over {packets} packets ({expected:.0} \
+         expected); {} data-plane jobs, longest {longest} µs",
+        (step.to - step.from) * 1e3,
+        gap * 1e3,
+        jobs1 - jobs0
     );
     json!({
-        "seconds": to - from,
+        "seconds": step.to - step.from,
         "longest_gap_ms": gap * 1e3,
         "packets": packets,
         "packets_expected": expected,
+        "dataplane_jobs": jobs1 - jobs0,
+        "longest_dataplane_job_us": longest,
     })
 }
 
@@ -156,9 +185,40 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
         .spawn()
         .context("htb-xdp-gen")?;
     let flow_start = unix_now();
+    let jobs0 = jobs(&htbd);
     std::thread::sleep(Duration::from_secs(3));
-    let baseline = (flow_start + 1.0, unix_now());
+    let baseline = Step {
+        from: flow_start + 1.0,
+        to: unix_now(),
+        jobs: (jobs0, jobs0),
+    };
 
+    // The same CPU load without touching htbd: two parses of the file (`--print`), as the
+    // import's client and daemon load both cores. What the flow's gaps are on this 2-core
+    // machine when htbd's data plane has nothing to do with it.
+    let before = jobs(&htbd);
+    let t0 = unix_now();
+    let parses: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(cli_bin())
+                .args(["import", csv.to_str().unwrap_or_default(), "--print"])
+                .args(["--download-dev", "r2", "--parent", "1:1"])
+                .stdout(Stdio::null())
+                .spawn()
+        })
+        .collect::<Result<_, _>>()
+        .context("htb-cli import --print")?;
+    for mut p in parses {
+        p.wait()?;
+    }
+    let load_window = Step {
+        from: t0,
+        to: unix_now(),
+        jobs: (before, jobs(&htbd)),
+    };
+    std::thread::sleep(Duration::from_secs(1));
+
+    let before = jobs(&htbd);
     let t0 = unix_now();
     let started = Instant::now();
     let import = Command::new(cli_bin())
@@ -176,7 +236,11 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
         .output()
         .context("htb-cli import")?;
     let import_secs = started.elapsed().as_secs_f64();
-    let import_window = (t0, unix_now());
+    let import_window = Step {
+        from: t0,
+        to: unix_now(),
+        jobs: (before, jobs(&htbd)),
+    };
     if !import.status.success() {
         bail!(
             "htb-cli import failed: {}",
@@ -186,12 +250,17 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
     std::thread::sleep(Duration::from_secs(1));
     let rss_after = rss_kib(htbd.pid());
 
+    let before = jobs(&htbd);
     let t0 = unix_now();
     let scrape = lab.exec(
         R,
         &["curl", "-sS", "--fail", "http://127.0.0.1:9469/metrics"],
     );
-    let scrape_window = (t0, unix_now());
+    let scrape_window = Step {
+        from: t0,
+        to: unix_now(),
+        jobs: (before, jobs(&htbd)),
+    };
     if !scrape.status.success() {
         bail!("scrape: {}", String::from_utf8_lossy(&scrape.stderr));
     }
@@ -201,9 +270,14 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
         .count();
     std::thread::sleep(Duration::from_secs(1));
 
+    let before = jobs(&htbd);
     let t0 = unix_now();
     let shown = htbd.cli(&["-s", "class", "show", "dev", "r2"]);
-    let show_window = (t0, unix_now());
+    let show_window = Step {
+        from: t0,
+        to: unix_now(),
+        jobs: (before, jobs(&htbd)),
+    };
     let show_ok = shown.status.success();
     let show_note = if show_ok {
         String::new()
@@ -222,7 +296,7 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
     let _ = dump.wait();
     let arrivals = reader.join().unwrap_or_default();
 
-    let base = window(&arrivals, "baseline", baseline.0, baseline.1);
+    let base = window(&arrivals, "baseline", &baseline);
     let expected = base["packets_expected"].as_f64().unwrap_or(0.0);
     if (base["packets"].as_u64().unwrap_or(0) as f64) < 0.9 * expected {
         bail!(
@@ -235,21 +309,22 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
         "subscribers": options.subscribers,
         "flow_pps": PPS,
         "baseline": base,
+        "cpu_load_only": window(&arrivals, "CPU load only", &load_window),
         "import": {
             "total_seconds": import_secs,
-            "flow": window(&arrivals, "import", import_window.0, import_window.1),
+            "flow": window(&arrivals, "import", &import_window),
             "cli": String::from_utf8_lossy(&import.stderr).trim(),
         },
         "scrape": {
             "bytes": scrape.stdout.len(),
             "classes": scraped_classes,
-            "flow": window(&arrivals, "scrape", scrape_window.0, scrape_window.1),
+            "flow": window(&arrivals, "scrape", &scrape_window),
         },
         "class_show_stats": {
             "ok": show_ok,
             "bytes": shown.stdout.len(),
             "error": show_note,
-            "flow": window(&arrivals, "class show -s", show_window.0, show_window.1),
+            "flow": window(&arrivals, "class show -s", &show_window),
         },
         "rss_kib": { "before": rss_before, "after": rss_after },
         "rss_bytes_per_subscriber":

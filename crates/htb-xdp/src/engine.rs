@@ -25,7 +25,7 @@ use crate::netdev::{NetDev, format_mac};
 use crate::plane_op::{PlaneOp, new_scheduler};
 use crate::program::{AttachMode, XdpProgram};
 use crate::rings::Rings;
-use crate::stats::{EngineStats, PortSnapshot};
+use crate::stats::{EngineStats, JobTimes, PortSnapshot};
 use crate::sys;
 use crate::umem::{FrameIo, IoConfig};
 
@@ -147,6 +147,8 @@ pub struct Engine {
     waker: UnixStream,
     stop: Arc<AtomicBool>,
     sleeps: u64,
+    /// Control jobs run, their total and longest time: forwarding waits while one runs.
+    jobs_run: JobTimes,
     /// How often to beat (a tenth of the liveness timeout, 1 to 10 ms); `None`: never.
     beat_every: Option<StdDuration>,
     /// CLOCK_MONOTONIC ns of the last beat.
@@ -335,6 +337,7 @@ impl Engine {
             waker: waker_rx,
             stop,
             sleeps: 0,
+            jobs_run: JobTimes::default(),
             beat_every: config.liveness.map(beat_period),
             last_beat: 0,
             beat_failed: false,
@@ -404,7 +407,12 @@ impl Engine {
 
     fn run_jobs(&mut self) {
         while let Ok(job) = self.jobs.try_recv() {
+            let started = sys::monotonic_ns();
             job(self);
+            let took = sys::monotonic_ns().saturating_sub(started);
+            self.jobs_run.count += 1;
+            self.jobs_run.total_ns += took;
+            self.jobs_run.longest_ns = self.jobs_run.longest_ns.max(took);
         }
     }
 
@@ -475,6 +483,7 @@ impl Engine {
             verdicts: self.program.verdicts(),
             loops: self.plane.loops(),
             sleeps: self.sleeps,
+            jobs: self.jobs_run,
         }
     }
 

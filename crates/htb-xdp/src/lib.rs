@@ -36,5 +36,5 @@ pub use netdev::{NetDev, format_mac};
 pub use plane_op::{PlaneOp, new_scheduler};
 pub use program::{AttachMode, Verdicts};
 pub use rings::{Chunk, FrameCounts};
-pub use stats::{EngineStats, PortSnapshot, PortStats, XdpCounters};
+pub use stats::{EngineStats, JobTimes, PortSnapshot, PortStats, XdpCounters};
 pub use umem::{IoConfig, TxGenerator};

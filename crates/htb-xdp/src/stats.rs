@@ -59,6 +59,20 @@ pub struct EngineStats {
     pub loops: u64,
     /// Times the loop slept.
     pub sleeps: u64,
+    /// Control jobs the loop ran between packet batches.
+    pub jobs: JobTimes,
+}
+
+/// Control jobs (changes, statistics copies) run on the data-plane thread: while one runs,
+/// no packet moves, so the longest is the longest stall changes caused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JobTimes {
+    /// Jobs run.
+    pub count: u64,
+    /// Their total time in ns.
+    pub total_ns: u64,
+    /// The longest one, in ns, since the start.
+    pub longest_ns: u64,
 }
 
 /// One port's statistics, from [`Engine::class_stats`](crate::Engine::class_stats).

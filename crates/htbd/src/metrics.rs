@@ -23,6 +23,8 @@
 //! | `htb_frames` | gauge | `state` (`free`, `in_fill`, `in_tx`, `held`) |
 //! | `htb_frames_queued` | gauge | |
 //! | `htb_dataplane_loops_total`, `htb_dataplane_sleeps_total` | counter | |
+//! | `htb_dataplane_jobs_total`, `htb_dataplane_job_seconds_total` | counter | |
+//! | `htb_dataplane_longest_job_seconds` | gauge | |
 //! | `htb_ipc_requests_total` | counter | `request` (`ping`, `show`, `apply`, `status`), `outcome` (`ok`, `error`) |
 //! | `htb_ipc_request_duration_seconds` | histogram | `request` |
 //! | `htb_scrape_gather_seconds` | gauge | |

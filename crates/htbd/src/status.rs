@@ -53,5 +53,8 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
         },
         loops: stats.loops,
         sleeps: stats.sleeps,
+        jobs: stats.jobs.count,
+        jobs_us: stats.jobs.total_ns / 1000,
+        longest_job_us: stats.jobs.longest_ns / 1000,
     }
 }

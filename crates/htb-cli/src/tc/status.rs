@@ -64,7 +64,7 @@ pub(super) fn format(s: &Status) -> String {
     text.push_str(&format!(
         "xdp: redirected {}; to the kernel: not_ip {} malformed {} ttl {} fib {} no_neigh {} \
          unmanaged {} not_port {} no_socket {} not_ours {} stale {} ip_options {}\n\
-         data plane: {} passes, {} sleeps\n",
+         data plane: {} passes, {} sleeps; {} control jobs, {} µs in all, longest {} µs\n",
         v.redirected,
         v.pass_not_ip,
         v.pass_malformed,
@@ -78,7 +78,10 @@ pub(super) fn format(s: &Status) -> String {
         v.pass_stale,
         v.pass_ip_options,
         s.loops,
-        s.sleeps
+        s.sleeps,
+        s.jobs,
+        s.jobs_us,
+        s.longest_job_us
     ));
     text
 }

@@ -324,6 +324,24 @@ impl ScrapeCollector {
         )?;
         single(
             encoder,
+            "htb_dataplane_jobs",
+            "Control jobs (changes, statistics copies) the data plane ran between packet batches",
+            &ConstCounter::new(e.jobs.count),
+        )?;
+        single(
+            encoder,
+            "htb_dataplane_job_seconds",
+            "Time the data plane spent in control jobs (no packet moves meanwhile)",
+            &ConstCounter::new(e.jobs.total_ns as f64 / 1e9),
+        )?;
+        single(
+            encoder,
+            "htb_dataplane_longest_job_seconds",
+            "The longest control job since the start: the longest forwarding stall a change caused",
+            &ConstGauge::new(e.jobs.longest_ns as f64 / 1e9),
+        )?;
+        single(
+            encoder,
             "htb_scrape_gather_seconds",
             "Time this scrape took to gather the data plane's statistics",
             &ConstGauge::new(self.0.gather_seconds),
