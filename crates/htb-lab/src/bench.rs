@@ -47,7 +47,7 @@ fn rate_at_n2(lab: &Lab, name: &str, skip: Duration, window: Duration) -> f64 {
     (b - a) as f64 / (t1 - t0).as_secs_f64()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() { 0.0 } else { v[v.len() / 2] }
 }
@@ -60,7 +60,7 @@ fn generator() -> PathBuf {
 /// on a blackhole route (one route lookup, no ICMP). A veth delivers to its peer in the
 /// sender's softirq, so an expensive sink (UDP port-unreachable replies) would be charged to
 /// whichever shaper sends to it.
-fn blackhole_sink(lab: &Lab) {
+pub(crate) fn blackhole_sink(lab: &Lab) {
     let _ = lab.exec(N2, &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
     let _ = lab.exec(N2, &["ip", "route", "add", "blackhole", "10.201.3.0/24"]);
     let _ = lab.exec(
@@ -89,7 +89,7 @@ fn cpu_ticks() -> (u64, u64) {
 /// the machine's busy CPU time per delivered packet (ns) over the same window: on two vCPUs the
 /// generator often cannot offer more than a forwarder takes, and then the CPU cost per packet is
 /// what tells the forwarders apart.
-fn pps_64(lab: &Lab) -> (f64, f64) {
+pub(crate) fn pps_64(lab: &Lab) -> (f64, f64) {
     let flood = lab
         .cmd(N1, generator().to_str().unwrap_or("htb-xdp-gen"))
         .args([

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod filter_bench;
 pub mod ipc_bench;
 mod lab;
 pub mod latency;

@@ -75,6 +75,22 @@ enum Command {
         #[arg(long, default_value = "htbsoak")]
         lab: String,
     },
+    /// 10 000 subscriber filters against 1: packets/s and CPU per packet, htbd and the
+    /// kernel's HTB (flat u32 and u32 hash tables).
+    Filters {
+        /// Output directory for filters.json.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// One repetition instead of three.
+        #[arg(long)]
+        quick: bool,
+        /// Subscriber filters.
+        #[arg(long, default_value_t = 10_000)]
+        subscribers: u32,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htbfilt")]
+        lab: String,
+    },
     /// 100 000 subscribers: import time, forwarding gaps during the import, a scrape and
     /// `class show -s`, htbd's RSS.
     Scale {
@@ -138,6 +154,18 @@ fn main() -> ExitCode {
             })
             .map(|_| ())
         }
+        Command::Filters {
+            out,
+            quick,
+            subscribers,
+            lab,
+        } => htb_lab::filter_bench::run(&htb_lab::filter_bench::FilterBenchOptions {
+            out,
+            quick,
+            subscribers,
+            lab,
+        })
+        .map(|_| ()),
         Command::Scale {
             out,
             subscribers,

@@ -344,9 +344,9 @@ mod tests {
 
     #[test]
     fn the_longest_gap_is_taken_inside_the_window() {
-        let t = [0.0, 1.0, 1.1, 1.5, 1.6, 3.0];
-        assert_eq!(longest_gap(&t, 1.0, 1.6), (0.4, 4));
-        assert_eq!(longest_gap(&t, 0.0, 3.0).0, 1.4);
+        let t = [0.0, 1.0, 1.25, 1.75, 2.0, 3.5];
+        assert_eq!(longest_gap(&t, 1.0, 2.0), (0.5, 4));
+        assert_eq!(longest_gap(&t, 0.0, 3.5).0, 1.5);
         assert_eq!(longest_gap(&t, 5.0, 6.0), (0.0, 0));
     }
 

@@ -252,12 +252,19 @@ pub fn batch(circuits: &[Circuit], ids: &[ClassId], placement: &Placement) -> (S
                 Direction::Download => (c.rates.download_min, c.rates.download_max, "dst"),
                 Direction::Upload => (c.rates.upload_min, c.rates.upload_max, "src"),
             };
-            let name: String = c
-                .name
-                .chars()
-                .map(|ch| if ch.is_control() { ' ' } else { ch })
-                .collect();
-            let _ = writeln!(text, "# circuit \"{}\" {name} (line {})", c.id, c.line);
+            // Free text in a comment: a line break inside a quoted CSV field must not end it.
+            let flat = |s: &str| -> String {
+                s.chars()
+                    .map(|ch| if ch.is_control() { ' ' } else { ch })
+                    .collect()
+            };
+            let _ = writeln!(
+                text,
+                "# circuit \"{}\" {} (line {})",
+                flat(&c.id),
+                flat(&c.name),
+                c.line
+            );
             origin.push(c.line);
             let _ = writeln!(
                 text,

@@ -1,0 +1,35 @@
+//! `htb-cli import FILE.csv`: LibreQoS's ShapedDevices.csv read, grouped into circuits and
+//! turned into a tc batch. Whatever the file holds, a file that is accepted must give a batch
+//! htb-cli's own parser accepts (free text — names, ids with line breaks — stays in comments).
+#![no_main]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use htb_cli::import::circuits::{Placement, allocate, batch, group};
+use htb_cli::import::shaped_devices::read;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(devices) = read(text) else {
+        return;
+    };
+    let Ok(circuits) = group(devices) else {
+        return;
+    };
+    let placement = Placement {
+        download_dev: Some("lan0".into()),
+        upload_dev: Some("wan0".into()),
+        parent: "1:1".parse().unwrap(),
+        nodes: BTreeMap::new(),
+        prio: 10,
+    };
+    let ids = allocate(circuits.len(), 1, 0x100, &BTreeSet::new()).unwrap();
+    let (text, origin) = batch(&circuits, &ids, &placement);
+    assert_eq!(text.lines().count(), origin.len());
+    if let Err((line, e)) = htb_cli::tc::parse::parse_batch(&text) {
+        panic!("generated line {line} does not parse: {e}\n{text}");
+    }
+});
