@@ -5,7 +5,7 @@ use htb_core::{ClassSpec, Instant, LengthAdjust, LinkLayer, Rate};
 use htb_ipc::{ErrorCode, IpcError};
 
 use super::qdisc::Verb;
-use super::{Effect, Model, Step, Undo, class_error, error, parse_class_id};
+use super::{Effect, Model, Step, Undo, class_error, error, parse_class_of};
 
 /// `linklayer` as tc names it (the inverse of what [`class_spec`] reads).
 #[must_use]
@@ -54,11 +54,12 @@ impl Model {
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
         let qdisc = self.qdisc_mut(port)?;
-        let id = parse_class_id(&c.id)?;
+        let major = qdisc.config.major;
+        let id = parse_class_of(&c.id, major)?;
         let parent = match c.parent.as_deref() {
             None | Some("root") => None,
             Some(p) => {
-                let p = parse_class_id(p)?;
+                let p = parse_class_of(p, major)?;
                 (!(p.is_qdisc() && p.major() == qdisc.config.major)).then_some(p)
             }
         };
@@ -124,7 +125,7 @@ impl Model {
     pub(super) fn class_delete(&mut self, step: &mut Step<'_>, id: &str) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
         let qdisc = self.qdisc_mut(port)?;
-        let id = parse_class_id(id)?;
+        let id = parse_class_of(id, qdisc.config.major)?;
         if let Some(f) = qdisc.filters.iter().find(|f| f.class == Some(id)) {
             return Err(error(
                 ErrorCode::InUse,

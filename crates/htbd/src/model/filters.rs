@@ -8,7 +8,7 @@ use super::filter_entry::{
 };
 use super::filter_list;
 use super::qdisc::QdiscModel;
-use super::{Model, Step, Undo, error, parse_class_id};
+use super::{Model, Step, Undo, error, parse_class_id, parse_class_of};
 
 /// The u32 hash-table parts of a `filter add`, checked against the tables that exist
 /// (`u32_change` in `cls_u32.c`).
@@ -176,7 +176,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
     let class = if f.class.is_empty() {
         None
     } else {
-        let class = parse_class_id(&f.class)?;
+        let class = parse_class_of(&f.class, qdisc.config.major)?;
         if !qdisc.classes.contains_key(&class) {
             return Err(error(
                 ErrorCode::NotFound,

@@ -232,6 +232,17 @@ fn parse_class_id(s: &str) -> Result<ClassId, IpcError> {
         .map_err(|e| error(ErrorCode::Invalid, format!("invalid class id {s:?}: {e}")))
 }
 
+/// A class id of the qdisc with handle `major:`: `:5` is `major:5`, as the kernel completes a
+/// classid without a major with its qdisc's (`tc_ctl_tclass`: `TC_H_MAKE(qid, clid)`).
+fn parse_class_of(s: &str, major: u16) -> Result<ClassId, IpcError> {
+    let id = parse_class_id(s)?;
+    Ok(if id.major() == 0 && id.minor() != 0 {
+        ClassId::new(major, id.minor())
+    } else {
+        id
+    })
+}
+
 impl Model {
     /// A model of `interfaces`' trees and filters.
     ///

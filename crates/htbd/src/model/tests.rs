@@ -459,3 +459,30 @@ fn leaves_survive_the_state_file() {
     assert_eq!(leaf_of(&back, "1:20"), leaf_of(&m, "1:20"));
     assert_eq!(leaf_of(&back, "1:30"), leaf_of(&m, "1:30"));
 }
+
+#[test]
+fn class_ids_without_a_major_take_the_qdiscs() {
+    let mut m = base();
+    m.apply(&[
+        class(Command::ClassAdd, ":30", ":1", 5),
+        filter(":30", 5301, Some(1), "u32"),
+    ])
+    .unwrap();
+    let q = m.ports[1].qdisc.as_ref().unwrap();
+    let info = q.class_info("1:30".parse().unwrap()).expect("1:30 added");
+    assert_eq!(info.parent, Some("1:1".parse().unwrap()));
+    assert!(
+        q.filters
+            .iter()
+            .any(|f| f.class == Some("1:30".parse().unwrap())),
+        "the filter points at 1:30"
+    );
+    // 1:20, found by its short id, still has its filter.
+    let e = m
+        .apply(&[Command::ClassDelete {
+            dev: "r2".into(),
+            id: ":20".into(),
+        }])
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InUse, "{e:?}");
+}
