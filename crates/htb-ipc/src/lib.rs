@@ -108,6 +108,12 @@ pub struct Show {
     /// Only children of this class (`parent 1:1`); `"root"` for root classes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// `filter get`: only the filter at this prio …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prio: Option<u32>,
+    /// … with this handle (tc's text); none found is an error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
     /// Include statistics.
     #[serde(default)]
     pub stats: bool,
@@ -461,6 +467,11 @@ pub enum Command {
     },
     /// `filter add`.
     FilterAdd(FilterSpec),
+    /// `filter change … pref P handle H …`: the filter at that prio and handle gets the new
+    /// match and class (it must exist).
+    FilterChange(FilterSpec),
+    /// `filter replace`: as `change` when the prio and handle name a filter, else `add`.
+    FilterReplace(FilterSpec),
     /// `qdisc add … parent CLASS [handle H:] KIND …`: a leaf qdisc for a leaf class.
     LeafAdd(LeafQdiscSpec),
     /// `qdisc change … parent CLASS [handle H:] KIND …`: the class's leaf qdisc's options
@@ -505,7 +516,7 @@ impl Command {
             Self::FilterDelete { dev, .. } | Self::LeafDelete { dev, .. } => dev,
             Self::LeafAdd(l) | Self::LeafChange(l) | Self::LeafReplace(l) => &l.dev,
             Self::ClassAdd(c) | Self::ClassChange(c) | Self::ClassReplace(c) => &c.dev,
-            Self::FilterAdd(f) => &f.dev,
+            Self::FilterAdd(f) | Self::FilterChange(f) | Self::FilterReplace(f) => &f.dev,
         }
     }
 }

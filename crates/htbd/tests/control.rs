@@ -126,6 +126,29 @@ fn tc_grammar_round_trips_through_a_live_htbd() {
             .iter()
             .any(|f| f["options"]["flowid"] == "1:20")
     );
+    // change, replace and get: the flower filter goes to 1:20 and back, keeping its handle.
+    cli(
+        "filter change dev r2 parent 1: protocol ip prio 2 handle 0x1 flower ip_proto udp dst_port 5202-5204 classid 1:20",
+    );
+    let got = cli("filter get dev r2 parent 1: protocol ip prio 2 handle 0x1 flower");
+    assert!(
+        got.contains(
+            "handle 0x1 classid 1:20 \n  eth_type ipv4\n  ip_proto udp\n  dst_port 5202-5204\n"
+        ) && !got.contains("pref 1 u32"),
+        "{got}"
+    );
+    cli(
+        "filter replace dev r2 parent 1: protocol ip prio 2 handle 0x1 flower ip_proto udp dst_port 5202-5203 classid 1:30",
+    );
+    assert_eq!(cli("filter show dev r2"), filters);
+    let out = htbd.cli(&[
+        "filter", "get", "dev", "r2", "parent", "1:", "prio", "2", "handle", "0x9", "flower",
+    ]);
+    assert!(
+        !out.status.success() && stderr(&out).contains("no filter with prio 2 and handle 0x9"),
+        "{}",
+        stderr(&out)
+    );
 
     // The filters classify real traffic: UDP to 5201 lands in 1:20 and is held to 180 kbit/s,
     // building a backlog that deleting the class then reports as dropped.

@@ -526,6 +526,53 @@ mod tests {
     }
 
     #[test]
+    fn filter_change_replace_and_get() {
+        let Command::FilterChange(f) = change(
+            "filter change dev D parent 1: protocol ip pref 1 handle 800::800 u32 match ip dst 10.0.0.9/32 flowid 1:30",
+        ) else {
+            panic!()
+        };
+        assert_eq!(
+            (f.prio, f.handle.as_deref(), f.class.as_str()),
+            (Some(1), Some("800::800"), "1:30")
+        );
+        assert_eq!(f.matcher.dst.as_deref(), Some("10.0.0.9/32"));
+        let Command::FilterReplace(f) = change(
+            "filter replace dev D parent 1: protocol ip prio 2 flower ip_proto udp dst_port 53 classid 1:20",
+        ) else {
+            panic!()
+        };
+        assert_eq!(
+            (f.prio, f.handle, f.kind.as_str()),
+            (Some(2), None, "flower")
+        );
+        let e = parse_command_line(&words(
+            "filter change dev D parent 1: u32 match ip dst 10.0.0.9/32 flowid 1:30",
+        ))
+        .unwrap_err();
+        assert!(e.0.contains("needs the filter's pref and handle"), "{e:?}");
+        let Ok(Invocation {
+            action: Some(Action::Show(s)),
+            ..
+        }) = parse_command_line(&words(
+            "filter get dev D parent 1: protocol ip pref 1 handle 800::800 u32",
+        ))
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (s.object, s.prio, s.handle.as_deref()),
+            (Some(Object::Filter), Some(1), Some("800::800"))
+        );
+        assert!(
+            parse_command_line(&words("filter get dev D pref 1 u32"))
+                .unwrap_err()
+                .0
+                .contains("filter get needs")
+        );
+    }
+
+    #[test]
     fn u32_and_flower_filters() {
         let Command::FilterAdd(f) = change(
             "filter add dev D parent 1: protocol ip prio 1 u32 match ip dst 10.201.2.0/24 match ip dport 5201 0xffff match ip protocol 17 0xff match ip tos 0xb8 0xfc flowid 1:10",

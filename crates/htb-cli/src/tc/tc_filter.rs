@@ -1,4 +1,5 @@
-//! `filter add|del|show` (iproute2 `tc/tc_filter.c`): u32 and flower filters on the root qdisc.
+//! `filter add|change|replace|del|get|show` (iproute2 `tc/tc_filter.c`): u32 and flower filters
+//! on the root qdisc.
 
 use htb_ipc::{Command, FilterSpec, MatchSpec, Object, Show};
 
@@ -9,12 +10,12 @@ use super::{f_flower, f_u32};
 
 /// Parses the words after `filter`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {
-    let verb = verb(words.first(), "filter")?;
-    if matches!(verb, Verb::Change | Verb::Replace) {
-        return usage(
-            "filter change/replace is not supported: delete the filter and add it again (in one batch, atomically)",
-        );
-    }
+    let get = words.first().is_some_and(|w| matches(w, "get"));
+    let verb = if get {
+        Verb::Show
+    } else {
+        verb(words.first(), "filter")?
+    };
     let mut a = Args::new(words.get(1..).unwrap_or_default());
     let mut dev = None;
     let mut spec = FilterSpec {
@@ -31,7 +32,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             "u32" | "flower" => {
                 spec.kind = w.to_owned();
                 kind_given = true;
-                if verb == Verb::Add {
+                if matches!(verb, Verb::Add | Verb::Change | Verb::Replace) {
                     if w == "u32" {
                         f_u32::options(&mut a, &mut spec)?;
                     } else {
@@ -39,7 +40,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                     }
                 } else if let Some(extra) = a.next() {
                     return usage(format!(
-                        "What is \"{extra}\"? (filter del and show take no match)"
+                        "What is \"{extra}\"? (filter del, get and show take no match)"
                     ));
                 }
             }
@@ -77,6 +78,21 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         (None, _) => return usage("Must specify device (dev DEV)."),
     };
     match verb {
+        Verb::Show if get => {
+            // tc filter get: one filter, named by its prio and handle.
+            if dev.is_empty() || spec.prio.is_none() || spec.handle.is_none() || !kind_given {
+                return usage(
+                    "filter get needs dev, pref and handle and the filter's kind (dev D pref N handle H u32)",
+                );
+            }
+            Ok(Action::Show(Show {
+                object: Some(Object::Filter),
+                dev: Some(dev),
+                prio: spec.prio,
+                handle: spec.handle,
+                ..Show::default()
+            }))
+        }
         Verb::Show => Ok(Action::Show(Show {
             object: Some(Object::Filter),
             dev: (!dev.is_empty()).then_some(dev),
@@ -105,8 +121,15 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             if spec.class.is_empty() && !classless {
                 return usage("Must specify flowid/classid: where matching packets go");
             }
+            if verb == Verb::Change && (spec.prio.is_none() || spec.handle.is_none()) {
+                return usage("filter change needs the filter's pref and handle (pref N handle H)");
+            }
             spec.dev = dev;
-            Ok(Action::Change(Command::FilterAdd(spec)))
+            Ok(Action::Change(match verb {
+                Verb::Change => Command::FilterChange(spec),
+                Verb::Replace => Command::FilterReplace(spec),
+                _ => Command::FilterAdd(spec),
+            }))
         }
     }
 }

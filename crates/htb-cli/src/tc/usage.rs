@@ -16,7 +16,7 @@ its answer awaited --timeout SECS (default 10).";
 
 /// The filter usage (`tc filter help`, for the HTB parts).
 pub(crate) const FILTER_USAGE: &str = "\
-Usage: htb-cli filter [ add | del | show ] dev STRING [ parent CLASSID ]
+Usage: htb-cli filter [ add | change | replace | del | get | show ] dev STRING [ parent CLASSID ]
        [ protocol PROTO ] [ pref PRIO ] [ handle FILTERID ] FILTER_TYPE [ FILTER_OPTIONS ]
 FILTER_TYPE := u32 | flower
 u32:    match ip { src | dst } PREFIX | match ip { sport | dport } PORT MASK

@@ -173,7 +173,18 @@ impl Control {
                     }
                 }
                 Object::Filter => {
+                    let wanted = match (show.prio, show.handle.as_deref()) {
+                        (Some(prio), Some(handle)) => Some((prio, handle)),
+                        _ => None,
+                    };
+                    let mut found = false;
                     for f in &qdisc.filters {
+                        if let Some((prio, handle)) = wanted
+                            && (f.prio != prio || f.kind.parse_handle(handle) != Ok(f.handle))
+                        {
+                            continue;
+                        }
+                        found = true;
                         shown.filters.push(FilterInfo {
                             dev: dev.clone(),
                             parent: format!("{:x}:", qdisc.config.major),
@@ -185,6 +196,14 @@ impl Control {
                             matcher: match_spec(&f.matcher),
                             hashing: f.hashing(),
                         });
+                    }
+                    if let Some((prio, handle)) = wanted
+                        && !found
+                    {
+                        return Err(IpcError::new(
+                            ErrorCode::NotFound,
+                            format!("no filter with prio {prio} and handle {handle} on {dev}"),
+                        ));
                     }
                 }
             }

@@ -299,6 +299,59 @@ impl Model {
         Ok(())
     }
 
+    /// `filter change` (`replace`: or add when there is no such filter): the filter at the
+    /// given prio and handle is taken out and the new one put in its place, with its handle.
+    /// Unlike the kernel's u32, whose change keeps the old selector and takes only a new
+    /// classid or link, the new match applies too: what the command line says is what runs.
+    pub(super) fn filter_change(
+        &mut self,
+        step: &mut Step<'_>,
+        f: &htb_ipc::FilterSpec,
+        replace: bool,
+    ) -> Result<(), IpcError> {
+        let name = step.name.clone();
+        let qdisc = self.qdisc_mut(step.port)?;
+        let (Some(prio), Some(handle)) = (f.prio, f.handle.as_deref()) else {
+            if replace {
+                return self.filter_add(step, f);
+            }
+            return Err(error(
+                ErrorCode::Invalid,
+                "filter change needs the filter's prio and handle (pref N handle H)",
+            ));
+        };
+        let kind = FilterKind::parse(&f.kind).map_err(|m| error(ErrorCode::Invalid, m))?;
+        let h = kind
+            .parse_handle(handle)
+            .map_err(|m| error(ErrorCode::Invalid, m))?;
+        let existing = filter_list::prio_range(&qdisc.filters, prio)
+            .map(|i| qdisc.filters[i])
+            .find(|e| e.handle == h);
+        match existing {
+            None if replace => self.filter_add(step, f),
+            None => Err(error(
+                ErrorCode::NotFound,
+                format!("no filter with prio {prio} and handle {handle} on {name} to change"),
+            )),
+            Some(e) if e.kind != kind => Err(error(
+                ErrorCode::Invalid,
+                format!(
+                    "the filter with prio {prio} and handle {handle} is {}, not {}",
+                    e.kind.name(),
+                    kind.name()
+                ),
+            )),
+            Some(e) if e.u32.divisor.is_some() || f.hashing.divisor.is_some() => Err(error(
+                ErrorCode::Invalid,
+                "a u32 hash table cannot be changed: delete it (with its filters) and add it again",
+            )),
+            Some(_) => {
+                self.filter_delete(step, Some(prio), Some(handle))?;
+                self.filter_add(step, f)
+            }
+        }
+    }
+
     /// `filter del`: one filter (prio and handle), a priority, or all.
     pub(super) fn filter_delete(
         &mut self,

@@ -380,6 +380,8 @@ impl Model {
                 ..
             } => self.leaf_delete(step, *parent, *handle, *kind),
             Command::FilterAdd(f) => self.filter_add(step, f),
+            Command::FilterChange(f) => self.filter_change(step, f, false),
+            Command::FilterReplace(f) => self.filter_change(step, f, true),
             Command::FilterDelete { prio, handle, .. } => {
                 self.filter_delete(step, *prio, handle.as_deref())
             }

@@ -486,3 +486,46 @@ fn class_ids_without_a_major_take_the_qdiscs() {
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::InUse, "{e:?}");
 }
+
+#[test]
+fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
+    let mut m = base();
+    m.apply(&[class(Command::ClassAdd, "1:30", "1:1", 5)])
+        .unwrap();
+    let handle = {
+        let q = m.ports[1].qdisc.as_ref().unwrap();
+        q.filters[0].kind.format_handle(q.filters[0].handle)
+    };
+    let spec = |op: fn(FilterSpec) -> Command, handle: Option<&str>, class: &str, dport: u16| {
+        let Command::FilterAdd(mut f) = filter(class, dport, Some(1), "u32") else {
+            unreachable!()
+        };
+        f.handle = handle.map(str::to_owned);
+        op(f)
+    };
+    m.apply(&[spec(Command::FilterChange, Some(&handle), "1:30", 6000)])
+        .unwrap();
+    let q = m.ports[1].qdisc.as_ref().unwrap();
+    assert_eq!(q.filters.len(), 1);
+    assert_eq!(q.filters[0].kind.format_handle(q.filters[0].handle), handle);
+    assert_eq!(q.filters[0].class, Some("1:30".parse().unwrap()));
+    assert_eq!(q.filters[0].matcher.dport.map(|p| p.first), Some(6000));
+    // change needs an existing filter; replace adds one.
+    let e = m
+        .apply(&[spec(Command::FilterChange, Some("800::999"), "1:30", 1)])
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotFound);
+    m.apply(&[spec(Command::FilterReplace, Some("800::999"), "1:20", 7000)])
+        .unwrap();
+    m.apply(&[spec(Command::FilterReplace, None, "1:20", 7001)])
+        .unwrap();
+    assert_eq!(m.ports[1].qdisc.as_ref().unwrap().filters.len(), 3);
+    // A refused batch puts the changed filter back as it was.
+    let before = m.to_toml();
+    m.apply(&[
+        spec(Command::FilterChange, Some(&handle), "1:20", 8000),
+        class(Command::ClassAdd, "1:20", "1:1", 1),
+    ])
+    .unwrap_err();
+    assert_eq!(m.to_toml(), before);
+}
