@@ -86,6 +86,18 @@ pub(super) fn next_node(filters: &[FilterEntry], table: u32, bucket: u32) -> u32
         .max(U32_FIRST_ID)
 }
 
+/// The id of a new u32 table (`gen_new_htid`: above every table in use, from 0x800). A walk:
+/// new tables are rare (one per prio's first filter, one per `divisor`).
+pub(super) fn next_table(filters: &[FilterEntry]) -> u32 {
+    filters
+        .iter()
+        .filter(|e| e.kind == FilterKind::U32)
+        .map(|e| (e.handle >> 20) + 1)
+        .max()
+        .unwrap_or(U32_FIRST_ID)
+        .max(U32_FIRST_ID)
+}
+
 /// The handle the kernel would give a new `kind` filter in `prio` without one (what
 /// [`assign_handles`](super::filter_entry::assign_handles) gives the last of a list): u32
 /// filters share the prio's root table (a new one, `800:` then `801:` …, for the prio's first)
@@ -114,14 +126,7 @@ pub(super) fn next_handle(filters: &[FilterEntry], prio: u32, kind: FilterKind) 
                 }
                 at = end;
             }
-            let next_table = filters
-                .iter()
-                .filter(|e| e.kind == FilterKind::U32)
-                .map(|e| (e.handle >> 20) + 1)
-                .max()
-                .unwrap_or(U32_FIRST_ID)
-                .max(U32_FIRST_ID);
-            next_table << 20 | U32_FIRST_ID
+            next_table(filters) << 20 | U32_FIRST_ID
         }
     }
 }
@@ -165,16 +170,7 @@ mod tests {
                 continue; // a prio holds one kind
             }
             let new = match what % 4 {
-                0 if kind == FilterKind::U32 => {
-                    let next = list
-                        .iter()
-                        .filter(|e| e.kind == FilterKind::U32)
-                        .map(|e| (e.handle >> 20) + 1)
-                        .max()
-                        .unwrap_or(U32_FIRST_ID)
-                        .max(U32_FIRST_ID);
-                    entry(prio, kind, next << 20, true)
-                }
+                0 if kind == FilterKind::U32 => entry(prio, kind, next_table(&list) << 20, true),
                 1 if kind == FilterKind::U32 => {
                     let Some(table) = list
                         .iter()

@@ -96,16 +96,7 @@ fn u32_placement(
             }
             return Ok(Some(h));
         }
-        // gen_new_htid: above every table in use (a rare command: a walk is fine).
-        let next = qdisc
-            .filters
-            .iter()
-            .filter(|e| e.kind == FilterKind::U32)
-            .map(|e| u32::from(e.table()) + 1)
-            .max()
-            .unwrap_or(0x800)
-            .max(0x800);
-        return Ok(Some(next << 20));
+        return Ok(Some(filter_list::next_table(&qdisc.filters) << 20));
     }
     let Some((table, bucket)) = f.hashing.table else {
         return Ok(None);
