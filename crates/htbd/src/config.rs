@@ -149,11 +149,12 @@ fn u32_parts(f: &FilterSection, kind: FilterKind, handle: Option<u32>) -> Result
     })
 }
 
-/// Parses one `[[interface]]`'s qdisc, classes and filters.
+/// Parses one `[[interface]]`'s qdisc, classes and filters; also returns the filters
+/// flattened for the data plane (flattening is how u32 links are checked).
 fn interface_trees(
     text: &str,
     section: &Located<InterfaceSection>,
-) -> Result<InterfaceTrees, ConfigError> {
+) -> Result<(InterfaceTrees, Vec<htb_config::filter::Filter>), ConfigError> {
     let err = |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
     let iface = section.get_ref();
     let name = iface.name.get_ref().clone();
@@ -232,13 +233,16 @@ fn interface_trees(
     assign_handles(&mut filters);
     let mut filters: Vec<FilterEntry> = filters.into_iter().map(|(f, _)| f).collect();
     filters.sort_by_key(FilterEntry::order);
-    crate::model::flatten(&filters)
+    let flat = crate::model::flatten(&filters)
         .map_err(|e| err(section.span(), format!("interface {name}: {e}")))?;
-    Ok(InterfaceTrees {
-        name,
-        tree,
-        filters,
-    })
+    Ok((
+        InterfaceTrees {
+            name,
+            tree,
+            filters,
+        },
+        flat,
+    ))
 }
 
 /// Parses a saved-state file (`[[interface]]` tables only, as [`Model::to_toml`] writes).
@@ -257,7 +261,7 @@ pub fn parse_state(text: &str) -> Result<Vec<InterfaceTrees>, ConfigError> {
     let file: StateFile = htb_config::from_toml(text)?;
     file.interface
         .iter()
-        .map(|section| interface_trees(text, section))
+        .map(|section| interface_trees(text, section).map(|(trees, _)| trees))
         .collect()
 }
 
@@ -412,9 +416,7 @@ impl DaemonConfig {
                 }
                 _ => {}
             }
-            let trees = interface_trees(text, section)?;
-            // Checked by interface_trees.
-            let filters = crate::model::flatten(&trees.filters).unwrap_or_default();
+            let (trees, filters) = interface_trees(text, section)?;
             let tree = trees.tree.clone();
             interfaces.push(trees);
             ports.push(PortConfig {
