@@ -14,10 +14,13 @@
 //!
 //! Writes `target/htb-bench/classify.json`.
 
-use std::cell::RefCell;
+#[path = "support/mod.rs"]
+mod support;
+
 use std::net::{IpAddr, Ipv4Addr};
-use std::rc::Rc;
-use std::time::{Duration as WallDuration, Instant as WallInstant};
+use std::time::Instant as WallInstant;
+
+use support::{Samples, quick};
 
 use criterion::{BenchmarkId, Criterion};
 use htb_config::filter::{Classifier, Filter, IpPrefix, Match, PacketInfo, PortRange};
@@ -25,10 +28,6 @@ use htb_core::ClassId;
 
 const SIZES: [u32; 3] = [10, 1_000, 100_000];
 const BATCH: usize = 1024;
-
-fn quick() -> bool {
-    std::env::var_os("HTB_BENCH_QUICK").is_some_and(|v| v != "0")
-}
 
 /// Subscriber `i`'s address: 10.0.0.0/8, spread so /24s differ.
 fn subscriber(i: u32) -> Ipv4Addr {
@@ -127,24 +126,6 @@ fn packets(n: u32) -> Vec<PacketInfo> {
         .collect()
 }
 
-/// Per-packet times of every routine call of one benchmark point; the median is reported.
-#[derive(Clone, Default)]
-struct Samples(Rc<RefCell<Vec<f64>>>);
-
-impl Samples {
-    fn record(&self, elapsed: WallDuration, packets: u64) {
-        self.0
-            .borrow_mut()
-            .push(elapsed.as_nanos() as f64 / packets.max(1) as f64);
-    }
-
-    fn median(&self) -> f64 {
-        let mut v = self.0.borrow().clone();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    }
-}
-
 #[derive(serde::Serialize)]
 struct Run {
     bench: &'static str,
@@ -227,8 +208,7 @@ fn build_cost() -> serde_json::Value {
 }
 
 fn summarize(runs: &[Run], build: &serde_json::Value) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/htb-bench");
-    std::fs::create_dir_all(&dir).expect("create target/htb-bench");
+    let dir = support::out_dir();
     let at = |bench: &str, n: u32| {
         runs.iter()
             .find(|r| r.bench == bench && r.filters == n)
@@ -282,14 +262,7 @@ fn summarize(runs: &[Run], build: &serde_json::Value) {
 }
 
 fn main() {
-    let mut criterion = Criterion::default().configure_from_args();
-    if quick() {
-        criterion = criterion
-            .warm_up_time(WallDuration::from_millis(100))
-            .measurement_time(WallDuration::from_millis(300))
-            .sample_size(10)
-            .without_plots();
-    }
+    let mut criterion = support::criterion();
     let mut runs = Vec::new();
     bench(&mut criterion, &mut runs);
     let build = build_cost();

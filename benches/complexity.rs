@@ -15,9 +15,12 @@
 //!
 //! Writes `target/htb-bench/complexity.json` and `target/htb-bench/complexity.svg`.
 
-use std::cell::RefCell;
-use std::rc::Rc;
-use std::time::{Duration as WallDuration, Instant as WallInstant};
+#[path = "support/mod.rs"]
+mod support;
+
+use std::time::Instant as WallInstant;
+
+use support::{Samples, quick};
 
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
@@ -69,32 +72,6 @@ struct Run {
     ceil: &'static str,
     leaf: &'static str,
     ns_per_packet: f64,
-}
-
-fn quick() -> bool {
-    std::env::var_os("HTB_BENCH_QUICK").is_some_and(|v| v != "0")
-}
-
-/// Per-packet times of every routine call of one benchmark point; the median is reported.
-#[derive(Clone, Default)]
-struct Samples(Rc<RefCell<Vec<f64>>>);
-
-impl Samples {
-    fn record(&self, elapsed: WallDuration, packets: u64) {
-        self.0
-            .borrow_mut()
-            .push(elapsed.as_nanos() as f64 / packets.max(1) as f64);
-    }
-
-    fn median(&self) -> f64 {
-        let mut v = self.0.borrow().clone();
-        v.sort_by(f64::total_cmp);
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            v[v.len() / 2]
-        }
-    }
 }
 
 /// A tree driven on its own virtual clock: `leaves[i]` are kept backlogged with `depth`
@@ -459,8 +436,7 @@ fn hotpath_ratios(runs: &[Run]) -> Vec<(usize, usize, f64)> {
 }
 
 fn summarize(runs: &[Run], memory: &[Memory]) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/htb-bench");
-    std::fs::create_dir_all(&dir).expect("create target/htb-bench");
+    let dir = support::out_dir();
     let ratios = hotpath_ratios(runs);
     let mut sorted: Vec<f64> = ratios.iter().map(|r| r.2).collect();
     sorted.sort_by(f64::total_cmp);
@@ -537,14 +513,7 @@ fn summarize(runs: &[Run], memory: &[Memory]) {
 }
 
 fn main() {
-    let mut criterion = Criterion::default().configure_from_args();
-    if quick() {
-        criterion = criterion
-            .warm_up_time(WallDuration::from_millis(100))
-            .measurement_time(WallDuration::from_millis(300))
-            .sample_size(10)
-            .without_plots();
-    }
+    let mut criterion = support::criterion();
     let mut runs = Vec::new();
     bench_complexity(&mut criterion, &mut runs);
     bench_scale(&mut criterion, &mut runs);
