@@ -49,14 +49,9 @@ impl Control {
                         })
                         .collect();
                     let ids: Vec<ClassId> = leaves.iter().map(|(id, _)| *id).collect();
-                    let mut snapshot = self.snapshot(&dev, Vec::new()).await?;
-                    if show.stats {
-                        for chunk in ids.chunks(STATS_CHUNK) {
-                            let part = self.snapshot(&dev, chunk.to_vec()).await?;
-                            snapshot.classes.extend(part.classes);
-                            snapshot.leaves.extend(part.leaves);
-                        }
-                    }
+                    let snapshot = self
+                        .snapshot(&dev, if show.stats { &ids } else { &[] })
+                        .await?;
                     let s = snapshot.scheduler;
                     let c = qdisc.config;
                     shown.qdiscs.push(QdiscInfo {
@@ -120,12 +115,11 @@ impl Control {
                         .filter(|d| parent.is_none_or(|p| p == d.parent))
                         .map(|d| d.id)
                         .collect();
-                    let mut stats = Vec::with_capacity(ids.len());
-                    if show.stats {
-                        for chunk in ids.chunks(STATS_CHUNK) {
-                            stats.extend(self.snapshot(&dev, chunk.to_vec()).await?.classes);
-                        }
-                    }
+                    let stats = if show.stats {
+                        self.snapshot(&dev, &ids).await?.classes
+                    } else {
+                        Vec::new()
+                    };
                     for (i, id) in ids.iter().enumerate() {
                         let info = qdisc
                             .class_info(*id)
@@ -221,11 +215,7 @@ impl Control {
                 continue;
             };
             let ids: Vec<ClassId> = qdisc.classes.values().map(|d| d.id).collect();
-            let mut snapshot = self.snapshot(&port.name, Vec::new()).await?;
-            for chunk in ids.chunks(STATS_CHUNK) {
-                let part = self.snapshot(&port.name, chunk.to_vec()).await?;
-                snapshot.classes.extend(part.classes);
-            }
+            let snapshot = self.snapshot(&port.name, &ids).await?;
             let classes = ids
                 .iter()
                 .zip(snapshot.classes)
@@ -253,7 +243,21 @@ impl Control {
         })
     }
 
-    async fn snapshot(&self, dev: &str, ids: Vec<ClassId>) -> Result<PortSnapshot, IpcError> {
+    /// `dev`'s scheduler and port counters and the statistics of `ids`, copied
+    /// [`STATS_CHUNK`] classes per data-plane job.
+    async fn snapshot(&self, dev: &str, ids: &[ClassId]) -> Result<PortSnapshot, IpcError> {
+        let mut chunks = ids.chunks(STATS_CHUNK);
+        let first = chunks.next().unwrap_or_default();
+        let mut snapshot = self.snapshot_job(dev, first.to_vec()).await?;
+        for chunk in chunks {
+            let part = self.snapshot_job(dev, chunk.to_vec()).await?;
+            snapshot.classes.extend(part.classes);
+            snapshot.leaves.extend(part.leaves);
+        }
+        Ok(snapshot)
+    }
+
+    async fn snapshot_job(&self, dev: &str, ids: Vec<ClassId>) -> Result<PortSnapshot, IpcError> {
         let port = dev.to_owned();
         self.on_engine(move |engine| engine.class_stats(&port, &ids))
             .await?
