@@ -74,7 +74,8 @@ pub use leaf::{
 };
 pub use rate::{LengthAdjust, LinkLayer, Rate};
 pub use sched::{
-    Change, CheckError, ClassHandle, ClassInfo, DropReason, Dropped, Scheduler, Target,
+    Change, CheckError, ClassHandle, ClassInfo, DropReason, Dropped, Scheduler, SharedBuckets,
+    Target,
 };
 pub use spec::{
     ClassConfig, ClassSpec, DEFAULT_MTU, MAX_BURST_TIME, MAX_DEPTH, MAX_PRIO, SchedulerConfig,

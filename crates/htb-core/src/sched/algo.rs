@@ -282,6 +282,9 @@ impl<P: Packet> Scheduler<P> {
         if self.classes[cl as usize].mode != Mode::CanSend {
             self.remove_from_wait_tree(cl);
         }
+        if self.classes[cl as usize].shared {
+            self.pull_shared(cl);
+        }
         let class = &self.classes[cl as usize];
         let mut diff = Self::elapsed_tokens(class, self.now);
         let new = Self::class_mode(class, &mut diff, self.config.hysteresis);
@@ -313,6 +316,10 @@ impl<P: Packet> Scheduler<P> {
                 .wait
                 .erase(self.wait_nodes.as_mut_slice(), first);
             self.stats.events += 1;
+            if self.classes[first as usize].shared {
+                // Other workers may have charged it since: its mode is the shared buckets'.
+                self.pull_shared(first);
+            }
             let class = &self.classes[first as usize];
             let mut diff = Self::elapsed_tokens(class, self.now);
             let new = Self::class_mode(class, &mut diff, self.config.hysteresis);
@@ -484,23 +491,29 @@ impl<P: Packet> Scheduler<P> {
         let now = self.now;
         let mut cl = cl;
         while cl != NO_CLASS {
+            let shared = self.classes[cl as usize].shared;
+            if shared {
+                // What the other workers sent counts too (their paid debts).
+                self.pull_shared(cl);
+            }
             let class = &mut self.classes[cl as usize];
             let diff = Self::elapsed_tokens(class, now);
             let charged = class.adjust.charged_len(len);
+            let mut rate_cost = 0;
             if class.level >= level {
                 if class.level == level {
                     class.lends += 1;
                 }
-                let toks = class.tokens.saturating_add(diff).min(class.buffer)
-                    - class.rate_cost.cost(charged);
+                rate_cost = class.rate_cost.cost(charged);
+                let toks = class.tokens.saturating_add(diff).min(class.buffer) - rate_cost;
                 class.tokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             } else {
                 // Classes below the lender borrowed: their rate bucket only catches up.
                 class.borrows += 1;
                 class.tokens = class.tokens.saturating_add(diff);
             }
-            let toks = class.ctokens.saturating_add(diff).min(class.cbuffer)
-                - class.ceil_cost.cost(charged);
+            let ceil_cost = class.ceil_cost.cost(charged);
+            let toks = class.ctokens.saturating_add(diff).min(class.cbuffer) - ceil_cost;
             class.ctokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             class.t_c = now;
             if class.level > 0 {
@@ -509,6 +522,9 @@ impl<P: Packet> Scheduler<P> {
                 class.packets += 1;
             }
             let parent = class.parent;
+            if shared {
+                self.owe_shared(cl, rate_cost, ceil_cost);
+            }
             self.update_mode(cl);
             cl = parent;
         }

@@ -61,6 +61,8 @@ pub(crate) struct Class {
     pub(crate) rate: Rate,
     pub(crate) ceil: Rate,
     pub(crate) live: bool,
+    /// Its buckets are shared with other schedulers (`shared::SharedBuckets`).
+    pub(crate) shared: bool,
 }
 
 /// A round-robin list: a row (`hlevel[l].hprio[p]`) or an inner class's feed (`clprio[p]`),

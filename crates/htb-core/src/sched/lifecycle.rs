@@ -207,6 +207,7 @@ impl<P: Packet> Scheduler<P> {
         }
         let mut change = Change::new();
         self.purge_leaf(slot, &mut change.purged);
+        self.unshare(slot);
         let parent = self.classes[slot as usize].parent;
         let last_child = parent != NO_CLASS && self.classes[parent as usize].children == 1;
 
@@ -282,6 +283,7 @@ impl<P: Packet> Scheduler<P> {
             rate: config.rate,
             ceil: config.ceil,
             live: true,
+            shared: false,
         };
         Self::apply_config(&mut class, config);
         class.tokens = class.buffer;

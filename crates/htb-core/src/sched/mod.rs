@@ -4,6 +4,7 @@ mod algo;
 mod arena;
 mod check;
 mod lifecycle;
+mod shared;
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
@@ -14,6 +15,8 @@ use hashbrown::HashMap;
 use self::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, PrioNodes, WaitNode};
 pub use self::check::CheckError;
 pub use self::lifecycle::Change;
+pub use self::shared::SharedBuckets;
+use self::shared::SharedSlot;
 use crate::Packet;
 use crate::class_id::ClassId;
 use crate::leaf::{Leaf, LeafConfig, LeafStats, LeafStore};
@@ -143,6 +146,8 @@ pub struct Scheduler<P: Packet> {
     qlen: u64,
     backlog: u64,
     stats: SchedulerStats,
+    /// Classes whose buckets other schedulers share, by slot.
+    shared: Vec<SharedSlot>,
 }
 
 impl<P: Packet> fmt::Debug for Scheduler<P> {
@@ -181,6 +186,7 @@ impl<P: Packet> Scheduler<P> {
             qlen: 0,
             backlog: 0,
             stats: SchedulerStats::default(),
+            shared: Vec::new(),
         }
     }
 
