@@ -7,6 +7,10 @@
 #   scripts/lab.sh down                  remove it
 #   scripts/lab.sh status                show it
 #
+# QUEUES=N (default 1) gives every veth N TX and RX queues, so that htbd can run one data-plane
+# worker per queue (`[daemon] workers`); a flow's frames stay on one queue (hashed by the
+# sender), so two flows may share one.
+#
 # Router mode: node-1 10.201.1.2/24 via 10.201.1.1 (r1); node-2 10.201.2.2/24 via 10.201.2.1 (r2);
 # the router forwards (ip_forward=1: the kernel's path, and htbd's fail-open).
 # Bridge mode: node-1 10.201.0.1/24, node-2 10.201.0.2/24; r1 and r2 are members of br0 (the
@@ -18,6 +22,15 @@ set -euo pipefail
 
 LAB=${LAB:-htb}
 N1=$LAB-n1 R=$LAB-r N2=$LAB-n2
+QUEUES=${QUEUES:-1}
+case "$QUEUES" in
+[1-9] | [1-5][0-9] | 6[0-4]) ;;
+*)
+    echo "QUEUES=$QUEUES: a number of queues from 1 to 64" >&2
+    exit 2
+    ;;
+esac
+Q="numtxqueues $QUEUES numrxqueues $QUEUES"
 
 down() {
     for ns in "$N1" "$R" "$N2"; do
@@ -41,8 +54,10 @@ up() {
         ip -n "$ns" link set lo up
         ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
     done
-    ip link add eth0 netns "$N1" address 02:00:0a:c9:01:02 type veth peer name r1 netns "$R" address 02:00:0a:c9:01:01
-    ip link add eth0 netns "$N2" address 02:00:0a:c9:02:02 type veth peer name r2 netns "$R" address 02:00:0a:c9:02:01
+    # shellcheck disable=SC2086 # $Q is two option pairs
+    ip link add eth0 netns "$N1" address 02:00:0a:c9:01:02 $Q type veth peer name r1 netns "$R" address 02:00:0a:c9:01:01 $Q
+    # shellcheck disable=SC2086
+    ip link add eth0 netns "$N2" address 02:00:0a:c9:02:02 $Q type veth peer name r2 netns "$R" address 02:00:0a:c9:02:01 $Q
     for ns in "$N1" "$N2"; do
         ip netns exec "$ns" ethtool -K eth0 tx off tso off gso off >/dev/null 2>&1 || true
     done
@@ -75,7 +90,7 @@ up() {
         exit 2
         ;;
     esac
-    echo "lab $LAB up ($mode): $N1 - $R - $N2"
+    echo "lab $LAB up ($mode, $QUEUES queue(s) per veth): $N1 - $R - $N2"
 }
 
 status() {

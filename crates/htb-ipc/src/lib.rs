@@ -26,7 +26,7 @@ mod status;
 pub use htb_core::{ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-pub use status::{FrameStatus, PortStatus, Status, XdpVerdicts};
+pub use status::{FrameStatus, PortStatus, Status, WorkerStatus, XdpVerdicts};
 
 /// Version of this protocol; bumped on any incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -31,10 +31,34 @@ pub struct Status {
     /// The longest one since the start, in µs: the longest stall changes caused.
     #[serde(default)]
     pub longest_job_us: u64,
+    /// Per data-plane worker (`loops`, `sleeps` and the frames above are their sums).
+    #[serde(default)]
+    pub workers: Vec<WorkerStatus>,
 }
 
-/// Where the UMEM's frames are. `free + in_fill + in_tx + held = total`; every frame the data
-/// plane holds between passes is queued: `held = queued`.
+/// One data-plane worker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    /// The CPU it is pinned to (`None`: not pinned).
+    pub cpu: Option<u32>,
+    /// Its passes.
+    pub loops: u64,
+    /// Times it slept.
+    pub sleeps: u64,
+    /// Packets queued in its schedulers.
+    pub queued: u64,
+    /// Subtrees it serves, over all ports.
+    pub subtrees: u32,
+    /// Frames it received for another worker's classes and handed over.
+    pub handed_out: u64,
+    /// Frames other workers handed to it.
+    pub taken_in: u64,
+    /// Frames dropped because the ring to their worker was full.
+    pub handoff_drops: u64,
+}
+
+/// Where the UMEM's frames are. `free + in_fill + in_tx + held + between_workers = total`;
+/// every frame the data plane holds between passes is queued: `held = queued`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameStatus {
     /// All frames.
@@ -49,13 +73,17 @@ pub struct FrameStatus {
     pub held: u32,
     /// Packets queued in the schedulers.
     pub queued: u64,
+    /// On their way from one data-plane worker to another (handed over to the worker that
+    /// serves their class, or going back to their worker's pool).
+    #[serde(default)]
+    pub between_workers: u32,
 }
 
 impl FrameStatus {
     /// Frames out of the free pool and the fill rings: what traffic is using.
     #[must_use]
     pub fn in_use(&self) -> u64 {
-        u64::from(self.in_tx) + u64::from(self.held)
+        u64::from(self.in_tx) + u64::from(self.held) + u64::from(self.between_workers)
     }
 }
 

@@ -106,7 +106,17 @@ impl Lab {
     /// When the lab cannot run here (saying why), or `scripts/lab.sh up` fails.
     #[must_use]
     pub fn up(name: &str, mode: &str) -> Self {
-        match Self::try_up(name, mode) {
+        Self::up_with_queues(name, mode, 1)
+    }
+
+    /// As [`up`](Self::up), with `queues` TX and RX queues on every veth (for htbd's
+    /// `workers`).
+    ///
+    /// # Panics
+    /// As [`up`](Self::up).
+    #[must_use]
+    pub fn up_with_queues(name: &str, mode: &str, queues: u32) -> Self {
+        match Self::try_up_with_queues(name, mode, queues) {
             Ok(lab) => lab,
             Err(reason) => panic!(
                 "the netns lab cannot run here: {reason} (lab tests are ignored unless asked for; \
@@ -120,6 +130,14 @@ impl Lab {
     /// # Errors
     /// Why the lab cannot run (not root, a tool missing, no namespaces) or `lab.sh` failed.
     pub fn try_up(name: &str, mode: &str) -> Result<Self, LabError> {
+        Self::try_up_with_queues(name, mode, 1)
+    }
+
+    /// As [`try_up`](Self::try_up), with `queues` queues on every veth.
+    ///
+    /// # Errors
+    /// As [`try_up`](Self::try_up).
+    pub fn try_up_with_queues(name: &str, mode: &str, queues: u32) -> Result<Self, LabError> {
         let serial = SERIAL
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -129,7 +147,8 @@ impl Lab {
         let name = name.to_owned();
         let out = run(Command::new(repo().join("scripts/lab.sh"))
             .args(["up", mode])
-            .env("LAB", &name));
+            .env("LAB", &name)
+            .env("QUEUES", queues.to_string()));
         if !out.status.success() {
             return Err(LabError::Setup(
                 String::from_utf8_lossy(&out.stderr).trim().to_owned(),

@@ -6,10 +6,12 @@
 //! control changes, and check that every frame comes back.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use htb_config::filter::{Classifier, Filter};
-use htb_core::{ClassHandle, ClassId, Instant, Scheduler, Target};
+use htb_core::{ClassHandle, ClassId, Instant, Scheduler, SharedBuckets, Target};
 
+use crate::crew::{Crew, Handoff, HandoffCounts};
 use crate::frame::{FlowHasher, Frame};
 use crate::parse::{parse, set_ce};
 use crate::plane_op::PlaneOp;
@@ -52,45 +54,86 @@ pub(crate) struct PortSetup {
     pub(crate) peer: Option<usize>,
     /// The scheduler shaping what leaves through it.
     pub(crate) htb: Scheduler<Frame>,
-    /// Its filters.
-    pub(crate) classifier: Classifier,
+    /// Its filters (one compiled copy, shared by the workers: classifying only reads).
+    pub(crate) classifier: Arc<Classifier>,
 }
 
 struct Port {
     name: String,
     peer: Option<usize>,
     htb: Scheduler<Frame>,
-    classifier: Classifier,
-    /// Per filter, its class as a checked handle, looked up when a packet first matches it
-    /// (no id lookup per packet after that; a handle made stale by a tree change falls back to
-    /// the id). Resolved lazily so that swapping in 100 000 filters costs a memset on the data
-    /// plane, not 100 000 lookups.
-    targets: Vec<Option<ClassHandle>>,
+    classifier: Arc<Classifier>,
+    /// Per filter, its class as a checked handle and the worker that owns the class, looked
+    /// up when a packet first matches it (no id lookup per packet after that; a handle made
+    /// stale by a tree change falls back to the id). Resolved lazily so that swapping in
+    /// 100 000 filters costs a memset on the data plane, not 100 000 lookups.
+    targets: Vec<Option<(ClassHandle, u16)>>,
+    /// The worker owning the class unclassified frames go to, once looked up.
+    unclassified: Option<u16>,
+    /// Which worker owns each subtree: keyed by the subtree's top (a child of a class at the
+    /// top of the tree, or such a class itself); the engine's `Assignment` decides.
+    owners: HashMap<ClassId, u16>,
     stats: PortStats,
 }
 
 impl Port {
-    /// Forgets every resolved handle (new filters, or a new tree).
+    /// Forgets every resolved handle and owner (new filters, a new tree, new owners).
     fn reset_targets(&mut self) {
         self.targets.clear();
         self.targets.resize(self.classifier.filters().len(), None);
+        self.unclassified = None;
     }
 
-    /// Filter `i`'s class: its handle once the class exists, its id until then.
-    fn target(&mut self, i: usize) -> Target {
-        if let Some(Some(handle)) = self.targets.get(i) {
-            return Target::Handle(*handle);
+    /// The worker owning `class`: its subtree's owner, or `me` for a class not in the tree or
+    /// not assigned.
+    fn owner_of(&self, class: ClassId, me: usize) -> u16 {
+        let mut unit = class;
+        while let Some(Some(parent)) = self.htb.parent(unit) {
+            if self.htb.parent(parent) == Some(None) {
+                break;
+            }
+            unit = parent;
         }
-        let class = self.classifier.filters()[i].class;
+        self.owners
+            .get(&unit)
+            .copied()
+            .unwrap_or(u16::try_from(me).unwrap_or(0))
+    }
+
+    /// Filter `i`'s class — its handle once the class exists, its id until then — and the
+    /// worker that owns it.
+    fn target(&mut self, i: usize, me: usize) -> (Target, usize) {
+        if let Some(Some((handle, owner))) = self.targets.get(i) {
+            return (Target::Handle(*handle), usize::from(*owner));
+        }
+        let Some(filter) = self.classifier.filters().get(i) else {
+            // A frame classified by filters replaced while it was on its way to this worker.
+            return (Target::Unclassified, me);
+        };
+        let class = filter.class;
         match self.htb.handle(class) {
             Some(handle) => {
+                let owner = self.owner_of(class, me);
                 if let Some(slot) = self.targets.get_mut(i) {
-                    *slot = Some(handle);
+                    *slot = Some((handle, owner));
                 }
-                Target::Handle(handle)
+                (Target::Handle(handle), usize::from(owner))
             }
-            None => Target::Class(class),
+            None => (Target::Class(class), me),
         }
+    }
+
+    /// The worker owning the class unclassified frames go to (`me` for the direct queue).
+    fn unclassified_owner(&mut self, me: usize) -> usize {
+        if let Some(owner) = self.unclassified {
+            return usize::from(owner);
+        }
+        let owner = match self.htb.default_class() {
+            Some(class) => self.owner_of(class, me),
+            None => u16::try_from(me).unwrap_or(0),
+        };
+        self.unclassified = Some(owner);
+        usize::from(owner)
     }
 }
 
@@ -110,7 +153,13 @@ pub(crate) struct Dataplane<R: Rings> {
     /// What a frame occupies (`skb->truesize` for `fq_codel`'s memory limit).
     frame_size: u32,
     loops: u64,
+    /// This worker's links to the others.
+    crew: Crew<R::Parcel>,
 }
+
+/// Frames taken from other workers per pass, at most: the rest wait for the next pass, so that
+/// a flood handed over does not keep this worker from sending.
+const INBOUND_PER_PASS: usize = 256;
 
 impl<R: Rings> std::fmt::Debug for Dataplane<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,6 +178,7 @@ impl<R: Rings> Dataplane<R> {
         ports: Vec<PortSetup>,
         batch: usize,
         frame_size: u32,
+        crew: Crew<R::Parcel>,
     ) -> Self {
         let by_mac = ports.iter().enumerate().map(|(i, p)| (p.mac, i)).collect();
         let ports = ports
@@ -144,6 +194,8 @@ impl<R: Rings> Dataplane<R> {
                     htb: p.htb,
                     classifier: p.classifier,
                     targets: Vec::new(),
+                    unclassified: None,
+                    owners: HashMap::new(),
                 };
                 port.reset_targets();
                 port
@@ -163,7 +215,13 @@ impl<R: Rings> Dataplane<R> {
             flows: FlowHasher::default(),
             frame_size,
             loops: 0,
+            crew,
         }
+    }
+
+    /// This worker's links to the others.
+    pub(crate) fn crew(&self) -> &Crew<R::Parcel> {
+        &self.crew
     }
 
     /// Router mode: `port`'s MAC address is now `mac` (the XDP program writes it as the source
@@ -203,9 +261,13 @@ impl<R: Rings> Dataplane<R> {
             }
             self.rx_batch = batch;
         }
+        self.crew.ring_bells();
+        work |= self.take_inbound(now) > 0;
         work |= self.rings.reap() > 0;
         for port in 0..self.ports.len() {
             work |= self.transmit(port, now);
+            // Other workers see what this one sent from their shared classes.
+            self.ports[port].htb.flush_shared();
         }
         let pending = self.rings.kick();
         work |= self.rings.reap() > 0;
@@ -256,16 +318,72 @@ impl<R: Rings> Dataplane<R> {
         }
         let parsed = parse(bytes);
         let frame = Frame::new(chunk, &parsed, &self.flows, self.frame_size);
+        let me = self.crew.me();
         let port = &mut self.ports[egress];
-        let target = port
-            .classifier
-            .classify_index(&parsed.info)
-            .map_or(Target::Unclassified, |i| port.target(i));
+        let (filter, target, owner) = match port.classifier.classify_index(&parsed.info) {
+            Some(i) => {
+                let (target, owner) = port.target(i, me);
+                (u32::try_from(i).ok(), target, owner)
+            }
+            None => (None, Target::Unclassified, port.unclassified_owner(me)),
+        };
+        if owner != me {
+            self.hand_over(owner, egress, filter, frame);
+            return;
+        }
+        self.enqueue(egress, now, target, frame);
+    }
+
+    /// Queues a frame in `egress`'s scheduler; drops it when the class's queue refuses it.
+    fn enqueue(&mut self, egress: usize, now: Instant, target: Target, frame: Frame) {
+        let port = &mut self.ports[egress];
         if let Err(dropped) = port.htb.enqueue(now, target, frame) {
             port.stats.drops_queue += 1;
             self.rings.release(dropped.packet.into_chunk());
         }
         self.release_dropped(egress);
+    }
+
+    /// Hands a frame to the worker owning its class; drops it (counted) when that worker's
+    /// ring is full.
+    fn hand_over(&mut self, owner: usize, egress: usize, filter: Option<u32>, frame: Frame) {
+        let (chunk, tag) = frame.into_handoff();
+        let handoff = Handoff {
+            parcel: self.rings.hand_over(chunk),
+            tag,
+            egress: u16::try_from(egress).unwrap_or(u16::MAX),
+            filter,
+        };
+        if let Err(back) = self.crew.send(owner, handoff) {
+            let chunk = self.rings.take_over(back.parcel);
+            self.ports[egress].stats.drops_queue += 1;
+            self.rings.release(chunk);
+        }
+    }
+
+    /// Queues the frames other workers handed to this one. Returns how many.
+    fn take_inbound(&mut self, now: Instant) -> usize {
+        let me = self.crew.me();
+        let mut taken = 0;
+        while taken < INBOUND_PER_PASS {
+            let Some(handoff) = self.crew.receive() else {
+                break;
+            };
+            taken += 1;
+            let chunk = self.rings.take_over(handoff.parcel);
+            let frame = Frame::from_handoff(chunk, handoff.tag);
+            let egress = usize::from(handoff.egress);
+            let Some(port) = self.ports.get_mut(egress) else {
+                self.rings.release(frame.into_chunk());
+                continue;
+            };
+            let target = match handoff.filter {
+                Some(i) => port.target(i as usize, me).0,
+                None => Target::Unclassified,
+            };
+            self.enqueue(egress, now, target, frame);
+        }
+        taken
     }
 
     /// Takes back the frames `port`'s leaves dropped (CoDel, a full flow, a batch from the
@@ -395,19 +513,31 @@ impl<R: Rings> Dataplane<R> {
                 results.push(Err(format!("no port {}", op.port())));
                 continue;
             };
-            retarget[index] |= matches!(op, PlaneOp::SetTree { .. } | PlaneOp::SetFilters { .. });
+            // With several workers a deleted class's owner may be cached too.
+            retarget[index] |= matches!(op, PlaneOp::SetTree { .. } | PlaneOp::SetFilters { .. })
+                || (self.crew.workers() > 1 && matches!(op, PlaneOp::DeleteClass { .. }));
             let port = &mut self.ports[index];
             let purged = match op {
-                PlaneOp::SetTree { scheduler, .. } => {
-                    let mut old = std::mem::replace(&mut port.htb, *scheduler);
-                    Ok(old.drain())
-                }
+                PlaneOp::SetTree { mut schedulers, .. } => match schedulers.pop() {
+                    Some(scheduler) => {
+                        let mut old = std::mem::replace(&mut port.htb, scheduler);
+                        Ok(old.drain())
+                    }
+                    None => {
+                        results.push(Err(format!(
+                            "{}: a new tree without a scheduler",
+                            port.name
+                        )));
+                        continue;
+                    }
+                },
                 PlaneOp::SetQdisc {
                     default_minor,
                     r2q,
                     direct_qlen,
                     ..
                 } => {
+                    port.unclassified = None;
                     port.htb.set_default_class(default_minor);
                     port.htb.set_r2q(r2q);
                     port.htb.set_direct_qlen(direct_qlen);
@@ -456,6 +586,55 @@ impl<R: Rings> Dataplane<R> {
             }
         }
         results
+    }
+
+    /// Sets which worker owns the subtree under `unit` of port `port` (`None`: forget it), and
+    /// forgets the owners resolved from the old.
+    pub(crate) fn set_owner(&mut self, port: usize, unit: ClassId, owner: Option<u16>) {
+        let Some(p) = self.ports.get_mut(port) else {
+            return;
+        };
+        match owner {
+            Some(w) => p.owners.insert(unit, w),
+            None => p.owners.remove(&unit),
+        };
+        p.reset_targets();
+    }
+
+    /// Which worker serves each subtree of `port`, by the class at its top.
+    #[must_use]
+    pub(crate) fn owners(&self, port: &str) -> HashMap<ClassId, usize> {
+        self.port(port)
+            .map(|p| {
+                p.owners
+                    .iter()
+                    .map(|(&id, &w)| (id, usize::from(w)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Forgets every owner of `port`'s subtrees.
+    pub(crate) fn clear_owners(&mut self, port: usize) {
+        if let Some(p) = self.ports.get_mut(port) {
+            p.owners.clear();
+            p.reset_targets();
+        }
+    }
+
+    /// Shares class `id`'s buckets on `port` with the other workers.
+    pub(crate) fn share(&mut self, port: usize, id: ClassId, buckets: Arc<SharedBuckets>) {
+        if let Some(p) = self.ports.get_mut(port)
+            && p.htb.share_class(id, buckets).is_err()
+        {
+            tracing::warn!("{}: class {id} to share is not in the tree", p.name);
+        }
+    }
+
+    /// Frames moved to and from other workers.
+    #[must_use]
+    pub(crate) fn handoffs(&self) -> HandoffCounts {
+        self.crew.counts
     }
 
     /// Statistics of the listed classes of `port` (`None` for ids it does not have) and of

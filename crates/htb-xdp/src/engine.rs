@@ -1,13 +1,14 @@
 //! The data plane's I/O shell: runs the sans-IO `Dataplane` on AF_XDP sockets and the clock,
-//! on one thread, and sleeps between passes.
+//! on one worker thread per configured core, each sleeping between its passes.
 //!
-//! Per loop: beat for the liveness check, run the control plane's jobs, one
-//! `Dataplane::poll`. With nothing to do, the thread sleeps until the earliest scheduler
-//! wake-up, a received frame or a control request (ns-precision `ppoll`, timer slack 1 ns) —
-//! two cores are shared with the traffic. `busy_poll` spins instead.
+//! Worker 0 runs on the engine's thread; per loop it beats for the liveness check, watches the
+//! links, runs the control plane's jobs (parking the other workers while one runs: see
+//! `worker`) and makes one pass. With nothing to do, a worker sleeps until its schedulers' next
+//! wake-up, a frame on its RX rings or from another worker, or a request (ns-precision
+//! `ppoll`, timer slack 1 ns) — two cores are shared with the traffic. `busy_poll` spins
+//! instead.
 
-use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
@@ -15,25 +16,23 @@ use std::time::Duration as StdDuration;
 
 use htb_config::TreeSpec;
 use htb_config::filter::{Classifier, Filter};
-use htb_core::{ClassId, Instant, Scheduler};
+use htb_core::{ClassId, Instant, Scheduler, SharedBuckets};
 
-use crate::dataplane::{Dataplane, Mode, PortSetup, Progress};
+use crate::assign::{Assignment, is_subtree_top};
+use crate::crew::{Bell, Crew};
+use crate::dataplane::{Dataplane, Mode, PortSetup};
 use crate::error::XdpError;
 use crate::frame::Frame;
 use crate::links::{LINK_CHECK, LinkWatch};
+use crate::merge;
 use crate::netdev::{NetDev, format_mac};
 use crate::plane_op::{PlaneOp, new_scheduler};
 use crate::program::{AttachMode, XdpProgram};
 use crate::rings::Rings;
-use crate::stats::{EngineStats, JobTimes, PortSnapshot};
+use crate::stats::{EngineStats, JobTimes, PortSnapshot, WorkerStats};
 use crate::sys;
 use crate::umem::{FrameIo, IoConfig};
-
-/// How long the loop first sleeps before kicking TX again when frames wait in a TX ring and a
-/// kick moved nothing (the egress link is down: the kernel refuses the frames); it doubles
-/// while nothing moves, up to [`TX_RETRY_MAX`].
-const TX_RETRY: StdDuration = StdDuration::from_micros(500);
-const TX_RETRY_MAX: StdDuration = StdDuration::from_millis(16);
+use crate::worker::{Pace, Seat, Worker};
 
 /// How often the data plane beats for a liveness timeout: ten beats per timeout, 1 to 10 ms
 /// apart, so a timeout is never missed by a late beat and an idle loop wakes at most 100
@@ -76,6 +75,42 @@ pub struct EngineConfig {
     /// stuck in a long job), the XDP program hands every frame to the kernel until it beats
     /// again. `None`: no liveness check (only a missing socket fails open).
     pub liveness: Option<StdDuration>,
+    /// Data-plane workers (threads). `None`: one per RX queue of the port with the fewest
+    /// (each worker needs a queue of every port), at most one per CPU this process may use
+    /// (or per CPU in `cpus`).
+    pub workers: Option<usize>,
+    /// Worker `i` runs pinned to `cpus[i]`; empty: not pinned.
+    pub cpus: Vec<usize>,
+}
+
+impl EngineConfig {
+    /// The number of workers for ports with these RX queue counts.
+    ///
+    /// # Errors
+    /// [`XdpError::Config`] when `workers` or `cpus` cannot be met.
+    fn worker_count(&self, queues: &[u32]) -> Result<usize, XdpError> {
+        let fewest = queues.iter().copied().min().unwrap_or(1).max(1) as usize;
+        let cores = if self.cpus.is_empty() {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        } else {
+            self.cpus.len()
+        };
+        let workers = match self.workers {
+            Some(0) => return Err(XdpError::Config("workers must be at least 1".into())),
+            Some(n) => n,
+            None => fewest.min(cores),
+        };
+        if workers > 64 {
+            return Err(XdpError::Config(format!("workers = {workers}: at most 64")));
+        }
+        if !self.cpus.is_empty() && self.cpus.len() < workers {
+            return Err(XdpError::Config(format!(
+                "{workers} workers but {} CPUs in cpus: list one CPU per worker",
+                self.cpus.len()
+            )));
+        }
+        Ok(workers)
+    }
 }
 
 /// A request run on the data-plane thread between batches.
@@ -100,8 +135,10 @@ pub enum JobError {
 #[derive(Clone, Debug)]
 pub struct EngineHandle {
     jobs: mpsc::SyncSender<Job>,
-    waker: Arc<UnixStream>,
+    /// Worker 0's bell: the engine's thread.
+    bell: Arc<Bell>,
     stop: Arc<AtomicBool>,
+    workers: usize,
 }
 
 impl EngineHandle {
@@ -127,44 +164,59 @@ impl EngineHandle {
         self.wake();
     }
 
+    /// The number of data-plane workers (each needs its own scheduler of a new tree:
+    /// [`PlaneOp::set_tree`]).
+    #[must_use]
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
     fn wake(&self) {
-        use std::io::Write;
-        // A full socket buffer already means "wake up": ignore WouldBlock.
-        let _ = (&*self.waker).write(&[1]);
+        self.bell.wake();
     }
 }
 
 /// The data plane on its sockets. Create it with [`Engine::start`], then [`Engine::run`] it on
 /// a thread.
 pub struct Engine {
-    plane: Dataplane<FrameIo>,
+    /// Every worker while a job runs (and before and after [`run`](Self::run)); only worker 0
+    /// while the others run on their threads.
+    workers: Vec<Worker>,
     program: XdpProgram,
     links: LinkWatch,
-    clock: std::time::Instant,
-    busy_poll: bool,
-    realtime: Option<u8>,
+    pace: Pace,
     jobs: mpsc::Receiver<Job>,
-    waker: UnixStream,
     stop: Arc<AtomicBool>,
-    sleeps: u64,
     /// Control jobs run, their total and longest time: forwarding waits while one runs.
     jobs_run: JobTimes,
     /// How often to beat (a tenth of the liveness timeout, 1 to 10 ms); `None`: never.
     beat_every: Option<StdDuration>,
     /// CLOCK_MONOTONIC ns of the last beat.
     last_beat: u64,
+    /// The other workers' passes at the last beat: a worker that has not passed since is
+    /// hung, and the beat is skipped.
+    passes_at_beat: Vec<u64>,
     /// The last beat failed (warned once until one succeeds).
     beat_failed: bool,
-    /// How long to wait before the next TX kick while a TX ring is stuck.
-    tx_retry: StdDuration,
+    /// Per port, which worker serves which subtree.
+    assignments: Vec<Assignment>,
 }
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("ports", &self.plane.port_names())
+            .field("ports", &self.port_names())
+            .field("workers", &self.workers.len())
             .finish_non_exhaustive()
     }
+}
+
+/// What an operation does to the tree's shape, for the assignment of subtrees.
+enum Shape {
+    Added { port: usize, id: ClassId },
+    Deleted { port: usize, id: ClassId },
+    NewTree { port: usize },
+    Other,
 }
 
 fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
@@ -241,19 +293,45 @@ fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
     Ok(devs)
 }
 
-fn scheduler(port: &PortConfig) -> Result<(Scheduler<Frame>, Classifier), XdpError> {
+/// `workers` schedulers of `port`'s tree and its compiled filters.
+fn schedulers(
+    port: &PortConfig,
+    workers: usize,
+) -> Result<(Vec<Scheduler<Frame>>, Arc<Classifier>), XdpError> {
     // No tree: every frame goes through the direct queue, unshaped.
-    let htb = new_scheduler(port.tree.as_ref())
-        .map_err(|e| XdpError::Config(format!("{}: {e}", port.name)))?;
+    let build = || {
+        new_scheduler(port.tree.as_ref())
+            .map_err(|e| XdpError::Config(format!("{}: {e}", port.name)))
+    };
+    let first = build()?;
     for filter in &port.filters {
-        if !htb.contains(filter.class) {
+        if !first.contains(filter.class) {
             return Err(XdpError::Config(format!(
                 "{}: filter ({}) targets class {} which is not defined",
                 port.name, filter.matcher, filter.class
             )));
         }
     }
-    Ok((htb, Classifier::new(port.filters.clone())))
+    let mut all = vec![first];
+    for _ in 1..workers {
+        all.push(build()?);
+    }
+    Ok((all, Arc::new(Classifier::new(port.filters.clone()))))
+}
+
+fn socket_pair() -> Result<(UnixStream, UnixStream), XdpError> {
+    let (a, b) = UnixStream::pair().map_err(|source| XdpError::Syscall {
+        call: "socketpair",
+        source,
+    })?;
+    for end in [&a, &b] {
+        end.set_nonblocking(true)
+            .map_err(|source| XdpError::Syscall {
+                call: "fcntl",
+                source,
+            })?;
+    }
+    Ok((a, b))
 }
 
 impl Engine {
@@ -264,35 +342,41 @@ impl Engine {
     /// [`XdpError`] naming the interface or step that failed.
     pub fn start(config: &EngineConfig) -> Result<(Self, EngineHandle), XdpError> {
         let devs = validate(config)?;
-        let clock = std::time::Instant::now();
-        let mut ports = Vec::with_capacity(devs.len());
+        let queues: Vec<u32> = devs.iter().map(|d| d.rx_queues).collect();
+        let workers = config.worker_count(&queues)?;
+        let epoch = std::time::Instant::now();
+        let mut per_worker: Vec<Vec<PortSetup>> = (0..workers).map(|_| Vec::new()).collect();
         for (port, dev) in config.ports.iter().zip(&devs) {
-            let (htb, classifier) = scheduler(port)?;
+            let (htbs, classifier) = schedulers(port, workers)?;
             let peer = port
                 .peer
                 .as_ref()
                 .and_then(|p| config.ports.iter().position(|c| &c.name == p));
-            ports.push(PortSetup {
-                name: dev.name.clone(),
-                mac: dev.mac,
-                peer,
-                htb,
-                classifier,
-            });
+            for (setups, htb) in per_worker.iter_mut().zip(htbs) {
+                setups.push(PortSetup {
+                    name: dev.name.clone(),
+                    mac: dev.mac,
+                    peer,
+                    htb,
+                    classifier: Arc::clone(&classifier),
+                });
+            }
         }
         let mut program = XdpProgram::load(config.mode == Mode::Bridge, config.liveness)?;
         let channels: Vec<(String, u32)> =
             devs.iter().map(|d| (d.name.clone(), d.rx_queues)).collect();
-        let io = FrameIo::new(&config.io, &channels)?;
+        let shares = FrameIo::new_shares(&config.io, &channels, workers)?;
         let mut slot = 0u32;
         let mut slots = Vec::with_capacity(devs.len());
         for (i, dev) in devs.iter().enumerate() {
             slots.push((slot, dev.rx_queues));
             program.add_port(dev.ifindex, slot, dev.rx_queues, dev.mac)?;
-            for ch in (0..io.channels()).filter(|&c| io.channel_port(c) == i) {
-                program.set_socket(slot, io.fd(ch))?;
-                slot += 1;
+            for io in &shares {
+                for ch in (0..io.channels()).filter(|&c| io.channel_port(c) == i) {
+                    program.set_socket(slot + io.channel_queue(ch), io.fd(ch))?;
+                }
             }
+            slot += dev.rx_queues;
         }
         for dev in &devs {
             let mode = program.attach(&dev.name, config.attach)?;
@@ -302,91 +386,144 @@ impl Engine {
                 dev.rx_queues
             );
         }
+        let mut bells = Vec::with_capacity(workers);
+        let mut wakers = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            let (bell, waker) = socket_pair()?;
+            bells.push(Arc::new(Bell::new(bell)));
+            wakers.push(waker);
+        }
+        let crews = Crew::new_set(&bells);
+        let batch = config.batch.clamp(1, config.io.ring_size as usize);
+        let mut pool = Vec::with_capacity(workers);
+        for (w, (((io, setups), crew), waker)) in shares
+            .into_iter()
+            .zip(per_worker)
+            .zip(crews)
+            .zip(wakers)
+            .enumerate()
+        {
+            let plane = Dataplane::new(io, config.mode, setups, batch, config.io.frame_size, crew);
+            pool.push(Worker::new(plane, waker, config.cpus.get(w).copied()));
+        }
+        if workers > 1 {
+            tracing::info!("{workers} data-plane workers");
+        }
         let (jobs_tx, jobs) = mpsc::sync_channel(JOB_QUEUE);
-        let (waker, waker_rx) = UnixStream::pair().map_err(|source| XdpError::Syscall {
-            call: "socketpair",
-            source,
-        })?;
-        waker
-            .set_nonblocking(true)
-            .map_err(|source| XdpError::Syscall {
-                call: "fcntl",
-                source,
-            })?;
-        waker_rx
-            .set_nonblocking(true)
-            .map_err(|source| XdpError::Syscall {
-                call: "fcntl",
-                source,
-            })?;
         let stop = Arc::new(AtomicBool::new(false));
         let handle = EngineHandle {
             jobs: jobs_tx,
-            waker: Arc::new(waker),
+            bell: Arc::clone(&bells[0]),
             stop: Arc::clone(&stop),
+            workers,
         };
-        let batch = config.batch.clamp(1, config.io.ring_size as usize);
-        let engine = Self {
-            plane: Dataplane::new(io, config.mode, ports, batch, config.io.frame_size),
+        let beat_every = config.liveness.map(beat_period);
+        let mut engine = Self {
+            workers: pool,
             program,
             links: LinkWatch::new(devs, slots, config.io.max_mtu()),
-            clock,
-            busy_poll: config.busy_poll,
-            realtime: config.realtime,
+            pace: Pace {
+                epoch,
+                busy_poll: config.busy_poll,
+                // Each worker passes at least twice a beat, so a live one never misses one.
+                wake_every: beat_every.map(|b| b / 2),
+                realtime: config.realtime,
+            },
             jobs,
-            waker: waker_rx,
             stop,
-            sleeps: 0,
             jobs_run: JobTimes::default(),
-            beat_every: config.liveness.map(beat_period),
+            beat_every,
             last_beat: 0,
+            passes_at_beat: vec![0; workers],
             beat_failed: false,
-            tx_retry: TX_RETRY,
+            assignments: (0..config.ports.len())
+                .map(|_| Assignment::new(workers))
+                .collect(),
         };
+        for port in 0..config.ports.len() {
+            engine.assign_tree(port);
+        }
         Ok((engine, handle))
     }
 
     /// The engine's clock: ns since start.
     #[must_use]
     pub fn now(&self) -> Instant {
-        Instant::from_nanos(u64::try_from(self.clock.elapsed().as_nanos()).unwrap_or(u64::MAX))
+        self.pace.now()
     }
 
     /// Runs until [`EngineHandle::stop`]; then returns, and dropping the engine detaches the
-    /// XDP program and closes the sockets.
+    /// XDP program and closes the sockets. Workers 1 and up run on threads of their own.
+    ///
+    /// # Panics
+    /// When a worker's thread panicked (after stopping the others), so that the caller's
+    /// supervisor fails open.
     pub fn run(&mut self) {
-        if let Err(e) = sys::set_timer_slack(StdDuration::from_nanos(1)) {
-            tracing::warn!("cannot lower the timer slack ({e}); wake-ups may be up to 50 µs late");
-        }
-        if let Some(priority) = self.realtime {
-            match sys::set_realtime(priority) {
-                Ok(()) => tracing::info!("data plane runs SCHED_FIFO at priority {priority}"),
-                Err(e) => tracing::warn!("cannot make the data plane real-time ({e})"),
-            }
-        }
-        while !self.stop.load(Ordering::Relaxed) {
-            self.beat();
-            for (port, mac) in self.links.check(&mut self.program) {
-                self.plane.set_mac(port, mac);
-            }
-            self.run_jobs();
-            match self.poll_once() {
-                Progress::Moved => self.tx_retry = TX_RETRY,
-                // Frames the kernel would not send, and nothing else moved: kick again later,
-                // backing off, rather than spin on a link that is down.
-                Progress::TxStuck if !self.busy_poll => {
-                    self.sleep(Some(self.tx_retry));
-                    self.tx_retry = (self.tx_retry * 2).min(TX_RETRY_MAX);
+        let others: Vec<Worker> = self.workers.drain(1..).collect();
+        let stop = Arc::clone(&self.stop);
+        std::thread::scope(|scope| {
+            // Should this thread panic, the others must still stop, or the scope never ends.
+            let mut seats = StopOnDrop {
+                seats: Vec::with_capacity(others.len()),
+                stop: Arc::clone(&stop),
+            };
+            for worker in others {
+                match crate::worker::spawn(scope, worker, self.pace, Arc::clone(&stop)) {
+                    Ok(seat) => seats.seats.push(seat),
+                    Err(e) => panic!("cannot start a data-plane worker thread: {e}"),
                 }
-                Progress::Idle if !self.busy_poll => self.sleep(None),
-                Progress::TxStuck | Progress::Idle => {}
             }
-        }
-        self.run_jobs();
+            self.workers[0].enter_thread(&self.pace);
+            while !stop.load(Ordering::Relaxed) {
+                self.beat(&seats.seats);
+                let moved: Vec<(usize, [u8; 6])> = self.links.check(&mut self.program);
+                if !moved.is_empty() {
+                    self.with_all_workers(&seats.seats, |engine| {
+                        for worker in &mut engine.workers {
+                            for &(port, mac) in &moved {
+                                worker.plane.set_mac(port, mac);
+                            }
+                        }
+                    });
+                }
+                self.run_jobs(&seats.seats);
+                let pace = self.pace;
+                self.workers[0].step(&pace, Some(LINK_CHECK));
+            }
+            stop.store(true, Ordering::SeqCst);
+            for seat in &seats.seats {
+                seat.wake();
+            }
+            for seat in &seats.seats {
+                let worker = seat.take();
+                self.workers.push(worker);
+            }
+            self.run_jobs(&[]);
+        });
     }
 
-    /// Refreshes the XDP program's heartbeat when a beat is due.
-    fn beat(&mut self) {
+    /// Runs `job` with every worker's state here: the other workers park between two passes
+    /// and wait until it is done.
+    fn with_all_workers(&mut self, seats: &[Seat], job: impl FnOnce(&mut Self)) {
+        for seat in seats {
+            seat.ask_to_park();
+        }
+        for seat in seats {
+            let worker = seat.take();
+            self.workers.push(worker);
+        }
+        job(self);
+        for (seat, worker) in seats
+            .iter()
+            .zip(self.workers.drain(1..).collect::<Vec<_>>())
+        {
+            seat.give_back(worker);
+        }
+    }
+
+    /// Refreshes the XDP program's heartbeat when a beat is due and every worker has passed
+    /// since the last one.
+    fn beat(&mut self, seats: &[Seat]) {
         let Some(every) = self.beat_every else {
             return;
         };
@@ -394,6 +531,17 @@ impl Engine {
         if now.saturating_sub(self.last_beat) < u64::try_from(every.as_nanos()).unwrap_or(0) {
             return;
         }
+        let passes: Vec<u64> = seats.iter().map(Seat::passes).collect();
+        if passes
+            .iter()
+            .zip(&self.passes_at_beat)
+            .any(|(now, then)| now == then)
+        {
+            // A worker has not passed for a whole beat: hung (or parked by a long job). No
+            // beat; should it last the liveness timeout, the XDP program fails open.
+            return;
+        }
+        self.passes_at_beat = passes;
         self.last_beat = now;
         match self.program.beat(now) {
             Ok(()) => self.beat_failed = false,
@@ -405,120 +553,251 @@ impl Engine {
         }
     }
 
-    fn run_jobs(&mut self) {
-        while let Ok(job) = self.jobs.try_recv() {
-            let started = sys::monotonic_ns();
-            job(self);
-            let took = sys::monotonic_ns().saturating_sub(started);
-            self.jobs_run.count += 1;
-            self.jobs_run.total_ns += took;
-            self.jobs_run.longest_ns = self.jobs_run.longest_ns.max(took);
-        }
-    }
-
-    /// One pass of receive, schedule, transmit, now.
-    pub fn poll_once(&mut self) -> Progress {
-        let now = self.now();
-        self.plane.poll(now)
-    }
-
-    /// Sleeps until the earliest scheduler wake-up, a frame on any RX ring, a control request,
-    /// the next heartbeat, or `at_most`.
-    fn sleep(&mut self, at_most: Option<StdDuration>) {
-        let now = self.now();
-        let next = self.plane.next_wakeup();
-        let timeout = match next {
-            Some(at) if at <= now => return,
-            Some(at) => Some(StdDuration::from_nanos((at - now).as_nanos())),
-            None => None,
+    fn run_jobs(&mut self, seats: &[Seat]) {
+        let Ok(first) = self.jobs.try_recv() else {
+            return;
         };
-        let timeout = [timeout, at_most, self.beat_every, Some(LINK_CHECK)]
-            .into_iter()
-            .flatten()
-            .min();
-        let io = self.plane.rings();
-        let mut fds: Vec<libc::pollfd> = (0..io.channels())
-            .map(|c| libc::pollfd {
-                fd: io.fd(c),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        fds.push(libc::pollfd {
-            fd: self.waker.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        self.sleeps += 1;
-        match sys::wait_readable(&mut fds, timeout) {
-            Ok(_) => {
-                if fds.last().is_some_and(|f| f.revents & libc::POLLIN != 0) {
-                    let mut drain = [0u8; 64];
-                    while matches!((&self.waker).read(&mut drain), Ok(n) if n > 0) {}
-                }
+        self.with_all_workers(seats, |engine| {
+            let mut job = Some(first);
+            while let Some(next) = job.take().or_else(|| engine.jobs.try_recv().ok()) {
+                let started = sys::monotonic_ns();
+                next(engine);
+                let took = sys::monotonic_ns().saturating_sub(started);
+                engine.jobs_run.count += 1;
+                engine.jobs_run.total_ns += took;
+                engine.jobs_run.longest_ns = engine.jobs_run.longest_ns.max(took);
             }
-            Err(e) => tracing::warn!("ppoll failed: {e}"),
-        }
+        });
     }
 
-    /// A snapshot of every counter.
+    /// One pass of receive, schedule, transmit on worker 0, now (tests and benchmarks
+    /// that drive the engine by hand).
+    pub fn poll_once(&mut self) -> crate::Progress {
+        let now = self.now();
+        self.workers[0].plane.poll(now)
+    }
+
+    /// A snapshot of every counter, summed over the workers, with each worker's own.
     #[must_use]
     pub fn stats(&self) -> EngineStats {
-        let mut ports = self.plane.port_stats();
-        let io = self.plane.rings();
-        for channel in 0..io.channels() {
-            if let Ok(s) = io.xdp_statistics(channel) {
-                let x = &mut ports[io.channel_port(channel)].xdp;
-                x.rx_dropped += s.rx_dropped();
-                x.rx_ring_full += s.rx_ring_full();
-                x.rx_fill_ring_empty += s.rx_fill_ring_empty_descs();
-                x.rx_invalid += s.rx_invalid_descs();
-                x.tx_invalid += s.tx_invalid_descs();
-            }
+        let mut stats = merge::engine_stats(
+            self.workers.iter().map(|w| &w.plane),
+            self.program.verdicts(),
+        );
+        stats.jobs = self.jobs_run;
+        for (w, worker) in self.workers.iter().enumerate() {
+            let plane = &worker.plane;
+            stats.sleeps += worker.sleeps;
+            stats.workers.push(WorkerStats {
+                cpu: worker.cpu,
+                loops: plane.loops(),
+                sleeps: worker.sleeps,
+                queued: plane.queued(),
+                subtrees: self
+                    .assignments
+                    .iter()
+                    .map(|a| a.load().get(w).copied().unwrap_or(0))
+                    .sum(),
+                handoffs: plane.handoffs(),
+            });
         }
-        EngineStats {
-            ports,
-            frames: self.plane.frames(),
-            queued: self.plane.queued(),
-            verdicts: self.program.verdicts(),
-            loops: self.plane.loops(),
-            sleeps: self.sleeps,
-            jobs: self.jobs_run,
-        }
+        stats
     }
 
-    /// The scheduler shaping what leaves through `port`.
+    /// The scheduler shaping what leaves through `port` (worker 0's: every worker has the
+    /// same classes, each serving its own subtrees).
     #[must_use]
     pub fn scheduler(&self, port: &str) -> Option<&Scheduler<Frame>> {
-        self.plane.scheduler(port)
+        self.workers.first()?.plane.scheduler(port)
     }
 
     /// Names of the ports, in configuration order.
     #[must_use]
     pub fn port_names(&self) -> Vec<String> {
-        self.plane.port_names()
+        self.workers
+            .first()
+            .map(|w| w.plane.port_names())
+            .unwrap_or_default()
     }
 
     /// The filters of `port`, in evaluation order.
     #[must_use]
     pub fn filters(&self, port: &str) -> Option<&[Filter]> {
-        self.plane.filters(port)
+        self.workers.first()?.plane.filters(port)
     }
 
     /// Applies `ops` in order, between two batches (run it through [`EngineHandle::execute`]):
     /// no packet is received or sent while they apply, so a batch of changes is atomic for
-    /// the traffic. Frames the changes purge go back to the pool. Returns, per op, the packets
-    /// it dropped or why it failed (the control plane validates first, so a failure is a bug);
-    /// the first failure ends the batch, later operations are not applied.
+    /// the traffic. Every worker applies them to its copy of the trees. Frames the changes
+    /// purge go back to the pool. Returns, per op, the packets it dropped or why it failed
+    /// (the control plane validates first, so a failure is a bug); the first failure ends the
+    /// batch, later operations are not applied.
     pub fn apply(&mut self, ops: Vec<PlaneOp>) -> Vec<Result<u64, String>> {
         let now = self.now();
-        self.plane.apply(now, ops)
+        let workers = self.workers.len();
+        let mut shapes = Vec::with_capacity(ops.len());
+        let mut copies: Vec<Vec<PlaneOp>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut refused = None;
+        for op in ops {
+            let shape = self.shape_of(&op);
+            match op.per_worker(workers) {
+                Ok(ops) => {
+                    for (list, op) in copies.iter_mut().zip(ops) {
+                        list.push(op);
+                    }
+                    shapes.push(shape);
+                }
+                Err(e) => {
+                    refused = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        let mut results: Vec<Result<u64, String>> = Vec::new();
+        for (w, ops) in copies.into_iter().enumerate() {
+            let outcome = self.workers[w].plane.apply(now, ops);
+            if w == 0 {
+                results = outcome;
+                continue;
+            }
+            for (total, other) in results.iter_mut().zip(outcome) {
+                match (total, other) {
+                    (Ok(n), Ok(m)) => *n += m,
+                    (Ok(_), Err(e)) => {
+                        tracing::error!("data-plane worker {w} disagrees with worker 0: {e}");
+                    }
+                    (Err(_), _) => {}
+                }
+            }
+        }
+        for (shape, result) in shapes.iter().zip(&results) {
+            if result.is_ok() {
+                self.reshape(shape);
+            }
+        }
+        if let Some(e) = refused
+            && results.iter().all(Result::is_ok)
+        {
+            results.push(Err(e));
+        }
+        results
+    }
+
+    fn shape_of(&self, op: &PlaneOp) -> Shape {
+        let Some(port) = self.port_names().iter().position(|p| p == op.port()) else {
+            return Shape::Other;
+        };
+        match op {
+            PlaneOp::AddClass { id, .. } => Shape::Added { port, id: *id },
+            PlaneOp::DeleteClass { id, .. } => Shape::Deleted { port, id: *id },
+            PlaneOp::SetTree { .. } => Shape::NewTree { port },
+            _ => Shape::Other,
+        }
+    }
+
+    /// Brings the subtrees' owners and the shared classes up to date after an operation.
+    fn reshape(&mut self, shape: &Shape) {
+        if self.workers.len() < 2 {
+            // One worker serves everything: no owners, nothing shared.
+            return;
+        }
+        match *shape {
+            Shape::Added { port, id } => self.assign_class(port, id),
+            Shape::Deleted { port, id } => {
+                if self.assignments[port].remove(id) {
+                    for worker in &mut self.workers {
+                        worker.plane.set_owner(port, id, None);
+                    }
+                }
+            }
+            Shape::NewTree { port } => self.assign_tree(port),
+            Shape::Other => {}
+        }
+    }
+
+    /// Assigns every subtree of `port`'s tree afresh, in class-id order, and shares the
+    /// top-level classes' buckets.
+    fn assign_tree(&mut self, port: usize) {
+        self.assignments[port].clear();
+        for worker in &mut self.workers {
+            worker.plane.clear_owners(port);
+        }
+        if self.workers.len() < 2 {
+            return;
+        }
+        let Some(name) = self.port_names().get(port).cloned() else {
+            return;
+        };
+        let mut ids: Vec<ClassId> = self
+            .scheduler(&name)
+            .map(|s| s.class_ids().collect())
+            .unwrap_or_default();
+        ids.sort_unstable();
+        for id in ids {
+            self.assign_class(port, id);
+        }
+    }
+
+    /// A new class of `port`: shares its buckets if it is at the top of the tree, and assigns
+    /// it a worker if it tops a subtree.
+    fn assign_class(&mut self, port: usize, id: ClassId) {
+        let Some(name) = self.port_names().get(port).cloned() else {
+            return;
+        };
+        let Some(htb) = self.scheduler(&name) else {
+            return;
+        };
+        let top_level = htb.parent(id) == Some(None);
+        if !is_subtree_top(htb, id) {
+            return;
+        }
+        if top_level {
+            let buckets = Arc::new(SharedBuckets::new());
+            for worker in &mut self.workers {
+                worker.plane.share(port, id, Arc::clone(&buckets));
+            }
+        }
+        let owner = self.assignments[port].add(id);
+        for worker in &mut self.workers {
+            worker.plane.set_owner(port, id, Some(owner));
+        }
     }
 
     /// Statistics of the listed classes of `port` (`None` for ids it does not have) and of
-    /// their leaf qdiscs, with the port's scheduler-wide statistics and counters.
+    /// their leaf qdiscs, with the port's scheduler-wide statistics and counters: summed over
+    /// the workers (a class's buckets and mode are its owner's).
     #[must_use]
     pub fn class_stats(&self, port: &str, ids: &[ClassId]) -> Option<PortSnapshot> {
-        self.plane.class_stats(port, ids)
+        let snapshots: Option<Vec<PortSnapshot>> = self
+            .workers
+            .iter()
+            .map(|w| w.plane.class_stats(port, ids))
+            .collect();
+        Some(merge::snapshots(snapshots?))
+    }
+
+    /// Which worker serves each subtree of `port`, by the class at its top.
+    #[must_use]
+    pub fn subtree_owners(&self, port: &str) -> HashMap<ClassId, usize> {
+        let Some(worker) = self.workers.first() else {
+            return HashMap::new();
+        };
+        worker.plane.owners(port)
+    }
+}
+
+/// The seats of the running workers; dropping it (also while unwinding) stops them, so that
+/// the thread scope they run in can end.
+struct StopOnDrop {
+    seats: Vec<Seat>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for seat in &self.seats {
+            seat.wake();
+        }
     }
 }

@@ -13,6 +13,28 @@ use crate::rings::Chunk;
 #[derive(Debug)]
 pub struct Frame {
     chunk: Chunk,
+    tag: FrameTag,
+}
+
+#[cfg(test)]
+impl FrameTag {
+    /// A tag of a non-IP frame.
+    pub(crate) fn for_test() -> Self {
+        Self {
+            hash: 0,
+            truesize: 2048,
+            l3: None,
+            ipv6: false,
+            ecn: 0,
+            mark_ce: false,
+        }
+    }
+}
+
+/// What a frame carries besides its chunk: read once when it arrives, and handed to another
+/// worker with it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FrameTag {
     hash: u32,
     /// The UMEM chunk it occupies (`skb->truesize` for `fq_codel`'s memory limit).
     truesize: u32,
@@ -30,23 +52,36 @@ impl Frame {
     pub(crate) fn new(chunk: Chunk, parsed: &Parsed, flows: &FlowHasher, truesize: u32) -> Self {
         Self {
             chunk,
-            hash: flows.hash(parsed),
-            truesize,
-            l3: parsed.l3.and_then(|l| u16::try_from(l).ok()),
-            ipv6: parsed.ipv6,
-            ecn: parsed.ecn,
-            mark_ce: false,
+            tag: FrameTag {
+                hash: flows.hash(parsed),
+                truesize,
+                l3: parsed.l3.and_then(|l| u16::try_from(l).ok()),
+                ipv6: parsed.ipv6,
+                ecn: parsed.ecn,
+                mark_ce: false,
+            },
         }
+    }
+
+    /// The frame's chunk and tag, to hand it to another worker.
+    pub(crate) fn into_handoff(self) -> (Chunk, FrameTag) {
+        (self.chunk, self.tag)
+    }
+
+    /// A frame handed over from another worker, as it was there.
+    pub(crate) fn from_handoff(chunk: Chunk, tag: FrameTag) -> Self {
+        Self { chunk, tag }
     }
 
     /// The frame's chunk, and where to write CE before sending if a leaf marked it (the IP
     /// header's offset and whether it is IPv6).
     pub(crate) fn into_parts(self) -> (Chunk, Option<(usize, bool)>) {
-        let ce = self
+        let tag = self.tag;
+        let ce = tag
             .mark_ce
-            .then_some(self.l3)
+            .then_some(tag.l3)
             .flatten()
-            .map(|l| (usize::from(l), self.ipv6));
+            .map(|l| (usize::from(l), tag.ipv6));
         (self.chunk, ce)
     }
 
@@ -62,21 +97,21 @@ impl Packet for Frame {
     }
 
     fn flow_hash(&self) -> u32 {
-        self.hash
+        self.tag.hash
     }
 
     /// `INET_ECN_set_ce`: ECT(0), ECT(1) or CE frames take the mark (written at transmit);
     /// Not-ECT ones are dropped instead, as RFC 8290 says.
     fn set_ce(&mut self) -> bool {
-        if self.l3.is_none() || self.ecn == 0 {
+        if self.tag.l3.is_none() || self.tag.ecn == 0 {
             return false;
         }
-        self.mark_ce = true;
+        self.tag.mark_ce = true;
         true
     }
 
     fn truesize(&self) -> u32 {
-        self.truesize
+        self.tag.truesize
     }
 }
 

@@ -14,11 +14,14 @@
 
 #![deny(unsafe_code)]
 
+mod assign;
+mod crew;
 mod dataplane;
 mod engine;
 mod error;
 mod frame;
 mod links;
+mod merge;
 mod netdev;
 pub mod parse;
 mod plane_op;
@@ -27,7 +30,9 @@ mod rings;
 mod stats;
 mod sys;
 mod umem;
+mod worker;
 
+pub use crew::HandoffCounts;
 pub use dataplane::{Mode, Progress};
 pub use engine::{Engine, EngineConfig, EngineHandle, JOB_QUEUE, Job, JobError, PortConfig};
 pub use error::XdpError;
@@ -36,5 +41,5 @@ pub use netdev::{NetDev, format_mac};
 pub use plane_op::{PlaneOp, new_scheduler};
 pub use program::{AttachMode, Verdicts};
 pub use rings::{Chunk, FrameCounts};
-pub use stats::{EngineStats, JobTimes, PortSnapshot, PortStats, XdpCounters};
+pub use stats::{EngineStats, JobTimes, PortSnapshot, PortStats, WorkerStats, XdpCounters};
 pub use umem::{IoConfig, TxGenerator};

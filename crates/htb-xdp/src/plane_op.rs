@@ -1,6 +1,8 @@
 //! Changes to a port's tree or filters, built by the control plane and applied by the data
 //! plane between two batches.
 
+use std::sync::Arc;
+
 use htb_config::TreeSpec;
 use htb_config::filter::Classifier;
 use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig};
@@ -12,12 +14,16 @@ use crate::frame::Frame;
 #[non_exhaustive]
 pub enum PlaneOp {
     /// Replace the whole tree (tc `qdisc add|del|replace`); frames queued in the old one are
-    /// dropped. Build the scheduler off the data-plane thread with [`new_scheduler`].
+    /// dropped. Make it with [`PlaneOp::set_tree`], which builds one scheduler per worker off
+    /// the data-plane threads.
     SetTree {
         /// Port name.
         port: String,
-        /// The new scheduler.
-        scheduler: Box<Scheduler<Frame>>,
+        /// The tree (`None`: unshaped), for more copies should there be more workers than
+        /// schedulers.
+        tree: Option<TreeSpec>,
+        /// One new scheduler per worker.
+        schedulers: Vec<Scheduler<Frame>>,
     },
     /// New qdisc parameters; classes stay.
     SetQdisc {
@@ -81,12 +87,124 @@ pub enum PlaneOp {
     SetFilters {
         /// Port name.
         port: String,
-        /// The filters, compiled.
-        classifier: Classifier,
+        /// The filters, compiled (once for every worker).
+        classifier: Arc<Classifier>,
     },
 }
 
 impl PlaneOp {
+    /// Replaces `port`'s tree with `tree` (`None`: unshaped) on each of `workers` workers
+    /// ([`EngineHandle::workers`](crate::EngineHandle::workers)), building their schedulers
+    /// here.
+    ///
+    /// # Errors
+    /// A class the tree cannot hold (only if the tree was not validated).
+    pub fn set_tree(
+        port: String,
+        tree: Option<TreeSpec>,
+        workers: usize,
+    ) -> Result<Self, htb_core::ClassError> {
+        let schedulers = (0..workers.max(1))
+            .map(|_| new_scheduler(tree.as_ref()))
+            .collect::<Result<_, _>>()?;
+        Ok(Self::SetTree {
+            port,
+            tree,
+            schedulers,
+        })
+    }
+
+    /// This operation once per worker, for `workers` workers: each gets its own scheduler of
+    /// a new tree (built here if the sender built too few) and a copy of the rest.
+    pub(crate) fn per_worker(self, workers: usize) -> Result<Vec<Self>, htb_core::ClassError> {
+        let workers = workers.max(1);
+        match self {
+            Self::SetTree {
+                port,
+                tree,
+                mut schedulers,
+            } => {
+                while schedulers.len() < workers {
+                    schedulers.push(new_scheduler(tree.as_ref())?);
+                }
+                schedulers.truncate(workers);
+                Ok(schedulers
+                    .into_iter()
+                    .map(|scheduler| Self::SetTree {
+                        port: port.clone(),
+                        tree: None,
+                        schedulers: vec![scheduler],
+                    })
+                    .collect())
+            }
+            op => {
+                let mut copies = Vec::with_capacity(workers);
+                for _ in 1..workers {
+                    copies.push(op.copy_of_change());
+                }
+                copies.push(op);
+                Ok(copies)
+            }
+        }
+    }
+
+    /// A copy of an operation other than [`SetTree`](Self::SetTree) (whose scheduler holds
+    /// frames and is not copied).
+    fn copy_of_change(&self) -> Self {
+        match self {
+            Self::SetTree { port, tree, .. } => Self::SetTree {
+                port: port.clone(),
+                tree: tree.clone(),
+                schedulers: Vec::new(),
+            },
+            Self::SetQdisc {
+                port,
+                default_minor,
+                r2q,
+                direct_qlen,
+            } => Self::SetQdisc {
+                port: port.clone(),
+                default_minor: *default_minor,
+                r2q: *r2q,
+                direct_qlen: *direct_qlen,
+            },
+            Self::AddClass {
+                port,
+                id,
+                parent,
+                spec,
+            } => Self::AddClass {
+                port: port.clone(),
+                id: *id,
+                parent: *parent,
+                spec: spec.clone(),
+            },
+            Self::ChangeClass { port, id, spec } => Self::ChangeClass {
+                port: port.clone(),
+                id: *id,
+                spec: spec.clone(),
+            },
+            Self::DeleteClass { port, id } => Self::DeleteClass {
+                port: port.clone(),
+                id: *id,
+            },
+            Self::SetLeaf { port, id, leaf } => Self::SetLeaf {
+                port: port.clone(),
+                id: *id,
+                leaf: *leaf,
+            },
+            Self::ChangeLeaf { port, id, leaf } => Self::ChangeLeaf {
+                port: port.clone(),
+                id: *id,
+                leaf: *leaf,
+            },
+            Self::SetFilters { port, classifier } => Self::SetFilters {
+                port: port.clone(),
+                classifier: Arc::clone(classifier),
+            },
+        }
+    }
+
     /// The port it changes.
     #[must_use]
     pub fn port(&self) -> &str {

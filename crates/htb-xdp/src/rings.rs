@@ -59,13 +59,18 @@ pub struct FrameCounts {
     /// Submitted to TX rings, not completed yet.
     pub in_tx: u32,
     /// With the data plane (received and not yet sent or released):
-    /// `total - free - in_fill - in_tx`.
+    /// `total - free - in_fill - in_tx` with one worker.
     pub with_caller: u32,
+    /// On their way between workers (handed over, or going home free): the rest.
+    pub between_workers: u32,
 }
 
 /// The sockets of every port on one UMEM, as the data plane sees them. Channels are sockets
 /// (one per port and RX queue); each port sends through one of its channels.
 pub(crate) trait Rings {
+    /// A frame on its way to another worker's rings of the same UMEM.
+    type Parcel: Send;
+
     /// Number of channels.
     fn channels(&self) -> usize;
 
@@ -101,6 +106,13 @@ pub(crate) trait Rings {
 
     /// Returns a frame the caller holds to the free pool (a drop).
     fn release(&mut self, chunk: Chunk);
+
+    /// Gives a frame the caller holds to another worker (whose rings share this UMEM): it is
+    /// no longer this worker's until [`take_over`](Self::take_over) on the other side.
+    fn hand_over(&mut self, chunk: Chunk) -> Self::Parcel;
+
+    /// Takes a frame another worker handed over: the caller holds it now.
+    fn take_over(&mut self, parcel: Self::Parcel) -> Chunk;
 
     /// Where the frames are.
     fn counts(&self) -> FrameCounts;

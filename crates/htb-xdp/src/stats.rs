@@ -1,5 +1,6 @@
 //! The data plane's counters, as the control plane and `htbd`'s statistics read them.
 
+use crate::crew::HandoffCounts;
 use crate::program::Verdicts;
 use crate::rings::FrameCounts;
 
@@ -61,6 +62,25 @@ pub struct EngineStats {
     pub sleeps: u64,
     /// Control jobs the loop ran between packet batches.
     pub jobs: JobTimes,
+    /// Per data-plane worker.
+    pub workers: Vec<WorkerStats>,
+}
+
+/// One data-plane worker's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// The CPU it is pinned to.
+    pub cpu: Option<usize>,
+    /// Its passes.
+    pub loops: u64,
+    /// Times it slept.
+    pub sleeps: u64,
+    /// Frames queued in its schedulers.
+    pub queued: u64,
+    /// Subtrees it serves (over all ports).
+    pub subtrees: u32,
+    /// Frames it handed to other workers and took from them.
+    pub handoffs: HandoffCounts,
 }
 
 /// Control jobs (changes, statistics copies) run on the data-plane thread: while one runs,

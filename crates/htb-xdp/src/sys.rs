@@ -63,6 +63,26 @@ pub(crate) fn set_realtime(priority: u8) -> io::Result<()> {
     }
 }
 
+/// Pins the calling thread to CPU `cpu` (a worker then keeps its caches and its queues'
+/// interrupts' CPU).
+pub(crate) fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: an all-zero `cpu_set_t` is a valid empty set; CPU_SET writes bit `cpu`, which is
+    // within the set (checked above); pid 0 is the calling thread and the size is the set's.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &raw const set)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Waits until one of `fds` is readable or `timeout` passes (`None`: no timeout), with
 /// nanosecond resolution (`poll` only takes milliseconds). Returns how many fds are ready;
 /// `EINTR` counts as a timeout.

@@ -96,6 +96,7 @@ impl IoConfig {
 /// One AF_XDP socket: a (port, RX queue) pair with its four rings.
 struct Channel {
     port: usize,
+    queue: u32,
     rx: RxQueue,
     tx: TxQueue,
     fq: FillQueue,
@@ -104,25 +105,63 @@ struct Channel {
     in_tx: u32,
 }
 
-/// The UMEM shared by every port, and all sockets on it.
+/// One worker's share of the UMEM shared by every port: the sockets of its RX queues (queue
+/// `q` of every port belongs to worker `q % workers`), the frames whose home it is, and the
+/// rings that return other workers' frames home.
 pub(crate) struct FrameIo {
     umem: Umem,
     channels: Vec<Channel>,
-    /// Per port, the channel whose TX ring sends its frames.
+    /// Per port, the channel whose TX ring sends its frames (this worker's first socket on it).
     tx_channel: Vec<usize>,
     free: Vec<FrameDesc>,
     /// Per frame index, its descriptor as last received (lengths included).
     slots: Vec<FrameDesc>,
     /// Scratch for the descriptors of one RX or TX batch.
     scratch: Vec<FrameDesc>,
-    total: u32,
+    /// Frames whose home this worker is (`home`), and how many that is.
+    home: std::ops::Range<u32>,
+    /// Frames of every worker: `frames_per_worker` each, the last one the rest.
+    frames_per_worker: u32,
+    /// Frames this worker holds as chunks (received or taken over, not yet sent, released or
+    /// handed over).
+    with_caller: u32,
+    /// Free frames of other workers that this one completed or dropped, on their way home:
+    /// `returns[w]` to worker `w` (`None` for this one).
+    returns: Vec<Option<rtrb::Producer<FrameDesc>>>,
+    /// Free frames of this worker coming home from the others.
+    homecoming: Vec<rtrb::Consumer<FrameDesc>>,
     ring_size: u32,
     frame_size: usize,
 }
 
+/// A frame on its way to another worker's rings of the same UMEM: its chunk and descriptor.
+/// Not `Copy`: taking it over ([`Rings::take_over`]) consumes it.
+#[derive(Debug)]
+#[must_use = "a parcel holds a frame: take it over, or it leaks from the UMEM"]
+pub(crate) struct Parcel {
+    chunk: Chunk,
+    desc: FrameDesc,
+}
+
 impl FrameIo {
-    /// Creates the UMEM and one socket per (port, queue); `ports[i]` is `(name, queues)`.
-    pub(crate) fn new(config: &IoConfig, ports: &[(String, u32)]) -> Result<Self, XdpError> {
+    /// Creates the UMEM and one socket per (port, queue), and splits them into `workers`
+    /// shares: queue `q` of each port goes to worker `q % workers`, and the frames are divided
+    /// evenly. `ports[i]` is `(name, queues)`; every port needs at least `workers` queues (each
+    /// worker sends through its own socket on every port).
+    pub(crate) fn new_shares(
+        config: &IoConfig,
+        ports: &[(String, u32)],
+        workers: usize,
+    ) -> Result<Vec<Self>, XdpError> {
+        let workers = workers.max(1);
+        if let Some((name, queues)) = ports.iter().find(|(_, q)| (*q as usize) < workers) {
+            return Err(XdpError::Config(format!(
+                "{workers} workers need {workers} queues on every interface, and {name} has \
+                 {queues}: each worker receives on its own queues and sends through its own \
+                 socket (raise the queues: `ethtool -L {name} combined {workers}`, or \
+                 `numtxqueues {workers} numrxqueues {workers}` for a veth; or lower workers)"
+            )));
+        }
         let ring = QueueSize::new(config.ring_size)
             .map_err(|e| XdpError::Config(format!("ring size: {e}")))?;
         let frame_size = FrameSize::new(config.frame_size)
@@ -135,8 +174,10 @@ impl FrameIo {
             .map_err(|e| XdpError::Config(format!("UMEM: {e}")))?;
         let count = NonZeroU32::new(config.frames)
             .ok_or_else(|| XdpError::Config("frames must be above 0".into()))?;
-        let (umem, free) = Umem::new(umem_config, count, false)
+        let (umem, mut free) = Umem::new(umem_config, count, false)
             .map_err(|e| XdpError::Umem(e.to_string(), source_of(&e)))?;
+        let frame_bytes = config.frame_size as usize;
+        free.sort_by_key(|d| std::cmp::Reverse(d.addr() / frame_bytes));
 
         let bind = if config.zero_copy {
             BindFlags::XDP_ZEROCOPY
@@ -150,13 +191,15 @@ impl FrameIo {
             .bind_flags(bind | BindFlags::XDP_USE_NEED_WAKEUP)
             .build();
 
-        let mut channels = Vec::new();
-        let mut tx_channel = Vec::with_capacity(ports.len());
+        let mut channels: Vec<Vec<Channel>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut tx_channel: Vec<Vec<usize>> = (0..workers).map(|_| Vec::new()).collect();
         for (port, (name, queues)) in ports.iter().enumerate() {
             let iface = name
                 .parse()
                 .map_err(|_| XdpError::Config(format!("invalid interface name {name:?}")))?;
-            tx_channel.push(channels.len());
+            for (w, tx) in tx_channel.iter_mut().enumerate() {
+                tx.push(channels[w].len());
+            }
             for queue in 0..*queues {
                 // SAFETY: xsk-rs requires INHIBIT_PROG_LOAD when a (device, queue) is bound more
                 // than once; we set it always, and bind each (device, queue) once. The rings it
@@ -179,8 +222,9 @@ impl FrameIo {
                 {
                     tracing::debug!("{name} queue {queue}: keeping the default TX budget ({e})");
                 }
-                channels.push(Channel {
+                channels[queue as usize % workers].push(Channel {
                     port,
+                    queue,
                     rx,
                     tx,
                     fq,
@@ -191,19 +235,81 @@ impl FrameIo {
             }
         }
         let total = config.frames;
-        let mut io = Self {
-            umem,
-            channels,
-            tx_channel,
-            free,
-            slots: vec![FrameDesc::default(); total as usize],
-            scratch: Vec::new(),
-            total,
-            ring_size: config.ring_size,
-            frame_size: config.frame_size as usize,
-        };
-        io.refill();
-        Ok(io)
+        let per_worker = total / workers as u32;
+        // returns[from][to]: the ring from worker `from` to worker `to`, sized for every frame
+        // of `to` (so a push never fails while the frames are counted right).
+        let mut returns: Vec<Vec<Option<rtrb::Producer<FrameDesc>>>> = (0..workers)
+            .map(|_| (0..workers).map(|_| None).collect())
+            .collect();
+        let mut homecoming: Vec<Vec<rtrb::Consumer<FrameDesc>>> =
+            (0..workers).map(|_| Vec::new()).collect();
+        for (from, row) in returns.iter_mut().enumerate() {
+            for (to, slot) in row.iter_mut().enumerate() {
+                if from != to {
+                    let (producer, consumer) = rtrb::RingBuffer::new(total as usize);
+                    *slot = Some(producer);
+                    homecoming[to].push(consumer);
+                }
+            }
+        }
+        let mut shares = Vec::with_capacity(workers);
+        for (w, ((channels, tx_channel), (returns, homecoming))) in channels
+            .into_iter()
+            .zip(tx_channel)
+            .zip(returns.into_iter().zip(homecoming))
+            .enumerate()
+        {
+            let start = per_worker * w as u32;
+            let end = if w + 1 == workers {
+                total
+            } else {
+                start + per_worker
+            };
+            // `free` is sorted by index, highest first: this worker's frames are at its end.
+            let mine = free.split_off(free.len() - (end - start) as usize);
+            let mut io = Self {
+                umem: umem.clone(),
+                channels,
+                tx_channel,
+                free: mine,
+                slots: vec![FrameDesc::default(); total as usize],
+                scratch: Vec::new(),
+                home: start..end,
+                frames_per_worker: per_worker.max(1),
+                with_caller: 0,
+                returns,
+                homecoming,
+                ring_size: config.ring_size,
+                frame_size: config.frame_size as usize,
+            };
+            io.refill();
+            shares.push(io);
+        }
+        Ok(shares)
+    }
+
+    /// The RX queue of a channel's socket.
+    pub(crate) fn channel_queue(&self, channel: usize) -> u32 {
+        self.channels[channel].queue
+    }
+
+    /// The worker whose frame `index` is.
+    fn home_of(&self, index: usize) -> usize {
+        (index / self.frames_per_worker as usize).min(self.returns.len() - 1)
+    }
+
+    /// A free frame goes to its home's pool: this one's, or back through a return ring.
+    fn free_frame(&mut self, desc: FrameDesc) {
+        let home = self.home_of(desc.addr() / self.frame_size);
+        match self.returns.get_mut(home).and_then(Option::as_mut) {
+            Some(ring) => {
+                if let Err(rtrb::PushError::Full(desc)) = ring.push(desc) {
+                    // Sized for all of the home's frames, so never; kept here rather than lost.
+                    self.free.push(desc);
+                }
+            }
+            None => self.free.push(desc),
+        }
     }
 
     /// The socket fd of a channel (for the XSKMAP and for polling).
@@ -226,6 +332,8 @@ impl FrameIo {
 }
 
 impl Rings for FrameIo {
+    type Parcel = Parcel;
+
     fn channels(&self) -> usize {
         self.channels.len()
     }
@@ -242,6 +350,7 @@ impl Rings for FrameIo {
         // releases to us; none of them is anywhere else (see the module docs).
         let n = unsafe { ch.rx.consume(&mut self.scratch) };
         ch.in_fill -= n as u32;
+        self.with_caller += n as u32;
         for desc in &self.scratch[..n] {
             let index = desc.addr() / self.frame_size;
             self.slots[index] = *desc;
@@ -282,6 +391,7 @@ impl Rings for FrameIo {
         // ring takes all or none of them, and the chunks of those it took are consumed below.
         let n = unsafe { ch.tx.produce(&self.scratch) };
         ch.in_tx += n as u32;
+        self.with_caller -= n as u32;
         chunks.drain(..n);
         n
     }
@@ -304,7 +414,8 @@ impl Rings for FrameIo {
 
     fn reap(&mut self) -> usize {
         let mut reaped = 0;
-        for ch in &mut self.channels {
+        for c in 0..self.channels.len() {
+            let ch = &mut self.channels[c];
             if ch.in_tx == 0 {
                 continue;
             }
@@ -317,12 +428,24 @@ impl Rings for FrameIo {
             self.free.truncate(start + done);
             ch.in_tx -= done as u32;
             reaped += done;
+            if self.returns.len() > 1 {
+                // Frames received by other workers go home.
+                let completed = self.free.split_off(start);
+                for desc in completed {
+                    self.free_frame(desc);
+                }
+            }
         }
         reaped
     }
 
     /// Capped at the ring size and at what the pool holds.
     fn refill(&mut self) {
+        for ring in &mut self.homecoming {
+            while let Ok(desc) = ring.pop() {
+                self.free.push(desc);
+            }
+        }
         for ch in &mut self.channels {
             let want = self
                 .ring_size
@@ -348,19 +471,35 @@ impl Rings for FrameIo {
     }
 
     fn release(&mut self, chunk: Chunk) {
-        self.free.push(*self.slot(&chunk));
+        self.with_caller -= 1;
+        let desc = *self.slot(&chunk);
+        self.free_frame(desc);
     }
 
+    fn hand_over(&mut self, chunk: Chunk) -> Parcel {
+        self.with_caller -= 1;
+        let desc = *self.slot(&chunk);
+        Parcel { chunk, desc }
+    }
+
+    fn take_over(&mut self, parcel: Parcel) -> Chunk {
+        self.with_caller += 1;
+        self.slots[parcel.chunk.index() as usize] = parcel.desc;
+        parcel.chunk
+    }
+
+    /// `total` is the frames whose home this worker is; those on their way between workers
+    /// are in no one's counts.
     fn counts(&self) -> FrameCounts {
         let in_fill = self.channels.iter().map(|c| c.in_fill).sum();
         let in_tx = self.channels.iter().map(|c| c.in_tx).sum();
-        let free = self.free.len() as u32;
         FrameCounts {
-            total: self.total,
-            free,
+            total: self.home.len() as u32,
+            free: self.free.len() as u32,
             in_fill,
             in_tx,
-            with_caller: self.total - free - in_fill - in_tx,
+            with_caller: self.with_caller,
+            between_workers: 0,
         }
     }
 }

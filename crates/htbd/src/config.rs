@@ -65,6 +65,8 @@ struct DaemonSection {
     liveness_timeout: Option<Located<TimeValue>>,
     netfilter: Option<Located<String>>,
     metrics: Option<Located<String>>,
+    workers: Option<Located<usize>>,
+    cpus: Option<Located<Vec<usize>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -338,6 +340,45 @@ impl DaemonConfig {
                 format!("realtime priority {} must be 1 to 99", p.get_ref()),
             ));
         }
+        if let Some(w) = &daemon.workers
+            && !(1..=64).contains(w.get_ref())
+        {
+            return Err(err(
+                w.span(),
+                format!("workers = {} must be 1 to 64", w.get_ref()),
+            ));
+        }
+        let cpus = daemon
+            .cpus
+            .as_ref()
+            .map_or_else(Vec::new, |c| c.get_ref().clone());
+        if let Some(c) = &daemon.cpus {
+            let mut seen = std::collections::HashSet::new();
+            if let Some(bad) = c.get_ref().iter().find(|&&cpu| !seen.insert(cpu)) {
+                return Err(err(c.span(), format!("cpus lists CPU {bad} twice")));
+            }
+            if c.get_ref().is_empty() {
+                return Err(err(
+                    c.span(),
+                    "cpus is empty: list one CPU per worker, or leave it out".into(),
+                ));
+            }
+            if let Some(w) = &daemon.workers
+                && c.get_ref().len() < *w.get_ref()
+            {
+                return Err(err(
+                    c.span(),
+                    format!(
+                        "cpus lists {} CPUs for {} workers: one per worker",
+                        c.get_ref().len(),
+                        w.get_ref()
+                    ),
+                ));
+            }
+            if let Some(cpu) = c.get_ref().iter().find(|&&cpu| cpu >= 1024) {
+                return Err(err(c.span(), format!("cpus: CPU {cpu} is beyond 1023")));
+            }
+        }
         // Liveness fail-open: 100 ms by default, "0s" turns it off.
         let liveness = match &daemon.liveness_timeout {
             None => Some(std::time::Duration::from_millis(100)),
@@ -470,6 +511,8 @@ impl DaemonConfig {
                 realtime: daemon.realtime.map(|p| *p.get_ref()),
                 batch: daemon.batch.unwrap_or(64),
                 liveness,
+                workers: daemon.workers.map(|w| *w.get_ref()),
+                cpus,
             },
             netfilter,
             metrics,

@@ -20,7 +20,7 @@ use std::time::Duration as StdDuration;
 use htb_config::filter::Classifier;
 use htb_core::ClassId;
 use htb_ipc::{CommandResult, ErrorCode, IpcError, ReplyBody, Request, RequestBody, Response};
-use htb_xdp::{Engine, EngineHandle, JobError, PlaneOp, new_scheduler};
+use htb_xdp::{Engine, EngineHandle, JobError, PlaneOp};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::InterfaceTrees;
@@ -293,7 +293,7 @@ impl Control {
         let mut owners = Vec::with_capacity(plan.effects.len());
         let mut ops = Vec::with_capacity(plan.effects.len());
         for (command, effect) in &plan.effects {
-            match plane_op(effect) {
+            match plane_op(effect, self.engine.workers()) {
                 Ok(op) => {
                     owners.push(*command);
                     ops.push(op);
@@ -427,15 +427,12 @@ impl Control {
                     continue;
                 }
             };
-            match new_scheduler(port.tree().as_ref()) {
-                Ok(scheduler) => {
-                    ops.push(PlaneOp::SetTree {
-                        port: name.clone(),
-                        scheduler: Box::new(scheduler),
-                    });
+            match PlaneOp::set_tree(name.clone(), port.tree(), self.engine.workers()) {
+                Ok(set_tree) => {
+                    ops.push(set_tree);
                     ops.push(PlaneOp::SetFilters {
                         port: name,
-                        classifier: Classifier::new(filters),
+                        classifier: Arc::new(Classifier::new(filters)),
                     });
                 }
                 Err(e) => tracing::error!("cannot rebuild the tree of {name}: {e}"),
@@ -468,12 +465,11 @@ fn parse_id(s: &str) -> Result<ClassId, IpcError> {
 }
 
 /// An effect as the data plane's operation (a new tree is built here, off its thread).
-fn plane_op(effect: &Effect) -> Result<PlaneOp, IpcError> {
+fn plane_op(effect: &Effect, workers: usize) -> Result<PlaneOp, IpcError> {
     Ok(match effect.clone() {
-        Effect::SetTree { port, tree } => PlaneOp::SetTree {
-            port,
-            scheduler: Box::new(new_scheduler(tree.as_ref()).map_err(|e| internal(e.to_string()))?),
-        },
+        Effect::SetTree { port, tree } => {
+            PlaneOp::set_tree(port, tree, workers).map_err(|e| internal(e.to_string()))?
+        }
         Effect::SetQdisc { port, config } => PlaneOp::SetQdisc {
             port,
             default_minor: config.default_minor,
@@ -496,7 +492,7 @@ fn plane_op(effect: &Effect) -> Result<PlaneOp, IpcError> {
         Effect::ChangeLeaf { port, id, leaf } => PlaneOp::ChangeLeaf { port, id, leaf },
         Effect::SetFilters { port, filters } => PlaneOp::SetFilters {
             port,
-            classifier: Classifier::new(filters),
+            classifier: Arc::new(Classifier::new(filters)),
         },
     })
 }

@@ -1,6 +1,6 @@
 //! The data plane's counters as the control socket sends them (`htb-cli status`).
 
-use htb_ipc::{FrameStatus, PortStatus, Status, XdpVerdicts};
+use htb_ipc::{FrameStatus, PortStatus, Status, WorkerStatus, XdpVerdicts};
 use htb_xdp::EngineStats;
 
 /// `stats` on the wire.
@@ -17,6 +17,7 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
             in_tx: f.in_tx,
             held: f.with_caller,
             queued: stats.queued,
+            between_workers: f.between_workers,
         },
         ports: stats
             .ports
@@ -56,5 +57,19 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
         jobs: stats.jobs.count,
         jobs_us: stats.jobs.total_ns / 1000,
         longest_job_us: stats.jobs.longest_ns / 1000,
+        workers: stats
+            .workers
+            .iter()
+            .map(|w| WorkerStatus {
+                cpu: w.cpu.and_then(|c| u32::try_from(c).ok()),
+                loops: w.loops,
+                sleeps: w.sleeps,
+                queued: w.queued,
+                subtrees: w.subtrees,
+                handed_out: w.handoffs.handed_out,
+                taken_in: w.handoffs.taken_in,
+                handoff_drops: w.handoffs.dropped,
+            })
+            .collect(),
     }
 }

@@ -14,17 +14,41 @@ use htb_lab::{Htbd, Lab, Load, N1, N2, R, assert_within, htbd_fails};
 
 /// r1 unshaped; r2 with `tree` (TOML of [interface.qdisc] / classes / filters).
 fn router_config(tree: &str) -> String {
+    router_config_with(tree, 1)
+}
+
+/// As `router_config`, with `workers` data-plane workers (the lab then needs as many queues).
+fn router_config_with(tree: &str, workers: u32) -> String {
     format!(
-        "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+        "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\
+         workers = {workers}\n\n\
          [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n{tree}"
     )
 }
 
 /// One class at `rate` taking all traffic (the default).
-fn one_class(rate: &str) -> String {
-    router_config(&format!(
-        "[interface.qdisc]\ndefault = \"1\"\n[[interface.class]]\nid = \"1:1\"\nrate = \"{rate}\"\n"
-    ))
+fn one_class(rate: &str, workers: u32) -> String {
+    router_config_with(
+        &format!(
+            "[interface.qdisc]\ndefault = \"1\"\n[[interface.class]]\nid = \"1:1\"\nrate = \"{rate}\"\n"
+        ),
+        workers,
+    )
+}
+
+/// Checks that htbd ran `workers` workers and, with more than one, that frames crossed between
+/// them (the lab's two queues split the traffic, and each subtree has one worker).
+fn assert_workers(htbd: &Htbd, workers: usize) {
+    let status = htbd.status();
+    assert_eq!(status.workers.len(), workers, "{status:?}");
+    if workers > 1 {
+        let crossed: u64 = status.workers.iter().map(|w| w.taken_in).sum();
+        eprintln!("frames handed between workers: {crossed}");
+        assert!(
+            status.workers.iter().all(|w| w.handoff_drops == 0),
+            "{status:?}"
+        );
+    }
 }
 
 /// Received UDP payload of an iperf3 run, as L2 bit/s (1400-byte datagrams + 42 bytes of headers).
@@ -109,7 +133,17 @@ fn bridge_mode_forwards() {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn one_class_at_10_100_500_mbit_within_2_percent() {
-    let lab = Lab::up("htbt", "router");
+    accuracy(1);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn one_class_at_10_100_500_mbit_within_2_percent_with_2_workers() {
+    accuracy(2);
+}
+
+fn accuracy(workers: u32) {
+    let lab = Lab::up_with_queues("htbt", "router", workers);
     // iperf3 offers 1.2× at 10 and 100 Mbit/s. The third point is 500 Mbit/s, offered by the
     // AF_XDP generator (600 Mbit/s of 1442-byte frames, iperf3's L2 size), because a gigabit is
     // not a rate this 2-vCPU VM can saturate reliably: iperf3 cannot offer 1.2 Gbit/s beside
@@ -119,7 +153,7 @@ fn one_class_at_10_100_500_mbit_within_2_percent() {
     // 966-999.6 Mbit/s from run to run even with a 10 ms burst. At 500 Mbit/s eight runs stayed
     // within 0.2 %. The gigabit figures live in the lab benchmark (`htb-lab bench`).
     for (rate, bps) in [("10mbit", 10e6), ("100mbit", 100e6), ("500mbit", 500e6)] {
-        let config = one_class(rate);
+        let config = one_class(rate, workers);
         let htbd = Htbd::start(&lab, &config);
         let before = htbd.class_stats("r2", "1:1");
         let load: Load = if bps < 500e6 {
@@ -129,6 +163,7 @@ fn one_class_at_10_100_500_mbit_within_2_percent() {
         };
         load.assert_saturates(&format!("class at {rate}"), bps);
         htbd.assert_class_saturated("r2", "1:1", &before);
+        assert_workers(&htbd, workers as usize);
         drop(htbd);
         std::thread::sleep(Duration::from_millis(300));
         assert_within(
@@ -143,13 +178,33 @@ fn one_class_at_10_100_500_mbit_within_2_percent() {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn an_idle_class_share_is_borrowed() {
-    let lab = Lab::up("htbt", "router");
+    borrowing(1);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn an_idle_class_share_is_borrowed_with_2_workers() {
+    borrowing(2);
+}
+
+/// 1:10 and 1:20 under 1:1; with two workers each subtree has its own, and 1:1's buckets are
+/// shared.
+fn borrowing(workers: u32) {
+    let lab = Lab::up_with_queues("htbt", "router", workers);
     let tree = "[interface.qdisc]\n[[interface.class]]\nid = \"1:1\"\nrate = \"100mbit\"\n\
                 [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"30mbit\"\nceil = \"100mbit\"\n\
                 [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"70mbit\"\nceil = \"100mbit\"\n\
                 [[interface.filter]]\nmatch = { dport = \"5201\" }\nclassid = \"1:10\"\n\
                 [[interface.filter]]\nmatch = { dport = \"5202\" }\nclassid = \"1:20\"\n";
-    let htbd = Htbd::start(&lab, &router_config(tree));
+    let htbd = Htbd::start(&lab, &router_config_with(tree, workers));
+    if workers > 1 {
+        let status = htbd.status();
+        let subtrees: Vec<u32> = status.workers.iter().map(|w| w.subtrees).collect();
+        assert!(
+            subtrees.iter().all(|&n| n >= 1),
+            "each worker serves a subtree: {subtrees:?}"
+        );
+    }
     // 1:20 idle: 1:10 borrows its share and runs at the parent's 100 Mbit/s.
     let before = htbd.class_stats("r2", "1:10");
     let alone = lab.udp_load(5201, "150M", 6);
@@ -204,6 +259,7 @@ fn an_idle_class_share_is_borrowed() {
     htbd.assert_class_saturated("r2", "1:20", &before[1]);
     assert_within("1:10 with 1:20 busy", udp_l2_bps(&first), 30e6, 0.05);
     assert_within("1:20 with 1:10 busy", udp_l2_bps(&second), 70e6, 0.05);
+    assert_workers(&htbd, workers as usize);
 }
 
 #[test]
@@ -231,7 +287,7 @@ fn unclassified_traffic_goes_to_the_default_class() {
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn malformed_frames_do_not_disturb_forwarding() {
     let lab = Lab::up("htbt", "router");
-    let mut htbd = Htbd::start(&lab, &one_class("100mbit"));
+    let mut htbd = Htbd::start(&lab, &one_class("100mbit", 1));
     // Runts, bogus IHL, truncated IPv4/IPv6/VLAN headers and random bytes, sent raw at r1's MAC
     // and at broadcast, 3000 frames.
     let script = r#"
@@ -286,7 +342,7 @@ print("sent")
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn kill_9_fails_open_within_a_second_and_restart_resumes_shaping() {
     let lab = Lab::up("htbt", "router");
-    let mut htbd = Htbd::start(&lab, &one_class("20mbit"));
+    let mut htbd = Htbd::start(&lab, &one_class("20mbit", 1));
     // 300 pings at 10 ms; htbd is killed a second in.
     let pinger = lab
         .cmd(N1, "ping")
@@ -326,7 +382,7 @@ fn kill_9_fails_open_within_a_second_and_restart_resumes_shaping() {
     let unshaped = lab.udp_rate_at_n2(5201, "60M", 4);
     assert!(unshaped > 40e6, "the kernel forwards unshaped: {unshaped}");
     drop(htbd);
-    let htbd = Htbd::start(&lab, &one_class("20mbit"));
+    let htbd = Htbd::start(&lab, &one_class("20mbit", 1));
     let before = htbd.class_stats("r2", "1:1");
     let load = lab.udp_load(5201, "60M", 5);
     load.assert_saturates("after restart", 20e6);

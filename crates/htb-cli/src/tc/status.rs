@@ -83,6 +83,24 @@ pub(super) fn format(s: &Status) -> String {
         s.jobs_us,
         s.longest_job_us
     ));
+    if s.frames.between_workers > 0 || s.workers.len() > 1 {
+        text.push_str(&format!(
+            "frames between workers: {}\n",
+            s.frames.between_workers
+        ));
+    }
+    if s.workers.len() > 1 {
+        for (i, w) in s.workers.iter().enumerate() {
+            let cpu = w
+                .cpu
+                .map_or_else(|| "any CPU".to_owned(), |c| format!("CPU {c}"));
+            text.push_str(&format!(
+                "worker {i} ({cpu}): {} passes, {} sleeps, {} queued, {} subtrees; frames handed \
+                 to other workers {}, taken from them {}, dropped at a full handoff ring {}\n",
+                w.loops, w.sleeps, w.queued, w.subtrees, w.handed_out, w.taken_in, w.handoff_drops
+            ));
+        }
+    }
     text
 }
 
@@ -104,6 +122,7 @@ mod tests {
                 in_tx: 12,
                 held: 660,
                 queued: 660,
+                between_workers: 0,
             },
             ports: vec![PortStatus {
                 dev: "r2-0".into(),
@@ -122,5 +141,30 @@ mod tests {
         assert!(text.contains("dev r2-0: rx 7 pkts 0 bytes"), "{text}");
         assert!(text.contains("pool 3 "), "{text}");
         assert_eq!(status.frames.in_use(), 672);
+        assert!(
+            !text.contains("worker"),
+            "one worker: no worker lines\n{text}"
+        );
+        let two = Status {
+            workers: vec![
+                htb_ipc::WorkerStatus {
+                    cpu: Some(0),
+                    loops: 5,
+                    subtrees: 2,
+                    handed_out: 9,
+                    ..htb_ipc::WorkerStatus::default()
+                },
+                htb_ipc::WorkerStatus::default(),
+            ],
+            ..status
+        };
+        let text = format(&two);
+        assert!(
+            text.contains(
+                "worker 0 (CPU 0): 5 passes, 0 sleeps, 0 queued, 2 subtrees; frames handed \
+                 to other workers 9"
+            ) && text.contains("worker 1 (any CPU)"),
+            "{text}"
+        );
     }
 }

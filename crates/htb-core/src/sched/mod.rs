@@ -404,6 +404,24 @@ impl<P: Packet> Scheduler<P> {
         self.lookup(id) != NO_CLASS
     }
 
+    /// Class `id`'s parent: `None` when there is no class `id`, `Some(None)` for a class at
+    /// the top of the tree. Cheaper than [`class_info`](Self::class_info).
+    #[must_use]
+    pub fn parent(&self, id: ClassId) -> Option<Option<ClassId>> {
+        let slot = self.lookup(id);
+        if slot == NO_CLASS {
+            return None;
+        }
+        let parent = self.classes[slot as usize].parent;
+        Some((parent != NO_CLASS).then(|| self.classes[parent as usize].id))
+    }
+
+    /// The class unclassified packets go to (`default` when it names a leaf), if any.
+    #[must_use]
+    pub fn default_class(&self) -> Option<ClassId> {
+        (self.default_leaf != NO_CLASS).then(|| self.classes[self.default_leaf as usize].id)
+    }
+
     /// A checked shortcut to class `id` for [`Target::Handle`].
     #[must_use]
     pub fn handle(&self, id: ClassId) -> Option<ClassHandle> {

@@ -241,12 +241,14 @@ mod tests {
     fn worker(child: &str, root: u64, shared: &Arc<SharedBuckets>) -> Scheduler<Pkt> {
         let mut s = Scheduler::new(SchedulerConfig::default());
         let rate = |bps| ClassSpec::new(Rate::from_bits_per_sec(bps));
-        s.add_class(Instant::ZERO, id("1:1"), None, &rate(root))
+        let _ = s
+            .add_class(Instant::ZERO, id("1:1"), None, &rate(root))
             .unwrap();
         for c in ["1:10", "1:20"] {
             let mut spec = rate(1_000_000);
             spec.ceil = Some(Rate::from_bits_per_sec(root));
-            s.add_class(Instant::ZERO, id(c), Some(id("1:1")), &spec)
+            let _ = s
+                .add_class(Instant::ZERO, id(c), Some(id("1:1")), &spec)
                 .unwrap();
         }
         s.share_class(id("1:1"), Arc::clone(shared)).unwrap();
@@ -302,16 +304,18 @@ mod tests {
     fn without_sharing_each_scheduler_sends_the_whole_root() {
         let mut s: Scheduler<Pkt> = Scheduler::new(SchedulerConfig::default());
         let root = 100_000_000u64;
-        s.add_class(
-            Instant::ZERO,
-            id("1:1"),
-            None,
-            &ClassSpec::new(Rate::from_bits_per_sec(root)),
-        )
-        .unwrap();
+        let _ = s
+            .add_class(
+                Instant::ZERO,
+                id("1:1"),
+                None,
+                &ClassSpec::new(Rate::from_bits_per_sec(root)),
+            )
+            .unwrap();
         let mut spec = ClassSpec::new(Rate::from_bits_per_sec(1_000_000));
         spec.ceil = Some(Rate::from_bits_per_sec(root));
-        s.add_class(Instant::ZERO, id("1:10"), Some(id("1:1")), &spec)
+        let _ = s
+            .add_class(Instant::ZERO, id("1:10"), Some(id("1:1")), &spec)
             .unwrap();
         let mut sent = 0u64;
         for step in 0..10_000u64 {
@@ -336,17 +340,19 @@ mod tests {
         let root = 100_000_000u64;
         let build = |child: &str| {
             let mut s: Scheduler<Pkt> = Scheduler::new(SchedulerConfig::default());
-            s.add_class(
-                Instant::ZERO,
-                id("1:1"),
-                None,
-                &ClassSpec::new(Rate::from_bits_per_sec(root)),
-            )
-            .unwrap();
+            let _ = s
+                .add_class(
+                    Instant::ZERO,
+                    id("1:1"),
+                    None,
+                    &ClassSpec::new(Rate::from_bits_per_sec(root)),
+                )
+                .unwrap();
             for (c, r) in [("1:10", 80_000_000), ("1:20", 20_000_000)] {
                 let mut spec = ClassSpec::new(Rate::from_bits_per_sec(r));
                 spec.ceil = Some(Rate::from_bits_per_sec(root));
-                s.add_class(Instant::ZERO, id(c), Some(id("1:1")), &spec)
+                let _ = s
+                    .add_class(Instant::ZERO, id(c), Some(id("1:1")), &spec)
                     .unwrap();
             }
             s.share_class(id("1:1"), Arc::clone(&shared)).unwrap();
@@ -383,7 +389,7 @@ mod tests {
         s.dequeue(Instant::ZERO).unwrap();
         let buffer = s.classes[s.lookup(id("1:1")) as usize].buffer;
         for c in ["1:10", "1:20", "1:1"] {
-            s.delete_class(Instant::ZERO, id(c)).unwrap();
+            let _ = s.delete_class(Instant::ZERO, id(c)).unwrap();
         }
         assert!(s.shared.is_empty());
         // The 1500 bytes were paid: the shared rate bucket is 1500 bytes' time below full.

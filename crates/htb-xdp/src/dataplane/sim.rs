@@ -16,6 +16,8 @@ enum Place {
     Caller,
     Tx,
     Completed,
+    /// Handed over to another worker.
+    Away,
 }
 
 #[derive(Debug, Default)]
@@ -208,7 +210,7 @@ impl SimRings {
             mark(&mut ch.completed.iter(), Place::Completed);
         }
         for (i, (&n, &place)) in seen.iter().zip(&self.places).enumerate() {
-            let expected = u8::from(place != Place::Caller);
+            let expected = u8::from(place != Place::Caller && place != Place::Away);
             assert_eq!(n, expected, "frame {i} ({place:?}) is on {n} lists");
         }
         let caller = self.places.iter().filter(|&&p| p == Place::Caller).count();
@@ -217,6 +219,8 @@ impl SimRings {
 }
 
 impl Rings for SimRings {
+    type Parcel = Chunk;
+
     fn channels(&self) -> usize {
         self.channels.len()
     }
@@ -306,8 +310,19 @@ impl Rings for SimRings {
         self.free.push(chunk.index());
     }
 
+    fn hand_over(&mut self, chunk: Chunk) -> Chunk {
+        self.move_to(chunk.index(), Place::Caller, Place::Away);
+        chunk
+    }
+
+    fn take_over(&mut self, parcel: Chunk) -> Chunk {
+        self.move_to(parcel.index(), Place::Away, Place::Caller);
+        parcel
+    }
+
     fn counts(&self) -> FrameCounts {
         let total = self.places.len() as u32;
+        let away = self.places.iter().filter(|p| **p == Place::Away).count() as u32;
         let free = self.free.len() as u32;
         let in_fill = self
             .channels
@@ -320,7 +335,8 @@ impl Rings for SimRings {
             free,
             in_fill,
             in_tx,
-            with_caller: total - free - in_fill - in_tx,
+            with_caller: total - free - in_fill - in_tx - away,
+            between_workers: away,
         }
     }
 }

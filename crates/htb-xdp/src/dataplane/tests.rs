@@ -12,9 +12,11 @@ use proptest::prelude::*;
 
 use super::sim::SimRings;
 use super::{Dataplane, Mode, PortSetup, Progress};
+use crate::crew::{Bell, Crew};
 use crate::frame::Frame;
 use crate::plane_op::{PlaneOp, new_scheduler};
-use crate::rings::Rings;
+use crate::rings::{Chunk, Rings};
+use std::sync::Arc;
 
 const MAC_A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
 const MAC_B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
@@ -127,18 +129,25 @@ fn plane(mode: Mode, frames: u32, ring: usize, batch: usize) -> Dataplane<SimRin
             mac: MAC_A,
             peer: peer_a,
             htb: new_scheduler(None).unwrap(),
-            classifier: Classifier::default(),
+            classifier: Arc::new(Classifier::default()),
         },
         PortSetup {
             name: "b".into(),
             mac: MAC_B,
             peer: peer_b,
             htb: tree_b(Instant::ZERO, 64),
-            classifier: Classifier::new(to_5001()),
+            classifier: Arc::new(Classifier::new(to_5001())),
         },
     ];
     let rings = SimRings::new(frames, FRAME_SIZE, ring, &QUEUES);
-    Dataplane::new(rings, mode, ports, batch, FRAME_SIZE as u32)
+    Dataplane::new(rings, mode, ports, batch, FRAME_SIZE as u32, solo_crew())
+}
+
+/// The crew of a data plane that is the only worker.
+fn solo_crew() -> Crew<Chunk> {
+    let (bell, _) = std::os::unix::net::UnixStream::pair().unwrap();
+    bell.set_nonblocking(true).unwrap();
+    Crew::new_set(&[Arc::new(Bell::new(bell))]).remove(0)
 }
 
 /// A control change to port b, as `htb-cli` would make one.
@@ -193,11 +202,12 @@ impl Control {
             },
             Self::NewTree => PlaneOp::SetTree {
                 port,
-                scheduler: Box::new(tree_b(now, 32)),
+                tree: None,
+                schedulers: vec![tree_b(now, 32)],
             },
             Self::Filters { on } => PlaneOp::SetFilters {
                 port,
-                classifier: Classifier::new(if on { to_5001() } else { Vec::new() }),
+                classifier: Arc::new(Classifier::new(if on { to_5001() } else { Vec::new() })),
             },
             Self::DirectQlen { qlen } => PlaneOp::SetQdisc {
                 port,
@@ -418,7 +428,8 @@ fn shaped_rate(rate: Rate, size: usize) -> f64 {
     built(htb.add_class(Instant::ZERO, class(1), None, &ClassSpec::new(rate)));
     let op = PlaneOp::SetTree {
         port: "b".into(),
-        scheduler: Box::new(htb),
+        tree: None,
+        schedulers: vec![htb],
     };
     assert_eq!(dp.apply(Instant::ZERO, vec![op]), [Ok(0)]);
     let frame = udp_frame(size, MAC_B, 0, 1000, 80);
@@ -556,7 +567,8 @@ fn a_batch_stops_at_its_first_failure() {
     let mut dp = plane(Mode::Bridge, 64, 16, 16);
     let tree = PlaneOp::SetTree {
         port: "b".into(),
-        scheduler: Box::new(Scheduler::new(SchedulerConfig::default())),
+        tree: None,
+        schedulers: vec![Scheduler::new(SchedulerConfig::default())],
     };
     assert_eq!(dp.apply(Instant::ZERO, vec![tree]), [Ok(0)]);
     let add = |minor| PlaneOp::AddClass {

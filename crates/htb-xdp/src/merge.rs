@@ -1,0 +1,174 @@
+//! The workers' counters as one data plane's: what `htb-cli` and the metrics show.
+//!
+//! Every worker holds a copy of every class; a subtree's packets go through its owner only,
+//! so its counters are (nearly) all the owner's, and a class at the top of the tree counts what
+//! each worker sent through it. Counters are summed; a class's buckets, mode and leaf details
+//! (fq_codel's flows) are those of the worker that sent the most through it.
+
+use htb_core::{ClassStats, LeafStats, SchedulerStats};
+
+use crate::dataplane::Dataplane;
+use crate::program::Verdicts;
+use crate::rings::{FrameCounts, Rings};
+use crate::stats::{EngineStats, PortSnapshot, PortStats};
+use crate::umem::FrameIo;
+
+/// Every port's counters, the frames and the passes, summed over the workers' planes.
+pub(crate) fn engine_stats<'a>(
+    planes: impl Iterator<Item = &'a Dataplane<FrameIo>>,
+    verdicts: Verdicts,
+) -> EngineStats {
+    let mut stats = EngineStats {
+        verdicts,
+        ..EngineStats::default()
+    };
+    let mut frames = FrameCounts::default();
+    for plane in planes {
+        let mut ports = plane.port_stats();
+        let io = plane.rings();
+        for channel in 0..io.channels() {
+            if let Ok(s) = io.xdp_statistics(channel) {
+                let x = &mut ports[io.channel_port(channel)].xdp;
+                x.rx_dropped += s.rx_dropped();
+                x.rx_ring_full += s.rx_ring_full();
+                x.rx_fill_ring_empty += s.rx_fill_ring_empty_descs();
+                x.rx_invalid += s.rx_invalid_descs();
+                x.tx_invalid += s.tx_invalid_descs();
+            }
+        }
+        if stats.ports.is_empty() {
+            stats.ports = ports;
+        } else {
+            for (total, port) in stats.ports.iter_mut().zip(&ports) {
+                add_port(total, port);
+            }
+        }
+        let f = plane.frames();
+        frames.total += f.total;
+        frames.free += f.free;
+        frames.in_fill += f.in_fill;
+        frames.in_tx += f.in_tx;
+        frames.with_caller += f.with_caller;
+        stats.queued += plane.queued();
+        stats.loops += plane.loops();
+    }
+    frames.between_workers =
+        frames.total - frames.free - frames.in_fill - frames.in_tx - frames.with_caller;
+    stats.frames = frames;
+    stats
+}
+
+fn add_port(total: &mut PortStats, port: &PortStats) {
+    total.rx_packets += port.rx_packets;
+    total.rx_bytes += port.rx_bytes;
+    total.tx_packets += port.tx_packets;
+    total.tx_bytes += port.tx_bytes;
+    total.drops_queue += port.drops_queue;
+    total.drops_no_egress += port.drops_no_egress;
+    total.drops_pool += port.drops_pool;
+    total.drops_purged += port.drops_purged;
+    let (t, x) = (&mut total.xdp, &port.xdp);
+    t.rx_dropped += x.rx_dropped;
+    t.rx_ring_full += x.rx_ring_full;
+    t.rx_fill_ring_empty += x.rx_fill_ring_empty;
+    t.rx_invalid += x.rx_invalid;
+    t.tx_invalid += x.tx_invalid;
+}
+
+fn add_scheduler(total: &mut SchedulerStats, s: &SchedulerStats) {
+    total.qlen += s.qlen;
+    total.backlog_bytes += s.backlog_bytes;
+    total.direct_qlen += s.direct_qlen;
+    total.direct_packets += s.direct_packets;
+    total.direct_packets_sent += s.direct_packets_sent;
+    total.direct_bytes_sent += s.direct_bytes_sent;
+    total.direct_drops += s.direct_drops;
+    total.packets_sent += s.packets_sent;
+    total.bytes_sent += s.bytes_sent;
+    total.drops += s.drops;
+    total.overlimits += s.overlimits;
+    total.events += s.events;
+    total.event_budget_exhausted += s.event_budget_exhausted;
+    total.internal_faults += s.internal_faults;
+}
+
+/// One port's snapshots from every worker (same classes, same order) as one.
+pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
+    let mut rest = all.into_iter();
+    let Some(mut merged) = rest.next() else {
+        return PortSnapshot {
+            scheduler: SchedulerStats::default(),
+            port: PortStats::default(),
+            classes: Vec::new(),
+            leaves: Vec::new(),
+        };
+    };
+    let others: Vec<PortSnapshot> = rest.collect();
+    if others.is_empty() {
+        return merged;
+    }
+    for other in &others {
+        add_scheduler(&mut merged.scheduler, &other.scheduler);
+        add_port(&mut merged.port, &other.port);
+    }
+    for i in 0..merged.classes.len() {
+        let classes: Vec<Option<ClassStats>> = std::iter::once(&merged)
+            .chain(&others)
+            .map(|s| s.classes.get(i).copied().flatten())
+            .collect();
+        let leaves: Vec<Option<LeafStats>> = std::iter::once(&merged)
+            .chain(&others)
+            .map(|s| s.leaves.get(i).copied().flatten())
+            .collect();
+        // The worker that sent the most through the class speaks for its state (the first
+        // such: worker 0 for an idle class).
+        let speaker = (0..classes.len())
+            .rev()
+            .max_by_key(|&w| classes[w].map_or(0, |c| c.bytes))
+            .unwrap_or(0);
+        let Some(mut class) = classes[speaker] else {
+            continue;
+        };
+        class.bytes = 0;
+        class.packets = 0;
+        class.drops = 0;
+        class.overlimits = 0;
+        class.backlog_bytes = 0;
+        class.backlog_packets = 0;
+        class.lends = 0;
+        class.borrows = 0;
+        for c in classes.iter().flatten() {
+            add_class(&mut class, c);
+        }
+        merged.classes[i] = Some(class);
+        if let Some(mut leaf) = leaves[speaker] {
+            leaf.qlen = 0;
+            leaf.backlog = 0;
+            leaf.drops = 0;
+            for l in leaves.iter().flatten() {
+                add_leaf(&mut leaf, l);
+            }
+            if let Some(slot) = merged.leaves.get_mut(i) {
+                *slot = Some(leaf);
+            }
+        }
+    }
+    merged
+}
+
+fn add_class(total: &mut ClassStats, c: &ClassStats) {
+    total.bytes += c.bytes;
+    total.packets += c.packets;
+    total.drops += c.drops;
+    total.overlimits += c.overlimits;
+    total.backlog_bytes += c.backlog_bytes;
+    total.backlog_packets += c.backlog_packets;
+    total.lends += c.lends;
+    total.borrows += c.borrows;
+}
+
+fn add_leaf(total: &mut LeafStats, l: &LeafStats) {
+    total.qlen += l.qlen;
+    total.backlog += l.backlog;
+    total.drops += l.drops;
+}
