@@ -414,13 +414,27 @@ impl Lab {
     /// node-2:`port` for `secs` and measures, over the steady part (after 1.2 s, until a
     /// second before the end), the L2 rate node-1 sent and the L2 rate arriving at node-2.
     pub fn udp_load(&self, port: u16, offered: &str, secs: u32) -> Load {
-        let _server = self.iperf_server(N2, port);
-        let client = self.udp_flow(port, offered, secs);
+        self.udp_loads(&[(port, offered)], secs)
+    }
+
+    /// As [`udp_load`](Self::udp_load), with one flow per `(port, offered)` at once; the rates
+    /// are their sums.
+    pub fn udp_loads(&self, flows: &[(u16, &str)], secs: u32) -> Load {
+        let _servers: Vec<Reaped> = flows
+            .iter()
+            .map(|&(port, _)| self.iperf_server(N2, port))
+            .collect();
+        let clients: Vec<Child> = flows
+            .iter()
+            .map(|&(port, offered)| self.udp_flow(port, offered, secs))
+            .collect();
         let load = self.measure_load(
             Duration::from_millis(1200),
             Duration::from_secs(u64::from(secs) - 2),
         );
-        let _ = client.wait_with_output();
+        for client in clients {
+            let _ = client.wait_with_output();
+        }
         load
     }
 

@@ -14,8 +14,14 @@ use serde_json::Value;
 
 /// Router mode, r1 unshaped; r2 with `tree` (config TOML for r2's qdisc, classes, filters).
 fn config(tree: &str) -> String {
+    config_with(tree, 1)
+}
+
+/// As `config`, with `workers` data-plane workers.
+fn config_with(tree: &str, workers: u32) -> String {
     format!(
-        "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+        "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\
+         workers = {workers}\n\n\
          [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n{tree}"
     )
 }
@@ -217,15 +223,27 @@ fn tc_grammar_round_trips_through_a_live_htbd() {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn a_rate_change_under_load_moves_the_rate_within_a_second_and_loses_nothing() {
-    let lab = Lab::up("htbc", "router");
+    rate_change_under_load(1);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn a_rate_change_under_load_with_2_workers_loses_nothing() {
+    rate_change_under_load(2);
+}
+
+fn rate_change_under_load(workers: u32) {
+    let lab = Lab::up_with_queues("htbc", "router", workers);
     // A deep queue and a bounded TCP window: no drops are needed to shape, so any loss would
     // be the change's fault.
     let htbd = Htbd::start(
         &lab,
-        &config(
+        &config_with(
             "[interface.qdisc]\ndefault = \"10\"\n[[interface.class]]\nid = \"1:10\"\nrate = \"20mbit\"\nleaf = { kind = \"pfifo\", limit = 10000 }\n",
+            workers,
         ),
     );
+    assert_eq!(htbd.status().workers.len(), workers as usize);
     let stats = htbd.class_stats("r2", "1:10");
     let _server = lab.iperf_server(N2, 5201);
     let client = lab

@@ -262,6 +262,47 @@ fn borrowing(workers: u32) {
     assert_workers(&htbd, workers as usize);
 }
 
+/// Two subscribers on two workers borrow from one root: the root's buckets are shared, so
+/// together they get the root's rate, not twice it (LibreQoS's per-CPU roots cannot do this).
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn two_workers_share_the_root_rate_within_1_percent() {
+    let lab = Lab::up_with_queues("htbt", "router", 2);
+    let tree = "[interface.qdisc]\n[[interface.class]]\nid = \"1:1\"\nrate = \"100mbit\"\n\
+                [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"10mbit\"\nceil = \"100mbit\"\n\
+                [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"10mbit\"\nceil = \"100mbit\"\n\
+                [[interface.filter]]\nmatch = { dport = \"5201\" }\nclassid = \"1:10\"\n\
+                [[interface.filter]]\nmatch = { dport = \"5202\" }\nclassid = \"1:20\"\n";
+    let htbd = Htbd::start(&lab, &router_config_with(tree, 2));
+    let owners: Vec<u32> = htbd.status().workers.iter().map(|w| w.subtrees).collect();
+    assert!(owners.iter().all(|&n| n >= 1), "subtrees per worker: {owners:?}");
+    let before = [
+        htbd.class_stats("r2", "1:10"),
+        htbd.class_stats("r2", "1:20"),
+    ];
+    // Each subscriber alone could take the whole 100 Mbit/s (its ceil): 2 × 80 Mbit/s offered.
+    let load = lab.udp_loads(&[(5201, "80M"), (5202, "80M")], 7);
+    load.assert_saturates("1:10 + 1:20 under a shared 1:1", 100e6);
+    htbd.assert_class_saturated("r2", "1:10", &before[0]);
+    htbd.assert_class_saturated("r2", "1:20", &before[1]);
+    let sent = |id: &str, before: &serde_json::Value| {
+        htbd.class_stats("r2", id)["bytes"].as_u64().unwrap() - before["bytes"].as_u64().unwrap()
+    };
+    let (a, b) = (sent("1:10", &before[0]), sent("1:20", &before[1]));
+    eprintln!("1:10 sent {a} bytes, 1:20 {b} bytes");
+    assert!(
+        a > 0 && b > 0,
+        "both subscribers were served: 1:10 {a} B, 1:20 {b} B"
+    );
+    assert_within(
+        "two workers' subscribers together under 1:1",
+        load.delivered_bps,
+        100e6,
+        0.01,
+    );
+    assert_workers(&htbd, 2);
+}
+
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn unclassified_traffic_goes_to_the_default_class() {
