@@ -39,7 +39,7 @@ fn counter(lab: &Lab, name: &str) -> u64 {
 
 /// Runs `traffic` (already started) and measures a node-2 counter's rate from `skip` on for
 /// `window`.
-fn rate_at_n2(lab: &Lab, name: &str, skip: Duration, window: Duration) -> f64 {
+pub(crate) fn rate_at_n2(lab: &Lab, name: &str, skip: Duration, window: Duration) -> f64 {
     std::thread::sleep(skip);
     let (a, t0) = (counter(lab, name), Instant::now());
     std::thread::sleep(window);
@@ -52,7 +52,7 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() { 0.0 } else { v[v.len() / 2] }
 }
 
-fn generator() -> PathBuf {
+pub(crate) fn generator() -> PathBuf {
     crate::htbd_bin().with_file_name("htb-xdp-gen")
 }
 
@@ -70,7 +70,7 @@ pub(crate) fn blackhole_sink(lab: &Lab) {
 }
 
 /// Busy and total CPU time of the machine so far, in clock ticks (/proc/stat).
-fn cpu_ticks() -> (u64, u64) {
+pub(crate) fn cpu_ticks() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let fields: Vec<u64> = stat
         .lines()

@@ -12,6 +12,7 @@ pub mod scale;
 pub mod shaper;
 pub mod soak;
 pub mod traffic;
+pub mod workers_bench;
 
 pub use lab::{
     Htbd, Lab, LabError, Load, N1, N2, R, Reaped, assert_within, cli_bin, gen_bin, htbd_bin,

@@ -91,6 +91,19 @@ enum Command {
         #[arg(long, default_value = "htbfilt")]
         lab: String,
     },
+    /// One data-plane worker against two, and against the kernel's HTB, on 2-queue veths:
+    /// packets/s and CPU per packet.
+    Workers {
+        /// Output directory for workers.json.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// One repetition instead of three.
+        #[arg(long)]
+        quick: bool,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htbwork")]
+        lab: String,
+    },
     /// 100 000 subscribers: import time, forwarding gaps during the import, a scrape and
     /// `class show -s`, htbd's RSS.
     Scale {
@@ -166,6 +179,14 @@ fn main() -> ExitCode {
             lab,
         })
         .map(|_| ()),
+        Command::Workers { out, quick, lab } => {
+            htb_lab::workers_bench::run(&htb_lab::workers_bench::WorkersBenchOptions {
+                out,
+                quick,
+                lab,
+            })
+            .map(|_| ())
+        }
         Command::Scale {
             out,
             subscribers,

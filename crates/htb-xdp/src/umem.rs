@@ -535,11 +535,11 @@ impl std::fmt::Debug for TxGenerator {
 }
 
 impl TxGenerator {
-    /// Binds a socket to `interface` queue 0 and writes `packet` into every frame.
+    /// Binds a socket to `interface`'s `queue` and writes `packet` into every frame.
     ///
     /// # Errors
     /// [`XdpError`] when the UMEM or socket cannot be created, or the packet does not fit.
-    pub fn new(interface: &str, packet: &[u8], frames: u32) -> Result<Self, XdpError> {
+    pub fn new(interface: &str, queue: u32, packet: &[u8], frames: u32) -> Result<Self, XdpError> {
         use std::io::Write;
         let config = IoConfig {
             frames,
@@ -576,13 +576,13 @@ impl TxGenerator {
             .map_err(|_| XdpError::Config(format!("invalid interface {interface:?}")))?;
         let socket_error = |reason: String, source| XdpError::Socket {
             interface: interface.to_owned(),
-            queue: 0,
+            queue,
             reason,
             source,
         };
-        // SAFETY: one bind of (interface, 0) with INHIBIT_PROG_LOAD; the rings are used only
-        // with this UMEM, by this type.
-        let (tx, rx, rings) = unsafe { Socket::new(socket_config, &umem, &iface, 0) }
+        // SAFETY: one bind of (interface, queue) with INHIBIT_PROG_LOAD; the rings are used
+        // only with this UMEM, by this type.
+        let (tx, rx, rings) = unsafe { Socket::new(socket_config, &umem, &iface, queue) }
             .map_err(|e| socket_error(e.to_string(), source_of(&e)))?;
         let (fq, cq) =
             rings.ok_or_else(|| socket_error("no fill/completion rings".into(), None))?;

@@ -275,7 +275,10 @@ fn two_workers_share_the_root_rate_within_1_percent() {
                 [[interface.filter]]\nmatch = { dport = \"5202\" }\nclassid = \"1:20\"\n";
     let htbd = Htbd::start(&lab, &router_config_with(tree, 2));
     let owners: Vec<u32> = htbd.status().workers.iter().map(|w| w.subtrees).collect();
-    assert!(owners.iter().all(|&n| n >= 1), "subtrees per worker: {owners:?}");
+    assert!(
+        owners.iter().all(|&n| n >= 1),
+        "subtrees per worker: {owners:?}"
+    );
     let before = [
         htbd.class_stats("r2", "1:10"),
         htbd.class_stats("r2", "1:20"),

@@ -34,6 +34,10 @@ struct Args {
     /// Pace to this L2 rate (frame bytes, FCS excluded), e.g. "1.3gbit"; default: flat out.
     #[arg(long)]
     rate: Option<String>,
+    /// The interface's TX queue to send on (a veth delivers it to its peer's RX queue of the
+    /// same number).
+    #[arg(long, default_value_t = 0)]
+    queue: u32,
 }
 
 fn mac(s: &str) -> Option<[u8; 6]> {
@@ -87,7 +91,7 @@ fn main() -> ExitCode {
         }
     };
     let packet = frame(&args, src, dst);
-    let mut generator = match TxGenerator::new(&args.interface, &packet, 8192) {
+    let mut generator = match TxGenerator::new(&args.interface, args.queue, &packet, 8192) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("htb-xdp-gen: {e}");

@@ -1,0 +1,215 @@
+//! `htb-lab workers`: htbd with one data-plane worker against two, and against the kernel's
+//! HTB, on a lab whose veths have two queues, writing `target/htb-bench/workers.json`.
+//!
+//! The tree on r2 is a root of 10 Gbit/s and two subscribers (1:10 and 1:20, 5 Gbit/s each,
+//! ceil 10 Gbit/s) matched by destination. Two AF_XDP generators flood 64-byte frames, one on
+//! each of node-1's TX queues (so on each of r1's RX queues), to two addresses behind the
+//! blackhole sink. With two workers htbd gives 1:20 (and the root) to worker 0 and 1:10 to
+//! worker 1 (class-id order, fewest subtrees first):
+//!
+//! - `aligned`: queue 0 carries 1:20's traffic and queue 1 1:10's, so each frame is received by
+//!   the worker serving its class;
+//! - `crossed`: the other way round, so every frame is handed to the other worker.
+//!
+//! Per configuration: packets/s at node-2 and the machine's busy CPU per packet (median of the
+//! repetitions), as `htb-lab bench` measures them. This machine has two vCPUs and the two
+//! generators are busy loops: they take as much CPU as the workers do, so the ratio of 2 to 1
+//! workers here is a floor, not what two free cores would give.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::bail;
+use serde_json::{Value, json};
+
+use crate::bench::{blackhole_sink, cpu_ticks, generator, median, rate_at_n2};
+use crate::shaper::{Installed, Shaper, install, uninstall};
+use crate::{Lab, N1, Reaped};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct WorkersBenchOptions {
+    /// Where workers.json goes.
+    pub out: PathBuf,
+    /// One repetition instead of three.
+    pub quick: bool,
+    /// Namespace prefix of the lab.
+    pub lab: String,
+}
+
+/// The addresses the generators flood: 1:20's and 1:10's.
+const TO_1_20: &str = "10.201.3.1";
+const TO_1_10: &str = "10.201.3.2";
+
+/// htbd's config (also the kernel's, through `htbd --print-tc`) with `workers` workers.
+fn config(workers: u32) -> String {
+    format!(
+        "[daemon]\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\nworkers = {workers}\n\
+         [[interface]]\nname = \"r1\"\n\
+         [[interface]]\nname = \"r2\"\n[interface.qdisc]\nleaf = \"pfifo\"\n\
+         [[interface.class]]\nid = \"1:1\"\nrate = \"10gbit\"\n\
+         [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"5gbit\"\nceil = \"10gbit\"\n\
+         [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"5gbit\"\nceil = \"10gbit\"\n\
+         [[interface.filter]]\nmatch = {{ dst = \"{TO_1_10}/32\" }}\nclassid = \"1:10\"\n\
+         [[interface.filter]]\nmatch = {{ dst = \"{TO_1_20}/32\" }}\nclassid = \"1:20\"\n"
+    )
+}
+
+/// Packets/s at node-2 and machine CPU ns per packet while one generator per `(queue, dst)`
+/// floods.
+fn flood(lab: &Lab, flows: &[(u32, &str)]) -> (f64, f64) {
+    let generators: Vec<Reaped> = flows
+        .iter()
+        .filter_map(|&(queue, dst)| {
+            lab.cmd(N1, generator().to_str().unwrap_or("htb-xdp-gen"))
+                .args([
+                    "eth0",
+                    "--src-mac",
+                    "02:00:0a:c9:01:02",
+                    "--dst-mac",
+                    "02:00:0a:c9:01:01",
+                    "--src-ip",
+                    "10.201.1.2",
+                    "--dst-ip",
+                    dst,
+                    "--seconds",
+                    "5",
+                    "--queue",
+                    &queue.to_string(),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()
+                .map(Reaped)
+        })
+        .collect();
+    if generators.len() != flows.len() {
+        return (0.0, 0.0);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let (busy0, _) = cpu_ticks();
+    let pps = rate_at_n2(lab, "rx_packets", Duration::ZERO, Duration::from_secs(3));
+    let (busy1, _) = cpu_ticks();
+    for mut g in generators {
+        let _ = g.0.wait();
+    }
+    // USER_HZ is 100 on Linux: a tick is 10 ms.
+    let busy_ns = (busy1 - busy0) as f64 * 1e7;
+    (pps, busy_ns / (pps * 3.0).max(1.0))
+}
+
+fn measure(lab: &Lab, reps: usize, flows: &[(u32, &str)]) -> (f64, f64) {
+    let runs: Vec<(f64, f64)> = (0..reps).map(|_| flood(lab, flows)).collect();
+    (
+        median(runs.iter().map(|r| r.0).collect()),
+        median(runs.iter().map(|r| r.1).collect()),
+    )
+}
+
+/// Runs the benchmark; prints a summary and writes `workers.json` into `out`.
+///
+/// # Errors
+/// The lab or tc failed, or no packet arrived (the premise of every figure), or frames did not
+/// go where the configuration says (the premise of `aligned` and `crossed`).
+pub fn run(options: &WorkersBenchOptions) -> anyhow::Result<Value> {
+    let lab = Lab::try_up_with_queues(&options.lab, "router", 2)
+        .map_err(|why| anyhow::anyhow!("the lab cannot run here: {why}"))?;
+    let reps = if options.quick { 1 } else { 3 };
+    blackhole_sink(&lab);
+    let aligned = [(0, TO_1_20), (1, TO_1_10)];
+    let crossed = [(0, TO_1_10), (1, TO_1_20)];
+    println!(
+        "== 64-byte packets/s, two generators (one per queue), 2-queue veths, median of {reps}"
+    );
+    let mut rows = serde_json::Map::new();
+    let mut record = |key: &str, (pps, ns): (f64, f64), extra: Value| -> anyhow::Result<()> {
+        println!("  {key:<22} {pps:>10.0} pps, {ns:>7.0} ns of machine CPU per packet");
+        if pps <= 0.0 {
+            bail!("premise failed: no packet reached node-2 with {key}");
+        }
+        rows.insert(
+            key.into(),
+            json!({"pps": pps, "cpu_ns_per_packet": ns, "handoffs": extra}),
+        );
+        Ok(())
+    };
+    install(&lab, Shaper::KernelHtb, &config(1))?;
+    let kernel = measure(&lab, reps, &aligned);
+    uninstall(&lab, Installed::Tc);
+    record("kernel_htb", kernel, Value::Null)?;
+    for (key, workers, flows) in [
+        ("htbd_1_worker", 1, &aligned),
+        ("htbd_2_workers_aligned", 2, &aligned),
+        ("htbd_2_workers_crossed", 2, &crossed),
+    ] {
+        let installed = install(&lab, Shaper::Htbd, &config(workers))?;
+        let result = measure(&lab, reps, flows);
+        let handoffs = installed.htbd().map(|h| {
+            let status = h.status();
+            let handed: u64 = status.workers.iter().map(|w| w.handed_out).sum();
+            let received: u64 = status.ports.iter().map(|p| p.rx_packets).sum();
+            (handed, received)
+        });
+        uninstall(&lab, installed);
+        let (handed, received) = handoffs.unwrap_or((0, 0));
+        let share = handed as f64 / (received as f64).max(1.0);
+        println!("    frames handed to the other worker: {handed} of {received} received");
+        if workers == 2 && key.ends_with("aligned") && share > 0.05 {
+            bail!(
+                "premise failed: {key} handed over {:.0} % of the frames",
+                share * 100.0
+            );
+        }
+        if key.ends_with("crossed") && share < 0.9 {
+            bail!(
+                "premise failed: {key} handed over only {:.0} % of the frames",
+                share * 100.0
+            );
+        }
+        record(
+            key,
+            result,
+            json!({"handed_over": handed, "received": received}),
+        )?;
+    }
+    let pps = |k: &str| rows[k]["pps"].as_f64().unwrap_or(0.0);
+    let ns = |k: &str| rows[k]["cpu_ns_per_packet"].as_f64().unwrap_or(0.0);
+    let report = json!({
+        "configurations": rows,
+        "ratios": {
+            "htbd_2_workers_over_1": pps("htbd_2_workers_aligned") / pps("htbd_1_worker"),
+            "htbd_2_workers_crossed_over_1": pps("htbd_2_workers_crossed") / pps("htbd_1_worker"),
+            "htbd_1_worker_over_kernel_htb": pps("htbd_1_worker") / pps("kernel_htb"),
+            "htbd_2_workers_over_kernel_htb": pps("htbd_2_workers_aligned") / pps("kernel_htb"),
+            "cpu_per_packet_htbd_1_worker_over_kernel_htb": ns("htbd_1_worker") / ns("kernel_htb").max(1.0),
+            "cpu_per_packet_htbd_2_workers_over_kernel_htb": ns("htbd_2_workers_aligned") / ns("kernel_htb").max(1.0),
+        },
+    });
+    println!(
+        "ratios: {}",
+        serde_json::to_string_pretty(&report["ratios"])?
+    );
+    std::fs::create_dir_all(&options.out)?;
+    let path = options.out.join("workers.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!("wrote {}", path.display());
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_parses_and_the_kernel_gets_the_same_tree() {
+        for workers in [1, 2] {
+            let c = config(workers)
+                .replace("@SOCKET@", "/x")
+                .replace("@STATE@", "/x");
+            let parsed = htbd::DaemonConfig::parse(&c).unwrap();
+            assert_eq!(parsed.engine.workers, Some(workers as usize));
+        }
+    }
+}
