@@ -39,7 +39,7 @@ fn counter(lab: &Lab, name: &str) -> u64 {
 
 /// Runs `traffic` (already started) and measures a node-2 counter's rate from `skip` on for
 /// `window`.
-pub(crate) fn rate_at_n2(lab: &Lab, name: &str, skip: Duration, window: Duration) -> f64 {
+fn rate_at_n2(lab: &Lab, name: &str, skip: Duration, window: Duration) -> f64 {
     std::thread::sleep(skip);
     let (a, t0) = (counter(lab, name), Instant::now());
     std::thread::sleep(window);
@@ -52,7 +52,7 @@ pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() { 0.0 } else { v[v.len() / 2] }
 }
 
-pub(crate) fn generator() -> PathBuf {
+fn generator() -> PathBuf {
     crate::htbd_bin().with_file_name("htb-xdp-gen")
 }
 
@@ -70,7 +70,7 @@ pub(crate) fn blackhole_sink(lab: &Lab) {
 }
 
 /// Busy and total CPU time of the machine so far, in clock ticks (/proc/stat).
-pub(crate) fn cpu_ticks() -> (u64, u64) {
+fn cpu_ticks() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let fields: Vec<u64> = stat
         .lines()
@@ -90,35 +90,48 @@ pub(crate) fn cpu_ticks() -> (u64, u64) {
 /// generator often cannot offer more than a forwarder takes, and then the CPU cost per packet is
 /// what tells the forwarders apart.
 pub(crate) fn pps_64(lab: &Lab) -> (f64, f64) {
-    let flood = lab
-        .cmd(N1, generator().to_str().unwrap_or("htb-xdp-gen"))
-        .args([
-            "eth0",
-            "--src-mac",
-            "02:00:0a:c9:01:02",
-            "--dst-mac",
-            "02:00:0a:c9:01:01",
-        ])
-        .args([
-            "--src-ip",
-            "10.201.1.2",
-            "--dst-ip",
-            "10.201.3.1",
-            "--seconds",
-            "5",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map(Reaped);
-    let Ok(mut flood) = flood else {
+    pps_64_flows(lab, &[(0, "10.201.3.1")])
+}
+
+/// As [`pps_64`], with one generator per `(queue, destination)`: each sends on that TX queue of
+/// node-1 (which a veth delivers to the same RX queue of r1).
+pub(crate) fn pps_64_flows(lab: &Lab, flows: &[(u32, &str)]) -> (f64, f64) {
+    let generators: Vec<Reaped> = flows
+        .iter()
+        .filter_map(|&(queue, dst)| {
+            lab.cmd(N1, generator().to_str().unwrap_or("htb-xdp-gen"))
+                .args([
+                    "eth0",
+                    "--src-mac",
+                    "02:00:0a:c9:01:02",
+                    "--dst-mac",
+                    "02:00:0a:c9:01:01",
+                    "--src-ip",
+                    "10.201.1.2",
+                    "--dst-ip",
+                    dst,
+                    "--seconds",
+                    "5",
+                    "--queue",
+                    &queue.to_string(),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok()
+                .map(Reaped)
+        })
+        .collect();
+    if generators.len() != flows.len() {
         return (0.0, 0.0);
-    };
+    }
     std::thread::sleep(Duration::from_millis(1500));
     let (busy0, _) = cpu_ticks();
     let pps = rate_at_n2(lab, "rx_packets", Duration::ZERO, Duration::from_secs(3));
     let (busy1, _) = cpu_ticks();
-    let _ = flood.0.wait();
+    for mut g in generators {
+        let _ = g.0.wait();
+    }
     // USER_HZ is 100 on Linux: a tick is 10 ms.
     let busy_ns = (busy1 - busy0) as f64 * 1e7;
     (pps, busy_ns / (pps * 3.0).max(1.0))

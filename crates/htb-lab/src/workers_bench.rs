@@ -17,15 +17,13 @@
 //! workers here is a floor, not what two free cores would give.
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
 
 use anyhow::bail;
 use serde_json::{Value, json};
 
-use crate::bench::{blackhole_sink, cpu_ticks, generator, median, rate_at_n2};
+use crate::Lab;
+use crate::bench::{blackhole_sink, median, pps_64_flows};
 use crate::shaper::{Installed, Shaper, install, uninstall};
-use crate::{Lab, N1, Reaped};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -56,52 +54,8 @@ fn config(workers: u32) -> String {
     )
 }
 
-/// Packets/s at node-2 and machine CPU ns per packet while one generator per `(queue, dst)`
-/// floods.
-fn flood(lab: &Lab, flows: &[(u32, &str)]) -> (f64, f64) {
-    let generators: Vec<Reaped> = flows
-        .iter()
-        .filter_map(|&(queue, dst)| {
-            lab.cmd(N1, generator().to_str().unwrap_or("htb-xdp-gen"))
-                .args([
-                    "eth0",
-                    "--src-mac",
-                    "02:00:0a:c9:01:02",
-                    "--dst-mac",
-                    "02:00:0a:c9:01:01",
-                    "--src-ip",
-                    "10.201.1.2",
-                    "--dst-ip",
-                    dst,
-                    "--seconds",
-                    "5",
-                    "--queue",
-                    &queue.to_string(),
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .ok()
-                .map(Reaped)
-        })
-        .collect();
-    if generators.len() != flows.len() {
-        return (0.0, 0.0);
-    }
-    std::thread::sleep(Duration::from_millis(1500));
-    let (busy0, _) = cpu_ticks();
-    let pps = rate_at_n2(lab, "rx_packets", Duration::ZERO, Duration::from_secs(3));
-    let (busy1, _) = cpu_ticks();
-    for mut g in generators {
-        let _ = g.0.wait();
-    }
-    // USER_HZ is 100 on Linux: a tick is 10 ms.
-    let busy_ns = (busy1 - busy0) as f64 * 1e7;
-    (pps, busy_ns / (pps * 3.0).max(1.0))
-}
-
 fn measure(lab: &Lab, reps: usize, flows: &[(u32, &str)]) -> (f64, f64) {
-    let runs: Vec<(f64, f64)> = (0..reps).map(|_| flood(lab, flows)).collect();
+    let runs: Vec<(f64, f64)> = (0..reps).map(|_| pps_64_flows(lab, flows)).collect();
     (
         median(runs.iter().map(|r| r.0).collect()),
         median(runs.iter().map(|r| r.1).collect()),

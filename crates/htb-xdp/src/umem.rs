@@ -236,8 +236,15 @@ impl FrameIo {
         }
         let total = config.frames;
         let per_worker = total / workers as u32;
+        let home_size = |w: usize| {
+            if w + 1 == workers {
+                total - per_worker * (workers as u32 - 1)
+            } else {
+                per_worker
+            }
+        };
         // returns[from][to]: the ring from worker `from` to worker `to`, sized for every frame
-        // of `to` (so a push never fails while the frames are counted right).
+        // whose home `to` is (so a push never fails while the frames are counted right).
         let mut returns: Vec<Vec<Option<rtrb::Producer<FrameDesc>>>> = (0..workers)
             .map(|_| (0..workers).map(|_| None).collect())
             .collect();
@@ -246,7 +253,7 @@ impl FrameIo {
         for (from, row) in returns.iter_mut().enumerate() {
             for (to, slot) in row.iter_mut().enumerate() {
                 if from != to {
-                    let (producer, consumer) = rtrb::RingBuffer::new(total as usize);
+                    let (producer, consumer) = rtrb::RingBuffer::new(home_size(to) as usize);
                     *slot = Some(producer);
                     homecoming[to].push(consumer);
                 }
@@ -260,11 +267,7 @@ impl FrameIo {
             .enumerate()
         {
             let start = per_worker * w as u32;
-            let end = if w + 1 == workers {
-                total
-            } else {
-                start + per_worker
-            };
+            let end = start + home_size(w);
             // `free` is sorted by index, highest first: this worker's frames are at its end.
             let mine = free.split_off(free.len() - (end - start) as usize);
             let mut io = Self {
