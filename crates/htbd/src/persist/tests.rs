@@ -8,6 +8,25 @@ use std::process::Command as Process;
 
 use super::*;
 
+/// `Store::open`, riding out a lock held for a moment by another test's child process.
+///
+/// The lock is an `flock` on an open file description. When another test in this process
+/// forks to run a command while a store is open, the child shares that description until it
+/// execs (`O_CLOEXEC` closes it only then): for those microseconds a store just dropped here is
+/// still locked, and opening it again is refused. htbd opens its store once per process, so
+/// only tests meet this; a lock held for longer than a second is still an error.
+fn reopen(dir: &Path) -> Result<(Store, Saved), StoreError> {
+    for _ in 0..100 {
+        match Store::open(dir) {
+            Err(StoreError::Locked { .. }) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            result => return result,
+        }
+    }
+    Store::open(dir)
+}
+
 fn batch(id: &str) -> Vec<Command> {
     vec![Command::ClassDelete {
         dev: "r2".into(),
@@ -53,20 +72,20 @@ fn append_line(dir: &Path, bytes: &[u8]) {
 #[test]
 fn journal_survives_reopen_and_a_torn_tail_is_cut_off() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut store, saved) = Store::open(dir.path()).unwrap();
+    let (mut store, saved) = reopen(dir.path()).unwrap();
     assert!(saved.snapshot.is_none() && saved.journal.is_empty());
     assert_eq!(store.append(&batch("1:10")).unwrap().seq(), 1);
     assert_eq!(store.append(&batch("1:20")).unwrap().seq(), 2);
     drop(store);
     // A crash in the middle of a third write.
     append_line(dir.path(), b"{\"seq\":3,\"commands\":[{\"op\":\"class_del");
-    let (mut store, saved) = Store::open(dir.path()).unwrap();
+    let (mut store, saved) = reopen(dir.path()).unwrap();
     assert_eq!(saved.torn_line, Some(3));
     assert_eq!(loaded(dir.path()), vec![batch("1:10"), batch("1:20")]);
     // The torn bytes were cut off: the next batch lands on a line of its own, numbered on.
     assert_eq!(store.append(&batch("1:30")).unwrap().seq(), 3);
     drop(store);
-    let (_, saved) = Store::open(dir.path()).unwrap();
+    let (_, saved) = reopen(dir.path()).unwrap();
     assert_eq!(saved.journal.len(), 3);
     assert_eq!(saved.torn_line, None);
 }
@@ -74,11 +93,11 @@ fn journal_survives_reopen_and_a_torn_tail_is_cut_off() {
 #[test]
 fn a_damaged_line_before_the_end_stops_the_load_with_its_line_number() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut store, _) = Store::open(dir.path()).unwrap();
+    let (mut store, _) = reopen(dir.path()).unwrap();
     let _ = store.append(&batch("1:10")).unwrap();
     drop(store);
     append_line(dir.path(), b"{\"seq\":2,\"commands\":[garbage]}\n");
-    let (mut store, _) = Store::open(dir.path())
+    let (mut store, _) = reopen(dir.path())
         .map(|_| panic!("a damaged journal loaded"))
         .unwrap_or_else(|e| {
             let text = e.to_string();
@@ -90,14 +109,14 @@ fn a_damaged_line_before_the_end_stops_the_load_with_its_line_number() {
             let journal = fs::read_to_string(dir.path().join(JOURNAL)).unwrap();
             assert!(journal.contains("garbage"));
             fs::write(dir.path().join(JOURNAL), "").unwrap();
-            Store::open(dir.path()).unwrap()
+            reopen(dir.path()).unwrap()
         });
     let _ = store.append(&batch("1:99")).unwrap();
     // Out-of-order sequence numbers are damage too.
     drop(store);
     append_line(dir.path(), b"{\"seq\":1,\"commands\":[]}\n");
     assert!(matches!(
-        Store::open(dir.path()),
+        reopen(dir.path()),
         Err(StoreError::Damaged { line: 2, .. })
     ));
     // Unknown fields are refused, not ignored.
@@ -107,7 +126,7 @@ fn a_damaged_line_before_the_end_stops_the_load_with_its_line_number() {
     )
     .unwrap();
     assert!(matches!(
-        Store::open(dir.path()),
+        reopen(dir.path()),
         Err(StoreError::Damaged { line: 1, .. })
     ));
 }
@@ -115,7 +134,7 @@ fn a_damaged_line_before_the_end_stops_the_load_with_its_line_number() {
 #[test]
 fn a_second_store_on_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (store, _) = Store::open(dir.path()).unwrap();
+    let (store, _) = reopen(dir.path()).unwrap();
     let e = Store::open(dir.path()).unwrap_err();
     assert!(matches!(e, StoreError::Locked { .. }), "{e}");
     assert!(
@@ -124,7 +143,7 @@ fn a_second_store_on_the_same_directory_is_refused() {
         "{e}"
     );
     drop(store);
-    let _ = Store::open(dir.path()).unwrap();
+    let _ = reopen(dir.path()).unwrap();
 }
 
 #[test]
@@ -133,7 +152,7 @@ fn state_dir_and_files_are_private() {
     let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
     // Created by the store: 0700, files 0600.
     let dir = parent.path().join("new");
-    let (mut store, _) = Store::open(&dir).unwrap();
+    let (mut store, _) = reopen(&dir).unwrap();
     let _ = store.append(&batch("1:10")).unwrap();
     store.compact("test", "").unwrap();
     drop(store);
@@ -145,14 +164,14 @@ fn state_dir_and_files_are_private() {
     let open = parent.path().join("open");
     fs::create_dir(&open).unwrap();
     fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
-    let _ = Store::open(&open).unwrap();
+    let _ = reopen(&open).unwrap();
     assert_eq!(mode(&open), 0o700);
 }
 
 #[test]
 fn a_retracted_batch_is_gone_and_its_number_reused() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut store, _) = Store::open(dir.path()).unwrap();
+    let (mut store, _) = reopen(dir.path()).unwrap();
     let _ = store.append(&batch("1:10")).unwrap();
     let refused = store.append(&batch("1:20")).unwrap();
     store.retract(refused).unwrap();
@@ -167,7 +186,7 @@ fn a_retracted_batch_is_gone_and_its_number_reused() {
 fn a_crash_at_every_step_of_compaction_loads_exactly_the_acknowledged_batches() {
     for crash_at in CompactStep::ALL {
         let dir = tempfile::tempdir().unwrap();
-        let (mut store, _) = Store::open(dir.path()).unwrap();
+        let (mut store, _) = reopen(dir.path()).unwrap();
         let mut acknowledged = Vec::new();
         for id in ["1:10", "1:20"] {
             let _ = store.append(&batch(id)).unwrap();
@@ -190,7 +209,7 @@ fn a_crash_at_every_step_of_compaction_loads_exactly_the_acknowledged_batches() 
         assert_eq!(loaded(dir.path()), acknowledged, "crash after {crash_at:?}");
         // And the next run numbers on from the last batch, so a later crash cannot confuse
         // old and new batches.
-        let (mut store, saved) = Store::open(dir.path()).unwrap();
+        let (mut store, saved) = reopen(dir.path()).unwrap();
         assert_eq!(
             saved.already_in_snapshot > 0,
             matches!(crash_at, CompactStep::Renamed | CompactStep::DirSynced),
@@ -247,7 +266,7 @@ impl Drop for TinyFs {
 fn a_full_disk_refuses_the_batch_and_leaves_exactly_the_acknowledged_ones() {
     let fs_ = TinyFs::mount(64);
     let dir = fs_.path().join("state");
-    let (mut store, _) = Store::open(&dir).unwrap();
+    let (mut store, _) = reopen(&dir).unwrap();
     let mut acknowledged = Vec::new();
     let _ = store.append(&batch("1:10")).unwrap();
     acknowledged.push(batch("1:10"));
@@ -268,7 +287,7 @@ fn a_full_disk_refuses_the_batch_and_leaves_exactly_the_acknowledged_ones() {
     acknowledged.push(batch("1:20"));
     drop(store);
     assert_eq!(loaded(&dir), acknowledged);
-    let (mut store, saved) = Store::open(&dir).unwrap();
+    let (mut store, saved) = reopen(&dir).unwrap();
     assert_eq!(saved.torn_line, None);
     store.compact("test", &state_of(&acknowledged)).unwrap();
     drop(store);
@@ -278,7 +297,7 @@ fn a_full_disk_refuses_the_batch_and_leaves_exactly_the_acknowledged_ones() {
 #[test]
 fn set_aside_keeps_the_old_state_and_starts_empty() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut store, _) = Store::open(dir.path()).unwrap();
+    let (mut store, _) = reopen(dir.path()).unwrap();
     let _ = store.append(&batch("1:10")).unwrap();
     store.compact("test", "applied 1:10\n").unwrap();
     let _ = store.append(&batch("1:20")).unwrap();
@@ -291,7 +310,7 @@ fn set_aside_keeps_the_old_state_and_starts_empty() {
     );
     assert_eq!(store.append(&batch("1:30")).unwrap().seq(), 3);
     drop(store);
-    let (_, saved) = Store::open(dir.path()).unwrap();
+    let (_, saved) = reopen(dir.path()).unwrap();
     assert!(saved.snapshot.is_none());
     assert_eq!(saved.journal, vec![(3, batch("1:30"))]);
 }
@@ -299,7 +318,7 @@ fn set_aside_keeps_the_old_state_and_starts_empty() {
 #[test]
 fn the_snapshot_records_its_last_batch_and_config_hash() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut store, _) = Store::open(dir.path()).unwrap();
+    let (mut store, _) = reopen(dir.path()).unwrap();
     store.set_config_hash(trees_hash("[[interface]]"));
     let _ = store.append(&batch("1:10")).unwrap();
     store
