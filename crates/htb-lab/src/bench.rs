@@ -85,16 +85,11 @@ fn cpu_ticks() -> (u64, u64) {
     (total - idle, total)
 }
 
-/// 64-byte packets/s reaching node-2 while the generator floods node-1 → 10.201.3.1 (sink), and
+/// 64-byte packets/s reaching node-2 while generators flood node-1 → the sink behind node-2, and
 /// the machine's busy CPU time per delivered packet (ns) over the same window: on two vCPUs the
 /// generator often cannot offer more than a forwarder takes, and then the CPU cost per packet is
-/// what tells the forwarders apart.
-pub(crate) fn pps_64(lab: &Lab) -> (f64, f64) {
-    pps_64_flows(lab, &[(0, "10.201.3.1")])
-}
-
-/// As [`pps_64`], with one generator per `(queue, destination)`: each sends on that TX queue of
-/// node-1 (which a veth delivers to the same RX queue of r1).
+/// what tells the forwarders apart. One generator per `(queue, destination)`: each sends on that
+/// TX queue of node-1 (which a veth delivers to the same RX queue of r1).
 pub(crate) fn pps_64_flows(lab: &Lab, flows: &[(u32, &str)]) -> (f64, f64) {
     let generators: Vec<Reaped> = flows
         .iter()
@@ -135,6 +130,31 @@ pub(crate) fn pps_64_flows(lab: &Lab, flows: &[(u32, &str)]) -> (f64, f64) {
     // USER_HZ is 100 on Linux: a tick is 10 ms.
     let busy_ns = (busy1 - busy0) as f64 * 1e7;
     (pps, busy_ns / (pps * 3.0).max(1.0))
+}
+
+/// [`pps_64_flows`] `reps` times: the medians of the packets/s and of the CPU per packet.
+pub(crate) fn pps_64_median(lab: &Lab, reps: usize, flows: &[(u32, &str)]) -> (f64, f64) {
+    let runs: Vec<(f64, f64)> = (0..reps).map(|_| pps_64_flows(lab, flows)).collect();
+    (
+        median(runs.iter().map(|r| r.0).collect()),
+        median(runs.iter().map(|r| r.1).collect()),
+    )
+}
+
+/// The usual flood: one generator on queue 0 to 10.201.3.1 (the sink).
+pub(crate) const ONE_FLOOD: &[(u32, &str)] = &[(0, "10.201.3.1")];
+
+/// Writes `report` as `out/name` (pretty JSON), creating `out`, and says so.
+pub(crate) fn write_report(
+    out: &std::path::Path,
+    name: &str,
+    report: &Value,
+) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(out)?;
+    let path = out.join(name);
+    std::fs::write(&path, serde_json::to_string_pretty(report)?)?;
+    println!("wrote {}", path.display());
+    Ok(path)
 }
 
 /// TCP goodput node-1 → node-2 over 5 s, bit/s.
@@ -212,10 +232,8 @@ pub fn run(options: &BenchOptions) -> anyhow::Result<Value> {
     let mut cpu = serde_json::Map::new();
     for shaper in shapers {
         let installed = install(&lab, shaper, &one_class_tree("10gbit", None))?;
-        let runs: Vec<(f64, f64)> = (0..reps).map(|_| pps_64(&lab)).collect();
+        let (value, ns) = pps_64_median(&lab, reps, ONE_FLOOD);
         uninstall(&lab, installed);
-        let value = median(runs.iter().map(|r| r.0).collect());
-        let ns = median(runs.iter().map(|r| r.1).collect());
         println!(
             "  {:<11} {:>10.0} pps, {ns:>7.0} ns of machine CPU per packet",
             shaper.name(),

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
-use crate::bench::{blackhole_sink, median, pps_64};
+use crate::bench::{ONE_FLOOD, blackhole_sink, pps_64_median, write_report};
 use crate::shaper::{Installed, Shaper, install, uninstall};
 use crate::{Lab, R};
 
@@ -136,14 +136,6 @@ fn install_kernel(lab: &Lab, config: &str, subscribers: u32, hashed: bool) -> an
 }
 
 /// Packets/s and CPU ns per packet, median of `reps`.
-fn measure(lab: &Lab, reps: usize) -> (f64, f64) {
-    let runs: Vec<(f64, f64)> = (0..reps).map(|_| pps_64(lab)).collect();
-    (
-        median(runs.iter().map(|r| r.0).collect()),
-        median(runs.iter().map(|r| r.1).collect()),
-    )
-}
-
 /// Runs the comparison; writes and returns the report.
 ///
 /// # Errors
@@ -166,7 +158,7 @@ pub fn run(options: &FilterBenchOptions) -> anyhow::Result<Value> {
     };
     for (key, filters) in [("htbd_1_filter", false), ("htbd_subscriber_filters", true)] {
         let installed = install(&lab, Shaper::Htbd, &config(n, filters))?;
-        let result = measure(&lab, reps);
+        let result = pps_64_median(&lab, reps, ONE_FLOOD);
         uninstall(&lab, installed);
         record(key, result)?;
     }
@@ -176,7 +168,7 @@ pub fn run(options: &FilterBenchOptions) -> anyhow::Result<Value> {
         ("kernel_htb_hashed", true, true),
     ] {
         install_kernel(&lab, &config(n, filters), n, hashed)?;
-        let result = measure(&lab, reps);
+        let result = pps_64_median(&lab, reps, ONE_FLOOD);
         uninstall(&lab, Installed::Tc);
         record(key, result)?;
     }
@@ -192,10 +184,7 @@ pub fn run(options: &FilterBenchOptions) -> anyhow::Result<Value> {
         },
     });
     println!("goals: {}", serde_json::to_string_pretty(&report["goals"])?);
-    std::fs::create_dir_all(&options.out)?;
-    let path = options.out.join("filters.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    println!("wrote {}", path.display());
+    write_report(&options.out, "filters.json", &report)?;
     Ok(report)
 }
 

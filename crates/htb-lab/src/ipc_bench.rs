@@ -251,9 +251,6 @@ pub fn run(options: &IpcBenchOptions) -> anyhow::Result<Value> {
         "cli_one_batch": batch,
         "cli_one_process_per_change": processes,
     });
-    std::fs::create_dir_all(&options.out)?;
-    let path = options.out.join("ipc.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&result)?)?;
-    println!("wrote {}", path.display());
+    crate::bench::write_report(&options.out, "ipc.json", &result)?;
     Ok(result)
 }

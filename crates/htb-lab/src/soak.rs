@@ -284,10 +284,7 @@ pub fn run(options: &SoakOptions) -> anyhow::Result<Value> {
         "verdict": verdict,
         "failures": failures,
     });
-    std::fs::create_dir_all(&options.out)?;
-    let path = options.out.join("soak.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&result)?)?;
-    println!("wrote {}", path.display());
+    crate::bench::write_report(&options.out, "soak.json", &result)?;
     drop(htbd);
     if !failures.is_empty() {
         bail!("soak failed: {}", failures.join("; "));

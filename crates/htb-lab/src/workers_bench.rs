@@ -22,7 +22,7 @@ use anyhow::bail;
 use serde_json::{Value, json};
 
 use crate::Lab;
-use crate::bench::{blackhole_sink, median, pps_64_flows};
+use crate::bench::{blackhole_sink, pps_64_median, write_report};
 use crate::shaper::{Installed, Shaper, install, uninstall};
 
 /// What to run.
@@ -54,14 +54,6 @@ fn config(workers: u32) -> String {
     )
 }
 
-fn measure(lab: &Lab, reps: usize, flows: &[(u32, &str)]) -> (f64, f64) {
-    let runs: Vec<(f64, f64)> = (0..reps).map(|_| pps_64_flows(lab, flows)).collect();
-    (
-        median(runs.iter().map(|r| r.0).collect()),
-        median(runs.iter().map(|r| r.1).collect()),
-    )
-}
-
 /// Runs the benchmark; prints a summary and writes `workers.json` into `out`.
 ///
 /// # Errors
@@ -90,7 +82,7 @@ pub fn run(options: &WorkersBenchOptions) -> anyhow::Result<Value> {
         Ok(())
     };
     install(&lab, Shaper::KernelHtb, &config(1))?;
-    let kernel = measure(&lab, reps, &aligned);
+    let kernel = pps_64_median(&lab, reps, &aligned);
     uninstall(&lab, Installed::Tc);
     record("kernel_htb", kernel, Value::Null)?;
     for (key, workers, flows) in [
@@ -99,7 +91,7 @@ pub fn run(options: &WorkersBenchOptions) -> anyhow::Result<Value> {
         ("htbd_2_workers_crossed", 2, &crossed),
     ] {
         let installed = install(&lab, Shaper::Htbd, &config(workers))?;
-        let result = measure(&lab, reps, flows);
+        let result = pps_64_median(&lab, reps, flows);
         let handoffs = installed.htbd().map(|h| {
             let status = h.status();
             let handed: u64 = status.workers.iter().map(|w| w.handed_out).sum();
@@ -145,10 +137,7 @@ pub fn run(options: &WorkersBenchOptions) -> anyhow::Result<Value> {
         "ratios: {}",
         serde_json::to_string_pretty(&report["ratios"])?
     );
-    std::fs::create_dir_all(&options.out)?;
-    let path = options.out.join("workers.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
-    println!("wrote {}", path.display());
+    write_report(&options.out, "workers.json", &report)?;
     Ok(report)
 }
 
