@@ -475,6 +475,18 @@ impl<R: Rings> Dataplane<R> {
         self.ports.iter().find(|p| p.name == name)
     }
 
+    /// The index of port `name`, in configuration order.
+    #[must_use]
+    pub(crate) fn port_index(&self, name: &str) -> Option<usize> {
+        self.ports.iter().position(|p| p.name == name)
+    }
+
+    /// The scheduler of the port at `index`.
+    #[must_use]
+    pub(crate) fn scheduler_at(&self, index: usize) -> Option<&Scheduler<Frame>> {
+        self.ports.get(index).map(|p| &p.htb)
+    }
+
     /// The scheduler shaping what leaves through `port`.
     #[must_use]
     pub(crate) fn scheduler(&self, port: &str) -> Option<&Scheduler<Frame>> {
@@ -509,7 +521,7 @@ impl<R: Rings> Dataplane<R> {
             if results.last().is_some_and(Result::is_err) {
                 break;
             }
-            let Some(index) = self.ports.iter().position(|p| p.name == op.port()) else {
+            let Some(index) = self.port_index(op.port()) else {
                 results.push(Err(format!("no port {}", op.port())));
                 continue;
             };

@@ -611,6 +611,11 @@ impl Engine {
         self.workers.first()?.plane.scheduler(port)
     }
 
+    /// Worker 0's scheduler of the port at `index` (every worker has the same classes).
+    fn scheduler_at(&self, index: usize) -> Option<&Scheduler<Frame>> {
+        self.workers.first()?.plane.scheduler_at(index)
+    }
+
     /// Names of the ports, in configuration order.
     #[must_use]
     pub fn port_names(&self) -> Vec<String> {
@@ -684,7 +689,11 @@ impl Engine {
     }
 
     fn shape_of(&self, op: &PlaneOp) -> Shape {
-        let Some(port) = self.port_names().iter().position(|p| p == op.port()) else {
+        let Some(port) = self
+            .workers
+            .first()
+            .and_then(|w| w.plane.port_index(op.port()))
+        else {
             return Shape::Other;
         };
         match op {
@@ -725,11 +734,8 @@ impl Engine {
         if self.workers.len() < 2 {
             return;
         }
-        let Some(name) = self.port_names().get(port).cloned() else {
-            return;
-        };
         let mut ids: Vec<ClassId> = self
-            .scheduler(&name)
+            .scheduler_at(port)
             .map(|s| s.class_ids().collect())
             .unwrap_or_default();
         ids.sort_unstable();
@@ -741,10 +747,7 @@ impl Engine {
     /// A new class of `port`: shares its buckets if it is at the top of the tree, and assigns
     /// it a worker if it tops a subtree.
     fn assign_class(&mut self, port: usize, id: ClassId) {
-        let Some(name) = self.port_names().get(port).cloned() else {
-            return;
-        };
-        let Some(htb) = self.scheduler(&name) else {
+        let Some(htb) = self.scheduler_at(port) else {
             return;
         };
         let top_level = htb.parent(id) == Some(None);
