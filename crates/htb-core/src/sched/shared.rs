@@ -236,24 +236,40 @@ mod tests {
         s.parse().unwrap()
     }
 
-    /// A root of `root` bit/s with one child of rate 1 Mbit/s, ceil `root`, whose buckets are
-    /// `shared`.
-    fn worker(child: &str, root: u64, shared: &Arc<SharedBuckets>) -> Scheduler<Pkt> {
+    /// A root of `root` bit/s with children 1:10 and 1:20 at `rates`, both with ceil `root`;
+    /// the root's buckets are `shared` when given.
+    fn tree(root: u64, rates: [u64; 2], shared: Option<&Arc<SharedBuckets>>) -> Scheduler<Pkt> {
         let mut s = Scheduler::new(SchedulerConfig::default());
         let rate = |bps| ClassSpec::new(Rate::from_bits_per_sec(bps));
         let _ = s
             .add_class(Instant::ZERO, id("1:1"), None, &rate(root))
             .unwrap();
-        for c in ["1:10", "1:20"] {
-            let mut spec = rate(1_000_000);
+        for (c, r) in [("1:10", rates[0]), ("1:20", rates[1])] {
+            let mut spec = rate(r);
             spec.ceil = Some(Rate::from_bits_per_sec(root));
             let _ = s
                 .add_class(Instant::ZERO, id(c), Some(id("1:1")), &spec)
                 .unwrap();
         }
-        s.share_class(id("1:1"), Arc::clone(shared)).unwrap();
-        assert!(s.is_shared(id("1:1")) && !s.is_shared(id(child)));
+        if let Some(shared) = shared {
+            s.share_class(id("1:1"), Arc::clone(shared)).unwrap();
+            assert!(s.is_shared(id("1:1")) && !s.is_shared(id("1:10")));
+        }
         s
+    }
+
+    /// A worker's turn at `t`: `child` kept 50 packets deep, everything the scheduler releases
+    /// sent, the debt paid. Returns the bytes sent.
+    fn turn(s: &mut Scheduler<Pkt>, t: Instant, child: &str) -> u64 {
+        while s.len() < 50 {
+            s.enqueue(t, Target::Class(id(child)), Pkt(1500)).unwrap();
+        }
+        let mut sent = 0;
+        while let Some(p) = s.dequeue(t) {
+            sent += u64::from(p.0);
+        }
+        s.flush_shared();
+        sent
     }
 
     /// Two workers, each saturating its own child of a shared 100 Mbit/s root, stepping in
@@ -264,26 +280,20 @@ mod tests {
     fn two_schedulers_sharing_a_root_send_its_rate_together() {
         let shared = Arc::new(SharedBuckets::new());
         let root = 100_000_000;
-        let mut a = worker("1:10", root, &shared);
-        let mut b = worker("1:20", root, &shared);
+        let mut a = tree(root, [1_000_000; 2], Some(&shared));
+        let mut b = tree(root, [1_000_000; 2], Some(&shared));
         let mut sent = [0u64; 2];
         let secs = 2;
         let step = 100_000;
         let mut now = 0;
         while now < secs * 1_000_000_000 {
             let t = Instant::from_nanos(now);
-            let mut turn = [(0, &mut a, "1:10"), (1, &mut b, "1:20")];
+            let mut order = [(0, &mut a, "1:10"), (1, &mut b, "1:20")];
             if (now / step) % 2 == 1 {
-                turn.reverse();
+                order.reverse();
             }
-            for (i, s, child) in turn {
-                while s.len() < 50 {
-                    s.enqueue(t, Target::Class(id(child)), Pkt(1500)).unwrap();
-                }
-                while let Some(p) = s.dequeue(t) {
-                    sent[i] += u64::from(p.0);
-                }
-                s.flush_shared();
+            for (i, s, child) in order {
+                sent[i] += turn(s, t, child);
                 s.check().unwrap();
             }
             now += step;
@@ -298,34 +308,15 @@ mod tests {
         assert!((0.3..0.7).contains(&share), "split {share:.3}");
     }
 
-    /// Unshared, the same two schedulers each send the whole root rate: the test above
+    /// Unshared, the same scheduler sends the whole root rate alone: the test above
     /// measures the sharing, not something else limiting them.
     #[test]
     fn without_sharing_each_scheduler_sends_the_whole_root() {
-        let mut s: Scheduler<Pkt> = Scheduler::new(SchedulerConfig::default());
         let root = 100_000_000u64;
-        let _ = s
-            .add_class(
-                Instant::ZERO,
-                id("1:1"),
-                None,
-                &ClassSpec::new(Rate::from_bits_per_sec(root)),
-            )
-            .unwrap();
-        let mut spec = ClassSpec::new(Rate::from_bits_per_sec(1_000_000));
-        spec.ceil = Some(Rate::from_bits_per_sec(root));
-        let _ = s
-            .add_class(Instant::ZERO, id("1:10"), Some(id("1:1")), &spec)
-            .unwrap();
+        let mut s = tree(root, [1_000_000; 2], None);
         let mut sent = 0u64;
         for step in 0..10_000u64 {
-            let t = Instant::from_nanos(step * 100_000);
-            while s.len() < 50 {
-                s.enqueue(t, Target::Class(id("1:10")), Pkt(1500)).unwrap();
-            }
-            while let Some(p) = s.dequeue(t) {
-                sent += u64::from(p.0);
-            }
+            sent += turn(&mut s, Instant::from_nanos(step * 100_000), "1:10");
         }
         let bps = sent as f64 * 8.0;
         assert!((bps - root as f64).abs() / (root as f64) < 0.01, "{bps}");
@@ -338,38 +329,16 @@ mod tests {
     fn rates_are_kept_when_the_shared_root_is_the_bottleneck() {
         let shared = Arc::new(SharedBuckets::new());
         let root = 100_000_000u64;
-        let build = |child: &str| {
-            let mut s: Scheduler<Pkt> = Scheduler::new(SchedulerConfig::default());
-            let _ = s
-                .add_class(
-                    Instant::ZERO,
-                    id("1:1"),
-                    None,
-                    &ClassSpec::new(Rate::from_bits_per_sec(root)),
-                )
-                .unwrap();
-            for (c, r) in [("1:10", 80_000_000), ("1:20", 20_000_000)] {
-                let mut spec = ClassSpec::new(Rate::from_bits_per_sec(r));
-                spec.ceil = Some(Rate::from_bits_per_sec(root));
-                let _ = s
-                    .add_class(Instant::ZERO, id(c), Some(id("1:1")), &spec)
-                    .unwrap();
-            }
-            s.share_class(id("1:1"), Arc::clone(&shared)).unwrap();
-            (s, id(child))
-        };
-        let mut workers = [build("1:10"), build("1:20")];
+        let rates = [80_000_000, 20_000_000];
+        let mut workers = [
+            (tree(root, rates, Some(&shared)), "1:10"),
+            (tree(root, rates, Some(&shared)), "1:20"),
+        ];
         let mut sent = [0u64; 2];
         for step in 0..20_000u64 {
             let t = Instant::from_nanos(step * 100_000);
             for (i, (s, child)) in workers.iter_mut().enumerate() {
-                while s.len() < 50 {
-                    s.enqueue(t, Target::Class(*child), Pkt(1500)).unwrap();
-                }
-                while let Some(p) = s.dequeue(t) {
-                    sent[i] += u64::from(p.0);
-                }
-                s.flush_shared();
+                sent[i] += turn(s, t, child);
             }
         }
         let mbit = |b: u64| b as f64 * 8.0 / 2.0 / 1e6;
@@ -383,7 +352,7 @@ mod tests {
     #[test]
     fn deleting_a_shared_class_pays_its_debt_and_forgets_it() {
         let shared = Arc::new(SharedBuckets::new());
-        let mut s = worker("1:10", 10_000_000, &shared);
+        let mut s = tree(10_000_000, [1_000_000; 2], Some(&shared));
         s.enqueue(Instant::ZERO, Target::Class(id("1:10")), Pkt(1500))
             .unwrap();
         s.dequeue(Instant::ZERO).unwrap();
