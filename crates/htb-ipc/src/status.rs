@@ -145,4 +145,7 @@ pub struct XdpVerdicts {
     pub pass_stale: u64,
     /// IPv4 with options: to the kernel.
     pub pass_ip_options: u64,
+    /// Longer than htbd's sockets take (an MTU raised while it runs): to the kernel.
+    #[serde(default)]
+    pub pass_too_big: u64,
 }

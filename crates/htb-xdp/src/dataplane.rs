@@ -284,12 +284,12 @@ impl<R: Rings> Dataplane<R> {
         }
     }
 
-    /// Frames the rings count as the data plane's that no scheduler holds: 0 unless a frame
-    /// leaked (positive) or is counted twice (negative). Between passes every frame the data
+    /// Packets the rings count as the data plane's that no scheduler holds: 0 unless one
+    /// leaked (positive) or is counted twice (negative). Between passes every packet the data
     /// plane holds is queued in a scheduler.
     #[must_use]
     pub(crate) fn unaccounted_frames(&self) -> i64 {
-        i64::from(self.rings.counts().with_caller) - self.queued() as i64
+        i64::from(self.rings.counts().packets_held) - self.queued() as i64
     }
 
     /// Classifies a received frame into its egress port's scheduler (or drops it).
@@ -317,7 +317,9 @@ impl<R: Rings> Dataplane<R> {
             return;
         }
         let parsed = parse(bytes);
-        let frame = Frame::new(chunk, &parsed, &self.flows, self.frame_size);
+        // A chain occupies each of its frames (`skb->truesize` of a multi-buffer skb).
+        let truesize = self.frame_size * u32::from(chunk.frames());
+        let frame = Frame::new(chunk, &parsed, &self.flows, truesize);
         let me = self.crew.me();
         let port = &mut self.ports[egress];
         let (filter, target, owner) = match port.classifier.classify_index(&parsed.info) {
@@ -397,15 +399,20 @@ impl<R: Rings> Dataplane<R> {
     }
 
     /// Moves what `port`'s scheduler releases into its TX ring. Returns whether any moved.
+    /// The ring's room is in frames: a packet is dequeued only while the room left holds the
+    /// longest chain, so that what is dequeued is always sent.
     fn transmit(&mut self, port: usize, now: Instant) -> bool {
         let mut moved = false;
+        let chain = self.rings.max_chain() as usize;
         loop {
-            let room = self.rings.tx_room(port, self.batch as u32) as usize;
-            if room == 0 {
+            let want = self.batch + chain - 1;
+            let room = self.rings.tx_room(port, want as u32) as usize;
+            if room < chain {
                 return moved;
             }
             let mut bytes = 0u64;
-            while self.tx_batch.len() < room {
+            let mut frames = 0usize;
+            while self.tx_batch.len() < self.batch && frames + chain <= room {
                 let Some(frame) = self.ports[port].htb.dequeue(now) else {
                     break;
                 };
@@ -417,6 +424,7 @@ impl<R: Rings> Dataplane<R> {
                     });
                 }
                 bytes += u64::from(chunk.len());
+                frames += usize::from(chunk.frames());
                 self.tx_batch.push(chunk);
             }
             self.release_dropped(port);
@@ -435,7 +443,7 @@ impl<R: Rings> Dataplane<R> {
             p.stats.tx_packets += sent as u64;
             p.stats.tx_bytes += bytes;
             moved = true;
-            if sent < room {
+            if frames + chain > room || sent < self.batch {
                 return moved;
             }
         }

@@ -27,7 +27,7 @@ use crate::links::{LINK_CHECK, LinkWatch};
 use crate::merge;
 use crate::netdev::{NetDev, format_mac};
 use crate::plane_op::{PlaneOp, new_scheduler};
-use crate::program::{AttachMode, XdpProgram};
+use crate::program::{AttachMode, ProgramConfig, XdpProgram};
 use crate::rings::Rings;
 use crate::stats::{EngineStats, JobTimes, PortSnapshot, WorkerStats};
 use crate::sys;
@@ -219,11 +219,12 @@ enum Shape {
     Other,
 }
 
-fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
+/// Checks `config` against the interfaces before anything is attached or bound, and returns
+/// them with the UMEM settings to use: multi-buffer on when an MTU needs it.
+fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> {
     if config.ports.is_empty() {
         return Err(XdpError::Config("no interfaces".into()));
     }
-    let max_mtu = config.io.max_mtu();
     let mut devs = Vec::new();
     for port in &config.ports {
         if devs.iter().any(|d: &NetDev| d.name == port.name) {
@@ -232,17 +233,32 @@ fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
                 port.name
             )));
         }
-        let dev = NetDev::open(&port.name)?;
-        if dev.mtu > max_mtu {
-            return Err(XdpError::Interface {
-                interface: dev.name,
-                reason: format!(
-                    "MTU {} does not fit frames of {} bytes (at most {} bytes of MTU)",
-                    dev.mtu, config.io.frame_size, max_mtu
-                ),
-            });
+        devs.push(NetDev::open(&port.name)?);
+    }
+    let mut io = config.io;
+    let mtus: Vec<(&str, u32)> = devs.iter().map(|d| (d.name.as_str(), d.mtu)).collect();
+    io.multi_buffer = io.check_mtus(sys::page_size(), &mtus)?;
+    if io.multi_buffer {
+        let (name, mtu) = mtus
+            .iter()
+            .max_by_key(|(_, mtu)| *mtu)
+            .copied()
+            .unwrap_or_default();
+        tracing::info!(
+            "{name}: MTU {mtu} is more than one {}-byte frame holds (MTU {}): jumbo frames \
+             are received and sent as chains of frames (AF_XDP multi-buffer)",
+            io.frame_size,
+            io.max_single_mtu()
+        );
+        if io.ring_size < 2 * crate::umem::MAX_CHAIN {
+            return Err(XdpError::Config(format!(
+                "ring_size = {} is too small for jumbo frames: a ring must hold two packets of \
+                 {} frames (multi-buffer); raise ring_size to {} or more",
+                io.ring_size,
+                crate::umem::MAX_CHAIN,
+                (2 * crate::umem::MAX_CHAIN).next_power_of_two()
+            )));
         }
-        devs.push(dev);
     }
     match config.mode {
         Mode::Bridge => {
@@ -288,9 +304,9 @@ fn validate(config: &EngineConfig) -> Result<Vec<NetDev>, XdpError> {
         }
     }
     let channels = devs.iter().map(|d| d.rx_queues).sum();
-    let batch = config.batch.clamp(1, config.io.ring_size as usize) as u32;
-    config.io.check_budget(channels, batch)?;
-    Ok(devs)
+    let batch = config.batch.clamp(1, io.ring_size as usize) as u32;
+    io.check_budget(channels, batch)?;
+    Ok((devs, io))
 }
 
 /// `workers` schedulers of `port`'s tree and its compiled filters.
@@ -341,7 +357,7 @@ impl Engine {
     /// # Errors
     /// [`XdpError`] naming the interface or step that failed.
     pub fn start(config: &EngineConfig) -> Result<(Self, EngineHandle), XdpError> {
-        let devs = validate(config)?;
+        let (devs, io) = validate(config)?;
         let queues: Vec<u32> = devs.iter().map(|d| d.rx_queues).collect();
         let workers = config.worker_count(&queues)?;
         let epoch = std::time::Instant::now();
@@ -362,10 +378,15 @@ impl Engine {
                 });
             }
         }
-        let mut program = XdpProgram::load(config.mode == Mode::Bridge, config.liveness)?;
+        let mut program = XdpProgram::load(&ProgramConfig {
+            bridge: config.mode == Mode::Bridge,
+            stale_after: config.liveness,
+            frags: io.multi_buffer,
+            max_frame_len: io.max_frame_len(),
+        })?;
         let channels: Vec<(String, u32)> =
             devs.iter().map(|d| (d.name.clone(), d.rx_queues)).collect();
-        let shares = FrameIo::new_shares(&config.io, &channels, workers)?;
+        let shares = FrameIo::new_shares(&io, &channels, workers)?;
         let mut slot = 0u32;
         let mut slots = Vec::with_capacity(devs.len());
         for (i, dev) in devs.iter().enumerate() {
@@ -421,7 +442,7 @@ impl Engine {
         let mut engine = Self {
             workers: pool,
             program,
-            links: LinkWatch::new(devs, slots, config.io.max_mtu()),
+            links: LinkWatch::new(devs, slots, io.max_mtu()),
             pace: Pace {
                 epoch,
                 busy_poll: config.busy_poll,

@@ -42,4 +42,4 @@ pub use plane_op::{PlaneOp, new_scheduler};
 pub use program::{AttachMode, Verdicts};
 pub use rings::{Chunk, FrameCounts};
 pub use stats::{EngineStats, JobTimes, PortSnapshot, PortStats, WorkerStats, XdpCounters};
-pub use umem::{IoConfig, TxGenerator};
+pub use umem::{IoConfig, MAX_CHAIN, TxGenerator};

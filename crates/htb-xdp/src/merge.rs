@@ -49,6 +49,7 @@ pub(crate) fn engine_stats<'a>(
         frames.in_fill += f.in_fill;
         frames.in_tx += f.in_tx;
         frames.with_caller += f.with_caller;
+        frames.packets_held += f.packets_held;
         stats.queued += plane.queued();
         stats.loops += plane.loops();
     }

@@ -56,13 +56,32 @@ pub struct Verdicts {
     /// Router mode: IPv4 with options, which the forwarding router must process: to the
     /// kernel.
     pub pass_ip_options: u64,
+    /// Longer than the sockets take (one frame, or a chain of frames with multi-buffer), as
+    /// after an MTU raised while htbd runs: to the kernel.
+    pub pass_too_big: u64,
 }
 
-const VERDICTS: u32 = 12;
+const VERDICTS: u32 = 13;
+
+/// What the program is loaded for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProgramConfig {
+    /// Bridge mode (every frame to the socket) rather than router mode.
+    pub(crate) bridge: bool,
+    /// Send every frame to the kernel once the data plane's last beat is older than this.
+    pub(crate) stale_after: Option<Duration>,
+    /// Load the `xdp.frags` entry point: frames larger than a page arrive as multi-buffer
+    /// `xdp_buff`s (a native-mode veth or NIC refuses a program without it at a jumbo MTU).
+    pub(crate) frags: bool,
+    /// The longest frame the sockets take; longer ones go to the kernel.
+    pub(crate) max_frame_len: u32,
+}
 
 /// The loaded program and its maps.
 pub(crate) struct XdpProgram {
     bpf: Ebpf,
+    /// The entry point loaded: `htb_xdp`, or `htb_xdp_frags` for multi-buffer.
+    entry: &'static str,
     /// The data plane's heartbeat (`heartbeat` in the C source), taken out of `bpf` once.
     heartbeat: Array<MapData, u64>,
 }
@@ -78,30 +97,40 @@ impl XdpProgram {
     /// Loads the program into the kernel (nothing is attached yet). With `stale_after`, the
     /// program sends every frame to the kernel once the data plane's last
     /// [`beat`](Self::beat) is older than that.
-    pub(crate) fn load(bridge: bool, stale_after: Option<Duration>) -> Result<Self, XdpError> {
-        let bridge_mode = u32::from(bridge);
-        let stale_after_ns = stale_after.map_or(0, |d| {
+    pub(crate) fn load(config: &ProgramConfig) -> Result<Self, XdpError> {
+        let bridge_mode = u32::from(config.bridge);
+        let stale_after_ns = config.stale_after.map_or(0, |d| {
             u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
         });
+        let entry = if config.frags {
+            "htb_xdp_frags"
+        } else {
+            "htb_xdp"
+        };
         let mut bpf = EbpfLoader::new()
             .override_global("bridge_mode", &bridge_mode, true)
             .override_global("stale_after_ns", &stale_after_ns, true)
+            .override_global("max_frame_len", &config.max_frame_len, true)
             .load(OBJECT)
             .map_err(|e| program_error("load object", e))?;
         let program: &mut Xdp = bpf
-            .program_mut("htb_xdp")
-            .ok_or_else(|| program_error("find htb_xdp", "missing from the object"))?
+            .program_mut(entry)
+            .ok_or_else(|| program_error(format!("find {entry}"), "missing from the object"))?
             .try_into()
-            .map_err(|e| program_error("htb_xdp is not an XDP program", e))?;
+            .map_err(|e| program_error(format!("{entry} is not an XDP program"), e))?;
         program
             .load()
-            .map_err(|e| program_error("verify and load", e))?;
+            .map_err(|e| program_error(format!("verify and load {entry}"), e))?;
         let heartbeat = bpf
             .take_map("heartbeat")
             .ok_or_else(|| program_error("heartbeat map", "missing"))?;
         let heartbeat =
             Array::try_from(heartbeat).map_err(|e| program_error("heartbeat map", e))?;
-        Ok(Self { bpf, heartbeat })
+        Ok(Self {
+            bpf,
+            entry,
+            heartbeat,
+        })
     }
 
     /// Tells the program the data plane is alive at `monotonic_ns` (CLOCK_MONOTONIC, the
@@ -149,11 +178,12 @@ impl XdpProgram {
         interface: &str,
         mode: AttachMode,
     ) -> Result<&'static str, XdpError> {
+        let entry = self.entry;
         let program: &mut Xdp = self
             .bpf
-            .program_mut("htb_xdp")
+            .program_mut(entry)
             .and_then(|p| p.try_into().ok())
-            .ok_or_else(|| program_error("find htb_xdp", "missing"))?;
+            .ok_or_else(|| program_error(format!("find {entry}"), "missing"))?;
         let attach = |program: &mut Xdp, mode: XdpMode| program.attach(interface, mode);
         match mode {
             AttachMode::Native => attach(program, XdpMode::Driver).map(|_| "native"),
@@ -196,6 +226,7 @@ impl XdpProgram {
             pass_not_ours: sums[9],
             pass_stale: sums[10],
             pass_ip_options: sums[11],
+            pass_too_big: sums[12],
         }
     }
 }

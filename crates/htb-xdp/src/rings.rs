@@ -11,30 +11,50 @@
 //! [`Rings::receive`], and given up only by [`Rings::transmit`] (it goes to a TX ring) or
 //! [`Rings::release`] (back to the free pool). So a frame cannot be sent twice, or sent and
 //! released: the compiler refuses it. What the types cannot say — that no `Chunk` is simply
-//! dropped — the counters check: [`FrameCounts::with_caller`] must equal what the schedulers
+//! dropped — the counters check: [`FrameCounts::packets_held`] must equal what the schedulers
 //! queue whenever the data plane is between passes.
 
-/// A UMEM frame held by the data plane: its index in the UMEM and the length of its packet.
+/// A packet held by the data plane: the UMEM frame it starts in, the length of the whole
+/// packet, and how many frames it spans. A packet larger than one frame (a jumbo frame received
+/// with AF_XDP multi-buffer, `XDP_USE_SG`) is a chain: its first frame holds the headers, and
+/// the ring implementation keeps the links to the others, so a chunk stays small for the
+/// queues. Whatever releases or sends a chunk releases or sends its whole chain.
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a frame must be sent or released, or it leaks from the UMEM"]
 pub struct Chunk {
     index: u32,
     len: u32,
+    frames: u16,
 }
 
 impl Chunk {
     /// Only a ring implementation creates chunks, for frames it has just received.
     pub(crate) fn received(index: u32, len: u32) -> Self {
-        Self { index, len }
+        Self {
+            index,
+            len,
+            frames: 1,
+        }
     }
 
-    /// The frame's index in the UMEM.
+    /// A packet received in `frames` chained frames starting at frame `index`.
+    pub(crate) fn received_chain(index: u32, len: u32, frames: u16) -> Self {
+        Self { index, len, frames }
+    }
+
+    /// The UMEM frames the packet occupies: 1, or the length of its chain.
+    #[must_use]
+    pub fn frames(&self) -> u16 {
+        self.frames
+    }
+
+    /// The index in the UMEM of the packet's (first) frame.
     #[must_use]
     pub fn index(&self) -> u32 {
         self.index
     }
 
-    /// The packet's length in bytes.
+    /// The packet's length in bytes, over every frame of its chain.
     #[must_use]
     pub fn len(&self) -> u32 {
         self.len
@@ -61,6 +81,9 @@ pub struct FrameCounts {
     /// With the data plane (received and not yet sent or released):
     /// `total - free - in_fill - in_tx` with one worker.
     pub with_caller: u32,
+    /// The packets those frames hold (as many as the frames, unless some are chains of
+    /// multi-buffer frames): what the schedulers must be queueing between passes.
+    pub packets_held: u32,
     /// On their way between workers (handed over, or going home free): the rest.
     pub between_workers: u32,
 }
@@ -77,21 +100,27 @@ pub(crate) trait Rings {
     /// The port a channel belongs to.
     fn channel_port(&self, channel: usize) -> usize;
 
-    /// Moves up to `max` frames received on `channel` into `out`; they are the caller's now.
-    /// Returns how many.
+    /// Takes up to `max` frames received on `channel` and moves the packets they complete into
+    /// `out`; they are the caller's now. Returns how many packets. (A chain whose last frame
+    /// has not been taken yet waits here for the next call.)
     fn receive(&mut self, channel: usize, out: &mut Vec<Chunk>, max: usize) -> usize;
 
-    /// The packet in a frame the caller holds.
+    /// The most frames one packet may span: 1 without multi-buffer.
+    fn max_chain(&self) -> u32;
+
+    /// The packet in a frame the caller holds: its first frame's bytes (all of it, unless it
+    /// is a chain; the headers are always there).
     fn bytes(&self, chunk: &Chunk) -> &[u8];
 
-    /// Runs `edit` on the packet in a frame the caller holds (to write an ECN mark).
+    /// Runs `edit` on the first frame of a packet the caller holds (to write an ECN mark).
     fn rewrite(&mut self, chunk: &mut Chunk, edit: &mut dyn FnMut(&mut [u8]));
 
-    /// How many frames `port`'s TX ring takes now, at most `want`.
+    /// How many frames (descriptors) `port`'s TX ring takes now, at most `want`.
     fn tx_room(&mut self, port: usize, want: u32) -> u32;
 
-    /// Submits frames from the front of `chunks` to `port`'s TX ring, removing those it took;
-    /// those left are still the caller's. Returns how many it took.
+    /// Submits the packets in `chunks` (every frame of each) to `port`'s TX ring, all or none,
+    /// removing them if it took them; otherwise they are still the caller's. Returns how many
+    /// packets it took.
     fn transmit(&mut self, port: usize, chunks: &mut Vec<Chunk>) -> usize;
 
     /// Asks the kernel to send what waits in the TX rings. Returns whether any still holds
@@ -104,7 +133,7 @@ pub(crate) trait Rings {
     /// Tops the fill rings up from the free pool.
     fn refill(&mut self);
 
-    /// Returns a frame the caller holds to the free pool (a drop).
+    /// Returns a packet the caller holds (every frame of it) to the free pool (a drop).
     fn release(&mut self, chunk: Chunk);
 
     /// Gives a frame the caller holds to another worker (whose rings share this UMEM): it is

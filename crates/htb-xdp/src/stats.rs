@@ -52,7 +52,7 @@ pub struct EngineStats {
     pub ports: Vec<PortStats>,
     /// Where the UMEM's frames are.
     pub frames: FrameCounts,
-    /// Frames queued in schedulers (part of `frames.with_caller`).
+    /// Packets queued in schedulers (`frames.packets_held` between passes).
     pub queued: u64,
     /// The XDP program's verdicts.
     pub verdicts: Verdicts,

@@ -119,6 +119,13 @@ pub(crate) fn wait_readable(
     }
 }
 
+/// The kernel's page size: the largest UMEM chunk AF_XDP takes (`xdp_umem_reg`).
+pub(crate) fn page_size() -> u32 {
+    // SAFETY: sysconf reads a constant of the running kernel; it takes no pointers.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u32::try_from(size).unwrap_or(4096)
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock of the XDP program's `bpf_ktime_get_ns`, which
 /// the data plane's heartbeat is compared against (`std::time::Instant` hides its value).
 pub(crate) fn monotonic_ns() -> u64 {

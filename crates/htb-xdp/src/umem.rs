@@ -16,6 +16,8 @@
 
 use std::num::NonZeroU32;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use xsk_rs::config::{BindFlags, FrameSize, LibxdpFlags, QueueSize, SocketConfig, UmemConfig};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
@@ -26,14 +28,19 @@ use crate::rings::{Chunk, FrameCounts, Rings};
 /// UMEM and ring sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IoConfig {
-    /// Frames in the UMEM (every queued packet holds one).
+    /// Frames in the UMEM (every queued packet holds one, a jumbo packet several).
     pub frames: u32,
-    /// Bytes per frame: 2048 carries frames up to 1792 bytes, 4096 up to 3840.
+    /// Bytes per frame: 2048 carries frames up to 1792 bytes, 4096 up to 3840; larger packets
+    /// need [`multi_buffer`](Self::multi_buffer). The kernel takes no more than its page size.
     pub frame_size: u32,
     /// Entries of each RX, TX, fill and completion ring (a power of two).
     pub ring_size: u32,
     /// Bind in zero-copy mode (needs driver support; veth has none).
     pub zero_copy: bool,
+    /// Receive and send packets larger than one frame as chains of up to [`MAX_CHAIN`] frames
+    /// (AF_XDP multi-buffer: `XDP_USE_SG` and an `xdp.frags` program). The engine turns it on
+    /// when a port's MTU does not fit one frame.
+    pub multi_buffer: bool,
 }
 
 impl Default for IoConfig {
@@ -43,9 +50,25 @@ impl Default for IoConfig {
             frame_size: 2048,
             ring_size: 2048,
             zero_copy: false,
+            multi_buffer: false,
         }
     }
 }
+
+/// The kernel's headroom before a packet in every frame (`XDP_PACKET_HEADROOM`).
+const XDP_PACKET_HEADROOM: u32 = 256;
+
+/// An Ethernet header with two VLAN tags: what a frame holds beyond the MTU.
+const L2_OVERHEAD: u32 = 18;
+
+/// The most frames one packet may span with multi-buffer. Copy-mode TX builds one skb per
+/// packet, its first frame the linear part and each further one a page fragment, and
+/// `xsk_build_skb` refuses (`-EOVERFLOW`) a packet with more fragments than `MAX_SKB_FRAGS`
+/// (17) allows; 17 frames in all stays below that.
+pub const MAX_CHAIN: u32 = 17;
+
+/// `XDP_PKT_CONTD` in a descriptor's options: more frames of this packet follow.
+const XDP_PKT_CONTD: u32 = 1;
 
 /// Frames kept for queued packets beyond what the rings and the receive reserve take: a UMEM
 /// with fewer would drop nearly every packet it receives.
@@ -64,11 +87,86 @@ impl IoConfig {
             + u64::from(QUEUE_FRAMES_MIN)
     }
 
-    /// The largest interface MTU whose frames fit a UMEM frame: the frame less the kernel's
-    /// 256-byte XDP headroom and an Ethernet header with two VLAN tags (18 bytes).
+    /// The packet bytes one frame holds: the frame less the kernel's 256-byte XDP headroom.
+    #[must_use]
+    pub fn frame_room(&self) -> u32 {
+        self.frame_size.saturating_sub(XDP_PACKET_HEADROOM)
+    }
+
+    /// The largest interface MTU whose frames fit one UMEM frame: its room less an Ethernet
+    /// header with two VLAN tags (18 bytes). Above it, packets need multi-buffer.
+    #[must_use]
+    pub fn max_single_mtu(&self) -> u32 {
+        self.frame_room().saturating_sub(L2_OVERHEAD)
+    }
+
+    /// The largest frame (L2 bytes) the sockets take: one frame's room, or [`MAX_CHAIN`] of
+    /// them with multi-buffer. The XDP program hands larger ones to the kernel.
+    #[must_use]
+    pub fn max_frame_len(&self) -> u32 {
+        if self.multi_buffer {
+            self.frame_room() * MAX_CHAIN
+        } else {
+            self.frame_room()
+        }
+    }
+
+    /// The largest interface MTU htbd can shape with multi-buffer on, at this frame size.
+    #[must_use]
+    pub fn max_chained_mtu(&self) -> u32 {
+        (self.frame_room() * MAX_CHAIN).saturating_sub(L2_OVERHEAD)
+    }
+
+    /// The largest interface MTU whose frames reach htbd with these settings.
     #[must_use]
     pub fn max_mtu(&self) -> u32 {
-        self.frame_size.saturating_sub(256 + 18)
+        self.max_frame_len().saturating_sub(L2_OVERHEAD)
+    }
+
+    /// Frames per packet at most (1 without multi-buffer).
+    #[must_use]
+    pub fn max_chain(&self) -> u32 {
+        if self.multi_buffer { MAX_CHAIN } else { 1 }
+    }
+
+    /// Checks the frame size, and the MTU of every port (`(name, mtu)`), against what the
+    /// kernel takes, before any socket is made, and says whether multi-buffer is needed: the
+    /// kernel refuses UMEM chunks larger than a page (`xdp_umem_reg`; the support for larger
+    /// chunks on hugepages was reverted), so a jumbo frame is received as a chain of frames.
+    ///
+    /// # Errors
+    /// [`XdpError::Config`] for a frame size above the page size, or an MTU that even a chain
+    /// of [`MAX_CHAIN`] frames cannot hold, naming the fix.
+    pub fn check_mtus(&self, page_size: u32, ports: &[(&str, u32)]) -> Result<bool, XdpError> {
+        if self.frame_size > page_size {
+            return Err(XdpError::Config(format!(
+                "frame_size = {} is larger than the page size ({page_size} bytes), the most \
+                 the kernel's AF_XDP takes per frame (xdp_umem_reg refuses larger chunks, with \
+                 or without hugepages); jumbo frames need no larger frames: htbd receives them \
+                 as chains of frames (multi-buffer). Set frame_size to 2048 or {}",
+                self.frame_size,
+                page_size.min(4096)
+            )));
+        }
+        let mut multi_buffer = false;
+        for &(name, mtu) in ports {
+            if mtu <= self.max_single_mtu() {
+                continue;
+            }
+            if mtu > self.max_chained_mtu() {
+                return Err(XdpError::Config(format!(
+                    "{name}: MTU {mtu} does not fit {MAX_CHAIN} frames of {} bytes, the longest \
+                     chain AF_XDP multi-buffer sends as one packet (MTU {} at most): lower the \
+                     MTU (`ip link set {name} mtu {}`) or raise frame_size to {}",
+                    self.frame_size,
+                    self.max_chained_mtu(),
+                    self.max_chained_mtu(),
+                    page_size.min(4096)
+                )));
+            }
+            multi_buffer = true;
+        }
+        Ok(multi_buffer)
     }
 
     /// Refuses a UMEM too small for its rings (with every ring full, nothing would be left to
@@ -103,6 +201,51 @@ struct Channel {
     cq: CompQueue,
     in_fill: u32,
     in_tx: u32,
+    /// A multi-buffer packet whose last frame has not been taken from the RX ring yet.
+    partial: Option<PartialChain>,
+}
+
+/// The frames of a packet taken so far from an RX ring (multi-buffer).
+#[derive(Clone, Copy, Debug)]
+struct PartialChain {
+    head: u32,
+    last: u32,
+    len: u32,
+    frames: u32,
+    /// Longer than [`MAX_CHAIN`]: its frames are freed as they come, and the packet dropped.
+    discard: bool,
+}
+
+/// The chains of multi-buffer packets, shared by every worker of the UMEM: per frame, the
+/// next frame of its packet and its own length. Written by the worker that received the
+/// frame, read by the one that sends or frees the packet; a frame handed over crosses an SPSC
+/// ring (release, then acquire), so relaxed accesses here are ordered by it.
+#[derive(Debug)]
+struct Links(Box<[AtomicU64]>);
+
+/// No next frame.
+const END: u32 = u32::MAX;
+
+impl Links {
+    fn new(frames: usize) -> Self {
+        Self((0..frames).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    fn set(&self, index: u32, next: u32, len: u32) {
+        self.0[index as usize].store(u64::from(next) << 32 | u64::from(len), Ordering::Relaxed);
+    }
+
+    /// Frame `index`'s next frame (or [`END`]) and its length.
+    fn get(&self, index: u32) -> (u32, u32) {
+        let v = self.0[index as usize].load(Ordering::Relaxed);
+        ((v >> 32) as u32, v as u32)
+    }
+
+    /// Frame `index` is followed by `next`.
+    fn link(&self, index: u32, next: u32) {
+        let (_, len) = self.get(index);
+        self.set(index, next, len);
+    }
 }
 
 /// One worker's share of the UMEM shared by every port: the sockets of its RX queues (queue
@@ -114,8 +257,19 @@ pub(crate) struct FrameIo {
     /// Per port, the channel whose TX ring sends its frames (this worker's first socket on it).
     tx_channel: Vec<usize>,
     free: Vec<FrameDesc>,
-    /// Per frame index, its descriptor as last received (lengths included).
+    /// Per frame index, its descriptor as last received (lengths included); every frame's
+    /// address from the start, so that any worker can send any frame of a chain.
     slots: Vec<FrameDesc>,
+    /// The chains of multi-buffer packets (empty without multi-buffer).
+    links: Arc<Links>,
+    /// Frames per packet at most.
+    max_chain: u32,
+    /// Packets the caller holds.
+    packets_held: u32,
+    /// Multi-buffer packets longer than [`MAX_CHAIN`] frames, dropped here (the XDP program
+    /// passes such packets to the kernel, so only a kernel that split a packet finer than
+    /// expected sends one).
+    oversized: u64,
     /// Scratch for the descriptors of one RX or TX batch.
     scratch: Vec<FrameDesc>,
     /// Frames whose home this worker is (`home`), and how many that is.
@@ -178,12 +332,21 @@ impl FrameIo {
             .map_err(|e| XdpError::Umem(e.to_string(), source_of(&e)))?;
         let frame_bytes = config.frame_size as usize;
         free.sort_by_key(|d| std::cmp::Reverse(d.addr() / frame_bytes));
+        let mut every_frame = vec![FrameDesc::default(); free.len()];
+        for desc in &free {
+            every_frame[desc.addr() / frame_bytes] = *desc;
+        }
+        let links = Arc::new(Links::new(if config.multi_buffer { free.len() } else { 0 }));
 
-        let bind = if config.zero_copy {
+        let mut bind = if config.zero_copy {
             BindFlags::XDP_ZEROCOPY
         } else {
             BindFlags::XDP_COPY
         };
+        if config.multi_buffer {
+            // Inherited by every later socket of this UMEM (they may not set flags).
+            bind |= BindFlags::XDP_USE_SG;
+        }
         let socket_config = SocketConfig::builder()
             .rx_queue_size(ring)
             .tx_queue_size(ring)
@@ -208,7 +371,14 @@ impl FrameIo {
                 let (tx, rx, rings) = created.map_err(|e| XdpError::Socket {
                     interface: name.clone(),
                     queue,
-                    reason: e.to_string(),
+                    reason: if config.multi_buffer && config.zero_copy {
+                        format!(
+                            "{e} (the MTU needs multi-buffer, and zero-copy multi-buffer needs \
+                             driver support: lower the MTU or turn zero_copy off)"
+                        )
+                    } else {
+                        e.to_string()
+                    },
                     source: source_of(&e),
                 })?;
                 let (fq, cq) = rings.ok_or_else(|| XdpError::Socket {
@@ -231,6 +401,7 @@ impl FrameIo {
                     cq,
                     in_fill: 0,
                     in_tx: 0,
+                    partial: None,
                 });
             }
         }
@@ -275,7 +446,11 @@ impl FrameIo {
                 channels,
                 tx_channel,
                 free: mine,
-                slots: vec![FrameDesc::default(); total as usize],
+                slots: every_frame.clone(),
+                links: Arc::clone(&links),
+                max_chain: config.max_chain(),
+                packets_held: 0,
+                oversized: 0,
                 scratch: Vec::new(),
                 home: start..end,
                 frames_per_worker: per_worker.max(1),
@@ -332,6 +507,35 @@ impl FrameIo {
     fn slot(&self, chunk: &Chunk) -> &FrameDesc {
         &self.slots[chunk.index() as usize]
     }
+
+    /// The frames of `chunk`'s packet after its first, in order.
+    fn tail(&self, chunk: &Chunk) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let mut next = if chunk.frames() > 1 {
+            self.links.get(chunk.index()).0
+        } else {
+            END
+        };
+        std::iter::from_fn(move || {
+            if next == END {
+                return None;
+            }
+            let (after, len) = self.links.get(next);
+            let this = next;
+            next = after;
+            Some((this, len))
+        })
+        .take(usize::from(chunk.frames()).saturating_sub(1))
+    }
+
+    /// Frees every frame of a packet the caller no longer holds.
+    fn free_chain(&mut self, chunk: &Chunk) {
+        let tail: Vec<u32> = self.tail(chunk).map(|(index, _)| index).collect();
+        let head = *self.slot(chunk);
+        self.free_frame(head);
+        for index in tail {
+            self.free_frame(self.slots[index as usize]);
+        }
+    }
 }
 
 impl Rings for FrameIo {
@@ -354,12 +558,79 @@ impl Rings for FrameIo {
         let n = unsafe { ch.rx.consume(&mut self.scratch) };
         ch.in_fill -= n as u32;
         self.with_caller += n as u32;
+        let mut packets = 0;
+        let mut discarded = Vec::new();
         for desc in &self.scratch[..n] {
             let index = desc.addr() / self.frame_size;
             self.slots[index] = *desc;
-            out.push(Chunk::received(index as u32, desc.lengths().data() as u32));
+            let index = index as u32;
+            let len = desc.lengths().data() as u32;
+            if self.max_chain == 1 {
+                out.push(Chunk::received(index, len));
+                packets += 1;
+                continue;
+            }
+            // A multi-buffer packet: its frames come in order, each but the last flagged.
+            self.links.set(index, END, len);
+            let more = desc.options() & XDP_PKT_CONTD != 0;
+            let chain = match ch.partial.take() {
+                None => PartialChain {
+                    head: index,
+                    last: index,
+                    len,
+                    frames: 1,
+                    discard: false,
+                },
+                Some(mut chain) => {
+                    chain.frames += 1;
+                    chain.len += len;
+                    if chain.frames > self.max_chain && !chain.discard {
+                        // Free what came so far; the rest is freed as it comes.
+                        chain.discard = true;
+                        let mut at = chain.head;
+                        discarded.push(at);
+                        while at != chain.last {
+                            at = self.links.get(at).0;
+                            discarded.push(at);
+                        }
+                    }
+                    if chain.discard {
+                        discarded.push(index);
+                    } else {
+                        self.links.link(chain.last, index);
+                    }
+                    chain.last = index;
+                    chain
+                }
+            };
+            if more {
+                ch.partial = Some(chain);
+            } else if chain.discard {
+                self.oversized += 1;
+                if self.oversized.is_power_of_two() {
+                    tracing::warn!(
+                        "{} packet(s) of more than {} frames dropped: the kernel split them \
+                         finer than multi-buffer sends (raise frame_size)",
+                        self.oversized,
+                        self.max_chain
+                    );
+                }
+            } else {
+                let frames = u16::try_from(chain.frames).unwrap_or(u16::MAX);
+                out.push(Chunk::received_chain(chain.head, chain.len, frames));
+                packets += 1;
+            }
         }
-        n
+        self.with_caller -= discarded.len() as u32;
+        for index in discarded {
+            self.free_frame(self.slots[index as usize]);
+        }
+        self.packets_held += packets;
+        packets as usize
+    }
+
+    fn max_chain(&self) -> u32 {
+        self.max_chain
     }
 
     fn bytes(&self, chunk: &Chunk) -> &[u8] {
@@ -386,17 +657,45 @@ impl Rings for FrameIo {
         if chunks.is_empty() {
             return 0;
         }
-        self.scratch.clear();
-        self.scratch
-            .extend(chunks.iter().map(|c| self.slots[c.index() as usize]));
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        for chunk in chunks.iter() {
+            let mut head = self.slots[chunk.index() as usize];
+            if chunk.frames() == 1 {
+                head.set_options(0);
+                scratch.push(head);
+                continue;
+            }
+            head.set_options(XDP_PKT_CONTD);
+            scratch.push(head);
+            for (index, len) in self.tail(chunk) {
+                let mut desc = self.slots[index as usize];
+                // SAFETY: the caller holds the chain, so no ring references this frame; only
+                // the descriptor's length is set, through the cursor.
+                unsafe { self.umem.data_mut(&mut desc) }
+                    .cursor()
+                    .set_pos(len as usize);
+                desc.set_options(XDP_PKT_CONTD);
+                scratch.push(desc);
+            }
+            if let Some(last) = scratch.last_mut() {
+                last.set_options(0);
+            }
+        }
         let ch = &mut self.channels[self.tx_channel[port]];
-        // SAFETY: every descriptor is a frame of this UMEM held by the caller as a chunk; the
-        // ring takes all or none of them, and the chunks of those it took are consumed below.
-        let n = unsafe { ch.tx.produce(&self.scratch) };
-        ch.in_tx += n as u32;
-        self.with_caller -= n as u32;
-        chunks.drain(..n);
-        n
+        // SAFETY: every descriptor is a frame of this UMEM held by the caller as (part of) a
+        // chunk; the ring takes all or none of them, and the chunks are consumed below if so.
+        let n = unsafe { ch.tx.produce(&scratch) };
+        let taken = if n == scratch.len() {
+            ch.in_tx += n as u32;
+            self.with_caller -= n as u32;
+            self.packets_held -= chunks.len() as u32;
+            chunks.drain(..).count()
+        } else {
+            0
+        };
+        self.scratch = scratch;
+        taken
     }
 
     /// Copy mode sends only inside `sendto`, at most the TX budget per call.
@@ -415,6 +714,7 @@ impl Rings for FrameIo {
         pending
     }
 
+    /// Completions come per frame, chains too: each frame goes back on its own.
     fn reap(&mut self) -> usize {
         let mut reaped = 0;
         for c in 0..self.channels.len() {
@@ -474,25 +774,27 @@ impl Rings for FrameIo {
     }
 
     fn release(&mut self, chunk: Chunk) {
-        self.with_caller -= 1;
-        let desc = *self.slot(&chunk);
-        self.free_frame(desc);
+        self.with_caller -= u32::from(chunk.frames());
+        self.packets_held -= 1;
+        self.free_chain(&chunk);
     }
 
     fn hand_over(&mut self, chunk: Chunk) -> Parcel {
-        self.with_caller -= 1;
+        self.with_caller -= u32::from(chunk.frames());
+        self.packets_held -= 1;
         let desc = *self.slot(&chunk);
         Parcel { chunk, desc }
     }
 
     fn take_over(&mut self, parcel: Parcel) -> Chunk {
-        self.with_caller += 1;
+        self.with_caller += u32::from(parcel.chunk.frames());
+        self.packets_held += 1;
         self.slots[parcel.chunk.index() as usize] = parcel.desc;
         parcel.chunk
     }
 
     /// `total` is the frames whose home this worker is; those on their way between workers
-    /// are in no one's counts.
+    /// are in no one's counts. Frames of a chain still arriving count as the caller's.
     fn counts(&self) -> FrameCounts {
         let in_fill = self.channels.iter().map(|c| c.in_fill).sum();
         let in_tx = self.channels.iter().map(|c| c.in_tx).sum();
@@ -502,6 +804,7 @@ impl Rings for FrameIo {
             in_fill,
             in_tx,
             with_caller: self.with_caller,
+            packets_held: self.packets_held,
             between_workers: 0,
         }
     }
@@ -680,6 +983,69 @@ mod tests {
             ..IoConfig::default()
         };
         assert_eq!(jumbo.max_mtu(), 3822);
+    }
+
+    #[test]
+    fn multi_buffer_chains_up_to_17_frames() {
+        let chained = IoConfig {
+            multi_buffer: true,
+            ..IoConfig::default()
+        };
+        assert_eq!(chained.max_single_mtu(), 1774);
+        assert_eq!(chained.max_frame_len(), 17 * 1792);
+        assert_eq!(chained.max_mtu(), 17 * 1792 - 18);
+        assert_eq!(chained.max_chain(), 17);
+        assert_eq!(IoConfig::default().max_chain(), 1);
+        let pages = IoConfig {
+            frame_size: 4096,
+            ..chained
+        };
+        assert_eq!(pages.max_mtu(), 17 * 3840 - 18);
+    }
+
+    #[test]
+    fn jumbo_mtus_turn_multi_buffer_on_and_impossible_ones_are_refused_with_the_fix() {
+        let io = IoConfig::default();
+        assert_eq!(
+            io.check_mtus(4096, &[("r1", 1500), ("r2", 1500)]).ok(),
+            Some(false)
+        );
+        assert_eq!(
+            io.check_mtus(4096, &[("r1", 1500), ("r2", 9000)]).ok(),
+            Some(true)
+        );
+        // Seed 001's setup before: frame_size = 16384 for MTU 9000 (the kernel refuses it).
+        let big = IoConfig {
+            frame_size: 16384,
+            ..io
+        };
+        let err = big
+            .check_mtus(4096, &[("r1", 9000)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("frame_size = 16384 is larger than the page size (4096 bytes)")
+                && err.contains("chains of frames")
+                && err.contains("Set frame_size to 2048 or 4096"),
+            "{err}"
+        );
+        // 64 KiB packets do not fit 17 frames of 2048 bytes; they fit 17 of 4096.
+        let err = io
+            .check_mtus(4096, &[("r1", 65000)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("r1: MTU 65000 does not fit 17 frames of 2048 bytes")
+                && err.contains("MTU 30446 at most")
+                && err.contains("ip link set r1 mtu 30446")
+                && err.contains("raise frame_size to 4096"),
+            "{err}"
+        );
+        let pages = IoConfig {
+            frame_size: 4096,
+            ..io
+        };
+        assert_eq!(pages.check_mtus(4096, &[("r1", 65000)]).ok(), Some(true));
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
             pass_not_ours: v.pass_not_ours,
             pass_stale: v.pass_stale,
             pass_ip_options: v.pass_ip_options,
+            pass_too_big: v.pass_too_big,
         },
         loops: stats.loops,
         sleeps: stats.sleeps,

@@ -63,7 +63,7 @@ pub(super) fn format(s: &Status) -> String {
     let v = &s.xdp;
     text.push_str(&format!(
         "xdp: redirected {}; to the kernel: not_ip {} malformed {} ttl {} fib {} no_neigh {} \
-         unmanaged {} not_port {} no_socket {} not_ours {} stale {} ip_options {}\n\
+         unmanaged {} not_port {} no_socket {} not_ours {} stale {} ip_options {} too_big {}\n\
          data plane: {} passes, {} sleeps; {} control jobs, {} µs in all, longest {} µs\n",
         v.redirected,
         v.pass_not_ip,
@@ -77,6 +77,7 @@ pub(super) fn format(s: &Status) -> String {
         v.pass_not_ours,
         v.pass_stale,
         v.pass_ip_options,
+        v.pass_too_big,
         s.loops,
         s.sleeps,
         s.jobs,

@@ -79,6 +79,7 @@ enum verdict {
     V_PASS_NOT_OURS,     /* router mode: not addressed to the port's MAC */
     V_PASS_STALE,        /* htbd's data plane has not beaten for stale_after_ns */
     V_PASS_IP_OPTIONS,   /* IPv4 options: the kernel processes them */
+    V_PASS_TOO_BIG,      /* longer than the sockets take (MTU raised while htbd runs) */
     V_COUNT,
 };
 
@@ -101,6 +102,10 @@ struct {
 volatile const __u32 bridge_mode = 0;
 /* A beat older than this sends every frame to the kernel; 0: no liveness check. Patched. */
 volatile const __u64 stale_after_ns = 0;
+/* The longest frame htbd's sockets take: one UMEM frame's room, or a chain of them with
+ * multi-buffer. A longer one would be dropped by AF_XDP (xsk_rcv_check): the kernel gets it
+ * instead. Patched. */
+volatile const __u32 max_frame_len = 1792;
 
 static __always_inline int count(__u32 verdict, int action)
 {
@@ -180,8 +185,10 @@ static __always_inline int route(struct xdp_md *ctx, struct ethhdr *eth, struct 
     return V_REDIRECT;
 }
 
-SEC("xdp")
-int htb_xdp(struct xdp_md *ctx)
+/* The decision for one frame. With multi-buffer (the xdp.frags entry point) `data_end` ends
+ * the first buffer only: headers are read there, and lengths are compared with the whole
+ * frame's, bpf_xdp_get_buff_len. */
+static __always_inline int decide(struct xdp_md *ctx)
 {
     void *data = (void *)(long)ctx->data;
     void *data_end = (void *)(long)ctx->data_end;
@@ -199,6 +206,9 @@ int htb_xdp(struct xdp_md *ctx)
         return count(V_PASS_NO_SOCKET, XDP_PASS);
     if (!alive())
         return count(V_PASS_STALE, XDP_PASS);
+    __u64 frame_len = bpf_xdp_get_buff_len(ctx);
+    if (frame_len > max_frame_len)
+        return count(V_PASS_TOO_BIG, XDP_PASS);
     if (bridge_mode)
         return to_socket(ctx, port);
 
@@ -221,7 +231,7 @@ int htb_xdp(struct xdp_md *ctx)
         if (ip->ihl != 5)
             return count(V_PASS_IP_OPTIONS, XDP_PASS);
         __u16 tot_len = bpf_ntohs(ip->tot_len);
-        if (tot_len < sizeof(*ip) || (void *)ip + tot_len > data_end || !ipv4_checksum_ok(ip))
+        if (tot_len < sizeof(*ip) || sizeof(*eth) + tot_len > frame_len || !ipv4_checksum_ok(ip))
             return count(V_PASS_MALFORMED, XDP_PASS);
         if (ip->ttl <= 1)
             return count(V_PASS_TTL, XDP_PASS);
@@ -260,6 +270,21 @@ int htb_xdp(struct xdp_md *ctx)
         return to_socket(ctx, port);
     }
     return count(V_PASS_NOT_IP, XDP_PASS);
+}
+
+SEC("xdp")
+int htb_xdp(struct xdp_md *ctx)
+{
+    return decide(ctx);
+}
+
+/* The same for multi-buffer frames: loaded instead of htb_xdp when an MTU exceeds one UMEM
+ * frame (BPF_F_XDP_HAS_FRAGS; a native-mode veth refuses a program without it when its peer's
+ * MTU passes a page). */
+SEC("xdp.frags")
+int htb_xdp_frags(struct xdp_md *ctx)
+{
+    return decide(ctx);
 }
 
 char _license[] SEC("license") = "GPL";

@@ -20,13 +20,23 @@ enum Place {
     Away,
 }
 
+/// A descriptor on an RX or TX ring: a frame, and whether more frames of its packet follow
+/// (`XDP_PKT_CONTD`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Desc {
+    index: u32,
+    more: bool,
+}
+
 #[derive(Debug, Default)]
 struct Channel {
     port: usize,
     fill: VecDeque<u32>,
-    rx: VecDeque<u32>,
-    tx: VecDeque<u32>,
+    rx: VecDeque<Desc>,
+    tx: VecDeque<Desc>,
     completed: VecDeque<u32>,
+    /// The frames of a packet taken from `rx` so far whose last has not come.
+    partial: Vec<u32>,
 }
 
 /// What the kernel side saw on one port.
@@ -36,7 +46,7 @@ pub(super) struct Wire {
     pub delivered: u64,
     /// Frames the kernel dropped: fill ring empty or RX ring full.
     pub refused: u64,
-    /// Frames sent out of the port, and their bytes.
+    /// Packets sent out of the port (a chain of frames is one), and their bytes.
     pub sent: u64,
     pub sent_bytes: u64,
     /// Sent IPv4 frames carrying ECN CE.
@@ -65,6 +75,14 @@ pub(super) struct SimRings {
     ring_size: usize,
     mem: Vec<u8>,
     lens: Vec<u32>,
+    /// Per frame, the next frame of its packet (multi-buffer chains).
+    next: Vec<Option<u32>>,
+    /// Frames one packet may span (1: no multi-buffer; larger packets are truncated).
+    max_chain: u32,
+    /// The frames of a packet being sent, per port, until its last.
+    sending: Vec<Vec<u32>>,
+    /// Packets the caller holds.
+    packets_held: u32,
     places: Vec<Place>,
     free: Vec<u32>,
     channels: Vec<Channel>,
@@ -78,8 +96,15 @@ pub(super) struct SimRings {
 
 impl SimRings {
     /// `frames` frames of `frame_size` bytes; `queues[port]` channels per port, rings of
-    /// `ring_size` entries. The fill rings are filled, as `FrameIo::new` does.
-    pub(super) fn new(frames: u32, frame_size: usize, ring_size: usize, queues: &[usize]) -> Self {
+    /// `ring_size` entries. The fill rings are filled, as `FrameIo::new` does. Packets larger
+    /// than a frame arrive as chains of up to `max_chain` frames (multi-buffer).
+    pub(super) fn new(
+        frames: u32,
+        frame_size: usize,
+        ring_size: usize,
+        queues: &[usize],
+        max_chain: u32,
+    ) -> Self {
         let mut channels = Vec::new();
         let mut tx_channel = Vec::new();
         for (port, &n) in queues.iter().enumerate() {
@@ -97,6 +122,10 @@ impl SimRings {
             ring_size,
             mem: vec![0; total * frame_size],
             lens: vec![0; total],
+            next: vec![None; total],
+            max_chain: max_chain.max(1),
+            sending: vec![Vec::new(); queues.len()],
+            packets_held: 0,
             places: vec![Place::Free; total],
             free: (0..frames).rev().collect(),
             channels,
@@ -115,31 +144,46 @@ impl SimRings {
         *place = to;
     }
 
-    /// The kernel receives `packet` on `channel`: into a frame from its fill ring, onto its RX
-    /// ring. Returns false when the kernel had to drop it.
+    /// The kernel receives `packet` on `channel`: into frames from its fill ring (one, or a
+    /// chain with multi-buffer), onto its RX ring. Returns false when the kernel had to drop
+    /// it: too few fill frames or RX slots for the whole packet (`__xsk_rcv` checks both
+    /// first), or a packet longer than a chain holds.
     pub(super) fn deliver(&mut self, channel: usize, packet: &[u8]) -> bool {
         let port = self.channels[channel].port;
+        let needed = if self.max_chain == 1 {
+            1
+        } else {
+            packet.len().div_ceil(self.frame_size).max(1)
+        };
         let ch = &mut self.channels[channel];
-        if ch.rx.len() >= self.ring_size {
+        if needed > self.max_chain as usize
+            || ch.rx.len() + needed > self.ring_size
+            || ch.fill.len() < needed
+        {
             self.wire[port].refused += 1;
             return false;
         }
-        let Some(index) = ch.fill.pop_front() else {
-            self.wire[port].refused += 1;
-            return false;
-        };
-        ch.rx.push_back(index);
-        self.move_to(index, Place::Fill, Place::Rx);
-        let len = packet.len().min(self.frame_size);
-        let at = index as usize * self.frame_size;
-        self.mem[at..at + len].copy_from_slice(&packet[..len]);
-        self.lens[index as usize] = len as u32;
+        let mut rest = packet;
+        for piece in 0..needed {
+            let ch = &mut self.channels[channel];
+            let index = ch.fill.pop_front().expect("counted above");
+            ch.rx.push_back(Desc {
+                index,
+                more: piece + 1 < needed,
+            });
+            self.move_to(index, Place::Fill, Place::Rx);
+            let len = rest.len().min(self.frame_size);
+            let at = index as usize * self.frame_size;
+            self.mem[at..at + len].copy_from_slice(&rest[..len]);
+            self.lens[index as usize] = len as u32;
+            rest = if needed == 1 { &[] } else { &rest[len..] };
+        }
         self.wire[port].delivered += 1;
         true
     }
 
     /// The kernel sends up to `max` frames from `port`'s TX ring (none while its link is
-    /// down, none beyond the completion ring's room).
+    /// down, none beyond the completion ring's room); a packet is on the wire with its last.
     pub(super) fn send(&mut self, port: usize, max: usize) -> usize {
         if !self.link_up[port] {
             return 0;
@@ -150,23 +194,48 @@ impl SimRings {
             if ch.completed.len() >= self.ring_size {
                 break;
             }
-            let Some(index) = ch.tx.pop_front() else {
+            let Some(desc) = ch.tx.pop_front() else {
                 break;
             };
-            ch.completed.push_back(index);
-            self.move_to(index, Place::Tx, Place::Completed);
-            let at = index as usize * self.frame_size;
-            let frame = &self.mem[at..at + self.lens[index as usize] as usize];
+            ch.completed.push_back(desc.index);
+            self.move_to(desc.index, Place::Tx, Place::Completed);
+            self.sending[port].push(desc.index);
+            sent += 1;
+            if desc.more {
+                continue;
+            }
+            let frames = std::mem::take(&mut self.sending[port]);
+            let bytes: u64 = frames
+                .iter()
+                .map(|&i| u64::from(self.lens[i as usize]))
+                .sum();
+            let at = frames[0] as usize * self.frame_size;
+            let head = &self.mem[at..at + self.lens[frames[0] as usize] as usize];
             let wire = &mut self.wire[port];
             wire.sent += 1;
-            wire.sent_bytes += frame.len() as u64;
-            if frame.get(12..14) == Some(&[0x08, 0x00]) && frame.len() >= 34 {
-                wire.sent_ce += u64::from(frame[15] & 3 == 3);
-                wire.sent_bad_checksum += u64::from(ipv4_checksum(&frame[14..34]) != 0xffff);
+            wire.sent_bytes += bytes;
+            if head.get(12..14) == Some(&[0x08, 0x00]) && head.len() >= 34 {
+                wire.sent_ce += u64::from(head[15] & 3 == 3);
+                wire.sent_bad_checksum += u64::from(ipv4_checksum(&head[14..34]) != 0xffff);
             }
-            sent += 1;
         }
         sent
+    }
+
+    /// The frames of a packet the caller holds, first to last, checked against the chunk.
+    fn chain(&self, chunk: &Chunk) -> Vec<u32> {
+        let mut frames = vec![chunk.index()];
+        while let Some(next) = self.next[*frames.last().unwrap_or(&0) as usize] {
+            frames.push(next);
+        }
+        assert_eq!(
+            frames.len(),
+            usize::from(chunk.frames()),
+            "{chunk:?}: {frames:?}"
+        );
+        let len: u32 = frames.iter().map(|&i| self.lens[i as usize]).sum();
+        assert_eq!(len, chunk.len(), "{chunk:?}: the chain's length");
+        frames
     }
 
     pub(super) fn set_link(&mut self, port: usize, up: bool) {
@@ -205,8 +274,8 @@ impl SimRings {
         mark(&mut self.free.iter(), Place::Free);
         for ch in &self.channels {
             mark(&mut ch.fill.iter(), Place::Fill);
-            mark(&mut ch.rx.iter(), Place::Rx);
-            mark(&mut ch.tx.iter(), Place::Tx);
+            mark(&mut ch.rx.iter().map(|d| &d.index), Place::Rx);
+            mark(&mut ch.tx.iter().map(|d| &d.index), Place::Tx);
             mark(&mut ch.completed.iter(), Place::Completed);
         }
         for (i, (&n, &place)) in seen.iter().zip(&self.places).enumerate() {
@@ -215,6 +284,13 @@ impl SimRings {
         }
         let caller = self.places.iter().filter(|&&p| p == Place::Caller).count();
         assert_eq!(self.counts().with_caller as usize, caller);
+        // Every TX ring holds whole packets: its last descriptor ends one.
+        for ch in &self.channels {
+            assert!(
+                ch.tx.back().is_none_or(|d| !d.more),
+                "a TX ring ends mid-packet"
+            );
+        }
     }
 }
 
@@ -230,28 +306,48 @@ impl Rings for SimRings {
     }
 
     fn receive(&mut self, channel: usize, out: &mut Vec<Chunk>, max: usize) -> usize {
-        let mut n = 0;
-        while n < max {
-            let Some(index) = self.channels[channel].rx.pop_front() else {
+        let mut packets = 0;
+        for _ in 0..max {
+            let Some(desc) = self.channels[channel].rx.pop_front() else {
                 break;
             };
-            self.move_to(index, Place::Rx, Place::Caller);
-            out.push(Chunk::received(index, self.lens[index as usize]));
-            n += 1;
+            self.move_to(desc.index, Place::Rx, Place::Caller);
+            let ch = &mut self.channels[channel];
+            if let Some(&last) = ch.partial.last() {
+                self.next[last as usize] = Some(desc.index);
+            }
+            self.next[desc.index as usize] = None;
+            ch.partial.push(desc.index);
+            if desc.more {
+                continue;
+            }
+            let frames = std::mem::take(&mut ch.partial);
+            let len = frames.iter().map(|&i| self.lens[i as usize]).sum();
+            out.push(if frames.len() == 1 {
+                Chunk::received(frames[0], len)
+            } else {
+                Chunk::received_chain(frames[0], len, frames.len() as u16)
+            });
+            packets += 1;
         }
-        n
+        self.packets_held += packets as u32;
+        packets
+    }
+
+    fn max_chain(&self) -> u32 {
+        self.max_chain
     }
 
     fn bytes(&self, chunk: &Chunk) -> &[u8] {
         assert_eq!(self.places[chunk.index() as usize], Place::Caller);
         let at = chunk.index() as usize * self.frame_size;
-        &self.mem[at..at + chunk.len() as usize]
+        &self.mem[at..at + self.lens[chunk.index() as usize] as usize]
     }
 
     fn rewrite(&mut self, chunk: &mut Chunk, edit: &mut dyn FnMut(&mut [u8])) {
         assert_eq!(self.places[chunk.index() as usize], Place::Caller);
         let at = chunk.index() as usize * self.frame_size;
-        edit(&mut self.mem[at..at + chunk.len() as usize]);
+        edit(&mut self.mem[at..at + self.lens[chunk.index() as usize] as usize]);
     }
 
     fn tx_room(&mut self, port: usize, want: u32) -> u32 {
@@ -263,15 +359,21 @@ impl Rings for SimRings {
     fn transmit(&mut self, port: usize, chunks: &mut Vec<Chunk>) -> usize {
         // All or nothing, as xsk_ring_prod__reserve.
         let room = self.ring_size - self.channels[self.tx_channel[port]].tx.len();
-        if chunks.len() > room {
+        let frames: usize = chunks.iter().map(|c| usize::from(c.frames())).sum();
+        if frames > room {
             return 0;
         }
         let n = chunks.len();
+        self.packets_held -= n as u32;
         for chunk in chunks.drain(..) {
-            self.move_to(chunk.index(), Place::Caller, Place::Tx);
-            self.channels[self.tx_channel[port]]
-                .tx
-                .push_back(chunk.index());
+            let chain = self.chain(&chunk);
+            for (i, &index) in chain.iter().enumerate() {
+                self.move_to(index, Place::Caller, Place::Tx);
+                self.channels[self.tx_channel[port]].tx.push_back(Desc {
+                    index,
+                    more: i + 1 < chain.len(),
+                });
+            }
         }
         n
     }
@@ -306,17 +408,26 @@ impl Rings for SimRings {
     }
 
     fn release(&mut self, chunk: Chunk) {
-        self.move_to(chunk.index(), Place::Caller, Place::Free);
-        self.free.push(chunk.index());
+        self.packets_held -= 1;
+        for index in self.chain(&chunk) {
+            self.move_to(index, Place::Caller, Place::Free);
+            self.free.push(index);
+        }
     }
 
     fn hand_over(&mut self, chunk: Chunk) -> Chunk {
-        self.move_to(chunk.index(), Place::Caller, Place::Away);
+        self.packets_held -= 1;
+        for index in self.chain(&chunk) {
+            self.move_to(index, Place::Caller, Place::Away);
+        }
         chunk
     }
 
     fn take_over(&mut self, parcel: Chunk) -> Chunk {
-        self.move_to(parcel.index(), Place::Away, Place::Caller);
+        self.packets_held += 1;
+        for index in self.chain(&parcel) {
+            self.move_to(index, Place::Away, Place::Caller);
+        }
         parcel
     }
 
@@ -330,12 +441,14 @@ impl Rings for SimRings {
             .map(|c| (c.fill.len() + c.rx.len()) as u32)
             .sum();
         let in_tx = self.in_flight() as u32;
+        let with_caller = total - free - in_fill - in_tx - away;
         FrameCounts {
             total,
             free,
             in_fill,
             in_tx,
-            with_caller: total - free - in_fill - in_tx - away,
+            with_caller,
+            packets_held: self.packets_held,
             between_workers: away,
         }
     }

@@ -286,6 +286,7 @@ impl ScrapeCollector {
                 ("pass_not_ours", v.pass_not_ours),
                 ("pass_stale", v.pass_stale),
                 ("pass_ip_options", v.pass_ip_options),
+                ("pass_too_big", v.pass_too_big),
             ]
             .map(|(verdict, n)| ([("verdict", verdict)], ConstCounter::new(n))),
         )?;
