@@ -390,9 +390,30 @@ impl Lab {
         })
     }
 
+    /// Sets the MTU of every veth of the lab (both ends of both links), as seed 001's jumbo
+    /// setup does with `ip link set … mtu 9000`.
+    ///
+    /// # Panics
+    /// When `ip` refuses it.
+    pub fn set_mtu(&self, mtu: u32) {
+        for (which, dev) in [(N1, "eth0"), (R, "r1"), (R, "r2"), (N2, "eth0")] {
+            let out = self.exec(which, &["ip", "link", "set", dev, "mtu", &mtu.to_string()]);
+            assert!(
+                out.status.success(),
+                "ip link set {dev} mtu {mtu}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
     /// Starts a UDP flow node-1 → node-2:`port` at `rate` (iperf3, 1400-byte datagrams) for
     /// `secs`, in the background; its stdout is iperf3's JSON report.
     pub fn udp_flow(&self, port: u16, rate: &str, secs: u32) -> Child {
+        self.udp_flow_sized(port, rate, secs, 1400)
+    }
+
+    /// As [`udp_flow`](Self::udp_flow), with `len`-byte datagrams (8972 fill a 9000-byte MTU).
+    pub fn udp_flow_sized(&self, port: u16, rate: &str, secs: u32, len: usize) -> Child {
         self.cmd(N1, "iperf3")
             .args([
                 "-c",
@@ -403,7 +424,7 @@ impl Lab {
                 "-b",
                 rate,
             ])
-            .args(["-l", "1400", "-t", &secs.to_string(), "-J"])
+            .args(["-l", &len.to_string(), "-t", &secs.to_string(), "-J"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -420,13 +441,18 @@ impl Lab {
     /// As [`udp_load`](Self::udp_load), with one flow per `(port, offered)` at once; the rates
     /// are their sums.
     pub fn udp_loads(&self, flows: &[(u16, &str)], secs: u32) -> Load {
+        self.udp_loads_sized(flows, secs, 1400)
+    }
+
+    /// As [`udp_loads`](Self::udp_loads), with `len`-byte datagrams.
+    pub fn udp_loads_sized(&self, flows: &[(u16, &str)], secs: u32, len: usize) -> Load {
         let _servers: Vec<Reaped> = flows
             .iter()
             .map(|&(port, _)| self.iperf_server(N2, port))
             .collect();
         let clients: Vec<Child> = flows
             .iter()
-            .map(|&(port, offered)| self.udp_flow(port, offered, secs))
+            .map(|&(port, offered)| self.udp_flow_sized(port, offered, secs, len))
             .collect();
         let load = self.measure_load(
             Duration::from_millis(1200),
