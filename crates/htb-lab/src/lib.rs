@@ -11,6 +11,7 @@ pub mod latency;
 pub mod scale;
 pub mod shaper;
 pub mod soak;
+pub mod sweep;
 pub mod traffic;
 pub mod workers_bench;
 
@@ -18,3 +19,20 @@ pub use lab::{
     Htbd, Lab, LabError, Load, N1, N2, R, Reaped, assert_within, cli_bin, gen_bin, htbd_bin,
     htbd_fails, unavailable, wait_line,
 };
+
+/// The machine a benchmark ran on, for its report: CPUs, CPU model and kernel.
+#[must_use]
+pub fn machine() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    serde_json::json!({
+        "cpus": std::thread::available_parallelism().map_or(0, std::num::NonZero::get),
+        "cpu_model": model,
+        "kernel": kernel.trim(),
+    })
+}

@@ -117,6 +117,25 @@ enum Command {
         #[arg(long, default_value = "htbscale")]
         lab: String,
     },
+    /// Seed 001's sweep: one class from 100 Mbit/s up at MTU 1500 and 9000, UDP (AF_XDP
+    /// generator) and TCP (iperf3), htbd against kernel HTB; then a root shared by every worker.
+    Sweep {
+        /// Output directory for sweep.json and sweep.svg.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// Three rates and shorter windows.
+        #[arg(long)]
+        quick: bool,
+        /// Queues per veth: one generator and one htbd worker each.
+        #[arg(long, default_value_t = 1)]
+        queues: u32,
+        /// The highest rate to try (a tc rate: 10gbit, 40gbit).
+        #[arg(long, default_value = "40gbit", value_parser = parse_bps)]
+        max_rate: f64,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htbsweep")]
+        lab: String,
+    },
     /// Live changes while traffic flows: changes/s, time to apply, packets lost.
     BenchIpc {
         /// Output directory for ipc.json.
@@ -129,6 +148,11 @@ enum Command {
         #[arg(long, default_value = "htbipc")]
         lab: String,
     },
+}
+
+/// A tc rate ("10gbit") as bit/s.
+fn parse_bps(text: &str) -> Result<f64, htb_core::units::UnitError> {
+    htb_core::units::parse_rate(text).map(|r| r.bits_per_sec() as f64)
 }
 
 fn main() -> ExitCode {
@@ -177,6 +201,20 @@ fn main() -> ExitCode {
             quick,
             subscribers,
             lab,
+        })
+        .map(|_| ()),
+        Command::Sweep {
+            out,
+            quick,
+            queues,
+            max_rate,
+            lab,
+        } => htb_lab::sweep::run(&htb_lab::sweep::SweepOptions {
+            out,
+            quick,
+            lab,
+            queues,
+            max_bps: max_rate,
         })
         .map(|_| ()),
         Command::Workers { out, quick, lab } => {

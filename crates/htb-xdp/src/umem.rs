@@ -818,33 +818,43 @@ fn source_of(e: &dyn std::error::Error) -> Option<std::io::Error> {
 
 /// A TX-only AF_XDP traffic generator: one socket whose frames all hold the same packet, sent
 /// as fast as the ring and the kernel take them (the lab's 64-byte packet source; iperf3
-/// cannot offer enough small packets on two cores).
+/// cannot offer enough small packets on two cores). A packet larger than one frame (a jumbo
+/// frame) is written once into a chain of consecutive frames and sent with multi-buffer.
 pub struct TxGenerator {
     _umem: Umem,
     tx: TxQueue,
     cq: CompQueue,
     _rx: RxQueue,
     _fq: FillQueue,
-    free: Vec<FrameDesc>,
-    /// Each frame's descriptor with the packet's length: completions come back with length 0.
+    /// Free chains, by number: chain `c` is frames `c * chain .. (c + 1) * chain`.
+    free: Vec<usize>,
+    /// Each frame's descriptor with its piece's length and options: completions come back
+    /// with length 0.
     templates: Vec<FrameDesc>,
+    /// Frames per packet.
+    chain: usize,
+    /// Per chain, its frames completed so far.
+    completed: Vec<u8>,
     frame_size: usize,
     batch: usize,
+    scratch: Vec<FrameDesc>,
 }
 
 impl std::fmt::Debug for TxGenerator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TxGenerator")
-            .field("frames", &self.free.len())
+            .field("packets", &self.free.len())
+            .field("chain", &self.chain)
             .finish_non_exhaustive()
     }
 }
 
 impl TxGenerator {
-    /// Binds a socket to `interface`'s `queue` and writes `packet` into every frame.
+    /// Binds a socket to `interface`'s `queue` and writes `packet` into every chain of frames.
     ///
     /// # Errors
-    /// [`XdpError`] when the UMEM or socket cannot be created, or the packet does not fit.
+    /// [`XdpError`] when the UMEM or socket cannot be created, or the packet does not fit a
+    /// chain.
     pub fn new(interface: &str, queue: u32, packet: &[u8], frames: u32) -> Result<Self, XdpError> {
         use std::io::Write;
         let config = IoConfig {
@@ -852,9 +862,11 @@ impl TxGenerator {
             ring_size: 2048,
             ..IoConfig::default()
         };
-        if packet.len() > (config.frame_size - 256) as usize {
+        let room = config.frame_room() as usize;
+        let chain = packet.len().div_ceil(room).max(1);
+        if chain > MAX_CHAIN as usize {
             return Err(XdpError::Config(format!(
-                "a {}-byte packet does not fit a frame",
+                "a {}-byte packet does not fit {MAX_CHAIN} frames",
                 packet.len()
             )));
         }
@@ -869,13 +881,17 @@ impl TxGenerator {
             .map_err(|e| XdpError::Config(e.to_string()))?;
         let count = NonZeroU32::new(frames)
             .ok_or_else(|| XdpError::Config("frames must be above 0".into()))?;
-        let (umem, mut free) = Umem::new(umem_config, count, false)
+        let (umem, free) = Umem::new(umem_config, count, false)
             .map_err(|e| XdpError::Umem(e.to_string(), source_of(&e)))?;
+        let mut bind = BindFlags::XDP_COPY | BindFlags::XDP_USE_NEED_WAKEUP;
+        if chain > 1 {
+            bind |= BindFlags::XDP_USE_SG;
+        }
         let socket_config = SocketConfig::builder()
             .rx_queue_size(ring)
             .tx_queue_size(ring)
             .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-            .bind_flags(BindFlags::XDP_COPY | BindFlags::XDP_USE_NEED_WAKEUP)
+            .bind_flags(bind)
             .build();
         let iface = interface
             .parse()
@@ -892,20 +908,25 @@ impl TxGenerator {
             .map_err(|e| socket_error(e.to_string(), source_of(&e)))?;
         let (fq, cq) =
             rings.ok_or_else(|| socket_error("no fill/completion rings".into(), None))?;
-        for desc in &mut free {
+        let frame_size = config.frame_size as usize;
+        let mut templates = vec![FrameDesc::default(); free.len()];
+        for desc in free {
+            templates[desc.addr() / frame_size] = desc;
+        }
+        let chains = templates.len() / chain;
+        for (i, desc) in templates.iter_mut().take(chains * chain).enumerate() {
+            let piece = i % chain;
+            let bytes =
+                &packet[(piece * room).min(packet.len())..((piece + 1) * room).min(packet.len())];
             // SAFETY: every frame is ours (none is on a ring yet); `desc` is borrowed mutably.
             let mut data = unsafe { umem.data_mut(desc) };
             data.cursor()
-                .write_all(packet)
+                .write_all(bytes)
                 .map_err(|e| XdpError::Config(format!("writing a frame: {e}")))?;
+            desc.set_options(if piece + 1 < chain { XDP_PKT_CONTD } else { 0 });
         }
         if let Err(e) = crate::sys::set_max_tx_budget(tx.fd().as_raw_fd(), 512) {
             tracing::debug!("keeping the default TX budget ({e})");
-        }
-        let frame_size = config.frame_size as usize;
-        let mut templates = vec![FrameDesc::default(); free.len()];
-        for desc in &free {
-            templates[desc.addr() / frame_size] = *desc;
         }
         Ok(Self {
             _umem: umem,
@@ -913,31 +934,33 @@ impl TxGenerator {
             cq,
             _rx: rx,
             _fq: fq,
-            free,
+            free: (0..chains).collect(),
             templates,
+            chain,
+            completed: vec![0; chains],
             frame_size,
             batch: 64,
+            scratch: Vec::new(),
         })
     }
 
-    /// Sends for `duration`, at most `pps` frames per second when given (paced in batches;
-    /// otherwise as fast as the kernel takes them); returns the frames the kernel completed.
+    /// Sends for `duration`, at most `pps` packets per second when given (paced in batches;
+    /// otherwise as fast as the kernel takes them); returns the packets the kernel completed.
     pub fn run(&mut self, duration: std::time::Duration, pps: Option<f64>) -> u64 {
         let start = std::time::Instant::now();
         let deadline = start + duration;
         let mut sent = 0u64;
         let mut submitted = 0u64;
-        let mut done = vec![FrameDesc::default(); self.batch * 4];
+        let mut done = vec![FrameDesc::default(); self.batch * 4 * self.chain];
         loop {
             let now = std::time::Instant::now();
             if now >= deadline {
                 break;
             }
-            let mut n = (self.tx.nb_free(self.batch as u32) as usize)
-                .min(self.free.len())
-                .min(self.batch);
+            let room = self.tx.nb_free((self.batch * self.chain) as u32) as usize / self.chain;
+            let mut n = room.min(self.free.len()).min(self.batch);
             if let Some(pps) = pps {
-                // Frames the schedule allows by now; sleep off a lead of more than a batch.
+                // Packets the schedule allows by now; sleep off a lead of more than a batch.
                 let due = (now.duration_since(start).as_secs_f64() * pps) as u64;
                 let allowed = due.saturating_sub(submitted);
                 if allowed == 0 {
@@ -949,23 +972,33 @@ impl TxGenerator {
             }
             if n > 0 {
                 let from = self.free.len() - n;
-                // SAFETY: these frames are in our free list, owned by nobody else; they come
-                // back through the completion ring.
-                let produced = unsafe { self.tx.produce(&self.free[from..]) };
-                self.free.truncate(self.free.len() - produced);
-                submitted += produced as u64;
+                self.scratch.clear();
+                for &c in &self.free[from..] {
+                    self.scratch
+                        .extend_from_slice(&self.templates[c * self.chain..(c + 1) * self.chain]);
+                }
+                // SAFETY: these chains are in our free list, owned by nobody else; their frames
+                // come back through the completion ring.
+                let produced = unsafe { self.tx.produce(&self.scratch) };
+                if produced == self.scratch.len() {
+                    self.free.truncate(from);
+                    submitted += n as u64;
+                }
             }
             if let Err(e) = self.tx.wakeup() {
                 tracing::debug!("TX kick failed: {e}");
             }
             // SAFETY: completions are frames of this UMEM the kernel finished with.
             let completed = unsafe { self.cq.consume(&mut done) };
-            self.free.extend(
-                done[..completed]
-                    .iter()
-                    .map(|d| self.templates[d.addr() / self.frame_size]),
-            );
-            sent += completed as u64;
+            for d in &done[..completed] {
+                let c = d.addr() / self.frame_size / self.chain;
+                self.completed[c] += 1;
+                if usize::from(self.completed[c]) == self.chain {
+                    self.completed[c] = 0;
+                    self.free.push(c);
+                    sent += 1;
+                }
+            }
         }
         sent
     }
