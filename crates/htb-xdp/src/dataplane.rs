@@ -142,7 +142,10 @@ pub(crate) struct Dataplane<R: Rings> {
     rings: R,
     ports: Vec<Port>,
     mode: Mode,
-    by_mac: HashMap<[u8; 6], usize>,
+    /// Router mode: each port's MAC address, for the egress lookup by source MAC. A list, not a
+    /// map: a router has a handful of ports, and comparing a few 6-byte keys costs less per
+    /// frame than hashing one.
+    by_mac: Vec<([u8; 6], usize)>,
     batch: usize,
     rx_batch: Vec<Chunk>,
     tx_batch: Vec<Chunk>,
@@ -227,8 +230,8 @@ impl<R: Rings> Dataplane<R> {
     /// Router mode: `port`'s MAC address is now `mac` (the XDP program writes it as the source
     /// of frames routed out of `port`).
     pub(crate) fn set_mac(&mut self, port: usize, mac: [u8; 6]) {
-        self.by_mac.retain(|_, p| *p != port);
-        self.by_mac.insert(mac, port);
+        self.by_mac.retain(|&(_, p)| p != port);
+        self.by_mac.push((mac, port));
     }
 
     /// The rings.
@@ -301,10 +304,12 @@ impl<R: Rings> Dataplane<R> {
         let egress = match self.mode {
             Mode::Bridge => self.ports[ingress].peer,
             // The XDP program wrote the egress port's MAC as the source.
-            Mode::Router => bytes
-                .get(6..12)
-                .and_then(|m| <[u8; 6]>::try_from(m).ok())
-                .and_then(|m| self.by_mac.get(&m).copied()),
+            Mode::Router => bytes.get(6..12).and_then(|m| {
+                self.by_mac
+                    .iter()
+                    .find(|(mac, _)| mac[..] == *m)
+                    .map(|&(_, port)| port)
+            }),
         };
         let Some(egress) = egress else {
             self.ports[ingress].stats.drops_no_egress += 1;
