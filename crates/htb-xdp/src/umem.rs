@@ -76,13 +76,13 @@ pub(crate) const QUEUE_FRAMES_MIN: u32 = 1024;
 
 impl IoConfig {
     /// The frames the data plane needs with `channels` sockets moving `batch` frames at a time:
-    /// every fill ring full, every TX ring full, the receive reserve (two batches per socket,
-    /// below which received frames are dropped so the fill rings never starve), and
-    /// [`QUEUE_FRAMES_MIN`] for the queues.
+    /// every fill, RX and TX ring full (the fill rings are kept full while the RX rings wait
+    /// to be read), the receive reserve (two batches per socket, below which received frames
+    /// are dropped so the fill rings never starve), and [`QUEUE_FRAMES_MIN`] for the queues.
     #[must_use]
     pub fn frames_needed(&self, channels: u32, batch: u32) -> u64 {
         let channels = u64::from(channels);
-        2 * channels * u64::from(self.ring_size)
+        3 * channels * u64::from(self.ring_size)
             + channels * u64::from(batch) * 2
             + u64::from(QUEUE_FRAMES_MIN)
     }
@@ -181,11 +181,11 @@ impl IoConfig {
         }
         Err(XdpError::Config(format!(
             "frames = {} is too few: {channels} socket(s) with ring_size = {} need {} in their \
-             fill and TX rings, {} held back for receiving and {QUEUE_FRAMES_MIN} for queues, \
-             {needed} in all; raise frames or lower ring_size",
+             fill, RX and TX rings, {} held back for receiving and {QUEUE_FRAMES_MIN} for \
+             queues, {needed} in all; raise frames or lower ring_size",
             self.frames,
             self.ring_size,
-            2 * u64::from(channels) * u64::from(self.ring_size),
+            3 * u64::from(channels) * u64::from(self.ring_size),
             u64::from(channels) * u64::from(batch) * 2,
         )))
     }
@@ -272,6 +272,8 @@ pub(crate) struct FrameIo {
     oversized: u64,
     /// Scratch for the descriptors of one RX or TX batch.
     scratch: Vec<FrameDesc>,
+    /// Scratch for completed frames on their way to their homes.
+    returning: Vec<FrameDesc>,
     /// Frames whose home this worker is (`home`), and how many that is.
     home: std::ops::Range<u32>,
     /// Frames of every worker: `frames_per_worker` each, the last one the rest.
@@ -452,6 +454,7 @@ impl FrameIo {
                 packets_held: 0,
                 oversized: 0,
                 scratch: Vec::new(),
+                returning: Vec::new(),
                 home: start..end,
                 frames_per_worker: per_worker.max(1),
                 with_caller: 0,
@@ -732,17 +735,24 @@ impl Rings for FrameIo {
             ch.in_tx -= done as u32;
             reaped += done;
             if self.returns.len() > 1 {
-                // Frames received by other workers go home.
-                let completed = self.free.split_off(start);
-                for desc in completed {
+                // Frames received by other workers go home (through a scratch list kept
+                // between calls: no allocation per reap).
+                let mut completed = std::mem::take(&mut self.returning);
+                completed.extend(self.free.drain(start..));
+                for desc in completed.drain(..) {
                     self.free_frame(desc);
                 }
+                self.returning = completed;
             }
         }
         reaped
     }
 
-    /// Capped at the ring size and at what the pool holds.
+    /// Keeps every fill ring full, capped at what the pool holds: a channel may hold a fill
+    /// ring and an RX ring of frames (`in_fill` counts both), so that a pass that comes late
+    /// finds the RX ring full (the kernel queued a ring's worth) with the fill ring still
+    /// stocked, instead of drops counted as "fill ring empty" while frames sit in the pool.
+    /// Kicks the fill ring when the kernel asks (`XDP_RING_NEED_WAKEUP`, zero-copy drivers).
     fn refill(&mut self) {
         for ring in &mut self.homecoming {
             while let Ok(desc) = ring.pop() {
@@ -750,26 +760,29 @@ impl Rings for FrameIo {
             }
         }
         for ch in &mut self.channels {
-            let want = self
-                .ring_size
+            let want = (2 * self.ring_size)
                 .saturating_sub(ch.in_fill)
+                .min(self.ring_size)
                 .min(self.free.len() as u32);
-            if want == 0 {
-                continue;
+            if want > 0 {
+                // Reserve is all-or-nothing: ask how much room there is first.
+                // xsk_prod_nb_free may answer more than asked (all the room it knows of), and
+                // more than the free pool holds: taking that many would underflow.
+                let room = ch.fq.nb_free(want).min(want);
+                if room > 0 {
+                    let from = self.free.len() - room as usize;
+                    // SAFETY: these frames are in the free pool, owned by nobody else; after
+                    // this call they belong to the kernel until they come back through RX.
+                    let n = unsafe { ch.fq.produce(&self.free[from..]) };
+                    self.free.truncate(self.free.len() - n);
+                    ch.in_fill += n as u32;
+                }
             }
-            // Reserve is all-or-nothing: ask how much room there is first. xsk_prod_nb_free
-            // may answer more than asked (all the room it knows of), and more than the free
-            // pool holds: taking that many would underflow.
-            let room = ch.fq.nb_free(want).min(want);
-            if room == 0 {
-                continue;
+            if ch.fq.needs_wakeup()
+                && let Err(e) = ch.fq.wakeup(ch.rx.fd_mut(), 0)
+            {
+                tracing::debug!("fill ring kick failed: {e}");
             }
-            let from = self.free.len() - room as usize;
-            // SAFETY: these frames are in the free pool, owned by nobody else; after this call
-            // they belong to the kernel until they come back through RX.
-            let n = unsafe { ch.fq.produce(&self.free[from..]) };
-            self.free.truncate(self.free.len() - n);
-            ch.in_fill += n as u32;
         }
     }
 
@@ -1084,8 +1097,8 @@ mod tests {
     #[test]
     fn a_umem_too_small_for_its_rings_is_refused_with_the_sizes() {
         let default = IoConfig::default();
-        // Two veth ports (one queue each), batch 64: 2 × 2 × 2048 + 256 + 1024 frames.
-        assert_eq!(default.frames_needed(2, 64), 9472);
+        // Two veth ports (one queue each), batch 64: 2 × 3 × 2048 + 256 + 1024 frames.
+        assert_eq!(default.frames_needed(2, 64), 13568);
         assert!(default.check_budget(2, 64).is_ok());
         // The blackhole of the issue: rings of 16384 on two ports fill all 32768 frames.
         let big_rings = IoConfig {
@@ -1096,12 +1109,13 @@ mod tests {
         assert!(
             err.contains("frames = 32768 is too few")
                 && err.contains("ring_size = 16384")
-                && err.contains("66816 in all"),
+                && err.contains("fill, RX and TX rings")
+                && err.contains("99584 in all"),
             "{err}"
         );
         // Enough frames for them is accepted.
         let enough = IoConfig {
-            frames: 66816,
+            frames: 99584,
             ..big_rings
         };
         assert!(enough.check_budget(2, 64).is_ok());
