@@ -3,6 +3,7 @@
 //! `htb-lab bench`.
 
 pub mod bench;
+pub mod cores;
 pub mod demo;
 pub mod filter_bench;
 pub mod ipc_bench;

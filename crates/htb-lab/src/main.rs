@@ -117,6 +117,22 @@ enum Command {
         #[arg(long, default_value = "htbscale")]
         lab: String,
     },
+    /// Forwarding against cores: 1 … N pinned generators, htbd with as many pinned workers,
+    /// kernel HTB with one root and kernel mq + HTB per queue; 64 and 1514-byte frames.
+    Cores {
+        /// Output directory for cores.json and cores.svg.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// Shorter windows.
+        #[arg(long)]
+        quick: bool,
+        /// The most generators (queues, htbd workers).
+        #[arg(long, default_value_t = 2)]
+        max: u32,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htbcores")]
+        lab: String,
+    },
     /// Seed 001's sweep: one class from 100 Mbit/s up at MTU 1500 and 9000, UDP (AF_XDP
     /// generator) and TCP (iperf3), htbd against kernel HTB; then a root shared by every worker.
     Sweep {
@@ -201,6 +217,18 @@ fn main() -> ExitCode {
             quick,
             subscribers,
             lab,
+        })
+        .map(|_| ()),
+        Command::Cores {
+            out,
+            quick,
+            max,
+            lab,
+        } => htb_lab::cores::run(&htb_lab::cores::CoresOptions {
+            out,
+            quick,
+            lab,
+            max,
         })
         .map(|_| ()),
         Command::Sweep {
