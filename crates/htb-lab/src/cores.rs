@@ -8,12 +8,15 @@
 //! - `kernel_htb`: the same tree on one root HTB qdisc (`htbd --print-tc`);
 //! - `kernel_mq_htb`: LibreQoS's layout, `mq` with one HTB per TX queue (no shared root).
 //!
-//! Per point: packets/s and Gbit/s at node-2, and CPU per packet of the shaper alone, as the
-//! issue defines it: htbd's threads (`/proc/PID/task/*/stat`) plus the softirq time of its CPUs;
-//! for the kernel, the system and softirq time of the CPUs that forward, which on veths are the
-//! generators' CPUs (a veth delivers in its sender's context). Neither counts a generator's
-//! spinning (user time); the kernel's figure includes the generators' own send system calls,
-//! so it is an upper bound. The machine's busy CPU per packet is reported beside them.
+//! Per point: packets/s and Gbit/s at node-2, and CPU per packet of the shaper alone. For the
+//! kernel: the system and softirq time of the CPUs that forward, which on veths are the
+//! generators' CPUs (a veth delivers in its sender's context); it includes the generators' own
+//! send calls, so it is an upper bound. For htbd, on CPUs of its own (twice as many CPUs as
+//! generators): the user, system and softirq time of its workers' CPUs; where it shares them
+//! with the generators (this 2-vCPU VM): its threads' time (`/proc/PID/task/*/stat`), which
+//! without `CONFIG_IRQ_TIME_ACCOUNTING` includes the softirq work run in their context (adding
+//! the CPUs' softirq time as well would count it twice). No figure counts a generator's
+//! spinning. The machine's busy CPU per packet is reported beside them.
 //! Writes `cores.json` and `cores.svg` (packets/s against generators, one line per shaper and
 //! frame size).
 
@@ -138,15 +141,23 @@ struct Window {
     machine_ns: f64,
 }
 
+/// htbd while it shapes: its pid, its workers' CPUs, and whether those are its own.
+#[derive(Clone, Copy)]
+struct Shaping<'a> {
+    pid: u32,
+    cpus: &'a [usize],
+    dedicated: bool,
+}
+
 /// Floods from `gens` generators (generator g on queue g, pinned to `gen_cpus[g]`) with
-/// `size`-byte frames, and measures at node-2; `htbd` is htbd's pid and CPUs when it shapes.
+/// `size`-byte frames, and measures at node-2.
 fn flood(
     lab: &Lab,
     gens: u32,
     gen_cpus: &[usize],
     size: u32,
     secs: u32,
-    htbd: Option<(u32, &[usize])>,
+    htbd: Option<Shaping<'_>>,
 ) -> Window {
     let generators: Vec<Reaped> = (0..gens)
         .filter_map(|g| {
@@ -178,14 +189,14 @@ fn flood(
     let window = Duration::from_secs(u64::from(secs).saturating_sub(2).max(1));
     let (cpu0, proc0, rx0, t0) = (
         cpu_ticks(),
-        htbd.map_or(0, |(pid, _)| process_ticks(pid)),
+        htbd.map_or(0, |h| process_ticks(h.pid)),
         lab.rx_counters(N2, "eth0"),
         Instant::now(),
     );
     std::thread::sleep(window);
     let (cpu1, proc1, rx1, t1) = (
         cpu_ticks(),
-        htbd.map_or(0, |(pid, _)| process_ticks(pid)),
+        htbd.map_or(0, |h| process_ticks(h.pid)),
         lab.rx_counters(N2, "eth0"),
         Instant::now(),
     );
@@ -208,10 +219,16 @@ fn flood(
         })
         .sum();
     let shaper_ticks: u64 = match htbd {
-        Some((_, cpus)) => {
-            let cpus: BTreeSet<usize> = cpus.iter().copied().collect();
-            (proc1 - proc0) + cpus.iter().map(|&c| delta(c).2).sum::<u64>()
+        Some(h) if h.dedicated => {
+            let cpus: BTreeSet<usize> = h.cpus.iter().copied().collect();
+            cpus.iter()
+                .map(|&c| {
+                    let d = delta(c);
+                    d.0 + d.1 + d.2
+                })
+                .sum()
         }
+        Some(_) => proc1 - proc0,
         None => {
             let cpus: BTreeSet<usize> = gen_cpus.iter().take(gens as usize).copied().collect();
             cpus.iter()
@@ -243,23 +260,27 @@ pub fn run(options: &CoresOptions) -> anyhow::Result<Value> {
         .map_err(|why| anyhow::anyhow!("the lab cannot run here: {why}"))?;
     blackhole_sink(&lab);
     let secs = if options.quick { 4 } else { 7 };
-    // Generators on the first CPUs, htbd's workers on the next ones; where the machine has
-    // too few, they share (said in the report).
+    // With G generators: generators on CPUs 0 … G-1, htbd's workers on G … 2G-1; where the
+    // machine has fewer than 2G CPUs, they share (said in each point).
     let gen_cpus: Vec<usize> = (0..max as usize).map(|g| g % cpus).collect();
-    let worker_cpus: Vec<usize> = (0..max as usize)
-        .map(|w| (max as usize + w) % cpus)
-        .collect();
-    let shared = 2 * max as usize > cpus;
     let mut points = Vec::new();
     for size in [60u32, 1514] {
         for gens in 1..=max {
+            let worker_cpus: Vec<usize> = (0..gens as usize)
+                .map(|w| (gens as usize + w) % cpus)
+                .collect();
+            let shared = 2 * gens as usize > cpus;
             for shaper in ["htbd", "kernel_htb", "kernel_mq_htb"] {
-                let workers = &worker_cpus[..gens as usize];
+                let workers = &worker_cpus[..];
                 let (window, handed) = match shaper {
                     "htbd" => {
                         let installed = install(&lab, Shaper::Htbd, &config(gens, workers))?;
-                        let pid = installed.htbd().map_or(0, crate::Htbd::pid);
-                        let w = flood(&lab, gens, &gen_cpus, size, secs, Some((pid, workers)));
+                        let shaping = Shaping {
+                            pid: installed.htbd().map_or(0, crate::Htbd::pid),
+                            cpus: workers,
+                            dedicated: !shared,
+                        };
+                        let w = flood(&lab, gens, &gen_cpus, size, secs, Some(shaping));
                         let handed = installed.htbd().map(|h| {
                             let s = h.status();
                             let out: u64 = s.workers.iter().map(|w| w.handed_out).sum();
@@ -309,6 +330,12 @@ pub fn run(options: &CoresOptions) -> anyhow::Result<Value> {
                     "shaper_cpu_ns_per_packet": window.shaper_ns,
                     "machine_cpu_ns_per_packet": window.machine_ns,
                     "handed_over_share": handed,
+                    "worker_cpus": worker_cpus, "cpus_shared_with_generators": shared,
+                    "cpu_accounting": if shared {
+                        "htbd: its threads' user + system time; kernel: system + softirq of the generators' CPUs (where veths forward), their send calls included"
+                    } else {
+                        "htbd: user + system + softirq of its workers' own CPUs; kernel: system + softirq of the generators' CPUs (where veths forward), their send calls included"
+                    },
                 }));
             }
         }
@@ -334,9 +361,6 @@ pub fn run(options: &CoresOptions) -> anyhow::Result<Value> {
     let report = json!({
         "machine": crate::machine(),
         "generator_cpus": gen_cpus,
-        "worker_cpus": worker_cpus,
-        "cpus_shared_by_generators_and_workers": shared,
-        "cpu_accounting": "shaper: htbd threads + softirq of its CPUs; kernel: system + softirq of the generators' CPUs (where veths forward), generators' send calls included",
         "points": points,
         "ratios": ratios,
     });
