@@ -22,6 +22,7 @@ mod error;
 pub mod filter;
 pub mod leaf;
 mod tree;
+pub mod u32_handle;
 pub mod values;
 
 pub use error::{ConfigError, Located};

@@ -167,3 +167,44 @@ fn a_u32_hash_table_script_runs_verbatim_and_each_packet_reaches_its_bucket_filt
     let htbd = Htbd::start_in(&lab, CONFIG, dir);
     assert_eq!(htbd.cli_ok(&["filter", "show", "dev", "r2"]), shown);
 }
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn hex_handles_and_one_word_u32_handles_as_libreqos_v0_81_writes_them() {
+    // LibreQoS v0.81's forms (issue 26): hex qdisc and class handles, and each subscriber's
+    // filter given `handle 0x65` in the bucket `ht 3:2:` names (before, htbd refused those six
+    // handles and the subscribers fell to the default class).
+    let lab = Lab::up("htbu", "router");
+    let config = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+                  [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n";
+    let htbd = Htbd::start(&lab, config);
+    let file = htbd.dir().join("v0_81.batch");
+    std::fs::write(
+        &file,
+        "qdisc add dev r2 root handle 0x1: htb default 99\n\
+         class add dev r2 parent 0x1: classid 0x1:99 htb rate 100mbit\n\
+         class add dev r2 parent 0x1: classid 0x1:1 htb rate 900mbit\n\
+         class add dev r2 parent 0x1:1 classid 0x1:13 htb rate 50mbit ceil 50mbit\n\
+         filter add dev r2 parent 0x1:0 prio 5 protocol ip u32\n\
+         filter add dev r2 parent 0x1:0 prio 5 handle 3: protocol ip u32 divisor 256\n\
+         filter add dev r2 protocol ip parent 0x1:0 prio 5 u32 ht 800:: match ip dst 10.201.2.0/24 hashkey mask 0x000000ff at 16 link 3:\n\
+         filter add dev r2 protocol ip parent 0x1:0 prio 5 u32 ht 3:2: handle 0x65 match ip dst 10.201.2.2/32 flowid 1:13\n",
+    )
+    .unwrap();
+    htbd.cli_ok(&["-b", file.to_str().unwrap()]);
+    let shown = htbd.cli_ok(&["filter", "show", "dev", "r2"]);
+    assert!(
+        shown.contains("fh 3:2:65") && shown.contains("flowid 1:13"),
+        "the filter is not node 65 of bucket 2 of table 3:\n{shown}"
+    );
+    assert_eq!(lab.ping(N1, "10.201.2.2", 1, "0.2"), 1);
+    let before = htbd.class_stats("r2", "1:13");
+    let rate = lab.udp_rate_at_n2(5201, "65M", 6);
+    htbd.assert_class_saturated("r2", "1:13", &before);
+    assert_within(
+        "UDP to the subscriber of 1:13 (50 Mbit/s)",
+        rate,
+        50e6,
+        0.01,
+    );
+}

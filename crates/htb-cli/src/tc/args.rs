@@ -86,12 +86,17 @@ pub fn class_id(s: &str, what: &str) -> Result<ClassId> {
     s.parse().or_else(|_| illegal(what))
 }
 
-/// A qdisc handle, `1:` or `1` (tc's `get_qdisc_handle`).
+/// A qdisc handle, `1:`, `1`, `0x1:` or `0x2002:` (tc's `get_qdisc_handle`: the major in hex
+/// through `strtoul(…, 16)`, which takes a `0x` prefix).
 ///
 /// # Errors
 /// Anything else.
 pub fn qdisc_handle(s: &str) -> Result<ClassId> {
-    let digits = s.strip_suffix(':').unwrap_or(s);
+    let major = s.strip_suffix(':').unwrap_or(s);
+    let digits = major
+        .strip_prefix("0x")
+        .or_else(|| major.strip_prefix("0X"))
+        .unwrap_or(major);
     match u16::from_str_radix(digits, 16) {
         Ok(major) if major != 0 => Ok(ClassId::new(major, 0)),
         _ => usage(format!(

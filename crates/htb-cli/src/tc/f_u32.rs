@@ -4,9 +4,10 @@
 
 use std::net::IpAddr;
 
+use htb_config::u32_handle::U32Handle;
 use htb_ipc::{FilterSpec, HashKey, MatchSpec};
 
-use super::args::{Args, Result, class_id, illegal, matches, number, usage};
+use super::args::{Args, Result, UsageError, class_id, illegal, matches, number, usage};
 use super::u32_keys::{self, RawKeys};
 use super::usage::FILTER_USAGE;
 
@@ -55,6 +56,23 @@ pub(super) fn prefix(s: &str, v6: bool, what: &str) -> Result<String> {
 ///
 /// # Errors
 /// tc's usage errors.
+/// A filter's handle as the kernel's `u32_change` files it: a node written alone
+/// (`handle 0x65`, or `::65`) goes into the bucket `ht` names (`htid | TC_U32_NODE(handle)`);
+/// a handle naming another table or bucket is the kernel's "hash table address mismatch".
+/// Returned as tc prints it (`3:2:65`), the form htbd reads.
+fn placed_handle(text: &str, table: Option<(u32, u32)>) -> Result<String> {
+    let handle = U32Handle(u32_keys::u32_handle(text, "handle")?);
+    let placed = match table {
+        Some((table, bucket)) => handle.in_bucket(table, bucket).ok_or_else(|| {
+            UsageError(format!(
+                "Illegal \"handle\": {handle} is not in hash table {table:x}: bucket {bucket:x} (ht names it)"
+            ))
+        })?,
+        None => handle,
+    };
+    Ok(placed.to_string())
+}
+
 pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
     let mut raw_keys = RawKeys::default();
     let mut sample_bucket = None;
@@ -87,13 +105,12 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
             }
             spec.hashing.hashkey = Some(HashKey { mask, at });
         } else if matches(w, "sample") {
-            let key = match (a.value()?, a.value()?) {
-                ("ip", field @ ("src" | "dst")) => u32_keys::ip_key(field, a.value()?)?,
-                (width @ ("u32" | "u16" | "u8"), first) => {
-                    let mut rest = vec![first.to_owned()];
-                    rest.extend(a.by_ref().take(3).map(str::to_owned));
-                    u32_keys::raw(&mut Args::new(&rest), width)?
-                }
+            let key = match a.value()? {
+                "ip" => match a.value()? {
+                    field @ ("src" | "dst") => u32_keys::ip_key(field, a.value()?)?,
+                    _ => return usage("Illegal \"sample\": sample ip src|dst PREFIX"),
+                },
+                width @ ("u32" | "u16" | "u8") => u32_keys::raw(a, width)?,
                 _ => {
                     return usage(
                         "Illegal \"sample\": sample ip src|dst PREFIX, or sample u32|u16|u8 VALUE MASK at OFFSET",
@@ -145,10 +162,17 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
                 ("ip" | "ip6", "protocol") => {
                     let value = number(a.value()?, "match")?;
                     let mask = number(a.value()?, "match")?;
-                    let (Ok(p), 0xff) = (u8::try_from(value), mask) else {
-                        return usage("Illegal \"protocol\": value 0-255 with mask 0xff");
-                    };
-                    set_once(&mut m.proto, p, "protocol")?;
+                    match (u8::try_from(value), mask) {
+                        // A zero mask matches every packet (sqm-scripts' catch-all
+                        // `match ip protocol 0 0x00`): no constraint.
+                        (Ok(_), 0) => {}
+                        (Ok(p), 0xff) => set_once(&mut m.proto, p, "protocol")?,
+                        _ => {
+                            return usage(
+                                "Illegal \"protocol\": value 0-255 with mask 0xff (or 0: any)",
+                            );
+                        }
+                    }
                 }
                 ("ip", "tos" | "dsfield") | ("ip6", "priority") => {
                     let value = number(a.value()?, "match")?;
@@ -167,6 +191,9 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
             if layer == "ip" && spec.protocol == "all" {
                 spec.protocol = "ip".into();
             }
+        } else if w == "handle" {
+            // f_u32.c reads `handle` among its own options too (`… u32 ht 3:2: handle 0x65`).
+            spec.handle = Some(a.value()?.to_owned());
         } else if matches(w, "classid") || matches(w, "flowid") {
             spec.class = class_id(a.value()?, "classid")?.to_string();
         } else if w == "skip_hw" || w == "skip_sw" {
@@ -179,6 +206,9 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }
+    }
+    if let Some(text) = spec.handle.take() {
+        spec.handle = Some(placed_handle(&text, spec.hashing.table)?);
     }
     if let Some(bucket) = sample_bucket {
         let Some((table, _)) = spec.hashing.table else {

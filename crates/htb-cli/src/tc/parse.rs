@@ -674,6 +674,70 @@ mod tests {
     }
 
     #[test]
+    fn hex_handles_one_word_u32_handles_and_shorthand_keys_as_tc_reads_them() {
+        // get_qdisc_handle: strtoul base 16 takes 0x (two scripts of the issue write these).
+        for (text, major) in [
+            ("0x1:", 1),
+            ("0x2002:", 0x2002),
+            ("0x9000:", 0x9000),
+            ("1", 1),
+        ] {
+            let Command::QdiscAdd(q) = change(&format!(
+                "qdisc add dev D root handle {text} htb default 10"
+            )) else {
+                panic!("not a qdisc add: {text}");
+            };
+            assert_eq!(
+                q.handle.as_deref(),
+                Some(htb_core::ClassId::new(major, 0).to_string().as_str()),
+                "{text}"
+            );
+        }
+        assert!(error("qdisc add dev D root handle 0x10000: htb").contains("handle"));
+        // LibreQoS v0.81: a node handle written as one number, placed in the bucket ht names.
+        let Command::FilterAdd(f) = change(
+            "filter add dev D parent 0x1:0 protocol ip u32 ht 3:2: handle 0x65 match ip dst 100.64.0.2/32 flowid 1:13",
+        ) else {
+            panic!("not a filter add");
+        };
+        assert_eq!(f.handle.as_deref(), Some("3:2:65"));
+        assert_eq!(f.hashing.table, Some((3, 2)));
+        // The same before the kind, and the kernel's own spelling of a handle.
+        let Command::FilterAdd(f) = change(
+            "filter add dev D parent 1: prio 1 handle 0x80000800 protocol ip u32 match ip dst 10.0.0.1/32 flowid 1:1",
+        ) else {
+            panic!("not a filter add");
+        };
+        assert_eq!(f.handle.as_deref(), Some("800::800"));
+        assert!(
+            error("filter add dev D parent 1: u32 ht 3:2: handle 4:2:65 match ip dst 10.0.0.1/32 flowid 1:1")
+                .contains("not in hash table 3: bucket 2")
+        );
+        assert!(
+            error("filter add dev D parent 1: u32 handle 800 match ip dst 10.0.0.1/32 flowid 1:1")
+                .contains("not a u32 handle")
+        );
+        // `match u32 V M` with no `at` is offset 0; zero masks match every packet.
+        for catch_all in [
+            "filter add dev D parent 1: u32 match u32 0 0 flowid 1:1",
+            "filter add dev D parent 1: protocol ip u32 match ip protocol 0 0x00 flowid 1:1",
+            "filter add dev D parent 1: u32 match u8 0 0 flowid 1:1",
+        ] {
+            let Command::FilterAdd(f) = change(catch_all) else {
+                panic!("not a filter add: {catch_all}");
+            };
+            assert_eq!(f.matcher, MatchSpec::default(), "{catch_all}");
+        }
+        // tc-testing's sample case: a sample key without `at`, then a zero-mask match.
+        let Command::FilterAdd(f) = change(
+            "filter add dev D parent 1: prio 5 protocol ip u32 ht 2: sample u32 0x7 0xff match u8 0 0 flowid 1:2",
+        ) else {
+            panic!("not a filter add");
+        };
+        assert_eq!(f.hashing.table, Some((2, 7)));
+    }
+
+    #[test]
     fn batches_keep_line_numbers_and_stop_at_the_first_bad_line() {
         let text = "# a tree\nqdisc add dev D root handle 1: htb default 20\n\nclass add dev D parent 1: \\\n  classid 1:20 htb rate 1mbit\nclass show dev D\n";
         let parsed = parse_batch(text).unwrap();

@@ -9,6 +9,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use htb_config::u32_handle::U32Handle;
 use htb_ipc::MatchSpec;
 
 use super::args::{Args, Result, illegal, number, usage};
@@ -37,14 +38,17 @@ impl RawKey {
     }
 }
 
-/// `u32|u16|u8 VALUE MASK at [nexthdr+]OFF` after the width word.
+/// `u32|u16|u8 VALUE MASK [at [nexthdr+]OFF]` after the width word; without `at` the offset
+/// is 0, as tc's `parse_u32` has it (`match u32 0 0`, sqm-scripts' catch-all).
 pub(super) fn raw(a: &mut Args<'_>, width: &str) -> Result<RawKey> {
     let value = number(a.value()?, "match")?;
     let mask = number(a.value()?, "match")?;
-    if a.value()? != "at" {
-        return usage(format!("Illegal \"match {width}\": expected \"at OFFSET\""));
-    }
-    let off = a.value()?;
+    let off = if a.rest().first().is_some_and(|w| w == "at") {
+        a.next();
+        a.value()?
+    } else {
+        "0"
+    };
     let (nexthdr, off) = match off.strip_prefix("nexthdr+") {
         Some(rest) => (true, rest),
         None => (false, off),
@@ -247,28 +251,12 @@ pub(super) fn link(s: &str) -> Result<u32> {
     Ok(h >> 20)
 }
 
-/// tc's `get_u32_handle`: `X:Y:Z` in hex, each part optional, or `0x…`.
+/// tc's `get_u32_handle` (the one parser: [`U32Handle`]): `X:Y:Z` in hex, each part
+/// optional, or `0x…`.
 pub(super) fn u32_handle(s: &str, what: &str) -> Result<u32> {
-    if !s.contains(':') {
-        return match s.strip_prefix("0x") {
-            Some(hex) => u32::from_str_radix(hex, 16).or_else(|_| illegal(what)),
-            None => illegal(what),
-        };
-    }
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() > 3 {
-        return illegal(what);
-    }
-    let field = |i: usize, max: u32| -> Result<u32> {
-        match parts.get(i).copied() {
-            None | Some("") => Ok(0),
-            Some(p) => match u32::from_str_radix(p.trim_start_matches("0x"), 16) {
-                Ok(v) if v < max => Ok(v),
-                _ => illegal(what),
-            },
-        }
-    };
-    Ok(field(0, 0x1000)? << 20 | field(1, 0x100)? << 12 | field(2, 0x1000)?)
+    s.parse::<U32Handle>()
+        .map(|h| h.0)
+        .or_else(|e| usage(format!("Illegal \"{what}\": {e}")))
 }
 
 #[cfg(test)]

@@ -102,23 +102,11 @@ impl FilterKind {
     pub fn parse_handle(self, s: &str) -> Result<u32, String> {
         let bad = || format!("invalid {} handle {s:?}", self.name());
         match self {
-            Self::U32 => {
-                let parts: Vec<&str> = s.split(':').collect();
-                let field = |i: usize| -> Result<u32, String> {
-                    match parts.get(i) {
-                        None | Some(&"") => Ok(0),
-                        Some(p) => u32::from_str_radix(p, 16).map_err(|_| bad()),
-                    }
-                };
-                if parts.len() > 3 {
-                    return Err(bad());
-                }
-                let (ht, hash, node) = (field(0)?, field(1)?, field(2)?);
-                if ht > 0xfff || hash > 0xff || node > 0xfff {
-                    return Err(bad());
-                }
-                Ok(ht << 20 | hash << 12 | node)
-            }
+            // tc's get_u32_handle, the one parser (htb_config::u32_handle).
+            Self::U32 => s
+                .parse::<htb_config::u32_handle::U32Handle>()
+                .map(|h| h.0)
+                .map_err(|e| format!("invalid u32 handle: {e}")),
             Self::Flower => {
                 let digits = s.strip_prefix("0x");
                 match digits {

@@ -208,6 +208,11 @@ fn u32_and_flower_handles_parse_and_print_like_tc() {
     assert_eq!(FilterKind::Flower.parse_handle("7"), Ok(7));
     assert!(FilterKind::Flower.parse_handle("0").is_err());
     assert!(FilterKind::U32.parse_handle("1000::1").is_err());
+    // The forms the CLI and the daemon used to read differently (get_u32_handle's): the
+    // kernel's own spelling and a 0x table are handles, a bare `800` is not.
+    assert_eq!(FilterKind::U32.parse_handle("0x80000800"), Ok(0x8000_0800));
+    assert_eq!(FilterKind::U32.parse_handle("0x2:"), Ok(0x0020_0000));
+    assert!(FilterKind::U32.parse_handle("800").is_err());
 }
 
 #[test]
