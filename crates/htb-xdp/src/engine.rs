@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration as StdDuration;
 
@@ -37,6 +37,11 @@ use crate::worker::{Pace, Seat, Worker};
 /// How often the data plane beats for a liveness timeout: ten beats per timeout, 1 to 10 ms
 /// apart, so a timeout is never missed by a late beat and an idle loop wakes at most 100
 /// times a second.
+/// With liveness off: how often the workers' passes are checked for
+/// [`EngineHandle::since_all_workers_passed`] (each worker then passes at least every half of
+/// it, idle or not).
+pub const WITNESS_EVERY: StdDuration = StdDuration::from_millis(200);
+
 fn beat_period(timeout: StdDuration) -> StdDuration {
     (timeout / 10).clamp(StdDuration::from_millis(1), StdDuration::from_millis(10))
 }
@@ -135,6 +140,8 @@ pub enum JobError {
 #[derive(Clone, Debug)]
 pub struct EngineHandle {
     jobs: mpsc::SyncSender<Job>,
+    /// CLOCK_MONOTONIC ns when every worker was last seen passing (0: not yet).
+    alive: Arc<AtomicU64>,
     /// Worker 0's bell: the engine's thread.
     bell: Arc<Bell>,
     stop: Arc<AtomicBool>,
@@ -162,6 +169,15 @@ impl EngineHandle {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.wake();
+    }
+
+    /// How long ago every data-plane worker was last seen passing (checked every beat, or
+    /// every [`WITNESS_EVERY`] with liveness off); `None` before the first time. A hung
+    /// worker, or a job that holds the data plane, makes it grow: what a health check reads.
+    #[must_use]
+    pub fn since_all_workers_passed(&self) -> Option<StdDuration> {
+        let at = self.alive.load(Ordering::Relaxed);
+        (at != 0).then(|| StdDuration::from_nanos(sys::monotonic_ns().saturating_sub(at)))
     }
 
     /// The number of data-plane workers (each needs its own scheduler of a new tree:
@@ -198,6 +214,8 @@ pub struct Engine {
     passes_at_beat: Vec<u64>,
     /// The last beat failed (warned once until one succeeds).
     beat_failed: bool,
+    /// CLOCK_MONOTONIC ns when every worker was last seen passing, for the handles.
+    alive: Arc<AtomicU64>,
     /// Per port, which worker serves which subtree.
     assignments: Vec<Assignment>,
 }
@@ -432,8 +450,10 @@ impl Engine {
         }
         let (jobs_tx, jobs) = mpsc::sync_channel(JOB_QUEUE);
         let stop = Arc::new(AtomicBool::new(false));
+        let alive = Arc::new(AtomicU64::new(0));
         let handle = EngineHandle {
             jobs: jobs_tx,
+            alive: Arc::clone(&alive),
             bell: Arc::clone(&bells[0]),
             stop: Arc::clone(&stop),
             workers,
@@ -446,8 +466,9 @@ impl Engine {
             pace: Pace {
                 epoch,
                 busy_poll: config.busy_poll,
-                // Each worker passes at least twice a beat, so a live one never misses one.
-                wake_every: beat_every.map(|b| b / 2),
+                // Each worker passes at least twice a beat (or a witness check), so a live one
+                // never misses one.
+                wake_every: Some(beat_every.map_or(WITNESS_EVERY / 2, |b| b / 2)),
                 realtime: config.realtime,
             },
             jobs,
@@ -457,6 +478,7 @@ impl Engine {
             last_beat: 0,
             passes_at_beat: vec![0; workers],
             beat_failed: false,
+            alive,
             assignments: (0..config.ports.len())
                 .map(|_| Assignment::new(workers))
                 .collect(),
@@ -542,12 +564,11 @@ impl Engine {
         }
     }
 
-    /// Refreshes the XDP program's heartbeat when a beat is due and every worker has passed
-    /// since the last one.
+    /// When a beat (or, with liveness off, a witness check) is due and every worker has
+    /// passed since the last one: notes it for [`EngineHandle::since_all_workers_passed`] and
+    /// refreshes the XDP program's heartbeat.
     fn beat(&mut self, seats: &[Seat]) {
-        let Some(every) = self.beat_every else {
-            return;
-        };
+        let every = self.beat_every.unwrap_or(WITNESS_EVERY);
         let now = sys::monotonic_ns();
         if now.saturating_sub(self.last_beat) < u64::try_from(every.as_nanos()).unwrap_or(0) {
             return;
@@ -564,6 +585,10 @@ impl Engine {
         }
         self.passes_at_beat = passes;
         self.last_beat = now;
+        self.alive.store(now, Ordering::Relaxed);
+        if self.beat_every.is_none() {
+            return;
+        }
         match self.program.beat(now) {
             Ok(()) => self.beat_failed = false,
             Err(e) if !self.beat_failed => {

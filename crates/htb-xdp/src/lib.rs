@@ -34,7 +34,9 @@ mod worker;
 
 pub use crew::HandoffCounts;
 pub use dataplane::{Mode, Progress};
-pub use engine::{Engine, EngineConfig, EngineHandle, JOB_QUEUE, Job, JobError, PortConfig};
+pub use engine::{
+    Engine, EngineConfig, EngineHandle, JOB_QUEUE, Job, JobError, PortConfig, WITNESS_EVERY,
+};
 pub use error::XdpError;
 pub use frame::{FlowHasher, Frame};
 pub use netdev::{NetDev, format_mac};

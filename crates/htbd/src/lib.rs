@@ -307,12 +307,18 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
         let policy = std::sync::Arc::new(policy);
         let exporter = metrics.map(|listener| {
             tracing::info!(
-                "metrics at http://{}/metrics",
+                "metrics at http://{0}/metrics, health at http://{0}/health",
                 listener
                     .local_addr()
                     .map_or_else(|e| e.to_string(), |a| a.to_string())
             );
-            let serving = metrics::http::serve(listener, calls_tx.clone(), requests, stop.clone());
+            let serving = metrics::http::serve(
+                listener,
+                calls_tx.clone(),
+                requests,
+                dataplane.handle.clone(),
+                stop.clone(),
+            );
             tokio::spawn(async move {
                 if let Err(e) = serving.await {
                     tracing::error!("metrics endpoint stopped: {e}");

@@ -1,7 +1,14 @@
-//! The `/metrics` endpoint: a minimal HTTP/1.x server on tokio, enough for Prometheus and
-//! `curl` (one request per connection, `Connection: close`). Clients are bounded like the
-//! control socket's: at most [`MAX_CLIENTS`] at once, a request head of at most
-//! [`MAX_HEAD_BYTES`] within [`HEAD_TIMEOUT`]; anything else gets a 4xx and is closed.
+//! The `/metrics` and `/health` endpoints: a minimal HTTP/1.x server on tokio, enough for
+//! Prometheus, `curl` and a health checker (one request per connection, `Connection: close`).
+//! Clients are bounded like the control socket's: at most [`MAX_CLIENTS`] at once, a request
+//! head of at most [`MAX_HEAD_BYTES`] within [`HEAD_TIMEOUT`]; anything else gets a 4xx and is
+//! closed.
+//!
+//! `/health` answers 200 while every data-plane worker keeps passing (seen within
+//! [`STALE_AFTER`]) and 503 otherwise (a hung worker, a job holding the data plane, a start
+//! not finished), for a BGP speaker or keepalived to withdraw the box; a killed htbd answers
+//! nothing, which checkers count as down too. It never waits on the data plane: it reads the
+//! time of the last pass the engine noted.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +17,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+
+use htb_xdp::EngineHandle;
 
 use super::exposition;
 use super::requests::RequestMetrics;
@@ -23,6 +32,39 @@ pub const MAX_HEAD_BYTES: usize = 8192;
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A data plane none of whose passes covered every worker for this long is down: with the
+/// default liveness timeout each worker passes every 5 ms, and a control job longer than this
+/// holds the forwarding of every port.
+pub const STALE_AFTER: Duration = Duration::from_millis(500);
+
+/// `/health`'s status and text for a data plane last seen passing `since` ago.
+fn health(since: Option<Duration>) -> (u16, String) {
+    match since {
+        None => (
+            503,
+            "starting: the data plane has not passed yet
+"
+            .into(),
+        ),
+        Some(age) if age > STALE_AFTER => (
+            503,
+            format!(
+                "down: the data-plane workers have not all passed for {} ms
+",
+                age.as_millis()
+            ),
+        ),
+        Some(age) => (
+            200,
+            format!(
+                "ok: every data-plane worker passed {} ms ago
+",
+                age.as_millis()
+            ),
+        ),
+    }
+}
 
 /// Binds the metrics address (before the daemon reports ready, so a taken port fails start-up).
 ///
@@ -42,6 +84,7 @@ pub async fn serve(
     listener: std::net::TcpListener,
     calls: mpsc::Sender<Call>,
     requests: RequestMetrics,
+    engine: EngineHandle,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let listener = TcpListener::from_std(listener)?;
@@ -63,9 +106,9 @@ pub async fn serve(
                     });
                     continue;
                 };
-                let (calls, requests) = (calls.clone(), requests.clone());
+                let (calls, requests, engine) = (calls.clone(), requests.clone(), engine.clone());
                 tokio::spawn(async move {
-                    client(stream, &calls, &requests).await;
+                    client(stream, &calls, &requests, &engine).await;
                     drop(permit);
                 });
             }
@@ -78,6 +121,7 @@ pub async fn serve(
 #[derive(Debug, PartialEq, Eq)]
 enum Route {
     Metrics { head: bool },
+    Health { head: bool },
     Index { head: bool },
     NotFound,
     BadMethod,
@@ -109,12 +153,18 @@ fn route(head: &[u8]) -> Route {
     };
     match target.split('?').next().unwrap_or_default() {
         "/metrics" => Route::Metrics { head },
+        "/health" => Route::Health { head },
         "/" => Route::Index { head },
         _ => Route::NotFound,
     }
 }
 
-async fn client(mut stream: TcpStream, calls: &mpsc::Sender<Call>, requests: &RequestMetrics) {
+async fn client(
+    mut stream: TcpStream,
+    calls: &mpsc::Sender<Call>,
+    requests: &RequestMetrics,
+    engine: &EngineHandle,
+) {
     let mut head = Vec::with_capacity(1024);
     let read = async {
         let mut buf = [0u8; 1024];
@@ -162,12 +212,29 @@ async fn client(mut stream: TcpStream, calls: &mpsc::Sender<Call>, requests: &Re
                 .await
             }
         },
+        Route::Health { head } => {
+            let (status, body) = health(engine.since_all_workers_passed());
+            respond_body(
+                &mut stream,
+                status,
+                "text/plain; charset=utf-8",
+                body.as_bytes(),
+                head,
+            )
+            .await
+        }
         Route::Index { head } => {
-            let body = b"htbd: metrics at /metrics\n";
+            let body = b"htbd: metrics at /metrics, health at /health\n";
             respond_body(&mut stream, 200, "text/plain; charset=utf-8", body, head).await
         }
         Route::NotFound => {
-            respond(&mut stream, 404, "text/plain", b"not found: try /metrics\n").await
+            respond(
+                &mut stream,
+                404,
+                "text/plain",
+                b"not found: try /metrics or /health\n",
+            )
+            .await
         }
         Route::BadMethod => respond(&mut stream, 405, "text/plain", b"only GET and HEAD\n").await,
         Route::Malformed => respond(&mut stream, 400, "text/plain", b"malformed request\n").await,
@@ -254,6 +321,10 @@ mod tests {
             Route::Metrics { head: true }
         );
         assert_eq!(r("GET / HTTP/1.1\r\n\r\n"), Route::Index { head: false });
+        assert_eq!(
+            r("GET /health HTTP/1.1\r\n\r\n"),
+            Route::Health { head: false }
+        );
         assert_eq!(r("GET /other HTTP/1.1\r\n\r\n"), Route::NotFound);
         assert_eq!(r("POST /metrics HTTP/1.1\r\n\r\n"), Route::BadMethod);
         assert_eq!(r("GET /metrics\r\n\r\n"), Route::Malformed);
@@ -263,5 +334,19 @@ mod tests {
             route(b"\xff\xfe /metrics HTTP/1.1\r\n\r\n"),
             Route::Malformed
         );
+    }
+
+    #[test]
+    fn health_is_200_only_while_the_workers_keep_passing() {
+        assert_eq!(health(None).0, 503);
+        let (status, text) = health(Some(Duration::from_millis(3)));
+        assert_eq!(
+            (status, text.as_str()),
+            (200, "ok: every data-plane worker passed 3 ms ago\n")
+        );
+        assert_eq!(health(Some(STALE_AFTER)).0, 200);
+        let (status, text) = health(Some(Duration::from_millis(1200)));
+        assert_eq!(status, 503);
+        assert!(text.contains("not all passed for 1200 ms"), "{text}");
     }
 }
