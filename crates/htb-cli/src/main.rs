@@ -70,6 +70,10 @@ enum Command {
         /// Seconds to wait for htbd's answer.
         #[arg(long, value_name = "SECS", default_value_t = 60.0)]
         timeout: f64,
+        /// Only the circuits of box K of N (a fixed hash of the circuit id), when several
+        /// boxes shape the same file: `--shard 2/3`.
+        #[arg(long, value_name = "K/N")]
+        shard: Option<import::shard::Shard>,
     },
 }
 
@@ -169,6 +173,7 @@ fn main() -> ExitCode {
             print,
             socket,
             timeout,
+            shard,
         } => {
             if parent.is_qdisc() {
                 eprintln!("htb-cli: --parent {parent} names a qdisc; circuits hang under a class");
@@ -187,6 +192,7 @@ fn main() -> ExitCode {
                 print: *print,
                 socket: socket.clone(),
                 timeout: Some(Duration::from_secs_f64(timeout.max(0.1))),
+                shard: *shard,
             });
         }
     };

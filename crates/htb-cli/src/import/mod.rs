@@ -4,6 +4,7 @@
 
 pub mod circuits;
 pub mod shaped_devices;
+pub mod shard;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -32,6 +33,8 @@ pub struct Import {
     pub socket: Option<String>,
     /// `--timeout`.
     pub timeout: Option<Duration>,
+    /// `--shard K/N`: only this box's circuits.
+    pub shard: Option<shard::Shard>,
 }
 
 /// Why an import did not happen (nothing was changed in every case).
@@ -156,10 +159,13 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
         error: e,
         file: file.clone(),
     })?;
-    let circuits = circuits::group(devices).map_err(|e| ImportError::Circuits {
+    let mut circuits = circuits::group(devices).map_err(|e| ImportError::Circuits {
         error: e,
         file: file.clone(),
     })?;
+    if let Some(shard) = import.shard {
+        circuits.retain(|c| shard.contains(&c.id));
+    }
     let unmapped_nodes = circuits
         .iter()
         .filter(|c| !c.node.is_empty() && !placement.nodes.contains_key(&c.node))
