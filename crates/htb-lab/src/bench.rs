@@ -93,29 +93,7 @@ fn cpu_ticks() -> (u64, u64) {
 pub(crate) fn pps_64_flows(lab: &Lab, flows: &[(u32, &str)]) -> (f64, f64) {
     let generators: Vec<Reaped> = flows
         .iter()
-        .filter_map(|&(queue, dst)| {
-            lab.cmd(N1, generator().to_str().unwrap_or("htb-xdp-gen"))
-                .args([
-                    "eth0",
-                    "--src-mac",
-                    "02:00:0a:c9:01:02",
-                    "--dst-mac",
-                    "02:00:0a:c9:01:01",
-                    "--src-ip",
-                    "10.201.1.2",
-                    "--dst-ip",
-                    dst,
-                    "--seconds",
-                    "5",
-                    "--queue",
-                    &queue.to_string(),
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .ok()
-                .map(Reaped)
-        })
+        .filter_map(|&(queue, dst)| spawn_generator(lab, None, queue, dst, 5, &[]))
         .collect();
     if generators.len() != flows.len() {
         return (0.0, 0.0);
@@ -130,6 +108,37 @@ pub(crate) fn pps_64_flows(lab: &Lab, flows: &[(u32, &str)]) -> (f64, f64) {
     // USER_HZ is 100 on Linux: a tick is 10 ms.
     let busy_ns = (busy1 - busy0) as f64 * 1e7;
     (pps, busy_ns / (pps * 3.0).max(1.0))
+}
+
+/// Starts `htb-xdp-gen` in node-1, in the background: node-1 → `dst` (behind node-2) on TX
+/// queue `queue` for `secs`, pinned to `cpu` when given, with `extra` arguments (`--size`,
+/// `--rate`, `--dport`: 64-byte frames flat out without them). `None` when it cannot start.
+pub(crate) fn spawn_generator(
+    lab: &Lab,
+    cpu: Option<usize>,
+    queue: u32,
+    dst: &str,
+    secs: u32,
+    extra: &[&str],
+) -> Option<Reaped> {
+    let mut cmd = match cpu {
+        Some(cpu) => {
+            let mut c = lab.cmd(N1, "taskset");
+            c.args(["-c", &cpu.to_string()]).arg(generator());
+            c
+        }
+        None => lab.cmd(N1, generator().to_str().unwrap_or("htb-xdp-gen")),
+    };
+    cmd.args(["eth0", "--src-mac", "02:00:0a:c9:01:02"])
+        .args(["--dst-mac", "02:00:0a:c9:01:01", "--src-ip", "10.201.1.2"])
+        .args(["--dst-ip", dst, "--seconds", &secs.to_string()])
+        .args(["--queue", &queue.to_string()])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+        .map(Reaped)
 }
 
 /// [`pps_64_flows`] `reps` times: the medians of the packets/s and of the CPU per packet.

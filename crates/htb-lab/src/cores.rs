@@ -22,16 +22,15 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use htb_cli::plot::{LineChart, Series};
 use serde_json::{Value, json};
 
-use crate::bench::{blackhole_sink, write_report};
+use crate::bench::{blackhole_sink, spawn_generator, write_report};
 use crate::shaper::{Installed, Shaper, apply_tc, install, uninstall};
-use crate::{Lab, N1, N2, Reaped, gen_bin};
+use crate::{Lab, N2, Reaped};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -159,21 +158,11 @@ fn flood(
     secs: u32,
     htbd: Option<Shaping<'_>>,
 ) -> Window {
+    let size = size.to_string();
     let generators: Vec<Reaped> = (0..gens)
         .filter_map(|g| {
             let cpu = gen_cpus[g as usize % gen_cpus.len()];
-            lab.cmd(N1, "taskset")
-                .args(["-c", &cpu.to_string()])
-                .arg(gen_bin())
-                .args(["eth0", "--src-mac", "02:00:0a:c9:01:02"])
-                .args(["--dst-mac", "02:00:0a:c9:01:01", "--src-ip", "10.201.1.2"])
-                .args(["--dst-ip", &sink(g), "--size", &size.to_string()])
-                .args(["--seconds", &secs.to_string(), "--queue", &g.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .ok()
-                .map(Reaped)
+            spawn_generator(lab, Some(cpu), g, &sink(g), secs, &["--size", &size])
         })
         .collect();
     let none = Window {
@@ -256,7 +245,9 @@ fn flood(
 pub fn run(options: &CoresOptions) -> anyhow::Result<Value> {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let max = options.max.max(1);
-    let lab = Lab::try_up_with_queues(&options.lab, "router", max)
+    // mq needs a multi-queue device: two queues at least, even for one generator.
+    let queues = max.max(2);
+    let lab = Lab::try_up_with_queues(&options.lab, "router", queues)
         .map_err(|why| anyhow::anyhow!("the lab cannot run here: {why}"))?;
     blackhole_sink(&lab);
     let secs = if options.quick { 4 } else { 7 };
@@ -297,7 +288,7 @@ pub fn run(options: &CoresOptions) -> anyhow::Result<Value> {
                         (w, None)
                     }
                     _ => {
-                        apply_tc(&lab, &mq_htb(max))?;
+                        apply_tc(&lab, &mq_htb(queues))?;
                         let w = flood(&lab, gens, &gen_cpus, size, secs, None);
                         uninstall(&lab, Installed::Tc);
                         (w, None)

@@ -506,7 +506,7 @@ impl Lab {
 
     /// Waits `skip`, then measures node-1's L2 send rate and node-2's L2 receive rate over
     /// `window`.
-    fn measure_load(&self, skip: Duration, window: Duration) -> Load {
+    pub fn measure_load(&self, skip: Duration, window: Duration) -> Load {
         std::thread::sleep(skip);
         let (s0, r0, t0) = (
             self.tx_counters(N1, "eth0").0,

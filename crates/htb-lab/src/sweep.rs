@@ -11,14 +11,14 @@
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use htb_cli::plot::{LineChart, Series};
 use serde_json::{Value, json};
 
-use crate::bench::{blackhole_sink, write_report};
+use crate::bench::{blackhole_sink, spawn_generator, write_report};
 use crate::shaper::{Installed, Shaper, install, uninstall};
-use crate::{Lab, N1, N2, Reaped, gen_bin};
+use crate::{Lab, N1, N2, Reaped};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -77,24 +77,6 @@ fn shared_root(workers: u32, queues: u32, bps: f64) -> String {
     config(workers, &classes)
 }
 
-/// node-1's L2 send rate and node-2's L2 receive rate, bit/s, over `window` after `skip`.
-fn measure(lab: &Lab, skip: Duration, window: Duration) -> (f64, f64) {
-    std::thread::sleep(skip);
-    let (s0, r0, t0) = (
-        lab.tx_counters(N1, "eth0").0,
-        lab.rx_counters(N2, "eth0").0,
-        Instant::now(),
-    );
-    std::thread::sleep(window);
-    let (s1, r1, t1) = (
-        lab.tx_counters(N1, "eth0").0,
-        lab.rx_counters(N2, "eth0").0,
-        Instant::now(),
-    );
-    let secs = (t1 - t0).as_secs_f64();
-    ((s1 - s0) as f64 * 8.0 / secs, (r1 - r0) as f64 * 8.0 / secs)
-}
-
 /// UDP from one generator per `(queue, dport)`, each paced to `bps_each` of `frame`-byte frames
 /// (flat out when `None`); returns (offered, delivered) bit/s.
 fn udp(
@@ -104,37 +86,32 @@ fn udp(
     bps_each: Option<f64>,
     secs: u32,
 ) -> (f64, f64) {
+    let (size, rate) = (
+        frame.to_string(),
+        bps_each.map(|bps| format!("{bps:.0}bit")),
+    );
     let generators: Vec<Reaped> = flows
         .iter()
         .filter_map(|&(queue, dport)| {
-            let mut cmd = lab.cmd(N1, gen_bin().to_str().unwrap_or("htb-xdp-gen"));
-            cmd.args(["eth0", "--src-mac", "02:00:0a:c9:01:02"])
-                .args(["--dst-mac", "02:00:0a:c9:01:01", "--src-ip", "10.201.1.2"])
-                .args(["--dst-ip", SINK, "--dport", &dport.to_string()])
-                .args(["--size", &frame.to_string(), "--seconds", &secs.to_string()])
-                .args(["--queue", &queue.to_string()]);
-            if let Some(bps) = bps_each {
-                cmd.args(["--rate", &format!("{bps:.0}bit")]);
+            let dport = dport.to_string();
+            let mut extra = vec!["--dport", &dport, "--size", &size];
+            if let Some(rate) = &rate {
+                extra.extend(["--rate", rate.as_str()]);
             }
-            cmd.stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .ok()
-                .map(Reaped)
+            spawn_generator(lab, None, queue, SINK, secs, &extra)
         })
         .collect();
     if generators.len() != flows.len() {
         return (0.0, 0.0);
     }
-    let rates = measure(
-        lab,
+    let load = lab.measure_load(
         Duration::from_millis(1500),
         Duration::from_secs(u64::from(secs).saturating_sub(2).max(1)),
     );
     for mut g in generators {
         let _ = g.0.wait();
     }
-    rates
+    (load.offered_bps, load.delivered_bps)
 }
 
 /// TCP from iperf3 with `streams` streams to node-2; returns node-2's L2 receive rate, bit/s.
@@ -149,13 +126,12 @@ fn tcp(lab: &Lab, streams: u32, secs: u32) -> f64 {
         .spawn()
         .map(Reaped);
     let Ok(mut client) = client else { return 0.0 };
-    let (_, delivered) = measure(
-        lab,
+    let load = lab.measure_load(
         Duration::from_millis(2000),
         Duration::from_secs(u64::from(secs).saturating_sub(3).max(1)),
     );
     let _ = client.0.wait();
-    delivered
+    load.delivered_bps
 }
 
 /// Installs `shaper` with `config`, runs `measure_it`, removes the shaper.

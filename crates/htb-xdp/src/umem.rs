@@ -513,11 +513,7 @@ impl FrameIo {
 
     /// The frames of `chunk`'s packet after its first, in order.
     fn tail(&self, chunk: &Chunk) -> impl Iterator<Item = (u32, u32)> + '_ {
-        let mut next = if chunk.frames() > 1 {
-            self.links.get(chunk.index()).0
-        } else {
-            END
-        };
+        let mut next = self.links_after(chunk);
         std::iter::from_fn(move || {
             if next == END {
                 return None;
@@ -530,13 +526,28 @@ impl FrameIo {
         .take(usize::from(chunk.frames()).saturating_sub(1))
     }
 
-    /// Frees every frame of a packet the caller no longer holds.
+    /// Frees every frame of a packet the caller no longer holds (walking its links as it
+    /// goes: freeing a frame does not touch them).
     fn free_chain(&mut self, chunk: &Chunk) {
-        let tail: Vec<u32> = self.tail(chunk).map(|(index, _)| index).collect();
         let head = *self.slot(chunk);
+        let mut next = self.links_after(chunk);
         self.free_frame(head);
-        for index in tail {
-            self.free_frame(self.slots[index as usize]);
+        for _ in 1..chunk.frames() {
+            if next == END {
+                break;
+            }
+            let (after, _) = self.links.get(next);
+            self.free_frame(self.slots[next as usize]);
+            next = after;
+        }
+    }
+
+    /// The frame after `chunk`'s first ([`END`] for a single frame).
+    fn links_after(&self, chunk: &Chunk) -> u32 {
+        if chunk.frames() > 1 {
+            self.links.get(chunk.index()).0
+        } else {
+            END
         }
     }
 }
