@@ -1,7 +1,7 @@
 //! A received frame: the data plane's parser and classifier, and the CE marking it may do.
 #![no_main]
 
-use htb_config::filter::{Classifier, Family, Filter, Match};
+use htb_config::filter::{Classifier, Family, Filter, Match, RawKey, RawKeys};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -10,6 +10,30 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(info, parsed.info);
     let class = |minor: u32| htb_core_class(minor);
     let classifier = Classifier::new(vec![
+        // u32's general keys: a word of the transport header and one of the network header
+        // (read from the packet's bytes, wherever the parser put the headers).
+        Filter {
+            prio: 0,
+            matcher: Match {
+                raw: RawKeys::new(&[
+                    RawKey {
+                        at: 0,
+                        nexthdr: true,
+                        mask: 0xffff,
+                        value: 53,
+                    },
+                    RawKey {
+                        at: 36,
+                        nexthdr: false,
+                        mask: 0xff00_0000,
+                        value: 0x1000_0000,
+                    },
+                ])
+                .unwrap_or_default(),
+                ..Match::default()
+            },
+            class: class(0x5),
+        },
         Filter {
             prio: 1,
             matcher: Match {
@@ -34,6 +58,11 @@ fuzz_target!(|data: &[u8]| {
         },
     ]);
     assert!(classifier.classify(&info).is_some());
+    assert!(
+        classifier
+            .classify_index_headers(&info, &parsed.headers(data))
+            .is_some()
+    );
     // CE marking where the engine does it (the parsed header), and at arbitrary offsets.
     let mut frame = data.to_vec();
     if let Some(l3) = parsed.l3 {

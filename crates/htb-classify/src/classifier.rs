@@ -20,6 +20,7 @@ use htb_core::ClassId;
 
 use crate::matcher::{Family, Match, masked};
 use crate::packet::PacketInfo;
+use crate::raw_key::Headers;
 
 /// A filter: match, priority, target class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +155,10 @@ fn compile(m: &Match) -> Compiled {
     let Ok(family) = m.fixed_family() else {
         return Compiled::Never;
     };
+    if !m.raw.is_empty() {
+        // Words at offsets: no hash holds them; walked, as port ranges are.
+        return Compiled::Range;
+    }
     let single = |r: Option<crate::PortRange>| match r {
         None => Ok(None),
         Some(r) => r.single().map(Some).ok_or(()),
@@ -299,10 +304,26 @@ impl Classifier {
         self.classify_index(p).map(|i| self.filters[i].class)
     }
 
-    /// The position (in [`filters`](Self::filters)) of the first matching filter.
+    /// The position (in [`filters`](Self::filters)) of the first matching filter, for a
+    /// packet whose bytes are not at hand: filters with general keys ([`RawKeys`](crate::RawKeys)) never
+    /// match it.
     #[must_use]
     #[inline]
     pub fn classify_index(&self, p: &PacketInfo) -> Option<usize> {
+        self.first(p, |m| m.raw.is_empty() && m.matches(p))
+    }
+
+    /// The position of the first matching filter, general keys read from `h`.
+    #[must_use]
+    #[inline]
+    pub fn classify_index_headers(&self, p: &PacketInfo, h: &Headers<'_>) -> Option<usize> {
+        self.first(p, |m| m.matches_headers(p, h))
+    }
+
+    /// The first filter the tables hold or, among the walked ones before it, the first
+    /// `walked` accepts.
+    #[inline]
+    fn first(&self, p: &PacketInfo, walked: impl Fn(&Match) -> bool) -> Option<usize> {
         let fields = Fields::of_packet(p);
         let mut best = u32::MAX;
         for table in &self.tables {
@@ -317,7 +338,7 @@ impl Classifier {
             if position >= best {
                 break;
             }
-            if self.filters[position as usize].matcher.matches(p) {
+            if walked(&self.filters[position as usize].matcher) {
                 best = position;
                 break;
             }

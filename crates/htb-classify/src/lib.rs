@@ -5,8 +5,11 @@
 //! - [`PacketInfo`]: what a filter can see in a packet (the engine's parser fills it in).
 //! - [`Match`]: the keys of one filter (prefixes, protocol, ports, DSCP, VLAN) and
 //!   [`Match::intersect`], which flattens tc's u32 hash-table links into plain filters.
+//! - [`RawKeys`]: u32's general keys (a word at an offset, masked), for what the fields do not
+//!   express.
 //! - [`Classifier`]: the compiled filter list (tuple space search: one hash table per
-//!   *shape* of filter, a short ordered list for port ranges); see its docs for the costs.
+//!   *shape* of filter, a short ordered list for port ranges and general keys); see its docs
+//!   for the costs.
 //!
 //! `no_std` + `alloc`, no I/O: the engine, the simulator and the benchmarks share it.
 
@@ -17,7 +20,9 @@ extern crate alloc;
 mod classifier;
 mod matcher;
 mod packet;
+mod raw_key;
 
 pub use classifier::{Classifier, Filter};
 pub use matcher::{Family, IpPrefix, Match, ParseError, PortRange};
 pub use packet::PacketInfo;
+pub use raw_key::{Headers, MAX_RAW_KEYS, RawKey, RawKeys};

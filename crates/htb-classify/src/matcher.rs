@@ -8,6 +8,7 @@ use core::net::IpAddr;
 use core::str::FromStr;
 
 use crate::packet::PacketInfo;
+use crate::raw_key::{Headers, RawKeys};
 
 /// An IP version a filter is restricted to (tc's `protocol ip` / `protocol ipv6`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -241,6 +242,8 @@ pub struct Match {
     pub dscp: Option<u8>,
     /// VLAN id.
     pub vlan: Option<u16>,
+    /// u32's general keys (words at offsets), for what the fields above do not express.
+    pub raw: RawKeys,
 }
 
 /// Both keys, or the one given; `None` in the outer option when they cannot both hold.
@@ -260,7 +263,8 @@ fn equal<T: PartialEq>(a: T, b: T) -> Option<T> {
 }
 
 impl Match {
-    /// Whether `p` matches every key of this match (a key the packet lacks never matches).
+    /// Whether `p` matches every field key of this match (a key the packet lacks never
+    /// matches); the general keys need the packet's bytes: [`matches_headers`](Self::matches_headers).
     #[must_use]
     pub fn matches(&self, p: &PacketInfo) -> bool {
         fn check<T: Copy, V: Copy>(
@@ -281,6 +285,12 @@ impl Match {
             && check(self.dport, p.dport, |w, g| w.contains(g))
             && check(self.dscp, p.dscp, |w, g| w == g)
             && check(self.vlan, p.vlan, |w, g| w == g)
+    }
+
+    /// [`matches`](Self::matches), and the general keys against the packet's bytes.
+    #[must_use]
+    pub fn matches_headers(&self, p: &PacketInfo, h: &Headers<'_>) -> bool {
+        self.matches(p) && self.raw.matches(h)
     }
 
     /// Whether no key is given (matches everything).
@@ -317,6 +327,7 @@ impl Match {
             dport: both(self.dport, other.dport, PortRange::intersect)?,
             dscp: both(self.dscp, other.dscp, equal)?,
             vlan: both(self.vlan, other.vlan, equal)?,
+            raw: self.raw.and(&other.raw)?,
         };
         m.fixed_family().ok().map(|_| m)
     }
@@ -350,6 +361,9 @@ impl fmt::Display for Match {
         }
         if let Some(v) = self.vlan {
             parts.push(format!("vlan {v}"));
+        }
+        for k in self.raw.as_slice() {
+            parts.push(format!("key {k}"));
         }
         if parts.is_empty() {
             f.write_str("all")

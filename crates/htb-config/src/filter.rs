@@ -5,7 +5,8 @@
 use std::fmt;
 
 pub use htb_classify::{
-    Classifier, Family, Filter, IpPrefix, Match, PacketInfo, ParseError, PortRange,
+    Classifier, Family, Filter, Headers, IpPrefix, MAX_RAW_KEYS, Match, PacketInfo, ParseError,
+    PortRange, RawKey, RawKeys,
 };
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
@@ -94,7 +95,8 @@ fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 }
 
 /// `match = { src = "...", dst = "...", proto = "udp", sport = "...", dport = "5201", dscp = "ef",
-/// vlan = 10 }` in the config.
+/// vlan = 10, raw = ["05000000/0f000000 at 0"] }` in the config (`raw`: u32's general keys, as
+/// tc's `filter show` prints them, at most four).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MatchSection(pub Match);
 
@@ -117,12 +119,26 @@ impl<'de> Deserialize<'de> for MatchSection {
             dscp: Option<String>,
             #[serde(default, deserialize_with = "opt_text")]
             vlan: Option<String>,
+            #[serde(default)]
+            raw: Vec<String>,
         }
         fn opt_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
             text(d).map(Some)
         }
         let raw = Raw::deserialize(d)?;
         let e = |r: Result<_, String>| r.map_err(de::Error::custom);
+        let keys = raw
+            .raw
+            .iter()
+            .map(|k| k.parse::<RawKey>())
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(de::Error::custom)?;
+        let keys = RawKeys::new(&keys).ok_or_else(|| {
+            de::Error::custom(format!(
+                "{} raw keys: a filter holds at most {MAX_RAW_KEYS}",
+                keys.len()
+            ))
+        })?;
         let m = Match {
             family: None,
             src: raw
@@ -171,6 +187,7 @@ impl<'de> Deserialize<'de> for MatchSection {
                         .ok_or_else(|| format!("invalid vlan {v:?}: 0-4094"))
                 })
                 .transpose())?,
+            raw: keys,
         };
         if (m.sport.is_some() || m.dport.is_some())
             && m.proto.is_some_and(|p| ![6, 17, 132, 136].contains(&p))
@@ -209,6 +226,10 @@ impl Serialize for MatchSection {
         }
         if let Some(v) = m.vlan {
             map.serialize_entry("vlan", &v.to_string())?;
+        }
+        if !m.raw.is_empty() {
+            let keys: Vec<String> = m.raw.as_slice().iter().map(ToString::to_string).collect();
+            map.serialize_entry("raw", &keys)?;
         }
         map.end()
     }
@@ -304,6 +325,24 @@ mod tests {
             "{}",
             err.message()
         );
+        // u32's general keys: read, kept, written back as read.
+        let doc: Doc = toml::from_str(
+            "[[filter]]\nmatch = { proto = \"tcp\", raw = [\"05000000/0f000000 at 0\", \"00100000/00ff0000 at 32\"] }\nclassid = \"1:10\"\n",
+        )
+        .unwrap();
+        let m = doc.filter[0].matcher.0;
+        assert_eq!(m.raw.as_slice().len(), 2);
+        assert_eq!(m.raw.as_slice()[1].at, 32);
+        let written = toml::to_string(&doc.filter[0]).unwrap();
+        assert!(
+            written.contains("raw = [\"05000000/0f000000 at 0\", \"00100000/00ff0000 at 32\"]"),
+            "{written}"
+        );
+        let err = toml::from_str::<Doc>(
+            "[[filter]]\nmatch = { raw = [\"1/1 at 0\", \"1/1 at 4\", \"1/1 at 8\", \"1/1 at 12\", \"1/1 at 16\"] }\nclassid = \"1:1\"\n",
+        )
+        .unwrap_err();
+        assert!(err.message().contains("at most 4"), "{}", err.message());
         let err = toml::from_str::<Doc>("[[filter]]\nmatch = { port = 1 }\nclassid = \"1:1\"\n")
             .unwrap_err();
         assert!(

@@ -434,6 +434,25 @@ pub struct MatchSpec {
     /// VLAN id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlan: Option<u16>,
+    /// u32's general keys (words at offsets) that no field above expresses, at most four.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub raw: Vec<RawKeySpec>,
+}
+
+/// One u32 key (`struct tc_u32_key`): the big-endian word at byte `at` of the network header
+/// (or, `nexthdr`, of the transport header), `word & mask == value`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKeySpec {
+    /// Byte offset of the word.
+    pub at: u32,
+    /// From the transport header (`at nexthdr+N`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nexthdr: bool,
+    /// The bits compared.
+    pub mask: u32,
+    /// Their value.
+    pub value: u32,
 }
 
 /// A change, as one line of tc's grammar says it.

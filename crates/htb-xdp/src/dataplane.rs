@@ -322,12 +322,16 @@ impl<R: Rings> Dataplane<R> {
             return;
         }
         let parsed = parse(bytes);
+        // u32's general keys (if any filter has them) read the packet's bytes.
+        let classified = self.ports[egress]
+            .classifier
+            .classify_index_headers(&parsed.info, &parsed.headers(bytes));
         // A chain occupies each of its frames (`skb->truesize` of a multi-buffer skb).
         let truesize = self.frame_size * u32::from(chunk.frames());
         let frame = Frame::new(chunk, &parsed, &self.flows, truesize);
         let me = self.crew.me();
         let port = &mut self.ports[egress];
-        let (filter, target, owner) = match port.classifier.classify_index(&parsed.info) {
+        let (filter, target, owner) = match classified {
             Some(i) => {
                 let (target, owner) = port.target(i, me);
                 (u32::try_from(i).ok(), target, owner)

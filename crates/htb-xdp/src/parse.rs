@@ -33,6 +33,24 @@ pub struct Parsed {
     pub ecn: u8,
     /// A fragment (first or later): its ports must not split the datagram's flow.
     pub fragment: bool,
+    /// Offset of the transport header (after IPv4 options and IPv6 extension headers), when
+    /// the packet has one: u32's `nexthdr+` keys read from it.
+    pub l4: Option<usize>,
+}
+
+impl Parsed {
+    /// The bytes u32's general keys read in `frame` (the one parsed): from the IP header on,
+    /// with the transport header's place in them; empty for a frame that is not IP.
+    #[must_use]
+    pub fn headers<'a>(&self, frame: &'a [u8]) -> htb_config::filter::Headers<'a> {
+        match self.l3 {
+            Some(l3) => htb_config::filter::Headers {
+                network: frame.get(l3..).unwrap_or_default(),
+                transport: self.l4.map(|t| t - l3),
+            },
+            None => htb_config::filter::Headers::default(),
+        }
+    }
 }
 
 /// The classification fields of `frame`.
@@ -78,6 +96,9 @@ pub fn parse(frame: &[u8]) -> Parsed {
     }
     if let Some((offset, proto)) = transport {
         info.proto = Some(proto);
+        if parsed.l3.is_some() && !parsed.fragment {
+            parsed.l4 = Some(at + offset);
+        }
         if has_ports(proto) {
             info.sport = be16(l3, offset);
             info.dport = be16(l3, offset + 2);

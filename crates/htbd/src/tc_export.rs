@@ -77,7 +77,16 @@ fn u32_filters(dev: &str, major: u16, filter: &Filter) -> Vec<String> {
                     }
                 }
                 let ip = !keys.is_empty();
-                if !ip {
+                for k in m.raw.as_slice() {
+                    keys.push(format!(
+                        "match u32 0x{:08x} 0x{:08x} at {}{}",
+                        k.value,
+                        k.mask,
+                        if k.nexthdr { "nexthdr+" } else { "" },
+                        k.at
+                    ));
+                }
+                if keys.is_empty() {
                     keys.push("match u32 0 0".into());
                 }
                 let protocol = match (ip, v6) {

@@ -208,3 +208,68 @@ fn hex_handles_and_one_word_u32_handles_as_libreqos_v0_81_writes_them() {
         0.01,
     );
 }
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn wondershapers_small_ack_filter_sends_pure_acks_to_its_class() {
+    // wondershaper's (and the LARTC HOWTO's) u32 line, verbatim: IPv4 with a 20-byte header
+    // (u8 at 0), under 64 bytes long (u16 at 2), TCP with only ACK set (u8 at 33). The ACKs of
+    // node-1's upload to node-2 come back out of r1.
+    let lab = Lab::up("htbu", "router");
+    let config = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+                  [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n";
+    let htbd = Htbd::start(&lab, config);
+    let file = htbd.dir().join("wondershaper.batch");
+    std::fs::write(
+        &file,
+        "qdisc add dev r1 root handle 1: htb default 20\n\
+         class add dev r1 parent 1: classid 1:1 htb rate 100mbit\n\
+         class add dev r1 parent 1:1 classid 1:10 htb rate 50mbit ceil 100mbit prio 1\n\
+         class add dev r1 parent 1:1 classid 1:20 htb rate 50mbit ceil 100mbit prio 2\n\
+         filter add dev r1 parent 1: protocol ip prio 10 u32 \
+             match ip protocol 6 0xff \
+             match u8 0x05 0x0f at 0 \
+             match u16 0x0000 0xffc0 at 2 \
+             match u8 0x10 0xff at 33 \
+             flowid 1:10\n",
+    )
+    .unwrap();
+    htbd.cli_ok(&["-b", file.to_str().unwrap()]);
+    // tc's view: the protocol key, the merged header-length and total-length word, the flags.
+    let shown = htbd.cli_ok(&["filter", "show", "dev", "r1"]);
+    for needle in [
+        "match 05000000/0f00ffc0 at 0",
+        "match 00060000/00ff0000 at 8",
+        "match 00100000/00ff0000 at 32",
+    ] {
+        assert!(shown.contains(needle), "{needle:?} missing from:\n{shown}");
+    }
+    let (acks0, rest0) = (r1_packets(&htbd, "1:10"), r1_packets(&htbd, "1:20"));
+    let _server = lab.iperf_server(htb_lab::N2, 5201);
+    let tcp = lab.iperf(N1, "10.201.2.2", 5201, 3, None, false);
+    let goodput = tcp["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("iperf3: {tcp}"));
+    let (acks, rest) = (
+        r1_packets(&htbd, "1:10") - acks0,
+        r1_packets(&htbd, "1:20") - rest0,
+    );
+    eprintln!(
+        "upload {:.0} Mbit/s: {acks} packets to 1:10 (pure ACKs), {rest} to 1:20",
+        goodput / 1e6
+    );
+    // Premise: the upload ran, so node-2 sent many ACKs back through r1.
+    assert!(goodput > 50e6, "the upload did not run: {goodput} bit/s");
+    assert!(acks > 1000, "pure ACKs went to 1:10: {acks}");
+    // The rest through r1 is the handshake, FINs and iperf3's control connection.
+    assert!(
+        rest < acks / 20,
+        "{rest} packets to 1:20 against {acks} ACKs to 1:10"
+    );
+}
+
+fn r1_packets(htbd: &Htbd, class: &str) -> u64 {
+    htbd.class_stats("r1", class)["packets"]
+        .as_u64()
+        .unwrap_or(0)
+}

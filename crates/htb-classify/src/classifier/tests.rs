@@ -6,6 +6,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::matcher::{IpPrefix, PortRange};
+use crate::raw_key::{Headers, RawKey, RawKeys};
 
 fn packet() -> PacketInfo {
     PacketInfo {
@@ -19,9 +20,19 @@ fn packet() -> PacketInfo {
     }
 }
 
-/// The definition: the first filter, in evaluation order, whose every key matches.
+/// The definition: the first filter, in evaluation order, whose every key matches (without
+/// the packet's bytes, a filter with general keys never does).
 fn linear(c: &Classifier, p: &PacketInfo) -> Option<usize> {
-    c.filters().iter().position(|f| f.matcher.matches(p))
+    c.filters()
+        .iter()
+        .position(|f| f.matcher.raw.is_empty() && f.matcher.matches(p))
+}
+
+/// The same with the packet's bytes.
+fn linear_headers(c: &Classifier, p: &PacketInfo, h: &Headers<'_>) -> Option<usize> {
+    c.filters()
+        .iter()
+        .position(|f| f.matcher.matches_headers(p, h))
 }
 
 #[test]
@@ -204,9 +215,10 @@ fn matcher() -> impl Strategy<Value = Match> {
         prop::option::weighted(0.3, ports()),
         prop::option::weighted(0.2, prop::sample::select(vec![0u8, 46])),
         prop::option::weighted(0.1, Just(7u16)),
+        prop::option::weighted(0.2, prop::sample::select(vec![0x45u32, 0x46])),
     )
         .prop_map(
-            |(family, src, dst, proto, sport, dport, dscp, vlan)| Match {
+            |(family, src, dst, proto, sport, dport, dscp, vlan, first_byte)| Match {
                 family,
                 src,
                 dst,
@@ -215,6 +227,17 @@ fn matcher() -> impl Strategy<Value = Match> {
                 dport,
                 dscp,
                 vlan,
+                // A general key on the header's first byte (version and IHL).
+                raw: first_byte
+                    .and_then(|b| {
+                        RawKeys::new(&[RawKey {
+                            at: 0,
+                            nexthdr: false,
+                            mask: 0xff00_0000,
+                            value: b << 24,
+                        }])
+                    })
+                    .unwrap_or_default(),
             },
         )
 }
@@ -263,8 +286,11 @@ proptest! {
             .map(|(i, (prio, matcher))| Filter { prio, matcher, class: ClassId::new(1, i as u32 + 1) })
             .collect();
         let c = Classifier::new(filters);
-        for p in &packets {
+        for (i, p) in packets.iter().enumerate() {
             prop_assert_eq!(c.classify_index(p), linear(&c, p), "{:?}", p);
+            let network = [if i % 2 == 0 { 0x45u8 } else { 0x46 }, 0, 0, 40];
+            let h = Headers { network: &network, transport: None };
+            prop_assert_eq!(c.classify_index_headers(p, &h), linear_headers(&c, p, &h), "{:?}", p);
         }
     }
 

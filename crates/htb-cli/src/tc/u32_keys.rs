@@ -3,9 +3,12 @@
 //! by, and the hash-table words `ht`, `link`, `hashkey`, `sample` (`parse_u32` in `f_u32.c`).
 //!
 //! A raw key is a 32-bit word of the network header (or, with `nexthdr+`, of the transport
-//! header), a mask and a value. htbd does not read arbitrary bytes: a key must fall on the
-//! IPv4/IPv6 addresses (prefix masks), the protocol, the DSCP bits or the ports (prefix masks),
-//! and is refused, naming the offset, otherwise.
+//! header), a mask and a value. Keys on the IPv4/IPv6 addresses (prefix masks), the protocol,
+//! the DSCP bits or the ports (prefix masks) become those fields, which the compiled
+//! classifier looks up by hash; any other key (wondershaper's "small ACK" filter reads the
+//! header length, the total length and the TCP flags) stays a general key (`MatchSpec::raw`,
+//! at most four words per filter, keys at one word merged as tc's `pack_key` merges them),
+//! which htbd checks against the packet's bytes.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -152,43 +155,40 @@ impl RawKeys {
         self.0.is_empty()
     }
 
-    /// Writes the keys into `m` as fields of the IPv4 (or, `v6`, IPv6) header.
+    /// Writes the keys into `m` as fields of the IPv4 (or, `v6`, IPv6) header where they are
+    /// fields, and as general keys otherwise.
     ///
     /// # Errors
-    /// A key on bytes htbd does not classify by, or a field also given another way.
+    /// A field also given another way, more general keys than a filter holds, or two keys on
+    /// one word that no packet can match both of.
     pub(super) fn into_match(self, v6: bool, m: &mut MatchSpec) -> Result<()> {
         let (mut src, mut dst) = (Address::default(), Address::default());
         let transport = |k: &RawKey| k.nexthdr || (!v6 && k.at == 20) || (v6 && k.at == 40);
         for k in &self.0 {
-            let refuse = || {
-                usage(format!(
-                    "raw match at {}{}, mask {:#010x}: htbd classifies by addresses, protocol, DSCP and ports only",
-                    if k.nexthdr { "nexthdr+" } else { "" },
-                    k.at,
-                    k.mask
-                ))
-            };
             if k.mask == 0 {
                 continue;
             }
+            let general = |m: &mut MatchSpec| general_key(m, k);
             if transport(k) {
-                if k.nexthdr && k.at != 0 {
-                    return refuse();
-                }
                 let (sport, dport) = (k.mask >> 16, k.mask & 0xffff);
-                if sport != 0 {
-                    set(
-                        &mut m.sport,
-                        port_range(k.value >> 16, sport, "sport")?,
-                        "sport",
-                    )?;
+                let ports = (
+                    (sport != 0).then(|| port_range(k.value >> 16, sport, "sport")),
+                    (dport != 0).then(|| port_range(k.value & 0xffff, dport, "dport")),
+                );
+                let fields = (k.at == 0 || !k.nexthdr)
+                    && !matches!(ports.0, Some(Err(_)))
+                    && !matches!(ports.1, Some(Err(_)))
+                    && (sport == 0 || m.sport.is_none())
+                    && (dport == 0 || m.dport.is_none());
+                if !fields {
+                    general(m)?;
+                    continue;
                 }
-                if dport != 0 {
-                    set(
-                        &mut m.dport,
-                        port_range(k.value & 0xffff, dport, "dport")?,
-                        "dport",
-                    )?;
+                if let Some(Ok(range)) = ports.0 {
+                    set(&mut m.sport, range, "sport")?;
+                }
+                if let Some(Ok(range)) = ports.1 {
+                    set(&mut m.dport, range, "dport")?;
                 }
                 continue;
             }
@@ -212,7 +212,7 @@ impl RawKeys {
                 }
                 (true, 8..=20) => src.add((k.at - 8) / 4, k),
                 (true, 24..=36) => dst.add((k.at - 24) / 4, k),
-                _ => return refuse(),
+                _ => general(m)?,
             }
         }
         if let Some(p) = src.prefix(v6, "src")? {
@@ -223,6 +223,41 @@ impl RawKeys {
         }
         Ok(())
     }
+}
+
+/// Adds `k` to `m`'s general keys, merged with a key on the same word (`pack_key`).
+fn general_key(m: &mut MatchSpec, k: &RawKey) -> Result<()> {
+    if let Some(same) = m
+        .raw
+        .iter_mut()
+        .find(|r| r.at == k.at && r.nexthdr == k.nexthdr)
+    {
+        if (same.value ^ k.value) & same.mask & k.mask != 0 {
+            return usage(format!(
+                "two matches at {}{} disagree on bits {:#010x}: no packet matches both",
+                if k.nexthdr { "nexthdr+" } else { "" },
+                k.at,
+                same.mask & k.mask
+            ));
+        }
+        same.value |= k.value;
+        same.mask |= k.mask;
+        return Ok(());
+    }
+    if m.raw.len() >= htb_config::filter::MAX_RAW_KEYS {
+        return usage(format!(
+            "more than {} u32 keys at offsets htbd does not read as header fields: a filter holds at most {}",
+            htb_config::filter::MAX_RAW_KEYS,
+            htb_config::filter::MAX_RAW_KEYS
+        ));
+    }
+    m.raw.push(htb_ipc::RawKeySpec {
+        at: k.at,
+        nexthdr: k.nexthdr,
+        mask: k.mask,
+        value: k.value,
+    });
+    Ok(())
 }
 
 fn set<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
@@ -304,11 +339,53 @@ mod tests {
         assert_eq!(m.dst.as_deref(), Some("2001:db8::/48"));
         let m = read("u8 0xb8 0xfc at 1", false).unwrap();
         assert_eq!(m.dscp, Some(46));
-        let err = read("u32 0 0xffff at 4", false).unwrap_err();
-        assert!(err.0.contains("raw match at 4"), "{}", err.0);
+        // A word that is no field (the IPv4 fragment id) stays a general key.
+        let m = read("u32 0 0xffff0000 at 4", false).unwrap();
+        assert_eq!(
+            m.raw,
+            [htb_ipc::RawKeySpec {
+                at: 4,
+                nexthdr: false,
+                mask: 0xffff_0000,
+                value: 0
+            }]
+        );
         let err = read("u32 0x0a000000 0xff00ff00 at 16", false).unwrap_err();
         assert!(err.0.contains("not a prefix"), "{}", err.0);
         assert!(read("u16 1 0xffff at 3", false).is_err(), "misaligned");
+    }
+
+    #[test]
+    fn wondershapers_small_ack_filter_keeps_its_general_keys() {
+        // tc's pack_key merges the u8 at 0 and the u16 at 2 into one word, as here.
+        let m = read(
+            "u8 6 0xff at 9 u8 0x05 0x0f at 0 u16 0x0000 0xffc0 at 2 u8 0x10 0xff at 33",
+            false,
+        )
+        .unwrap();
+        assert_eq!(m.proto, Some(6));
+        let keys: Vec<(u32, u32, u32)> = m.raw.iter().map(|k| (k.at, k.mask, k.value)).collect();
+        assert_eq!(
+            keys,
+            [
+                (0, 0x0f00_ffc0, 0x0500_0000),
+                (32, 0x00ff_0000, 0x0010_0000)
+            ]
+        );
+        // Two keys on one word that contradict each other, and a fifth word, are refused.
+        assert!(
+            read("u8 5 0xff at 0 u8 6 0xff at 0", false)
+                .unwrap_err()
+                .0
+                .contains("disagree")
+        );
+        let five = "u32 1 1 at 4 u32 1 1 at 24 u32 1 1 at 28 u32 1 1 at 32 u32 1 1 at 36";
+        assert!(read(five, false).unwrap_err().0.contains("at most 4"));
+        // Ports with a mask that is no range, or nexthdr+ offsets past the ports: general.
+        let m = read("u32 0x00500000 0x00f0f000 at nexthdr+0", false).unwrap();
+        assert!(m.sport.is_none() && m.raw.len() == 1 && m.raw[0].nexthdr);
+        let m = read("u8 0x10 0xff at nexthdr+13", false).unwrap();
+        assert_eq!((m.raw[0].at, m.raw[0].mask), (12, 0x00ff_0000));
     }
 
     #[test]

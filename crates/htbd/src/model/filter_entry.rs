@@ -3,9 +3,9 @@
 
 use std::fmt::Write as _;
 
-use htb_config::filter::{Family, IpPrefix, Match, PortRange};
+use htb_config::filter::{Family, IpPrefix, MAX_RAW_KEYS, Match, PortRange, RawKey, RawKeys};
 use htb_core::ClassId;
-use htb_ipc::{ErrorCode, HashKey, IpcError, MatchSpec, U32Hashing};
+use htb_ipc::{ErrorCode, HashKey, IpcError, MatchSpec, RawKeySpec, U32Hashing};
 
 use super::error;
 
@@ -320,6 +320,25 @@ pub fn matcher(spec: &MatchSpec, protocol: Protocol) -> Result<Match, IpcError> 
     if spec.vlan.is_some_and(|v| v > 4094) {
         return Err(invalid("vlan id must be 0 to 4094".into()));
     }
+    let keys: Vec<RawKey> = spec
+        .raw
+        .iter()
+        .map(|k| {
+            Ok(RawKey {
+                at: u16::try_from(k.at)
+                    .map_err(|_| invalid(format!("u32 key at {}: offsets stop at 65535", k.at)))?,
+                nexthdr: k.nexthdr,
+                mask: k.mask,
+                value: k.value & k.mask,
+            })
+        })
+        .collect::<Result<_, IpcError>>()?;
+    let raw = RawKeys::new(&keys).ok_or_else(|| {
+        invalid(format!(
+            "{} u32 keys at offsets: a filter holds at most {MAX_RAW_KEYS}",
+            keys.len()
+        ))
+    })?;
     let m = Match {
         family: None,
         src: prefix(&spec.src)?,
@@ -329,6 +348,7 @@ pub fn matcher(spec: &MatchSpec, protocol: Protocol) -> Result<Match, IpcError> 
         dport: ports(spec.dport)?,
         dscp: spec.dscp,
         vlan: spec.vlan,
+        raw,
     };
     with_protocol(m, protocol).map_err(|e| invalid(e.to_string()))
 }
@@ -344,5 +364,16 @@ pub fn match_spec(m: &Match) -> MatchSpec {
         dport: m.dport.map(|r| (r.first, r.last)),
         dscp: m.dscp,
         vlan: m.vlan,
+        raw: m
+            .raw
+            .as_slice()
+            .iter()
+            .map(|k| RawKeySpec {
+                at: u32::from(k.at),
+                nexthdr: k.nexthdr,
+                mask: k.mask,
+                value: k.value,
+            })
+            .collect(),
     }
 }

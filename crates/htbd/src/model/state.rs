@@ -84,6 +84,11 @@ impl Model {
                 key("dport", m.dport.map(|p| p.to_string()));
                 key("dscp", m.dscp.map(|p| p.to_string()));
                 key("vlan", m.vlan.map(|p| p.to_string()));
+                if !m.raw.is_empty() {
+                    let raw: Vec<String> =
+                        m.raw.as_slice().iter().map(|k| q(&k.to_string())).collect();
+                    keys.push(format!("raw = [{}]", raw.join(", ")));
+                }
                 let _ = writeln!(
                     out,
                     "[[interface.filter]]\nprio = {}\nprotocol = {}\nkind = \"{}\"\nhandle = {}\nmatch = {{ {} }}",

@@ -233,7 +233,40 @@ fn the_state_file_round_trips_through_the_config_parser() {
         ..WireClass::default()
     })])
     .unwrap();
+    // A filter with u32 general keys (wondershaper's small-ACK words) survives the trip.
+    m.apply(&[Command::FilterAdd(FilterSpec {
+        dev: "r2".into(),
+        parent: Some("1:".into()),
+        protocol: "ip".into(),
+        prio: Some(2),
+        kind: "u32".into(),
+        matcher: MatchSpec {
+            proto: Some(6),
+            raw: vec![
+                htb_ipc::RawKeySpec {
+                    at: 0,
+                    nexthdr: false,
+                    mask: 0x0f00_ffc0,
+                    value: 0x0500_0000,
+                },
+                htb_ipc::RawKeySpec {
+                    at: 32,
+                    nexthdr: false,
+                    mask: 0x00ff_0000,
+                    value: 0x0010_0000,
+                },
+            ],
+            ..MatchSpec::default()
+        },
+        class: "1:20".into(),
+        ..FilterSpec::default()
+    })])
+    .unwrap();
     let text = m.to_toml();
+    assert!(
+        text.contains(r#"raw = ["05000000/0f00ffc0 at 0", "00100000/00ff0000 at 32"]"#),
+        "{text}"
+    );
     let trees = crate::config::parse_state(&text).unwrap();
     let back = Model::from_trees(trees).unwrap();
     assert_eq!(back.to_toml(), text);

@@ -9,12 +9,14 @@ use serde_json::{Map, Value, json};
 
 use super::{Style, json_text};
 
-/// A u32 key: value and mask in host order, at a byte offset of the IP header.
+/// A u32 key: value and mask in host order, at a byte offset of the IP header (or, `nexthdr`,
+/// of the transport header).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Key {
     value: u32,
     mask: u32,
     off: u32,
+    nexthdr: bool,
 }
 
 fn prefix_words(prefix: &str) -> Option<(IpAddr, Vec<(u32, u32)>)> {
@@ -64,11 +66,14 @@ fn u32_keys(protocol: &str, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
             .is_some_and(|p| p.contains(':'));
     let mut keys: Vec<Key> = Vec::new();
     let mut other = Vec::new();
-    let mut add = |value: u32, mask: u32, off: u32| {
+    let mut add_key = |value: u32, mask: u32, off: u32, nexthdr: bool| {
         if mask == 0 {
             return;
         }
-        match keys.iter_mut().find(|k| k.off == off) {
+        match keys
+            .iter_mut()
+            .find(|k| k.off == off && k.nexthdr == nexthdr)
+        {
             Some(k) => {
                 k.value |= value & mask;
                 k.mask |= mask;
@@ -77,9 +82,14 @@ fn u32_keys(protocol: &str, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
                 value: value & mask,
                 mask,
                 off,
+                nexthdr,
             }),
         }
     };
+    for k in &m.raw {
+        add_key(k.value, k.mask, k.at, k.nexthdr);
+    }
+    let mut add = |value: u32, mask: u32, off: u32| add_key(value, mask, off, false);
     if let Some(d) = m.dscp {
         let tos = u32::from(d) << 2;
         if v6 {
@@ -116,7 +126,7 @@ fn u32_keys(protocol: &str, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
     if let Some(v) = m.vlan {
         other.push(format!("vlan {v}"));
     }
-    keys.sort_by_key(|k| k.off);
+    keys.sort_by_key(|k| (k.nexthdr, k.off));
     (keys, other)
 }
 
@@ -261,11 +271,16 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             let (keys, other) = u32_keys(&f.protocol, &f.matcher);
             let mut matches = Vec::new();
             for k in &keys {
-                let _ = writeln!(out, "  match {:08x}/{:08x} at {}", k.value, k.mask, k.off);
+                let offmask = if k.nexthdr { "nexthdr+" } else { "" };
+                let _ = writeln!(
+                    out,
+                    "  match {:08x}/{:08x} at {offmask}{}",
+                    k.value, k.mask, k.off
+                );
                 matches.push(json!({
                     "value": format!("{:x}", k.value),
                     "mask": format!("{:x}", k.mask),
-                    "offmask": "",
+                    "offmask": offmask,
                     "off": k.off,
                 }));
             }
