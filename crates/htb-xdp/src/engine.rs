@@ -34,14 +34,14 @@ use crate::sys;
 use crate::umem::{FrameIo, IoConfig};
 use crate::worker::{Pace, Seat, Worker};
 
-/// How often the data plane beats for a liveness timeout: ten beats per timeout, 1 to 10 ms
-/// apart, so a timeout is never missed by a late beat and an idle loop wakes at most 100
-/// times a second.
 /// With liveness off: how often the workers' passes are checked for
 /// [`EngineHandle::since_all_workers_passed`] (each worker then passes at least every half of
 /// it, idle or not).
 pub const WITNESS_EVERY: StdDuration = StdDuration::from_millis(200);
 
+/// How often the data plane beats for a liveness timeout: ten beats per timeout, 1 to 10 ms
+/// apart, so a timeout is never missed by a late beat and an idle loop wakes at most 100
+/// times a second.
 fn beat_period(timeout: StdDuration) -> StdDuration {
     (timeout / 10).clamp(StdDuration::from_millis(1), StdDuration::from_millis(10))
 }

@@ -360,8 +360,9 @@ fn a_umem_too_small_for_its_rings_is_refused_at_start() {
         "{error}"
     );
     assert!(!lab.xdp_attached(R, "r1") && !lab.xdp_attached(R, "r2"));
-    // With frames for them, it starts and forwards.
-    let config = config.replace("ring_size = 16384", "ring_size = 16384\nframes = 70000");
+    // With frames for them (every fill, RX and TX ring full: 3 × 2 × 16384, plus the receive
+    // reserve and 1024 for queues), it starts and forwards.
+    let config = config.replace("ring_size = 16384", "ring_size = 16384\nframes = 100000");
     let _htbd = Htbd::start(&lab, &config);
     assert_eq!(lab.ping(N1, "10.201.2.2", 5, "0.1"), 5);
 }

@@ -197,7 +197,10 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
     })?;
     let summary = Summary {
         circuits: circuits.len(),
-        filters: actions.len() - circuits.len() * placement.devs().count(),
+        filters: actions
+            .iter()
+            .filter(|(_, a)| matches!(a, Action::Change(htb_ipc::Command::FilterAdd(_))))
+            .count(),
         classes: ids
             .first()
             .zip(ids.last())

@@ -36,6 +36,9 @@ pub struct ShapedDevice {
     pub addresses: Vec<IpPrefix>,
     /// The four rates in bit/s.
     pub rates: CircuitRates,
+    /// The optional `sqm` column: the circuit's leaf qdisc as tc's words (`fq_codel`,
+    /// `cake diffserv4`, `sfq perturb 10`); empty: htbd's default leaf (fq_codel).
+    pub sqm: String,
 }
 
 /// A circuit's plan in bit/s: min is HTB's `rate`, max its `ceil`, per direction.
@@ -62,7 +65,11 @@ const UPLOAD_MIN: &str = "Upload Min Mbps";
 const DOWNLOAD_MAX: &str = "Download Max Mbps";
 const UPLOAD_MAX: &str = "Upload Max Mbps";
 
-/// The columns htb reads; the others (`Device Name`, `MAC`, `Comment`, `sqm`) are ignored.
+/// The optional column naming a circuit's leaf qdisc (LibreQoS's per-circuit SQM override).
+const SQM: &str = "sqm";
+
+/// The columns htb needs; `sqm` is read when present, the others (`Device Name`, `MAC`,
+/// `Comment`) are ignored.
 const REQUIRED: [&str; 10] = [
     CIRCUIT_ID,
     CIRCUIT_NAME,
@@ -76,8 +83,8 @@ const REQUIRED: [&str; 10] = [
     UPLOAD_MAX,
 ];
 
-/// Where each required column is in a row.
-struct Columns([usize; REQUIRED.len()]);
+/// Where each required column (and `sqm`, if the file has it) is in a row.
+struct Columns([usize; REQUIRED.len()], Option<usize>);
 
 impl Columns {
     fn find(header: &csv::StringRecord, line: u64) -> Result<Self, CsvError> {
@@ -96,7 +103,15 @@ impl Columns {
                     ),
                 })?;
         }
-        Ok(Self(at))
+        let sqm = header
+            .iter()
+            .position(|h| h.trim().eq_ignore_ascii_case(SQM));
+        Ok(Self(at, sqm))
+    }
+
+    /// The `sqm` field of a row (empty when the file has no such column or the row is short).
+    fn sqm<'r>(&self, row: &'r csv::StringRecord) -> &'r str {
+        self.1.and_then(|i| row.get(i)).map_or("", str::trim)
     }
 
     fn get<'r>(&self, row: &'r csv::StringRecord, name: &str) -> Option<&'r str> {
@@ -206,6 +221,7 @@ fn device(c: &Columns, row: &csv::StringRecord, line: u64) -> Result<ShapedDevic
         parent_node: field(PARENT_NODE)?.to_owned(),
         addresses,
         rates,
+        sqm: c.sqm(row).to_owned(),
     })
 }
 
