@@ -439,13 +439,15 @@ mod tests {
     #[test]
     fn the_sqm_column_gives_each_circuit_its_leaf_and_cake_is_refused_by_line() {
         let header = HEADER.replace("Comment\n", "Comment,sqm\n");
+        // Row 3's comment holds an unquoted comma (as LibreQoS's example does): its sqm is
+        // still the last field.
         let rows = "1,A,1,D1,,,100.64.0.1,,1,1,10,5,,fq_codel\n\
                     2,B,2,D2,,,100.64.0.2,,1,1,10,5,,\n\
-                    3,C,3,D3,,,100.64.0.3,,1,1,10,5,,cake diffserv4\n";
+                    3,C,3,D3,,,100.64.0.3,,1,1,10,5,small, plan,sfq perturb 10\n";
         let c = group(read(&format!("{header}{rows}")).unwrap()).unwrap();
         assert_eq!(
             c.iter().map(|c| c.sqm.as_str()).collect::<Vec<_>>(),
-            ["fq_codel", "", "cake diffserv4"]
+            ["fq_codel", "", "sfq perturb 10"]
         );
         let placement = Placement {
             download_dev: Some("lan0".into()),
@@ -455,24 +457,38 @@ mod tests {
             prio: 10,
         };
         let ids = allocate(c.len(), 1, 0x100, &BTreeSet::new()).unwrap();
-        let (text, origin) = batch(&c[..2], &ids[..2], &placement);
+        let (text, origin) = batch(&c, &ids, &placement);
         assert!(
             text.contains("qdisc add dev lan0 parent 1:100 fq_codel\n"),
             "{text}"
         );
+        assert!(
+            text.contains("qdisc add dev lan0 parent 1:102 sfq perturb 10\n"),
+            "{text}"
+        );
         assert_eq!(
             text.matches("qdisc add").count(),
-            1,
+            2,
             "no leaf line without sqm"
         );
         assert_eq!(origin.len(), text.lines().count());
         assert!(crate::tc::parse::parse_batch(&text).is_ok());
-        // cake: the generated line is refused by the parser, which names it; the import
-        // reports the CSV line it came from.
-        let (text, origin_c) = batch(&c[2..], &ids[2..], &placement);
-        let (line, err) = crate::tc::parse::parse_batch(&text).unwrap_err();
-        assert!(err.to_string().contains("cake"), "{err}");
-        assert_eq!(origin_c[line - 1], 4);
+        // cake (LibreQoS's default) and anything else the parser refuses: refused at its line
+        // and column, with the parser's reason; nothing reaches a batch.
+        for (sqm, why) in [
+            ("cake diffserv4", "cake is not supported yet"),
+            ("fq_codel target x", "target"),
+            ("fq_codel # x", "cannot be in a leaf"),
+            ("htb", "htb under a class is not supported"),
+        ] {
+            let e = read(&format!("{header}1,A,1,D1,,,100.64.0.1,,1,1,10,5,,{sqm}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("line 2, column \"sqm\"") && e.contains(why),
+                "{sqm}: {e}"
+            );
+        }
         // One circuit's devices must agree on it.
         let e = group(
             read(&format!(

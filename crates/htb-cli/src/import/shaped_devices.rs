@@ -83,8 +83,9 @@ const REQUIRED: [&str; 10] = [
     UPLOAD_MAX,
 ];
 
-/// Where each required column (and `sqm`, if the file has it) is in a row.
-struct Columns([usize; REQUIRED.len()], Option<usize>);
+/// Where each required column (and `sqm`, if the file has it) is in a row, and how many
+/// columns the header has.
+struct Columns([usize; REQUIRED.len()], Option<usize>, usize);
 
 impl Columns {
     fn find(header: &csv::StringRecord, line: u64) -> Result<Self, CsvError> {
@@ -106,12 +107,19 @@ impl Columns {
         let sqm = header
             .iter()
             .position(|h| h.trim().eq_ignore_ascii_case(SQM));
-        Ok(Self(at, sqm))
+        Ok(Self(at, sqm, header.len()))
     }
 
     /// The `sqm` field of a row (empty when the file has no such column or the row is short).
+    /// A row longer than the header has an unquoted comma in a free-text field before it
+    /// (LibreQoS's own example does, in `Comment`): an `sqm` column that ends the header is
+    /// then the row's last field.
     fn sqm<'r>(&self, row: &'r csv::StringRecord) -> &'r str {
-        self.1.and_then(|i| row.get(i)).map_or("", str::trim)
+        let at = match self.1 {
+            Some(i) if i + 1 == self.2 && row.len() > self.2 => Some(row.len() - 1),
+            other => other,
+        };
+        at.and_then(|i| row.get(i)).map_or("", str::trim)
     }
 
     fn get<'r>(&self, row: &'r csv::StringRecord, name: &str) -> Option<&'r str> {
@@ -213,6 +221,8 @@ fn device(c: &Columns, row: &csv::StringRecord, line: u64) -> Result<ShapedDevic
             ));
         }
     }
+    let sqm = c.sqm(row);
+    check_sqm(sqm).map_err(|why| err(SQM, format!("\"{sqm}\": {why}")))?;
     Ok(ShapedDevice {
         line,
         circuit_id: field(CIRCUIT_ID)?.to_owned(),
@@ -221,8 +231,35 @@ fn device(c: &Columns, row: &csv::StringRecord, line: u64) -> Result<ShapedDevic
         parent_node: field(PARENT_NODE)?.to_owned(),
         addresses,
         rates,
-        sqm: c.sqm(row).to_owned(),
+        sqm: sqm.to_owned(),
     })
+}
+
+/// Checks an `sqm` field as the leaf line the import will write (`qdisc add … parent CLASS
+/// SQM`): tc's words that htb-cli's parser takes, and nothing that could change the batch
+/// line around them (a `#`, a `\\`, quotes). `cake …`, LibreQoS's default, is refused here with
+/// the parser's reason until the cake leaf exists.
+fn check_sqm(sqm: &str) -> Result<(), String> {
+    if sqm.is_empty() {
+        return Ok(());
+    }
+    if let Some(bad) = sqm
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || " ._:/-".contains(*c)))
+    {
+        return Err(format!(
+            "{bad:?} cannot be in a leaf qdisc's words (such as fq_codel or sfq perturb 10)"
+        ));
+    }
+    let mut words: Vec<String> = ["qdisc", "add", "dev", "dev0", "parent", "1:1"]
+        .map(String::from)
+        .to_vec();
+    words.extend(sqm.split_whitespace().map(String::from));
+    match crate::tc::parse::parse_command(&words) {
+        Ok(crate::tc::parse::Action::Change(htb_ipc::Command::LeafAdd(_))) => Ok(()),
+        Ok(_) => Err("not a leaf qdisc (such as fq_codel or sfq perturb 10)".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// `2.5` Mbps → 2 500 000 bit/s, exactly (decimal, not floating point); at most 6 decimals
