@@ -60,9 +60,24 @@ fn script() -> String {
 }
 
 fn packets(htbd: &Htbd, class: &str) -> u64 {
-    htbd.class_stats("r2", class)["packets"]
+    class_packets(htbd, "r2", class)
+}
+
+fn class_packets(htbd: &Htbd, dev: &str, class: &str) -> u64 {
+    htbd.class_stats(dev, class)["packets"]
         .as_u64()
         .unwrap_or(0)
+}
+
+/// Router mode with no tree on either port: the script builds them.
+const NO_TREES: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+     [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n";
+
+/// Runs `script` through `htb-cli -b` as file `name` in htbd's directory.
+fn run_script(htbd: &Htbd, name: &str, script: &str) {
+    let file = htbd.dir().join(name);
+    std::fs::write(&file, script).unwrap();
+    htbd.cli_ok(&["-b", file.to_str().unwrap()]);
 }
 
 #[test]
@@ -175,12 +190,10 @@ fn hex_handles_and_one_word_u32_handles_as_libreqos_v0_81_writes_them() {
     // filter given `handle 0x65` in the bucket `ht 3:2:` names (before, htbd refused those six
     // handles and the subscribers fell to the default class).
     let lab = Lab::up("htbu", "router");
-    let config = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
-                  [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n";
-    let htbd = Htbd::start(&lab, config);
-    let file = htbd.dir().join("v0_81.batch");
-    std::fs::write(
-        &file,
+    let htbd = Htbd::start(&lab, NO_TREES);
+    run_script(
+        &htbd,
+        "v0_81.batch",
         "qdisc add dev r2 root handle 0x1: htb default 99\n\
          class add dev r2 parent 0x1: classid 0x1:99 htb rate 100mbit\n\
          class add dev r2 parent 0x1: classid 0x1:1 htb rate 900mbit\n\
@@ -189,9 +202,7 @@ fn hex_handles_and_one_word_u32_handles_as_libreqos_v0_81_writes_them() {
          filter add dev r2 parent 0x1:0 prio 5 handle 3: protocol ip u32 divisor 256\n\
          filter add dev r2 protocol ip parent 0x1:0 prio 5 u32 ht 800:: match ip dst 10.201.2.0/24 hashkey mask 0x000000ff at 16 link 3:\n\
          filter add dev r2 protocol ip parent 0x1:0 prio 5 u32 ht 3:2: handle 0x65 match ip dst 10.201.2.2/32 flowid 1:13\n",
-    )
-    .unwrap();
-    htbd.cli_ok(&["-b", file.to_str().unwrap()]);
+    );
     let shown = htbd.cli_ok(&["filter", "show", "dev", "r2"]);
     assert!(
         shown.contains("fh 3:2:65") && shown.contains("flowid 1:13"),
@@ -216,12 +227,10 @@ fn wondershapers_small_ack_filter_sends_pure_acks_to_its_class() {
     // (u8 at 0), under 64 bytes long (u16 at 2), TCP with only ACK set (u8 at 33). The ACKs of
     // node-1's upload to node-2 come back out of r1.
     let lab = Lab::up("htbu", "router");
-    let config = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
-                  [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n";
-    let htbd = Htbd::start(&lab, config);
-    let file = htbd.dir().join("wondershaper.batch");
-    std::fs::write(
-        &file,
+    let htbd = Htbd::start(&lab, NO_TREES);
+    run_script(
+        &htbd,
+        "wondershaper.batch",
         "qdisc add dev r1 root handle 1: htb default 20\n\
          class add dev r1 parent 1: classid 1:1 htb rate 100mbit\n\
          class add dev r1 parent 1:1 classid 1:10 htb rate 50mbit ceil 100mbit prio 1\n\
@@ -232,9 +241,7 @@ fn wondershapers_small_ack_filter_sends_pure_acks_to_its_class() {
              match u16 0x0000 0xffc0 at 2 \
              match u8 0x10 0xff at 33 \
              flowid 1:10\n",
-    )
-    .unwrap();
-    htbd.cli_ok(&["-b", file.to_str().unwrap()]);
+    );
     // tc's view: the protocol key, the merged header-length and total-length word, the flags.
     let shown = htbd.cli_ok(&["filter", "show", "dev", "r1"]);
     for needle in [
@@ -244,15 +251,18 @@ fn wondershapers_small_ack_filter_sends_pure_acks_to_its_class() {
     ] {
         assert!(shown.contains(needle), "{needle:?} missing from:\n{shown}");
     }
-    let (acks0, rest0) = (r1_packets(&htbd, "1:10"), r1_packets(&htbd, "1:20"));
+    let (acks0, rest0) = (
+        class_packets(&htbd, "r1", "1:10"),
+        class_packets(&htbd, "r1", "1:20"),
+    );
     let _server = lab.iperf_server(htb_lab::N2, 5201);
     let tcp = lab.iperf(N1, "10.201.2.2", 5201, 3, None, false);
     let goodput = tcp["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .unwrap_or_else(|| panic!("iperf3: {tcp}"));
     let (acks, rest) = (
-        r1_packets(&htbd, "1:10") - acks0,
-        r1_packets(&htbd, "1:20") - rest0,
+        class_packets(&htbd, "r1", "1:10") - acks0,
+        class_packets(&htbd, "r1", "1:20") - rest0,
     );
     eprintln!(
         "upload {:.0} Mbit/s: {acks} packets to 1:10 (pure ACKs), {rest} to 1:20",
@@ -266,10 +276,4 @@ fn wondershapers_small_ack_filter_sends_pure_acks_to_its_class() {
         rest < acks / 20,
         "{rest} packets to 1:20 against {acks} ACKs to 1:10"
     );
-}
-
-fn r1_packets(htbd: &Htbd, class: &str) -> u64 {
-    htbd.class_stats("r1", class)["packets"]
-        .as_u64()
-        .unwrap_or(0)
 }
