@@ -13,6 +13,6 @@ fuzz_target!(|data: &[u8]| {
         let _ = htbd::startup::config_hash(&config);
     }
     if let Ok(trees) = htbd::parse_state(text) {
-        let _ = htbd::model::Model::from_trees(trees);
+        let _ = htbd::model::Model::from_trees(trees, &|_| 4);
     }
 });

@@ -124,6 +124,29 @@ pub struct TreeSpec {
     pub warnings: Vec<String>,
 }
 
+/// One HTB tree of a port and where it hangs: at the port's root (htbd's own layout: one tree
+/// whose subtrees the workers share out), or under class `M:N` of tc's `mq` root (LibreQoS's
+/// layout: one independent tree per TX queue, served by the worker owning queue N−1, as the
+/// kernel's `mq_attach` binds child N to TX queue N−1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortTree {
+    /// The tree.
+    pub tree: TreeSpec,
+    /// The minor `N` of the `mq` class it hangs under (1 for TX queue 0); `None`: the root.
+    pub mq_minor: Option<u16>,
+}
+
+impl PortTree {
+    /// A tree at the port's root.
+    #[must_use]
+    pub fn root(tree: TreeSpec) -> Self {
+        Self {
+            tree,
+            mq_minor: None,
+        }
+    }
+}
+
 impl TreeSpec {
     /// Validates `[qdisc]` and `[[class]]` sections parsed from `text`: ids, parents, cycles,
     /// depth, and every class's parameters (by building the tree once).

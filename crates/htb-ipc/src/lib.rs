@@ -192,6 +192,36 @@ pub struct Shown {
     /// `qdisc show`: the leaf qdiscs of HTB classes, after their HTB qdisc.
     #[serde(default)]
     pub leaf_qdiscs: Vec<LeafQdiscInfo>,
+    /// `qdisc show` and `class show`: `mq` roots, with their classes (one per TX queue).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mq: Vec<MqInfo>,
+}
+
+/// tc's `mq` at a port's root (`sch_mq.c`): one class per TX queue, each holding one HTB tree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MqInfo {
+    /// Interface.
+    pub dev: String,
+    /// Its handle, `7fff:`.
+    pub handle: ClassId,
+    /// Its classes, by minor (`7fff:1` is TX queue 0): the HTB tree each holds, if any.
+    pub classes: Vec<MqClassInfo>,
+    /// The sum of its trees' counters (`mq_dump`), when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<QueueStats>,
+}
+
+/// One class of an `mq` root (`mq_dump_class`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MqClassInfo {
+    /// `7fff:1`.
+    pub id: ClassId,
+    /// The handle of the HTB qdisc under it (`None`: none, the queue is unshaped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf: Option<ClassId>,
+    /// That qdisc's counters, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<QueueStats>,
 }
 
 /// A leaf qdisc of an HTB class (`qdisc fq_codel 10: parent 1:10 …`).
@@ -239,6 +269,9 @@ pub struct QdiscInfo {
     pub dev: String,
     /// `1:`.
     pub handle: String,
+    /// The `mq` class it hangs under (`None`: the interface's root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ClassId>,
     /// Default class minor (0: none).
     pub default_minor: u32,
     /// Rate-to-quantum divisor.
@@ -460,13 +493,20 @@ pub struct RawKeySpec {
 #[serde(tag = "op", rename_all = "snake_case")]
 #[serde(deny_unknown_fields)]
 pub enum Command {
-    /// `qdisc add`: fails if the interface has one.
+    /// `qdisc add … htb`: fails if the interface (or the `mq` class) has one.
     QdiscAdd(QdiscSpec),
-    /// `qdisc change`: new `default`, `r2q`, `direct_qlen`; classes stay.
+    /// `qdisc change … htb`: new `default`, `r2q`, `direct_qlen`; classes stay.
     QdiscChange(QdiscSpec),
-    /// `qdisc replace`: add, or change in place (a different handle replaces the whole tree).
+    /// `qdisc replace … htb`: add, or change in place (a different handle replaces the whole
+    /// tree).
     QdiscReplace(QdiscSpec),
-    /// `qdisc del`: the tree, its classes and filters go; the interface forwards unshaped.
+    /// `qdisc add dev D root [handle H:] mq`: fails if the interface has a root qdisc.
+    MqAdd(MqSpec),
+    /// `qdisc replace dev D root [handle H:] mq`: the root becomes an `mq` (the trees of
+    /// another root go; the same `mq` stays as it is).
+    MqReplace(MqSpec),
+    /// `qdisc del dev D root`: the root qdisc (`htb`, or `mq` with its trees), its classes and
+    /// filters go; the interface forwards unshaped.
     QdiscDelete {
         /// Interface.
         dev: String,
@@ -499,7 +539,8 @@ pub enum Command {
     /// `qdisc replace … parent CLASS [handle H:] KIND …`: add, change in place (same kind and
     /// handle), or a new qdisc in its place.
     LeafReplace(LeafQdiscSpec),
-    /// `qdisc del … parent CLASS [handle H:] [KIND]`: back to the default leaf.
+    /// `qdisc del … parent CLASS [handle H:] [KIND]`: an HTB class's leaf qdisc goes (back to
+    /// the default leaf), or, under an `mq` class, its HTB tree (the queue is unshaped).
     LeafDelete {
         /// Interface.
         dev: String,
@@ -516,6 +557,9 @@ pub enum Command {
     FilterDelete {
         /// Interface.
         dev: String,
+        /// The qdisc whose filters (`1:`; `None`: the interface's only HTB qdisc).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<ClassId>,
         /// Only at this priority.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prio: Option<u32>,
@@ -531,6 +575,7 @@ impl Command {
     pub fn dev(&self) -> &str {
         match self {
             Self::QdiscAdd(q) | Self::QdiscChange(q) | Self::QdiscReplace(q) => &q.dev,
+            Self::MqAdd(m) | Self::MqReplace(m) => &m.dev,
             Self::QdiscDelete { dev } | Self::ClassDelete { dev, .. } => dev,
             Self::FilterDelete { dev, .. } | Self::LeafDelete { dev, .. } => dev,
             Self::LeafAdd(l) | Self::LeafChange(l) | Self::LeafReplace(l) => &l.dev,
@@ -540,15 +585,19 @@ impl Command {
     }
 }
 
-/// `qdisc … dev D root handle 1: htb default 20 r2q 10 direct_qlen 1000`.
+/// `qdisc … dev D root handle 1: htb default 20 r2q 10 direct_qlen 1000`, or
+/// `… parent 7fff:1 handle 1: htb …` under a class of an `mq` root.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QdiscSpec {
     /// Interface.
     pub dev: String,
+    /// The `mq` class it goes under (`None`: the interface's root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ClassId>,
     /// `1:` (default `1:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handle: Option<String>,
+    pub handle: Option<ClassId>,
     /// Default class minor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_minor: Option<u32>,
@@ -558,6 +607,17 @@ pub struct QdiscSpec {
     /// Direct queue limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct_qlen: Option<u32>,
+}
+
+/// `qdisc add|replace dev D root [handle 7fff:] mq` (`sch_mq.c`: one class per TX queue).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqSpec {
+    /// Interface.
+    pub dev: String,
+    /// Its handle (default `8001:`, the first the kernel allocates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<ClassId>,
 }
 
 /// `class … dev D parent P classid C htb rate R …`.
@@ -624,9 +684,10 @@ pub struct LeafQdiscSpec {
 pub struct FilterSpec {
     /// Interface.
     pub dev: String,
-    /// The qdisc handle (`1:`); filters hang on the qdisc only.
+    /// The qdisc handle (`1:`); filters hang on the qdisc only. `None`: the interface's only
+    /// HTB qdisc.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
+    pub parent: Option<ClassId>,
     /// `ip`, `ipv6`, `802.1q`, `all`.
     pub protocol: String,
     /// Priority; `None`: below every existing one, as the kernel picks.
@@ -822,6 +883,7 @@ mod tests {
                 }),
                 Command::FilterDelete {
                     dev: "r2".into(),
+                    parent: None,
                     prio: Some(1),
                     handle: None,
                 },

@@ -106,13 +106,13 @@ pub fn run(options: &DemoOptions) -> anyhow::Result<Vec<ClassRow>> {
         .with_context(|| format!("cannot read {}", options.config.display()))?;
     let config = DaemonConfig::parse(&text)
         .map_err(|e| anyhow::anyhow!("{}: {e}", options.config.display()))?;
-    let port = config
-        .engine
-        .ports
+    let (trees, port) = config
+        .interfaces
         .iter()
-        .find(|p| p.tree.is_some() && !p.filters.is_empty())
-        .context("the config shapes no port with filters")?;
-    let tree = port.tree.as_ref().expect("checked");
+        .zip(&config.engine.ports)
+        .find(|(_, p)| p.trees.len() == 1 && !p.filters.is_empty())
+        .context("the config shapes no port with one tree and filters")?;
+    let tree = &port.trees[0].tree;
     // One flow per class, on the destination port its filter selects.
     let mut classes: Vec<(ClassId, u16)> = Vec::new();
     for filter in &port.filters {
@@ -154,7 +154,7 @@ pub fn run(options: &DemoOptions) -> anyhow::Result<Vec<ClassRow>> {
     std::thread::sleep(Duration::from_millis(500));
 
     println!("== kernel HTB: the same tree through tc (htbd --print-tc), kernel forwarding");
-    let notes = apply_tc(&lab, &htbd::tc_export::port_commands(port))?;
+    let notes = apply_tc(&lab, &htbd::tc_export::port_commands(trees, port))?;
     for note in &notes {
         println!("   note: {note}");
     }

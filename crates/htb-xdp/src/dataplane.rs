@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use htb_config::filter::{Classifier, Filter};
-use htb_core::{ClassHandle, ClassId, Instant, Scheduler, SharedBuckets, Target};
+use htb_core::{ClassHandle, ClassId, Instant, Scheduler, SchedulerConfig, SharedBuckets, Target};
 
 use crate::crew::{Crew, Handoff, HandoffCounts};
 use crate::frame::{FlowHasher, Frame};
@@ -18,6 +18,8 @@ use crate::plane_op::PlaneOp;
 use crate::rings::{Chunk, FrameCounts, Rings};
 use crate::stats::{PortSnapshot, PortStats};
 
+#[cfg(test)]
+mod mq_tests;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
@@ -52,27 +54,59 @@ pub(crate) struct PortSetup {
     pub(crate) mac: [u8; 6],
     /// Bridge mode: the index of the other side.
     pub(crate) peer: Option<usize>,
-    /// The scheduler shaping what leaves through it.
-    pub(crate) htb: Scheduler<Frame>,
+    /// The trees shaping what leaves through it, each with the `mq` class it hangs under
+    /// (`None`: the root); none: unshaped.
+    pub(crate) trees: Vec<(Scheduler<Frame>, Option<u16>)>,
     /// Its filters (one compiled copy, shared by the workers: classifying only reads).
     pub(crate) classifier: Arc<Classifier>,
+}
+
+/// One HTB qdisc of a port: the root's, or one under a class of tc's `mq`.
+struct Tree {
+    htb: Scheduler<Frame>,
+    /// The minor of the `mq` class it hangs under (`None`: the root): all its subtrees are
+    /// served by the worker owning TX queue `minor − 1`, as the kernel's mq binds child N to
+    /// queue N−1.
+    mq_minor: Option<u16>,
+}
+
+impl Tree {
+    fn major(&self) -> u16 {
+        self.htb.config().major
+    }
+}
+
+/// Where a frame waits: in tree `tree` (an index into the port's trees; `None`: the port's
+/// unshaped FIFO) as `target` says.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    tree: Option<usize>,
+    target: Target,
 }
 
 struct Port {
     name: String,
     peer: Option<usize>,
-    htb: Scheduler<Frame>,
+    /// Its trees: at most one at the root, or one per `mq` class.
+    trees: Vec<Tree>,
+    /// Frames of a port without trees leave through this: no classes, one direct queue.
+    unshaped: Scheduler<Frame>,
     classifier: Arc<Classifier>,
-    /// Per filter, its class as a checked handle and the worker that owns the class, looked
-    /// up when a packet first matches it (no id lookup per packet after that; a handle made
-    /// stale by a tree change falls back to the id). Resolved lazily so that swapping in
+    /// Per filter, its tree, its class as a checked handle and the worker that owns the class,
+    /// looked up when a packet first matches it (no id lookup per packet after that; a handle
+    /// made stale by a tree change falls back to the id). Resolved lazily so that swapping in
     /// 100 000 filters costs a memset on the data plane, not 100 000 lookups.
-    targets: Vec<Option<(ClassHandle, u16)>>,
-    /// The worker owning the class unclassified frames go to, once looked up.
-    unclassified: Option<u16>,
-    /// Which worker owns each subtree: keyed by the subtree's top (a child of a class at the
-    /// top of the tree, or such a class itself); the engine's `Assignment` decides.
+    targets: Vec<Option<(u16, ClassHandle, u16)>>,
+    /// The tree unclassified frames of this worker go to and the worker owning the class they
+    /// land in, once looked up.
+    unclassified: Option<(Option<usize>, u16)>,
+    /// Which worker owns each subtree of a root tree: keyed by the subtree's top (a child of a
+    /// class at the top of the tree, or such a class itself); the engine's `Assignment`
+    /// decides. Subtrees of trees under `mq` belong to their queue's worker instead.
     owners: HashMap<ClassId, u16>,
+    /// The tree the next transmit starts with: trees under `mq` take turns at the port's TX
+    /// ring, as a NIC serves its TX queues in turn.
+    next_tree: usize,
     stats: PortStats,
 }
 
@@ -84,56 +118,205 @@ impl Port {
         self.unclassified = None;
     }
 
-    /// The worker owning `class`: its subtree's owner, or `me` for a class not in the tree or
-    /// not assigned.
-    fn owner_of(&self, class: ClassId, me: usize) -> u16 {
+    /// The tree with qdisc major `major`.
+    fn tree_of(&self, major: u16) -> Option<usize> {
+        self.trees.iter().position(|t| t.major() == major)
+    }
+
+    /// The scheduler of `tree` (`None`: the unshaped FIFO).
+    fn htb(&mut self, tree: Option<usize>) -> &mut Scheduler<Frame> {
+        match tree.and_then(|t| self.trees.get_mut(t)) {
+            Some(t) => &mut t.htb,
+            None => &mut self.unshaped,
+        }
+    }
+
+    /// Every scheduler: the trees', then the unshaped FIFO.
+    fn schedulers(&self) -> impl Iterator<Item = &Scheduler<Frame>> {
+        self.trees
+            .iter()
+            .map(|t| &t.htb)
+            .chain(std::iter::once(&self.unshaped))
+    }
+
+    /// The worker owning `class` of `tree`: its `mq` queue's worker, its subtree's owner, or
+    /// `me` for a class not in the tree or not assigned.
+    fn owner_of(&self, tree: usize, class: ClassId, me: usize, workers: usize) -> u16 {
+        let me16 = u16::try_from(me).unwrap_or(0);
+        let Some(t) = self.trees.get(tree) else {
+            return me16;
+        };
+        if let Some(minor) = t.mq_minor {
+            return u16::try_from((usize::from(minor).saturating_sub(1)) % workers.max(1))
+                .unwrap_or(0);
+        }
         let mut unit = class;
-        while let Some(Some(parent)) = self.htb.parent(unit) {
-            if self.htb.parent(parent) == Some(None) {
+        while let Some(Some(parent)) = t.htb.parent(unit) {
+            if t.htb.parent(parent) == Some(None) {
                 break;
             }
             unit = parent;
         }
-        self.owners
-            .get(&unit)
-            .copied()
-            .unwrap_or(u16::try_from(me).unwrap_or(0))
+        self.owners.get(&unit).copied().unwrap_or(me16)
     }
 
-    /// Filter `i`'s class — its handle once the class exists, its id until then — and the
-    /// worker that owns it.
-    fn target(&mut self, i: usize, me: usize) -> (Target, usize) {
-        if let Some(Some((handle, owner))) = self.targets.get(i) {
-            return (Target::Handle(*handle), usize::from(*owner));
+    /// Filter `i`'s slot — its tree and its class's handle once the class exists, its id until
+    /// then — and the worker that owns it.
+    fn target(&mut self, i: usize, me: usize, workers: usize) -> (Slot, usize) {
+        if let Some(Some((tree, handle, owner))) = self.targets.get(i) {
+            let slot = Slot {
+                tree: Some(usize::from(*tree)),
+                target: Target::Handle(*handle),
+            };
+            return (slot, usize::from(*owner));
         }
         let Some(filter) = self.classifier.filters().get(i) else {
             // A frame classified by filters replaced while it was on its way to this worker.
-            return (Target::Unclassified, me);
+            return self.unclassified_slot(me, workers);
         };
         let class = filter.class;
-        match self.htb.handle(class) {
+        let Some(tree) = self.tree_of(class.major()) else {
+            // The filter's tree went (an mq child deleted): as the kernel's default qdisc
+            // would, the frame leaves unclassified.
+            return self.unclassified_slot(me, workers);
+        };
+        match self.trees[tree].htb.handle(class) {
             Some(handle) => {
-                let owner = self.owner_of(class, me);
-                if let Some(slot) = self.targets.get_mut(i) {
-                    *slot = Some((handle, owner));
+                let owner = self.owner_of(tree, class, me, workers);
+                if let (Some(slot), Ok(t16)) = (self.targets.get_mut(i), u16::try_from(tree)) {
+                    *slot = Some((t16, handle, owner));
                 }
-                (Target::Handle(handle), usize::from(owner))
+                let slot = Slot {
+                    tree: Some(tree),
+                    target: Target::Handle(handle),
+                };
+                (slot, usize::from(owner))
             }
-            None => (Target::Class(class), me),
+            None => (
+                Slot {
+                    tree: Some(tree),
+                    target: Target::Class(class),
+                },
+                me,
+            ),
         }
     }
 
-    /// The worker owning the class unclassified frames go to (`me` for the direct queue).
-    fn unclassified_owner(&mut self, me: usize) -> usize {
-        if let Some(owner) = self.unclassified {
-            return usize::from(owner);
+    /// Applies one operation at `now`; returns the frames it purged.
+    fn apply(&mut self, now: Instant, op: PlaneOp) -> Result<Vec<Frame>, String> {
+        let tree = op.major().and_then(|major| self.tree_of(major));
+        match op {
+            PlaneOp::SetFilters { classifier, .. } => {
+                self.classifier = classifier;
+                Ok(Vec::new())
+            }
+            PlaneOp::SetTree {
+                tree: new,
+                mut schedulers,
+                ..
+            } => {
+                let old = tree.map(|t| self.trees.remove(t));
+                self.next_tree = 0;
+                if let Some(new) = new {
+                    let htb = schedulers
+                        .pop()
+                        .ok_or_else(|| format!("{}: a new tree without a scheduler", self.name))?;
+                    self.trees.push(Tree {
+                        htb,
+                        mq_minor: new.mq_minor,
+                    });
+                }
+                Ok(old.map(|mut t| t.htb.drain()).unwrap_or_default())
+            }
+            op => {
+                let Some(t) = tree else {
+                    return Err(format!(
+                        "{}: no tree {:x}: for {op:?}",
+                        self.name,
+                        op.major().unwrap_or(0)
+                    ));
+                };
+                let htb = &mut self.trees[t].htb;
+                let purged = match op {
+                    PlaneOp::SetQdisc {
+                        default_minor,
+                        r2q,
+                        direct_qlen,
+                        ..
+                    } => {
+                        self.unclassified = None;
+                        htb.set_default_class(default_minor);
+                        htb.set_r2q(r2q);
+                        htb.set_direct_qlen(direct_qlen);
+                        Ok(Vec::new())
+                    }
+                    PlaneOp::AddClass {
+                        id, parent, spec, ..
+                    } => htb.add_class(now, id, parent, &spec).map(|c| c.purged),
+                    PlaneOp::ChangeClass { id, spec, .. } => {
+                        htb.change_class(now, id, &spec).map(|c| c.purged)
+                    }
+                    PlaneOp::DeleteClass { id, .. } => htb.delete_class(now, id).map(|c| c.purged),
+                    PlaneOp::SetLeaf { id, leaf, .. } => {
+                        htb.set_leaf(now, id, leaf.as_ref()).map(|c| c.purged)
+                    }
+                    PlaneOp::ChangeLeaf { id, leaf, .. } => {
+                        // Packets over new limits are dropped, not purged.
+                        htb.change_leaf(now, id, &leaf).map(|c| c.purged)
+                    }
+                    PlaneOp::SetTree { .. } | PlaneOp::SetFilters { .. } => Ok(Vec::new()),
+                };
+                purged.map_err(|e| e.to_string())
+            }
         }
-        let owner = match self.htb.default_class() {
-            Some(class) => self.owner_of(class, me),
-            None => u16::try_from(me).unwrap_or(0),
+    }
+
+    /// The frames the port's schedulers dropped (a full flow, AQM, leaves over new limits).
+    fn drain_dropped(&mut self) -> impl Iterator<Item = Frame> + '_ {
+        self.trees
+            .iter_mut()
+            .map(|t| &mut t.htb)
+            .chain(std::iter::once(&mut self.unshaped))
+            .flat_map(Scheduler::drain_dropped)
+    }
+
+    /// Where worker `me`'s unclassified frames go, and the worker owning the class they land
+    /// in: the root tree's default class; under `mq`, the default class of a tree this worker
+    /// serves (as XPS keeps a CPU's packets on its own TX queue), else of tree `me` modulo
+    /// their number; a port without trees sends them unshaped.
+    fn unclassified_slot(&mut self, me: usize, workers: usize) -> (Slot, usize) {
+        let (tree, owner) = match self.unclassified {
+            Some(known) => known,
+            None => {
+                let me16 = u16::try_from(me).unwrap_or(0);
+                let tree = match self.trees.len() {
+                    0 => None,
+                    1 => Some(0),
+                    n => Some(
+                        (0..n)
+                            .find(|&t| self.owner_of(t, ClassId::new(0, 0), me, workers) == me16)
+                            .unwrap_or(me % n),
+                    ),
+                };
+                let owner = match tree {
+                    Some(t) => match self.trees[t].htb.default_class() {
+                        Some(class) => self.owner_of(t, class, me, workers),
+                        None if self.trees[t].mq_minor.is_some() => {
+                            self.owner_of(t, ClassId::new(0, 0), me, workers)
+                        }
+                        None => me16,
+                    },
+                    None => me16,
+                };
+                self.unclassified = Some((tree, owner));
+                (tree, owner)
+            }
         };
-        self.unclassified = Some(owner);
-        usize::from(owner)
+        let slot = Slot {
+            tree,
+            target: Target::Unclassified,
+        };
+        (slot, usize::from(owner))
     }
 }
 
@@ -194,11 +377,17 @@ impl<R: Rings> Dataplane<R> {
                     },
                     name: p.name,
                     peer: p.peer,
-                    htb: p.htb,
+                    trees: p
+                        .trees
+                        .into_iter()
+                        .map(|(htb, mq_minor)| Tree { htb, mq_minor })
+                        .collect(),
+                    unshaped: Scheduler::new(SchedulerConfig::default()),
                     classifier: p.classifier,
                     targets: Vec::new(),
                     unclassified: None,
                     owners: HashMap::new(),
+                    next_tree: 0,
                 };
                 port.reset_targets();
                 port
@@ -270,7 +459,9 @@ impl<R: Rings> Dataplane<R> {
         for port in 0..self.ports.len() {
             work |= self.transmit(port, now);
             // Other workers see what this one sent from their shared classes.
-            self.ports[port].htb.flush_shared();
+            for tree in &mut self.ports[port].trees {
+                tree.htb.flush_shared();
+            }
         }
         let pending = self.rings.kick();
         work |= self.rings.reap() > 0;
@@ -329,26 +520,23 @@ impl<R: Rings> Dataplane<R> {
         // A chain occupies each of its frames (`skb->truesize` of a multi-buffer skb).
         let truesize = self.frame_size * u32::from(chunk.frames());
         let frame = Frame::new(chunk, &parsed, &self.flows, truesize);
-        let me = self.crew.me();
+        let (me, workers) = (self.crew.me(), self.crew.workers());
         let port = &mut self.ports[egress];
-        let (filter, target, owner) = match classified {
-            Some(i) => {
-                let (target, owner) = port.target(i, me);
-                (u32::try_from(i).ok(), target, owner)
-            }
-            None => (None, Target::Unclassified, port.unclassified_owner(me)),
+        let (filter, (slot, owner)) = match classified {
+            Some(i) => (u32::try_from(i).ok(), port.target(i, me, workers)),
+            None => (None, port.unclassified_slot(me, workers)),
         };
         if owner != me {
             self.hand_over(owner, egress, filter, frame);
             return;
         }
-        self.enqueue(egress, now, target, frame);
+        self.enqueue(egress, now, slot, frame);
     }
 
     /// Queues a frame in `egress`'s scheduler; drops it when the class's queue refuses it.
-    fn enqueue(&mut self, egress: usize, now: Instant, target: Target, frame: Frame) {
+    fn enqueue(&mut self, egress: usize, now: Instant, slot: Slot, frame: Frame) {
         let port = &mut self.ports[egress];
-        if let Err(dropped) = port.htb.enqueue(now, target, frame) {
+        if let Err(dropped) = port.htb(slot.tree).enqueue(now, slot.target, frame) {
             port.stats.drops_queue += 1;
             self.rings.release(dropped.packet.into_chunk());
         }
@@ -374,7 +562,7 @@ impl<R: Rings> Dataplane<R> {
 
     /// Queues the frames other workers handed to this one. Returns how many.
     fn take_inbound(&mut self, now: Instant) -> usize {
-        let me = self.crew.me();
+        let (me, workers) = (self.crew.me(), self.crew.workers());
         let mut taken = 0;
         while taken < INBOUND_PER_PASS {
             let Some(handoff) = self.crew.receive() else {
@@ -388,11 +576,11 @@ impl<R: Rings> Dataplane<R> {
                 self.rings.release(frame.into_chunk());
                 continue;
             };
-            let target = match handoff.filter {
-                Some(i) => port.target(i as usize, me).0,
-                None => Target::Unclassified,
+            let (slot, _) = match handoff.filter {
+                Some(i) => port.target(i as usize, me, workers),
+                None => port.unclassified_slot(me, workers),
             };
-            self.enqueue(egress, now, target, frame);
+            self.enqueue(egress, now, slot, frame);
         }
         taken
     }
@@ -401,10 +589,30 @@ impl<R: Rings> Dataplane<R> {
     /// fattest flow) and returns them to the pool.
     fn release_dropped(&mut self, port: usize) {
         let p = &mut self.ports[port];
-        for frame in p.htb.drain_dropped() {
-            p.stats.drops_queue += 1;
+        let mut dropped = 0;
+        for frame in p.drain_dropped() {
+            dropped += 1;
             self.rings.release(frame.into_chunk());
         }
+        p.stats.drops_queue += dropped;
+    }
+
+    /// The next packet `port` may send at `now`: its unshaped FIFO's, else its trees' in
+    /// turn.
+    fn dequeue(&mut self, port: usize, now: Instant) -> Option<Frame> {
+        let p = &mut self.ports[port];
+        if let Some(frame) = p.unshaped.dequeue(now) {
+            return Some(frame);
+        }
+        let n = p.trees.len();
+        for k in 0..n {
+            let t = (p.next_tree + k) % n;
+            if let Some(frame) = p.trees[t].htb.dequeue(now) {
+                p.next_tree = (t + 1) % n;
+                return Some(frame);
+            }
+        }
+        None
     }
 
     /// Moves what `port`'s scheduler releases into its TX ring. Returns whether any moved.
@@ -422,7 +630,7 @@ impl<R: Rings> Dataplane<R> {
             let mut bytes = 0u64;
             let mut frames = 0usize;
             while self.tx_batch.len() < self.batch && frames + chain <= room {
-                let Some(frame) = self.ports[port].htb.dequeue(now) else {
+                let Some(frame) = self.dequeue(port, now) else {
                     break;
                 };
                 let (mut chunk, ce) = frame.into_parts();
@@ -461,13 +669,21 @@ impl<R: Rings> Dataplane<R> {
     /// The earliest time a scheduler may release a packet it holds now.
     #[must_use]
     pub(crate) fn next_wakeup(&self) -> Option<Instant> {
-        self.ports.iter().filter_map(|p| p.htb.next_wakeup()).min()
+        self.ports
+            .iter()
+            .flat_map(Port::schedulers)
+            .filter_map(Scheduler::next_wakeup)
+            .min()
     }
 
     /// Frames queued in the schedulers.
     #[must_use]
     pub(crate) fn queued(&self) -> u64 {
-        self.ports.iter().map(|p| p.htb.len()).sum()
+        self.ports
+            .iter()
+            .flat_map(Port::schedulers)
+            .map(Scheduler::len)
+            .sum()
     }
 
     /// Where the UMEM's frames are.
@@ -498,16 +714,30 @@ impl<R: Rings> Dataplane<R> {
         self.ports.iter().position(|p| p.name == name)
     }
 
-    /// The scheduler of the port at `index`.
+    /// The root tree's scheduler of the port at `index` (`None` when its trees hang under
+    /// `mq`, or it has none): the tree whose subtrees the workers share out.
     #[must_use]
-    pub(crate) fn scheduler_at(&self, index: usize) -> Option<&Scheduler<Frame>> {
-        self.ports.get(index).map(|p| &p.htb)
+    pub(crate) fn root_tree_at(&self, index: usize) -> Option<&Scheduler<Frame>> {
+        let port = self.ports.get(index)?;
+        port.trees
+            .iter()
+            .find(|t| t.mq_minor.is_none())
+            .map(|t| &t.htb)
     }
 
-    /// The scheduler shaping what leaves through `port`.
+    /// The scheduler of tree `major` of `port`.
     #[must_use]
-    pub(crate) fn scheduler(&self, port: &str) -> Option<&Scheduler<Frame>> {
-        self.port(port).map(|p| &p.htb)
+    pub(crate) fn scheduler(&self, port: &str, major: u16) -> Option<&Scheduler<Frame>> {
+        let p = self.port(port)?;
+        p.tree_of(major).map(|t| &p.trees[t].htb)
+    }
+
+    /// The qdisc majors of `port`'s trees.
+    #[must_use]
+    pub(crate) fn tree_majors(&self, port: &str) -> Vec<u16> {
+        self.port(port)
+            .map(|p| p.trees.iter().map(Tree::major).collect())
+            .unwrap_or_default()
     }
 
     /// Names of the ports, in configuration order.
@@ -546,52 +776,8 @@ impl<R: Rings> Dataplane<R> {
             retarget[index] |= matches!(op, PlaneOp::SetTree { .. } | PlaneOp::SetFilters { .. })
                 || (self.crew.workers() > 1 && matches!(op, PlaneOp::DeleteClass { .. }));
             let port = &mut self.ports[index];
-            let purged = match op {
-                PlaneOp::SetTree { mut schedulers, .. } => match schedulers.pop() {
-                    Some(scheduler) => {
-                        let mut old = std::mem::replace(&mut port.htb, scheduler);
-                        Ok(old.drain())
-                    }
-                    None => {
-                        results.push(Err(format!(
-                            "{}: a new tree without a scheduler",
-                            port.name
-                        )));
-                        continue;
-                    }
-                },
-                PlaneOp::SetQdisc {
-                    default_minor,
-                    r2q,
-                    direct_qlen,
-                    ..
-                } => {
-                    port.unclassified = None;
-                    port.htb.set_default_class(default_minor);
-                    port.htb.set_r2q(r2q);
-                    port.htb.set_direct_qlen(direct_qlen);
-                    Ok(Vec::new())
-                }
-                PlaneOp::AddClass {
-                    id, parent, spec, ..
-                } => port.htb.add_class(now, id, parent, &spec).map(|c| c.purged),
-                PlaneOp::ChangeClass { id, spec, .. } => {
-                    port.htb.change_class(now, id, &spec).map(|c| c.purged)
-                }
-                PlaneOp::DeleteClass { id, .. } => port.htb.delete_class(now, id).map(|c| c.purged),
-                PlaneOp::SetLeaf { id, leaf, .. } => {
-                    port.htb.set_leaf(now, id, leaf.as_ref()).map(|c| c.purged)
-                }
-                PlaneOp::ChangeLeaf { id, leaf, .. } => {
-                    // Packets over new limits are dropped, not purged.
-                    port.htb.change_leaf(now, id, &leaf).map(|c| c.purged)
-                }
-                PlaneOp::SetFilters { classifier, .. } => {
-                    port.classifier = classifier;
-                    Ok(Vec::new())
-                }
-            };
-            let dropped: Vec<Frame> = self.ports[index].htb.drain_dropped().collect();
+            let purged = port.apply(now, op);
+            let dropped: Vec<Frame> = port.drain_dropped().collect();
             results.push(match purged {
                 Ok(frames) => {
                     let n = (frames.len() + dropped.len()) as u64;
@@ -605,7 +791,7 @@ impl<R: Rings> Dataplane<R> {
                     for frame in dropped {
                         self.rings.release(frame.into_chunk());
                     }
-                    Err(e.to_string())
+                    Err(e)
                 }
             });
         }
@@ -653,9 +839,11 @@ impl<R: Rings> Dataplane<R> {
 
     /// Shares class `id`'s buckets on `port` with the other workers.
     pub(crate) fn share(&mut self, port: usize, id: ClassId, buckets: Arc<SharedBuckets>) {
-        if let Some(p) = self.ports.get_mut(port)
-            && p.htb.share_class(id, buckets).is_err()
-        {
+        let Some(p) = self.ports.get_mut(port) else {
+            return;
+        };
+        let tree = p.tree_of(id.major());
+        if tree.is_none_or(|t| p.trees[t].htb.share_class(id, buckets).is_err()) {
             tracing::warn!("{}: class {id} to share is not in the tree", p.name);
         }
     }
@@ -671,11 +859,18 @@ impl<R: Rings> Dataplane<R> {
     #[must_use]
     pub(crate) fn class_stats(&self, port: &str, ids: &[ClassId]) -> Option<PortSnapshot> {
         let p = self.port(port)?;
+        let htb = |id: ClassId| p.tree_of(id.major()).map(|t| &p.trees[t].htb);
         Some(PortSnapshot {
-            scheduler: p.htb.stats(),
+            schedulers: p.trees.iter().map(|t| (t.major(), t.htb.stats())).collect(),
             port: p.stats.clone(),
-            classes: ids.iter().map(|&id| p.htb.class_stats(id)).collect(),
-            leaves: ids.iter().map(|&id| p.htb.leaf_stats(id)).collect(),
+            classes: ids
+                .iter()
+                .map(|&id| htb(id).and_then(|h| h.class_stats(id)))
+                .collect(),
+            leaves: ids
+                .iter()
+                .map(|&id| htb(id).and_then(|h| h.leaf_stats(id)))
+                .collect(),
         })
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration as StdDuration;
 
-use htb_config::TreeSpec;
+use htb_config::PortTree;
 use htb_config::filter::{Classifier, Filter};
 use htb_core::{ClassId, Instant, Scheduler, SharedBuckets};
 
@@ -53,9 +53,10 @@ pub struct PortConfig {
     pub name: String,
     /// Bridge mode: the other side.
     pub peer: Option<String>,
-    /// The HTB tree shaping what leaves through this port; `None`: unshaped (FIFO).
-    pub tree: Option<TreeSpec>,
-    /// Filters classifying into `tree`.
+    /// The HTB trees shaping what leaves through this port: one at its root, or one per
+    /// class of an `mq` root; none: unshaped (FIFO).
+    pub trees: Vec<PortTree>,
+    /// Filters classifying into `trees`, in evaluation order.
     pub filters: Vec<Filter>,
 }
 
@@ -327,19 +328,25 @@ fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> 
     Ok((devs, io))
 }
 
-/// `workers` schedulers of `port`'s tree and its compiled filters.
+/// Per worker, a scheduler of each of `port`'s trees with the `mq` class it hangs under; and
+/// the port's compiled filters.
+#[allow(clippy::type_complexity)]
 fn schedulers(
     port: &PortConfig,
     workers: usize,
-) -> Result<(Vec<Scheduler<Frame>>, Arc<Classifier>), XdpError> {
-    // No tree: every frame goes through the direct queue, unshaped.
-    let build = || {
-        new_scheduler(port.tree.as_ref())
+) -> Result<(Vec<Vec<(Scheduler<Frame>, Option<u16>)>>, Arc<Classifier>), XdpError> {
+    let build = |tree: &PortTree| {
+        new_scheduler(Some(&tree.tree))
+            .map(|htb| (htb, tree.mq_minor))
             .map_err(|e| XdpError::Config(format!("{}: {e}", port.name)))
     };
-    let first = build()?;
+    let first = port
+        .trees
+        .iter()
+        .map(build)
+        .collect::<Result<Vec<_>, _>>()?;
     for filter in &port.filters {
-        if !first.contains(filter.class) {
+        if !first.iter().any(|(htb, _)| htb.contains(filter.class)) {
             return Err(XdpError::Config(format!(
                 "{}: filter ({}) targets class {} which is not defined",
                 port.name, filter.matcher, filter.class
@@ -348,7 +355,7 @@ fn schedulers(
     }
     let mut all = vec![first];
     for _ in 1..workers {
-        all.push(build()?);
+        all.push(port.trees.iter().map(build).collect::<Result<_, _>>()?);
     }
     Ok((all, Arc::new(Classifier::new(port.filters.clone()))))
 }
@@ -381,17 +388,17 @@ impl Engine {
         let epoch = std::time::Instant::now();
         let mut per_worker: Vec<Vec<PortSetup>> = (0..workers).map(|_| Vec::new()).collect();
         for (port, dev) in config.ports.iter().zip(&devs) {
-            let (htbs, classifier) = schedulers(port, workers)?;
+            let (trees, classifier) = schedulers(port, workers)?;
             let peer = port
                 .peer
                 .as_ref()
                 .and_then(|p| config.ports.iter().position(|c| &c.name == p));
-            for (setups, htb) in per_worker.iter_mut().zip(htbs) {
+            for (setups, trees) in per_worker.iter_mut().zip(trees) {
                 setups.push(PortSetup {
                     name: dev.name.clone(),
                     mac: dev.mac,
                     peer,
-                    htb,
+                    trees,
                     classifier: Arc::clone(&classifier),
                 });
             }
@@ -650,16 +657,26 @@ impl Engine {
         stats
     }
 
-    /// The scheduler shaping what leaves through `port` (worker 0's: every worker has the
-    /// same classes, each serving its own subtrees).
+    /// The scheduler of tree `major` of `port` (worker 0's: every worker has the same
+    /// classes, each serving its own subtrees).
     #[must_use]
-    pub fn scheduler(&self, port: &str) -> Option<&Scheduler<Frame>> {
-        self.workers.first()?.plane.scheduler(port)
+    pub fn scheduler(&self, port: &str, major: u16) -> Option<&Scheduler<Frame>> {
+        self.workers.first()?.plane.scheduler(port, major)
     }
 
-    /// Worker 0's scheduler of the port at `index` (every worker has the same classes).
-    fn scheduler_at(&self, index: usize) -> Option<&Scheduler<Frame>> {
-        self.workers.first()?.plane.scheduler_at(index)
+    /// The qdisc majors of `port`'s trees, as the data plane has them.
+    #[must_use]
+    pub fn tree_majors(&self, port: &str) -> Vec<u16> {
+        self.workers
+            .first()
+            .map(|w| w.plane.tree_majors(port))
+            .unwrap_or_default()
+    }
+
+    /// Worker 0's scheduler of the root tree of the port at `index` (every worker has the
+    /// same classes): the tree whose subtrees the workers share out.
+    fn root_tree_at(&self, index: usize) -> Option<&Scheduler<Frame>> {
+        self.workers.first()?.plane.root_tree_at(index)
     }
 
     /// Names of the ports, in configuration order.
@@ -781,7 +798,7 @@ impl Engine {
             return;
         }
         let mut ids: Vec<ClassId> = self
-            .scheduler_at(port)
+            .root_tree_at(port)
             .map(|s| s.class_ids().collect())
             .unwrap_or_default();
         ids.sort_unstable();
@@ -790,10 +807,14 @@ impl Engine {
         }
     }
 
-    /// A new class of `port`: shares its buckets if it is at the top of the tree, and assigns
-    /// it a worker if it tops a subtree.
+    /// A new class of `port`: shares its buckets if it is at the top of the root tree, and
+    /// assigns it a worker if it tops a subtree. (A tree under `mq` belongs to its queue's
+    /// worker whole: nothing to share or assign.)
     fn assign_class(&mut self, port: usize, id: ClassId) {
-        let Some(htb) = self.scheduler_at(port) else {
+        let Some(htb) = self
+            .root_tree_at(port)
+            .filter(|htb| htb.config().major == id.major())
+        else {
             return;
         };
         let top_level = htb.parent(id) == Some(None);

@@ -39,7 +39,7 @@ pub use engine::{
 };
 pub use error::XdpError;
 pub use frame::{FlowHasher, Frame};
-pub use netdev::{NetDev, format_mac};
+pub use netdev::{NetDev, format_mac, tx_queue_count};
 pub use plane_op::{PlaneOp, new_scheduler};
 pub use program::{AttachMode, Verdicts};
 pub use rings::{Chunk, FrameCounts};

@@ -98,7 +98,7 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
     let mut rest = all.into_iter();
     let Some(mut merged) = rest.next() else {
         return PortSnapshot {
-            scheduler: SchedulerStats::default(),
+            schedulers: Vec::new(),
             port: PortStats::default(),
             classes: Vec::new(),
             leaves: Vec::new(),
@@ -109,7 +109,11 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
         return merged;
     }
     for other in &others {
-        add_scheduler(&mut merged.scheduler, &other.scheduler);
+        for (major, s) in &other.schedulers {
+            if let Some((_, total)) = merged.schedulers.iter_mut().find(|(m, _)| m == major) {
+                add_scheduler(total, s);
+            }
+        }
         add_port(&mut merged.port, &other.port);
     }
     for i in 0..merged.classes.len() {

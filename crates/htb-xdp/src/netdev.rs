@@ -68,15 +68,7 @@ impl NetDev {
         let mtu = read(name, "mtu")?
             .parse()
             .map_err(|_| bad("bad MTU".into()))?;
-        let rx_queues = fs::read_dir(format!("/sys/class/net/{name}/queues"))
-            .map(|entries| {
-                entries
-                    .filter_map(Result::ok)
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-                    .count()
-            })
-            .unwrap_or(1)
-            .max(1) as u32;
+        let rx_queues = queue_count(name, "rx-");
         Ok(Self {
             name: name.to_owned(),
             ifindex,
@@ -85,6 +77,27 @@ impl NetDev {
             rx_queues,
         })
     }
+}
+
+/// The interface's queues whose sysfs names start with `prefix` (`rx-`, `tx-`); 1 when it
+/// cannot be read.
+fn queue_count(name: &str, prefix: &str) -> u32 {
+    fs::read_dir(format!("/sys/class/net/{name}/queues"))
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+                .count()
+        })
+        .unwrap_or(1)
+        .max(1) as u32
+}
+
+/// The TX queues of interface `name` (1 when it cannot be read): tc's `mq` has a class for
+/// each.
+#[must_use]
+pub fn tx_queue_count(name: &str) -> u32 {
+    queue_count(name, "tx-")
 }
 
 /// Formats a MAC address.

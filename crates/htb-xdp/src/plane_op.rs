@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use htb_config::TreeSpec;
 use htb_config::filter::Classifier;
+use htb_config::{PortTree, TreeSpec};
 use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig};
 
 use crate::frame::Frame;
@@ -13,22 +13,27 @@ use crate::frame::Frame;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum PlaneOp {
-    /// Replace the whole tree (tc `qdisc add|del|replace`); frames queued in the old one are
-    /// dropped. Make it with [`PlaneOp::set_tree`], which builds one scheduler per worker off
-    /// the data-plane threads.
+    /// Put in, replace or take out one of the port's trees (tc `qdisc add|del|replace` of
+    /// the root htb, or of an htb under an `mq` class); frames queued in the old one are
+    /// dropped, the port's other trees are not touched. Make it with [`PlaneOp::set_tree`],
+    /// which builds one scheduler per worker off the data-plane threads.
     SetTree {
         /// Port name.
         port: String,
-        /// The tree (`None`: unshaped), for more copies should there be more workers than
-        /// schedulers.
-        tree: Option<TreeSpec>,
-        /// One new scheduler per worker.
+        /// The tree's qdisc major: the tree with this major, if any, goes.
+        major: u16,
+        /// The new tree and where it hangs (`None`: the port no longer has tree `major`), for
+        /// more copies should there be more workers than schedulers.
+        tree: Option<PortTree>,
+        /// One new scheduler per worker (none when the tree goes).
         schedulers: Vec<Scheduler<Frame>>,
     },
-    /// New qdisc parameters; classes stay.
+    /// New qdisc parameters of tree `major`; classes stay.
     SetQdisc {
         /// Port name.
         port: String,
+        /// The tree's qdisc major.
+        major: u16,
         /// Default class minor.
         default_minor: u32,
         /// Rate-to-quantum divisor.
@@ -93,22 +98,27 @@ pub enum PlaneOp {
 }
 
 impl PlaneOp {
-    /// Replaces `port`'s tree with `tree` (`None`: unshaped) on each of `workers` workers
-    /// ([`EngineHandle::workers`](crate::EngineHandle::workers)), building their schedulers
-    /// here.
+    /// Puts `tree` on `port` in place of its tree `major` (`None`: takes tree `major` out) on
+    /// each of `workers` workers ([`EngineHandle::workers`](crate::EngineHandle::workers)),
+    /// building their schedulers here.
     ///
     /// # Errors
     /// A class the tree cannot hold (only if the tree was not validated).
     pub fn set_tree(
         port: String,
-        tree: Option<TreeSpec>,
+        major: u16,
+        tree: Option<PortTree>,
         workers: usize,
     ) -> Result<Self, htb_core::ClassError> {
-        let schedulers = (0..workers.max(1))
-            .map(|_| new_scheduler(tree.as_ref()))
-            .collect::<Result<_, _>>()?;
+        let schedulers = match &tree {
+            Some(t) => (0..workers.max(1))
+                .map(|_| new_scheduler(Some(&t.tree)))
+                .collect::<Result<_, _>>()?,
+            None => Vec::new(),
+        };
         Ok(Self::SetTree {
             port,
+            major,
             tree,
             schedulers,
         })
@@ -121,18 +131,27 @@ impl PlaneOp {
         match self {
             Self::SetTree {
                 port,
-                tree,
+                major,
+                tree: Some(tree),
                 mut schedulers,
             } => {
                 while schedulers.len() < workers {
-                    schedulers.push(new_scheduler(tree.as_ref())?);
+                    schedulers.push(new_scheduler(Some(&tree.tree))?);
                 }
                 schedulers.truncate(workers);
                 Ok(schedulers
                     .into_iter()
                     .map(|scheduler| Self::SetTree {
                         port: port.clone(),
-                        tree: None,
+                        major,
+                        tree: Some(PortTree {
+                            tree: TreeSpec {
+                                config: tree.tree.config,
+                                classes: Vec::new(),
+                                warnings: Vec::new(),
+                            },
+                            mq_minor: tree.mq_minor,
+                        }),
                         schedulers: vec![scheduler],
                     })
                     .collect())
@@ -152,18 +171,23 @@ impl PlaneOp {
     /// frames and is not copied).
     fn copy_of_change(&self) -> Self {
         match self {
-            Self::SetTree { port, tree, .. } => Self::SetTree {
+            Self::SetTree {
+                port, major, tree, ..
+            } => Self::SetTree {
                 port: port.clone(),
+                major: *major,
                 tree: tree.clone(),
                 schedulers: Vec::new(),
             },
             Self::SetQdisc {
                 port,
+                major,
                 default_minor,
                 r2q,
                 direct_qlen,
             } => Self::SetQdisc {
                 port: port.clone(),
+                major: *major,
                 default_minor: *default_minor,
                 r2q: *r2q,
                 direct_qlen: *direct_qlen,
@@ -202,6 +226,20 @@ impl PlaneOp {
                 port: port.clone(),
                 classifier: Arc::clone(classifier),
             },
+        }
+    }
+
+    /// The qdisc major of the tree it changes (`None`: the port's filters).
+    #[must_use]
+    pub fn major(&self) -> Option<u16> {
+        match self {
+            Self::SetTree { major, .. } | Self::SetQdisc { major, .. } => Some(*major),
+            Self::AddClass { id, .. }
+            | Self::ChangeClass { id, .. }
+            | Self::DeleteClass { id, .. }
+            | Self::SetLeaf { id, .. }
+            | Self::ChangeLeaf { id, .. } => Some(id.major()),
+            Self::SetFilters { .. } => None,
         }
     }
 

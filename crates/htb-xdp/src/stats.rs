@@ -98,8 +98,8 @@ pub struct JobTimes {
 /// One port's statistics, from [`Engine::class_stats`](crate::Engine::class_stats).
 #[derive(Clone, Debug)]
 pub struct PortSnapshot {
-    /// The scheduler's totals.
-    pub scheduler: htb_core::SchedulerStats,
+    /// Each tree's totals, by its qdisc major.
+    pub schedulers: Vec<(u16, htb_core::SchedulerStats)>,
     /// The port's counters.
     pub port: PortStats,
     /// Per requested class, in request order.

@@ -19,6 +19,16 @@
 //! prio = 1
 //! match = { dst = "10.201.1.0/24", proto = "udp", dport = "5201" }
 //! classid = "1:20"
+//!
+//! [[interface]]                # tc's mq instead: one HTB tree per TX queue
+//! name = "r1"
+//! mq = "7fff:"
+//! [[interface.tree]]           # the tree under mq class 7fff:1 (TX queue 0)
+//! parent = "7fff:1"
+//! qdisc = { handle = "1:", default = "2" }
+//! [[interface.tree.class]]     # and [[interface.tree.filter]], as above
+//! id = "1:1"
+//! rate = "1gbit"
 //! ```
 //!
 //! Everything is checked before anything on the system is touched; errors name the key, line
@@ -27,8 +37,9 @@
 use std::path::PathBuf;
 
 use htb_config::filter::FilterSection;
+use htb_config::values::ClassIdValue;
 use htb_config::values::TimeValue;
-use htb_config::{ClassSection, ConfigError, Located, QdiscSection, TreeSpec};
+use htb_config::{ClassSection, ConfigError, Located, PortTree, QdiscSection, TreeSpec};
 use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
 
@@ -79,6 +90,22 @@ struct InterfaceSection {
     class: Vec<Located<ClassSection>>,
     #[serde(default)]
     filter: Vec<Located<FilterSection>>,
+    /// tc's `mq` at the root (its handle): the trees go in `[[interface.tree]]`.
+    mq: Option<Located<ClassIdValue>>,
+    #[serde(default)]
+    tree: Vec<Located<TreeSection>>,
+}
+
+/// `[[interface.tree]]`: the HTB tree under one class of the interface's `mq`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TreeSection {
+    parent: Located<ClassIdValue>,
+    qdisc: Option<QdiscSection>,
+    #[serde(default)]
+    class: Vec<Located<ClassSection>>,
+    #[serde(default)]
+    filter: Vec<Located<FilterSection>>,
 }
 
 /// A validated config.
@@ -102,15 +129,32 @@ pub struct DaemonConfig {
     pub metrics: Option<std::net::SocketAddr>,
 }
 
-/// One interface's tree and filters.
+/// One interface's trees and filters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InterfaceTrees {
     /// Interface name.
     pub name: String,
-    /// Its HTB tree (`None`: unshaped).
-    pub tree: Option<TreeSpec>,
+    /// The handle major of its `mq` root (`None`: at most one tree, at the root).
+    pub mq: Option<u16>,
+    /// Its HTB trees (none: unshaped), under `mq` in class order.
+    pub trees: Vec<InterfaceTree>,
+}
+
+/// One HTB tree of an interface, with its filters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InterfaceTree {
+    /// The tree and where it hangs.
+    pub tree: PortTree,
     /// Its filters, with handles, in evaluation order ([`FilterEntry::order`]).
     pub filters: Vec<FilterEntry>,
+}
+
+impl InterfaceTrees {
+    /// The trees as the data plane takes them.
+    #[must_use]
+    pub fn port_trees(&self) -> Vec<PortTree> {
+        self.trees.iter().map(|t| t.tree.clone()).collect()
+    }
 }
 
 /// A filter section's u32 hash-table keys.
@@ -151,8 +195,9 @@ fn u32_parts(f: &FilterSection, kind: FilterKind, handle: Option<u32>) -> Result
     })
 }
 
-/// Parses one `[[interface]]`'s qdisc, classes and filters; also returns the filters
-/// flattened for the data plane (flattening is how u32 links are checked).
+/// Parses one `[[interface]]`'s trees — its qdisc, classes and filters, or its `mq` and the
+/// `[[interface.tree]]` under it — and also returns the filters flattened for the data plane
+/// (flattening is how u32 links are checked).
 fn interface_trees(
     text: &str,
     section: &Located<InterfaceSection>,
@@ -160,17 +205,141 @@ fn interface_trees(
     let err = |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
     let iface = section.get_ref();
     let name = iface.name.get_ref().clone();
-    let tree = if iface.qdisc.is_some() || !iface.class.is_empty() {
-        Some(TreeSpec::from_sections(
+    let Some(mq) = &iface.mq else {
+        if let Some(t) = iface.tree.first() {
+            return Err(err(
+                t.span(),
+                format!(
+                    "[[interface.tree]] hangs under mq: set mq = \"7fff:\" on interface {name}"
+                ),
+            ));
+        }
+        let (tree, filters, flat) = tree_filters(
             text,
+            &name,
+            section.span(),
             iface.qdisc.as_ref(),
             &iface.class,
-        )?)
+            &iface.filter,
+        )?;
+        let trees = tree
+            .map(|tree| InterfaceTree {
+                tree: PortTree::root(tree),
+                filters,
+            })
+            .into_iter()
+            .collect();
+        return Ok((
+            InterfaceTrees {
+                name,
+                mq: None,
+                trees,
+            },
+            flat,
+        ));
+    };
+    let handle = mq.get_ref().0;
+    if !handle.is_qdisc() || handle.major() == 0 {
+        return Err(err(
+            mq.span(),
+            format!("mq {handle} must be a qdisc handle like \"7fff:\""),
+        ));
+    }
+    if iface.qdisc.is_some() || !iface.class.is_empty() || !iface.filter.is_empty() {
+        return Err(err(
+            mq.span(),
+            format!(
+                "interface {name} has an mq root: its qdisc, classes and filters go in [[interface.tree]] (one per mq class)"
+            ),
+        ));
+    }
+    let mut trees: Vec<InterfaceTree> = Vec::new();
+    let mut flat = Vec::new();
+    for located in &iface.tree {
+        let t = located.get_ref();
+        let parent = t.parent.get_ref().0;
+        let minor = u16::try_from(parent.minor()).unwrap_or(0);
+        if parent.major() != handle.major() || minor == 0 {
+            return Err(err(
+                t.parent.span(),
+                format!(
+                    "parent {parent} is not a class of mq {handle} (those are {handle}1, {handle}2, …)"
+                ),
+            ));
+        }
+        if trees.iter().any(|o| o.tree.mq_minor == Some(minor)) {
+            return Err(err(
+                t.parent.span(),
+                format!("mq class {parent} has two trees"),
+            ));
+        }
+        let (tree, filters, tree_flat) = tree_filters(
+            text,
+            &name,
+            located.span(),
+            t.qdisc.as_ref(),
+            &t.class,
+            &t.filter,
+        )?;
+        let Some(tree) = tree else {
+            return Err(err(
+                located.span(),
+                format!("the tree under {parent} needs a qdisc or classes"),
+            ));
+        };
+        let major = tree.config.major;
+        if major == handle.major() || trees.iter().any(|o| o.tree.tree.config.major == major) {
+            return Err(err(
+                located.span(),
+                format!("qdisc handle {major:x}: is used twice on interface {name}"),
+            ));
+        }
+        trees.push(InterfaceTree {
+            tree: PortTree {
+                tree,
+                mq_minor: Some(minor),
+            },
+            filters,
+        });
+        flat.extend(tree_flat);
+    }
+    trees.sort_by_key(|t| t.tree.mq_minor);
+    Ok((
+        InterfaceTrees {
+            name,
+            mq: Some(handle.major()),
+            trees,
+        },
+        flat,
+    ))
+}
+
+/// Parses one tree's qdisc, classes and filters (`None`: no tree); also returns the filters
+/// flattened for the data plane.
+#[allow(clippy::type_complexity)]
+fn tree_filters(
+    text: &str,
+    name: &str,
+    span: std::ops::Range<usize>,
+    qdisc: Option<&QdiscSection>,
+    classes: &[Located<ClassSection>],
+    filter_sections: &[Located<FilterSection>],
+) -> Result<
+    (
+        Option<TreeSpec>,
+        Vec<FilterEntry>,
+        Vec<htb_config::filter::Filter>,
+    ),
+    ConfigError,
+> {
+    let err = |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
+    let tree = if qdisc.is_some() || !classes.is_empty() {
+        Some(TreeSpec::from_sections(text, qdisc, classes)?)
     } else {
         None
     };
     let mut filters = Vec::new();
-    for located in &iface.filter {
+    for located in filter_sections {
         let f = located.get_ref();
         let class = f.classid.as_ref().map(|c| c.get_ref().0);
         if let (Some(class), Some(located_class)) = (class, f.classid.as_ref()) {
@@ -235,16 +404,9 @@ fn interface_trees(
     assign_handles(&mut filters);
     let mut filters: Vec<FilterEntry> = filters.into_iter().map(|(f, _)| f).collect();
     filters.sort_by_key(FilterEntry::order);
-    let flat = crate::model::flatten(&filters)
-        .map_err(|e| err(section.span(), format!("interface {name}: {e}")))?;
-    Ok((
-        InterfaceTrees {
-            name,
-            tree,
-            filters,
-        },
-        flat,
-    ))
+    let flat =
+        crate::model::flatten(&filters).map_err(|e| err(span, format!("interface {name}: {e}")))?;
+    Ok((tree, filters, flat))
 }
 
 /// Parses a saved-state file (`[[interface]]` tables only, as [`Model::to_toml`] writes).
@@ -458,14 +620,13 @@ impl DaemonConfig {
                 _ => {}
             }
             let (trees, filters) = interface_trees(text, section)?;
-            let tree = trees.tree.clone();
-            interfaces.push(trees);
             ports.push(PortConfig {
                 name,
                 peer,
-                tree,
+                trees: trees.port_trees(),
                 filters,
             });
+            interfaces.push(trees);
         }
         if mode == Mode::Bridge {
             for (section, port) in file.interface.iter().zip(&ports) {
@@ -558,15 +719,70 @@ classid = "1:20"
         assert_eq!(c.state_dir, PathBuf::from("/var/lib/htbd"));
         assert_eq!(c.engine.mode, Mode::Router);
         assert_eq!(c.engine.ports.len(), 2);
-        assert!(c.engine.ports[0].tree.is_none());
+        assert!(c.engine.ports[0].trees.is_empty());
         let r2 = &c.engine.ports[1];
-        assert_eq!(r2.tree.as_ref().unwrap().config.default_minor, 0x20);
+        assert_eq!(r2.trees[0].tree.config.default_minor, 0x20);
+        assert_eq!(r2.trees[0].mq_minor, None);
         assert_eq!(r2.filters[0].class, htb_core::ClassId::new(1, 0x20));
         assert_eq!(r2.filters[0].matcher.dport.map(|p| p.first), Some(5201));
     }
 
     fn error(text: &str) -> String {
         DaemonConfig::parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn an_mq_root_takes_one_tree_per_class_and_says_where_a_tree_is_wrong() {
+        let head = "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r1\"\n";
+        let tree = |parent: &str, major: u16| {
+            format!(
+                "[[interface.tree]]\nparent = \"{parent}\"\nqdisc = {{ handle = \"{major:x}:\" }}\n\
+                 [[interface.tree.class]]\nid = \"{major:x}:1\"\nrate = \"10mbit\"\n"
+            )
+        };
+        let text = format!(
+            "{head}mq = \"7fff:\"\n{}{}",
+            tree("7fff:2", 2),
+            tree("7fff:1", 1)
+        );
+        let c = DaemonConfig::parse(&text).unwrap();
+        assert_eq!(c.interfaces[0].mq, Some(0x7fff));
+        let placed: Vec<(Option<u16>, u16)> = c.engine.ports[0]
+            .trees
+            .iter()
+            .map(|t| (t.mq_minor, t.tree.config.major))
+            .collect();
+        assert_eq!(placed, [(Some(1), 1), (Some(2), 2)], "in class order");
+        for (bad, why) in [
+            (format!("{head}{}", tree("7fff:1", 1)), "set mq = "),
+            (
+                format!("{head}mq = \"7fff:\"\n{}", tree("8:1", 1)),
+                "not a class of mq 7fff:",
+            ),
+            (
+                format!(
+                    "{head}mq = \"7fff:\"\n{}{}",
+                    tree("7fff:1", 1),
+                    tree("7fff:1", 2)
+                ),
+                "has two trees",
+            ),
+            (
+                format!(
+                    "{head}mq = \"7fff:\"\n{}{}",
+                    tree("7fff:1", 1),
+                    tree("7fff:2", 1)
+                ),
+                "is used twice",
+            ),
+            (
+                format!("{head}mq = \"7fff:\"\n[interface.qdisc]\ndefault = \"2\"\n"),
+                "go in [[interface.tree]]",
+            ),
+        ] {
+            let e = error(&bad);
+            assert!(e.contains(why) && e.starts_with("line "), "{why}: {e}");
+        }
     }
 
     #[test]

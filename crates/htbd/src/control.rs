@@ -415,8 +415,10 @@ impl Control {
             Ok(Err(e)) => tracing::error!("cannot take the refused batch off the journal: {e}"),
             Err(e) => tracing::error!("cannot take the refused batch off the journal: {e}"),
         }
-        let mut ops = Vec::new();
-        for name in ports {
+        // Per port, its trees as the model has them and its filters; the data plane's trees
+        // (whichever it has now) go first.
+        let mut rebuild: Vec<(String, Vec<PlaneOp>)> = Vec::new();
+        'ports: for name in ports {
             let Some(port) = self.model.ports.iter().find(|p| p.name == name) else {
                 continue;
             };
@@ -427,21 +429,42 @@ impl Control {
                     continue;
                 }
             };
-            match PlaneOp::set_tree(name.clone(), port.tree(), self.engine.workers()) {
-                Ok(set_tree) => {
-                    ops.push(set_tree);
-                    ops.push(PlaneOp::SetFilters {
-                        port: name,
-                        classifier: Arc::new(Classifier::new(filters)),
-                    });
+            let mut ops = Vec::new();
+            for tree in port.port_trees() {
+                let major = tree.tree.config.major;
+                match PlaneOp::set_tree(name.clone(), major, Some(tree), self.engine.workers()) {
+                    Ok(set_tree) => ops.push(set_tree),
+                    Err(e) => {
+                        tracing::error!("cannot rebuild the tree of {name}: {e}");
+                        continue 'ports;
+                    }
                 }
-                Err(e) => tracing::error!("cannot rebuild the tree of {name}: {e}"),
             }
+            ops.push(PlaneOp::SetFilters {
+                port: name.clone(),
+                classifier: Arc::new(Classifier::new(filters)),
+            });
+            rebuild.push((name, ops));
         }
-        if ops.is_empty() {
+        if rebuild.is_empty() {
             return;
         }
-        match self.on_engine(move |engine| engine.apply(ops)).await {
+        let apply = move |engine: &mut Engine| {
+            let mut ops = Vec::new();
+            for (name, set) in rebuild {
+                for major in engine.tree_majors(&name) {
+                    ops.push(PlaneOp::SetTree {
+                        port: name.clone(),
+                        major,
+                        tree: None,
+                        schedulers: Vec::new(),
+                    });
+                }
+                ops.extend(set);
+            }
+            engine.apply(ops)
+        };
+        match self.on_engine(apply).await {
             Ok(outcomes) => {
                 for e in outcomes.into_iter().filter_map(Result::err) {
                     tracing::error!("rebuilding a tree on the data plane failed: {e}");
@@ -467,11 +490,12 @@ fn parse_id(s: &str) -> Result<ClassId, IpcError> {
 /// An effect as the data plane's operation (a new tree is built here, off its thread).
 fn plane_op(effect: &Effect, workers: usize) -> Result<PlaneOp, IpcError> {
     Ok(match effect.clone() {
-        Effect::SetTree { port, tree } => {
-            PlaneOp::set_tree(port, tree, workers).map_err(|e| internal(e.to_string()))?
+        Effect::SetTree { port, major, tree } => {
+            PlaneOp::set_tree(port, major, tree, workers).map_err(|e| internal(e.to_string()))?
         }
         Effect::SetQdisc { port, config } => PlaneOp::SetQdisc {
             port,
+            major: config.major,
             default_minor: config.default_minor,
             r2q: config.r2q,
             direct_qlen: config.direct_qlen,

@@ -24,7 +24,7 @@ pub mod tc_export;
 
 use std::thread::JoinHandle;
 
-pub use config::{DaemonConfig, InterfaceTrees, parse_state};
+pub use config::{DaemonConfig, InterfaceTree, InterfaceTrees, parse_state};
 use htb_xdp::{Engine, EngineConfig, EngineHandle, Mode, XdpError};
 
 /// Why the daemon could not start or run.
@@ -260,7 +260,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
             .map_or(0, |d| d.as_secs())
     );
     for (port, state) in config.engine.ports.iter_mut().zip(&model.ports) {
-        port.tree = state.tree();
+        port.trees = state.port_trees();
         port.filters = state.data_filters()?;
     }
 

@@ -41,19 +41,19 @@ use htb_xdp::EngineStats;
 pub struct Scrape {
     /// The data plane's counters: ports, frames, XDP verdicts.
     pub engine: EngineStats,
-    /// Per port with an HTB tree: the scheduler's and the classes' statistics.
+    /// Per port with HTB trees: the schedulers' and the classes' statistics.
     pub trees: Vec<TreeScrape>,
     /// How long gathering took, in seconds.
     pub gather_seconds: f64,
 }
 
-/// One port's tree.
+/// One port's trees (one, or one per `mq` class).
 #[derive(Clone, Debug)]
 pub struct TreeScrape {
     /// The port.
     pub dev: String,
-    /// The scheduler's totals.
-    pub scheduler: SchedulerStats,
+    /// Each tree's scheduler totals.
+    pub schedulers: Vec<SchedulerStats>,
     /// Every class.
     pub classes: Vec<ClassScrape>,
 }

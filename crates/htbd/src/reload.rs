@@ -12,10 +12,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use htb_config::{ClassDef, LeafDef, TreeSpec};
 use htb_core::{ClassId, SchedulerConfig};
-use htb_ipc::{ClassSpec, Command, ErrorCode, FilterSpec, IpcError, LeafQdiscSpec, QdiscSpec};
+use htb_ipc::{
+    ClassSpec, Command, ErrorCode, FilterSpec, IpcError, LeafQdiscSpec, MqSpec, QdiscSpec,
+};
 
-use crate::InterfaceTrees;
-use crate::model::{FilterEntry, Model, QdiscModel, link_layer_name, match_spec};
+use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, link_layer_name, match_spec};
+use crate::{InterfaceTree, InterfaceTrees};
 
 fn refuse(message: String) -> IpcError {
     IpcError::new(ErrorCode::Invalid, message)
@@ -38,7 +40,7 @@ pub fn commands(model: &Model, target: &[InterfaceTrees]) -> Result<Vec<Command>
     }
     let mut out = Vec::new();
     for (port, want) in model.ports.iter().zip(target) {
-        port_commands(&port.name, port.qdisc.as_ref(), want, &mut out)?;
+        port_commands(port, want, &mut out)?;
     }
     Ok(out)
 }
@@ -48,15 +50,22 @@ pub fn commands(model: &Model, target: &[InterfaceTrees]) -> Result<Vec<Command>
 #[must_use]
 pub fn matches(model: &Model, target: &[InterfaceTrees]) -> bool {
     model.ports.len() == target.len()
-        && model
-            .ports
-            .iter()
-            .zip(target)
-            .all(|(port, want)| match (&port.qdisc, &want.tree) {
-                (None, None) => true,
-                (Some(q), Some(tree)) => qdisc_matches(q, tree, &want.filters),
-                _ => false,
-            })
+        && model.ports.iter().zip(target).all(|(port, want)| {
+            let have = port.trees();
+            mq_handle(port) == want.mq
+                && have.len() == want.trees.len()
+                && have.iter().zip(&want.trees).all(|((minor, q), w)| {
+                    *minor == w.tree.mq_minor && qdisc_matches(q, &w.tree.tree, &w.filters)
+                })
+        })
+}
+
+/// The handle major of `port`'s `mq` root, if it has one.
+fn mq_handle(port: &PortModel) -> Option<u16> {
+    match &port.root {
+        Root::Mq(mq) => Some(mq.handle),
+        _ => None,
+    }
 }
 
 fn qdisc_matches(q: &QdiscModel, tree: &TreeSpec, filters: &[FilterEntry]) -> bool {
@@ -100,10 +109,11 @@ fn check_fixed(dev: &str, have: &SchedulerConfig, want: &SchedulerConfig) -> Res
     )))
 }
 
-fn qdisc_spec(dev: &str, c: &SchedulerConfig) -> QdiscSpec {
+fn qdisc_spec(dev: &str, parent: Option<ClassId>, c: &SchedulerConfig) -> QdiscSpec {
     QdiscSpec {
         dev: dev.to_owned(),
-        handle: Some(format!("{:x}:", c.major)),
+        parent,
+        handle: Some(ClassId::new(c.major, 0)),
         default_minor: Some(c.default_minor),
         r2q: Some(c.r2q),
         direct_qlen: Some(c.direct_qlen),
@@ -111,30 +121,91 @@ fn qdisc_spec(dev: &str, c: &SchedulerConfig) -> QdiscSpec {
 }
 
 fn port_commands(
-    dev: &str,
-    have: Option<&QdiscModel>,
+    port: &PortModel,
     want: &InterfaceTrees,
     out: &mut Vec<Command>,
 ) -> Result<(), IpcError> {
-    match (have, &want.tree) {
-        (None, None) => {}
-        (Some(_), None) => out.push(Command::QdiscDelete {
+    let dev = port.name.as_str();
+    let have_mq = mq_handle(port);
+    if want.mq.is_some() && want.mq != have_mq {
+        // Another root: `qdisc replace … mq` starts it empty, then every tree comes.
+        out.push(Command::MqReplace(MqSpec {
+            dev: dev.to_owned(),
+            handle: want.mq.map(|m| ClassId::new(m, 0)),
+        }));
+        for t in &want.trees {
+            tree_commands(dev, want.mq, None, t, out)?;
+        }
+        return Ok(());
+    }
+    if let Some(mq) = want.mq {
+        // The same mq: tree by tree, by class.
+        let have: BTreeMap<u16, &QdiscModel> = port
+            .trees()
+            .into_iter()
+            .filter_map(|(m, q)| Some((m?, q)))
+            .collect();
+        for (&minor, q) in &have {
+            if !want.trees.iter().any(|t| t.tree.mq_minor == Some(minor)) {
+                out.push(Command::LeafDelete {
+                    dev: dev.to_owned(),
+                    parent: ClassId::new(mq, u32::from(minor)),
+                    handle: Some(ClassId::new(q.config.major, 0)),
+                    kind: None,
+                });
+            }
+        }
+        for t in &want.trees {
+            let minor = t.tree.mq_minor.unwrap_or(1);
+            tree_commands(dev, want.mq, have.get(&minor).copied(), t, out)?;
+        }
+        return Ok(());
+    }
+    match (port.htb(), want.trees.first()) {
+        (None, None) if have_mq.is_none() => {}
+        (_, None) => out.push(Command::QdiscDelete {
             dev: dev.to_owned(),
         }),
-        (None, Some(tree)) => {
+        (None, Some(t)) if have_mq.is_some() => {
+            // mq → an htb root: `qdisc replace` builds it empty in mq's place.
+            let tree = &t.tree.tree;
             check_fixed(dev, &SchedulerConfig::default(), &tree.config)?;
-            out.push(Command::QdiscAdd(qdisc_spec(dev, &tree.config)));
+            out.push(Command::QdiscReplace(qdisc_spec(dev, None, &tree.config)));
+            add_everything(dev, tree, &t.filters, out);
+        }
+        (have, Some(t)) => tree_commands(dev, None, have, t, out)?,
+    }
+    Ok(())
+}
+
+/// The commands that turn `have` (`None`: no tree there) into `want`, at the root or under its
+/// class of mq `mq`.
+fn tree_commands(
+    dev: &str,
+    mq: Option<u16>,
+    have: Option<&QdiscModel>,
+    want: &InterfaceTree,
+    out: &mut Vec<Command>,
+) -> Result<(), IpcError> {
+    let tree = &want.tree.tree;
+    let parent = mq
+        .zip(want.tree.mq_minor)
+        .map(|(mq, minor)| ClassId::new(mq, u32::from(minor)));
+    match have {
+        None => {
+            check_fixed(dev, &SchedulerConfig::default(), &tree.config)?;
+            out.push(Command::QdiscAdd(qdisc_spec(dev, parent, &tree.config)));
             add_everything(dev, tree, &want.filters, out);
         }
-        (Some(q), Some(tree)) if q.config.major != tree.config.major => {
+        Some(q) if q.config.major != tree.config.major => {
             // Another handle is another qdisc: `qdisc replace` builds it empty.
             check_fixed(dev, &q.config, &tree.config)?;
-            out.push(Command::QdiscReplace(qdisc_spec(dev, &tree.config)));
+            out.push(Command::QdiscReplace(qdisc_spec(dev, parent, &tree.config)));
             add_everything(dev, tree, &want.filters, out);
         }
-        (Some(q), Some(tree)) => {
+        Some(q) => {
             check_fixed(dev, &q.config, &tree.config)?;
-            differences(dev, q, tree, &want.filters, out);
+            differences(dev, parent, q, tree, &want.filters, out);
         }
     }
     Ok(())
@@ -156,6 +227,7 @@ fn add_everything(dev: &str, tree: &TreeSpec, filters: &[FilterEntry], out: &mut
 
 fn differences(
     dev: &str,
+    parent: Option<ClassId>,
     q: &QdiscModel,
     tree: &TreeSpec,
     filters: &[FilterEntry],
@@ -166,7 +238,7 @@ fn differences(
     if (c.0.default_minor, c.0.r2q, c.0.direct_qlen)
         != (c.1.default_minor, c.1.r2q, c.1.direct_qlen)
     {
-        out.push(Command::QdiscChange(qdisc_spec(dev, c.1)));
+        out.push(Command::QdiscChange(qdisc_spec(dev, parent, c.1)));
     }
     let want: BTreeMap<ClassId, &ClassDef> = tree.classes.iter().map(|d| (d.id, d)).collect();
     // Classes that go: gone from the file, moved to another parent, or below one that goes.
@@ -197,6 +269,7 @@ fn differences(
     if filters_change {
         out.push(Command::FilterDelete {
             dev: dev.to_owned(),
+            parent: Some(ClassId::new(major, 0)),
             prio: None,
             handle: None,
         });
@@ -291,7 +364,7 @@ fn leaf_spec(dev: &str, class: ClassId, leaf: &LeafDef, handle: Option<u16>) -> 
 fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
     Command::FilterAdd(FilterSpec {
         dev: dev.to_owned(),
-        parent: Some(format!("{major:x}:")),
+        parent: Some(ClassId::new(major, 0)),
         protocol: f.protocol.name().into(),
         prio: Some(f.prio),
         kind: f.kind.name().into(),

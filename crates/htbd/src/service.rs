@@ -24,8 +24,8 @@ pub fn summary(model: &Model) -> String {
     let classes: usize = model
         .ports
         .iter()
-        .filter_map(|p| p.qdisc.as_ref())
-        .map(|q| q.classes.len())
+        .flat_map(|p| p.trees())
+        .map(|(_, q)| q.classes.len())
         .sum();
     let names: Vec<&str> = model.ports.iter().map(|p| p.name.as_str()).collect();
     format!(

@@ -13,6 +13,11 @@ use crate::config::parse_state;
 use crate::model::Model;
 use crate::persist::{Saved, trees_hash};
 
+/// The TX queues of interface `name` (an `mq` root has a class for each).
+fn tx_queues(name: &str) -> u16 {
+    u16::try_from(htb_xdp::tx_queue_count(name)).unwrap_or(u16::MAX)
+}
+
 /// Where the trees come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -57,11 +62,12 @@ impl Source {
 /// # Errors
 /// A tree the model refuses (the config parser validated it, so only a bug).
 pub fn file_model(config: &DaemonConfig) -> Result<(Model, String), DaemonError> {
-    let model =
-        Model::from_trees(config.interfaces.clone()).map_err(|message| DaemonError::State {
+    let model = Model::from_trees(config.interfaces.clone(), &tx_queues).map_err(|message| {
+        DaemonError::State {
             dir: config.state_dir.clone(),
             message,
-        })?;
+        }
+    })?;
     let hash = trees_hash(&model.to_toml());
     Ok((model, hash))
 }
@@ -166,7 +172,7 @@ pub fn load_saved(config: &DaemonConfig, saved: &Saved) -> Result<Model, DaemonE
                 .unwrap_or_else(|| c.clone())
         })
         .collect();
-    let mut model = Model::from_trees(trees).map_err(state_error)?;
+    let mut model = Model::from_trees(trees, &tx_queues).map_err(state_error)?;
     for (seq, batch) in &saved.journal {
         model.apply(batch).map_err(|e| {
             state_error(format!(

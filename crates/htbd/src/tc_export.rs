@@ -1,11 +1,12 @@
 //! `htbd --config FILE --print-tc`: the same trees and filters as kernel `tc` commands — to
 //! compare with the kernel's HTB on the same box, or to go back to it.
 
+use htb_config::TreeSpec;
 use htb_config::filter::{Filter, Match};
 use htb_core::{LeafConfig, LeafSpec, LinkLayer};
 use htb_xdp::PortConfig;
 
-use crate::DaemonConfig;
+use crate::{DaemonConfig, InterfaceTrees};
 
 /// Splits an inclusive port range into `(value, mask)` blocks u32 can match.
 fn port_blocks(first: u16, last: u16) -> Vec<(u16, u16)> {
@@ -106,22 +107,47 @@ fn u32_filters(dev: &str, major: u16, filter: &Filter) -> Vec<String> {
     out
 }
 
-/// tc commands building `port`'s tree and filters (none for an unshaped port).
+/// tc commands building `port`'s trees (`trees`: its `mq` and trees as the config gives
+/// them) and filters; none for an unshaped port.
 #[must_use]
-pub fn port_commands(port: &PortConfig) -> Vec<String> {
-    let Some(tree) = &port.tree else {
+pub fn port_commands(trees: &InterfaceTrees, port: &PortConfig) -> Vec<String> {
+    if port.trees.is_empty() {
         return Vec::new();
-    };
+    }
     let dev = &port.name;
+    let mut out = vec![format!("tc qdisc del dev {dev} root 2>/dev/null || true")];
+    if let Some(mq) = trees.mq {
+        out.push(format!("tc qdisc add dev {dev} root handle {mq:x}: mq"));
+        out.push(format!(
+            "# {dev}: htbd steers a packet to the tree of the class its first matching filter \
+             names; the kernel's mq picks the TX queue first (XPS, hash), and each tree's filters \
+             see only that queue's packets"
+        ));
+    }
+    for tree in &port.trees {
+        let at = match (trees.mq, tree.mq_minor) {
+            (Some(mq), Some(minor)) => format!("parent {mq:x}:{minor:x}"),
+            _ => "root".to_owned(),
+        };
+        tree_commands(dev, &at, &tree.tree, &mut out);
+    }
+    out.extend(
+        port.filters
+            .iter()
+            .flat_map(|f| u32_filters(dev, f.class.major(), f)),
+    );
+    out
+}
+
+/// tc commands building one HTB tree at `at` (`root`, or `parent 7fff:1`): its qdisc, classes
+/// and leaves.
+fn tree_commands(dev: &str, at: &str, tree: &TreeSpec, out: &mut Vec<String>) {
     let c = &tree.config;
     let major = c.major;
-    let mut out = vec![
-        format!("tc qdisc del dev {dev} root 2>/dev/null || true"),
-        format!(
-            "tc qdisc add dev {dev} root handle {major:x}: htb default {:x} r2q {} direct_qlen {}",
-            c.default_minor, c.r2q, c.direct_qlen
-        ),
-    ];
+    out.push(format!(
+        "tc qdisc add dev {dev} {at} handle {major:x}: htb default {:x} r2q {} direct_qlen {}",
+        c.default_minor, c.r2q, c.direct_qlen
+    ));
     for class in &tree.classes {
         let s = &class.spec;
         let parent = class
@@ -173,8 +199,6 @@ pub fn port_commands(port: &PortConfig) -> Vec<String> {
             tc_leaf_args(&leaf)
         ));
     }
-    out.extend(port.filters.iter().flat_map(|f| u32_filters(dev, major, f)));
-    out
 }
 
 /// A leaf's options as tc reads them (`fq_codel limit 10240 …`), every option given so that
@@ -228,7 +252,12 @@ pub fn tc_leaf_args(leaf: &LeafConfig) -> String {
 /// tc commands for every shaped port of `config`.
 #[must_use]
 pub fn commands(config: &DaemonConfig) -> Vec<String> {
-    config.engine.ports.iter().flat_map(port_commands).collect()
+    config
+        .interfaces
+        .iter()
+        .zip(&config.engine.ports)
+        .flat_map(|(trees, port)| port_commands(trees, port))
+        .collect()
 }
 
 #[cfg(test)]
@@ -286,6 +315,25 @@ mod tests {
         assert!(cmds.iter().any(|c| {
             c.ends_with("match ip protocol 6 0xff match ip dport 5203 0xffff flowid 1:30")
         }));
+    }
+
+    #[test]
+    fn an_mq_root_translates_to_mq_and_an_htb_per_class() {
+        let text = "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r1\"\nmq = \"7fff:\"\n\
+                    [[interface.tree]]\nparent = \"7fff:2\"\nqdisc = { handle = \"2:\", default = \"1\" }\n\
+                    [[interface.tree.class]]\nid = \"2:1\"\nrate = \"10mbit\"\n\
+                    [[interface.tree.filter]]\nprio = 1\nmatch = { dst = \"10.0.0.2/32\" }\nclassid = \"2:1\"\n";
+        let cmds = commands(&DaemonConfig::parse(text).unwrap());
+        assert_eq!(cmds[1], "tc qdisc add dev r1 root handle 7fff: mq");
+        assert!(cmds.contains(
+            &"tc qdisc add dev r1 parent 7fff:2 handle 2: htb default 1 r2q 10 direct_qlen 1000"
+                .to_owned()
+        ));
+        assert!(
+            cmds.iter()
+                .any(|c| c.starts_with("tc filter add dev r1 parent 2: protocol ip")),
+            "the filter goes on its class's tree: {cmds:#?}"
+        );
     }
 
     #[test]

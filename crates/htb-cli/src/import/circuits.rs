@@ -479,7 +479,7 @@ mod tests {
             ("cake diffserv4", "cake is not supported yet"),
             ("fq_codel target x", "target"),
             ("fq_codel # x", "cannot be in a leaf"),
-            ("htb", "htb under a class is not supported"),
+            ("htb", "not a leaf qdisc"),
         ] {
             let e = read(&format!("{header}1,A,1,D1,,,100.64.0.1,,1,1,10,5,,{sqm}\n"))
                 .unwrap_err()

@@ -117,8 +117,8 @@ fn print_show(
         return Err(ClientError::Unexpected);
     };
     let text = match show.object {
-        Some(Object::Qdisc) => format::qdiscs(&shown.qdiscs, &shown.leaf_qdiscs, style),
-        Some(Object::Class) => format::classes(&shown.classes, style),
+        Some(Object::Qdisc) => format::qdiscs(&shown, style),
+        Some(Object::Class) => format::classes(&shown, style),
         Some(Object::Filter) => format::filters(&shown.filters, style),
         None => String::new(),
     };

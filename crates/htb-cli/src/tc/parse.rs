@@ -315,7 +315,7 @@ mod tests {
             change("qdisc add dev D root handle 1: htb default 20"),
             Command::QdiscAdd(QdiscSpec {
                 dev: "D".into(),
-                handle: Some("1:".into()),
+                handle: Some(htb_core::ClassId::new(1, 0)),
                 default_minor: Some(0x20),
                 ..QdiscSpec::default()
             })
@@ -670,6 +670,7 @@ mod tests {
             change("filter del dev D parent 1: prio 1 handle 800::800 u32"),
             Command::FilterDelete {
                 dev: "D".into(),
+                parent: Some(htb_core::ClassId::new(1, 0)),
                 prio: Some(1),
                 handle: Some("800::800".into())
             }
@@ -690,11 +691,7 @@ mod tests {
             )) else {
                 panic!("not a qdisc add: {text}");
             };
-            assert_eq!(
-                q.handle.as_deref(),
-                Some(htb_core::ClassId::new(major, 0).to_string().as_str()),
-                "{text}"
-            );
+            assert_eq!(q.handle, Some(htb_core::ClassId::new(major, 0)), "{text}");
         }
         assert!(error("qdisc add dev D root handle 0x10000: htb").contains("handle"));
         // LibreQoS v0.81: a node handle written as one number, placed in the bucket ht names.
@@ -738,6 +735,34 @@ mod tests {
             panic!("not a filter add");
         };
         assert_eq!(f.hashing.table, Some((2, 7)));
+    }
+
+    #[test]
+    fn mq_and_htb_under_its_classes_as_libreqos_writes_them() {
+        use htb_core::ClassId;
+        assert_eq!(
+            change("qdisc replace dev eth1 root handle 7FFF: mq"),
+            Command::MqReplace(htb_ipc::MqSpec {
+                dev: "eth1".into(),
+                handle: Some(ClassId::new(0x7fff, 0)),
+            })
+        );
+        let Command::QdiscAdd(q) =
+            change("qdisc add dev eth1 parent 7FFF:0x1 handle 0x1: htb default 2")
+        else {
+            panic!("not a qdisc add");
+        };
+        assert_eq!(
+            (q.parent, q.handle, q.default_minor),
+            (
+                Some(ClassId::new(0x7fff, 1)),
+                Some(ClassId::new(1, 0)),
+                Some(2)
+            )
+        );
+        assert!(error("qdisc change dev eth1 root handle 7fff: mq").contains("no options"));
+        assert!(error("qdisc add dev eth1 parent 1:1 mq").contains("at the root"));
+        assert!(error("qdisc add dev eth1 root mq debug").contains("no options"));
     }
 
     #[test]

@@ -9,7 +9,9 @@ use super::args::{Args, Result, illegal, matches, u16_arg, u32_arg, usage};
 /// `tc qdisc … htb` usage.
 pub(super) const QDISC_USAGE: &str = "\
 Usage: htb-cli qdisc [ add | del | replace | change | show ] dev STRING
-       [ handle QHANDLE ] root htb [ default MINOR-ID ] [ r2q N ] [ direct_qlen P ]
+       [ handle QHANDLE ] { root | parent MQ-CLASSID } htb [ default MINOR-ID ] [ r2q N ]
+       [ direct_qlen P ]
+       htb-cli qdisc { add | replace } dev STRING [ handle QHANDLE ] root mq
        htb-cli qdisc { add | change | replace | del } dev STRING parent CLASSID
        [ handle QHANDLE ] { fq_codel | sfq | pfifo | bfifo } [ OPTIONS ]
        htb-cli qdisc { show | list } [ dev STRING ] [ invisible ]";

@@ -27,7 +27,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         match w {
             "dev" => dev = Some(a.value()?.to_owned()),
             "root" => spec.parent = None,
-            "parent" => spec.parent = Some(class_id(a.value()?, "parent")?.to_string()),
+            "parent" => spec.parent = Some(class_id(a.value()?, "parent")?),
             "handle" => spec.handle = Some(a.value()?.to_owned()),
             "u32" | "flower" => {
                 spec.kind = w.to_owned();
@@ -96,6 +96,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         Verb::Show => Ok(Action::Show(Show {
             object: Some(Object::Filter),
             dev: (!dev.is_empty()).then_some(dev),
+            parent: spec.parent.map(|p| p.to_string()),
             ..Show::default()
         })),
         Verb::Delete => {
@@ -104,6 +105,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             }
             Ok(Action::Change(Command::FilterDelete {
                 dev,
+                parent: spec.parent,
                 prio: spec.prio,
                 handle: spec.handle,
             }))

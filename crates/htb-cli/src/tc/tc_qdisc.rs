@@ -1,8 +1,9 @@
-//! `qdisc add|change|replace|del|show` (iproute2 `tc/tc_qdisc.c`): the root `htb` qdisc, and
-//! the leaf qdiscs under its classes (`parent 1:10 [handle 10:] fq_codel|sfq|pfifo|bfifo …`).
+//! `qdisc add|change|replace|del|show` (iproute2 `tc/tc_qdisc.c`): the root `htb` qdisc, or an
+//! `mq` root with an `htb` under each of its classes (`parent 7fff:1 handle 1: htb …`), and the
+//! leaf qdiscs under HTB classes (`parent 1:10 [handle 10:] fq_codel|sfq|pfifo|bfifo …`).
 
 use htb_core::{LeafKind, LeafSpec};
-use htb_ipc::{Command, LeafQdiscSpec, Object, QdiscSpec, Show};
+use htb_ipc::{Command, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, matches, qdisc_handle, usage};
@@ -18,6 +19,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     let mut root = false;
     let mut invisible = false;
     let mut htb: Option<QdiscSpec> = None;
+    let mut mq = false;
     let mut leaf: Option<LeafSpec> = None;
     while let Some(w) = a.next() {
         match w {
@@ -43,6 +45,13 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 q_htb::qdisc_options(&mut a, &mut spec)?;
                 htb = Some(spec);
             }
+            "mq" => {
+                // q_mq.c takes no options.
+                if let Some(extra) = a.next() {
+                    return usage(format!("What is \"{extra}\"? (mq takes no options)"));
+                }
+                mq = true;
+            }
             "pfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Pfifo)?),
             "bfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Bfifo)?),
             "sfq" => leaf = Some(q_sfq::options(&mut a)?),
@@ -55,7 +64,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             }
             other => {
                 return usage(format!(
-                    "Unknown qdisc \"{other}\": htb-cli knows htb (root) and fq_codel, sfq, pfifo, bfifo (under a class)"
+                    "Unknown qdisc \"{other}\": htb-cli knows htb and mq (root), htb (under an mq class) and fq_codel, sfq, pfifo, bfifo (under an htb class)"
                 ));
             }
         }
@@ -89,14 +98,23 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             (false, None) => usage("Classid cannot be zero: say root, or parent CLASSID"),
         };
     }
-    if let Some(mut spec) = htb {
-        if parent.is_some() {
-            return usage(
-                "htb under a class is not supported: htbd shapes one htb tree per port, at its root",
-            );
+    if mq {
+        if parent.is_some() || !root {
+            return usage("mq goes at the root: qdisc add dev DEV root handle 7fff: mq");
         }
+        let spec = MqSpec { dev, handle };
+        return match verb {
+            Verb::Add => Ok(Action::Change(Command::MqAdd(spec))),
+            Verb::Replace => Ok(Action::Change(Command::MqReplace(spec))),
+            _ => usage("mq has no options to change: use add or replace"),
+        };
+    }
+    if let Some(mut spec) = htb {
+        // Under a class: an `mq` class (htbd checks it is one), as LibreQoS hangs one tree on
+        // each of its TX queues.
+        spec.parent = parent.filter(|_| !root);
         spec.dev = dev;
-        spec.handle = handle.map(|h| h.to_string());
+        spec.handle = handle;
         return Ok(Action::Change(match verb {
             Verb::Add => Command::QdiscAdd(spec),
             Verb::Change => Command::QdiscChange(spec),

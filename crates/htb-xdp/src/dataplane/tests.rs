@@ -4,6 +4,7 @@
 //! shaping at rates from 1 Mbit/s to 1 Gbit/s, without root.
 
 use htb_config::filter::{Classifier, Filter, Match};
+use htb_config::{PortTree, TreeSpec};
 use htb_core::{
     ClassId, ClassSpec, Duration, FqCodelConfig, Instant, LeafConfig, Rate, Scheduler,
     SchedulerConfig, SfqConfig,
@@ -14,26 +15,26 @@ use super::sim::SimRings;
 use super::{Dataplane, Mode, PortSetup, Progress};
 use crate::crew::{Bell, Crew};
 use crate::frame::Frame;
-use crate::plane_op::{PlaneOp, new_scheduler};
+use crate::plane_op::PlaneOp;
 use crate::rings::{Chunk, Rings};
 use std::sync::Arc;
 
-const MAC_A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
-const MAC_B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
+pub(super) const MAC_A: [u8; 6] = [2, 0, 0, 0, 0, 0xa];
+pub(super) const MAC_B: [u8; 6] = [2, 0, 0, 0, 0, 0xb];
 const STRANGER: [u8; 6] = [2, 0, 0, 0, 0, 0xee];
-const FRAME_SIZE: usize = 2048;
+pub(super) const FRAME_SIZE: usize = 2048;
 /// Port a has two RX queues (channels 0 and 1), port b one (channel 2).
-const QUEUES: [usize; 2] = [2, 1];
-const A: usize = 0;
-const B: usize = 1;
+pub(super) const QUEUES: [usize; 2] = [2, 1];
+pub(super) const A: usize = 0;
+pub(super) const B: usize = 1;
 
-fn class(minor: u32) -> ClassId {
+pub(super) fn class(minor: u32) -> ClassId {
     ClassId::new(1, minor)
 }
 
 /// An Ethernet + IPv4 + UDP frame of `size` bytes from `src_mac` (router mode: the egress port's
 /// MAC, as the XDP program writes it) with the given ECN bits and ports.
-fn udp_frame(size: usize, src_mac: [u8; 6], ecn: u8, sport: u16, dport: u16) -> Vec<u8> {
+pub(super) fn udp_frame(size: usize, src_mac: [u8; 6], ecn: u8, sport: u16, dport: u16) -> Vec<u8> {
     let size = size.max(42);
     let mut f = vec![0u8; size];
     f[0..6].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
@@ -76,7 +77,7 @@ fn tree_b(now: Instant, fq_limit: u32) -> Scheduler<Frame> {
 }
 
 /// A change to a tree that holds no packets yet.
-fn built(change: Result<htb_core::Change<Frame>, htb_core::ClassError>) {
+pub(super) fn built(change: Result<htb_core::Change<Frame>, htb_core::ClassError>) {
     assert!(change.unwrap().purged.is_empty());
 }
 
@@ -140,19 +141,38 @@ fn plane_with_chains(
             name: "a".into(),
             mac: MAC_A,
             peer: peer_a,
-            htb: new_scheduler(None).unwrap(),
+            trees: Vec::new(),
             classifier: Arc::new(Classifier::default()),
         },
         PortSetup {
             name: "b".into(),
             mac: MAC_B,
             peer: peer_b,
-            htb: tree_b(Instant::ZERO, 64),
+            trees: vec![(tree_b(Instant::ZERO, 64), None)],
             classifier: Arc::new(Classifier::new(to_5001())),
         },
     ];
     let rings = SimRings::new(frames, FRAME_SIZE, ring, &QUEUES, max_chain);
     Dataplane::new(rings, mode, ports, batch, FRAME_SIZE as u32, solo_crew())
+}
+
+/// Puts `htb` on `port` in place of its tree with the same major, at the root (`mq_minor`
+/// `None`) or under that `mq` class.
+pub(super) fn set_tree(port: &str, htb: Scheduler<Frame>, mq_minor: Option<u16>) -> PlaneOp {
+    let config = *htb.config();
+    PlaneOp::SetTree {
+        port: port.into(),
+        major: config.major,
+        tree: Some(PortTree {
+            tree: TreeSpec {
+                config,
+                classes: Vec::new(),
+                warnings: Vec::new(),
+            },
+            mq_minor,
+        }),
+        schedulers: vec![htb],
+    }
 }
 
 /// The crew of a data plane that is the only worker.
@@ -212,17 +232,14 @@ impl Control {
                 id: class(0x20),
                 spec: ClassSpec::new(Rate::from_mbit(mbit)).with_ceil(Rate::from_mbit(10)),
             },
-            Self::NewTree => PlaneOp::SetTree {
-                port,
-                tree: None,
-                schedulers: vec![tree_b(now, 32)],
-            },
+            Self::NewTree => set_tree("b", tree_b(now, 32), None),
             Self::Filters { on } => PlaneOp::SetFilters {
                 port,
                 classifier: Arc::new(Classifier::new(if on { to_5001() } else { Vec::new() })),
             },
             Self::DirectQlen { qlen } => PlaneOp::SetQdisc {
                 port,
+                major: 1,
                 default_minor: 0x20,
                 r2q: 10,
                 direct_qlen: qlen,
@@ -366,7 +383,7 @@ fn run(mode: Mode, frames: u32, ring: usize, batch: usize, chain: u32, steps: &[
 
 /// Links up, rings open: passes and sends until nothing is queued or in flight, then checks
 /// that every frame is back and every packet received was sent or counted as dropped.
-fn drain(dp: &mut Dataplane<SimRings>, mut now: Instant) {
+pub(super) fn drain(dp: &mut Dataplane<SimRings>, mut now: Instant) {
     for port in [A, B] {
         dp.rings_mut().set_link(port, true);
         dp.rings_mut().limit_tx(port, None);
@@ -449,11 +466,7 @@ fn shaped_rate(rate: Rate, size: usize) -> f64 {
         ..SchedulerConfig::default()
     });
     built(htb.add_class(Instant::ZERO, class(1), None, &ClassSpec::new(rate)));
-    let op = PlaneOp::SetTree {
-        port: "b".into(),
-        tree: None,
-        schedulers: vec![htb],
-    };
+    let op = set_tree("b", htb, None);
     assert_eq!(dp.apply(Instant::ZERO, vec![op]), [Ok(0)]);
     let frame = udp_frame(size, MAC_B, 0, 1000, 80);
     let step = Duration::from_micros(500);
@@ -591,11 +604,7 @@ fn router_mode_follows_a_port_whose_mac_changed() {
 #[test]
 fn a_batch_stops_at_its_first_failure() {
     let mut dp = plane(Mode::Bridge, 64, 16, 16);
-    let tree = PlaneOp::SetTree {
-        port: "b".into(),
-        tree: None,
-        schedulers: vec![Scheduler::new(SchedulerConfig::default())],
-    };
+    let tree = set_tree("b", Scheduler::new(SchedulerConfig::default()), None);
     assert_eq!(dp.apply(Instant::ZERO, vec![tree]), [Ok(0)]);
     let add = |minor| PlaneOp::AddClass {
         port: "b".into(),
@@ -610,7 +619,7 @@ fn a_batch_stops_at_its_first_failure() {
     let results = dp.apply(Instant::ZERO, vec![add(1), missing, add(2)]);
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(results[0].is_ok() && results[1].is_err());
-    let htb = dp.scheduler("b").unwrap();
+    let htb = dp.scheduler("b", 1).unwrap();
     assert!(htb.class_info(class(1)).is_some());
     assert!(
         htb.class_info(class(2)).is_none(),

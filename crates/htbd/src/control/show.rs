@@ -3,14 +3,28 @@
 
 use htb_core::ClassId;
 use htb_ipc::{
-    ClassInfo, ClassStats, ErrorCode, FilterInfo, IpcError, LeafQdiscInfo, LeafQdiscStats, Object,
-    QdiscInfo, QueueStats, Show, Shown,
+    ClassInfo, ClassStats, ErrorCode, FilterInfo, IpcError, LeafQdiscInfo, LeafQdiscStats,
+    MqClassInfo, MqInfo, Object, QdiscInfo, QueueStats, Show, Shown,
 };
 use htb_xdp::PortSnapshot;
 
 use super::{Control, internal, parse_id};
 use crate::metrics::{ClassScrape, Scrape, TreeScrape};
-use crate::model::{link_layer_name, match_spec};
+use crate::model::{MqModel, QdiscModel, Root, link_layer_name, match_spec};
+
+/// A tree's totals as `qdisc show -s` prints them, with `pool` drops of its port's frame
+/// pool.
+fn queue_stats(s: &htb_core::SchedulerStats, pool: u64) -> QueueStats {
+    QueueStats {
+        bytes: s.bytes_sent,
+        packets: s.packets_sent,
+        drops: s.drops + pool,
+        overlimits: s.overlimits,
+        requeues: 0,
+        backlog_bytes: s.backlog_bytes,
+        backlog_packets: s.qlen + u64::from(s.direct_qlen),
+    }
+}
 
 /// Classes whose statistics one data-plane job copies.
 const STATS_CHUNK: usize = 4096;
@@ -30,10 +44,97 @@ impl Control {
         let mut shown = Shown::default();
         for index in ports {
             let port = &self.model.ports[index];
-            let Some(qdisc) = &port.qdisc else {
-                continue;
-            };
             let dev = port.name.clone();
+            if let Root::Mq(mq) = &port.root
+                && object != Object::Filter
+            {
+                shown.mq.push(self.mq_info(&dev, mq, show.stats).await?);
+            }
+            let only_tree = match (object, show.parent.as_deref()) {
+                (Object::Filter, Some(p)) => Some(parse_id(p)?.major()),
+                _ => None,
+            };
+            for (mq_minor, qdisc) in port.trees() {
+                if only_tree.is_some_and(|m| m != qdisc.config.major) {
+                    continue;
+                }
+                let parent = match &port.root {
+                    Root::Mq(mq) => mq_minor.map(|m| ClassId::new(mq.handle, u32::from(m))),
+                    _ => None,
+                };
+                self.show_tree(show, object, &dev, parent, qdisc, &mut shown)
+                    .await?;
+            }
+        }
+        if let (Object::Filter, Some(prio), Some(handle)) =
+            (object, show.prio, show.handle.as_deref())
+            && shown.filters.is_empty()
+        {
+            return Err(IpcError::new(
+                ErrorCode::NotFound,
+                format!(
+                    "no filter with prio {prio} and handle {handle} on {}",
+                    show.dev.as_deref().unwrap_or("any interface")
+                ),
+            ));
+        }
+        Ok(shown)
+    }
+
+    /// `mq`'s line and its classes, each with its tree's totals when `stats`.
+    async fn mq_info(&self, dev: &str, mq: &MqModel, stats: bool) -> Result<MqInfo, IpcError> {
+        let snapshot = if stats {
+            Some(self.snapshot(dev, &[]).await?)
+        } else {
+            None
+        };
+        let tree_stats = |major: u16| {
+            let snapshot = snapshot.as_ref()?;
+            let (_, s) = snapshot.schedulers.iter().find(|(m, _)| *m == major)?;
+            Some(queue_stats(s, 0))
+        };
+        let classes: Vec<MqClassInfo> = mq
+            .trees
+            .iter()
+            .map(|(&minor, q)| MqClassInfo {
+                id: ClassId::new(mq.handle, u32::from(minor)),
+                leaf: Some(ClassId::new(q.config.major, 0)),
+                stats: tree_stats(q.config.major),
+            })
+            .collect();
+        let total = snapshot.as_ref().map(|snapshot| {
+            let mut sum = QueueStats::default();
+            for c in classes.iter().filter_map(|c| c.stats) {
+                sum.bytes += c.bytes;
+                sum.packets += c.packets;
+                sum.drops += c.drops;
+                sum.overlimits += c.overlimits;
+                sum.backlog_bytes += c.backlog_bytes;
+                sum.backlog_packets += c.backlog_packets;
+            }
+            sum.drops += snapshot.port.drops_pool;
+            sum
+        });
+        Ok(MqInfo {
+            dev: dev.to_owned(),
+            handle: ClassId::new(mq.handle, 0),
+            classes,
+            stats: total,
+        })
+    }
+
+    /// One HTB qdisc's part of a `show`.
+    async fn show_tree(
+        &self,
+        show: &Show,
+        object: Object,
+        dev: &str,
+        parent: Option<ClassId>,
+        qdisc: &QdiscModel,
+        shown: &mut Shown,
+    ) -> Result<(), IpcError> {
+        let dev = dev.to_owned();
+        {
             match object {
                 Object::Qdisc => {
                     // Leaf qdiscs follow their HTB qdisc, by class; a class's default leaf
@@ -52,24 +153,28 @@ impl Control {
                     let snapshot = self
                         .snapshot(&dev, if show.stats { &ids } else { &[] })
                         .await?;
-                    let s = snapshot.scheduler;
                     let c = qdisc.config;
+                    let s = snapshot
+                        .schedulers
+                        .iter()
+                        .find(|(m, _)| *m == c.major)
+                        .map(|(_, s)| *s)
+                        .unwrap_or_default();
+                    // The frame pool's drops happen before a frame has a tree: the root's.
+                    let pool = if parent.is_none() {
+                        snapshot.port.drops_pool
+                    } else {
+                        0
+                    };
                     shown.qdiscs.push(QdiscInfo {
                         dev: dev.clone(),
                         handle: format!("{:x}:", c.major),
+                        parent,
                         default_minor: c.default_minor,
                         r2q: c.r2q,
                         direct_qlen: c.direct_qlen,
                         direct_packets: s.direct_packets,
-                        stats: show.stats.then_some(QueueStats {
-                            bytes: s.bytes_sent,
-                            packets: s.packets_sent,
-                            drops: s.drops + snapshot.port.drops_pool,
-                            overlimits: s.overlimits,
-                            requeues: 0,
-                            backlog_bytes: s.backlog_bytes,
-                            backlog_packets: s.qlen + u64::from(s.direct_qlen),
-                        }),
+                        stats: show.stats.then(|| queue_stats(&s, pool)),
                     });
                     for (i, (parent, handle)) in leaves.into_iter().enumerate() {
                         let Some(config) = qdisc.class_info(parent).and_then(|c| c.leaf) else {
@@ -171,14 +276,12 @@ impl Control {
                         (Some(prio), Some(handle)) => Some((prio, handle)),
                         _ => None,
                     };
-                    let mut found = false;
                     for f in &qdisc.filters {
                         if let Some((prio, handle)) = wanted
                             && (f.prio != prio || f.kind.parse_handle(handle) != Ok(f.handle))
                         {
                             continue;
                         }
-                        found = true;
                         shown.filters.push(FilterInfo {
                             dev: dev.clone(),
                             parent: format!("{:x}:", qdisc.config.major),
@@ -191,18 +294,10 @@ impl Control {
                             hashing: f.hashing(),
                         });
                     }
-                    if let Some((prio, handle)) = wanted
-                        && !found
-                    {
-                        return Err(IpcError::new(
-                            ErrorCode::NotFound,
-                            format!("no filter with prio {prio} and handle {handle} on {dev}"),
-                        ));
-                    }
                 }
             }
         }
-        Ok(shown)
+        Ok(())
     }
 
     /// A Prometheus scrape: the data plane's counters, then every tree's classes in chunks.
@@ -211,16 +306,20 @@ impl Control {
         let engine = self.on_engine(|engine| engine.stats()).await?;
         let mut trees = Vec::new();
         for port in &self.model.ports {
-            let Some(qdisc) = &port.qdisc else {
+            let tree_list = port.trees();
+            if tree_list.is_empty() {
                 continue;
-            };
-            let ids: Vec<ClassId> = qdisc.classes.values().map(|d| d.id).collect();
+            }
+            let ids: Vec<ClassId> = tree_list
+                .iter()
+                .flat_map(|(_, q)| q.classes.values().map(|d| d.id))
+                .collect();
             let snapshot = self.snapshot(&port.name, &ids).await?;
             let classes = ids
                 .iter()
                 .zip(snapshot.classes)
                 .filter_map(|(id, stats)| {
-                    let info = qdisc.class_info(*id)?;
+                    let info = port.tree(id.major())?.class_info(*id)?;
                     Some(ClassScrape {
                         id: *id,
                         parent: info.parent,
@@ -232,7 +331,7 @@ impl Control {
                 .collect();
             trees.push(TreeScrape {
                 dev: port.name.clone(),
-                scheduler: snapshot.scheduler,
+                schedulers: snapshot.schedulers.into_iter().map(|(_, s)| s).collect(),
                 classes,
             });
         }

@@ -170,10 +170,14 @@ impl Collector for ScrapeCollector {
         family(
             &mut encoder,
             "htb_qdisc_backlog_packets",
-            "Packets queued in the port's HTB tree (leaves and the direct queue)",
+            "Packets queued in the port's HTB trees (leaves and the direct queues)",
             MetricType::Gauge,
             s.trees.iter().map(|t| {
-                let q = t.scheduler.qlen + u64::from(t.scheduler.direct_qlen);
+                let q: u64 = t
+                    .schedulers
+                    .iter()
+                    .map(|s| s.qlen + u64::from(s.direct_qlen))
+                    .sum();
                 ([("dev", t.dev.as_str())], gauge(q))
             }),
         )?;
@@ -183,10 +187,8 @@ impl Collector for ScrapeCollector {
             "Packets sent through the direct queue (no class matched, no default)",
             MetricType::Counter,
             s.trees.iter().map(|t| {
-                (
-                    [("dev", t.dev.as_str())],
-                    ConstCounter::new(t.scheduler.direct_packets),
-                )
+                let direct: u64 = t.schedulers.iter().map(|s| s.direct_packets).sum();
+                ([("dev", t.dev.as_str())], ConstCounter::new(direct))
             }),
         )?;
         self.encode_ports(&mut encoder)?;
@@ -406,7 +408,7 @@ mod tests {
             engine,
             trees: vec![TreeScrape {
                 dev: "r2".into(),
-                scheduler: SchedulerStats::default(),
+                schedulers: vec![SchedulerStats::default()],
                 classes: vec![class("1:1", None, 0), class("1:10", Some("1:1"), 12345)],
             }],
             gather_seconds: 0.25,

@@ -1,11 +1,11 @@
 //! The `class add|change|replace|del` commands.
 
 use htb_config::ClassDef;
-use htb_core::{ClassSpec, Instant, LengthAdjust, LinkLayer, Rate};
+use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, LinkLayer, Rate};
 use htb_ipc::{ErrorCode, IpcError};
 
 use super::qdisc::Verb;
-use super::{Effect, Model, Step, Undo, class_error, error, parse_class_of};
+use super::{Effect, Model, Step, Undo, class_error, error, parse_class_id, parse_class_of};
 
 /// `linklayer` as tc names it (the inverse of what [`class_spec`] reads).
 #[must_use]
@@ -53,7 +53,27 @@ impl Model {
         verb: Verb,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let qdisc = self.qdisc_mut(port)?;
+        // The qdisc is the parent's (`tc_ctl_tclass` finds it from the parent, completes `:30`
+        // with its major and refuses a class id of another), else the class id's.
+        let given = parse_class_id(&c.id)?;
+        let given_parent = match c.parent.as_deref() {
+            None | Some("root") => None,
+            Some(p) => Some(parse_class_id(p)?),
+        };
+        if let Some(p) = given_parent.filter(|&p| self.is_mq_class(port, p)) {
+            return Err(error(
+                ErrorCode::Invalid,
+                format!(
+                    "parent {p} is a class of mq, whose classes are its TX queues: put an htb qdisc under it (qdisc add dev {name} parent {p} handle 1: htb) and its classes under that"
+                ),
+            ));
+        }
+        let major = [given_parent, Some(given)]
+            .into_iter()
+            .flatten()
+            .map(ClassId::major)
+            .find(|&m| m != 0);
+        let qdisc = self.tree_mut(port, major)?;
         let major = qdisc.config.major;
         let id = parse_class_of(&c.id, major)?;
         let parent = match c.parent.as_deref() {
@@ -124,7 +144,8 @@ impl Model {
     /// `class del`: the class and its leaf qdisc.
     pub(super) fn class_delete(&mut self, step: &mut Step<'_>, id: &str) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let qdisc = self.qdisc_mut(port)?;
+        let given = parse_class_id(id)?;
+        let qdisc = self.tree_mut(port, Some(given.major()).filter(|&m| m != 0))?;
         let id = parse_class_of(id, qdisc.config.major)?;
         if let Some(f) = qdisc.filters.iter().find(|f| f.class == Some(id)) {
             return Err(error(

@@ -1,6 +1,7 @@
 //! The `filter add|del` commands: a filter checked against its qdisc, given its priority and
 //! handle by the kernel's rules.
 
+use htb_core::ClassId;
 use htb_ipc::{ErrorCode, IpcError, MatchSpec};
 
 use super::filter_entry::{
@@ -8,7 +9,7 @@ use super::filter_entry::{
 };
 use super::filter_list;
 use super::qdisc::QdiscModel;
-use super::{Model, Step, Undo, error, parse_class_id, parse_class_of};
+use super::{Model, Step, Undo, error, parse_class_of};
 
 /// The u32 hash-table parts of a `filter add`, checked against the tables that exist
 /// (`u32_change` in `cls_u32.c`).
@@ -153,14 +154,13 @@ fn place(
 /// Checks a `filter add` against the qdisc and gives it a priority and handle.
 fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry, IpcError> {
     let invalid = |m: String| error(ErrorCode::Invalid, m);
-    if let Some(parent) = f.parent.as_deref() {
-        let id = parse_class_id(parent)?;
-        if !(id.is_qdisc() && id.major() == qdisc.config.major) {
-            return Err(invalid(format!(
-                "filters attach to the qdisc ({:x}:), not to class {parent}",
-                qdisc.config.major
-            )));
-        }
+    if let Some(parent) = f.parent
+        && !(parent.is_qdisc() && parent.major() == qdisc.config.major)
+    {
+        return Err(invalid(format!(
+            "filters attach to the qdisc ({:x}:), not to class {parent}",
+            qdisc.config.major
+        )));
     }
     let protocol = Protocol::parse(&f.protocol).map_err(invalid)?;
     let kind = FilterKind::parse(&f.kind).map_err(invalid)?;
@@ -168,6 +168,15 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         None
     } else {
         let class = parse_class_of(&f.class, qdisc.config.major)?;
+        if class.major() != qdisc.config.major {
+            return Err(error(
+                ErrorCode::NotFound,
+                format!(
+                    "class {class} is not a class of {:x}: (a filter of an htb qdisc names one of its classes)",
+                    qdisc.config.major
+                ),
+            ));
+        }
         if !qdisc.classes.contains_key(&class) {
             return Err(error(
                 ErrorCode::NotFound,
@@ -264,7 +273,8 @@ impl Model {
         f: &htb_ipc::FilterSpec,
     ) -> Result<(), IpcError> {
         let port = step.port;
-        let qdisc = self.qdisc_mut(port)?;
+        let qdisc = self.tree_mut(port, f.parent.map(ClassId::major))?;
+        let major = qdisc.config.major;
         if f.kind == "u32"
             && f.class.is_empty()
             && f.hashing.is_empty()
@@ -284,6 +294,7 @@ impl Model {
         qdisc.filters.insert(at, entry);
         step.undo.push(Undo::FilterAdded {
             port,
+            major,
             order: entry.order(),
         });
         step.refilter.insert(port);
@@ -301,7 +312,8 @@ impl Model {
         replace: bool,
     ) -> Result<(), IpcError> {
         let name = step.name.clone();
-        let qdisc = self.qdisc_mut(step.port)?;
+        let major = f.parent.map(ClassId::major);
+        let qdisc = self.tree_mut(step.port, major)?;
         let (Some(prio), Some(handle)) = (f.prio, f.handle.as_deref()) else {
             if replace {
                 return self.filter_add(step, f);
@@ -337,7 +349,7 @@ impl Model {
                 "a u32 hash table cannot be changed: delete it (with its filters) and add it again",
             )),
             Some(_) => {
-                self.filter_delete(step, Some(prio), Some(handle))?;
+                self.filter_delete(step, major, Some(prio), Some(handle))?;
                 self.filter_add(step, f)
             }
         }
@@ -347,11 +359,13 @@ impl Model {
     pub(super) fn filter_delete(
         &mut self,
         step: &mut Step<'_>,
+        major: Option<u16>,
         prio: Option<u32>,
         handle: Option<&str>,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let qdisc = self.qdisc_mut(port)?;
+        let qdisc = self.tree_mut(port, major)?;
+        let major = qdisc.config.major;
         let old = qdisc.filters.clone();
         match (prio, handle) {
             (None, None) => qdisc.filters.clear(),
@@ -391,7 +405,7 @@ impl Model {
                 }
             }
         }
-        step.undo.push(Undo::Filters { port, old });
+        step.undo.push(Undo::Filters { port, major, old });
         step.refilter.insert(port);
         Ok(())
     }

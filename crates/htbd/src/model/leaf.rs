@@ -10,7 +10,7 @@ use super::qdisc::{QdiscModel, Verb};
 use super::{Effect, Model, Step, Undo, class_error, error};
 
 /// The first handle the kernel picks itself (`qdisc_alloc_handle`: 8001:, 8002:, …).
-const AUTO_HANDLE: u16 = 0x8001;
+pub(super) const AUTO_HANDLE: u16 = 0x8001;
 
 /// What a leaf command does, once the kernel's rules have spoken.
 enum Graft {
@@ -90,8 +90,17 @@ impl Model {
         verb: Verb,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let qdisc = self.qdisc_mut(port)?;
         let id = l.parent;
+        if self.is_mq_class(port, id) {
+            return Err(error(
+                ErrorCode::Invalid,
+                format!(
+                    "under mq's classes htbd hangs htb trees, not {} (qdisc add dev {name} parent {id} handle 1: htb)",
+                    l.leaf.kind()
+                ),
+            ));
+        }
+        let qdisc = self.tree_mut(port, Some(id.major()))?;
         let current = leaf_class(qdisc, id)?;
         let handle = handle_major(l.handle)?;
         let exclusive = || {
@@ -136,10 +145,9 @@ impl Model {
         match graft {
             Graft::New(handle) => {
                 let config = l.leaf.resolve().map_err(invalid)?;
+                let in_use = |h: u16| self.ports[port].handle_in_use(h);
                 let handle = match handle {
-                    Some(h)
-                        if qdisc.handle_in_use(h) && current.and_then(|c| c.handle) != Some(h) =>
-                    {
+                    Some(h) if in_use(h) && current.and_then(|c| c.handle) != Some(h) => {
                         return Err(error(
                             ErrorCode::Exists,
                             format!("handle {h:x}: is used by another qdisc on {name}"),
@@ -148,9 +156,10 @@ impl Model {
                     Some(h) => h,
                     None => (AUTO_HANDLE..=u16::MAX)
                         .chain(1..AUTO_HANDLE)
-                        .find(|&h| !qdisc.handle_in_use(h))
+                        .find(|&h| !in_use(h))
                         .ok_or_else(|| error(ErrorCode::Busy, "no qdisc handle is free"))?,
                 };
+                let qdisc = self.tree_mut(port, Some(id.major()))?;
                 let _ = qdisc
                     .shadow
                     .set_leaf(Instant::ZERO, id, Some(&config))
@@ -212,7 +221,16 @@ impl Model {
         kind: Option<LeafKind>,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let qdisc = self.qdisc_mut(port)?;
+        if self.is_mq_class(port, id) {
+            if kind.is_some() {
+                return Err(error(
+                    ErrorCode::Invalid,
+                    format!("the qdisc under mq class {id} is htb"),
+                ));
+            }
+            return self.mq_tree_delete(step, id, handle);
+        }
+        let qdisc = self.tree_mut(port, Some(id.major()))?;
         let Some(current) = leaf_class(qdisc, id)? else {
             return Err(error(
                 ErrorCode::NotFound,

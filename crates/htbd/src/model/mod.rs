@@ -7,14 +7,16 @@
 //! the first refused command rolls the model back. The result is a [`Plan`]: the effects to
 //! apply to the data plane, in order.
 //!
-//! One module per tc object, as iproute2 has them: `qdisc` (the root HTB qdisc), `class`,
-//! `leaf` (the leaf qdiscs of classes), `filters`; `state` writes the saved state.
+//! One module per tc object, as iproute2 has them: `qdisc` (an HTB qdisc: the root's, or one
+//! under an `mq` class), `mq` (tc's `mq` root, one class per TX queue), `class`, `leaf` (the
+//! leaf qdiscs of classes), `filters`; `state` writes the saved state.
 
 mod class;
 mod filter_entry;
 mod filter_list;
 mod filters;
 mod leaf;
+mod mq;
 mod qdisc;
 mod state;
 mod u32_links;
@@ -22,7 +24,7 @@ mod u32_links;
 use std::collections::BTreeSet;
 
 use htb_config::filter::Filter;
-use htb_config::{ClassDef, LeafDef, TreeSpec};
+use htb_config::{ClassDef, LeafDef, PortTree};
 use htb_core::{ClassError, ClassId, Duration, Instant, LeafConfig, SchedulerConfig};
 use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 
@@ -31,46 +33,137 @@ pub use self::filter_entry::{
     FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, match_spec, matcher, u32_divisor,
     with_protocol,
 };
+pub use self::mq::MqModel;
 pub use self::qdisc::QdiscModel;
 use self::qdisc::{Verb, set_qdisc_config};
 pub use self::u32_links::{LinkError, flatten};
+
+/// What shapes a port: its root qdisc.
+#[derive(Debug, Default)]
+pub enum Root {
+    /// Nothing: the port forwards unshaped.
+    #[default]
+    None,
+    /// One HTB qdisc at the root: htbd's own layout, one tree whose subtrees the workers
+    /// share out, its top shared by all.
+    Htb(Box<QdiscModel>),
+    /// tc's `mq`: an HTB tree under each class, one class per TX queue (LibreQoS's layout).
+    Mq(MqModel),
+}
 
 /// One port htbd forwards on.
 #[derive(Debug)]
 pub struct PortModel {
     /// Interface name.
     pub name: String,
-    /// Its HTB qdisc, if it shapes.
-    pub qdisc: Option<QdiscModel>,
+    /// Its TX queues: `mq` has one class per queue.
+    pub tx_queues: u16,
+    /// Its root qdisc.
+    pub root: Root,
 }
 
 impl PortModel {
-    /// The tree the data plane runs (`None`: unshaped).
+    /// A port with no qdisc.
     #[must_use]
-    pub fn tree(&self) -> Option<TreeSpec> {
-        self.qdisc.as_ref().map(QdiscModel::tree)
+    pub fn new(name: impl Into<String>, tx_queues: u16) -> Self {
+        Self {
+            name: name.into(),
+            tx_queues: tx_queues.max(1),
+            root: Root::None,
+        }
     }
 
-    /// The data plane's filters, in evaluation order (u32 links flattened).
+    /// Its HTB qdiscs, each with the minor of the `mq` class it hangs under (`None`: the
+    /// root), in the order the data plane evaluates their filters.
+    #[must_use]
+    pub fn trees(&self) -> Vec<(Option<u16>, &QdiscModel)> {
+        Self::trees_of(&self.root)
+    }
+
+    /// The HTB qdiscs of `root`, as [`trees`](Self::trees).
+    fn trees_of(root: &Root) -> Vec<(Option<u16>, &QdiscModel)> {
+        match root {
+            Root::None => Vec::new(),
+            Root::Htb(q) => vec![(None, q)],
+            Root::Mq(mq) => mq.trees.iter().map(|(&m, q)| (Some(m), q)).collect(),
+        }
+    }
+
+    /// The HTB qdisc at its root (`None` under `mq`, or unshaped).
+    #[must_use]
+    pub fn htb(&self) -> Option<&QdiscModel> {
+        match &self.root {
+            Root::Htb(q) => Some(q),
+            _ => None,
+        }
+    }
+
+    /// Its HTB qdisc with major `major`.
+    #[must_use]
+    pub fn tree(&self, major: u16) -> Option<&QdiscModel> {
+        self.trees()
+            .into_iter()
+            .map(|(_, q)| q)
+            .find(|q| q.config.major == major)
+    }
+
+    fn tree_mut(&mut self, major: u16) -> Option<&mut QdiscModel> {
+        match &mut self.root {
+            Root::None => None,
+            Root::Htb(q) => Some(&mut **q).filter(|q| q.config.major == major),
+            Root::Mq(mq) => mq.trees.values_mut().find(|q| q.config.major == major),
+        }
+    }
+
+    /// The trees the data plane runs, with where they hang.
+    #[must_use]
+    pub fn port_trees(&self) -> Vec<PortTree> {
+        self.trees()
+            .into_iter()
+            .map(|(mq_minor, q)| PortTree {
+                tree: q.tree(),
+                mq_minor,
+            })
+            .collect()
+    }
+
+    /// The data plane's filters, in evaluation order (u32 links flattened): each tree's, in
+    /// tree order (a packet takes the first match, whichever tree's).
     ///
     /// # Errors
     /// u32 links htbd cannot follow (checked when every batch is accepted).
     pub fn data_filters(&self) -> Result<Vec<Filter>, LinkError> {
-        self.qdisc
-            .as_ref()
-            .map_or(Ok(Vec::new()), QdiscModel::data_filters)
+        let mut all = Vec::new();
+        for (_, q) in self.trees() {
+            all.extend(q.data_filters()?);
+        }
+        Ok(all)
+    }
+
+    /// Whether qdisc handle `major:` is taken on this port (`mq`'s, an HTB qdisc's or a
+    /// leaf's: handles are unique per device, as the kernel's `qdisc_lookup` needs).
+    pub(super) fn handle_in_use(&self, major: u16) -> bool {
+        matches!(&self.root, Root::Mq(mq) if mq.handle == major)
+            || self.trees().iter().any(|(_, q)| q.handle_in_use(major))
+    }
+
+    /// The majors of its HTB qdiscs.
+    fn majors(&self) -> Vec<u16> {
+        self.trees().iter().map(|(_, q)| q.config.major).collect()
     }
 }
 
 /// A change for the data plane (see `htb_xdp::PlaneOp`, which it becomes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Effect {
-    /// Replace the whole tree (`None`: unshaped).
+    /// Put in, replace or take out one tree: the one with qdisc major `major`.
     SetTree {
         /// Port.
         port: String,
-        /// New tree.
-        tree: Option<TreeSpec>,
+        /// The tree it replaces.
+        major: u16,
+        /// The new tree and where it hangs (`None`: tree `major` goes).
+        tree: Option<PortTree>,
     },
     /// New qdisc parameters.
     SetQdisc {
@@ -149,8 +242,15 @@ impl std::fmt::Debug for Plan {
 
 /// How to take one accepted step back.
 enum Undo {
-    Qdisc {
+    /// The port's root qdisc before the step.
+    Root {
         port: usize,
+        old: Box<Root>,
+    },
+    /// The tree under `mq` class `minor` before the step.
+    MqTree {
+        port: usize,
+        minor: u16,
         old: Option<Box<QdiscModel>>,
     },
     QdiscConfig {
@@ -177,11 +277,13 @@ enum Undo {
     },
     Filters {
         port: usize,
+        major: u16,
         old: Vec<FilterEntry>,
     },
-    /// The filter with this `(prio, handle)` was added.
+    /// The filter with this `(prio, handle)` was added to tree `major`.
     FilterAdded {
         port: usize,
+        major: u16,
         order: (u32, u32),
     },
 }
@@ -249,20 +351,41 @@ impl Model {
     /// # Errors
     /// A tree or filter the scheduler refuses (only for hand-edited files: both were
     /// validated when parsed).
-    pub fn from_trees(interfaces: Vec<crate::config::InterfaceTrees>) -> Result<Self, String> {
+    pub fn from_trees(
+        interfaces: Vec<crate::config::InterfaceTrees>,
+        tx_queues: &dyn Fn(&str) -> u16,
+    ) -> Result<Self, String> {
         let mut ports = Vec::with_capacity(interfaces.len());
         for i in interfaces {
-            let qdisc = match &i.tree {
-                Some(tree) => Some(
-                    QdiscModel::from_tree(tree, i.filters)
-                        .map_err(|e| format!("{}: {e}", i.name))?,
-                ),
-                None => None,
+            let queues = tx_queues(&i.name);
+            let mut port = PortModel::new(i.name, queues);
+            let name = port.name.clone();
+            let at = |e: String| format!("{name}: {e}");
+            let mut trees = Vec::with_capacity(i.trees.len());
+            for t in i.trees {
+                let q = QdiscModel::from_tree(&t.tree.tree, t.filters).map_err(at)?;
+                trees.push((t.tree.mq_minor, q));
+            }
+            port.root = match i.mq {
+                None => trees
+                    .pop()
+                    .map_or(Root::None, |(_, q)| Root::Htb(Box::new(q))),
+                Some(handle) => {
+                    let mut mq = MqModel::new(handle);
+                    for (minor, q) in trees {
+                        let minor = minor.unwrap_or(1);
+                        if minor > port.tx_queues {
+                            return Err(at(format!(
+                                "mq class {handle:x}:{minor:x} has a tree, but the interface has {} TX queue(s)",
+                                port.tx_queues
+                            )));
+                        }
+                        mq.trees.insert(minor, q);
+                    }
+                    Root::Mq(mq)
+                }
             };
-            ports.push(PortModel {
-                name: i.name,
-                qdisc,
-            });
+            ports.push(port);
         }
         Ok(Self { ports })
     }
@@ -350,14 +473,47 @@ impl Model {
         self.rollback(plan.undo);
     }
 
-    fn qdisc_mut(&mut self, port: usize) -> Result<&mut QdiscModel, IpcError> {
-        let name = self.ports[port].name.clone();
-        self.ports[port].qdisc.as_mut().ok_or_else(|| {
-            error(
+    /// The HTB qdisc with major `major` of port `port` (`None`: the port's only one, at its
+    /// root).
+    fn tree_mut(&mut self, port: usize, major: Option<u16>) -> Result<&mut QdiscModel, IpcError> {
+        let p = &mut self.ports[port];
+        let name = p.name.clone();
+        let majors = p.majors();
+        let found = match (&p.root, major) {
+            (Root::None, _) => None,
+            (Root::Mq(mq), None) => {
+                return Err(error(
+                    ErrorCode::Invalid,
+                    format!(
+                        "{name}'s root is mq {:x}:, with an htb qdisc per class: say which (parent N: or classid N:M)",
+                        mq.handle
+                    ),
+                ));
+            }
+            (Root::Htb(q), None) => Some(q.config.major),
+            (_, Some(m)) => Some(m),
+        };
+        match found.and_then(|m| p.tree_mut(m)) {
+            Some(q) => Ok(q),
+            None if majors.is_empty() => Err(error(
                 ErrorCode::NotFound,
-                format!("no htb qdisc on {name}: add one first (qdisc add dev {name} root handle 1: htb)"),
-            )
-        })
+                format!(
+                    "no htb qdisc on {name}: add one first (qdisc add dev {name} root handle 1: htb)"
+                ),
+            )),
+            None => Err(error(
+                ErrorCode::NotFound,
+                format!(
+                    "no htb qdisc {:x}: on {name} (it has {})",
+                    major.unwrap_or(0),
+                    majors
+                        .iter()
+                        .map(|m| format!("{m:x}:"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
     }
 
     fn apply_one(&mut self, step: &mut Step<'_>, command: &Command) -> Result<(), IpcError> {
@@ -366,6 +522,8 @@ impl Model {
             Command::QdiscChange(q) => self.qdisc_set(step, q, Verb::Change),
             Command::QdiscReplace(q) => self.qdisc_set(step, q, Verb::Replace),
             Command::QdiscDelete { .. } => self.qdisc_delete(step),
+            Command::MqAdd(m) => self.mq_set(step, m, Verb::Add),
+            Command::MqReplace(m) => self.mq_set(step, m, Verb::Replace),
             Command::ClassAdd(c) => self.class_set(step, c, Verb::Add),
             Command::ClassChange(c) => self.class_set(step, c, Verb::Change),
             Command::ClassReplace(c) => self.class_set(step, c, Verb::Replace),
@@ -382,35 +540,45 @@ impl Model {
             Command::FilterAdd(f) => self.filter_add(step, f),
             Command::FilterChange(f) => self.filter_change(step, f, false),
             Command::FilterReplace(f) => self.filter_change(step, f, true),
-            Command::FilterDelete { prio, handle, .. } => {
-                self.filter_delete(step, *prio, handle.as_deref())
-            }
+            Command::FilterDelete {
+                parent,
+                prio,
+                handle,
+                ..
+            } => self.filter_delete(step, parent.map(ClassId::major), *prio, handle.as_deref()),
         }
     }
 
     fn rollback(&mut self, undo: Vec<Undo>) {
         for step in undo.into_iter().rev() {
             let restored = match step {
-                Undo::Qdisc { port, old } => {
-                    self.ports[port].qdisc = old.map(|q| *q);
+                Undo::Root { port, old } => {
+                    self.ports[port].root = *old;
                     Ok(())
                 }
-                Undo::QdiscConfig { port, old } => {
-                    if let Some(q) = self.ports[port].qdisc.as_mut() {
-                        set_qdisc_config(q, old);
+                Undo::MqTree { port, minor, old } => {
+                    if let Root::Mq(mq) = &mut self.ports[port].root {
+                        match old {
+                            Some(q) => mq.trees.insert(minor, *q),
+                            None => mq.trees.remove(&minor),
+                        };
                     }
                     Ok(())
                 }
-                Undo::ClassAdded { port, id } => self.with_qdisc(port, |q| {
+                Undo::QdiscConfig { port, old } => self.with_tree(port, old.major, |q| {
+                    set_qdisc_config(q, old);
+                    Ok(())
+                }),
+                Undo::ClassAdded { port, id } => self.with_tree(port, id.major(), |q| {
                     q.classes.remove(&id);
                     q.shadow.delete_class(Instant::ZERO, id).map(drop)
                 }),
-                Undo::ClassChanged { port, old } => self.with_qdisc(port, |q| {
+                Undo::ClassChanged { port, old } => self.with_tree(port, old.id.major(), |q| {
                     let r = q.shadow.change_class(Instant::ZERO, old.id, &old.spec);
                     q.classes.insert(old.id, old);
                     r.map(drop)
                 }),
-                Undo::ClassDeleted { port, old } => self.with_qdisc(port, |q| {
+                Undo::ClassDeleted { port, old } => self.with_tree(port, old.id.major(), |q| {
                     let r = q
                         .shadow
                         .add_class(Instant::ZERO, old.id, old.parent, &old.spec)
@@ -425,7 +593,7 @@ impl Model {
                     q.classes.insert(old.id, old);
                     r
                 }),
-                Undo::Leaf { port, id, old } => self.with_qdisc(port, |q| {
+                Undo::Leaf { port, id, old } => self.with_tree(port, id.major(), |q| {
                     let r = q
                         .shadow
                         .set_leaf(Instant::ZERO, id, old.as_ref().map(|l| &l.config))
@@ -435,11 +603,11 @@ impl Model {
                     }
                     r
                 }),
-                Undo::Filters { port, old } => self.with_qdisc(port, |q| {
+                Undo::Filters { port, major, old } => self.with_tree(port, major, |q| {
                     q.filters = old;
                     Ok(())
                 }),
-                Undo::FilterAdded { port, order } => self.with_qdisc(port, |q| {
+                Undo::FilterAdded { port, major, order } => self.with_tree(port, major, |q| {
                     // Sorted by order: one binary search, not a walk per undone add.
                     if let Ok(at) = q.filters.binary_search_by_key(&order, FilterEntry::order) {
                         q.filters.remove(at);
@@ -454,12 +622,13 @@ impl Model {
         }
     }
 
-    fn with_qdisc(
+    fn with_tree(
         &mut self,
         port: usize,
+        major: u16,
         f: impl FnOnce(&mut QdiscModel) -> Result<(), ClassError>,
     ) -> Result<(), ClassError> {
-        match self.ports[port].qdisc.as_mut() {
+        match self.ports[port].tree_mut(major) {
             Some(q) => f(q),
             None => Ok(()),
         }

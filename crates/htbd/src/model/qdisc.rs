@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 
 use htb_config::filter::Filter;
-use htb_config::{ClassDef, TreeSpec};
+use htb_config::{ClassDef, PortTree, TreeSpec};
 use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig};
 use htb_ipc::{ErrorCode, IpcError};
 
 use super::filter_entry::FilterEntry;
+use super::leaf::AUTO_HANDLE;
 use super::u32_links::{LinkError, flatten};
-use super::{Effect, Model, Step, Undo, error, parse_class_id};
+use super::{Effect, Model, PortModel, Root, Step, Undo, error};
 
 /// One port's HTB qdisc: its parameters, classes with their leaf qdiscs, filters, and a
 /// shadow scheduler that checks every change the way the data plane will apply it.
@@ -143,7 +144,7 @@ pub(super) fn set_qdisc_config(qdisc: &mut QdiscModel, config: SchedulerConfig) 
 }
 
 impl Model {
-    /// `qdisc add|change|replace dev D root [handle H:] htb …`.
+    /// `qdisc add|change|replace dev D root|parent MQ:N [handle H:] htb …`.
     pub(super) fn qdisc_set(
         &mut self,
         step: &mut Step<'_>,
@@ -151,23 +152,54 @@ impl Model {
         verb: Verb,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let major = match q.handle.as_deref() {
+        let major = match q.handle {
             None => None,
+            Some(h) if h.is_qdisc() && h.major() != 0 => Some(h.major()),
             Some(h) => {
-                let id = parse_class_id(h)?;
-                if !id.is_qdisc() || id.major() == 0 {
-                    return Err(error(
-                        ErrorCode::Invalid,
-                        format!("qdisc handle {h} must look like 1:"),
-                    ));
-                }
-                Some(id.major())
+                return Err(error(
+                    ErrorCode::Invalid,
+                    format!("qdisc handle {h} must look like 1:"),
+                ));
             }
         };
-        let existing = self.ports[port].qdisc.as_ref();
+        // Where it goes: the root, or a class of the root's mq.
+        let slot = q.parent.map(|p| self.mq_class(port, p)).transpose()?;
+        let p = &self.ports[port];
+        let existing: Option<&QdiscModel> = match (slot, &p.root) {
+            (None, Root::Htb(q)) => Some(q),
+            (Some(minor), Root::Mq(mq)) => mq.trees.get(&minor),
+            (None, Root::Mq(mq)) if verb != Verb::Replace => {
+                let (code, what) = match verb {
+                    Verb::Add => (ErrorCode::Exists, "use replace, or add under its classes"),
+                    _ => (
+                        ErrorCode::NotFound,
+                        "change the htb under one of its classes",
+                    ),
+                };
+                return Err(error(
+                    code,
+                    format!(
+                        "{name}'s root is mq {:x}: ({what}: qdisc {} dev {name} parent {:x}:1 handle 1: htb)",
+                        mq.handle,
+                        if verb == Verb::Add { "add" } else { "change" },
+                        mq.handle
+                    ),
+                ));
+            }
+            _ => None,
+        };
         let existing_major = existing.map(|m| m.config.major);
+        let major = match (major, existing_major, slot) {
+            (Some(m), _, _) | (None, Some(m), _) => m,
+            (None, None, None) => 1,
+            // Under mq: the next handle the kernel would pick (`qdisc_alloc_handle`).
+            (None, None, Some(_)) => (AUTO_HANDLE..=u16::MAX)
+                .chain(1..AUTO_HANDLE)
+                .find(|&h| !p.handle_in_use(h))
+                .ok_or_else(|| error(ErrorCode::Busy, "no qdisc handle is free"))?,
+        };
         let mut config = SchedulerConfig {
-            major: major.or(existing_major).unwrap_or(1),
+            major,
             // htbd's extensions that tc cannot say stay as the port had them.
             default_leaf: existing.map_or_else(
                 || SchedulerConfig::default().default_leaf,
@@ -181,30 +213,34 @@ impl Model {
         if let Some(qlen) = q.direct_qlen {
             config.direct_qlen = qlen;
         }
+        let at = match slot {
+            None => name.clone(),
+            Some(minor) => format!("{name}'s mq class {minor:x}"),
+        };
         let in_place = match (verb, existing_major) {
             (Verb::Add, Some(m)) => {
                 return Err(error(
                     ErrorCode::Exists,
-                    format!("{name} has an htb qdisc ({m:x}:) already; use replace or change"),
+                    format!("{at} has an htb qdisc ({m:x}:) already; use replace or change"),
                 ));
             }
             (Verb::Change, None) => {
                 return Err(error(
                     ErrorCode::NotFound,
-                    format!("no htb qdisc on {name} to change"),
+                    format!("no htb qdisc on {at} to change"),
                 ));
             }
             (Verb::Change, Some(m)) if m != config.major => {
                 return Err(error(
                     ErrorCode::Invalid,
-                    format!("qdisc {:x}: is not {name}'s ({m:x}:)", config.major),
+                    format!("qdisc {:x}: is not {at}'s ({m:x}:)", config.major),
                 ));
             }
             (_, Some(m)) => m == config.major,
             (_, None) => false,
         };
         if in_place {
-            let qdisc = self.qdisc_mut(port)?;
+            let qdisc = self.tree_mut(port, Some(config.major))?;
             if q.direct_qlen.is_none() {
                 config.direct_qlen = qdisc.config.direct_qlen;
             }
@@ -216,41 +252,96 @@ impl Model {
             });
             set_qdisc_config(qdisc, config);
             step.effect(Effect::SetQdisc { port: name, config });
-        } else {
-            let old = self.ports[port].qdisc.replace(QdiscModel::new(config));
-            step.undo.push(Undo::Qdisc {
-                port,
-                old: old.map(Box::new),
-            });
-            step.refilter.insert(port);
-            step.effect(Effect::SetTree {
-                port: name,
-                tree: Some(TreeSpec {
-                    config,
-                    classes: Vec::new(),
-                    warnings: Vec::new(),
-                }),
-            });
+            return Ok(());
         }
-        Ok(())
-    }
-
-    /// `qdisc del dev D root`: the tree, its classes, leaves and filters.
-    pub(super) fn qdisc_delete(&mut self, step: &mut Step<'_>) -> Result<(), IpcError> {
-        let (port, name) = (step.port, step.name.clone());
-        if self.ports[port].qdisc.is_none() {
+        // Under mq the other queues' qdiscs keep their handles (a new root replaces them all).
+        let p = &self.ports[port];
+        let taken = match (slot, &p.root) {
+            (Some(minor), Root::Mq(mq)) => {
+                mq.handle == config.major
+                    || mq
+                        .trees
+                        .iter()
+                        .any(|(&m, q)| m != minor && q.handle_in_use(config.major))
+            }
+            _ => false,
+        };
+        if taken {
             return Err(error(
-                ErrorCode::NotFound,
-                format!("no htb qdisc on {name} to delete"),
+                ErrorCode::Exists,
+                format!(
+                    "handle {:x}: is used by another qdisc on {name}",
+                    config.major
+                ),
             ));
         }
-        let old = self.ports[port].qdisc.take().map(Box::new);
-        step.undo.push(Undo::Qdisc { port, old });
+        let new = QdiscModel::new(config);
+        let tree = PortTree {
+            tree: new.tree(),
+            mq_minor: slot,
+        };
+        match slot {
+            None => self.set_root(step, Root::Htb(Box::new(new))),
+            Some(minor) => {
+                let Root::Mq(mq) = &mut self.ports[port].root else {
+                    return Err(error(ErrorCode::Internal, "mq vanished"));
+                };
+                let old = mq.trees.insert(minor, new);
+                if let Some(old) = &old {
+                    step.effect(Effect::SetTree {
+                        port: name.clone(),
+                        major: old.config.major,
+                        tree: None,
+                    });
+                }
+                step.undo.push(Undo::MqTree {
+                    port,
+                    minor,
+                    old: old.map(Box::new),
+                });
+            }
+        }
         step.refilter.insert(port);
         step.effect(Effect::SetTree {
             port: name,
-            tree: None,
+            major: config.major,
+            tree: Some(tree),
         });
+        Ok(())
+    }
+
+    /// Makes `root` the root qdisc of the step's port: the old root's trees go from the data
+    /// plane (the new root's come with their own effects).
+    pub(super) fn set_root(&mut self, step: &mut Step<'_>, root: Root) {
+        let port = step.port;
+        let old = std::mem::replace(&mut self.ports[port].root, root);
+        for (_, q) in PortModel::trees_of(&old) {
+            step.effect(Effect::SetTree {
+                port: step.name.clone(),
+                major: q.config.major,
+                tree: None,
+            });
+        }
+        step.undo.push(Undo::Root {
+            port,
+            old: Box::new(old),
+        });
+        step.refilter.insert(port);
+    }
+
+    /// `qdisc del dev D root`: the root qdisc (htb, or mq with its trees), their classes,
+    /// leaves and filters.
+    pub(super) fn qdisc_delete(&mut self, step: &mut Step<'_>) -> Result<(), IpcError> {
+        if matches!(self.ports[step.port].root, Root::None) {
+            return Err(error(
+                ErrorCode::NotFound,
+                format!(
+                    "Cannot find specified qdisc on specified device (no root qdisc on {})",
+                    step.name
+                ),
+            ));
+        }
+        self.set_root(step, Root::None);
         Ok(())
     }
 }

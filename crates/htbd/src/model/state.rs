@@ -5,114 +5,134 @@ use std::fmt::Write as _;
 use htb_config::{LeafDef, leaf_toml};
 use htb_core::{LeafConfig, LinkLayer, Rate};
 
-use super::Model;
+use super::{Model, QdiscModel, Root};
+
+fn quoted(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
 
 impl Model {
-    /// The saved-state file: every port, its qdisc, classes, leaf qdiscs and filters, in the
-    /// config file's format (exact integers for rates and sizes, every leaf option given).
+    /// The saved-state file: every port, its qdisc (or `mq` and the tree under each of its
+    /// classes), classes, leaf qdiscs and filters, in the config file's format (exact integers
+    /// for rates and sizes, every leaf option given).
     #[must_use]
     pub fn to_toml(&self) -> String {
         let mut out = String::new();
-        let q = |s: &str| toml::Value::String(s.to_owned()).to_string();
         for port in &self.ports {
-            let _ = writeln!(out, "[[interface]]\nname = {}", q(&port.name));
-            let Some(qdisc) = &port.qdisc else {
-                out.push('\n');
-                continue;
-            };
-            let c = &qdisc.config;
-            let _ = writeln!(
-                out,
-                "[interface.qdisc]\nhandle = \"{:x}:\"\ndefault = \"{:x}\"\nr2q = {}\ndirect_qlen = {}\nburst_time = \"{}ns\"",
-                c.major,
-                c.default_minor,
-                c.r2q,
-                c.direct_qlen,
-                c.default_burst_time.as_nanos()
-            );
-            if c.default_leaf != LeafConfig::default() {
-                let def = LeafDef {
-                    handle: None,
-                    config: c.default_leaf,
-                };
-                let _ = writeln!(out, "leaf = {}", leaf_toml(&def));
-            }
-            for def in qdisc.tree().classes {
-                let s = &def.spec;
-                let _ = writeln!(out, "[[interface.class]]\nid = \"{}\"", def.id);
-                if let Some(p) = def.parent {
-                    let _ = writeln!(out, "parent = \"{p}\"");
-                }
-                let _ = writeln!(out, "rate = {}", s.rate.bits_per_sec());
-                let opt = |out: &mut String, key: &str, v: Option<u64>| {
-                    if let Some(v) = v {
-                        let _ = writeln!(out, "{key} = {v}");
+            let _ = writeln!(out, "[[interface]]\nname = {}", quoted(&port.name));
+            match &port.root {
+                Root::None => {}
+                Root::Htb(qdisc) => tree_toml(&mut out, "interface", qdisc),
+                Root::Mq(mq) => {
+                    let _ = writeln!(out, "mq = \"{:x}:\"", mq.handle);
+                    for (minor, qdisc) in &mq.trees {
+                        let _ = writeln!(
+                            out,
+                            "[[interface.tree]]\nparent = \"{:x}:{minor:x}\"",
+                            mq.handle
+                        );
+                        tree_toml(&mut out, "interface.tree", qdisc);
                     }
-                };
-                opt(&mut out, "ceil", s.ceil.map(Rate::bits_per_sec));
-                opt(&mut out, "burst", s.burst);
-                opt(&mut out, "cburst", s.cburst);
-                opt(&mut out, "prio", (s.prio != 0).then_some(u64::from(s.prio)));
-                opt(&mut out, "quantum", s.quantum.map(u64::from));
-                opt(&mut out, "mtu", s.mtu.map(u64::from));
-                let a = s.adjust;
-                opt(
-                    &mut out,
-                    "overhead",
-                    (a.overhead != 0).then_some(u64::from(a.overhead)),
-                );
-                opt(&mut out, "mpu", (a.mpu != 0).then_some(u64::from(a.mpu)));
-                if a.link_layer == LinkLayer::Atm {
-                    out.push_str("linklayer = \"atm\"\n");
-                }
-                if let Some(leaf) = &def.leaf {
-                    let _ = writeln!(out, "leaf = {}", leaf_toml(leaf));
-                }
-            }
-            for f in &qdisc.filters {
-                let m = &f.matcher;
-                let mut keys = Vec::new();
-                let mut key = |k: &str, v: Option<String>| {
-                    if let Some(v) = v {
-                        keys.push(format!("{k} = {}", q(&v)));
-                    }
-                };
-                key("src", m.src.map(|p| p.to_string()));
-                key("dst", m.dst.map(|p| p.to_string()));
-                key("proto", m.proto.map(|p| p.to_string()));
-                key("sport", m.sport.map(|p| p.to_string()));
-                key("dport", m.dport.map(|p| p.to_string()));
-                key("dscp", m.dscp.map(|p| p.to_string()));
-                key("vlan", m.vlan.map(|p| p.to_string()));
-                if !m.raw.is_empty() {
-                    let raw: Vec<String> =
-                        m.raw.as_slice().iter().map(|k| q(&k.to_string())).collect();
-                    keys.push(format!("raw = [{}]", raw.join(", ")));
-                }
-                let _ = writeln!(
-                    out,
-                    "[[interface.filter]]\nprio = {}\nprotocol = {}\nkind = \"{}\"\nhandle = {}\nmatch = {{ {} }}",
-                    f.prio,
-                    q(f.protocol.name()),
-                    f.kind.name(),
-                    q(&f.kind.format_handle(f.handle)),
-                    keys.join(", "),
-                );
-                if let Some(class) = f.class {
-                    let _ = writeln!(out, "classid = \"{class}\"");
-                }
-                if let Some(divisor) = f.u32.divisor {
-                    let _ = writeln!(out, "divisor = {divisor}");
-                }
-                if let Some(link) = f.u32.link {
-                    let _ = writeln!(out, "link = \"{link:x}:\"");
-                }
-                if let Some(key) = f.u32.hashkey {
-                    let _ = writeln!(out, "hash_mask = {:#010x}\nhash_at = {}", key.mask, key.at);
                 }
             }
             out.push('\n');
         }
         out
+    }
+}
+
+/// One HTB qdisc, its classes and filters, as tables under `table` (`interface`, or
+/// `interface.tree` under mq).
+fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
+    let q = quoted;
+    let c = &qdisc.config;
+    let _ = writeln!(
+        out,
+        "[{table}.qdisc]\nhandle = \"{:x}:\"\ndefault = \"{:x}\"\nr2q = {}\ndirect_qlen = {}\nburst_time = \"{}ns\"",
+        c.major,
+        c.default_minor,
+        c.r2q,
+        c.direct_qlen,
+        c.default_burst_time.as_nanos()
+    );
+    if c.default_leaf != LeafConfig::default() {
+        let def = LeafDef {
+            handle: None,
+            config: c.default_leaf,
+        };
+        let _ = writeln!(out, "leaf = {}", leaf_toml(&def));
+    }
+    for def in qdisc.tree().classes {
+        let s = &def.spec;
+        let _ = writeln!(out, "[[{table}.class]]\nid = \"{}\"", def.id);
+        if let Some(p) = def.parent {
+            let _ = writeln!(out, "parent = \"{p}\"");
+        }
+        let _ = writeln!(out, "rate = {}", s.rate.bits_per_sec());
+        let opt = |out: &mut String, key: &str, v: Option<u64>| {
+            if let Some(v) = v {
+                let _ = writeln!(out, "{key} = {v}");
+            }
+        };
+        opt(out, "ceil", s.ceil.map(Rate::bits_per_sec));
+        opt(out, "burst", s.burst);
+        opt(out, "cburst", s.cburst);
+        opt(out, "prio", (s.prio != 0).then_some(u64::from(s.prio)));
+        opt(out, "quantum", s.quantum.map(u64::from));
+        opt(out, "mtu", s.mtu.map(u64::from));
+        let a = s.adjust;
+        opt(
+            out,
+            "overhead",
+            (a.overhead != 0).then_some(u64::from(a.overhead)),
+        );
+        opt(out, "mpu", (a.mpu != 0).then_some(u64::from(a.mpu)));
+        if a.link_layer == LinkLayer::Atm {
+            out.push_str("linklayer = \"atm\"\n");
+        }
+        if let Some(leaf) = &def.leaf {
+            let _ = writeln!(out, "leaf = {}", leaf_toml(leaf));
+        }
+    }
+    for f in &qdisc.filters {
+        let m = &f.matcher;
+        let mut keys = Vec::new();
+        let mut key = |k: &str, v: Option<String>| {
+            if let Some(v) = v {
+                keys.push(format!("{k} = {}", q(&v)));
+            }
+        };
+        key("src", m.src.map(|p| p.to_string()));
+        key("dst", m.dst.map(|p| p.to_string()));
+        key("proto", m.proto.map(|p| p.to_string()));
+        key("sport", m.sport.map(|p| p.to_string()));
+        key("dport", m.dport.map(|p| p.to_string()));
+        key("dscp", m.dscp.map(|p| p.to_string()));
+        key("vlan", m.vlan.map(|p| p.to_string()));
+        if !m.raw.is_empty() {
+            let raw: Vec<String> = m.raw.as_slice().iter().map(|k| q(&k.to_string())).collect();
+            keys.push(format!("raw = [{}]", raw.join(", ")));
+        }
+        let _ = writeln!(
+            out,
+            "[[{table}.filter]]\nprio = {}\nprotocol = {}\nkind = \"{}\"\nhandle = {}\nmatch = {{ {} }}",
+            f.prio,
+            q(f.protocol.name()),
+            f.kind.name(),
+            q(&f.kind.format_handle(f.handle)),
+            keys.join(", "),
+        );
+        if let Some(class) = f.class {
+            let _ = writeln!(out, "classid = \"{class}\"");
+        }
+        if let Some(divisor) = f.u32.divisor {
+            let _ = writeln!(out, "divisor = {divisor}");
+        }
+        if let Some(link) = f.u32.link {
+            let _ = writeln!(out, "link = \"{link:x}:\"");
+        }
+        if let Some(key) = f.u32.hashkey {
+            let _ = writeln!(out, "hash_mask = {:#010x}\nhash_at = {}", key.mask, key.at);
+        }
     }
 }

@@ -6,23 +6,14 @@ use htb_ipc::{ClassSpec as WireClass, FilterSpec, LeafQdiscSpec, MatchSpec, Qdis
 
 fn model() -> Model {
     Model {
-        ports: vec![
-            PortModel {
-                name: "r1".into(),
-                qdisc: None,
-            },
-            PortModel {
-                name: "r2".into(),
-                qdisc: None,
-            },
-        ],
+        ports: vec![PortModel::new("r1", 4), PortModel::new("r2", 4)],
     }
 }
 
 fn qdisc_add(dev: &str) -> Command {
     Command::QdiscAdd(QdiscSpec {
         dev: dev.into(),
-        handle: Some("1:".into()),
+        handle: Some(ClassId::new(1, 0)),
         default_minor: Some(0x20),
         ..QdiscSpec::default()
     })
@@ -41,7 +32,7 @@ fn class(op: fn(WireClass) -> Command, id: &str, parent: &str, mbit: u64) -> Com
 fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
     Command::FilterAdd(FilterSpec {
         dev: "r2".into(),
-        parent: Some("1:".into()),
+        parent: Some(ClassId::new(1, 0)),
         protocol: "ip".into(),
         prio,
         kind: kind.into(),
@@ -87,7 +78,7 @@ fn a_refused_batch_changes_nothing() {
     assert_eq!(e.command, Some(2));
     assert_eq!(m.to_toml(), before);
     // The shadow was rolled back too: 1:30 can be added now, 1:20 still has 10 Mbit/s.
-    let q = m.ports[1].qdisc.as_ref().unwrap();
+    let q = m.ports[1].htb().unwrap();
     assert_eq!(
         q.class_info("1:20".parse().unwrap()).unwrap().config.rate,
         Rate::from_mbit(10)
@@ -153,7 +144,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
         filter("1:30", 5203, None, "flower"),
     ])
     .unwrap();
-    let q = m.ports[1].qdisc.as_ref().unwrap();
+    let q = m.ports[1].htb().unwrap();
     let shown: Vec<(u32, String)> = q
         .filters
         .iter()
@@ -171,13 +162,15 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
     // Deleting one u32 filter by handle, then a whole prio.
     m.apply(&[Command::FilterDelete {
         dev: "r2".into(),
+        parent: None,
         prio: Some(1),
         handle: Some("800::801".into()),
     }])
     .unwrap();
-    assert_eq!(m.ports[1].qdisc.as_ref().unwrap().filters.len(), 2);
+    assert_eq!(m.ports[1].htb().unwrap().filters.len(), 2);
     m.apply(&[Command::FilterDelete {
         dev: "r2".into(),
+        parent: None,
         prio: Some(1),
         handle: None,
     }])
@@ -195,7 +188,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
         plan.effects[0].1,
         Effect::SetTree { tree: None, .. }
     ));
-    assert!(m.ports[1].qdisc.is_none());
+    assert!(m.ports[1].htb().is_none());
 }
 
 #[test]
@@ -236,7 +229,7 @@ fn the_state_file_round_trips_through_the_config_parser() {
     // A filter with u32 general keys (wondershaper's small-ACK words) survives the trip.
     m.apply(&[Command::FilterAdd(FilterSpec {
         dev: "r2".into(),
-        parent: Some("1:".into()),
+        parent: Some(ClassId::new(1, 0)),
         protocol: "ip".into(),
         prio: Some(2),
         kind: "u32".into(),
@@ -268,9 +261,9 @@ fn the_state_file_round_trips_through_the_config_parser() {
         "{text}"
     );
     let trees = crate::config::parse_state(&text).unwrap();
-    let back = Model::from_trees(trees).unwrap();
+    let back = Model::from_trees(trees, &|_| 4).unwrap();
     assert_eq!(back.to_toml(), text);
-    let q = back.ports[1].qdisc.as_ref().unwrap();
+    let q = back.ports[1].htb().unwrap();
     assert_eq!(q.config.default_minor, 0x20);
     assert_eq!(
         q.filters[0].kind.format_handle(q.filters[0].handle),
@@ -297,7 +290,7 @@ fn leaf(
 }
 
 fn leaf_of(m: &Model, class: &str) -> Option<LeafDef> {
-    m.ports[1].qdisc.as_ref().unwrap().classes[&class.parse().unwrap()].leaf
+    m.ports[1].htb().unwrap().classes[&class.parse().unwrap()].leaf
 }
 
 fn sfq(perturb: u32) -> LeafSpec {
@@ -492,7 +485,7 @@ fn leaves_survive_the_state_file() {
     ])
     .unwrap();
     let text = m.to_toml();
-    let back = Model::from_trees(crate::config::parse_state(&text).unwrap()).unwrap();
+    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
     assert_eq!(back.to_toml(), text);
     assert_eq!(leaf_of(&back, "1:20"), leaf_of(&m, "1:20"));
     assert_eq!(leaf_of(&back, "1:30"), leaf_of(&m, "1:30"));
@@ -506,7 +499,7 @@ fn class_ids_without_a_major_take_the_qdiscs() {
         filter(":30", 5301, Some(1), "u32"),
     ])
     .unwrap();
-    let q = m.ports[1].qdisc.as_ref().unwrap();
+    let q = m.ports[1].htb().unwrap();
     let info = q.class_info("1:30".parse().unwrap()).expect("1:30 added");
     assert_eq!(info.parent, Some("1:1".parse().unwrap()));
     assert!(
@@ -531,7 +524,7 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
     m.apply(&[class(Command::ClassAdd, "1:30", "1:1", 5)])
         .unwrap();
     let handle = {
-        let q = m.ports[1].qdisc.as_ref().unwrap();
+        let q = m.ports[1].htb().unwrap();
         q.filters[0].kind.format_handle(q.filters[0].handle)
     };
     let spec = |op: fn(FilterSpec) -> Command, handle: Option<&str>, class: &str, dport: u16| {
@@ -543,7 +536,7 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
     };
     m.apply(&[spec(Command::FilterChange, Some(&handle), "1:30", 6000)])
         .unwrap();
-    let q = m.ports[1].qdisc.as_ref().unwrap();
+    let q = m.ports[1].htb().unwrap();
     assert_eq!(q.filters.len(), 1);
     assert_eq!(q.filters[0].kind.format_handle(q.filters[0].handle), handle);
     assert_eq!(q.filters[0].class, Some("1:30".parse().unwrap()));
@@ -557,7 +550,7 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
         .unwrap();
     m.apply(&[spec(Command::FilterReplace, None, "1:20", 7001)])
         .unwrap();
-    assert_eq!(m.ports[1].qdisc.as_ref().unwrap().filters.len(), 3);
+    assert_eq!(m.ports[1].htb().unwrap().filters.len(), 3);
     // A refused batch puts the changed filter back as it was.
     let before = m.to_toml();
     m.apply(&[

@@ -45,7 +45,7 @@ fn trees(text: &str) -> Vec<InterfaceTrees> {
 }
 
 fn model(text: &str) -> Model {
-    Model::from_trees(trees(text)).unwrap()
+    Model::from_trees(trees(text), &|_| 4).unwrap()
 }
 
 /// Reloads `to` over `from`: the commands, after checking the model then holds `to` exactly.
@@ -169,4 +169,62 @@ fn what_cannot_change_live_is_refused() {
     let burst = BASE.replace("default = \"30\"", "default = \"30\"\nburst_time = \"5ms\"");
     let e = commands(&m, &trees(&burst)).unwrap_err();
     assert!(e.message.contains("burst_time"), "{e}");
+}
+
+const MQ: &str = r#"
+[[interface]]
+name = "r1"
+
+[[interface]]
+name = "r2"
+mq = "7fff:"
+[[interface.tree]]
+parent = "7fff:1"
+qdisc = { handle = "1:", default = "2" }
+[[interface.tree.class]]
+id = "1:1"
+rate = "100mbit"
+[[interface.tree.class]]
+id = "1:2"
+parent = "1:1"
+rate = "10mbit"
+[[interface.tree.filter]]
+prio = 1
+match = { dport = "5201" }
+classid = "1:2"
+[[interface.tree]]
+parent = "7fff:2"
+qdisc = { handle = "2:" }
+[[interface.tree.class]]
+id = "2:1"
+rate = "100mbit"
+"#;
+
+#[test]
+fn a_reload_moves_between_an_htb_root_and_mq_and_changes_mq_trees_in_place() {
+    // htb root → mq: the root is replaced, every tree added.
+    let to_mq = reload(BASE, MQ);
+    assert!(
+        matches!(to_mq.first(), Some(Command::MqReplace(m)) if m.handle == Some(ClassId::new(0x7fff, 0))),
+        "{to_mq:#?}"
+    );
+    // Within the same mq: a tree dropped goes alone, a changed rate is changed in place.
+    let fewer = MQ
+        .split("[[interface.tree]]\nparent = \"7fff:2\"")
+        .next()
+        .unwrap()
+        .replace("rate = \"10mbit\"", "rate = \"20mbit\"");
+    let commands = reload(MQ, &fewer);
+    assert_eq!(commands.len(), 2, "{commands:#?}");
+    assert!(matches!(
+        &commands[0],
+        Command::LeafDelete { parent, .. } if *parent == ClassId::new(0x7fff, 2)
+    ));
+    assert!(matches!(&commands[1], Command::ClassChange(c) if c.id == "1:2"));
+    // And back to the htb root.
+    let back = reload(MQ, BASE);
+    assert!(
+        matches!(back.first(), Some(Command::QdiscReplace(q)) if q.parent.is_none()),
+        "{back:#?}"
+    );
 }

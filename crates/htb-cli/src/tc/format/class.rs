@@ -3,17 +3,28 @@
 use std::fmt::Write as _;
 
 use htb_core::units::DisplaySize;
-use htb_ipc::ClassInfo;
+use htb_ipc::{ClassInfo, Shown};
 use serde_json::{Map, Value, json};
 
-use super::{RateText, Style, json_text, sent_lines};
+use super::{RateText, Style, json_text, mq, sent_lines};
 
+/// `tc class show`: `mq`'s classes, then the HTB classes.
 #[must_use]
-pub fn classes(list: &[ClassInfo], style: Style) -> String {
+pub fn classes(shown: &Shown, style: Style) -> String {
+    let list = &shown.classes;
     if style.json {
-        return json_text(list.iter().map(|c| class_json(c, style)).collect(), style);
+        let mut items: Vec<Value> = shown
+            .mq
+            .iter()
+            .flat_map(|m| mq::classes_json(m, style))
+            .collect();
+        items.extend(list.iter().map(|c| class_json(c, style)));
+        return json_text(items, style);
     }
     let mut out = String::new();
+    for m in &shown.mq {
+        mq::classes_text(&mut out, m, style);
+    }
     for c in list {
         let _ = write!(out, "class htb {} ", c.id);
         if style.show_dev {
@@ -175,6 +186,13 @@ mod tests {
         }
     }
 
+    fn shown(classes: Vec<ClassInfo>) -> Shown {
+        Shown {
+            classes,
+            ..Shown::default()
+        }
+    }
+
     #[test]
     fn class_text_is_tc_6_1s() {
         let mut root = class("1:1", None, false);
@@ -208,7 +226,7 @@ mod tests {
             ..Style::default()
         };
         assert_eq!(
-            classes(&[root, leaf.clone()], style),
+            classes(&shown(vec![root, leaf.clone()]), style),
             "class htb 1:1 root rate 8Mbit ceil 8Mbit burst 1600b cburst 1600b \n \
              Sent 1020260 bytes 1008 pkt (dropped 0, overlimits 23 requeues 0) \n \
              backlog 0b 0p requeues 0\n lended: 502 borrowed: 0 giants: 0\n tokens: 9156 ctokens: 9156\n\n\
@@ -230,11 +248,11 @@ mod tests {
             ..Style::default()
         };
         assert_eq!(
-            classes(&[atm], details),
+            classes(&shown(vec![atm]), details),
             "class htb 1:40 parent 1:1 prio 0 quantum 1514 rate 1500Kbit overhead 24 ceil 1500Kbit linklayer atm burst 15Kb/1 mpu 64b cburst 3000b/1 mpu 64b level 0 \n"
         );
         let json: Value = serde_json::from_str(&classes(
-            &[leaf],
+            &shown(vec![leaf]),
             Style {
                 json: true,
                 stats: true,

@@ -1,10 +1,11 @@
 //! tc's output: the text iproute2 6.1 prints and its JSON keys under `-j`, one printer per
 //! object as iproute2 has them — `qdisc` (HTB's `htb_print_opt`, and the leaf qdiscs' in
-//! `leaf`), `class`, `filter`.
+//! `leaf`), `mq`, `class`, `filter`.
 
 mod class;
 mod filter;
 mod leaf;
+mod mq;
 mod qdisc;
 
 use std::fmt;

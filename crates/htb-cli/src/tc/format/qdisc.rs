@@ -1,64 +1,57 @@
-//! `tc qdisc show`: the HTB qdisc (`print_qdisc`, `htb_print_opt`) and the leaf qdiscs of its
-//! classes after it.
+//! `tc qdisc show`: an `mq` root (in `mq`), the HTB qdiscs (`print_qdisc`, `htb_print_opt`) and
+//! the leaf qdiscs of their classes after each.
 
 use std::fmt::Write as _;
 
-use htb_ipc::{LeafQdiscInfo, QdiscInfo};
+use htb_ipc::{LeafQdiscInfo, QdiscInfo, Shown};
 use serde_json::{Map, Value, json};
 
-use super::{Style, json_text, leaf, sent_lines};
+use super::{Style, json_text, leaf, mq, sent_lines};
 
-/// `tc qdisc show`: each HTB qdisc, then its classes' leaf qdiscs.
+/// The leaf qdiscs of HTB qdisc `q`'s classes.
+fn leaves_of<'a>(
+    q: &'a QdiscInfo,
+    leaves: &'a [LeafQdiscInfo],
+) -> impl Iterator<Item = &'a LeafQdiscInfo> {
+    let major = u16::from_str_radix(q.handle.trim_end_matches(':'), 16).ok();
+    leaves
+        .iter()
+        .filter(move |l| l.dev == q.dev && Some(l.parent.major()) == major)
+}
+
+/// `tc qdisc show`: per interface its `mq` root if it has one, then each HTB qdisc followed by
+/// its classes' leaf qdiscs.
 #[must_use]
-pub fn qdiscs(list: &[QdiscInfo], leaves: &[LeafQdiscInfo], style: Style) -> String {
+pub fn qdiscs(shown: &Shown, style: Style) -> String {
+    let (list, leaves) = (&shown.qdiscs, &shown.leaf_qdiscs);
+    let mq_of = |dev: &str| shown.mq.iter().find(|m| m.dev == dev);
+    // An mq comes before the first HTB qdisc of its interface (or alone, with no trees).
+    let first_of_dev = |i: usize| list[..i].iter().all(|o| o.dev != list[i].dev);
+    let bare_mq = shown
+        .mq
+        .iter()
+        .filter(|m| !list.iter().any(|q| q.dev == m.dev));
     if style.json {
-        let items = list
-            .iter()
-            .flat_map(|q| {
-                let mut o = Map::new();
-                o.insert("kind".into(), json!("htb"));
-                o.insert("handle".into(), json!(q.handle));
-                if style.show_dev {
-                    o.insert("dev".into(), json!(q.dev));
-                }
-                o.insert("root".into(), json!(true));
-                let mut options = json!({
-                    "r2q": q.r2q,
-                    "default": format!("{:#x}", q.default_minor),
-                    "direct_packets_stat": q.direct_packets,
-                    "direct_qlen": q.direct_qlen,
-                });
-                if style.details {
-                    options["version"] = json!("3.17");
-                }
-                o.insert("options".into(), options);
-                if let Some(s) = q.stats {
-                    for (k, v) in [
-                        ("bytes", s.bytes),
-                        ("packets", s.packets),
-                        ("drops", s.drops),
-                        ("overlimits", s.overlimits),
-                        ("requeues", s.requeues),
-                        ("backlog", s.backlog_bytes),
-                        ("qlen", s.backlog_packets),
-                    ] {
-                        o.insert(k.into(), json!(v));
-                    }
-                }
-                let mut items = vec![Value::Object(o)];
-                items.extend(
-                    leaves
-                        .iter()
-                        .filter(|l| l.dev == q.dev)
-                        .map(|l| leaf_json(l, style)),
-                );
-                items
-            })
-            .collect();
+        let mut items: Vec<Value> = bare_mq.map(|m| mq::qdisc_json(m, style)).collect();
+        items.extend(list.iter().enumerate().flat_map(|(i, q)| {
+            let mut items = Vec::new();
+            if let Some(m) = mq_of(&q.dev).filter(|_| first_of_dev(i)) {
+                items.push(mq::qdisc_json(m, style));
+            }
+            items.push(htb_json(q, style));
+            items.extend(leaves_of(q, leaves).map(|l| leaf_json(l, style)));
+            items
+        }));
         return json_text(items, style);
     }
     let mut out = String::new();
-    for q in list {
+    for m in bare_mq {
+        mq::qdisc_text(&mut out, m, style);
+    }
+    for (i, q) in list.iter().enumerate() {
+        if let Some(m) = mq_of(&q.dev).filter(|_| first_of_dev(i)) {
+            mq::qdisc_text(&mut out, m, style);
+        }
         let _ = write!(out, "qdisc htb {} ", q.handle);
         if style.show_dev {
             let _ = write!(out, "dev {} ", q.dev);
@@ -68,9 +61,15 @@ pub fn qdiscs(list: &[QdiscInfo], leaves: &[LeafQdiscInfo], style: Style) -> Str
         } else {
             format!("{:#x}", q.default_minor)
         };
+        match q.parent {
+            Some(p) => {
+                let _ = write!(out, "parent {p} ");
+            }
+            None => out.push_str("root "),
+        }
         let _ = write!(
             out,
-            "root r2q {} default {default} direct_packets_stat {}",
+            "r2q {} default {default} direct_packets_stat {}",
             q.r2q, q.direct_packets
         );
         if style.details {
@@ -84,11 +83,49 @@ pub fn qdiscs(list: &[QdiscInfo], leaves: &[LeafQdiscInfo], style: Style) -> Str
                 [s.backlog_bytes, s.backlog_packets],
             );
         }
-        for l in leaves.iter().filter(|l| l.dev == q.dev) {
+        for l in leaves_of(q, leaves) {
             leaf_text(&mut out, l, style);
         }
     }
     out
+}
+
+/// One HTB qdisc as `-j` lists it.
+fn htb_json(q: &QdiscInfo, style: Style) -> Value {
+    let mut o = Map::new();
+    o.insert("kind".into(), json!("htb"));
+    o.insert("handle".into(), json!(q.handle));
+    if style.show_dev {
+        o.insert("dev".into(), json!(q.dev));
+    }
+    match q.parent {
+        Some(p) => o.insert("parent".into(), json!(p.to_string())),
+        None => o.insert("root".into(), json!(true)),
+    };
+    let mut options = json!({
+        "r2q": q.r2q,
+        "default": format!("{:#x}", q.default_minor),
+        "direct_packets_stat": q.direct_packets,
+        "direct_qlen": q.direct_qlen,
+    });
+    if style.details {
+        options["version"] = json!("3.17");
+    }
+    o.insert("options".into(), options);
+    if let Some(s) = q.stats {
+        for (k, v) in [
+            ("bytes", s.bytes),
+            ("packets", s.packets),
+            ("drops", s.drops),
+            ("overlimits", s.overlimits),
+            ("requeues", s.requeues),
+            ("backlog", s.backlog_bytes),
+            ("qlen", s.backlog_packets),
+        ] {
+            o.insert(k.into(), json!(v));
+        }
+    }
+    Value::Object(o)
 }
 
 /// tc shows a class's default leaf (no handle) as `0:`.
@@ -153,11 +190,20 @@ mod tests {
     use htb_core::{ClassId, FqCodelStats, LeafConfig};
     use htb_ipc::{LeafQdiscStats, QueueStats};
 
+    fn shown(qdiscs: Vec<QdiscInfo>, leaf_qdiscs: Vec<LeafQdiscInfo>) -> Shown {
+        Shown {
+            qdiscs,
+            leaf_qdiscs,
+            ..Shown::default()
+        }
+    }
+
     #[test]
     fn qdisc_text_and_json() {
         let q = QdiscInfo {
             dev: "v0".into(),
             handle: "1:".into(),
+            parent: None,
             default_minor: 0x20,
             r2q: 10,
             direct_qlen: 1000,
@@ -169,13 +215,12 @@ mod tests {
             }),
         };
         assert_eq!(
-            qdiscs(std::slice::from_ref(&q), &[], Style::default()),
+            qdiscs(&shown(vec![q.clone()], Vec::new()), Style::default()),
             "qdisc htb 1: root r2q 10 default 0x20 direct_packets_stat 1 direct_qlen 1000\n \
              Sent 10 bytes 1 pkt (dropped 0, overlimits 0 requeues 0) \n backlog 0b 0p requeues 0\n"
         );
         let json: Value = serde_json::from_str(&qdiscs(
-            &[q],
-            &[],
+            &shown(vec![q], Vec::new()),
             Style {
                 json: true,
                 ..Style::default()
@@ -191,6 +236,7 @@ mod tests {
         let q = QdiscInfo {
             dev: "v0".into(),
             handle: "1:".into(),
+            parent: None,
             default_minor: 0,
             r2q: 10,
             direct_qlen: 1000,
@@ -219,8 +265,7 @@ mod tests {
             }),
         };
         let text = qdiscs(
-            std::slice::from_ref(&q),
-            std::slice::from_ref(&leaf),
+            &shown(vec![q.clone()], vec![leaf.clone()]),
             Style::default(),
         );
         assert_eq!(
@@ -233,8 +278,7 @@ mod tests {
              new_flows_len 1 old_flows_len 0\n"
         );
         let json: Value = serde_json::from_str(&qdiscs(
-            &[q],
-            &[leaf],
+            &shown(vec![q], vec![leaf]),
             Style {
                 json: true,
                 ..Style::default()
