@@ -29,6 +29,256 @@ fn queue_stats(s: &htb_core::SchedulerStats, pool: u64) -> QueueStats {
 /// Classes whose statistics one data-plane job copies.
 const STATS_CHUNK: usize = 4096;
 
+/// A tree's part of a port's counters: its classes from `offset` on in `snapshot`.
+#[derive(Clone, Copy)]
+struct TreeStats<'a> {
+    snapshot: &'a PortSnapshot,
+    offset: usize,
+}
+
+impl TreeStats<'_> {
+    fn class(&self, i: usize) -> Option<htb_core::ClassStats> {
+        self.snapshot
+            .classes
+            .get(self.offset + i)
+            .copied()
+            .flatten()
+    }
+
+    fn leaf(&self, i: usize) -> Option<htb_core::LeafStats> {
+        self.snapshot.leaves.get(self.offset + i).copied().flatten()
+    }
+
+    fn scheduler(&self, major: u16) -> htb_core::SchedulerStats {
+        self.snapshot
+            .schedulers
+            .iter()
+            .find(|(m, _)| *m == major)
+            .map(|(_, s)| *s)
+            .unwrap_or_default()
+    }
+}
+
+/// The classes of `qdisc` whose counters a `show` of `object` prints: for `qdisc show` its leaf
+/// classes that have a leaf qdisc (all of them with `invisible`), for `class show` those the
+/// show selects.
+fn tree_ids(
+    show: &Show,
+    object: Object,
+    qdisc: &QdiscModel,
+    only: Option<ClassId>,
+) -> Result<Vec<ClassId>, IpcError> {
+    Ok(match object {
+        Object::Qdisc => qdisc
+            .classes
+            .values()
+            .filter(|d| qdisc.class_info(d.id).is_some_and(|i| i.level == 0))
+            .filter(|d| d.leaf.is_some() || show.invisible)
+            .map(|d| d.id)
+            .collect(),
+        Object::Class => {
+            let parent = match show.parent.as_deref() {
+                None => None,
+                Some("root") => Some(None),
+                Some(p) => {
+                    let p = parse_id(p)?;
+                    Some((!p.is_qdisc()).then_some(p))
+                }
+            };
+            qdisc
+                .classes
+                .values()
+                .filter(|d| only.is_none_or(|o| o == d.id))
+                .filter(|d| parent.is_none_or(|p| p == d.parent))
+                .map(|d| d.id)
+                .collect()
+        }
+        Object::Filter => Vec::new(),
+    })
+}
+
+/// `mq`'s line and its classes, each with its tree's totals from `snapshot` (`-s`).
+fn mq_info(dev: &str, mq: &MqModel, snapshot: Option<&PortSnapshot>) -> MqInfo {
+    let tree_stats = |major: u16| {
+        let (_, s) = snapshot?.schedulers.iter().find(|(m, _)| *m == major)?;
+        Some(queue_stats(s, 0))
+    };
+    let classes: Vec<MqClassInfo> = mq
+        .trees
+        .iter()
+        .map(|(&minor, q)| MqClassInfo {
+            id: ClassId::new(mq.handle, u32::from(minor)),
+            leaf: Some(ClassId::new(q.config.major, 0)),
+            stats: tree_stats(q.config.major),
+        })
+        .collect();
+    // As the kernel's `mq_dump`: the sum of its queues' qdiscs; the frame pool's drops (a
+    // frame without a tree yet) are the root's.
+    let stats = snapshot.map(|snapshot| {
+        let mut sum = QueueStats {
+            drops: snapshot.port.drops_pool,
+            ..QueueStats::default()
+        };
+        for c in classes.iter().filter_map(|c| c.stats) {
+            sum.bytes += c.bytes;
+            sum.packets += c.packets;
+            sum.drops += c.drops;
+            sum.overlimits += c.overlimits;
+            sum.backlog_bytes += c.backlog_bytes;
+            sum.backlog_packets += c.backlog_packets;
+        }
+        sum
+    });
+    MqInfo {
+        dev: dev.to_owned(),
+        handle: ClassId::new(mq.handle, 0),
+        classes,
+        stats,
+    }
+}
+
+/// One HTB qdisc's part of a `show` of `object`: `ids` are its classes [`tree_ids`] chose,
+/// `stats` their counters.
+#[allow(clippy::too_many_arguments)]
+fn show_tree(
+    show: &Show,
+    object: Object,
+    dev: &str,
+    parent: Option<ClassId>,
+    qdisc: &QdiscModel,
+    ids: &[ClassId],
+    stats: Option<TreeStats<'_>>,
+    shown: &mut Shown,
+) -> Result<(), IpcError> {
+    let dev = dev.to_owned();
+    match object {
+        Object::Qdisc => {
+            let c = qdisc.config;
+            let s = stats.map(|t| t.scheduler(c.major)).unwrap_or_default();
+            // The frame pool's drops happen before a frame has a tree: the root's.
+            let pool = match (parent, stats) {
+                (None, Some(t)) => t.snapshot.port.drops_pool,
+                _ => 0,
+            };
+            shown.qdiscs.push(QdiscInfo {
+                dev: dev.clone(),
+                handle: format!("{:x}:", c.major),
+                parent,
+                default_minor: c.default_minor,
+                r2q: c.r2q,
+                direct_qlen: c.direct_qlen,
+                direct_packets: s.direct_packets,
+                stats: show.stats.then(|| queue_stats(&s, pool)),
+            });
+            // Leaf qdiscs follow their HTB qdisc, by class; a class's default leaf only with
+            // `invisible`, as the kernel hides its default pfifo leaves.
+            for (i, &class) in ids.iter().enumerate() {
+                let Some(config) = qdisc.class_info(class).and_then(|c| c.leaf) else {
+                    continue;
+                };
+                let handle = qdisc
+                    .classes
+                    .get(&class)
+                    .and_then(|d| d.leaf)
+                    .and_then(|l| l.handle)
+                    .map(|h| ClassId::new(h, 0));
+                let stats = stats.filter(|_| show.stats).map(|t| {
+                    let (class, leaf) = (t.class(i), t.leaf(i));
+                    LeafQdiscStats {
+                        bytes: class.map_or(0, |c| c.bytes),
+                        packets: class.map_or(0, |c| c.packets),
+                        drops: leaf.map_or(0, |l| l.drops),
+                        overlimits: 0,
+                        requeues: 0,
+                        backlog_bytes: leaf.map_or(0, |l| l.backlog),
+                        backlog_packets: leaf.map_or(0, |l| u64::from(l.qlen)),
+                        fq_codel: leaf.and_then(|l| l.fq_codel),
+                    }
+                });
+                shown.leaf_qdiscs.push(LeafQdiscInfo {
+                    dev: dev.clone(),
+                    handle,
+                    parent: class,
+                    config,
+                    stats,
+                });
+            }
+        }
+        Object::Class => {
+            for (i, id) in ids.iter().enumerate() {
+                let info = qdisc
+                    .class_info(*id)
+                    .ok_or_else(|| internal(format!("class {id} missing")))?;
+                let c = info.config;
+                let stats = stats.and_then(|t| t.class(i)).map(|s| ClassStats {
+                    bytes: s.bytes,
+                    packets: s.packets,
+                    drops: s.drops,
+                    overlimits: s.overlimits,
+                    requeues: s.requeues,
+                    backlog_bytes: s.backlog_bytes,
+                    backlog_packets: u64::from(s.backlog_packets),
+                    lended: s.lends,
+                    borrowed: s.borrows,
+                    giants: s.giants,
+                    tokens: s.tokens,
+                    ctokens: s.ctokens,
+                });
+                shown.classes.push(ClassInfo {
+                    dev: dev.clone(),
+                    id: id.to_string(),
+                    parent: info.parent.map(|p| p.to_string()),
+                    level: info.level,
+                    leaf: info.children == 0,
+                    prio: c.prio,
+                    quantum: c.quantum,
+                    rate: c.rate.bits_per_sec(),
+                    ceil: c.ceil.bits_per_sec(),
+                    burst: c.burst,
+                    cburst: c.cburst,
+                    buffer_ns: c.buffer.as_nanos(),
+                    cbuffer_ns: c.cbuffer.as_nanos(),
+                    overhead: c.adjust.overhead,
+                    mpu: c.adjust.mpu,
+                    linklayer: link_layer_name(c.adjust.link_layer).into(),
+                    leaf_qdisc: qdisc
+                        .classes
+                        .get(id)
+                        .and_then(|d| d.leaf)
+                        .and_then(|l| l.handle)
+                        .map(|h| ClassId::new(h, 0)),
+                    stats,
+                });
+            }
+        }
+        Object::Filter => {
+            let wanted = match (show.prio, show.handle.as_deref()) {
+                (Some(prio), Some(handle)) => Some((prio, handle)),
+                _ => None,
+            };
+            for f in &qdisc.filters {
+                if let Some((prio, handle)) = wanted
+                    && (f.prio != prio || f.kind.parse_handle(handle) != Ok(f.handle))
+                {
+                    continue;
+                }
+                shown.filters.push(FilterInfo {
+                    dev: dev.clone(),
+                    parent: format!("{:x}:", qdisc.config.major),
+                    protocol: f.protocol.name().into(),
+                    prio: f.prio,
+                    kind: f.kind.name().into(),
+                    handle: f.kind.format_handle(f.handle),
+                    class: f.class.map(|c| c.to_string()).unwrap_or_default(),
+                    matcher: match_spec(&f.matcher),
+                    hashing: f.hashing(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Control {
     pub(super) async fn show(&self, show: &Show) -> Result<Shown, IpcError> {
         let object = show.object.ok_or_else(|| {
@@ -41,29 +291,62 @@ impl Control {
             Some(dev) => vec![self.model.port_index(dev)?],
             None => (0..self.model.ports.len()).collect(),
         };
+        let only_tree = match (object, show.parent.as_deref()) {
+            (Object::Filter, Some(p)) => Some(parse_id(p)?.major()),
+            _ => None,
+        };
+        let only_class = show.class.as_deref().map(parse_id).transpose()?;
         let mut shown = Shown::default();
         for index in ports {
             let port = &self.model.ports[index];
-            let dev = port.name.clone();
+            let dev = port.name.as_str();
+            let trees: Vec<(Option<ClassId>, &QdiscModel)> = port
+                .trees()
+                .into_iter()
+                .filter(|(_, q)| only_tree.is_none_or(|m| m == q.config.major))
+                .map(|(minor, q)| {
+                    let parent = match &port.root {
+                        Root::Mq(mq) => minor.map(|m| ClassId::new(mq.handle, u32::from(m))),
+                        _ => None,
+                    };
+                    (parent, q)
+                })
+                .collect();
+            let ids: Vec<Vec<ClassId>> = trees
+                .iter()
+                .map(|(_, q)| tree_ids(show, object, q, only_class))
+                .collect::<Result<_, _>>()?;
+            // One copy of the port's counters serves every tree and the mq line: what they
+            // print adds up.
+            let snapshot = match object {
+                Object::Qdisc => Some(
+                    self.snapshot(dev, &if show.stats { ids.concat() } else { Vec::new() })
+                        .await?,
+                ),
+                Object::Class if show.stats => Some(self.snapshot(dev, &ids.concat()).await?),
+                _ => None,
+            };
             if let Root::Mq(mq) = &port.root
                 && object != Object::Filter
             {
-                shown.mq.push(self.mq_info(&dev, mq, show.stats).await?);
-            }
-            let only_tree = match (object, show.parent.as_deref()) {
-                (Object::Filter, Some(p)) => Some(parse_id(p)?.major()),
-                _ => None,
-            };
-            for (mq_minor, qdisc) in port.trees() {
-                if only_tree.is_some_and(|m| m != qdisc.config.major) {
-                    continue;
+                let mut info = mq_info(dev, mq, snapshot.as_ref().filter(|_| show.stats));
+                if object == Object::Class {
+                    // mq's classes are roots: listed unless the show names another class or
+                    // parent.
+                    let roots = show.parent.as_deref().is_none_or(|p| p == "root");
+                    info.classes
+                        .retain(|c| roots && only_class.is_none_or(|o| o == c.id));
                 }
-                let parent = match &port.root {
-                    Root::Mq(mq) => mq_minor.map(|m| ClassId::new(mq.handle, u32::from(m))),
-                    _ => None,
-                };
-                self.show_tree(show, object, &dev, parent, qdisc, &mut shown)
-                    .await?;
+                shown.mq.push(info);
+            }
+            let mut offset = 0;
+            for ((parent, qdisc), ids) in trees.into_iter().zip(&ids) {
+                let part = snapshot.as_ref().map(|s| TreeStats {
+                    snapshot: s,
+                    offset,
+                });
+                show_tree(show, object, dev, parent, qdisc, ids, part, &mut shown)?;
+                offset += ids.len();
             }
         }
         if let (Object::Filter, Some(prio), Some(handle)) =
@@ -79,225 +362,6 @@ impl Control {
             ));
         }
         Ok(shown)
-    }
-
-    /// `mq`'s line and its classes, each with its tree's totals when `stats`.
-    async fn mq_info(&self, dev: &str, mq: &MqModel, stats: bool) -> Result<MqInfo, IpcError> {
-        let snapshot = if stats {
-            Some(self.snapshot(dev, &[]).await?)
-        } else {
-            None
-        };
-        let tree_stats = |major: u16| {
-            let snapshot = snapshot.as_ref()?;
-            let (_, s) = snapshot.schedulers.iter().find(|(m, _)| *m == major)?;
-            Some(queue_stats(s, 0))
-        };
-        let classes: Vec<MqClassInfo> = mq
-            .trees
-            .iter()
-            .map(|(&minor, q)| MqClassInfo {
-                id: ClassId::new(mq.handle, u32::from(minor)),
-                leaf: Some(ClassId::new(q.config.major, 0)),
-                stats: tree_stats(q.config.major),
-            })
-            .collect();
-        let total = snapshot.as_ref().map(|snapshot| {
-            let mut sum = QueueStats::default();
-            for c in classes.iter().filter_map(|c| c.stats) {
-                sum.bytes += c.bytes;
-                sum.packets += c.packets;
-                sum.drops += c.drops;
-                sum.overlimits += c.overlimits;
-                sum.backlog_bytes += c.backlog_bytes;
-                sum.backlog_packets += c.backlog_packets;
-            }
-            sum.drops += snapshot.port.drops_pool;
-            sum
-        });
-        Ok(MqInfo {
-            dev: dev.to_owned(),
-            handle: ClassId::new(mq.handle, 0),
-            classes,
-            stats: total,
-        })
-    }
-
-    /// One HTB qdisc's part of a `show`.
-    async fn show_tree(
-        &self,
-        show: &Show,
-        object: Object,
-        dev: &str,
-        parent: Option<ClassId>,
-        qdisc: &QdiscModel,
-        shown: &mut Shown,
-    ) -> Result<(), IpcError> {
-        let dev = dev.to_owned();
-        {
-            match object {
-                Object::Qdisc => {
-                    // Leaf qdiscs follow their HTB qdisc, by class; a class's default leaf
-                    // only with `invisible`, as the kernel hides its default pfifo leaves.
-                    let leaves: Vec<(ClassId, Option<ClassId>)> = qdisc
-                        .classes
-                        .values()
-                        .filter(|d| qdisc.class_info(d.id).is_some_and(|i| i.level == 0))
-                        .filter(|d| d.leaf.is_some() || show.invisible)
-                        .map(|d| {
-                            let handle = d.leaf.and_then(|l| l.handle);
-                            (d.id, handle.map(|h| ClassId::new(h, 0)))
-                        })
-                        .collect();
-                    let ids: Vec<ClassId> = leaves.iter().map(|(id, _)| *id).collect();
-                    let snapshot = self
-                        .snapshot(&dev, if show.stats { &ids } else { &[] })
-                        .await?;
-                    let c = qdisc.config;
-                    let s = snapshot
-                        .schedulers
-                        .iter()
-                        .find(|(m, _)| *m == c.major)
-                        .map(|(_, s)| *s)
-                        .unwrap_or_default();
-                    // The frame pool's drops happen before a frame has a tree: the root's.
-                    let pool = if parent.is_none() {
-                        snapshot.port.drops_pool
-                    } else {
-                        0
-                    };
-                    shown.qdiscs.push(QdiscInfo {
-                        dev: dev.clone(),
-                        handle: format!("{:x}:", c.major),
-                        parent,
-                        default_minor: c.default_minor,
-                        r2q: c.r2q,
-                        direct_qlen: c.direct_qlen,
-                        direct_packets: s.direct_packets,
-                        stats: show.stats.then(|| queue_stats(&s, pool)),
-                    });
-                    for (i, (parent, handle)) in leaves.into_iter().enumerate() {
-                        let Some(config) = qdisc.class_info(parent).and_then(|c| c.leaf) else {
-                            continue;
-                        };
-                        let stats = show.stats.then(|| {
-                            let class = snapshot.classes.get(i).copied().flatten();
-                            let leaf = snapshot.leaves.get(i).copied().flatten();
-                            LeafQdiscStats {
-                                bytes: class.map_or(0, |c| c.bytes),
-                                packets: class.map_or(0, |c| c.packets),
-                                drops: leaf.map_or(0, |l| l.drops),
-                                overlimits: 0,
-                                requeues: 0,
-                                backlog_bytes: leaf.map_or(0, |l| l.backlog),
-                                backlog_packets: leaf.map_or(0, |l| u64::from(l.qlen)),
-                                fq_codel: leaf.and_then(|l| l.fq_codel),
-                            }
-                        });
-                        shown.leaf_qdiscs.push(LeafQdiscInfo {
-                            dev: dev.clone(),
-                            handle,
-                            parent,
-                            config,
-                            stats,
-                        });
-                    }
-                }
-                Object::Class => {
-                    let only = show.class.as_deref().map(parse_id).transpose()?;
-                    let parent = match show.parent.as_deref() {
-                        None => None,
-                        Some("root") => Some(None),
-                        Some(p) => {
-                            let p = parse_id(p)?;
-                            Some((!p.is_qdisc()).then_some(p))
-                        }
-                    };
-                    let ids: Vec<ClassId> = qdisc
-                        .classes
-                        .values()
-                        .filter(|d| only.is_none_or(|o| o == d.id))
-                        .filter(|d| parent.is_none_or(|p| p == d.parent))
-                        .map(|d| d.id)
-                        .collect();
-                    let stats = if show.stats {
-                        self.snapshot(&dev, &ids).await?.classes
-                    } else {
-                        Vec::new()
-                    };
-                    for (i, id) in ids.iter().enumerate() {
-                        let info = qdisc
-                            .class_info(*id)
-                            .ok_or_else(|| internal(format!("class {id} missing")))?;
-                        let c = info.config;
-                        let stats = stats.get(i).copied().flatten().map(|s| ClassStats {
-                            bytes: s.bytes,
-                            packets: s.packets,
-                            drops: s.drops,
-                            overlimits: s.overlimits,
-                            requeues: s.requeues,
-                            backlog_bytes: s.backlog_bytes,
-                            backlog_packets: u64::from(s.backlog_packets),
-                            lended: s.lends,
-                            borrowed: s.borrows,
-                            giants: s.giants,
-                            tokens: s.tokens,
-                            ctokens: s.ctokens,
-                        });
-                        shown.classes.push(ClassInfo {
-                            dev: dev.clone(),
-                            id: id.to_string(),
-                            parent: info.parent.map(|p| p.to_string()),
-                            level: info.level,
-                            leaf: info.children == 0,
-                            prio: c.prio,
-                            quantum: c.quantum,
-                            rate: c.rate.bits_per_sec(),
-                            ceil: c.ceil.bits_per_sec(),
-                            burst: c.burst,
-                            cburst: c.cburst,
-                            buffer_ns: c.buffer.as_nanos(),
-                            cbuffer_ns: c.cbuffer.as_nanos(),
-                            overhead: c.adjust.overhead,
-                            mpu: c.adjust.mpu,
-                            linklayer: link_layer_name(c.adjust.link_layer).into(),
-                            leaf_qdisc: qdisc
-                                .classes
-                                .get(id)
-                                .and_then(|d| d.leaf)
-                                .and_then(|l| l.handle)
-                                .map(|h| ClassId::new(h, 0)),
-                            stats,
-                        });
-                    }
-                }
-                Object::Filter => {
-                    let wanted = match (show.prio, show.handle.as_deref()) {
-                        (Some(prio), Some(handle)) => Some((prio, handle)),
-                        _ => None,
-                    };
-                    for f in &qdisc.filters {
-                        if let Some((prio, handle)) = wanted
-                            && (f.prio != prio || f.kind.parse_handle(handle) != Ok(f.handle))
-                        {
-                            continue;
-                        }
-                        shown.filters.push(FilterInfo {
-                            dev: dev.clone(),
-                            parent: format!("{:x}:", qdisc.config.major),
-                            protocol: f.protocol.name().into(),
-                            prio: f.prio,
-                            kind: f.kind.name().into(),
-                            handle: f.kind.format_handle(f.handle),
-                            class: f.class.map(|c| c.to_string()).unwrap_or_default(),
-                            matcher: match_spec(&f.matcher),
-                            hashing: f.hashing(),
-                        });
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 
     /// A Prometheus scrape: the data plane's counters, then every tree's classes in chunks.
