@@ -1,12 +1,13 @@
 //! `htb-cli import FILE.csv`: LibreQoS's ShapedDevices.csv read, grouped into circuits and
-//! turned into a tc batch. Whatever the file holds, a file that is accepted must give a batch
+//! turned into a tc batch (a sync over an empty tree: everything added). Whatever the file holds, a file that is accepted must give a batch
 //! htb-cli's own parser accepts (free text — names, ids with line breaks — stays in comments).
 #![no_main]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use htb_cli::import::circuits::{Placement, allocate, batch, group};
+use htb_cli::import::circuits::{Placement, group};
 use htb_cli::import::shaped_devices::read;
+use htb_cli::import::sync::batch;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -26,9 +27,11 @@ fuzz_target!(|data: &[u8]| {
         nodes: BTreeMap::new(),
         prio: 10,
     };
-    let ids = allocate(circuits.len(), 1, 0x100, &BTreeSet::new()).unwrap();
-    let (text, origin) = batch(&circuits, &ids, &placement);
-    assert_eq!(text.lines().count(), origin.len());
+    let Ok(b) = batch(&circuits, None, &placement, &BTreeMap::new(), 0x100) else {
+        return;
+    };
+    let text = b.text;
+    assert_eq!(text.lines().count(), b.origin.len());
     if let Err((line, e)) = htb_cli::tc::parse::parse_batch(&text) {
         panic!("generated line {line} does not parse: {e}\n{text}");
     }

@@ -36,11 +36,16 @@ enum Command {
         #[arg(long, value_name = "OUT.svg")]
         svg: Option<PathBuf>,
     },
-    /// Import LibreQoS's ShapedDevices.csv as one atomic batch: per circuit a class (rate =
-    /// min, ceil = max) under its node in each tree, one u32 filter per address.
+    /// Make LibreQoS's ShapedDevices.csv (and network.json) what runs, as one atomic batch of
+    /// the differences: per circuit a class (rate = min, ceil = max) under its node in each
+    /// tree, one u32 filter per address; untouched circuits keep their classes and counters.
     Import {
         /// The CSV file (LibreQoS's ShapedDevices.csv columns).
         file: PathBuf,
+        /// LibreQoS's network.json: its nodes become classes between --parent and the
+        /// circuits (rate = min, else max; ceil = max; capped by the parent's).
+        #[arg(long, value_name = "FILE")]
+        network: Option<PathBuf>,
         /// Port towards the subscribers: the download tree, filters on the destination.
         #[arg(long, value_name = "DEV")]
         download_dev: Option<String>,
@@ -61,9 +66,13 @@ enum Command {
         /// use on either port are skipped.
         #[arg(long, value_name = "HEX", default_value = "100", value_parser = hex_minor)]
         first_minor: u32,
-        /// Print the tc batch instead of sending it (htbd is not asked).
-        #[arg(long)]
+        /// Print the whole tc batch, as if nothing ran, instead of sending it (htbd is not
+        /// asked).
+        #[arg(long, conflicts_with = "dry_run")]
         print: bool,
+        /// Print the batch of differences to what runs instead of sending it.
+        #[arg(long)]
+        dry_run: bool,
         /// htbd's control socket.
         #[arg(long, value_name = "PATH")]
         socket: Option<String>,
@@ -121,10 +130,29 @@ fn import(import: &Import) -> ExitCode {
     }
     if !import.print {
         let (first, last) = summary.classes.unwrap_or_default();
+        let c = summary.changes;
         eprintln!(
-            "htb-cli: imported {} circuits (classes {first}..{last}) and {} filters",
-            summary.circuits, summary.filters
+            "htb-cli: {} {} circuits (classes {first}..{last}): {} classes added, {} changed, \
+             {} deleted; {} filters added, {} deleted; {} leaf qdiscs set",
+            if import.dry_run {
+                "would sync"
+            } else {
+                "synced"
+            },
+            summary.circuits,
+            c.added,
+            c.changed,
+            c.deleted,
+            c.filters_added,
+            c.filters_deleted,
+            c.leaves
         );
+        if let Some(t) = summary.applied_in {
+            eprintln!(
+                "htb-cli: htbd applied the batch in {:.1} ms",
+                t.as_secs_f64() * 1e3
+            );
+        }
     }
     ExitCode::SUCCESS
 }
@@ -164,6 +192,7 @@ fn main() -> ExitCode {
         } => sim(scenario, *json, svg.as_ref()),
         Command::Import {
             file,
+            network,
             download_dev,
             upload_dev,
             parent,
@@ -171,6 +200,7 @@ fn main() -> ExitCode {
             prio,
             first_minor,
             print,
+            dry_run,
             socket,
             timeout,
             shard,
@@ -181,6 +211,7 @@ fn main() -> ExitCode {
             }
             return import(&Import {
                 file: file.clone(),
+                network: network.clone(),
                 placement: Placement {
                     download_dev: download_dev.clone(),
                     upload_dev: upload_dev.clone(),
@@ -190,6 +221,7 @@ fn main() -> ExitCode {
                 },
                 first_minor: *first_minor,
                 print: *print,
+                dry_run: *dry_run,
                 socket: socket.clone(),
                 timeout: Some(Duration::from_secs_f64(timeout.max(0.1))),
                 shard: *shard,

@@ -401,7 +401,8 @@ fn tree_filters(
             handle.is_some(),
         ));
     }
-    assign_handles(&mut filters);
+    assign_handles(&mut filters)
+        .map_err(|e| err(span.clone(), format!("interface {name}: {e}")))?;
     let mut filters: Vec<FilterEntry> = filters.into_iter().map(|(f, _)| f).collect();
     filters.sort_by_key(FilterEntry::order);
     let flat =

@@ -79,9 +79,14 @@ fn scrape(lab: &Lab, path: &str) -> String {
 }
 
 fn import(htbd: &Htbd, file: &std::path::Path) -> std::process::Output {
+    import_with(htbd, file, &[])
+}
+
+fn import_with(htbd: &Htbd, file: &std::path::Path, extra: &[&str]) -> std::process::Output {
     let socket = htbd.socket();
     let out = std::process::Command::new(htb_lab::cli_bin())
         .args(["import", file.to_str().unwrap()])
+        .args(extra)
         .args([
             "--download-dev",
             "r2",
@@ -130,9 +135,10 @@ fn a_shaped_devices_csv_is_imported_in_one_batch_and_shapes_both_directions() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!(
-            "imported {} circuits (classes 1:100..1:{:x}) and {} filters",
+            "synced {} circuits (classes 1:100..1:{:x}): {} classes added, 0 changed, 0 deleted; {} filters added, 0 deleted",
             CIRCUITS + 1,
             0x100 + CIRCUITS,
+            2 * (CIRCUITS + 1),
             2 * (2 + CIRCUITS + 2 * (CIRCUITS / 100))
         )),
         "{err}"
@@ -255,4 +261,144 @@ fn a_shaped_devices_csv_is_imported_in_one_batch_and_shapes_both_directions() {
     htbd.kill9();
     let htbd = Htbd::start_in(&lab, CONFIG, htbd.into_dir());
     assert_eq!(htbd.cli_ok(&["filter", "show", "dev", "r2"]), shown);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn a_changed_file_syncs_only_its_changes_and_untouched_circuits_lose_nothing() {
+    let lab = Lab::up("htbi", "router");
+    let htbd = Htbd::start(&lab, CONFIG);
+    let file = htbd.dir().join("ShapedDevices.csv");
+    std::fs::write(&file, shaped_devices()).unwrap();
+    assert!(import(&htbd, &file).status.success(), "{}", htbd.log_text());
+    // The same file again: nothing to do.
+    let out = import(&htbd, &file);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success()
+            && err.contains("0 classes added, 0 changed, 0 deleted; 0 filters added, 0 deleted"),
+        "{err}"
+    );
+
+    // 100 plans change (c1000..c1099 get 40 Mbit/s down), 5 circuits go (c2000..c2004, whose
+    // filters go with them), 5 come (n0..n4).
+    let mut changed = String::new();
+    for line in shaped_devices().lines() {
+        let id: u32 = line
+            .strip_prefix('c')
+            .and_then(|l| l.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u32::MAX);
+        if (2000..2005).contains(&id) {
+            continue;
+        }
+        if (1000..1100).contains(&id) {
+            let plan = format!(",0.5,0.25,{}.5,10,", 20 + id % 7);
+            assert!(line.contains(&plan), "{line}");
+            changed += &line.replace(&plan, ",0.5,0.25,40,10,");
+        } else {
+            changed += line;
+        }
+        changed.push('\n');
+    }
+    for i in 0..5 {
+        let _ = writeln!(
+            changed,
+            "n{i},New {i},dn{i},cpe-n{i},AP_1,,100.70.0.{},,1,1,8,4,",
+            i + 1
+        );
+    }
+    let file2 = htbd.dir().join("ShapedDevices-2.csv");
+    std::fs::write(&file2, &changed).unwrap();
+
+    // The dry run says what would happen and changes nothing.
+    let out = import_with(&htbd, &file2, &["--dry-run"]);
+    let batch = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(batch.matches("class change").count(), 100, "{batch}");
+    assert_eq!(batch.matches("class del").count(), 2 * 5, "{batch}");
+    assert_eq!(batch.matches("class add").count(), 2 * 5, "{batch}");
+    assert!(
+        !batch.contains("10.201.2.2"),
+        "the lab circuit is untouched:\n{batch}"
+    );
+
+    // Under a steady flow through the lab circuit (3 of its 5 Mbit/s), the sync goes in.
+    let before = htbd.class_stats("r2", "1:100");
+    let _server = lab.iperf_server(htb_lab::N2, 5201);
+    let client = lab
+        .cmd(N1, "iperf3")
+        .args([
+            "-c",
+            "10.201.2.2",
+            "-p",
+            "5201",
+            "-u",
+            "-b",
+            "3M",
+            "-l",
+            "1200",
+            "-t",
+            "6",
+            "-J",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let started = std::time::Instant::now();
+    let out = import(&htbd, &file2);
+    let elapsed = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    eprintln!(
+        "the sync of {} circuits took {elapsed:?} end to end",
+        CIRCUITS + 1
+    );
+    assert!(
+        err.contains("10 classes added, 100 changed, 10 deleted;"),
+        "{err}"
+    );
+    let report: Value = serde_json::from_slice(&client.wait_with_output().unwrap().stdout).unwrap();
+    let sum = &report["end"]["sum"];
+    let (lost, sent) = (sum["lost_packets"].as_u64(), sum["packets"].as_u64());
+    eprintln!("the lab circuit's flow: {sent:?} datagrams, {lost:?} lost");
+    // Premise: the flow ran across the sync.
+    assert!(sent.unwrap_or(0) > 1500, "{report}");
+    assert_eq!(
+        lost,
+        Some(0),
+        "the untouched circuit lost packets: {report}"
+    );
+    // Its class kept its counters (not a new class) and dropped nothing.
+    let after = htbd.class_stats("r2", "1:100");
+    let delta = |k: &str| after[k].as_u64().unwrap() - before[k].as_u64().unwrap();
+    assert!(delta("packets") > 1500, "{before} → {after}");
+    assert_eq!(delta("drops"), 0, "{before} → {after}");
+    // The changed plans run; the deleted circuits are gone, the new ones there.
+    let all = classes(&htbd, "r2");
+    let ceil_of = |minor: u32| {
+        all.iter()
+            .find(|c| c["handle"] == format!("1:{:x}", 0x101 + minor))
+            .map(|c| c["ceil"].as_u64().unwrap())
+    };
+    assert_eq!(ceil_of(1000), Some(40_000_000 / 8));
+    assert_eq!(
+        ceil_of(999),
+        Some((20 + 999 % 7) * 1_000_000 / 8 + 500_000 / 8)
+    );
+    assert_eq!(ceil_of(2000), None);
+    assert_eq!(all.len() as u32, 3 + CIRCUITS + 1, "5 gone, 5 new");
+    // And a third run finds nothing to do.
+    let out = import(&htbd, &file2);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("0 classes added, 0 changed, 0 deleted"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -5,7 +5,6 @@
 //! exactly the script an operator could have written (`--print` shows it).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fmt::Write as _;
 
 use htb_config::filter::{Family, IpPrefix};
 use htb_core::ClassId;
@@ -245,62 +244,6 @@ pub fn allocate(
     Ok(ids)
 }
 
-/// The batch: per port, every circuit's class then its filters; a comment names the circuit
-/// and its CSV line. Returns the text and, per text line, the CSV line it came from.
-#[must_use]
-pub fn batch(circuits: &[Circuit], ids: &[ClassId], placement: &Placement) -> (String, Vec<u64>) {
-    let mut text = String::new();
-    let mut origin = Vec::new();
-    let qdisc = ClassId::new(placement.parent.major(), 0);
-    for (dev, direction) in placement.devs() {
-        for (c, id) in circuits.iter().zip(ids) {
-            let (rate, ceil, key) = match direction {
-                Direction::Download => (c.rates.download_min, c.rates.download_max, "dst"),
-                Direction::Upload => (c.rates.upload_min, c.rates.upload_max, "src"),
-            };
-            // Free text in a comment: a line break inside a quoted CSV field must not end it.
-            let flat = |s: &str| -> String {
-                s.chars()
-                    .map(|ch| if ch.is_control() { ' ' } else { ch })
-                    .collect()
-            };
-            let _ = writeln!(
-                text,
-                "# circuit \"{}\" {} (line {})",
-                flat(&c.id),
-                flat(&c.name),
-                c.line
-            );
-            origin.push(c.line);
-            let _ = writeln!(
-                text,
-                "class add dev {dev} parent {} classid {id} htb rate {rate}bit ceil {ceil}bit",
-                placement.parent_of(c)
-            );
-            origin.push(c.line);
-            if !c.sqm.is_empty() {
-                // tc's leaf line: the parser checks it as any batch line, so a kind htbd lacks
-                // (cake, for now) is refused naming the CSV line.
-                let _ = writeln!(text, "qdisc add dev {dev} parent {id} {}", flat(&c.sqm));
-                origin.push(c.line);
-            }
-            for &(address, line) in &c.addresses {
-                let (protocol, layer, prio) = match address.family() {
-                    Family::V4 => ("ip", "ip", placement.prio),
-                    Family::V6 => ("ipv6", "ip6", placement.prio + 1),
-                };
-                let _ = writeln!(
-                    text,
-                    "filter add dev {dev} parent {qdisc} protocol {protocol} prio {prio} u32 \
-                     match {layer} {key} {address} flowid {id}"
-                );
-                origin.push(line);
-            }
-        }
-    }
-    (text, origin)
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::shaped_devices::read;
@@ -396,107 +339,5 @@ mod tests {
             [ClassId::new(1, 3), ClassId::new(1, 5), ClassId::new(1, 6)]
         );
         assert!(allocate(2, 1, u32::MAX, &BTreeSet::new()).is_err());
-    }
-
-    #[test]
-    fn the_batch_is_tc_text_htb_cli_parses() {
-        let c = circuits(
-            "1,\"Circle St\",1,D1,AP_A,,\"100.64.0.1, 100.64.0.14\",fd00:1::/56,1,0.5,155,20,\n\
-             2,Marconi,2,D2,Elsewhere,,100.64.0.2,,2,1,25,10,\n",
-        )
-        .unwrap();
-        let placement = Placement {
-            download_dev: Some("lan0".into()),
-            upload_dev: Some("wan0".into()),
-            parent: "1:1".parse().unwrap(),
-            nodes: BTreeMap::from([("AP_A".into(), "1:a".parse().unwrap())]),
-            prio: 10,
-        };
-        let ids = allocate(c.len(), 1, 0x100, &BTreeSet::new()).unwrap();
-        let (text, origin) = batch(&c, &ids, &placement);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), origin.len());
-        assert_eq!(
-            &lines[..6],
-            [
-                "# circuit \"1\" Circle St (line 2)",
-                "class add dev lan0 parent 1:a classid 1:100 htb rate 1000000bit ceil 155000000bit",
-                "filter add dev lan0 parent 1: protocol ip prio 10 u32 match ip dst 100.64.0.1/32 flowid 1:100",
-                "filter add dev lan0 parent 1: protocol ip prio 10 u32 match ip dst 100.64.0.14/32 flowid 1:100",
-                "filter add dev lan0 parent 1: protocol ipv6 prio 11 u32 match ip6 dst fd00:1::/56 flowid 1:100",
-                "# circuit \"2\" Marconi (line 3)",
-            ]
-        );
-        assert!(text.contains(
-            "class add dev wan0 parent 1:1 classid 1:101 htb rate 1000000bit ceil 10000000bit"
-        ));
-        assert!(text.contains("match ip src 100.64.0.2/32 flowid 1:101"));
-        let actions = crate::tc::parse::parse_batch(&text).unwrap();
-        assert_eq!(actions.len(), 2 * (2 + 4));
-        assert_eq!(origin[actions[1].0 - 1], 2);
-    }
-
-    #[test]
-    fn the_sqm_column_gives_each_circuit_its_leaf_and_cake_is_refused_by_line() {
-        let header = HEADER.replace("Comment\n", "Comment,sqm\n");
-        // Row 3's comment holds an unquoted comma (as LibreQoS's example does): its sqm is
-        // still the last field.
-        let rows = "1,A,1,D1,,,100.64.0.1,,1,1,10,5,,fq_codel\n\
-                    2,B,2,D2,,,100.64.0.2,,1,1,10,5,,\n\
-                    3,C,3,D3,,,100.64.0.3,,1,1,10,5,small, plan,sfq perturb 10\n";
-        let c = group(read(&format!("{header}{rows}")).unwrap()).unwrap();
-        assert_eq!(
-            c.iter().map(|c| c.sqm.as_str()).collect::<Vec<_>>(),
-            ["fq_codel", "", "sfq perturb 10"]
-        );
-        let placement = Placement {
-            download_dev: Some("lan0".into()),
-            upload_dev: None,
-            parent: "1:1".parse().unwrap(),
-            nodes: BTreeMap::new(),
-            prio: 10,
-        };
-        let ids = allocate(c.len(), 1, 0x100, &BTreeSet::new()).unwrap();
-        let (text, origin) = batch(&c, &ids, &placement);
-        assert!(
-            text.contains("qdisc add dev lan0 parent 1:100 fq_codel\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("qdisc add dev lan0 parent 1:102 sfq perturb 10\n"),
-            "{text}"
-        );
-        assert_eq!(
-            text.matches("qdisc add").count(),
-            2,
-            "no leaf line without sqm"
-        );
-        assert_eq!(origin.len(), text.lines().count());
-        assert!(crate::tc::parse::parse_batch(&text).is_ok());
-        // cake (LibreQoS's default) and anything else the parser refuses: refused at its line
-        // and column, with the parser's reason; nothing reaches a batch.
-        for (sqm, why) in [
-            ("cake diffserv4", "cake is not supported yet"),
-            ("fq_codel target x", "target"),
-            ("fq_codel # x", "cannot be in a leaf"),
-            ("htb", "not a leaf qdisc"),
-        ] {
-            let e = read(&format!("{header}1,A,1,D1,,,100.64.0.1,,1,1,10,5,,{sqm}\n"))
-                .unwrap_err()
-                .to_string();
-            assert!(
-                e.contains("line 2, column \"sqm\"") && e.contains(why),
-                "{sqm}: {e}"
-            );
-        }
-        // One circuit's devices must agree on it.
-        let e = group(
-            read(&format!(
-                "{header}1,A,1,D1,,,100.64.0.1,,1,1,10,5,,fq_codel\n1,A,2,D2,,,100.64.0.9,,1,1,10,5,,sfq\n"
-            ))
-            .unwrap(),
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("sqm"), "{e}");
     }
 }

@@ -1,34 +1,46 @@
-//! `htb-cli import ShapedDevices.csv`: LibreQoS's subscriber list ([`shaped_devices`]) turned
-//! into circuits and one tc batch ([`circuits`]), sent to htbd as one atomic request: every
-//! circuit appears in both trees at once, or nothing changes.
+//! `htb-cli import ShapedDevices.csv [--network network.json]`: LibreQoS's subscriber list
+//! ([`shaped_devices`], grouped into [`circuits`]) and node hierarchy ([`network`]) made what
+//! runs: [`sync`] compares them with htbd's trees and writes the tc batch of the differences,
+//! sent as one atomic request — every change appears in both trees at once, or nothing
+//! changes, and whatever did not change is not touched.
 
 pub mod circuits;
+pub mod network;
 pub mod shaped_devices;
 pub mod shard;
+pub mod sync;
 
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use htb_ipc::{Object, ReplyBody, RequestBody, Show};
+use std::collections::BTreeMap;
+
+use htb_ipc::{Object, ReplyBody, RequestBody, Show, Shown};
 
 use crate::client::{Client, ClientError, DEFAULT_TIMEOUT, socket_path};
 use crate::tc::parse::{Action, parse_batch};
 use circuits::{CircuitError, Placement};
+use network::NetworkError;
 use shaped_devices::CsvError;
+use sync::{Changes, Origin, Running};
 
 /// What `htb-cli import` was asked to do.
 #[derive(Debug, Clone)]
 pub struct Import {
     /// The CSV file.
     pub file: PathBuf,
+    /// LibreQoS's `network.json`: nodes as classes between `--parent` and the circuits.
+    pub network: Option<PathBuf>,
     /// Ports, parent and node classes, prio.
     pub placement: Placement,
     /// The lowest class minor circuits may take.
     pub first_minor: u32,
-    /// Print the batch instead of sending it.
+    /// Print the whole batch, as if nothing ran, without asking htbd.
     pub print: bool,
+    /// Ask htbd what runs and print the batch of differences; send nothing.
+    pub dry_run: bool,
     /// `--socket`.
     pub socket: Option<String>,
     /// `--timeout`.
@@ -55,6 +67,14 @@ pub enum ImportError {
     Csv {
         /// The line, column and reason.
         error: CsvError,
+        /// The file.
+        file: PathBuf,
+    },
+    /// network.json is malformed.
+    #[error("{}: {error}", file.display())]
+    Network {
+        /// The node and reason.
+        error: NetworkError,
         /// The file.
         file: PathBuf,
     },
@@ -92,24 +112,24 @@ pub enum ImportError {
         role: String,
     },
     /// A generated line did not parse (a port name tc's grammar cannot carry, say).
-    #[error("{}: line {csv_line}: the generated command \"{command}\" is not valid: {message}", file.display())]
+    #[error("{}: {origin}: the generated command \"{command}\" is not valid: {message}", file.display())]
     Generated {
         /// The file.
         file: PathBuf,
-        /// The CSV line it came from.
-        csv_line: u64,
+        /// What it came from.
+        origin: Origin,
         /// The tc command.
         command: String,
         /// The parser's complaint.
         message: String,
     },
     /// htbd refused a command of the batch.
-    #[error("{}: line {csv_line}: htbd refused \"{command}\": {message} (nothing was imported)", file.display())]
+    #[error("{}: {origin}: htbd refused \"{command}\": {message} (nothing was imported)", file.display())]
     Refused {
         /// The file.
         file: PathBuf,
-        /// The CSV line the refused command came from.
-        csv_line: u64,
+        /// What the refused command came from.
+        origin: Origin,
         /// The tc command.
         command: String,
         /// htbd's reason.
@@ -129,11 +149,17 @@ pub struct Summary {
     pub filters: usize,
     /// First and last class id given.
     pub classes: Option<(String, String)>,
-    /// Node names not mapped by `--node`, whose circuits went under `--parent`.
+    /// Node names not mapped by `--node` nor in network.json, whose circuits went under
+    /// `--parent`.
     pub unmapped_nodes: BTreeSet<String>,
+    /// What the batch changes.
+    pub changes: Changes,
+    /// How long htbd took to apply it (from the request to the answer).
+    pub applied_in: Option<Duration>,
 }
 
-/// Runs the import; with `print`, writes the batch to `out` and sends nothing.
+/// Runs the import: asks htbd what runs and sends the batch of differences; with `dry_run`
+/// writes that batch to `out` instead, with `print` the whole batch without asking htbd.
 ///
 /// # Errors
 /// [`ImportError`]; nothing was changed.
@@ -150,15 +176,26 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
             major,
         });
     }
+    let read = |path: &PathBuf| {
+        std::fs::read_to_string(path).map_err(|source| ImportError::Read {
+            path: path.clone(),
+            source,
+        })
+    };
     let file = &import.file;
-    let text = std::fs::read_to_string(file).map_err(|source| ImportError::Read {
-        path: file.clone(),
-        source,
-    })?;
-    let devices = shaped_devices::read(&text).map_err(|e| ImportError::Csv {
+    let devices = shaped_devices::read(&read(file)?).map_err(|e| ImportError::Csv {
         error: e,
         file: file.clone(),
     })?;
+    let nodes = match &import.network {
+        None => None,
+        Some(path) => Some(
+            network::read(&read(path)?).map_err(|e| ImportError::Network {
+                error: e,
+                file: path.clone(),
+            })?,
+        ),
+    };
     let mut circuits = circuits::group(devices).map_err(|e| ImportError::Circuits {
         error: e,
         file: file.clone(),
@@ -166,33 +203,62 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
     if let Some(shard) = import.shard {
         circuits.retain(|c| shard.contains(&c.id));
     }
+    let known: BTreeSet<&str> = nodes
+        .as_deref()
+        .map(network::flatten)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(n, _)| n.name.as_str())
+        .collect();
     let unmapped_nodes = circuits
         .iter()
-        .filter(|c| !c.node.is_empty() && !placement.nodes.contains_key(&c.node))
+        .filter(|c| {
+            !c.node.is_empty()
+                && !placement.nodes.contains_key(&c.node)
+                && !known.contains(c.node.as_str())
+        })
         .map(|c| c.node.clone())
         .collect();
     let mut client = None;
-    let mut used = BTreeSet::new();
+    let mut running = BTreeMap::new();
     if !import.print {
         let mut c = Client::connect(
             &socket_path(import.socket.as_deref()),
             import.timeout.unwrap_or(DEFAULT_TIMEOUT),
         )?;
-        used = used_minors(&mut c, placement)?;
+        running = running_trees(&mut c, placement)?;
         client = Some(c);
     }
-    let ids =
-        circuits::allocate(circuits.len(), major, import.first_minor, &used).map_err(|e| {
-            ImportError::Circuits {
-                error: e,
-                file: file.clone(),
-            }
-        })?;
-    let (batch, origin) = circuits::batch(&circuits, &ids, placement);
-    let actions = parse_batch(&batch).map_err(|(line, e)| ImportError::Generated {
+    let batch = sync::batch(
+        &circuits,
+        nodes.as_deref(),
+        placement,
+        &running,
+        import.first_minor,
+    )
+    .map_err(|e| ImportError::Circuits {
+        error: e,
         file: file.clone(),
-        csv_line: origin[line - 1],
-        command: batch.lines().nth(line - 1).unwrap_or_default().to_owned(),
+    })?;
+    let origin_of = |line: usize| {
+        batch
+            .origin
+            .get(line.saturating_sub(1))
+            .cloned()
+            .unwrap_or(Origin::Running)
+    };
+    let command_at = |line: usize| {
+        batch
+            .text
+            .lines()
+            .nth(line.saturating_sub(1))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let actions = parse_batch(&batch.text).map_err(|(line, e)| ImportError::Generated {
+        file: file.clone(),
+        origin: origin_of(line),
+        command: command_at(line),
         message: e.to_string(),
     })?;
     let summary = Summary {
@@ -201,16 +267,24 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
             .iter()
             .filter(|(_, a)| matches!(a, Action::Change(htb_ipc::Command::FilterAdd(_))))
             .count(),
-        classes: ids
-            .first()
-            .zip(ids.last())
+        classes: batch
+            .circuit_ids
+            .iter()
+            .min()
+            .zip(batch.circuit_ids.iter().max())
             .map(|(a, b)| (a.to_string(), b.to_string())),
         unmapped_nodes,
+        changes: batch.changes,
+        applied_in: None,
     };
-    let Some(mut client) = client else {
-        let _ = out.write_all(batch.as_bytes());
-        return Ok(summary);
+    let client = match client {
+        Some(c) if !import.dry_run => c,
+        _ => {
+            let _ = out.write_all(batch.text.as_bytes());
+            return Ok(summary);
+        }
     };
+    let mut client = client;
     let (lines, commands): (Vec<usize>, Vec<_>) = actions
         .into_iter()
         .filter_map(|(line, action)| match action {
@@ -218,15 +292,22 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
             _ => None,
         })
         .unzip();
+    if commands.is_empty() {
+        return Ok(summary);
+    }
+    let started = std::time::Instant::now();
     match client.call(RequestBody::Apply { commands }) {
-        Ok(ReplyBody::Applied { .. }) => Ok(summary),
+        Ok(ReplyBody::Applied { .. }) => Ok(Summary {
+            applied_in: Some(started.elapsed()),
+            ..summary
+        }),
         Ok(_) => Err(ClientError::Unexpected.into()),
         Err(ClientError::Daemon(e)) => {
             let line = e.command.and_then(|i| lines.get(i)).copied().unwrap_or(1);
             Err(ImportError::Refused {
                 file: file.clone(),
-                csv_line: origin[line - 1],
-                command: batch.lines().nth(line - 1).unwrap_or_default().to_owned(),
+                origin: origin_of(line),
+                command: command_at(line),
                 message: e.message,
             })
         }
@@ -234,25 +315,29 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
     }
 }
 
-/// The minors of `parent`'s qdisc in use on any of the ports; also checks that the parent and
-/// node classes exist on each.
-fn used_minors(client: &mut Client, placement: &Placement) -> Result<BTreeSet<u32>, ImportError> {
-    let major = placement.parent.major();
-    let mut used = BTreeSet::new();
+/// One `show` request's answer.
+fn shown(client: &mut Client, object: Object, dev: &str) -> Result<Shown, ImportError> {
+    match client.call(RequestBody::Show(Show {
+        object: Some(object),
+        dev: Some(dev.to_owned()),
+        ..Show::default()
+    }))? {
+        ReplyBody::Shown(shown) => Ok(shown),
+        _ => Err(ClientError::Unexpected.into()),
+    }
+}
+
+/// What runs on each port: its classes, filters and leaf qdiscs; also checks that the parent
+/// and node classes exist on each.
+fn running_trees(
+    client: &mut Client,
+    placement: &Placement,
+) -> Result<BTreeMap<String, Running>, ImportError> {
+    let mut all = BTreeMap::new();
     for (dev, _) in placement.devs() {
-        let ReplyBody::Shown(shown) = client.call(RequestBody::Show(Show {
-            object: Some(Object::Class),
-            dev: Some(dev.to_owned()),
-            ..Show::default()
-        }))?
-        else {
-            return Err(ClientError::Unexpected.into());
-        };
-        let ids: BTreeSet<htb_core::ClassId> = shown
-            .classes
-            .iter()
-            .filter_map(|c| c.id.parse().ok())
-            .collect();
+        let classes = shown(client, Object::Class, dev)?.classes;
+        let ids: BTreeSet<htb_core::ClassId> =
+            classes.iter().filter_map(|c| c.id.parse().ok()).collect();
         let wanted = std::iter::once(("--parent".to_owned(), placement.parent)).chain(
             placement
                 .nodes
@@ -268,11 +353,12 @@ fn used_minors(client: &mut Client, placement: &Placement) -> Result<BTreeSet<u3
                 });
             }
         }
-        used.extend(
-            ids.iter()
-                .filter(|id| id.major() == major)
-                .map(|id| id.minor()),
-        );
+        let running = Running {
+            classes,
+            filters: shown(client, Object::Filter, dev)?.filters,
+            leaves: shown(client, Object::Qdisc, dev)?.leaf_qdiscs,
+        };
+        all.insert(dev.to_owned(), running);
     }
-    Ok(used)
+    Ok(all)
 }

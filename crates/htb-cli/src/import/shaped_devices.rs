@@ -264,7 +264,7 @@ fn check_sqm(sqm: &str) -> Result<(), String> {
 
 /// `2.5` Mbps → 2 500 000 bit/s, exactly (decimal, not floating point); at most 6 decimals
 /// (1 bit/s), more than zero.
-fn mbps_to_bits(text: &str) -> Result<u64, &'static str> {
+pub(super) fn mbps_to_bits(text: &str) -> Result<u64, &'static str> {
     const WHY: &str = "expected Mbps such as 100 or 2.5";
     let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
     let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());

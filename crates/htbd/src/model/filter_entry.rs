@@ -13,6 +13,8 @@ use super::error;
 pub(super) const AUTO_PRIO: u32 = 0xC000;
 /// First u32 hash table and node id (`gen_new_htid`, `gen_new_kid` in `cls_u32.c`).
 pub(super) const U32_FIRST_ID: u32 = 0x800;
+/// The last node id of a bucket (`gen_new_kid` allocates up to `htid | 0xfff`).
+pub(super) const U32_LAST_ID: u32 = 0xfff;
 
 /// tc's filter `protocol`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,7 +224,10 @@ impl FilterEntry {
 /// Gives each filter without a handle one, the way the kernel would have: per priority, u32
 /// filters share a hash table (`800:`, `801:`, … in order of first use) and number their nodes
 /// from `800`; flower filters count from 1.
-pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) {
+///
+/// # Errors
+/// A prio's root table with no node id left for a filter (`gen_new_kid`: 0x800 to 0xfff).
+pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) -> Result<(), NoNodeId> {
     // Filters placed in hash tables made with `divisor` (and those tables) are not in a prio's
     // root table.
     let hashed: Vec<u16> = filters
@@ -256,12 +261,30 @@ pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) {
                     }
                 };
                 let node = peers.map(|h| (h & 0xfff) + 1).max().unwrap_or(U32_FIRST_ID);
+                if node > U32_LAST_ID {
+                    return Err(NoNodeId { prio, table: ht });
+                }
                 ht << 20 | node.max(U32_FIRST_ID)
             }
             FilterKind::Flower => peers.map(|(f, _)| f.handle + 1).max().unwrap_or(1),
         };
         filters[i].1 = true;
     }
+    Ok(())
+}
+
+/// A u32 filter without a handle finds no free node id in its prio's root table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "prio {prio}: u32 table {table:x}: has no free node id (as the kernel's cls_u32, a bucket \
+     holds the filters 800 to fff, 2048 of them): hash the filters into a table (u32 divisor \
+     256, then ht T:B:) or spread them over more prios"
+)]
+pub struct NoNodeId {
+    /// The prio.
+    pub prio: u32,
+    /// Its root table.
+    pub table: u32,
 }
 
 /// A prefix of one address family in a filter of another protocol.

@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use super::filter_entry::{FilterEntry, FilterKind, U32_FIRST_ID};
+use super::filter_entry::{FilterEntry, FilterKind, NoNodeId, U32_FIRST_ID, U32_LAST_ID};
 
 /// The positions of `prio`'s filters.
 pub(super) fn prio_range(filters: &[FilterEntry], prio: u32) -> Range<usize> {
@@ -102,15 +102,22 @@ pub(super) fn next_table(filters: &[FilterEntry]) -> u32 {
 /// [`assign_handles`](super::filter_entry::assign_handles) gives the last of a list): u32
 /// filters share the prio's root table (a new one, `800:` then `801:` …, for the prio's first)
 /// and take its next node; flower filters count from 1.
-pub(super) fn next_handle(filters: &[FilterEntry], prio: u32, kind: FilterKind) -> u32 {
+///
+/// # Errors
+/// The root table has no node id left.
+pub(super) fn next_handle(
+    filters: &[FilterEntry],
+    prio: u32,
+    kind: FilterKind,
+) -> Result<u32, NoNodeId> {
     let range = prio_range(filters, prio);
     let slice = &filters[range];
     match kind {
-        FilterKind::Flower => slice
+        FilterKind::Flower => Ok(slice
             .iter()
             .rev()
             .find(|e| e.kind == kind)
-            .map_or(1, |e| e.handle + 1),
+            .map_or(1, |e| e.handle + 1)),
         FilterKind::U32 => {
             // The prio's root table: its first u32 filter outside the hash tables. Filters of
             // one table are adjacent (sorted by handle), so the walk jumps table by table.
@@ -122,11 +129,14 @@ pub(super) fn next_handle(filters: &[FilterEntry], prio: u32, kind: FilterKind) 
                     && let Some(last) = slice[at..end].iter().rev().find(|f| f.kind == kind)
                 {
                     let node = (last.handle & 0xfff) + 1;
-                    return table << 20 | node.max(U32_FIRST_ID);
+                    if node > U32_LAST_ID {
+                        return Err(NoNodeId { prio, table });
+                    }
+                    return Ok(table << 20 | node.max(U32_FIRST_ID));
                 }
                 at = end;
             }
-            next_table(filters) << 20 | U32_FIRST_ID
+            Ok(next_table(filters) << 20 | U32_FIRST_ID)
         }
     }
 }
@@ -188,10 +198,10 @@ mod tests {
                     let mut all: Vec<(FilterEntry, bool)> =
                         list.iter().map(|&e| (e, true)).collect();
                     all.push((entry(prio, kind, 0, false), false));
-                    assign_handles(&mut all);
+                    assign_handles(&mut all).unwrap();
                     let want = all.last().unwrap().0.handle;
                     assert_eq!(
-                        next_handle(&list, prio, kind),
+                        next_handle(&list, prio, kind).unwrap(),
                         want,
                         "prio {prio} {kind:?} in {:?}",
                         list.iter().map(|e| (e.prio, e.handle)).collect::<Vec<_>>()

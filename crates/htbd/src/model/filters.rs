@@ -261,7 +261,8 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         }
         return Ok(entry);
     }
-    entry.handle = filter_list::next_handle(&qdisc.filters, prio, kind);
+    entry.handle = filter_list::next_handle(&qdisc.filters, prio, kind)
+        .map_err(|e| error(ErrorCode::Invalid, e.to_string()))?;
     Ok(entry)
 }
 

@@ -30,8 +30,8 @@ use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 
 pub use self::class::link_layer_name;
 pub use self::filter_entry::{
-    FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, match_spec, matcher, u32_divisor,
-    with_protocol,
+    FilterEntry, FilterKind, NoNodeId, Protocol, U32Parts, assign_handles, match_spec, matcher,
+    u32_divisor, with_protocol,
 };
 pub use self::mq::MqModel;
 pub use self::qdisc::QdiscModel;

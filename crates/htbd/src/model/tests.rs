@@ -560,3 +560,22 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
     .unwrap_err();
     assert_eq!(m.to_toml(), before);
 }
+
+#[test]
+fn a_u32_bucket_holds_2048_filters_as_the_kernels_and_says_so() {
+    let mut m = base();
+    let adds: Vec<Command> = (0..2047)
+        .map(|i| filter("1:20", 10_000 + i, Some(1), "u32"))
+        .collect();
+    m.apply(&adds).unwrap();
+    // 800::800 (base's) to 800::fff: the bucket is full.
+    let e = m
+        .apply(&[filter("1:20", 9999, Some(1), "u32")])
+        .unwrap_err();
+    assert!(
+        e.message.contains("no free node id") && e.message.contains("divisor"),
+        "{e}"
+    );
+    // Another prio has its own root table.
+    m.apply(&[filter("1:20", 9999, Some(2), "u32")]).unwrap();
+}

@@ -1,0 +1,1173 @@
+//! An import as a sync: the batch that turns what runs into what the files say, touching
+//! nothing else. Circuits and nodes are found in the running trees by what identifies them
+//! there — a circuit by the addresses its filters match, a node by the classes hanging under
+//! it — so a changed file keeps every untouched circuit's class, queue and counters:
+//!
+//! - a circuit whose plan changed is `class change`d in place (the kernel's
+//!   `htb_change_class`: no queue flush), its leaf `qdisc replace`d when its `sqm` changed;
+//! - an address that moved gets its filter deleted and added;
+//! - a circuit or node that is gone is deleted (its filters first);
+//! - a new one gets a free class id, its leaf and filters;
+//! - a circuit or node that changed parent is deleted and added again under the new one (HTB
+//!   cannot move a class), with everything below it.
+//!
+//! What the import owns on each port: the filters at its prios (`--prio` for IPv4, the next for
+//! IPv6) that match one address and name a class under `--parent`, and those classes; with
+//! `network.json`, every class under `--parent` except the `--node` ones. Everything else in
+//! the trees stays as the operator made it.
+//!
+//! The filters are laid out as the LARTC HOWTO hashes them for many subscribers (the kernel's
+//! u32 holds 2048 filters per bucket): per prio a table of 256 buckets, linked from the prio's
+//! root table by the address's last byte (IPv4; byte 5 of an IPv6 address, which every prefix of
+//! /48 or longer fixes); each host address (prefix) in its bucket, shorter prefixes in the root
+//! table after the link. The kernel and htbd both walk one bucket per packet.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use htb_config::filter::{Family, IpPrefix};
+use htb_config::u32_handle::U32Handle;
+use htb_core::{ClassId, LeafConfig};
+use htb_ipc::{ClassInfo, FilterInfo, LeafQdiscInfo};
+
+use super::circuits::{Circuit, Direction, Placement};
+use super::network::{self, Node};
+use crate::tc::parse::{Action, parse_command};
+
+/// One port's trees as htbd shows them.
+#[derive(Debug, Clone, Default)]
+pub struct Running {
+    /// `class show`.
+    pub classes: Vec<ClassInfo>,
+    /// `filter show`.
+    pub filters: Vec<FilterInfo>,
+    /// `qdisc show`: the classes' own leaf qdiscs.
+    pub leaves: Vec<LeafQdiscInfo>,
+}
+
+/// Where a line of the batch comes from, for errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A line of the CSV file.
+    Csv(u64),
+    /// A node of network.json.
+    Node(String),
+    /// What runs: a class or filter the files no longer have.
+    Running,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Csv(line) => write!(f, "line {line}"),
+            Self::Node(name) => write!(f, "network.json node \"{name}\""),
+            Self::Running => f.write_str("the running trees"),
+        }
+    }
+}
+
+/// What the batch does, for the summary.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changes {
+    /// Classes added (circuits and nodes, per port).
+    pub added: usize,
+    /// Classes changed in place.
+    pub changed: usize,
+    /// Classes deleted.
+    pub deleted: usize,
+    /// Filters added.
+    pub filters_added: usize,
+    /// Filters deleted.
+    pub filters_deleted: usize,
+    /// Leaf qdiscs added, replaced or deleted.
+    pub leaves: usize,
+}
+
+/// The batch and, per line, where it comes from.
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    /// tc lines.
+    pub text: String,
+    /// Per line of `text`.
+    pub origin: Vec<Origin>,
+    /// The counts.
+    pub changes: Changes,
+    /// Per circuit (file order), its class id.
+    pub circuit_ids: Vec<ClassId>,
+}
+
+impl Batch {
+    fn line(&mut self, origin: Origin, text: std::fmt::Arguments<'_>) {
+        let _ = self.text.write_fmt(text);
+        self.text.push('\n');
+        self.origin.push(origin);
+    }
+}
+
+/// A prefix as a key (`IpPrefix` keeps the address as written).
+type AddressKey = (bool, u128, u8);
+
+fn key(p: &IpPrefix) -> AddressKey {
+    (p.family() == Family::V6, p.network_bits(), p.prefix_len())
+}
+
+/// One class as the files want it on one port.
+#[derive(Debug, Clone)]
+struct Want {
+    parent: ClassId,
+    rate: u64,
+    ceil: u64,
+    /// The leaf's words (`fq_codel …`); empty: htbd's default.
+    sqm: String,
+    origin: Origin,
+    /// What a comment above its `class add` says (`circuit "ID" NAME`).
+    label: String,
+}
+
+/// Where an address's filter goes: the hash table's bucket, or the prio's root table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hashing {
+    /// `hashkey mask … at …`: the word and bits that pick the bucket.
+    mask: u32,
+    at: u32,
+    /// The shortest prefix whose hashed bits are fixed.
+    min_len: u8,
+}
+
+/// The hash of `family`'s addresses in `direction` (`dst` towards the subscribers, `src` from
+/// them): IPv4's last byte (offset 16 or 12), IPv6's byte 5 (offset 29 or 13).
+fn hashing(family: Family, direction: Direction) -> Hashing {
+    match (family, direction) {
+        (Family::V4, Direction::Download) => Hashing {
+            mask: 0xff,
+            at: 16,
+            min_len: 32,
+        },
+        (Family::V4, Direction::Upload) => Hashing {
+            mask: 0xff,
+            at: 12,
+            min_len: 32,
+        },
+        (Family::V6, Direction::Download) => Hashing {
+            mask: 0x00ff_0000,
+            at: 28,
+            min_len: 48,
+        },
+        (Family::V6, Direction::Upload) => Hashing {
+            mask: 0x00ff_0000,
+            at: 12,
+            min_len: 48,
+        },
+    }
+}
+
+impl Hashing {
+    /// The bucket of `p` (`None`: too short a prefix, the root table).
+    fn bucket(self, p: &IpPrefix) -> Option<u32> {
+        if p.prefix_len() < self.min_len {
+            return None;
+        }
+        let byte = match p.addr() {
+            std::net::IpAddr::V4(a) => a.octets()[3],
+            std::net::IpAddr::V6(a) => a.octets()[5],
+        };
+        Some(u32::from(byte))
+    }
+}
+
+/// A filter the import owns: one address to one class.
+#[derive(Debug, Clone)]
+struct Owned {
+    address: AddressKey,
+    class: ClassId,
+    prio: u32,
+    handle: String,
+}
+
+impl Running {
+    fn class(&self, id: ClassId) -> Option<&ClassInfo> {
+        self.classes.iter().find(|c| c.id.parse() == Ok(id))
+    }
+
+    fn parent_of(&self, id: ClassId) -> Option<ClassId> {
+        self.class(id)?.parent.as_deref()?.parse().ok()
+    }
+
+    /// Whether `id` is below `top` (not `top` itself).
+    fn is_below(&self, id: ClassId, top: ClassId) -> bool {
+        let mut at = id;
+        for _ in 0..self.classes.len() {
+            match self.parent_of(at) {
+                Some(p) if p == top => return true,
+                Some(p) => at = p,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    /// The filters at the import's prios that match one address (`dst` towards the
+    /// subscribers, `src` from them) and name a class under `parent`.
+    fn owned(&self, placement: &Placement, direction: Direction) -> Vec<Owned> {
+        let prios = [placement.prio, placement.prio + 1];
+        self.filters
+            .iter()
+            .filter(|f| prios.contains(&f.prio) && f.kind == "u32")
+            // In a table's bucket or the root table; not a table or a link.
+            .filter(|f| f.hashing.divisor.is_none() && f.hashing.link.is_none())
+            .filter_map(|f| {
+                let m = &f.matcher;
+                let address = match direction {
+                    Direction::Download if m.src.is_none() => m.dst.as_deref()?,
+                    Direction::Upload if m.dst.is_none() => m.src.as_deref()?,
+                    _ => return None,
+                };
+                let bare = htb_ipc::MatchSpec {
+                    src: None,
+                    dst: None,
+                    ..m.clone()
+                };
+                if bare != htb_ipc::MatchSpec::default() {
+                    return None;
+                }
+                let class: ClassId = f.class.parse().ok()?;
+                let address: IpPrefix = address.parse().ok()?;
+                self.is_below(class, placement.parent).then(|| Owned {
+                    address: key(&address),
+                    class,
+                    prio: f.prio,
+                    handle: f.handle.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// The table linked from `prio`'s root table by `h`, if there is one.
+    fn linked_table(&self, prio: u32, h: Hashing) -> Option<u32> {
+        self.filters.iter().find_map(|f| {
+            let key = f.hashing.hashkey?;
+            (f.prio == prio && key.mask == h.mask && key.at == h.at)
+                .then_some(f.hashing.link)
+                .flatten()
+        })
+    }
+
+    /// The u32 table ids in use (tables, and the tables filters live in).
+    fn tables(&self) -> BTreeSet<u32> {
+        self.filters
+            .iter()
+            .filter(|f| f.kind == "u32")
+            .filter_map(|f| f.handle.parse::<U32Handle>().ok())
+            .map(U32Handle::table)
+            .collect()
+    }
+
+    fn leaf(&self, id: ClassId) -> Option<&LeafConfig> {
+        self.leaves
+            .iter()
+            .find(|l| l.parent == id && l.handle.is_some())
+            .map(|l| &l.config)
+    }
+}
+
+/// The most frequent of `votes` (ties: the lowest id) that `ok` accepts.
+fn majority(
+    votes: impl IntoIterator<Item = ClassId>,
+    ok: impl Fn(ClassId) -> bool,
+) -> Option<ClassId> {
+    let mut tally: BTreeMap<ClassId, usize> = BTreeMap::new();
+    for v in votes {
+        *tally.entry(v).or_default() += 1;
+    }
+    tally
+        .into_iter()
+        .filter(|&(id, _)| ok(id))
+        .max_by_key(|&(id, n)| (n, std::cmp::Reverse(id)))
+        .map(|(id, _)| id)
+}
+
+/// The sync batch for `circuits` (and `nodes`, from network.json) over `running`, per port in
+/// `placement`'s order; new classes take the lowest free minors from `first_minor`.
+///
+/// # Errors
+/// The minors run out.
+pub fn batch(
+    circuits: &[Circuit],
+    nodes: Option<&[Node]>,
+    placement: &Placement,
+    running: &BTreeMap<String, Running>,
+    first_minor: u32,
+) -> Result<Batch, super::circuits::CircuitError> {
+    let empty = Running::default();
+    let devs: Vec<(&str, Direction)> = placement.devs().collect();
+    let (match_dev, match_direction) = devs.first().copied().unwrap_or(("", Direction::Download));
+    let r = running.get(match_dev).unwrap_or(&empty);
+    let all_nodes: Vec<(&Node, Option<&str>)> = nodes.map(network::flatten).unwrap_or_default();
+
+    // Circuits, by the addresses their filters match; then nodes, bottom up, by the classes
+    // found under them.
+    let owned = r.owned(placement, match_direction);
+    let by_address: BTreeMap<AddressKey, ClassId> =
+        owned.iter().map(|o| (o.address, o.class)).collect();
+    let mut claimed: BTreeSet<ClassId> = BTreeSet::new();
+    let mut circuit_ids: Vec<Option<ClassId>> = Vec::with_capacity(circuits.len());
+    for c in circuits {
+        let votes = c
+            .addresses
+            .iter()
+            .filter_map(|(a, _)| by_address.get(&key(a)).copied());
+        let id = majority(votes, |id| !claimed.contains(&id));
+        if let Some(id) = id {
+            claimed.insert(id);
+        }
+        circuit_ids.push(id);
+    }
+    let managed_node = |name: &str| !placement.nodes.contains_key(name);
+    let node_ok = |id: ClassId, claimed: &BTreeSet<ClassId>| {
+        !claimed.contains(&id) && id != placement.parent && r.is_below(id, placement.parent)
+    };
+    let mut node_ids: BTreeMap<&str, ClassId> = BTreeMap::new();
+    // First the nodes with circuits of their own, by those circuits' parents (the strongest
+    // evidence: a child node may have moved, its circuits went with it); then the others,
+    // bottom up, by their child nodes' parents.
+    for &(node, _) in all_nodes.iter().rev() {
+        if !managed_node(&node.name) {
+            continue;
+        }
+        let votes: Vec<ClassId> = circuits
+            .iter()
+            .zip(&circuit_ids)
+            .filter(|(c, _)| c.node == node.name)
+            .filter_map(|(_, id)| r.parent_of((*id)?))
+            .collect();
+        if let Some(id) = majority(votes, |id| node_ok(id, &claimed)) {
+            claimed.insert(id);
+            node_ids.insert(&node.name, id);
+        }
+    }
+    for &(node, _) in all_nodes.iter().rev() {
+        if !managed_node(&node.name) || node_ids.contains_key(node.name.as_str()) {
+            continue;
+        }
+        let votes: Vec<ClassId> = node
+            .children
+            .iter()
+            .filter_map(|ch| node_ids.get(ch.name.as_str()))
+            .filter_map(|&id| r.parent_of(id))
+            .collect();
+        if let Some(id) = majority(votes, |id| node_ok(id, &claimed)) {
+            claimed.insert(id);
+            node_ids.insert(&node.name, id);
+        }
+    }
+
+    // New ones take minors no port uses.
+    let major = placement.parent.major();
+    let used: BTreeSet<u32> = running
+        .values()
+        .flat_map(|r| {
+            r.classes
+                .iter()
+                .filter_map(|c| c.id.parse::<ClassId>().ok())
+        })
+        .filter(|id| id.major() == major)
+        .map(ClassId::minor)
+        .chain(placement.nodes.values().map(|id| id.minor()))
+        .collect();
+    let missing = all_nodes
+        .iter()
+        .filter(|(n, _)| managed_node(&n.name) && !node_ids.contains_key(n.name.as_str()))
+        .count()
+        + circuit_ids.iter().filter(|id| id.is_none()).count();
+    let mut fresh = super::circuits::allocate(missing, major, first_minor, &used)?.into_iter();
+    for &(node, _) in &all_nodes {
+        if managed_node(&node.name) && !node_ids.contains_key(node.name.as_str()) {
+            node_ids.insert(&node.name, fresh.next().unwrap_or(placement.parent));
+        }
+    }
+    let circuit_ids: Vec<ClassId> = circuit_ids
+        .into_iter()
+        .map(|id| id.unwrap_or_else(|| fresh.next().unwrap_or(placement.parent)))
+        .collect();
+
+    // The class a circuit or node hangs under: its node's (network.json's, or --node's).
+    let class_of_node = |name: &str| -> Option<ClassId> {
+        placement
+            .nodes
+            .get(name)
+            .or_else(|| node_ids.get(name))
+            .copied()
+    };
+    let mut out = Batch {
+        circuit_ids: circuit_ids.clone(),
+        ..Batch::default()
+    };
+    for &(dev, direction) in &devs {
+        let r = running.get(dev).unwrap_or(&empty);
+        let pick = |d: (u64, u64), u: (u64, u64)| match direction {
+            Direction::Download => d,
+            Direction::Upload => u,
+        };
+        let mut want: BTreeMap<ClassId, Want> = BTreeMap::new();
+        let mut order: Vec<ClassId> = Vec::new();
+        for &(node, parent) in &all_nodes {
+            let Some(id) = node_ids.get(node.name.as_str()).copied() else {
+                continue;
+            };
+            let (rate, ceil) = pick(node.download, node.upload);
+            want.insert(
+                id,
+                Want {
+                    parent: parent.and_then(class_of_node).unwrap_or(placement.parent),
+                    rate,
+                    ceil,
+                    sqm: String::new(),
+                    origin: Origin::Node(node.name.clone()),
+                    label: format!("node \"{}\"", flat(&node.name)),
+                },
+            );
+            order.push(id);
+        }
+        let mut want_filters: BTreeMap<AddressKey, (IpPrefix, ClassId, u64)> = BTreeMap::new();
+        for (c, &id) in circuits.iter().zip(&circuit_ids) {
+            let rates = &c.rates;
+            let (rate, ceil) = pick(
+                (rates.download_min, rates.download_max),
+                (rates.upload_min, rates.upload_max),
+            );
+            want.insert(
+                id,
+                Want {
+                    parent: class_of_node(&c.node).unwrap_or(placement.parent),
+                    rate,
+                    ceil,
+                    sqm: c.sqm.clone(),
+                    origin: Origin::Csv(c.line),
+                    label: format!("circuit \"{}\" {}", flat(&c.id), flat(&c.name)),
+                },
+            );
+            order.push(id);
+            for &(address, line) in &c.addresses {
+                want_filters.insert(key(&address), (address, id, line));
+            }
+        }
+        port_batch(
+            dev,
+            direction,
+            r,
+            placement,
+            nodes.is_some(),
+            &want,
+            &order,
+            &want_filters,
+            &mut out,
+        );
+    }
+    Ok(out)
+}
+
+/// One port's part of the batch: what `r` must lose and gain to be `want`.
+#[allow(clippy::too_many_arguments)]
+fn port_batch(
+    dev: &str,
+    direction: Direction,
+    r: &Running,
+    placement: &Placement,
+    own_subtree: bool,
+    want: &BTreeMap<ClassId, Want>,
+    order: &[ClassId],
+    want_filters: &BTreeMap<AddressKey, (IpPrefix, ClassId, u64)>,
+    out: &mut Batch,
+) {
+    let qdisc = ClassId::new(placement.parent.major(), 0);
+    let owned = r.owned(placement, direction);
+    let ids: Vec<ClassId> = r.classes.iter().filter_map(|c| c.id.parse().ok()).collect();
+    // What the import owns here: its filters' classes; with network.json, everything under
+    // --parent but the --node classes, the classes other filters name, and what holds them.
+    let theirs = r
+        .filters
+        .iter()
+        .filter(|f| {
+            !owned
+                .iter()
+                .any(|o| o.prio == f.prio && o.handle == f.handle)
+        })
+        .filter_map(|f| f.class.parse::<ClassId>().ok());
+    let keep_out: BTreeSet<ClassId> = placement
+        .nodes
+        .values()
+        .copied()
+        .chain(theirs)
+        .flat_map(|n| {
+            let mut up = vec![n];
+            let mut at = n;
+            while let Some(p) = r.parent_of(at) {
+                up.push(p);
+                at = p;
+            }
+            up
+        })
+        .collect();
+    let mut scope: BTreeSet<ClassId> = owned.iter().map(|o| o.class).collect();
+    if own_subtree {
+        scope.extend(
+            ids.iter()
+                .copied()
+                .filter(|&id| r.is_below(id, placement.parent) && !keep_out.contains(&id)),
+        );
+    }
+    // Gone: owned and not wanted, or wanted under another parent; and everything below.
+    let mut gone: BTreeSet<ClassId> = scope
+        .iter()
+        .copied()
+        .filter(|id| !want.contains_key(id))
+        .collect();
+    gone.extend(want.iter().filter_map(|(&id, w)| {
+        let have = r.class(id)?;
+        let parent: Option<ClassId> = have.parent.as_deref().and_then(|p| p.parse().ok());
+        (parent != Some(w.parent)).then_some(id)
+    }));
+    loop {
+        let more: Vec<ClassId> = ids
+            .iter()
+            .copied()
+            .filter(|id| !gone.contains(id))
+            .filter(|&id| r.parent_of(id).is_some_and(|p| gone.contains(&p)))
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        gone.extend(more);
+    }
+
+    // Filters first: a class in use by one cannot go.
+    let mut kept_filters: BTreeSet<AddressKey> = BTreeSet::new();
+    for o in &owned {
+        let wanted = want_filters.get(&o.address).map(|&(_, class, _)| class);
+        if wanted == Some(o.class) && !gone.contains(&o.class) && !kept_filters.contains(&o.address)
+        {
+            kept_filters.insert(o.address);
+            continue;
+        }
+        out.line(
+            Origin::Running,
+            format_args!(
+                "filter del dev {dev} parent {qdisc} prio {} handle {} u32",
+                o.prio, o.handle
+            ),
+        );
+        out.changes.filters_deleted += 1;
+    }
+    // Children before parents: deepest first.
+    let depth = |id: ClassId| {
+        let mut d = 0;
+        let mut at = id;
+        while let Some(p) = r.parent_of(at) {
+            d += 1;
+            at = p;
+        }
+        d
+    };
+    let mut doomed: Vec<ClassId> = gone
+        .iter()
+        .copied()
+        .filter(|&id| r.class(id).is_some())
+        .collect();
+    doomed.sort_by_key(|&id| (std::cmp::Reverse(depth(id)), id));
+    for id in doomed {
+        out.line(
+            Origin::Running,
+            format_args!("class del dev {dev} classid {id}"),
+        );
+        out.changes.deleted += 1;
+    }
+    // Parents before children: nodes in file order (parents first), then circuits.
+    for &id in order {
+        let w = &want[&id];
+        let kept = r.class(id).filter(|_| !gone.contains(&id));
+        let class_line = |verb: &str| {
+            format!(
+                "class {verb} dev {dev} parent {} classid {id} htb rate {}bit ceil {}bit",
+                w.parent, w.rate, w.ceil
+            )
+        };
+        match kept {
+            None => {
+                out.line(
+                    w.origin.clone(),
+                    format_args!("# {} ({})", w.label, w.origin),
+                );
+                out.line(w.origin.clone(), format_args!("{}", class_line("add")));
+                out.changes.added += 1;
+                if !w.sqm.is_empty() {
+                    out.line(
+                        w.origin.clone(),
+                        format_args!("qdisc add dev {dev} parent {id} {}", w.sqm),
+                    );
+                    out.changes.leaves += 1;
+                }
+            }
+            Some(have) => {
+                if (have.rate, have.ceil) != (w.rate, w.ceil) {
+                    out.line(w.origin.clone(), format_args!("{}", class_line("change")));
+                    out.changes.changed += 1;
+                }
+                let running_leaf = r.leaf(id);
+                match (w.sqm.is_empty(), running_leaf) {
+                    (true, None) => {}
+                    (true, Some(_)) => {
+                        out.line(
+                            w.origin.clone(),
+                            format_args!("qdisc del dev {dev} parent {id}"),
+                        );
+                        out.changes.leaves += 1;
+                    }
+                    (false, have_leaf) => {
+                        if have_leaf.is_none_or(|l| Some(*l) != sqm_config(&w.sqm)) {
+                            out.line(
+                                w.origin.clone(),
+                                format_args!("qdisc replace dev {dev} parent {id} {}", w.sqm),
+                            );
+                            out.changes.leaves += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let key_word = match direction {
+        Direction::Download => "dst",
+        Direction::Upload => "src",
+    };
+    // The hash table of each family that gets filters: the one linked already, else a new
+    // one (ids from 0x10: below the root tables the kernel numbers from 0x800).
+    let mut in_use = r.tables();
+    let mut tables: BTreeMap<bool, u32> = BTreeMap::new();
+    for &(address, _, _) in want_filters.values() {
+        let family = address.family();
+        let v6 = family == Family::V6;
+        let h = hashing(family, direction);
+        if tables.contains_key(&v6) || h.bucket(&address).is_none() {
+            continue;
+        }
+        let prio = placement.prio + u32::from(v6);
+        let (protocol, origin) = (if v6 { "ipv6" } else { "ip" }, Origin::Running);
+        let table = match r.linked_table(prio, h) {
+            Some(t) => t,
+            None => {
+                let t = (0x10..0x800).find(|t| !in_use.contains(t)).unwrap_or(0x7ff);
+                in_use.insert(t);
+                out.line(
+                    origin.clone(),
+                    format_args!(
+                        "filter add dev {dev} parent {qdisc} prio {prio} handle {t:x}: protocol {protocol} u32 divisor 256"
+                    ),
+                );
+                out.line(
+                    origin,
+                    format_args!(
+                        "filter add dev {dev} parent {qdisc} prio {prio} protocol {protocol} u32 \
+                         match u32 0 0 hashkey mask {:#010x} at {} link {t:x}:",
+                        h.mask, h.at
+                    ),
+                );
+                t
+            }
+        };
+        tables.insert(v6, table);
+    }
+    for (k, &(address, class, line)) in want_filters {
+        if kept_filters.contains(k) {
+            continue;
+        }
+        let family = address.family();
+        let (protocol, layer, prio) = match family {
+            Family::V4 => ("ip", "ip", placement.prio),
+            Family::V6 => ("ipv6", "ip6", placement.prio + 1),
+        };
+        let at = match (
+            hashing(family, direction).bucket(&address),
+            tables.get(&(family == Family::V6)),
+        ) {
+            (Some(bucket), Some(table)) => format!(" ht {table:x}:{bucket:x}:"),
+            _ => String::new(),
+        };
+        out.line(
+            Origin::Csv(line),
+            format_args!(
+                "filter add dev {dev} parent {qdisc} protocol {protocol} prio {prio} u32{at} \
+                 match {layer} {key_word} {address} flowid {class}"
+            ),
+        );
+        out.changes.filters_added += 1;
+    }
+}
+
+/// Free text for a comment: a line break inside a quoted CSV field must not end it.
+fn flat(s: &str) -> String {
+    s.chars()
+        .map(|ch| if ch.is_control() { ' ' } else { ch })
+        .collect()
+}
+
+/// The leaf `sqm`'s words make, with defaults resolved (as htbd would run it).
+fn sqm_config(sqm: &str) -> Option<LeafConfig> {
+    let words: Vec<String> = ["qdisc", "add", "dev", "d", "parent", "1:1"]
+        .into_iter()
+        .map(String::from)
+        .chain(sqm.split_whitespace().map(String::from))
+        .collect();
+    match parse_command(&words) {
+        Ok(Action::Change(htb_ipc::Command::LeafAdd(l))) => l.leaf.resolve().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use htb_ipc::{Command, MatchSpec};
+
+    use super::super::circuits::group;
+    use super::super::shaped_devices::read;
+    use super::*;
+    use crate::tc::parse::parse_batch;
+
+    const HEADER: &str = "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,\
+                          IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,\
+                          Upload Max Mbps,Comment,sqm\n";
+
+    fn circuits(rows: &str) -> Vec<Circuit> {
+        group(read(&format!("{HEADER}{rows}")).unwrap()).unwrap()
+    }
+
+    fn placement(nodes: &[(&str, &str)]) -> Placement {
+        Placement {
+            download_dev: Some("lan0".into()),
+            upload_dev: Some("wan0".into()),
+            parent: "1:1".parse().unwrap(),
+            nodes: nodes
+                .iter()
+                .map(|(n, c)| ((*n).to_owned(), c.parse().unwrap()))
+                .collect(),
+            prio: 10,
+        }
+    }
+
+    fn class(id: &str, parent: Option<&str>, rate: u64, ceil: u64) -> ClassInfo {
+        ClassInfo {
+            dev: String::new(),
+            id: id.into(),
+            parent: parent.map(str::to_owned),
+            level: 0,
+            leaf: true,
+            prio: 0,
+            quantum: 1514,
+            rate,
+            ceil,
+            burst: 1600,
+            cburst: 1600,
+            buffer_ns: 0,
+            cbuffer_ns: 0,
+            overhead: 0,
+            mpu: 0,
+            linklayer: "ethernet".into(),
+            leaf_qdisc: None,
+            stats: None,
+        }
+    }
+
+    /// The operator's part of both trees: `1:1` (the import's parent) and `1:a` (a node
+    /// mapped with --node), and a filter of theirs at another prio.
+    fn base() -> BTreeMap<String, Running> {
+        ["lan0", "wan0"]
+            .into_iter()
+            .map(|dev| {
+                let running = Running {
+                    classes: vec![
+                        class("1:1", None, 1_000_000_000, 1_000_000_000),
+                        class("1:a", Some("1:1"), 100_000_000, 100_000_000),
+                    ],
+                    filters: vec![FilterInfo {
+                        dev: dev.into(),
+                        parent: "1:".into(),
+                        protocol: "ip".into(),
+                        prio: 1,
+                        kind: "u32".into(),
+                        handle: "800::800".into(),
+                        class: "1:a".into(),
+                        matcher: MatchSpec {
+                            dst: Some("10.9.9.9/32".into()),
+                            ..MatchSpec::default()
+                        },
+                        hashing: htb_ipc::U32Hashing::default(),
+                    }],
+                    leaves: Vec::new(),
+                };
+                (dev.to_owned(), running)
+            })
+            .collect()
+    }
+
+    /// Applies `text` to `running` as htbd would, refusing what it would refuse (a class
+    /// deleted while a filter names it or it has children, a class added twice or under a
+    /// missing parent, a filter deleted that is not there).
+    fn apply(running: &mut BTreeMap<String, Running>, text: &str) {
+        // Filter handles as the kernel numbers them: never reused.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x900);
+        for (line, action) in parse_batch(text).unwrap() {
+            let Action::Change(command) = action else {
+                panic!("line {line}: not a change");
+            };
+            let r = running.get_mut(command.dev()).unwrap();
+            let at = |what: &str| format!("line {line} ({what}):\n{text}");
+            match command {
+                Command::ClassAdd(c) => {
+                    assert!(r.class(c.id.parse().unwrap()).is_none(), "{}", at("exists"));
+                    let parent = c.parent.clone().unwrap();
+                    assert!(
+                        r.class(parent.parse().unwrap()).is_some(),
+                        "{}",
+                        at("parent")
+                    );
+                    r.classes
+                        .push(class(&c.id, Some(&parent), c.rate, c.ceil.unwrap()));
+                }
+                Command::ClassChange(c) => {
+                    let id: ClassId = c.id.parse().unwrap();
+                    let have = r.classes.iter_mut().find(|k| k.id.parse() == Ok(id));
+                    let have = have.unwrap_or_else(|| panic!("{}", at("no class")));
+                    assert_eq!(have.parent, c.parent, "{}", at("parent"));
+                    (have.rate, have.ceil) = (c.rate, c.ceil.unwrap());
+                }
+                Command::ClassDelete { id, .. } => {
+                    assert!(!r.filters.iter().any(|f| f.class == id), "{}", at("in use"));
+                    assert!(
+                        !r.classes
+                            .iter()
+                            .any(|k| k.parent.as_deref() == Some(id.as_str())),
+                        "{}",
+                        at("has children")
+                    );
+                    let before = r.classes.len();
+                    r.classes.retain(|k| k.id != id);
+                    assert_eq!(r.classes.len() + 1, before, "{}", at("no class"));
+                    r.leaves.retain(|l| l.parent.to_string() != id);
+                }
+                Command::FilterAdd(f) => {
+                    let next_handle = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    r.filters.push(FilterInfo {
+                        dev: f.dev,
+                        parent: "1:".into(),
+                        protocol: f.protocol,
+                        prio: f.prio.unwrap(),
+                        kind: f.kind,
+                        handle: format!("800::{next_handle:x}"),
+                        class: f.class,
+                        matcher: f.matcher,
+                        hashing: f.hashing,
+                    });
+                }
+                Command::FilterDelete { prio, handle, .. } => {
+                    let before = r.filters.len();
+                    r.filters
+                        .retain(|f| !(Some(f.prio) == prio && Some(&f.handle) == handle.as_ref()));
+                    assert_eq!(r.filters.len() + 1, before, "{}", at("no filter"));
+                }
+                Command::LeafAdd(l) | Command::LeafReplace(l) => {
+                    r.leaves.retain(|x| x.parent != l.parent);
+                    r.leaves.push(LeafQdiscInfo {
+                        dev: l.dev,
+                        handle: Some(ClassId::new(0x8001, 0)),
+                        parent: l.parent,
+                        config: l.leaf.resolve().unwrap(),
+                        stats: None,
+                    });
+                }
+                Command::LeafDelete { parent, .. } => r.leaves.retain(|x| x.parent != parent),
+                other => panic!("{}: {other:?}", at("unexpected")),
+            }
+        }
+    }
+
+    const ROWS: &str = "\
+1,\"Circle St\",1,D1,AP_A,,\"100.64.0.1, 100.64.0.14\",fd00:1::/56,1,0.5,155,20,,
+2,Marconi,2,D2,Elsewhere,,100.64.0.2,,2,1,25,10,,fq_codel
+3,Peg,3,D3,,,100.64.0.3,,2,1,25,10,,
+";
+
+    #[test]
+    fn a_first_import_adds_everything_as_tc_text() {
+        let c = circuits(ROWS);
+        let b = batch(&c, None, &placement(&[("AP_A", "1:a")]), &base(), 0x100).unwrap();
+        let lines: Vec<&str> = b.text.lines().collect();
+        assert_eq!(lines.len(), b.origin.len());
+        assert_eq!(
+            &lines[..3],
+            [
+                "# circuit \"1\" Circle St (line 2)",
+                "class add dev lan0 parent 1:a classid 1:100 htb rate 1000000bit ceil 155000000bit",
+                "# circuit \"2\" Marconi (line 3)",
+            ]
+        );
+        assert!(
+            b.text
+                .contains("qdisc add dev lan0 parent 1:101 fq_codel\n")
+        );
+        assert_eq!(b.text.matches("qdisc add").count(), 2, "one per port");
+        // Hashed as the LARTC HOWTO hashes: a table per prio, linked by the last byte (IPv4)
+        // or byte 5 (IPv6), each address in its bucket.
+        for line in [
+            "filter add dev lan0 parent 1: prio 10 handle 10: protocol ip u32 divisor 256",
+            "filter add dev lan0 parent 1: prio 10 protocol ip u32 match u32 0 0 hashkey mask 0x000000ff at 16 link 10:",
+            "filter add dev lan0 parent 1: protocol ip prio 10 u32 ht 10:e: match ip dst 100.64.0.14/32 flowid 1:100",
+            "filter add dev lan0 parent 1: prio 11 protocol ipv6 u32 match u32 0 0 hashkey mask 0x00ff0000 at 28 link 11:",
+            "filter add dev lan0 parent 1: protocol ipv6 prio 11 u32 ht 11:0: match ip6 dst fd00:1::/56 flowid 1:100",
+            "filter add dev wan0 parent 1: prio 10 protocol ip u32 match u32 0 0 hashkey mask 0x000000ff at 12 link 10:",
+        ] {
+            assert!(b.text.contains(line), "{line}\n{}", b.text);
+        }
+        assert!(b.text.contains(
+            "class add dev wan0 parent 1:1 classid 1:101 htb rate 1000000bit ceil 10000000bit"
+        ));
+        assert!(b.text.contains("match ip src 100.64.0.2/32 flowid 1:101"));
+        assert_eq!(
+            (b.changes.added, b.changes.filters_added, b.changes.deleted),
+            (6, 10, 0)
+        );
+        let actions = parse_batch(&b.text).unwrap();
+        // The filter of 100.64.0.14 comes from the file's line 2.
+        let (line, _) = actions
+            .iter()
+            .find(|(_, a)| matches!(a, Action::Change(Command::FilterAdd(f)) if f.matcher.dst.as_deref() == Some("100.64.0.14/32")))
+            .unwrap();
+        assert_eq!(b.origin[line - 1], Origin::Csv(2));
+    }
+
+    #[test]
+    fn a_changed_file_changes_only_what_changed() {
+        let p = placement(&[("AP_A", "1:a")]);
+        let mut running = base();
+        let first = batch(&circuits(ROWS), None, &p, &running, 0x100).unwrap();
+        apply(&mut running, &first.text);
+        // The same file again: nothing to do.
+        let again = batch(&circuits(ROWS), None, &p, &running, 0x100).unwrap();
+        assert_eq!(again.text, "", "{}", again.text);
+
+        // Circuit 1's plan changes and it gives an address to circuit 2, which drops its sqm;
+        // circuit 3 goes; circuit 4 is new.
+        let changed = "\
+1,\"Circle St\",1,D1,AP_A,,100.64.0.1,fd00:1::/56,1,0.5,200,20,,
+4,New,4,D4,,,100.64.0.4,,1,1,5,5,,
+2,Marconi,2,D2,Elsewhere,,\"100.64.0.2, 100.64.0.14\",,2,1,25,10,,
+";
+        let b = batch(&circuits(changed), None, &p, &running, 0x100).unwrap();
+        let text = &b.text;
+        // A circuit is known by its addresses: 1 keeps 1:100 (changed in place), 2 keeps
+        // 1:101; 4 takes a minor no class uses yet (3's goes in the same batch).
+        assert!(text.contains("class change dev lan0 parent 1:a classid 1:100 htb rate 1000000bit ceil 200000000bit\n"), "{text}");
+        assert!(
+            !text.contains("class change dev wan0"),
+            "upload is unchanged: {text}"
+        );
+        assert!(text.contains("qdisc del dev lan0 parent 1:101\n"), "{text}");
+        assert!(
+            text.contains("class del dev lan0 classid 1:102\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("classid 1:103 htb rate 1000000bit ceil 5000000bit"),
+            "{text}"
+        );
+        assert!(
+            text.contains("match ip dst 100.64.0.14/32 flowid 1:101"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("classid 1:101 htb"),
+            "2 is not re-added: {text}"
+        );
+        assert!(
+            !text.contains("100.64.0.1/"),
+            "untouched filters stay: {text}"
+        );
+        assert_eq!(
+            (
+                b.changes.added,
+                b.changes.changed,
+                b.changes.deleted,
+                b.changes.filters_added,
+                b.changes.filters_deleted
+            ),
+            // Per port: 4 added, 3 deleted, 4's filter and 14's new one added, 3's and 14's
+            // old one deleted; 1 changed on lan0 only.
+            (2, 1, 2, 4, 4)
+        );
+        assert_eq!(
+            b.circuit_ids,
+            ["1:100", "1:103", "1:101"].map(|s| s.parse().unwrap())
+        );
+        apply(&mut running, text);
+        let again = batch(&circuits(changed), None, &p, &running, 0x100).unwrap();
+        assert_eq!(again.text, "", "{}", again.text);
+        // The operator's filter at prio 1 and class 1:a were never touched.
+        assert!(running["lan0"].filters.iter().any(|f| f.prio == 1));
+    }
+
+    #[test]
+    fn network_json_nodes_are_classes_kept_by_what_hangs_under_them() {
+        let network = r#"{
+            "Site_1": {"downloadBandwidthMbps": 500, "uploadBandwidthMbps": 100,
+                "children": {"AP_A": {"downloadBandwidthMbps": 200, "uploadBandwidthMbps": 50},
+                             "AP_B": {"downloadBandwidthMbps": 200, "uploadBandwidthMbps": 50}}},
+            "Site_2": {"downloadBandwidthMbps": 300, "uploadBandwidthMbps": 60}
+        }"#;
+        let nodes = network::read(network).unwrap();
+        let rows = "\
+1,A,1,D1,AP_A,,100.64.0.1,,1,1,50,10,,
+2,B,2,D2,AP_B,,100.64.0.2,,1,1,50,10,,
+3,C,3,D3,Site_2,,100.64.0.3,,1,1,50,10,,
+";
+        let p = placement(&[]);
+        let mut running = base();
+        let first = batch(&circuits(rows), Some(&nodes), &p, &running, 0x100).unwrap();
+        let text = &first.text;
+        // Nodes first, parents before children, capped rates; then circuits under them.
+        assert!(text.contains("class add dev lan0 parent 1:1 classid 1:100 htb rate 500000000bit ceil 500000000bit"), "{text}");
+        assert!(text.contains("class add dev lan0 parent 1:100 classid 1:101 htb rate 200000000bit ceil 200000000bit"), "{text}");
+        assert!(text.contains("class add dev wan0 parent 1:100 classid 1:101 htb rate 50000000bit ceil 50000000bit"), "{text}");
+        assert!(
+            text.contains("class add dev lan0 parent 1:101 classid 1:104"),
+            "{text}"
+        );
+        apply(&mut running, text);
+        assert_eq!(
+            batch(&circuits(rows), Some(&nodes), &p, &running, 0x100)
+                .unwrap()
+                .text,
+            ""
+        );
+        // AP_B moves from Site_1 to Site_2 and gets more: it and its circuit are deleted and
+        // added again under Site_2 (HTB cannot move a class); AP_A and its circuit stay.
+        let moved = network.replace(
+            r#"},
+                             "AP_B": {"downloadBandwidthMbps": 200, "uploadBandwidthMbps": 50}}},
+            "Site_2": {"downloadBandwidthMbps": 300, "uploadBandwidthMbps": 60}"#,
+            r#"}}},
+            "Site_2": {"downloadBandwidthMbps": 300, "uploadBandwidthMbps": 60,
+                "children": {"AP_B": {"downloadBandwidthMbps": 250, "uploadBandwidthMbps": 50}}}"#,
+        );
+        let nodes = network::read(&moved).unwrap();
+        let b = batch(&circuits(rows), Some(&nodes), &p, &running, 0x100).unwrap();
+        let text = &b.text;
+        assert!(
+            text.contains("class del dev lan0 classid 1:105\n"),
+            "AP_B's circuit: {text}"
+        );
+        assert!(
+            text.contains("class del dev lan0 classid 1:102\n"),
+            "AP_B: {text}"
+        );
+        assert!(text.contains("class add dev lan0 parent 1:103 classid 1:102 htb rate 250000000bit ceil 250000000bit"), "{text}");
+        assert!(
+            text.contains("class add dev lan0 parent 1:102 classid 1:105"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("classid 1:104"),
+            "AP_A's circuit is untouched: {text}"
+        );
+        apply(&mut running, text);
+        assert_eq!(
+            batch(&circuits(rows), Some(&nodes), &p, &running, 0x100)
+                .unwrap()
+                .text,
+            ""
+        );
+        // A node that goes (Site_2, with AP_B and circuit 3 moved to AP_A) is deleted after
+        // what hung under it.
+        let rows = rows
+            .replace("AP_B,,100.64.0.2", "AP_A,,100.64.0.2")
+            .replace("Site_2,,100.64.0.3", "AP_A,,100.64.0.3");
+        let nodes = network::read(
+            r#"{"Site_1": {"downloadBandwidthMbps": 500, "uploadBandwidthMbps": 100,
+                "children": {"AP_A": {"downloadBandwidthMbps": 200, "uploadBandwidthMbps": 50}}}}"#,
+        )
+        .unwrap();
+        let b = batch(&circuits(&rows), Some(&nodes), &p, &running, 0x100).unwrap();
+        apply(&mut running, &b.text);
+        let ids: Vec<&str> = running["lan0"]
+            .classes
+            .iter()
+            .map(|c| c.id.as_str())
+            .collect();
+        assert_eq!(ids.len(), 2 + 2 + 3, "{ids:?}\n{}", b.text);
+        assert!(
+            !ids.contains(&"1:103") && !ids.contains(&"1:102"),
+            "{ids:?}"
+        );
+    }
+
+    #[test]
+    fn the_sqm_column_gives_each_circuit_its_leaf_and_cake_is_refused_by_line() {
+        let header = HEADER;
+        // Row 3's comment holds an unquoted comma (as LibreQoS's example does): its sqm is
+        // still the last field.
+        let rows = "1,A,1,D1,,,100.64.0.1,,1,1,10,5,,fq_codel\n\
+                    2,B,2,D2,,,100.64.0.2,,1,1,10,5,,\n\
+                    3,C,3,D3,,,100.64.0.3,,1,1,10,5,small, plan,sfq perturb 10\n";
+        let c = group(read(&format!("{header}{rows}")).unwrap()).unwrap();
+        assert_eq!(
+            c.iter().map(|c| c.sqm.as_str()).collect::<Vec<_>>(),
+            ["fq_codel", "", "sfq perturb 10"]
+        );
+        let placement = Placement {
+            download_dev: Some("lan0".into()),
+            upload_dev: None,
+            parent: "1:1".parse().unwrap(),
+            nodes: BTreeMap::new(),
+            prio: 10,
+        };
+        let b = batch(&c, None, &placement, &BTreeMap::new(), 0x100).unwrap();
+        let (text, origin) = (b.text, b.origin);
+        assert!(
+            text.contains("qdisc add dev lan0 parent 1:100 fq_codel\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("qdisc add dev lan0 parent 1:102 sfq perturb 10\n"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("qdisc add").count(),
+            2,
+            "no leaf line without sqm"
+        );
+        assert_eq!(origin.len(), text.lines().count());
+        assert!(parse_batch(&text).is_ok());
+        // cake (LibreQoS's default) and anything else the parser refuses: refused at its line
+        // and column, with the parser's reason; nothing reaches a batch.
+        for (sqm, why) in [
+            ("cake diffserv4", "cake is not supported yet"),
+            ("fq_codel target x", "target"),
+            ("fq_codel # x", "cannot be in a leaf"),
+            ("htb", "not a leaf qdisc"),
+        ] {
+            let e = read(&format!("{header}1,A,1,D1,,,100.64.0.1,,1,1,10,5,,{sqm}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("line 2, column \"sqm\"") && e.contains(why),
+                "{sqm}: {e}"
+            );
+        }
+        // One circuit's devices must agree on it.
+        let e = group(
+            read(&format!(
+                "{header}1,A,1,D1,,,100.64.0.1,,1,1,10,5,,fq_codel\n1,A,2,D2,,,100.64.0.9,,1,1,10,5,,sfq\n"
+            ))
+            .unwrap(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("sqm"), "{e}");
+    }
+}
