@@ -141,6 +141,19 @@ pub fn number(s: &str, what: &str) -> Result<u32> {
     u32_arg(s, what, 0)
 }
 
+/// A u32 match's mask: hex with or without `0x`, as f_u32.c reads every mask
+/// (`get_u32(&mask, *argv, 16)`: `ffff`, `0xffff`, `FFFF`).
+///
+/// # Errors
+/// tc's `Illegal "WHAT"`.
+pub fn mask(s: &str, what: &str) -> Result<u32> {
+    let digits = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    u32::from_str_radix(digits, 16).or_else(|_| illegal(what))
+}
+
 /// A size in bytes (`1514`, `32mb`, `64k`), as tc's `get_size`.
 ///
 /// # Errors

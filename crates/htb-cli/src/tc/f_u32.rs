@@ -7,7 +7,8 @@ use std::net::IpAddr;
 use htb_config::u32_handle::U32Handle;
 use htb_ipc::{FilterSpec, HashKey, MatchSpec};
 
-use super::args::{Args, Result, UsageError, class_id, illegal, matches, number, usage};
+use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
+use super::m_gact;
 use super::u32_keys::{self, RawKeys};
 use super::usage::FILTER_USAGE;
 
@@ -93,9 +94,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
                 return usage("Illegal \"hashkey\": hashkey mask MASK at OFFSET");
             }
             // tc reads the mask in hex (get_u32(…, 16)), the offset in any base.
-            let mask = a.value()?;
-            let mask = u32::from_str_radix(mask.trim_start_matches("0x"), 16)
-                .or_else(|_| illegal("hashkey mask"))?;
+            let mask = mask(a.value()?, "hashkey mask")?;
             if a.value()? != "at" {
                 return usage("Illegal \"hashkey\": hashkey mask MASK at OFFSET");
             }
@@ -150,7 +149,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
                 }
                 ("ip" | "ip6", "sport" | "dport") | ("tcp" | "udp", "src" | "dst") => {
                     let value = number(a.value()?, "match")?;
-                    let mask = number(a.value()?, "match")?;
+                    let mask = mask(a.value()?, "match")?;
                     let range = port_range(value, mask, field)?;
                     let slot = if matches!(field, "sport" | "src") {
                         &mut m.sport
@@ -161,7 +160,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
                 }
                 ("ip" | "ip6", "protocol") => {
                     let value = number(a.value()?, "match")?;
-                    let mask = number(a.value()?, "match")?;
+                    let mask = mask(a.value()?, "match")?;
                     match (u8::try_from(value), mask) {
                         // A zero mask matches every packet (sqm-scripts' catch-all
                         // `match ip protocol 0 0x00`): no constraint.
@@ -176,7 +175,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
                 }
                 ("ip", "tos" | "dsfield") | ("ip6", "priority") => {
                     let value = number(a.value()?, "match")?;
-                    let mask = number(a.value()?, "match")?;
+                    let mask = mask(a.value()?, "match")?;
                     set_once(&mut m.dscp, tos_to_dscp(value, mask, field)?, field)?;
                 }
                 _ => {
@@ -199,7 +198,9 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else if w == "skip_hw" || w == "skip_sw" {
         } else if w == "help" {
             return usage(FILTER_USAGE);
-        } else if matches(w, "action") || matches(w, "police") {
+        } else if matches(w, "action") {
+            m_gact::action(a)?;
+        } else if matches(w, "police") {
             return usage(format!(
                 "\"{w}\" is not supported: htbd filters only classify"
             ));
@@ -220,10 +221,19 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
     }
     if !raw_keys.is_empty() {
         let v6 = spec.protocol == "ipv6";
-        if spec.protocol == "all" {
+        raw_keys.into_match(v6, &mut spec.matcher)?;
+        // Keys that became IPv4 header fields make it an IPv4 filter; keys that stay raw
+        // (or, with a zero mask, match everything) keep tc's protocol, `all` included.
+        let m = &spec.matcher;
+        let fields = m.src.is_some()
+            || m.dst.is_some()
+            || m.proto.is_some()
+            || m.sport.is_some()
+            || m.dport.is_some()
+            || m.dscp.is_some();
+        if spec.protocol == "all" && fields {
             spec.protocol = "ip".into();
         }
-        raw_keys.into_match(v6, &mut spec.matcher)?;
     }
     if spec.hashing.divisor.is_some()
         && (spec.hashing.table.is_some()

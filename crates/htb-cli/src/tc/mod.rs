@@ -9,6 +9,7 @@ pub mod args;
 mod f_flower;
 mod f_u32;
 pub mod format;
+mod m_gact;
 mod monitor;
 pub mod parse;
 mod q_fifo;
@@ -56,6 +57,7 @@ fn style(options: &Options, show: &Show) -> Style {
         json: options.json,
         pretty: options.pretty,
         show_dev: show.dev.is_none(),
+        hide_parent: show.object == Some(Object::Filter) && show.parent.is_some(),
     }
 }
 

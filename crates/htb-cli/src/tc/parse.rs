@@ -766,6 +766,33 @@ mod tests {
     }
 
     #[test]
+    fn masks_are_hex_and_gact_ok_is_what_classifying_does() {
+        // f_u32.c reads every mask in base 16, with or without 0x.
+        let Command::FilterAdd(f) = change(
+            "filter add dev D parent 1: protocol ip prio 98 u32 match tcp src 22 FFFF classid 1:3",
+        ) else {
+            panic!("not a filter add");
+        };
+        assert_eq!(f.matcher.sport, Some((22, 22)));
+        let Command::FilterAdd(f) = change(
+            "filter add dev D parent 1: prio 99 u32 ht 1: sample u32 0x10203040 ff match u8 0 0 classid 1:1",
+        ) else {
+            panic!("not a filter add");
+        };
+        assert_eq!(f.hashing.table, Some((1, 0x40)));
+        assert_eq!(f.protocol, "all", "a zero-mask key keeps tc's protocol");
+        for ok in ["action ok", "action pass", "action gact ok"] {
+            change(&format!(
+                "filter add dev D parent 1: protocol ip prio 1 u32 match ip src 127.0.0.1/32 flowid 1:1 {ok}"
+            ));
+        }
+        assert!(
+            error("filter add dev D parent 1: protocol ip prio 1 u32 match ip src 127.0.0.1/32 flowid 1:1 action drop")
+                .contains("only classify")
+        );
+    }
+
+    #[test]
     fn batches_keep_line_numbers_and_stop_at_the_first_bad_line() {
         let text = "# a tree\nqdisc add dev D root handle 1: htb default 20\n\nclass add dev D parent 1: \\\n  classid 1:20 htb rate 1mbit\nclass show dev D\n";
         let parsed = parse_batch(text).unwrap();

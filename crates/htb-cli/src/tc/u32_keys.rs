@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use htb_config::u32_handle::U32Handle;
 use htb_ipc::MatchSpec;
 
-use super::args::{Args, Result, illegal, number, usage};
+use super::args::{Args, Result, illegal, mask, number, usage};
 use super::f_u32::{port_range, tos_to_dscp};
 
 /// One 32-bit key, in host order, as `pack_key` builds it.
@@ -45,7 +45,7 @@ impl RawKey {
 /// is 0, as tc's `parse_u32` has it (`match u32 0 0`, sqm-scripts' catch-all).
 pub(super) fn raw(a: &mut Args<'_>, width: &str) -> Result<RawKey> {
     let value = number(a.value()?, "match")?;
-    let mask = number(a.value()?, "match")?;
+    let mask = mask(a.value()?, "match")?;
     let off = if a.rest().first().is_some_and(|w| w == "at") {
         a.next();
         a.value()?

@@ -235,13 +235,6 @@ pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) -> Result<(), NoNodeI
         .filter(|(f, _)| f.u32.divisor.is_some())
         .map(|(f, _)| f.table())
         .collect();
-    let mut next_ht = filters
-        .iter()
-        .filter(|(f, given)| *given && f.kind == FilterKind::U32)
-        .map(|(f, _)| (f.handle >> 20) + 1)
-        .max()
-        .unwrap_or(U32_FIRST_ID)
-        .max(U32_FIRST_ID);
     for i in 0..filters.len() {
         if filters[i].1 {
             continue;
@@ -255,9 +248,15 @@ pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) -> Result<(), NoNodeI
                 let mut peers = peers.map(|(f, _)| f.handle).peekable();
                 let ht = match peers.peek() {
                     Some(h) => h >> 20,
+                    // A new prio's root table, as a live `filter add` would number it.
                     None => {
-                        next_ht += 1;
-                        next_ht - 1
+                        let mut given: Vec<FilterEntry> = filters
+                            .iter()
+                            .filter(|(_, given)| *given)
+                            .map(|(f, _)| *f)
+                            .collect();
+                        given.sort_by_key(FilterEntry::order);
+                        super::filter_list::next_table(&given)
                     }
                 };
                 let node = peers.map(|h| (h & 0xfff) + 1).max().unwrap_or(U32_FIRST_ID);

@@ -89,13 +89,33 @@ pub(super) fn next_node(filters: &[FilterEntry], table: u32, bucket: u32) -> u32
 /// The id of a new u32 table (`gen_new_htid`: above every table in use, from 0x800). A walk:
 /// new tables are rare (one per prio's first filter, one per `divisor`).
 pub(super) fn next_table(filters: &[FilterEntry]) -> u32 {
-    filters
+    let above = filters
         .iter()
         .filter(|e| e.kind == FilterKind::U32)
         .map(|e| (e.handle >> 20) + 1)
         .max()
         .unwrap_or(U32_FIRST_ID)
-        .max(U32_FIRST_ID)
+        .max(U32_FIRST_ID);
+    // A prio whose u32 filters all live in hash tables still has its root table (the kernel's
+    // `u32_init` gives every prio one), which no handle shows: each takes an id too.
+    let rootless = prios(filters)
+        .into_iter()
+        .filter(|&p| {
+            let mut u32s = within_prio(filters, p).filter(|e| e.kind == FilterKind::U32);
+            let mut any = false;
+            let all_hashed = u32s.all(|e| {
+                any = true;
+                is_hash_table(filters, u32::from(e.table()))
+            });
+            any && all_hashed
+        })
+        .count();
+    above + u32::try_from(rootless).unwrap_or(0)
+}
+
+/// The filters at `prio`.
+fn within_prio(filters: &[FilterEntry], prio: u32) -> impl Iterator<Item = &FilterEntry> {
+    filters[prio_range(filters, prio)].iter()
 }
 
 /// The handle the kernel would give a new `kind` filter in `prio` without one (what

@@ -231,6 +231,14 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         u32,
     };
     let placed = u32_placement(qdisc, f, &u32)?;
+    // A filter in a hash table is that table's prio's, wherever it was added (the kernel's
+    // u32 tables are shared by the qdisc's prios; `u32_walk` shows a table under its own).
+    if u32.divisor.is_none()
+        && let Some((table, _)) = f.hashing.table
+        && let Some(decl) = filter_list::hash_table(&qdisc.filters, table)
+    {
+        entry.prio = decl.prio;
+    }
     let given = match placed {
         Some(h) => Some(h),
         None => f

@@ -203,17 +203,23 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
         if style.show_dev {
             let _ = write!(head, "dev {} ", f.dev);
         }
+        // tc's print_filter: the parent only when the show did not name it.
+        if !style.hide_parent {
+            let _ = write!(head, "parent {} ", f.parent);
+        }
         let _ = write!(
             head,
-            "parent {} protocol {} pref {} {} chain 0 ",
-            f.parent, f.protocol, f.prio, f.kind
+            "protocol {} pref {} {} chain 0 ",
+            f.protocol, f.prio, f.kind
         );
         let base = || {
             let mut o = Map::new();
             if style.show_dev {
                 o.insert("dev".into(), json!(f.dev));
             }
-            o.insert("parent".into(), json!(f.parent));
+            if !style.hide_parent {
+                o.insert("parent".into(), json!(f.parent));
+            }
             o.insert("protocol".into(), json!(f.protocol));
             o.insert("pref".into(), json!(f.prio));
             o.insert("kind".into(), json!(f.kind));

@@ -35,6 +35,8 @@ pub struct Style {
     pub pretty: bool,
     /// Name the device on each line (no `dev` was given).
     pub show_dev: bool,
+    /// Leave a filter's `parent` out: the show named it (`filter show dev D parent 1:`).
+    pub hide_parent: bool,
 }
 
 struct RateText(u64, bool);
