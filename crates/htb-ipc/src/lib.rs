@@ -374,6 +374,25 @@ pub struct ClassStats {
     pub tokens: i32,
     /// Ceil bucket in 64 ns ticks.
     pub ctokens: i32,
+    /// TCP round trips and retransmissions, where the port measures them (`rtt = true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt: Option<RttStats>,
+}
+
+/// A class's TCP round trips, measured passively (TCP timestamps, handshakes): percentiles of
+/// the last samples, and counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RttStats {
+    /// Median round trip in µs (`None`: no sample yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p50_us: Option<u32>,
+    /// 95th percentile in µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p95_us: Option<u32>,
+    /// Samples ever.
+    pub samples: u64,
+    /// TCP retransmissions seen in the class.
+    pub retransmits: u64,
 }
 
 /// A filter as stored.

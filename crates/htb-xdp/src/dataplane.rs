@@ -16,10 +16,13 @@ use crate::frame::{FlowHasher, Frame};
 use crate::parse::{parse, set_ce};
 use crate::plane_op::PlaneOp;
 use crate::rings::{Chunk, FrameCounts, Rings};
+use crate::rtt::{ClassRtt, RttTracker};
 use crate::stats::{PortSnapshot, PortStats};
 
 #[cfg(test)]
 mod mq_tests;
+#[cfg(test)]
+mod rtt_tests;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
@@ -59,6 +62,8 @@ pub(crate) struct PortSetup {
     pub(crate) trees: Vec<(Scheduler<Frame>, Option<u16>)>,
     /// Its filters (one compiled copy, shared by the workers: classifying only reads).
     pub(crate) classifier: Arc<Classifier>,
+    /// Measure the TCP round trips of what leaves through it.
+    pub(crate) rtt: bool,
 }
 
 /// One HTB qdisc of a port: the root's, or one under a class of tc's `mq`.
@@ -108,6 +113,10 @@ struct Port {
     /// ring, as a NIC serves its TX queues in turn.
     next_tree: usize,
     stats: PortStats,
+    /// Measure the TCP round trips of what leaves through it.
+    rtt_on: bool,
+    /// Round trips and retransmissions per class, for the classes that had some.
+    rtt: HashMap<ClassId, ClassRtt>,
 }
 
 impl Port {
@@ -320,6 +329,49 @@ impl Port {
     }
 }
 
+/// A frame on its way out, as the round-trip tracker reads it.
+struct Outgoing<'a> {
+    bytes: &'a [u8],
+    parsed: &'a crate::parse::Parsed,
+    egress: usize,
+    /// The filter that classified it (`None`: its tree's default class).
+    classified: Option<usize>,
+    slot: Slot,
+}
+
+/// Notes a frame for the round-trip tracker if it is a TCP segment, and counts what it gives:
+/// a round trip of the class whose segment it answers, a retransmission of its own class.
+fn observe_rtt(tracker: &mut RttTracker, ports: &mut [Port], f: &Outgoing<'_>, now: Instant) {
+    let Some(segment) = tracker.segment(f.bytes, f.parsed) else {
+        return;
+    };
+    let port = &ports[f.egress];
+    let class = if port.rtt_on {
+        match f.classified {
+            Some(i) => port.classifier.filters().get(i).map(|filter| filter.class),
+            None => f
+                .slot
+                .tree
+                .and_then(|t| port.trees.get(t))
+                .and_then(|t| t.htb.default_class()),
+        }
+        .and_then(|c| Some((u16::try_from(f.egress).ok()?, c)))
+    } else {
+        None
+    };
+    let seen = tracker.observe(&segment, class, now);
+    if let Some(((p, id), ns)) = seen.sample
+        && let Some(port) = ports.get_mut(usize::from(p))
+    {
+        port.rtt.entry(id).or_default().add(ns);
+    }
+    if seen.retransmit
+        && let Some((_, id)) = class
+    {
+        ports[f.egress].rtt.entry(id).or_default().retransmits += 1;
+    }
+}
+
 /// Receive, classify, schedule, transmit: one pass per [`poll`](Self::poll).
 pub(crate) struct Dataplane<R: Rings> {
     rings: R,
@@ -341,6 +393,8 @@ pub(crate) struct Dataplane<R: Rings> {
     loops: u64,
     /// This worker's links to the others.
     crew: Crew<R::Parcel>,
+    /// The TCP flow table, when a port measures round trips.
+    rtt: Option<RttTracker>,
 }
 
 /// Frames taken from other workers per pass, at most: the rest wait for the next pass, so that
@@ -367,6 +421,7 @@ impl<R: Rings> Dataplane<R> {
         crew: Crew<R::Parcel>,
     ) -> Self {
         let by_mac = ports.iter().enumerate().map(|(i, p)| (p.mac, i)).collect();
+        let rtt = ports.iter().any(|p| p.rtt).then(RttTracker::new);
         let ports = ports
             .into_iter()
             .map(|p| {
@@ -388,6 +443,8 @@ impl<R: Rings> Dataplane<R> {
                     unclassified: None,
                     owners: HashMap::new(),
                     next_tree: 0,
+                    rtt_on: p.rtt,
+                    rtt: HashMap::new(),
                 };
                 port.reset_targets();
                 port
@@ -408,6 +465,7 @@ impl<R: Rings> Dataplane<R> {
             frame_size,
             loops: 0,
             crew,
+            rtt,
         }
     }
 
@@ -526,6 +584,16 @@ impl<R: Rings> Dataplane<R> {
             Some(i) => (u32::try_from(i).ok(), port.target(i, me, workers)),
             None => (None, port.unclassified_slot(me, workers)),
         };
+        if let Some(tracker) = self.rtt.as_mut() {
+            let outgoing = Outgoing {
+                bytes,
+                parsed: &parsed,
+                egress,
+                classified,
+                slot,
+            };
+            observe_rtt(tracker, &mut self.ports, &outgoing, now);
+        }
         if owner != me {
             self.hand_over(owner, egress, filter, frame);
             return;
@@ -871,6 +939,7 @@ impl<R: Rings> Dataplane<R> {
                 .iter()
                 .map(|&id| htb(id).and_then(|h| h.leaf_stats(id)))
                 .collect(),
+            rtt: ids.iter().map(|id| p.rtt.get(id).cloned()).collect(),
         })
     }
 }

@@ -58,6 +58,8 @@ pub struct PortConfig {
     pub trees: Vec<PortTree>,
     /// Filters classifying into `trees`, in evaluation order.
     pub filters: Vec<Filter>,
+    /// Measure the TCP round trips of what leaves through this port, per class.
+    pub rtt: bool,
 }
 
 /// Everything the engine needs to start.
@@ -400,6 +402,7 @@ impl Engine {
                     peer,
                     trees,
                     classifier: Arc::clone(&classifier),
+                    rtt: port.rtt,
                 });
             }
         }

@@ -27,6 +27,7 @@ pub mod parse;
 mod plane_op;
 mod program;
 mod rings;
+pub mod rtt;
 mod stats;
 mod sys;
 mod umem;

@@ -102,6 +102,7 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
             port: PortStats::default(),
             classes: Vec::new(),
             leaves: Vec::new(),
+            rtt: Vec::new(),
         };
     };
     let others: Vec<PortSnapshot> = rest.collect();
@@ -115,6 +116,16 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
             }
         }
         add_port(&mut merged.port, &other.port);
+    }
+    // Round trips: every worker's samples of the class together.
+    for other in &others {
+        for (total, rtt) in merged.rtt.iter_mut().zip(&other.rtt) {
+            match (total.as_mut(), rtt) {
+                (Some(t), Some(r)) => t.merge(r),
+                (None, Some(r)) => *total = Some(r.clone()),
+                _ => {}
+            }
+        }
     }
     for i in 0..merged.classes.len() {
         let classes: Vec<Option<ClassStats>> = std::iter::once(&merged)

@@ -106,4 +106,6 @@ pub struct PortSnapshot {
     pub classes: Vec<Option<htb_core::ClassStats>>,
     /// Per requested class, its leaf qdisc's statistics (`None` for inner classes).
     pub leaves: Vec<Option<htb_core::LeafStats>>,
+    /// Per requested class, its TCP round trips (`None`: none measured).
+    pub rtt: Vec<Option<crate::rtt::ClassRtt>>,
 }

@@ -10,6 +10,7 @@
 //!
 //! [[interface]]
 //! name = "r2"
+//! rtt = true                   # optional: TCP round trips per class of what leaves here
 //! [interface.qdisc]            # optional: an HTB tree shaping what leaves through this port
 //! default = "20"
 //! [[interface.class]]          # same keys as the simulator's [[class]]
@@ -92,6 +93,9 @@ struct InterfaceSection {
     filter: Vec<Located<FilterSection>>,
     /// tc's `mq` at the root (its handle): the trees go in `[[interface.tree]]`.
     mq: Option<Located<ClassIdValue>>,
+    /// Measure the TCP round trips of what leaves through it.
+    #[serde(default)]
+    rtt: bool,
     #[serde(default)]
     tree: Vec<Located<TreeSection>>,
 }
@@ -626,6 +630,7 @@ impl DaemonConfig {
                 peer,
                 trees: trees.port_trees(),
                 filters,
+                rtt: iface.rtt,
             });
             interfaces.push(trees);
         }

@@ -71,4 +71,6 @@ pub struct ClassScrape {
     pub ceil: u64,
     /// The data plane's counters.
     pub stats: ClassStats,
+    /// Its TCP round trips, where its port measures them.
+    pub rtt: Option<htb_ipc::RttStats>,
 }

@@ -70,6 +70,7 @@ fn plane(me: usize, workers: usize) -> (Dataplane<SimRings>, Vec<Crew<Chunk>>) {
             peer: Some(B),
             trees: Vec::new(),
             classifier: Arc::new(Classifier::default()),
+            rtt: false,
         },
         PortSetup {
             name: "b".into(),
@@ -77,6 +78,7 @@ fn plane(me: usize, workers: usize) -> (Dataplane<SimRings>, Vec<Crew<Chunk>>) {
             peer: Some(A),
             trees: vec![(tree(1), Some(1)), (tree(2), Some(2))],
             classifier: Arc::new(Classifier::new(filters())),
+            rtt: false,
         },
     ];
     let rings = SimRings::new(4096, FRAME_SIZE, 256, &QUEUES, 1);

@@ -143,6 +143,7 @@ fn plane_with_chains(
             peer: peer_a,
             trees: Vec::new(),
             classifier: Arc::new(Classifier::default()),
+            rtt: false,
         },
         PortSetup {
             name: "b".into(),
@@ -150,6 +151,7 @@ fn plane_with_chains(
             peer: peer_b,
             trees: vec![(tree_b(Instant::ZERO, 64), None)],
             classifier: Arc::new(Classifier::new(to_5001())),
+            rtt: false,
         },
     ];
     let rings = SimRings::new(frames, FRAME_SIZE, ring, &QUEUES, max_chain);

@@ -4,7 +4,7 @@
 use htb_core::ClassId;
 use htb_ipc::{
     ClassInfo, ClassStats, ErrorCode, FilterInfo, IpcError, LeafQdiscInfo, LeafQdiscStats,
-    MqClassInfo, MqInfo, Object, QdiscInfo, QueueStats, Show, Shown,
+    MqClassInfo, MqInfo, Object, QdiscInfo, QueueStats, RttStats, Show, Shown,
 };
 use htb_xdp::PortSnapshot;
 
@@ -26,6 +26,16 @@ fn queue_stats(s: &htb_core::SchedulerStats, pool: u64) -> QueueStats {
     }
 }
 
+/// A class's round trips as the wire carries them.
+fn rtt_stats(r: &htb_xdp::rtt::ClassRtt) -> RttStats {
+    RttStats {
+        p50_us: r.quantile(0.5),
+        p95_us: r.quantile(0.95),
+        samples: r.samples,
+        retransmits: r.retransmits,
+    }
+}
+
 /// Classes whose statistics one data-plane job copies.
 const STATS_CHUNK: usize = 4096;
 
@@ -43,6 +53,11 @@ impl TreeStats<'_> {
             .get(self.offset + i)
             .copied()
             .flatten()
+    }
+
+    fn rtt(&self, i: usize) -> Option<RttStats> {
+        let r = self.snapshot.rtt.get(self.offset + i)?.as_ref()?;
+        Some(rtt_stats(r))
     }
 
     fn leaf(&self, i: usize) -> Option<htb_core::LeafStats> {
@@ -223,6 +238,7 @@ fn show_tree(
                     giants: s.giants,
                     tokens: s.tokens,
                     ctokens: s.ctokens,
+                    rtt: stats.and_then(|t| t.rtt(i)),
                 });
                 shown.classes.push(ClassInfo {
                     dev: dev.clone(),
@@ -382,7 +398,8 @@ impl Control {
             let classes = ids
                 .iter()
                 .zip(snapshot.classes)
-                .filter_map(|(id, stats)| {
+                .zip(snapshot.rtt)
+                .filter_map(|((id, stats), rtt)| {
                     let info = port.tree(id.major())?.class_info(*id)?;
                     Some(ClassScrape {
                         id: *id,
@@ -390,6 +407,7 @@ impl Control {
                         rate: info.config.rate.bits_per_sec(),
                         ceil: info.config.ceil.bits_per_sec(),
                         stats: stats?,
+                        rtt: rtt.as_ref().map(rtt_stats),
                     })
                 })
                 .collect();

@@ -156,6 +156,43 @@ impl Collector for ScrapeCollector {
                 |c| c.ceil,
             ),
         ];
+        // TCP round trips: only the classes of ports that measure them, with samples.
+        let measured = || classes.iter().filter_map(|l| Some((l, l.class.rtt?)));
+        let quantiles = measured().flat_map(|(l, r)| {
+            [("0.5", r.p50_us), ("0.95", r.p95_us)]
+                .into_iter()
+                .filter_map(move |(q, us)| {
+                    let labels = [("dev", l.dev), ("class", l.id.as_str()), ("quantile", q)];
+                    Some((labels, ConstGauge::new(f64::from(us?) / 1e6)))
+                })
+        });
+        family(
+            &mut encoder,
+            "htb_class_rtt_seconds",
+            "TCP round trip from htbd to the far end and back, of the class's last samples \
+             (quantile 0.5 and 0.95)",
+            MetricType::Gauge,
+            quantiles,
+        )?;
+        let rtt_counters: [Field<htb_ipc::RttStats>; 2] = [
+            (
+                "htb_class_rtt_samples",
+                "TCP round trips measured in the class",
+                |r| r.samples,
+            ),
+            (
+                "htb_class_tcp_retransmits",
+                "TCP segments of the class sent again (below the highest sequence seen)",
+                |r| r.retransmits,
+            ),
+        ];
+        for (name, help, get) in rtt_counters {
+            let samples = measured().map(|(l, r)| {
+                let labels: ClassLabels<'_> = [("dev", l.dev), ("class", l.id.as_str())];
+                (labels, ConstCounter::new(get(&r)))
+            });
+            family(&mut encoder, name, help, MetricType::Counter, samples)?;
+        }
         for (name, help, get) in configured {
             let samples = classes.iter().map(|l| {
                 let labels = [
@@ -390,6 +427,7 @@ mod tests {
                 mode: Mode::CanSend,
                 level: 0,
             },
+            rtt: None,
         }
     }
 
@@ -409,7 +447,18 @@ mod tests {
             trees: vec![TreeScrape {
                 dev: "r2".into(),
                 schedulers: vec![SchedulerStats::default()],
-                classes: vec![class("1:1", None, 0), class("1:10", Some("1:1"), 12345)],
+                classes: vec![
+                    class("1:1", None, 0),
+                    ClassScrape {
+                        rtt: Some(htb_ipc::RttStats {
+                            p50_us: Some(12_500),
+                            p95_us: Some(30_000),
+                            samples: 40,
+                            retransmits: 3,
+                        }),
+                        ..class("1:10", Some("1:1"), 12345)
+                    },
+                ],
             }],
             gather_seconds: 0.25,
         };
@@ -429,6 +478,9 @@ mod tests {
             "# TYPE htb_class_bytes counter",
             "htb_class_bytes_total{dev=\"r2\",class=\"1:10\"} 12345",
             "htb_class_lended_packets_total{dev=\"r2\",class=\"1:10\"} 5",
+            "htb_class_rtt_seconds{dev=\"r2\",class=\"1:10\",quantile=\"0.95\"} 0.03",
+            "htb_class_rtt_samples_total{dev=\"r2\",class=\"1:10\"} 40",
+            "htb_class_tcp_retransmits_total{dev=\"r2\",class=\"1:10\"} 3",
             "htb_class_borrowed_packets_total{dev=\"r2\",class=\"1:10\"} 2",
             "htb_class_backlog_bytes{dev=\"r2\",class=\"1:10\"} 1500",
             "htb_class_ceil_bits_per_second{dev=\"r2\",class=\"1:10\",parent=\"1:1\"} 10000000",

@@ -6,7 +6,7 @@ use htb_core::units::DisplaySize;
 use htb_ipc::{ClassInfo, Shown};
 use serde_json::{Map, Value, json};
 
-use super::{RateText, Style, json_text, mq, sent_lines};
+use super::{RateText, Style, json_text, mq, sent_lines, time_text};
 
 /// `tc class show`: `mq`'s classes, then the HTB classes.
 #[must_use]
@@ -88,9 +88,23 @@ pub fn classes(shown: &Shown, style: Style) -> String {
             );
             let _ = write!(
                 out,
-                " lended: {} borrowed: {} giants: {}\n tokens: {} ctokens: {}\n\n",
+                " lended: {} borrowed: {} giants: {}\n tokens: {} ctokens: {}\n",
                 s.lended, s.borrowed, s.giants, s.tokens, s.ctokens
             );
+            // htbd's own line: TCP round trips, where the port measures them.
+            if let Some(r) = s.rtt {
+                let time =
+                    |us: Option<u32>| us.map_or_else(|| "-".into(), |us| time_text(u64::from(us)));
+                let _ = writeln!(
+                    out,
+                    " rtt p50 {} p95 {} samples {} retransmits {}",
+                    time(r.p50_us),
+                    time(r.p95_us),
+                    r.samples,
+                    r.retransmits
+                );
+            }
+            out.push('\n');
         }
     }
     out
@@ -154,6 +168,9 @@ fn class_json(c: &ClassInfo, style: Style) -> Value {
                 "ctokens": s.ctokens,
             }),
         );
+        if let (Some(r), Some(Value::Object(stats))) = (s.rtt, o.get_mut("stats")) {
+            stats.insert("rtt".into(), json!(r));
+        }
     }
     Value::Object(o)
 }

@@ -1,0 +1,99 @@
+//! Passive TCP round trips per class against ping through the same path, in the netns lab:
+//! one 20 Mbit/s class with a pfifo leaf, so that under load ping and TCP wait in the same
+//! queue; the class's p50 (from TCP timestamps, measured at htbd towards node-2 and back)
+//! against ping's from node-1, idle and loaded. Needs root and network namespaces, so each test
+//! is `#[ignore]`d; `scripts/test.sh` includes them as root.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use htb_lab::latency::Pinger;
+use htb_lab::{Htbd, Lab, N1, N2};
+use serde_json::Value;
+
+/// r2 measures round trips; everything to node-2 goes to 1:1 (20 Mbit/s, pfifo 200).
+const CONFIG: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+     [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\nrtt = true\n\
+     [interface.qdisc]\ndefault = \"1\"\n\
+     [[interface.class]]\nid = \"1:1\"\nrate = \"20mbit\"\nleaf = { kind = \"pfifo\", limit = 200 }\n";
+
+/// The class's round-trip line of `class show -s -j`.
+fn rtt(htbd: &Htbd) -> Value {
+    let stats = htbd.class_stats("r2", "1:1");
+    stats["rtt"].clone()
+}
+
+fn ms(us: &Value) -> f64 {
+    us.as_f64().unwrap_or(f64::NAN) / 1000.0
+}
+
+/// Runs `iperf3 ARGS` from node-1 to node-2 for `secs` while `pings` pings run after `warmup`;
+/// returns ping's RTTs (ms, sorted p50) and the class's round trips after.
+fn measure(
+    lab: &Lab,
+    htbd: &Htbd,
+    args: &[&str],
+    secs: u32,
+    warmup: u64,
+    pings: u32,
+) -> (f64, Value) {
+    let _server = lab.iperf_server(N2, 5201);
+    let client = lab
+        .cmd(N1, "iperf3")
+        .args(["-c", "10.201.2.2", "-p", "5201", "-t", &secs.to_string()])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("iperf3 -c");
+    std::thread::sleep(Duration::from_secs(warmup));
+    let rtts = Pinger::start(lab, pings, 0.1).finish();
+    let measured = rtt(htbd);
+    let _ = client.wait_with_output();
+    assert!(
+        rtts.received() as u32 >= pings * 9 / 10,
+        "ping lost too much: {} of {pings}",
+        rtts.received()
+    );
+    (rtts.quantile(0.5), measured)
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn the_classes_round_trips_match_ping_idle_and_loaded() {
+    let lab = Lab::up("htbr", "router");
+    let htbd = Htbd::start(&lab, CONFIG);
+    assert_eq!(lab.ping(N1, "10.201.2.2", 1, "0.2"), 1);
+
+    // Idle: 1 Mbit/s of TCP leaves the queue empty.
+    let (ping, class) = measure(&lab, &htbd, &["-b", "1M", "-l", "1400"], 7, 2, 40);
+    let samples_idle = class["samples"].as_u64().unwrap_or(0);
+    eprintln!("idle: ping p50 {ping:.3} ms, class {class}");
+    assert!(samples_idle >= 50, "few samples: {class}");
+    let p50 = ms(&class["p50_us"]);
+    assert!(
+        (p50 - ping).abs() <= (0.1 * ping).max(0.2),
+        "idle: class p50 {p50:.3} ms against ping's {ping:.3} ms"
+    );
+
+    // Loaded: four TCP flows keep the queue full; ping waits in it too.
+    let before = htbd.class_stats("r2", "1:1");
+    let (ping, class) = measure(&lab, &htbd, &["-P", "4"], 14, 4, 80);
+    htbd.assert_class_saturated("r2", "1:1", &before);
+    let samples = class["samples"].as_u64().unwrap_or(0) - samples_idle;
+    eprintln!("loaded: ping p50 {ping:.3} ms, class {class} ({samples} new samples)");
+    // Premise: the window (256 samples) holds only samples of the loaded run, and the queue
+    // made the round trip long.
+    assert!(samples >= 300, "too few samples under load: {samples}");
+    assert!(ping > 5.0, "the queue did not fill: ping p50 {ping:.3} ms");
+    let p50 = ms(&class["p50_us"]);
+    assert!(
+        (p50 - ping).abs() <= (0.1 * ping).max(0.2),
+        "loaded: class p50 {p50:.3} ms against ping's {ping:.3} ms"
+    );
+    // pfifo drops under load: TCP sent again, and the class saw it.
+    assert!(
+        class["retransmits"].as_u64().unwrap_or(0) > 0,
+        "no retransmission seen: {class}"
+    );
+}
