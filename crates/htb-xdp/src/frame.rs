@@ -149,7 +149,7 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 }
 
 /// An address as two words (an IPv4 one in the first, tagged so it never equals an IPv6 one).
-fn address_words(address: Option<IpAddr>) -> [u64; 2] {
+pub(crate) fn address_words(address: Option<IpAddr>) -> [u64; 2] {
     match address {
         None => [0, 0],
         Some(IpAddr::V4(v4)) => [u64::from(u32::from(v4)) | 1 << 32, 0],

@@ -11,10 +11,10 @@
 //! (or the SYN), so a download's RTT is its subscriber's, measured towards the subscriber.
 
 use std::hash::BuildHasher;
-use std::net::IpAddr;
 
 use htb_core::{ClassId, Instant};
 
+use crate::frame::address_words;
 use crate::parse::Parsed;
 
 /// Flow directions the table holds (a power of two).
@@ -80,17 +80,6 @@ pub struct RttTracker {
 impl Default for RttTracker {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-fn address_words(address: Option<IpAddr>) -> [u64; 2] {
-    match address {
-        None => [0, 0],
-        Some(IpAddr::V4(v4)) => [u64::from(u32::from(v4)) | 1 << 32, 0],
-        Some(IpAddr::V6(v6)) => {
-            let bits = u128::from(v6);
-            [(bits >> 64) as u64, bits as u64]
-        }
     }
 }
 

@@ -8,9 +8,9 @@ use htb_config::filter::{Classifier, Filter, Match};
 use htb_core::{ClassId, ClassSpec, Instant, Rate, Scheduler, SchedulerConfig};
 
 use super::sim::SimRings;
-use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, built, drain, udp_frame};
+use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, built, crews, drain, udp_frame};
 use super::{Dataplane, Mode, PortSetup};
-use crate::crew::{Bell, Crew};
+use crate::crew::Crew;
 use crate::frame::Frame;
 use crate::rings::{Chunk, Rings};
 
@@ -54,14 +54,7 @@ fn filters() -> Vec<Filter> {
 /// Worker `me` of `workers`, bridging a to b; port b has mq trees `1:` (class 1, TX queue 0)
 /// and `2:` (class 2, TX queue 1). Returns the other workers' crews too.
 fn plane(me: usize, workers: usize) -> (Dataplane<SimRings>, Vec<Crew<Chunk>>) {
-    let bells: Vec<Arc<Bell>> = (0..workers)
-        .map(|_| {
-            let (bell, _) = std::os::unix::net::UnixStream::pair().unwrap();
-            bell.set_nonblocking(true).unwrap();
-            Arc::new(Bell::new(bell))
-        })
-        .collect();
-    let mut crews = Crew::new_set(&bells);
+    let mut crews = crews(workers);
     let crew = crews.remove(me);
     let ports = vec![
         PortSetup {

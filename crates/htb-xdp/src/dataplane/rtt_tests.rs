@@ -7,14 +7,12 @@ use htb_config::filter::Classifier;
 use htb_core::{ClassId, Duration, Instant};
 
 use super::sim::SimRings;
-use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, class};
+use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, class, solo_crew};
 use super::{Dataplane, Mode, PortSetup};
-use crate::crew::{Bell, Crew};
 use crate::rtt::tests::{ACK, tcp};
 
 fn plane() -> Dataplane<SimRings> {
-    let (bell, _) = std::os::unix::net::UnixStream::pair().unwrap();
-    let crew = Crew::new_set(&[Arc::new(Bell::new(bell))]).remove(0);
+    let crew = solo_crew();
     let mut tree = htb_core::Scheduler::new(htb_core::SchedulerConfig {
         default_minor: 0x10,
         ..htb_core::SchedulerConfig::default()

@@ -177,11 +177,21 @@ pub(super) fn set_tree(port: &str, htb: Scheduler<Frame>, mq_minor: Option<u16>)
     }
 }
 
+/// The crews of `n` workers, one per worker (their bells ring into sockets nobody reads).
+pub(super) fn crews(n: usize) -> Vec<Crew<Chunk>> {
+    let bells: Vec<Arc<Bell>> = (0..n)
+        .map(|_| {
+            let (bell, _) = std::os::unix::net::UnixStream::pair().unwrap();
+            bell.set_nonblocking(true).unwrap();
+            Arc::new(Bell::new(bell))
+        })
+        .collect();
+    Crew::new_set(&bells)
+}
+
 /// The crew of a data plane that is the only worker.
-fn solo_crew() -> Crew<Chunk> {
-    let (bell, _) = std::os::unix::net::UnixStream::pair().unwrap();
-    bell.set_nonblocking(true).unwrap();
-    Crew::new_set(&[Arc::new(Bell::new(bell))]).remove(0)
+pub(super) fn solo_crew() -> Crew<Chunk> {
+    crews(1).remove(0)
 }
 
 /// A control change to port b, as `htb-cli` would make one.

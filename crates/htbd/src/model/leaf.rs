@@ -49,7 +49,7 @@ fn leaf_class(qdisc: &QdiscModel, id: ClassId) -> Result<Option<LeafDef>, IpcErr
 }
 
 /// The major of a qdisc handle (`10:`).
-fn handle_major(handle: Option<ClassId>) -> Result<Option<u16>, IpcError> {
+pub(super) fn handle_major(handle: Option<ClassId>) -> Result<Option<u16>, IpcError> {
     match handle {
         None => Ok(None),
         Some(h) if h.is_qdisc() && h.major() != 0 => Ok(Some(h.major())),
@@ -154,10 +154,7 @@ impl Model {
                         ));
                     }
                     Some(h) => h,
-                    None => (AUTO_HANDLE..=u16::MAX)
-                        .chain(1..AUTO_HANDLE)
-                        .find(|&h| !in_use(h))
-                        .ok_or_else(|| error(ErrorCode::Busy, "no qdisc handle is free"))?,
+                    None => self.ports[port].free_handle()?,
                 };
                 let qdisc = self.tree_mut(port, Some(id.major()))?;
                 let _ = qdisc

@@ -147,6 +147,18 @@ impl PortModel {
             || self.trees().iter().any(|(_, q)| q.handle_in_use(major))
     }
 
+    /// The handle the kernel would give a new qdisc here (`qdisc_alloc_handle`: the first
+    /// free from 8001:).
+    ///
+    /// # Errors
+    /// Every handle is taken.
+    pub(super) fn free_handle(&self) -> Result<u16, IpcError> {
+        (leaf::AUTO_HANDLE..=u16::MAX)
+            .chain(1..leaf::AUTO_HANDLE)
+            .find(|&h| !self.handle_in_use(h))
+            .ok_or_else(|| error(ErrorCode::Busy, "no qdisc handle is free"))
+    }
+
     /// The majors of its HTB qdiscs.
     fn majors(&self) -> Vec<u16> {
         self.trees().iter().map(|(_, q)| q.config.major).collect()

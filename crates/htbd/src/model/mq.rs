@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use htb_core::ClassId;
 use htb_ipc::{ErrorCode, IpcError, MqSpec};
 
-use super::leaf::AUTO_HANDLE;
+use super::leaf::handle_major;
 use super::qdisc::{QdiscModel, Verb};
 use super::{Effect, Model, Root, Step, Undo, error};
 
@@ -81,16 +81,7 @@ impl Model {
         verb: Verb,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let handle = match spec.handle {
-            None => None,
-            Some(h) if h.is_qdisc() && h.major() != 0 => Some(h.major()),
-            Some(h) => {
-                return Err(error(
-                    ErrorCode::Invalid,
-                    format!("qdisc handle {h} must look like 7fff:"),
-                ));
-            }
-        };
+        let handle = handle_major(spec.handle)?;
         let p = &self.ports[port];
         match (&p.root, verb) {
             (Root::None, _) => {}
@@ -114,11 +105,7 @@ impl Model {
         }
         let handle = match handle {
             Some(h) => h,
-            // The kernel's `qdisc_alloc_handle`: the first free from 8001:.
-            None => (AUTO_HANDLE..=u16::MAX)
-                .chain(1..AUTO_HANDLE)
-                .find(|&h| !p.handle_in_use(h))
-                .ok_or_else(|| error(ErrorCode::Busy, "no qdisc handle is free"))?,
+            None => p.free_handle()?,
         };
         self.set_root(step, Root::Mq(MqModel::new(handle)));
         Ok(())
@@ -256,6 +243,55 @@ filter add dev eth1 parent 0x2: protocol ip prio 1 u32 match ip dst 100.64.0.2/3
         assert!(m.ports[0].handle_in_use(0x9004));
         assert!(m.ports[0].handle_in_use(0x7fff));
         assert!(m.ports[0].handle_in_use(2));
+    }
+
+    /// LibreQoS's whole command set for 1 000 circuits on a 10 Gbit/s network with four queues,
+    /// as its bakery writes the lines (`mq_setup`, `add_site`, `add_circuit`: `class replace`
+    /// and `qdisc replace … handle`, rates as `format_rate_for_tc` prints them, fq_codel as the
+    /// sqm), both interfaces: one batch, all accepted.
+    #[test]
+    fn libreqos_command_set_for_1000_circuits_runs_verbatim() {
+        let mut text = String::new();
+        let mut handle = 0x9000;
+        let mut next_handle = || {
+            handle += 1;
+            handle
+        };
+        for dev in ["eth1", "eth2"] {
+            text += &format!("qdisc replace dev {dev} root handle 7FFF: mq\n");
+            for q in 1..=4 {
+                text += &format!(
+                    "qdisc add dev {dev} parent 7FFF:0x{q:x} handle 0x{q:x}: htb default 2\n\
+                     class add dev {dev} parent 0x{q:x}: classid 0x{q:x}:1 htb rate 10.0gbit ceil 10.0gbit quantum 60000\n\
+                     qdisc add dev {dev} parent 0x{q:x}:1 handle 0x{:x}: fq_codel\n\
+                     class add dev {dev} parent 0x{q:x}:1 classid 0x{q:x}:2 htb rate 2.5gbit ceil 10.0gbit prio 5 quantum 60000\n\
+                     qdisc add dev {dev} parent 0x{q:x}:2 handle 0x{:x}: fq_codel\n\
+                     class add dev {dev} parent 0x{q:x}:0x1 classid 0x{q:x}:0x3 htb rate 1.0gbit ceil 1.0gbit prio 3 quantum 60000\n",
+                    next_handle(),
+                    next_handle()
+                );
+            }
+            for i in 0..1000u32 {
+                let (q, minor) = (i % 4 + 1, 0x4 + i / 4);
+                text += &format!(
+                    "class replace dev {dev} parent 0x{q:x}:0x3 classid 0x{q:x}:0x{minor:x} htb rate 25.0mbit ceil 100.0mbit prio 3 quantum 12500\n\
+                     qdisc replace dev {dev} parent 0x{q:x}:0x{minor:x} handle 0x{:x}: fq_codel\n",
+                    next_handle()
+                );
+            }
+        }
+        let mut m = Model {
+            ports: vec![PortModel::new("eth1", 4), PortModel::new("eth2", 4)],
+        };
+        let commands = batch(&text);
+        assert_eq!(commands.len(), 2 * (1 + 4 * 6 + 2000));
+        m.apply(&commands).unwrap();
+        for port in &m.ports {
+            let trees = port.trees();
+            assert_eq!(trees.len(), 4, "{}", port.name);
+            let classes: usize = trees.iter().map(|(_, q)| q.classes.len()).sum();
+            assert_eq!(classes, 4 * 3 + 1000, "{}", port.name);
+        }
     }
 
     #[test]

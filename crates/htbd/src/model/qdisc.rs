@@ -9,7 +9,7 @@ use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig};
 use htb_ipc::{ErrorCode, IpcError};
 
 use super::filter_entry::FilterEntry;
-use super::leaf::AUTO_HANDLE;
+use super::leaf::handle_major;
 use super::u32_links::{LinkError, flatten};
 use super::{Effect, Model, PortModel, Root, Step, Undo, error};
 
@@ -152,16 +152,7 @@ impl Model {
         verb: Verb,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let major = match q.handle {
-            None => None,
-            Some(h) if h.is_qdisc() && h.major() != 0 => Some(h.major()),
-            Some(h) => {
-                return Err(error(
-                    ErrorCode::Invalid,
-                    format!("qdisc handle {h} must look like 1:"),
-                ));
-            }
-        };
+        let major = handle_major(q.handle)?;
         // Where it goes: the root, or a class of the root's mq.
         let slot = q.parent.map(|p| self.mq_class(port, p)).transpose()?;
         let p = &self.ports[port];
@@ -192,11 +183,8 @@ impl Model {
         let major = match (major, existing_major, slot) {
             (Some(m), _, _) | (None, Some(m), _) => m,
             (None, None, None) => 1,
-            // Under mq: the next handle the kernel would pick (`qdisc_alloc_handle`).
-            (None, None, Some(_)) => (AUTO_HANDLE..=u16::MAX)
-                .chain(1..AUTO_HANDLE)
-                .find(|&h| !p.handle_in_use(h))
-                .ok_or_else(|| error(ErrorCode::Busy, "no qdisc handle is free"))?,
+            // Under mq: the next handle the kernel would pick.
+            (None, None, Some(_)) => p.free_handle()?,
         };
         let mut config = SchedulerConfig {
             major,

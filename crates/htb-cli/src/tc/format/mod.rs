@@ -77,6 +77,23 @@ fn sent_lines(out: &mut String, [bytes, packets, drops, overlimits]: [u64; 4], b
     );
 }
 
+/// The counters tc's JSON gives a qdisc (`print_tcstats2_attr`): bytes, packets, drops,
+/// overlimits, requeues, backlog (bytes) and qlen (packets), in that order.
+fn counters_json(o: &mut serde_json::Map<String, Value>, values: [u64; 7]) {
+    let keys = [
+        "bytes",
+        "packets",
+        "drops",
+        "overlimits",
+        "requeues",
+        "backlog",
+        "qlen",
+    ];
+    for (k, v) in keys.into_iter().zip(values) {
+        o.insert(k.into(), Value::from(v));
+    }
+}
+
 /// A time in µs as tc 6.1's `sprint_time` prints it: `%.3g` of seconds or milliseconds
 /// (`5ms`, `100ms`, `1.5s`, `2.5ms`), plain microseconds below one millisecond (`500us`).
 #[must_use]

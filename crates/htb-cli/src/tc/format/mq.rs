@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use htb_ipc::{MqInfo, QueueStats};
 use serde_json::{Map, Value, json};
 
-use super::{Style, sent_lines};
+use super::{Style, counters_json, sent_lines};
 
 fn stats_lines(out: &mut String, s: &QueueStats) {
     sent_lines(
@@ -17,17 +17,18 @@ fn stats_lines(out: &mut String, s: &QueueStats) {
 }
 
 fn stats_json(o: &mut Map<String, Value>, s: &QueueStats) {
-    for (k, v) in [
-        ("bytes", s.bytes),
-        ("packets", s.packets),
-        ("drops", s.drops),
-        ("overlimits", s.overlimits),
-        ("requeues", s.requeues),
-        ("backlog", s.backlog_bytes),
-        ("qlen", s.backlog_packets),
-    ] {
-        o.insert(k.into(), json!(v));
-    }
+    counters_json(
+        o,
+        [
+            s.bytes,
+            s.packets,
+            s.drops,
+            s.overlimits,
+            s.requeues,
+            s.backlog_bytes,
+            s.backlog_packets,
+        ],
+    );
 }
 
 /// `qdisc mq 7fff: root` and, with `-s`, the sum of its queues' counters.

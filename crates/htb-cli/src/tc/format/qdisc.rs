@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use htb_ipc::{LeafQdiscInfo, QdiscInfo, Shown};
 use serde_json::{Map, Value, json};
 
-use super::{Style, json_text, leaf, mq, sent_lines};
+use super::{Style, counters_json, json_text, leaf, mq, sent_lines};
 
 /// The leaf qdiscs of HTB qdisc `q`'s classes.
 fn leaves_of<'a>(
@@ -113,17 +113,18 @@ fn htb_json(q: &QdiscInfo, style: Style) -> Value {
     }
     o.insert("options".into(), options);
     if let Some(s) = q.stats {
-        for (k, v) in [
-            ("bytes", s.bytes),
-            ("packets", s.packets),
-            ("drops", s.drops),
-            ("overlimits", s.overlimits),
-            ("requeues", s.requeues),
-            ("backlog", s.backlog_bytes),
-            ("qlen", s.backlog_packets),
-        ] {
-            o.insert(k.into(), json!(v));
-        }
+        counters_json(
+            &mut o,
+            [
+                s.bytes,
+                s.packets,
+                s.drops,
+                s.overlimits,
+                s.requeues,
+                s.backlog_bytes,
+                s.backlog_packets,
+            ],
+        );
     }
     Value::Object(o)
 }
@@ -168,17 +169,18 @@ fn leaf_json(l: &LeafQdiscInfo, style: Style) -> Value {
         leaf::options_json(&l.config, style.details),
     );
     if let Some(s) = &l.stats {
-        for (k, v) in [
-            ("bytes", s.bytes),
-            ("packets", s.packets),
-            ("drops", s.drops),
-            ("overlimits", s.overlimits),
-            ("requeues", s.requeues),
-            ("backlog", s.backlog_bytes),
-            ("qlen", s.backlog_packets),
-        ] {
-            o.insert(k.into(), json!(v));
-        }
+        counters_json(
+            &mut o,
+            [
+                s.bytes,
+                s.packets,
+                s.drops,
+                s.overlimits,
+                s.requeues,
+                s.backlog_bytes,
+                s.backlog_packets,
+            ],
+        );
         leaf::xstats_json(s, &mut o);
     }
     Value::Object(o)
