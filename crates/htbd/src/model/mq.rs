@@ -143,10 +143,29 @@ impl Model {
                 ),
             ));
         }
-        let old = mq.trees.remove(&minor);
+        self.set_mq_tree(step, minor, None)
+    }
+
+    /// Puts `tree` under `mq` class `minor` of the step's port (`None`: takes its tree out):
+    /// the tree it replaces goes from the data plane (the new one comes with its own effect),
+    /// as [`set_root`](Self::set_root) does for the root.
+    pub(super) fn set_mq_tree(
+        &mut self,
+        step: &mut Step<'_>,
+        minor: u16,
+        tree: Option<QdiscModel>,
+    ) -> Result<(), IpcError> {
+        let port = step.port;
+        let Root::Mq(mq) = &mut self.ports[port].root else {
+            return Err(error(ErrorCode::Internal, "mq vanished"));
+        };
+        let old = match tree {
+            Some(t) => mq.trees.insert(minor, t),
+            None => mq.trees.remove(&minor),
+        };
         if let Some(old) = &old {
             step.effect(Effect::SetTree {
-                port: name,
+                port: step.name.clone(),
                 major: old.config.major,
                 tree: None,
             });

@@ -270,26 +270,8 @@ impl Model {
         };
         match slot {
             None => self.set_root(step, Root::Htb(Box::new(new))),
-            Some(minor) => {
-                let Root::Mq(mq) = &mut self.ports[port].root else {
-                    return Err(error(ErrorCode::Internal, "mq vanished"));
-                };
-                let old = mq.trees.insert(minor, new);
-                if let Some(old) = &old {
-                    step.effect(Effect::SetTree {
-                        port: name.clone(),
-                        major: old.config.major,
-                        tree: None,
-                    });
-                }
-                step.undo.push(Undo::MqTree {
-                    port,
-                    minor,
-                    old: old.map(Box::new),
-                });
-            }
+            Some(minor) => self.set_mq_tree(step, minor, Some(new))?,
         }
-        step.refilter.insert(port);
         step.effect(Effect::SetTree {
             port: name,
             major: config.major,

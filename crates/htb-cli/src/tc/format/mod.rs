@@ -94,6 +94,22 @@ fn counters_json(o: &mut serde_json::Map<String, Value>, values: [u64; 7]) {
     }
 }
 
+/// A qdisc's counters ([`QueueStats`](htb_ipc::QueueStats)) in tc's JSON.
+fn queue_json(o: &mut serde_json::Map<String, Value>, s: &htb_ipc::QueueStats) {
+    counters_json(
+        o,
+        [
+            s.bytes,
+            s.packets,
+            s.drops,
+            s.overlimits,
+            s.requeues,
+            s.backlog_bytes,
+            s.backlog_packets,
+        ],
+    );
+}
+
 /// A time in µs as tc 6.1's `sprint_time` prints it: `%.3g` of seconds or milliseconds
 /// (`5ms`, `100ms`, `1.5s`, `2.5ms`), plain microseconds below one millisecond (`500us`).
 #[must_use]

@@ -6,28 +6,13 @@ use std::fmt::Write as _;
 use htb_ipc::{MqInfo, QueueStats};
 use serde_json::{Map, Value, json};
 
-use super::{Style, counters_json, sent_lines};
+use super::{Style, queue_json, sent_lines};
 
 fn stats_lines(out: &mut String, s: &QueueStats) {
     sent_lines(
         out,
         [s.bytes, s.packets, s.drops, s.overlimits],
         [s.backlog_bytes, s.backlog_packets],
-    );
-}
-
-fn stats_json(o: &mut Map<String, Value>, s: &QueueStats) {
-    counters_json(
-        o,
-        [
-            s.bytes,
-            s.packets,
-            s.drops,
-            s.overlimits,
-            s.requeues,
-            s.backlog_bytes,
-            s.backlog_packets,
-        ],
     );
 }
 
@@ -54,7 +39,7 @@ pub(super) fn qdisc_json(mq: &MqInfo, style: Style) -> Value {
     o.insert("root".into(), json!(true));
     o.insert("options".into(), json!({}));
     if let Some(s) = &mq.stats {
-        stats_json(&mut o, s);
+        queue_json(&mut o, s);
     }
     Value::Object(o)
 }
@@ -94,7 +79,7 @@ pub(super) fn classes_json(mq: &MqInfo, style: Style) -> Vec<Value> {
             }
             if style.stats {
                 let mut s = Map::new();
-                stats_json(&mut s, &c.stats.unwrap_or_default());
+                queue_json(&mut s, &c.stats.unwrap_or_default());
                 o.insert("stats".into(), Value::Object(s));
             }
             Value::Object(o)

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use htb_ipc::{LeafQdiscInfo, QdiscInfo, Shown};
 use serde_json::{Map, Value, json};
 
-use super::{Style, counters_json, json_text, leaf, mq, sent_lines};
+use super::{Style, counters_json, json_text, leaf, mq, queue_json, sent_lines};
 
 /// The leaf qdiscs of HTB qdisc `q`'s classes.
 fn leaves_of<'a>(
@@ -112,19 +112,8 @@ fn htb_json(q: &QdiscInfo, style: Style) -> Value {
         options["version"] = json!("3.17");
     }
     o.insert("options".into(), options);
-    if let Some(s) = q.stats {
-        counters_json(
-            &mut o,
-            [
-                s.bytes,
-                s.packets,
-                s.drops,
-                s.overlimits,
-                s.requeues,
-                s.backlog_bytes,
-                s.backlog_packets,
-            ],
-        );
+    if let Some(s) = &q.stats {
+        queue_json(&mut o, s);
     }
     Value::Object(o)
 }
