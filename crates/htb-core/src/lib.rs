@@ -69,8 +69,9 @@ pub use class_id::{ClassId, ClassIdError};
 pub use error::ClassError;
 pub use estimator::{RateEstimator, Rates};
 pub use leaf::{
+    AckFilter, AtmMode, CakeConfig, CakeSpec, CakeStats, CakeTinStats, DiffservMode, FlowMode,
     FqCodelConfig, FqCodelSpec, FqCodelStats, LeafConfig, LeafError, LeafKind, LeafSpec, LeafStats,
-    LeafStore, SfqConfig, SfqSpec,
+    LeafStore, SfqConfig, SfqSpec, TcpAck,
 };
 pub use rate::{LengthAdjust, LinkLayer, Rate};
 pub use sched::{
@@ -112,6 +113,39 @@ pub trait Packet {
     /// `memory_limit` counts. The default is its length.
     fn truesize(&self) -> u32 {
         self.len_bytes()
+    }
+
+    /// The DSCP (the IP header's DS field without its ECN bits) that `cake` picks a tin by
+    /// (`cake_handle_diffserv`): 0 for packets without one, CS7 (`0x38`) for ARP. The
+    /// default: 0, best effort.
+    fn dscp(&self) -> u8 {
+        0
+    }
+
+    /// Clears the DSCP, keeping the ECN bits (`cake`'s `wash`). The default does nothing.
+    fn wash_dscp(&mut self) {}
+
+    /// Keyed hashes of the source and destination addresses (the same address hashes alike
+    /// either way), as `cake` isolates hosts by them. The default: one host each way.
+    fn host_hashes(&self) -> (u32, u32) {
+        (0, 0)
+    }
+
+    /// Bytes before the network header (`skb_network_offset`: 14 on Ethernet, 18 with a VLAN
+    /// tag), which `cake`'s `overhead` replaces. The default: 0.
+    fn network_offset(&self) -> u32 {
+        0
+    }
+
+    /// The packet as `cake`'s ACK filter compares it, if it is a TCP segment
+    /// ([`leaf::TcpAck::parse`] reads it from the headers). The default: not TCP.
+    fn tcp_ack(&self) -> Option<&TcpAck> {
+        None
+    }
+
+    /// The packet's firewall mark (`skb->mark`), which `cake`'s `fwmark` reads. The default: 0.
+    fn mark(&self) -> u32 {
+        0
     }
 }
 

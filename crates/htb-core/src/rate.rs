@@ -42,6 +42,11 @@ pub(crate) const fn tokens_to_ns_ceil(tokens: i64) -> u64 {
 /// Any value from 1 bit/s to `u64::MAX` bit/s is accepted by the conversions; a class refuses
 /// a rate of zero.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(transparent)
+)]
 pub struct Rate {
     bits_per_sec: u64,
 }

@@ -76,6 +76,8 @@ pub struct SchedulerStats {
     pub overlimits: u64,
     /// Wait-queue events processed.
     pub events: u64,
+    /// Times a leaf that held its packets back (a shaping `cake`) rejoined the round.
+    pub leaf_wakeups: u64,
     /// Times the per-call event budget ran out ("htb: too many events!", counted not printed).
     pub event_budget_exhausted: u64,
     /// Internal inconsistencies survived without a panic (should stay 0; the kernel would

@@ -14,8 +14,8 @@
 use std::collections::{HashMap, HashSet};
 
 use htb_core::{
-    ClassId, ClassSpec, Duration, FqCodelSpec, Instant, LeafConfig, LeafSpec, Packet, Rate,
-    Scheduler, SchedulerConfig, SfqSpec, Target,
+    AckFilter, CakeSpec, ClassId, ClassSpec, DiffservMode, Duration, FlowMode, FqCodelSpec,
+    Instant, LeafConfig, LeafSpec, Packet, Rate, Scheduler, SchedulerConfig, SfqSpec, Target,
 };
 use proptest::prelude::*;
 
@@ -33,6 +33,12 @@ impl Packet for Pkt {
     }
     fn flow_hash(&self) -> u32 {
         self.flow.wrapping_mul(0x9e37_79b9)
+    }
+    fn host_hashes(&self) -> (u32, u32) {
+        (self.flow % 3, self.flow % 2 + 7)
+    }
+    fn dscp(&self) -> u8 {
+        [0, 46, 8, 34][(self.flow % 4) as usize]
     }
 }
 
@@ -73,6 +79,50 @@ fn leaf_config() -> impl Strategy<Value = LeafConfig> {
                     interval: Some(Duration::from_millis(interval)),
                     memory_limit: Some(memory),
                     ..FqCodelSpec::default()
+                })
+                .resolve()
+                .unwrap_or_default()
+            }),
+        // cake: unlimited, or shaping above any class's rate (so that it never takes a
+        // class's guarantee), with small memory limits so that they are reached.
+        (
+            prop_oneof![Just(0u64), 25_000u64..60_000],
+            0usize..5,
+            0usize..8,
+            0usize..3,
+            prop::option::of(20_000u32..200_000),
+            any::<bool>(),
+        )
+            .prop_map(|(kbit, diffserv, flow_mode, ack, memlimit, ingress)| {
+                LeafSpec::Cake(CakeSpec {
+                    bandwidth: Some(Rate::from_kbit(kbit)),
+                    diffserv: Some(
+                        [
+                            DiffservMode::Diffserv3,
+                            DiffservMode::Diffserv4,
+                            DiffservMode::Diffserv8,
+                            DiffservMode::Besteffort,
+                            DiffservMode::Precedence,
+                        ][diffserv],
+                    ),
+                    flow_mode: Some(
+                        [
+                            FlowMode::Flowblind,
+                            FlowMode::Srchost,
+                            FlowMode::Dsthost,
+                            FlowMode::Hosts,
+                            FlowMode::Flows,
+                            FlowMode::DualSrchost,
+                            FlowMode::DualDsthost,
+                            FlowMode::TripleIsolate,
+                        ][flow_mode],
+                    ),
+                    ack_filter: Some(
+                        [AckFilter::Off, AckFilter::Filter, AckFilter::Aggressive][ack],
+                    ),
+                    memlimit,
+                    ingress: Some(ingress),
+                    ..CakeSpec::default()
                 })
                 .resolve()
                 .unwrap_or_default()
@@ -318,10 +368,14 @@ impl Harness {
                     );
                     // A wake-up at `now` means "ready now": it must then release a packet or
                     // process an event, else the caller would spin.
-                    let before = (self.htb.stats().packets_sent, self.htb.stats().events);
+                    let stats = |h: &Scheduler<Pkt>| {
+                        let s = h.stats();
+                        (s.packets_sent, s.events, s.leaf_wakeups)
+                    };
+                    let before = stats(&self.htb);
                     self.now = t.as_nanos().max(self.now);
                     self.drain_ready();
-                    let after = (self.htb.stats().packets_sent, self.htb.stats().events);
+                    let after = stats(&self.htb);
                     assert_ne!(before, after, "wake-up at {t} did nothing");
                 }
                 _ => break,

@@ -33,10 +33,10 @@ pub(crate) enum ListTag {
     Dormant,
 }
 
-/// One flow: its packets, its place in its leaf's round robin and its AQM state
-/// (`struct fq_codel_flow`, `struct sfq_slot`).
+/// One flow: its packets, its place in its leaf's round robin and its AQM state `S`
+/// (`struct fq_codel_flow`, `struct sfq_slot`, `struct cake_flow`).
 #[derive(Clone, Debug)]
-pub(crate) struct Flow {
+pub(crate) struct Flow<S = CodelVars> {
     pub(crate) packets: PacketList,
     /// Packets queued.
     pub(crate) len: u32,
@@ -52,7 +52,9 @@ pub(crate) struct Flow {
     /// sfq: when the flow's depth last changed, in its leaf's order of changes (the kernel's
     /// `dep[]` lists keep that order; the longest flow that changed last is dropped from).
     pub(crate) stamp: u32,
-    pub(crate) codel: CodelVars,
+    /// The AQM's per-flow state (CoDel's for `fq_codel`, COBALT's and the host slots for
+    /// `cake`).
+    pub(crate) state: S,
     /// The chain of the leaf's flow records (see [`LeafFlows`]).
     sib_prev: u32,
     sib_next: u32,
@@ -89,18 +91,28 @@ impl LeafFlows {
 }
 
 /// The flow table of one scheduler.
-#[derive(Debug, Default)]
-pub(crate) struct FlowTable {
-    flows: Vec<Flow>,
+#[derive(Debug)]
+pub(crate) struct FlowTable<S = CodelVars> {
+    flows: Vec<Flow<S>>,
     free: Vec<u32>,
     map: HashMap<u64, u32>,
+}
+
+impl<S> Default for FlowTable<S> {
+    fn default() -> Self {
+        Self {
+            flows: Vec::new(),
+            free: Vec::new(),
+            map: HashMap::new(),
+        }
+    }
 }
 
 fn map_key(leaf: u32, bucket: u32) -> u64 {
     u64::from(leaf) << 32 | u64::from(bucket)
 }
 
-impl FlowTable {
+impl<S: Default> FlowTable<S> {
     /// The flow of `leaf` hashed to `bucket`, if it exists.
     #[inline]
     pub(crate) fn find(&self, leaf: &LeafFlows, bucket: u32) -> Option<u32> {
@@ -134,7 +146,7 @@ impl FlowTable {
             bucket,
             deficit: 0,
             stamp: 0,
-            codel: CodelVars::default(),
+            state: S::default(),
             sib_prev: NONE,
             sib_next: leaf.first,
         };
@@ -200,6 +212,18 @@ impl FlowTable {
         leaf.mapped = mapped;
     }
 
+    /// The records `leaf` holds, in no particular order.
+    pub(crate) fn records<'a>(&'a self, leaf: &LeafFlows) -> impl Iterator<Item = u32> + 'a {
+        let mut idx = leaf.first;
+        core::iter::from_fn(move || {
+            (idx != NONE).then(|| {
+                let this = idx;
+                idx = self.flows[this as usize].sib_next;
+                this
+            })
+        })
+    }
+
     /// Checks `leaf`'s chain against its count and the map; returns the records it holds.
     pub(crate) fn check_leaf(&self, leaf: &LeafFlows) -> Result<usize, CheckError> {
         let (mut idx, mut prev, mut n) = (leaf.first, NONE, 0u32);
@@ -225,12 +249,12 @@ impl FlowTable {
     }
 
     #[inline]
-    pub(crate) fn get(&self, idx: u32) -> &Flow {
+    pub(crate) fn get(&self, idx: u32) -> &Flow<S> {
         &self.flows[idx as usize]
     }
 
     #[inline]
-    pub(crate) fn get_mut(&mut self, idx: u32) -> &mut Flow {
+    pub(crate) fn get_mut(&mut self, idx: u32) -> &mut Flow<S> {
         &mut self.flows[idx as usize]
     }
 
@@ -241,7 +265,7 @@ impl FlowTable {
 
     /// Bytes this table holds (records, free list and map), for the memory benchmark.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.flows.capacity() * size_of::<Flow>()
+        self.flows.capacity() * size_of::<Flow<S>>()
             + self.free.capacity() * 4
             + self.map.capacity() * (size_of::<(u64, u32)>() + 1)
     }
@@ -279,7 +303,7 @@ impl FlowList {
     }
 
     /// `list_add_tail`: `idx` must be on no list.
-    pub(crate) fn push_back(&mut self, flows: &mut FlowTable, idx: u32) {
+    pub(crate) fn push_back<S: Default>(&mut self, flows: &mut FlowTable<S>, idx: u32) {
         debug_assert_eq!(flows.get(idx).list, ListTag::Unlinked);
         let tail = self.tail;
         let flow = flows.get_mut(idx);
@@ -296,7 +320,7 @@ impl FlowList {
     }
 
     /// `list_del_init`: `idx` must be on this list.
-    pub(crate) fn remove(&mut self, flows: &mut FlowTable, idx: u32) {
+    pub(crate) fn remove<S: Default>(&mut self, flows: &mut FlowTable<S>, idx: u32) {
         debug_assert_eq!(flows.get(idx).list, self.tag);
         let (prev, next) = {
             let flow = flows.get_mut(idx);
@@ -320,7 +344,10 @@ impl FlowList {
     }
 
     /// The flows on this list, first to last.
-    pub(crate) fn iter<'a>(&self, flows: &'a FlowTable) -> impl Iterator<Item = u32> + 'a {
+    pub(crate) fn iter<'a, S: Default>(
+        &self,
+        flows: &'a FlowTable<S>,
+    ) -> impl Iterator<Item = u32> + 'a {
         let mut idx = self.head;
         core::iter::from_fn(move || {
             (idx != NONE).then(|| {

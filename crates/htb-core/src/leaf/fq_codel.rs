@@ -202,7 +202,7 @@ impl FqCodel {
             }
         }
         // Tell CoDel to increase its signal strength too.
-        flow.codel.count = flow.codel.count.wrapping_add(count);
+        flow.state.count = flow.state.count.wrapping_add(count);
         flow.len -= count;
         flow.backlog -= len;
         self.backlog -= u64::from(len);
@@ -231,7 +231,7 @@ impl FqCodel {
                 packets,
                 len,
                 backlog,
-                codel: vars,
+                state: vars,
                 ..
             } = store.flows.get_mut(idx);
             let packet = if *len == 0 {
@@ -282,7 +282,7 @@ impl FqCodel {
     /// An empty flow leaves the round robin: kept dormant while its CoDel state matters,
     /// freed otherwise.
     fn retire(&mut self, flows: &mut FlowTable, idx: u32, params: &CodelParams, now: u64) {
-        if codel::state_matters(&flows.get(idx).codel, params, now) {
+        if codel::state_matters(&flows.get(idx).state, params, now) {
             self.dormant.push_back(flows, idx);
         } else {
             flows.free(&mut self.index, idx);
@@ -296,7 +296,7 @@ impl FqCodel {
         let params = self.params();
         for _ in 0..TRIM_PER_CALL {
             match self.dormant.front() {
-                Some(idx) if !codel::state_matters(&flows.get(idx).codel, &params, now) => {
+                Some(idx) if !codel::state_matters(&flows.get(idx).state, &params, now) => {
                     self.dormant.remove(flows, idx);
                     flows.free(&mut self.index, idx);
                 }

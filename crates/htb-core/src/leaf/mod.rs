@@ -13,7 +13,10 @@
 //! - [`LeafKind::Pfifo`], [`LeafKind::Bfifo`]: `sch_fifo.c`.
 //! - [`LeafKind::Sfq`]: `sch_sfq.c` (module `sfq`).
 //! - [`LeafKind::FqCodel`]: `sch_fq_codel.c` with `codel.h` (modules `fq_codel`, `codel`).
+//! - [`LeafKind::Cake`]: `sch_cake.c` (module `cake`); with `bandwidth` it shapes too, so it
+//!   may hold packets back ([`Scheduler`](crate::Scheduler) waits for it).
 
+mod cake;
 mod codel;
 mod fifo;
 mod flows;
@@ -25,12 +28,17 @@ mod spec;
 use crate::CheckError;
 use alloc::vec::Vec;
 
+pub use cake::{
+    AckFilter, AtmMode, CakeConfig, CakeSpec, CakeStats, CakeTinStats, DiffservMode, FlowMode,
+    TcpAck,
+};
 pub use pool::PacketPool;
 pub use spec::{
     DEFAULT_PSCHED_MTU, DEFAULT_TXQUEUELEN, FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec,
     LeafConfig, LeafError, LeafKind, LeafSpec, SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec,
 };
 
+use self::cake::{Cake, CakeStore};
 use self::fifo::Fifo;
 use self::flows::FlowTable;
 use self::fq_codel::FqCodel;
@@ -50,6 +58,8 @@ fn count_list<P: Packet>(packets: &PacketPool<P>, list: pool::PacketList) -> (u3
 pub struct LeafStore<P> {
     pub(crate) packets: PacketPool<P>,
     pub(crate) flows: FlowTable,
+    /// `cake`'s queue and host records.
+    pub(crate) cake: CakeStore,
     /// Packets leaves dropped, waiting to be handed back.
     pub(crate) dropped: Vec<P>,
     /// Room for `sfq`'s rehash, kept between uses.
@@ -61,6 +71,7 @@ impl<P> Default for LeafStore<P> {
         Self {
             packets: PacketPool::default(),
             flows: FlowTable::default(),
+            cake: CakeStore::default(),
             dropped: Vec::new(),
             scratch: Vec::new(),
         }
@@ -82,16 +93,17 @@ impl<P> LeafStore<P> {
         &self.packets
     }
 
-    /// Flow records in use (sfq and fq_codel flows with packets or live CoDel state).
+    /// Flow records in use (sfq and fq_codel flows with packets or live CoDel state, cake
+    /// queues and host slots in use).
     #[must_use]
     pub fn flows_in_use(&self) -> usize {
-        self.flows.in_use()
+        self.flows.in_use() + self.cake.flows.in_use() + self.cake.hosts.in_use()
     }
 
-    /// Heap bytes held by the flow table.
+    /// Heap bytes held by the flow tables.
     #[must_use]
     pub fn flow_table_bytes(&self) -> usize {
-        self.flows.heap_bytes()
+        self.flows.heap_bytes() + self.cake.flows.heap_bytes() + self.cake.hosts.heap_bytes()
     }
 }
 
@@ -120,7 +132,7 @@ pub struct FqCodelStats {
 }
 
 /// A leaf qdisc's statistics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeafStats {
     /// Its parameters.
     pub config: LeafConfig,
@@ -132,6 +144,8 @@ pub struct LeafStats {
     pub drops: u64,
     /// `fq_codel`'s own counters.
     pub fq_codel: Option<FqCodelStats>,
+    /// `cake`'s own counters and tins.
+    pub cake: Option<alloc::boxed::Box<CakeStats>>,
 }
 
 /// One leaf qdisc.
@@ -140,6 +154,7 @@ pub(crate) enum Leaf {
     Fifo(Fifo),
     Sfq(Sfq),
     FqCodel(FqCodel),
+    Cake(alloc::boxed::Box<Cake>),
 }
 
 impl Leaf {
@@ -151,6 +166,7 @@ impl Leaf {
             LeafConfig::Bfifo { limit } => Self::Fifo(Fifo::new(limit, true)),
             LeafConfig::Sfq(c) => Self::Sfq(Sfq::new(c, key, seed, now.as_nanos())),
             LeafConfig::FqCodel(c) => Self::FqCodel(FqCodel::new(c, key)),
+            LeafConfig::Cake(c) => Self::Cake(alloc::boxed::Box::new(Cake::new(c, key, seed))),
         }
     }
 
@@ -173,11 +189,13 @@ impl Leaf {
             Self::Fifo(q) => q.enqueue(&mut store.packets, packet, now),
             Self::Sfq(q) => q.enqueue(store, packet, now),
             Self::FqCodel(q) => q.enqueue(store, packet, now),
+            Self::Cake(q) => q.enqueue(store, packet, now),
         }
     }
 
     /// The next packet to send; packets dropped on the way go to the store's drop list. `None`
-    /// only when the leaf is empty (every leaf here is work-conserving).
+    /// when the leaf is empty, or (a `cake` with `bandwidth`) holds its packets back until
+    /// [`throttled_until`](Self::throttled_until).
     #[inline]
     pub(crate) fn dequeue<P: Packet>(
         &mut self,
@@ -188,6 +206,7 @@ impl Leaf {
             Self::Fifo(q) => q.dequeue(&mut store.packets),
             Self::Sfq(q) => q.dequeue(store, now.as_nanos()),
             Self::FqCodel(q) => q.dequeue(store, now.as_nanos()),
+            Self::Cake(q) => q.dequeue(store, now.as_nanos()),
         }
     }
 
@@ -198,6 +217,7 @@ impl Leaf {
             Self::Fifo(q) => q.len(),
             Self::Sfq(q) => q.len(),
             Self::FqCodel(q) => q.len(),
+            Self::Cake(q) => q.len(),
         }
     }
 
@@ -214,6 +234,7 @@ impl Leaf {
             Self::Fifo(q) => q.backlog(),
             Self::Sfq(q) => q.backlog(),
             Self::FqCodel(q) => q.backlog(),
+            Self::Cake(q) => q.backlog(),
         }
     }
 
@@ -223,6 +244,7 @@ impl Leaf {
             Self::Fifo(q) => q.purge(&mut store.packets, &mut out),
             Self::Sfq(q) => q.purge(store, &mut out),
             Self::FqCodel(q) => q.purge(store, &mut out),
+            Self::Cake(q) => q.purge(store, &mut out),
         }
     }
 
@@ -242,6 +264,7 @@ impl Leaf {
             (Self::FqCodel(q), LeafConfig::FqCodel(c)) if q.config().flows == c.flows => {
                 q.reconfigure(store, c, now.as_nanos());
             }
+            (Self::Cake(q), LeafConfig::Cake(c)) => q.reconfigure(store, c, now.as_nanos()),
             _ => return false,
         }
         true
@@ -254,6 +277,7 @@ impl Leaf {
             Self::Fifo(q) => LeafConfig::Pfifo { limit: q.limit() },
             Self::Sfq(q) => LeafConfig::Sfq(q.config()),
             Self::FqCodel(q) => LeafConfig::FqCodel(q.config()),
+            Self::Cake(q) => LeafConfig::Cake(q.config()),
         }
     }
 
@@ -264,15 +288,17 @@ impl Leaf {
             Self::Fifo(q) => q.check(&store.packets).map(|()| 0),
             Self::Sfq(q) => q.check(store),
             Self::FqCodel(q) => q.check(store),
+            Self::Cake(q) => q.check(store),
         }
     }
 
     /// Statistics.
     pub(crate) fn stats(&self) -> LeafStats {
-        let (drops, fq_codel) = match self {
-            Self::Fifo(q) => (q.drops(), None),
-            Self::Sfq(q) => (q.drops(), None),
-            Self::FqCodel(q) => (q.drops(), Some(q.stats())),
+        let (drops, fq_codel, cake) = match self {
+            Self::Fifo(q) => (q.drops(), None, None),
+            Self::Sfq(q) => (q.drops(), None, None),
+            Self::FqCodel(q) => (q.drops(), Some(q.stats()), None),
+            Self::Cake(q) => (q.drops(), None, Some(alloc::boxed::Box::new(q.stats()))),
         };
         LeafStats {
             config: self.config(),
@@ -280,6 +306,16 @@ impl Leaf {
             backlog: self.backlog(),
             drops,
             fq_codel,
+            cake,
+        }
+    }
+
+    /// When a leaf that returned nothing from [`dequeue`](Self::dequeue) while holding packets
+    /// may send again (`cake`'s shaper); `None` for the work-conserving leaves.
+    pub(crate) fn throttled_until(&self) -> Option<Instant> {
+        match self {
+            Self::Cake(q) => q.throttled_until().map(Instant::from_nanos),
+            _ => None,
         }
     }
 }

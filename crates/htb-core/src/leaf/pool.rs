@@ -31,6 +31,11 @@ impl PacketList {
         head: NONE,
         tail: NONE,
     };
+
+    /// The last slot ([`NONE`] when empty).
+    pub(crate) fn tail(self) -> u32 {
+        self.tail
+    }
 }
 
 impl Default for PacketList {
@@ -161,6 +166,47 @@ impl<P> PacketPool<P> {
         })
     }
 
+    /// The slots of `list` with their packets, first to last (for a leaf that removes from
+    /// the middle: `cake`'s ACK filter).
+    pub(crate) fn entries(&self, list: PacketList) -> impl Iterator<Item = (u32, &P)> + '_ {
+        let mut slot = list.head;
+        core::iter::from_fn(move || {
+            let entry = self.slots.get(slot as usize)?;
+            let this = slot;
+            slot = entry.next;
+            entry.packet.as_ref().map(|p| (this, p))
+        })
+    }
+
+    /// The last packet of `list`.
+    pub(crate) fn back(&self, list: PacketList) -> Option<&P> {
+        self.slots.get(list.tail as usize)?.packet.as_ref()
+    }
+
+    /// The slot after `slot` in its list ([`NONE`] at the end).
+    pub(crate) fn next_slot(&self, slot: u32) -> u32 {
+        self.slots.get(slot as usize).map_or(NONE, |s| s.next)
+    }
+
+    /// Takes the packet in `slot`, which must be on `list`.
+    pub(crate) fn remove(&mut self, list: &mut PacketList, slot: u32) -> Option<(P, u64)> {
+        let (prev, next) = {
+            let entry = self.slots.get(slot as usize)?;
+            (entry.prev, entry.next)
+        };
+        if prev == NONE {
+            list.head = next;
+        } else {
+            self.slots[prev as usize].next = next;
+        }
+        if next == NONE {
+            list.tail = prev;
+        } else {
+            self.slots[next as usize].prev = prev;
+        }
+        self.release(slot)
+    }
+
     fn release(&mut self, slot: u32) -> Option<(P, u64)> {
         let entry = &mut self.slots[slot as usize];
         let packet = entry.packet.take();
@@ -197,5 +243,23 @@ mod tests {
         assert_eq!(pool.pop_front(&mut a), None);
         assert_eq!(a, PacketList::EMPTY);
         assert_eq!(pool.capacity(), 4, "slots are recycled");
+    }
+
+    #[test]
+    fn a_packet_leaves_the_middle_of_a_list() {
+        let mut pool = PacketPool::<u32>::default();
+        let mut a = PacketList::EMPTY;
+        for len in [1u32, 2, 3, 4] {
+            pool.push_back(&mut a, len, 0).unwrap();
+        }
+        let slots: Vec<u32> = pool.entries(a).map(|(s, _)| s).collect();
+        assert_eq!(pool.remove(&mut a, slots[1]), Some((2, 0)));
+        assert_eq!(pool.iter(a).copied().collect::<Vec<_>>(), [1, 3, 4]);
+        assert_eq!(pool.remove(&mut a, slots[3]), Some((4, 0)));
+        assert_eq!(pool.back(a), Some(&3));
+        assert_eq!(pool.remove(&mut a, slots[0]), Some((1, 0)));
+        assert_eq!(pool.next_slot(slots[2]), NONE);
+        assert_eq!(pool.pop_front(&mut a), Some((3, 0)));
+        assert_eq!(a, PacketList::EMPTY);
     }
 }

@@ -36,7 +36,7 @@ fn perturbed(hash: u32, key: u32) -> u32 {
 }
 
 /// splitmix64: the perturbation keys, from the scheduler's seed.
-fn next_random(state: &mut u64) -> u32 {
+pub(crate) fn next_random(state: &mut u64) -> u32 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -4,6 +4,7 @@
 
 use core::fmt;
 
+use super::cake::{CakeConfig, CakeSpec};
 use crate::time::Duration;
 
 /// The kernel's default `txqueuelen`, which sizes `pfifo` and `bfifo` without a limit.
@@ -34,6 +35,8 @@ pub enum LeafKind {
     Sfq,
     /// `fq_codel`: flow queueing with CoDel (RFC 8290).
     FqCodel,
+    /// `cake`: tins, host-fair flow queueing with COBALT, an ACK filter, its own shaper.
+    Cake,
 }
 
 impl LeafKind {
@@ -45,6 +48,7 @@ impl LeafKind {
             Self::Bfifo => "bfifo",
             Self::Sfq => "sfq",
             Self::FqCodel => "fq_codel",
+            Self::Cake => "cake",
         }
     }
 
@@ -56,6 +60,7 @@ impl LeafKind {
             "bfifo" => Self::Bfifo,
             "sfq" => Self::Sfq,
             "fq_codel" => Self::FqCodel,
+            "cake" => Self::Cake,
             _ => return None,
         })
     }
@@ -144,6 +149,8 @@ pub enum LeafSpec {
     Sfq(SfqSpec),
     /// `fq_codel …`.
     FqCodel(FqCodelSpec),
+    /// `cake …`.
+    Cake(CakeSpec),
 }
 
 impl Default for LeafSpec {
@@ -255,6 +262,8 @@ pub enum LeafConfig {
     Sfq(SfqConfig),
     /// `fq_codel`.
     FqCodel(FqCodelConfig),
+    /// `cake`.
+    Cake(CakeConfig),
 }
 
 impl Default for LeafConfig {
@@ -326,6 +335,7 @@ impl LeafSpec {
             Self::Bfifo { .. } => LeafKind::Bfifo,
             Self::Sfq(_) => LeafKind::Sfq,
             Self::FqCodel(_) => LeafKind::FqCodel,
+            Self::Cake(_) => LeafKind::Cake,
         }
     }
 
@@ -343,6 +353,7 @@ impl LeafSpec {
             },
             LeafKind::Sfq => LeafConfig::Sfq(SfqConfig::default()),
             LeafKind::FqCodel => LeafConfig::FqCodel(FqCodelConfig::default()),
+            LeafKind::Cake => LeafConfig::Cake(CakeConfig::default()),
         };
         self.apply(&base, true)
     }
@@ -375,6 +386,7 @@ impl LeafSpec {
                 LeafConfig::FqCodel(fq_codel(s, base, fresh)?)
             }
             (Self::Sfq(s), LeafConfig::Sfq(base)) => LeafConfig::Sfq(sfq(s, base)?),
+            (Self::Cake(s), LeafConfig::Cake(base)) => LeafConfig::Cake(s.apply(base)),
             _ => return self.resolve(),
         })
     }
@@ -489,6 +501,7 @@ impl LeafConfig {
             Self::Bfifo { .. } => LeafKind::Bfifo,
             Self::Sfq(_) => LeafKind::Sfq,
             Self::FqCodel(_) => LeafKind::FqCodel,
+            Self::Cake(_) => LeafKind::Cake,
         }
     }
 
@@ -523,6 +536,7 @@ impl LeafConfig {
                 memory_limit: Some(c.memory_limit),
                 drop_batch: Some(c.drop_batch),
             }),
+            Self::Cake(c) => LeafSpec::Cake(c.to_spec()),
         }
     }
 
@@ -535,6 +549,8 @@ impl LeafConfig {
             Self::Bfifo { limit } => limit / 64,
             Self::Sfq(c) => c.limit,
             Self::FqCodel(c) => c.limit,
+            // Its byte limit, or tc's packet limit with an MTU each.
+            Self::Cake(_) => 10_240,
         }
     }
 }

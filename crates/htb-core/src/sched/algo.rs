@@ -456,10 +456,18 @@ impl<P: Packet> Scheduler<P> {
                     break packet;
                 }
             }
-            // The leaf is empty, or emptied itself by dropping (CoDel): `htb_qlen_notify`
-            // deactivates it, and the round moves on (`qdisc_warn_nonwc`).
-            debug_assert!(self.queues[slot].is_empty(), "leaves are work-conserving");
-            self.deactivate(cl);
+            if self.queues[slot].is_empty() {
+                // The leaf is empty, or emptied itself by dropping (CoDel): `htb_qlen_notify`
+                // deactivates it, and the round moves on.
+                self.deactivate(cl);
+            } else {
+                // A shaping leaf holds its packets back (`qdisc_warn_nonwc`): out of the round
+                // until it may send.
+                let at = self.queues[slot]
+                    .throttled_until()
+                    .unwrap_or(self.now + crate::Duration::from_micros(100));
+                self.throttle(cl, at.max(self.now + crate::Duration::from_nanos(1)));
+            }
             if self.levels[level].row_mask & (1 << prio) == 0 {
                 return None;
             }

@@ -243,9 +243,11 @@ impl<P: Packet> Scheduler<P> {
 
             // Activity and tree membership.
             if c.level == 0 {
+                let throttled = self.throttled.iter().any(|&(_, t)| t as usize == slot);
                 ensure!(
-                    (c.activity != 0) != queue.is_empty(),
-                    "leaf {} activity {:#x} with {} packets queued",
+                    (c.activity != 0 && !queue.is_empty())
+                        || (c.activity == 0 && (queue.is_empty() || throttled)),
+                    "leaf {} activity {:#x} with {} packets queued (throttled: {throttled})",
                     c.id,
                     c.activity,
                     queue.len()
@@ -313,9 +315,9 @@ impl<P: Packet> Scheduler<P> {
             self.backlog
         );
         ensure!(
-            flow_records == self.store.flows.in_use(),
-            "leaves hold {flow_records} flow records, the table has {} in use (leaked)",
-            self.store.flows.in_use()
+            flow_records == self.store.flows_in_use(),
+            "leaves hold {flow_records} flow records, the tables have {} in use (leaked)",
+            self.store.flows_in_use()
         );
         let pooled = self.store.packets.in_use() as u64;
         ensure!(

@@ -305,6 +305,7 @@ impl<P: Packet> Scheduler<P> {
 
     /// Empties a leaf's queue into `purged`, counting the packets as the class's drops.
     fn purge_leaf(&mut self, slot: ClassIdx, purged: &mut Vec<P>) {
+        self.unthrottle(slot);
         let before = purged.len();
         self.queues[slot as usize].purge(&mut self.store, |p| purged.push(p));
         let mut bytes = 0;
@@ -361,8 +362,12 @@ impl<P: Packet> Scheduler<P> {
             return self.set_leaf(now, id, Some(leaf));
         }
         self.account_leaf(slot, before, before.0);
+        // New parameters may let a held-back leaf send now: it rejoins the round and says.
+        self.unthrottle(slot);
         if self.queues[s].is_empty() {
             self.deactivate(slot);
+        } else {
+            self.activate(slot);
         }
         Ok(Change::new())
     }

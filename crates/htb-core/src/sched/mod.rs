@@ -148,6 +148,8 @@ pub struct Scheduler<P: Packet> {
     stats: SchedulerStats,
     /// Classes whose buckets other schedulers share, by slot.
     shared: Vec<SharedSlot>,
+    /// Leaves that held their packets back (a shaping `cake`), out of the round until then.
+    throttled: Vec<(Instant, ClassIdx)>,
 }
 
 impl<P: Packet> fmt::Debug for Scheduler<P> {
@@ -187,6 +189,7 @@ impl<P: Packet> Scheduler<P> {
             backlog: 0,
             stats: SchedulerStats::default(),
             shared: Vec::new(),
+            throttled: Vec::new(),
         }
     }
 
@@ -281,7 +284,7 @@ impl<P: Packet> Scheduler<P> {
                 self.account_leaf(leaf, before, before.0 + 1);
                 if self.queues[slot].is_empty() {
                     self.deactivate(leaf);
-                } else {
+                } else if !self.is_throttled(leaf) {
                     self.activate(leaf);
                 }
                 Ok(())
@@ -297,6 +300,45 @@ impl<P: Packet> Scheduler<P> {
                     packet,
                     reason: DropReason::QueueFull(self.classes[slot].id),
                 })
+            }
+        }
+    }
+
+    /// Whether leaf `cl` holds its packets back.
+    #[inline]
+    pub(super) fn is_throttled(&self, cl: ClassIdx) -> bool {
+        !self.throttled.is_empty() && self.throttled.iter().any(|&(_, c)| c == cl)
+    }
+
+    /// Leaf `cl` returned nothing while holding packets: out of the round until `at`, as the
+    /// kernel's HTB waits for a child qdisc's watchdog.
+    pub(super) fn throttle(&mut self, cl: ClassIdx, at: Instant) {
+        self.deactivate(cl);
+        match self.throttled.iter_mut().find(|(_, c)| *c == cl) {
+            Some(entry) => entry.0 = at,
+            None => self.throttled.push((at, cl)),
+        }
+    }
+
+    /// Forgets that leaf `cl` was throttled (its queue was emptied or replaced).
+    pub(super) fn unthrottle(&mut self, cl: ClassIdx) {
+        self.throttled.retain(|&(_, c)| c != cl);
+    }
+
+    /// Throttled leaves whose time has come rejoin the round.
+    fn wake_throttled(&mut self) {
+        let now = self.now;
+        let mut i = 0;
+        while i < self.throttled.len() {
+            let (at, cl) = self.throttled[i];
+            if at <= now {
+                self.throttled.swap_remove(i);
+                self.stats.leaf_wakeups += 1;
+                if !self.queues[cl as usize].is_empty() {
+                    self.activate(cl);
+                }
+            } else {
+                i += 1;
             }
         }
     }
@@ -323,6 +365,9 @@ impl<P: Packet> Scheduler<P> {
     /// while packets are queued, [`next_wakeup`](Self::next_wakeup) says when to try again.
     pub fn dequeue(&mut self, now: Instant) -> Option<P> {
         self.advance_clock(now);
+        if !self.throttled.is_empty() {
+            self.wake_throttled();
+        }
         if let Some(packet) = self.direct.pop_front() {
             self.stats.direct_packets_sent += 1;
             self.stats.direct_bytes_sent += u64::from(packet.len_bytes());
@@ -361,7 +406,7 @@ impl<P: Packet> Scheduler<P> {
         if self.qlen == 0 {
             return None;
         }
-        let mut next: Option<Instant> = None;
+        let mut next: Option<Instant> = self.throttled.iter().map(|&(at, _)| at).min();
         for level in &self.levels {
             if level.row_mask != 0 {
                 return Some(self.now);

@@ -1,0 +1,309 @@
+//! `cake_hash`: 8-way set-associative flow queues, and the host slots that make flows fair
+//! between hosts.
+//!
+//! The kernel gives each tin 1024 queues in 128 sets of 8 ways, with a tag per queue: a flow
+//! takes the queue its hash names if that queue is its own (a *direct* hit), else a queue of
+//! the set tagged with its hash (an *indirect* hit), else a free queue of the set (a *miss*),
+//! else the queue its hash names, shared (a *collision*). Hosts get slots the same way, each
+//! counting the bulk flows of its host, which divides those flows' DRR quantum.
+//!
+//! Here a queue's record lives in the scheduler's flow table only while the queue is in use
+//! (on a list: sparse, bulk or decaying), and a host slot only while a queue refers to it, so
+//! an idle leaf holds none. A freed queue forgets its tag: a flow coming back after its queue
+//! went idle takes the first free way as a new flow does (a miss where the kernel may count an
+//! indirect hit); which way it takes changes nothing else, since every free way is alike.
+
+use super::cobalt::CobaltVars;
+use super::spec::FlowMode;
+use super::tins::{MAX_TINS, Tin};
+use crate::leaf::flows::{FlowTable, LeafFlows};
+
+/// `CAKE_QUEUES`: queues (and host slots) per tin.
+pub(crate) const QUEUES: u32 = 1024;
+/// `CAKE_SET_WAYS`.
+const WAYS: u32 = 8;
+/// A queue that has no host slot.
+pub(crate) const NO_HOST: u32 = u32::MAX;
+
+/// Where a queue stands in its tin's rotations (`CAKE_SET_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum FlowSet {
+    /// Not in use (a queue in that state has no record here).
+    #[default]
+    None,
+    /// New, served first, not counted as bulk.
+    Sparse,
+    /// Counted as sparse, but in the bulk rotation (its deficit ran out while empty).
+    SparseWait,
+    /// In the bulk rotation.
+    Bulk,
+    /// Empty, kept while its COBALT state decays.
+    Decaying,
+}
+
+/// A queue's state beside its packets (`struct cake_flow`'s).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CakeFlowState {
+    pub(crate) cvars: CobaltVars,
+    /// The hash of the flow that holds the queue (`tags[]`).
+    pub(crate) tag: u32,
+    pub(crate) set: FlowSet,
+    /// Host slot buckets in the host table, or [`NO_HOST`].
+    pub(crate) srchost: u32,
+    pub(crate) dsthost: u32,
+    /// Packets dropped from this queue.
+    pub(crate) dropped: u32,
+}
+
+impl Default for CakeFlowState {
+    fn default() -> Self {
+        Self {
+            cvars: CobaltVars::default(),
+            tag: 0,
+            set: FlowSet::None,
+            srchost: NO_HOST,
+            dsthost: NO_HOST,
+            dropped: 0,
+        }
+    }
+}
+
+/// A host slot (`struct cake_host`, one direction).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HostState {
+    /// The hash of the host that holds the slot.
+    pub(crate) tag: u32,
+    /// Bulk flows of the host (`srchost_bulk_flow_count` / `dsthost_bulk_flow_count`).
+    pub(crate) bulk: u16,
+    /// Queues pointing at the slot; it is freed at zero.
+    pub(crate) refs: u16,
+}
+
+/// The three hashes `cake_hash` reads of a packet.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Hashes {
+    pub(crate) flow: u32,
+    pub(crate) src: u32,
+    pub(crate) dst: u32,
+}
+
+/// The flow and host records of one `cake` leaf.
+pub(crate) struct Slots<'a> {
+    pub(crate) flows: &'a mut FlowTable<CakeFlowState>,
+    pub(crate) hosts: &'a mut FlowTable<HostState>,
+    pub(crate) flow_index: &'a mut LeafFlows,
+    pub(crate) host_index: &'a mut LeafFlows,
+}
+
+/// The largest bulk count of queue `idx`'s hosts, at least 1 (`cake_get_flow_quantum`'s
+/// `host_load`).
+pub(crate) fn host_load(
+    flows: &FlowTable<CakeFlowState>,
+    hosts: &FlowTable<HostState>,
+    idx: u32,
+    mode: FlowMode,
+) -> u32 {
+    let (src, dst) = dual(mode);
+    let state = flows.get(idx).state;
+    let mut load = 1;
+    for (wanted, slot) in [(src, state.srchost), (dst, state.dsthost)] {
+        if wanted && slot != NO_HOST {
+            load = load.max(u32::from(hosts.get(slot).state.bulk));
+        }
+    }
+    load
+}
+
+/// The bucket of queue `q` of tin `tin` in the flow table.
+pub(crate) fn flow_bucket(tin: usize, q: u32) -> u32 {
+    tin as u32 * QUEUES + q
+}
+
+/// The bucket of host slot `h` of tin `tin`, source or destination, in the host table.
+fn host_bucket(tin: usize, h: u32, dst: bool) -> u32 {
+    let base = if dst { MAX_TINS as u32 * QUEUES } else { 0 };
+    base + tin as u32 * QUEUES + h
+}
+
+/// Whether the host slots count `mode`'s hosts (source, destination).
+fn dual(mode: FlowMode) -> (bool, bool) {
+    (mode.dual_src(), mode.dual_dst())
+}
+
+impl Slots<'_> {
+    fn flow(&self, tin: usize, q: u32) -> Option<u32> {
+        self.flows.find(self.flow_index, flow_bucket(tin, q))
+    }
+
+    /// `cake_hash`: the record of the queue the packet goes to in tin `tin` (allocated, with
+    /// its host slots, when the flow needs a queue), and the way counters.
+    pub(crate) fn queue(&mut self, tin: usize, t: &mut Tin, mode: FlowMode, h: Hashes) -> u32 {
+        let bits = mode.bits();
+        if bits == 0 {
+            // flowblind: everything in queue 0.
+            return self
+                .flow(tin, 0)
+                .unwrap_or_else(|| self.flows.alloc(self.flow_index, flow_bucket(tin, 0)));
+        }
+        let mut flow_hash = if bits & 4 != 0 { h.flow } else { 0 };
+        if bits & 4 == 0 {
+            if bits & 1 != 0 {
+                flow_hash ^= h.src;
+            }
+            if bits & 2 != 0 {
+                flow_hash ^= h.dst;
+            }
+        }
+        let reduced = flow_hash % QUEUES;
+        if let Some(idx) = self.flow(tin, reduced)
+            && self.flows.get(idx).state.tag == flow_hash
+        {
+            t.way_directs = t.way_directs.wrapping_add(1);
+            return idx;
+        }
+        let inner = reduced % WAYS;
+        let outer = reduced - inner;
+        for i in 1..WAYS {
+            let k = (inner + i) % WAYS;
+            if let Some(idx) = self.flow(tin, outer + k)
+                && self.flows.get(idx).state.tag == flow_hash
+            {
+                t.way_hits = t.way_hits.wrapping_add(1);
+                return idx;
+            }
+        }
+        for i in 0..WAYS {
+            let k = (inner + i) % WAYS;
+            if self.flow(tin, outer + k).is_none() {
+                t.way_misses = t.way_misses.wrapping_add(1);
+                let idx = self
+                    .flows
+                    .alloc(self.flow_index, flow_bucket(tin, outer + k));
+                self.flows.get_mut(idx).state.tag = flow_hash;
+                self.assign_hosts(tin, idx, mode, h);
+                return idx;
+            }
+        }
+        // Every way is in use: share the queue the hash names, and move it to this flow's
+        // hosts.
+        t.way_collisions = t.way_collisions.wrapping_add(1);
+        let idx = self
+            .flow(tin, reduced)
+            .expect("a full set has a record at every way");
+        let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
+        let (src, dst) = dual(mode);
+        if bulk {
+            self.bulk_count(idx, mode, -1);
+        }
+        if src {
+            let old = core::mem::replace(&mut self.flows.get_mut(idx).state.srchost, NO_HOST);
+            self.release_host(old);
+        }
+        if dst {
+            let old = core::mem::replace(&mut self.flows.get_mut(idx).state.dsthost, NO_HOST);
+            self.release_host(old);
+        }
+        self.flows.get_mut(idx).state.tag = flow_hash;
+        self.assign_hosts(tin, idx, mode, h);
+        idx
+    }
+
+    /// The host slots of a queue that was just given to a flow (`cake_hash`'s `allocate_src`
+    /// and `allocate_dst`); a bulk queue counts in them at once.
+    fn assign_hosts(&mut self, tin: usize, idx: u32, mode: FlowMode, h: Hashes) {
+        let (src, dst) = dual(mode);
+        let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
+        for (wanted, is_dst, hash) in [(src, false, h.src), (dst, true, h.dst)] {
+            if !wanted {
+                continue;
+            }
+            let slot = self.host_slot(tin, hash, is_dst);
+            let host = &mut self.hosts.get_mut(slot).state;
+            host.refs += 1;
+            if bulk && u32::from(host.bulk) < QUEUES {
+                host.bulk += 1;
+            }
+            let state = &mut self.flows.get_mut(idx).state;
+            if is_dst {
+                state.dsthost = slot;
+            } else {
+                state.srchost = slot;
+            }
+        }
+    }
+
+    /// The host slot for `hash`: the way tagged with it, else the first without bulk flows,
+    /// else the way its hash names (shared), retagged.
+    fn host_slot(&mut self, tin: usize, hash: u32, dst: bool) -> u32 {
+        let idx = hash % QUEUES;
+        let inner = idx % WAYS;
+        let outer = idx - inner;
+        let find = |slots: &Self, k: u32| {
+            slots
+                .hosts
+                .find(slots.host_index, host_bucket(tin, outer + k, dst))
+        };
+        for i in 0..WAYS {
+            let k = (inner + i) % WAYS;
+            if let Some(slot) = find(self, k)
+                && self.hosts.get(slot).state.tag == hash
+            {
+                return slot;
+            }
+        }
+        let mut chosen = inner;
+        for i in 0..WAYS {
+            let k = (inner + i) % WAYS;
+            if find(self, k).is_none_or(|slot| self.hosts.get(slot).state.bulk == 0) {
+                chosen = k;
+                break;
+            }
+        }
+        let slot = match find(self, chosen) {
+            Some(slot) => slot,
+            None => self
+                .hosts
+                .alloc(self.host_index, host_bucket(tin, outer + chosen, dst)),
+        };
+        self.hosts.get_mut(slot).state.tag = hash;
+        slot
+    }
+
+    /// One queue less refers to host slot `slot`; the slot goes with the last.
+    pub(crate) fn release_host(&mut self, slot: u32) {
+        if slot == NO_HOST {
+            return;
+        }
+        let host = &mut self.hosts.get_mut(slot).state;
+        host.refs -= 1;
+        if host.refs == 0 {
+            debug_assert_eq!(host.bulk, 0, "a bulk flow refers to every counted slot");
+            self.hosts.free(self.host_index, slot);
+        }
+    }
+
+    /// `cake_inc_*host_bulk_flow_count` (`delta` 1) and `cake_dec_*` (-1) for queue `idx`.
+    pub(crate) fn bulk_count(&mut self, idx: u32, mode: FlowMode, delta: i32) {
+        let (src, dst) = dual(mode);
+        let state = self.flows.get(idx).state;
+        for (wanted, slot) in [(src, state.srchost), (dst, state.dsthost)] {
+            if !wanted || slot == NO_HOST {
+                continue;
+            }
+            let host = &mut self.hosts.get_mut(slot).state;
+            if delta > 0 && u32::from(host.bulk) < QUEUES {
+                host.bulk += 1;
+            } else if delta < 0 && host.bulk > 0 {
+                host.bulk -= 1;
+            }
+        }
+    }
+
+    /// Frees queue `idx` (empty, on no list) and its references to host slots.
+    pub(crate) fn free_queue(&mut self, idx: u32) {
+        let state = self.flows.get(idx).state;
+        self.release_host(state.srchost);
+        self.release_host(state.dsthost);
+        self.flows.free(self.flow_index, idx);
+    }
+}

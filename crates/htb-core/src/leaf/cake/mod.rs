@@ -1,0 +1,1109 @@
+//! `cake` (`net/sched/sch_cake.c`): a deficit-mode shaper, DSCP tins with their own threshold
+//! rates and DRR weights, 8-way set-associative flow queues made fair between hosts, COBALT on
+//! every queue, an ACK filter and link-layer overhead compensation, in one qdisc.
+//!
+//! Under an HTB class it is a leaf like the others; with `bandwidth` it also shapes, so its
+//! [`dequeue`](Cake::dequeue) may return nothing while it holds packets: it then says when it
+//! may send ([`Cake::throttled_until`]), and the scheduler takes the class out of its round until
+//! then (the kernel's HTB calls such a child "not work conserving" and waits for its watchdog).
+//!
+//! Memory follows the traffic, not the configuration: the kernel gives each instance 8 tins of
+//! 1024 queues and host slots (about 700 KB); here a leaf holds its tins' list heads and
+//! counters, and a queue or host slot takes a record of the scheduler-wide tables only while in
+//! use (module `hash`).
+
+mod ack_filter;
+mod cobalt;
+mod hash;
+mod spec;
+mod tcp;
+mod tins;
+
+use alloc::format;
+use alloc::vec::Vec;
+
+use self::hash::{FlowSet, Hashes, NO_HOST, QUEUES, Slots};
+use self::tins::{RateNs, Tin};
+use super::LeafStore;
+use super::flows::{FlowTable, LeafFlows, ListTag};
+use crate::rate::Rate;
+use crate::time::Duration;
+use crate::{CheckError, Packet};
+
+pub use spec::{AckFilter, AtmMode, CakeConfig, CakeSpec, DiffservMode, FlowMode};
+pub use tcp::TcpAck;
+
+pub(crate) use hash::{CakeFlowState, HostState};
+
+/// `sch->limit` of a `cake` qdisc (packets): a bound of its buffer with the MTU.
+const LIMIT: u32 = 10_240;
+/// Decaying queues freed per tin and call at most.
+const TRIM_PER_CALL: usize = 2;
+/// A decaying queue untouched this long is freed even if its state has not come to rest.
+const STALE_NS: u64 = 1_000_000_000;
+
+/// `quantum_div[]`: 65535 / host load, so that a host's bulk flows share one quantum.
+const QUANTUM_DIV: [u16; QUEUES as usize + 1] = {
+    let mut t = [0u16; QUEUES as usize + 1];
+    t[0] = u16::MAX;
+    let mut i = 1;
+    while i <= QUEUES as usize {
+        t[i] = (65535 / i) as u16;
+        i += 1;
+    }
+    t
+};
+
+/// The flow and host records of every `cake` leaf of a scheduler.
+#[derive(Debug, Default)]
+pub(crate) struct CakeStore {
+    pub(crate) flows: FlowTable<CakeFlowState>,
+    pub(crate) hosts: FlowTable<HostState>,
+}
+
+/// One tin's statistics, as `tc -s qdisc show` prints them (`TCA_CAKE_TIN_STATS_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct CakeTinStats {
+    /// The tin's threshold rate (`thresh`).
+    pub threshold_rate: Rate,
+    /// Bytes sent (and ACKs filtered).
+    pub sent_bytes: u64,
+    /// Bytes queued.
+    pub backlog_bytes: u32,
+    /// COBALT's target.
+    pub target: Duration,
+    /// COBALT's interval.
+    pub interval: Duration,
+    /// Delay EWMAs: peak, average, base (`pk_delay`, `av_delay`, `sp_delay`).
+    pub peak_delay: Duration,
+    /// Average delay.
+    pub avg_delay: Duration,
+    /// Base (sparse) delay.
+    pub base_delay: Duration,
+    /// Packets sent.
+    pub sent_packets: u32,
+    /// Set-associative lookups that found the flow in another way (`way_inds`).
+    pub way_indirect_hits: u32,
+    /// Lookups that took a free way (`way_miss`).
+    pub way_misses: u32,
+    /// Lookups that found every way taken (`way_cols`).
+    pub way_collisions: u32,
+    /// Packets dropped (AQM and overflow).
+    pub drops: u32,
+    /// Packets CE-marked.
+    pub ecn_marks: u32,
+    /// ACKs the filter dropped.
+    pub ack_drops: u32,
+    /// Sparse flows (and decaying ones).
+    pub sparse_flows: u32,
+    /// Bulk flows.
+    pub bulk_flows: u32,
+    /// Flows BLUE is dropping from.
+    pub unresponsive_flows: u32,
+    /// Largest packet seen.
+    pub max_pkt_len: u32,
+    /// DRR quantum of one flow.
+    pub flow_quantum: u32,
+}
+
+/// `cake`'s statistics (`TCA_CAKE_STATS_*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct CakeStats {
+    /// Most buffer bytes held at once (`memory used`).
+    pub memory_used: u32,
+    /// The buffer's byte limit.
+    pub memory_limit: u32,
+    /// `autorate-ingress`'s estimate (the bandwidth otherwise).
+    pub capacity_estimate: Rate,
+    /// Smallest and largest network-layer length seen (65535 / 0 before any).
+    pub min_network_size: u32,
+    /// Largest network-layer length.
+    pub max_network_size: u32,
+    /// Smallest and largest length charged after overhead compensation.
+    pub min_adj_size: u32,
+    /// Largest compensated length.
+    pub max_adj_size: u32,
+    /// Average network header offset.
+    pub avg_hdr_offset: u32,
+    /// Times the shaper held packets back (the qdisc's `overlimits`).
+    pub overlimits: u32,
+    /// The tins, in tc's order (Bulk first for diffserv3 and diffserv4).
+    pub tins: Vec<CakeTinStats>,
+}
+
+/// `cake_ewma`.
+fn ewma(avg: u64, sample: u64, shift: u32) -> u64 {
+    avg - (avg >> shift) + (sample >> shift)
+}
+
+/// One `cake` instance (`struct cake_sched_data`).
+#[derive(Clone, Debug)]
+pub(crate) struct Cake {
+    config: CakeConfig,
+    flow_index: LeafFlows,
+    host_index: LeafFlows,
+    tins: Vec<Tin>,
+    len: u32,
+    backlog: u64,
+    /// The rate in effect (bytes/s): the bandwidth, or `autorate-ingress`'s estimate.
+    rate_bps: u64,
+    rate: RateNs,
+    time_next_packet: u64,
+    failsafe_next_packet: u64,
+    cur_tin: u8,
+    buffer_used: u32,
+    buffer_max_used: u32,
+    buffer_limit: u32,
+    overlimits: u32,
+    drops: u64,
+    last_packet_time: u64,
+    avg_window_begin: u64,
+    avg_packet_interval: u64,
+    avg_window_bytes: u64,
+    avg_peak_bandwidth: u64,
+    last_reconfig_time: u64,
+    avg_netoff: u32,
+    min_netlen: u16,
+    max_netlen: u16,
+    min_adjlen: u16,
+    max_adjlen: u16,
+    random: u64,
+}
+
+/// The slots of one leaf: its indices and the scheduler's tables, borrowed apart from the
+/// leaf's other fields.
+fn slots<'a>(
+    flow_index: &'a mut LeafFlows,
+    host_index: &'a mut LeafFlows,
+    store: &'a mut CakeStore,
+) -> Slots<'a> {
+    Slots {
+        flows: &mut store.flows,
+        hosts: &mut store.hosts,
+        flow_index,
+        host_index,
+    }
+}
+
+impl Cake {
+    /// `cake_init`: an empty instance keyed `key` in the flow tables, its BLUE coin drawn
+    /// from `seed`.
+    pub(crate) fn new(config: CakeConfig, key: u32, seed: u64) -> Self {
+        let mut cake = Self {
+            config,
+            flow_index: LeafFlows::new(key),
+            host_index: LeafFlows::new(key),
+            tins: Vec::new(),
+            len: 0,
+            backlog: 0,
+            rate_bps: config.bandwidth.bytes_per_sec(),
+            rate: RateNs::default(),
+            time_next_packet: 0,
+            failsafe_next_packet: 0,
+            cur_tin: 0,
+            buffer_used: 0,
+            buffer_max_used: 0,
+            buffer_limit: 0,
+            overlimits: 0,
+            drops: 0,
+            last_packet_time: 0,
+            avg_window_begin: 0,
+            avg_packet_interval: 0,
+            avg_window_bytes: 0,
+            avg_peak_bandwidth: config.bandwidth.bytes_per_sec(),
+            last_reconfig_time: 0,
+            avg_netoff: 0,
+            min_netlen: u16::MAX,
+            max_netlen: 0,
+            min_adjlen: u16::MAX,
+            max_adjlen: 0,
+            random: seed ^ u64::from(key).wrapping_mul(0xd6e8_feb8_6659_fd93),
+        };
+        cake.tins.reserve_exact(config.tins());
+        cake.tins.resize_with(config.tins(), Tin::new);
+        cake.configure_rates();
+        cake
+    }
+
+    fn next_random(&mut self) -> u32 {
+        super::sfq::next_random(&mut self.random)
+    }
+
+    /// `cake_reconfigure`: the tins' rates, the shaper's, and the buffer limit.
+    fn configure_rates(&mut self) {
+        tins::configure(&mut self.tins, &self.config, self.rate_bps);
+        self.rate = self.tins[0].rate;
+        let interval_us = self.config.rtt.as_nanos() / 1000;
+        let limit = if self.config.memlimit != 0 {
+            u64::from(self.config.memlimit)
+        } else if self.rate_bps != 0 {
+            (self.rate_bps.saturating_mul(interval_us) / 250_000).max(4 << 20)
+        } else {
+            u64::from(u32::MAX)
+        };
+        let cap =
+            (u64::from(LIMIT) * u64::from(self.config.mtu)).max(u64::from(self.config.memlimit));
+        self.buffer_limit = limit.min(cap).min(u64::from(u32::MAX)) as u32;
+    }
+
+    /// `cake_calc_overhead` without its statistics: the length the shaper charges.
+    fn adjusted_len(&self, len: u32, offset: u32) -> u32 {
+        let c = &self.config;
+        let net = if c.overhead_set {
+            len.saturating_sub(offset)
+        } else {
+            len
+        };
+        let len = (i64::from(net) + i64::from(c.overhead))
+            .max(i64::from(c.mpu))
+            .max(0) as u32;
+        match c.atm {
+            AtmMode::Atm => len.div_ceil(48) * 53,
+            AtmMode::Ptm => len + len.div_ceil(64),
+            AtmMode::None => len,
+        }
+    }
+
+    /// `cake_overhead`: notes the length statistics of a packet being enqueued.
+    fn note_lengths<P: Packet>(&mut self, packet: &P) {
+        let (len, offset) = (packet.len_bytes(), packet.network_offset());
+        self.avg_netoff = ewma(u64::from(self.avg_netoff), u64::from(offset) << 16, 8) as u32;
+        let net = if self.config.overhead_set {
+            len.saturating_sub(offset)
+        } else {
+            len
+        };
+        let net = net.min(u32::from(u16::MAX)) as u16;
+        self.max_netlen = self.max_netlen.max(net);
+        self.min_netlen = self.min_netlen.min(net);
+        let adj = self.adjusted_len(len, offset).min(u32::from(u16::MAX)) as u16;
+        self.max_adjlen = self.max_adjlen.max(adj);
+        self.min_adjlen = self.min_adjlen.min(adj);
+    }
+
+    /// `cake_select_tin`: a mark under `fwmark`, else the DSCP (washed if asked, after it is
+    /// read).
+    fn select_tin<P: Packet>(&self, packet: &mut P) -> usize {
+        let c = &self.config;
+        let mark = if c.fwmark == 0 {
+            0
+        } else {
+            (packet.mark() & c.fwmark) >> c.fwmark.trailing_zeros()
+        };
+        let mut dscp = 0;
+        if c.wash {
+            dscp = packet.dscp();
+            if dscp != 0 {
+                packet.wash_dscp();
+            }
+        }
+        let count = self.tins.len();
+        if c.diffserv == DiffservMode::Besteffort {
+            0
+        } else if mark != 0 && mark as usize <= count {
+            usize::from(tins::order(c.diffserv)[mark as usize - 1])
+        } else {
+            if !c.wash {
+                dscp = packet.dscp();
+            }
+            Some(tins::tin_of(c.diffserv, dscp))
+                .filter(|&t| t < count)
+                .unwrap_or(0)
+        }
+    }
+
+    /// `cake_get_flow_quantum`: the tin's flow quantum divided by the bulk flows of the
+    /// queue's hosts, dithered so that the rounding averages out.
+    fn flow_quantum(&mut self, store: &CakeStore, tin: usize, idx: u32) -> i32 {
+        let load = hash::host_load(&store.flows, &store.hosts, idx, self.config.flow_mode);
+        let div = QUANTUM_DIV[load.min(QUEUES) as usize];
+        let dither = self.next_random() & 0xffff;
+        ((u32::from(self.tins[tin].flow_quantum) * u32::from(div) + dither) >> 16) as i32
+    }
+
+    /// `cake_advance_shaper`: charges `len` bytes to tin `tin`'s threshold and to the shaper.
+    fn advance_shaper(&mut self, tin: usize, len: u32, now: u64, drop: bool) -> u32 {
+        if self.rate.ns != 0 {
+            let b = &mut self.tins[tin];
+            let tin_dur = b.rate.duration(len);
+            let global = self.rate.duration(len);
+            if b.time_next_packet < now {
+                b.time_next_packet += tin_dur;
+            } else if b.time_next_packet < now + tin_dur {
+                b.time_next_packet = now + tin_dur;
+            }
+            self.time_next_packet += global;
+            if !drop {
+                self.failsafe_next_packet += global + (global >> 1);
+            }
+        }
+        len
+    }
+
+    /// The length the shaper charges for `packet`.
+    fn charged<P: Packet>(&self, packet: &P) -> u32 {
+        self.adjusted_len(packet.len_bytes(), packet.network_offset())
+    }
+
+    /// `cake_enqueue`. Only a full packet pool refuses a packet; over the buffer limit the
+    /// longest queue of any tin loses its head (`cake_drop`), to the store's drop list.
+    pub(crate) fn enqueue<P: Packet>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        mut packet: P,
+        now: u64,
+    ) -> Result<(), P> {
+        self.trim_decaying(store, now);
+        let tin = self.select_tin(&mut packet);
+        let mode = self.config.flow_mode;
+        let (src, dst) = if mode.bits() & 3 != 0 {
+            packet.host_hashes()
+        } else {
+            (0, 0)
+        };
+        let hashes = Hashes {
+            flow: packet.flow_hash(),
+            src,
+            dst,
+        };
+        let idx = slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).queue(
+            tin,
+            &mut self.tins[tin],
+            mode,
+            hashes,
+        );
+
+        // The shaper's state may be stale after an idle spell.
+        let b = &mut self.tins[tin];
+        if b.tin_backlog == 0 {
+            b.time_next_packet = b.time_next_packet.max(now);
+            if self.len == 0 {
+                if self.time_next_packet < now {
+                    self.failsafe_next_packet = now;
+                    self.time_next_packet = now;
+                } else if self.time_next_packet > now && self.failsafe_next_packet > now {
+                    self.overlimits = self.overlimits.wrapping_add(1);
+                }
+            }
+        }
+        let len = packet.len_bytes();
+        self.tins[tin].max_skblen = self.tins[tin].max_skblen.max(len);
+        self.note_lengths(&packet);
+        let truesize = packet.truesize();
+        let flow = store.cake.flows.get_mut(idx);
+        if let Err(packet) = store.packets.push_back(&mut flow.packets, packet, now) {
+            if flow.state.set == FlowSet::None {
+                slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).free_queue(idx);
+            }
+            self.drops += 1;
+            return Err(packet);
+        }
+        flow.len += 1;
+        flow.backlog = flow.backlog.saturating_add(len);
+
+        let mut ack_len = 0;
+        let redundant = match self.config.ack_filter {
+            AckFilter::Off => None,
+            filter => ack_filter::redundant(
+                &store.packets,
+                flow.packets,
+                filter == AckFilter::Aggressive,
+            ),
+        };
+        match redundant.and_then(|slot| store.packets.remove(&mut flow.packets, slot)) {
+            Some((ack, _)) => {
+                ack_len = ack.len_bytes();
+                flow.len -= 1;
+                flow.backlog -= ack_len;
+                self.buffer_used = (self.buffer_used + truesize).saturating_sub(ack.truesize());
+                let b = &mut self.tins[tin];
+                b.ack_drops = b.ack_drops.wrapping_add(1);
+                b.bytes += u64::from(ack_len);
+                self.drops += 1;
+                if self.config.ingress {
+                    let charged = self.charged(&ack);
+                    self.advance_shaper(tin, charged, now, true);
+                }
+                store.dropped.push(ack);
+            }
+            None => {
+                self.len += 1;
+                self.buffer_used = self.buffer_used.saturating_add(truesize);
+            }
+        }
+        let b = &mut self.tins[tin];
+        b.packets = b.packets.wrapping_add(1);
+        b.bytes += u64::from(len) - u64::from(ack_len);
+        b.tin_backlog = (b.tin_backlog + len) - ack_len;
+        self.backlog = (self.backlog + u64::from(len)) - u64::from(ack_len);
+        self.avg_window_bytes += u64::from(len) - u64::from(ack_len);
+
+        if self.config.autorate_ingress {
+            self.estimate_capacity(now);
+        } else {
+            self.avg_window_bytes = 0;
+            self.last_packet_time = now;
+        }
+
+        // The flow joins the rotation, or moves to bulk if it was waiting there.
+        let set = store.cake.flows.get(idx).state.set;
+        match set {
+            FlowSet::None | FlowSet::Decaying => {
+                let b = &mut self.tins[tin];
+                if set == FlowSet::Decaying {
+                    b.decaying_flow_count -= 1;
+                    b.decaying_flows.remove(&mut store.cake.flows, idx);
+                }
+                b.new_flows.push_back(&mut store.cake.flows, idx);
+                b.sparse_flow_count += 1;
+                store.cake.flows.get_mut(idx).state.set = FlowSet::Sparse;
+                let quantum = self.flow_quantum(&store.cake, tin, idx);
+                store.cake.flows.get_mut(idx).deficit = quantum;
+            }
+            FlowSet::SparseWait => {
+                store.cake.flows.get_mut(idx).state.set = FlowSet::Bulk;
+                let b = &mut self.tins[tin];
+                b.sparse_flow_count -= 1;
+                b.bulk_flow_count += 1;
+                slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
+                    .bulk_count(idx, mode, 1);
+            }
+            FlowSet::Sparse | FlowSet::Bulk => {}
+        }
+
+        self.buffer_max_used = self.buffer_max_used.max(self.buffer_used);
+        let before = self.len;
+        while self.buffer_used > self.buffer_limit && self.len > 0 {
+            self.drop_longest(store, now);
+        }
+        let b = &mut self.tins[tin];
+        b.drop_overlimit = b.drop_overlimit.wrapping_add(before - self.len);
+        Ok(())
+    }
+
+    /// `autorate-ingress` (in `cake_enqueue`): the peak arrival rate of bursts, averaged; the
+    /// shaper follows 15/16 of it, at most every 250 ms.
+    fn estimate_capacity(&mut self, now: u64) {
+        let interval = now.saturating_sub(self.last_packet_time).min(1_000_000_000);
+        let shift = if interval > self.avg_packet_interval {
+            2
+        } else {
+            8
+        };
+        self.avg_packet_interval = ewma(self.avg_packet_interval, interval, shift);
+        self.last_packet_time = now;
+        if interval > self.avg_packet_interval {
+            let window = now.saturating_sub(self.avg_window_begin).max(1);
+            let rate = (u128::from(self.avg_window_bytes) * 1_000_000_000 / u128::from(window))
+                .min(u128::from(u64::MAX)) as u64;
+            let shift = if rate > self.avg_peak_bandwidth { 2 } else { 8 };
+            self.avg_peak_bandwidth = ewma(self.avg_peak_bandwidth, rate, shift);
+            self.avg_window_bytes = 0;
+            self.avg_window_begin = now;
+            // The kernel never moves last_reconfig_time: past 250 ms it reconfigures each time.
+            if now > self.last_reconfig_time + 250_000_000 {
+                self.rate_bps = self.avg_peak_bandwidth.saturating_mul(15) >> 4;
+                self.configure_rates();
+            }
+        }
+    }
+
+    /// `cake_drop`: the head of the longest queue of any tin goes, and BLUE learns that
+    /// queue overflowed.
+    fn drop_longest<P: Packet>(&mut self, store: &mut LeafStore<P>, now: u64) {
+        let flows = &store.cake.flows;
+        let Some(idx) = flows
+            .records(&self.flow_index)
+            .filter(|&i| flows.get(i).len > 0)
+            .max_by_key(|&i| {
+                (
+                    flows.get(i).backlog,
+                    core::cmp::Reverse(flows.get(i).bucket),
+                )
+            })
+        else {
+            return;
+        };
+        let tin = (flows.get(idx).bucket / QUEUES) as usize;
+        let flow = store.cake.flows.get_mut(idx);
+        let Some((packet, _)) = store.packets.pop_front(&mut flow.packets) else {
+            return;
+        };
+        let len = packet.len_bytes();
+        flow.len -= 1;
+        flow.backlog -= len;
+        flow.state.dropped = flow.state.dropped.wrapping_add(1);
+        let b = &mut self.tins[tin];
+        if flow.state.cvars.queue_full(&b.cparams, now) {
+            b.unresponsive_flow_count += 1;
+        }
+        b.tin_backlog -= len;
+        b.tin_dropped = b.tin_dropped.wrapping_add(1);
+        self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
+        self.backlog -= u64::from(len);
+        self.len -= 1;
+        self.drops += 1;
+        if self.config.ingress {
+            let charged = self.charged(&packet);
+            self.advance_shaper(tin, charged, now, true);
+        }
+        store.dropped.push(packet);
+    }
+
+    /// Picks the tin to serve: by DRR weight when unlimited, else the highest-priority tin
+    /// within its threshold, or the earliest one. `None`: nothing to serve.
+    fn choose_tin(&mut self, now: u64) -> Option<usize> {
+        let count = self.tins.len();
+        if self.rate.ns == 0 {
+            let (mut wrapped, mut empty) = (false, true);
+            let mut cur = usize::from(self.cur_tin) % count;
+            loop {
+                let b = &mut self.tins[cur];
+                if b.tin_deficit >= 0 && b.busy() {
+                    break;
+                }
+                if b.tin_deficit <= 0 {
+                    b.tin_deficit += i32::from(b.tin_quantum);
+                }
+                if b.busy() {
+                    empty = false;
+                }
+                cur += 1;
+                if cur >= count {
+                    cur = 0;
+                    if wrapped {
+                        if empty {
+                            self.cur_tin = 0;
+                            return None;
+                        }
+                    } else {
+                        wrapped = true;
+                    }
+                }
+            }
+            self.cur_tin = cur as u8;
+            Some(cur)
+        } else {
+            let mut best_time = i64::MAX;
+            let mut best = 0;
+            for (i, b) in self.tins.iter().enumerate() {
+                if b.busy() {
+                    let to_packet = b.time_next_packet.wrapping_sub(now) as i64;
+                    if to_packet <= 0 || to_packet <= best_time {
+                        best_time = to_packet;
+                        best = i;
+                    }
+                }
+            }
+            self.cur_tin = best as u8;
+            self.tins[best].busy().then_some(best)
+        }
+    }
+
+    /// Moves queue `idx` of tin `tin` from whichever list it is on to the tail of `to`.
+    fn move_to(&mut self, flows: &mut FlowTable<CakeFlowState>, tin: usize, idx: u32, to: ListTag) {
+        let b = &mut self.tins[tin];
+        match flows.get(idx).list {
+            ListTag::New => b.new_flows.remove(flows, idx),
+            ListTag::Old => b.old_flows.remove(flows, idx),
+            ListTag::Dormant => b.decaying_flows.remove(flows, idx),
+            ListTag::Unlinked => {}
+        }
+        match to {
+            ListTag::New => b.new_flows.push_back(flows, idx),
+            ListTag::Old => b.old_flows.push_back(flows, idx),
+            ListTag::Dormant => b.decaying_flows.push_back(flows, idx),
+            ListTag::Unlinked => {}
+        }
+    }
+
+    /// `cake_dequeue`. `None` while packets are held means the shaper holds them back until
+    /// [`throttled_until`](Self::throttled_until).
+    pub(crate) fn dequeue<P: Packet>(&mut self, store: &mut LeafStore<P>, now: u64) -> Option<P> {
+        let mode = self.config.flow_mode;
+        let mut first_flow = true;
+        'begin: loop {
+            if self.len == 0 {
+                self.trim_decaying(store, now);
+                return None;
+            }
+            if self.time_next_packet > now && self.failsafe_next_packet > now {
+                self.overlimits = self.overlimits.wrapping_add(1);
+                return None;
+            }
+            let tin = self.choose_tin(now)?;
+            'retry: loop {
+                let b = &self.tins[tin];
+                let idx = if first_flow && !b.decaying_flows.is_empty() {
+                    b.decaying_flows.front()
+                } else {
+                    b.new_flows
+                        .front()
+                        .or_else(|| b.old_flows.front())
+                        .or_else(|| b.decaying_flows.front())
+                };
+                let Some(idx) = idx else { continue 'begin };
+                first_flow = false;
+
+                // Flow isolation (DRR++).
+                if store.cake.flows.get(idx).deficit <= 0 {
+                    let flow = store.cake.flows.get_mut(idx);
+                    if flow.state.set == FlowSet::Sparse {
+                        if flow.len > 0 {
+                            flow.state.set = FlowSet::Bulk;
+                            let b = &mut self.tins[tin];
+                            b.sparse_flow_count -= 1;
+                            b.bulk_flow_count += 1;
+                            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
+                                .bulk_count(idx, mode, 1);
+                        } else {
+                            // In the bulk rotation for its deficit, still counted sparse.
+                            flow.state.set = FlowSet::SparseWait;
+                        }
+                    }
+                    let quantum = self.flow_quantum(&store.cake, tin, idx);
+                    store.cake.flows.get_mut(idx).deficit += quantum;
+                    self.move_to(&mut store.cake.flows, tin, idx, ListTag::Old);
+                    continue 'retry;
+                }
+
+                // A packet through COBALT.
+                let (packet, enqueued) = loop {
+                    let flow = store.cake.flows.get_mut(idx);
+                    let Some((mut packet, enqueued)) = store.packets.pop_front(&mut flow.packets)
+                    else {
+                        self.retire(store, tin, idx, now);
+                        continue 'begin;
+                    };
+                    let len = packet.len_bytes();
+                    flow.len -= 1;
+                    flow.backlog -= len;
+                    let b = &mut self.tins[tin];
+                    b.tin_backlog -= len;
+                    self.backlog -= u64::from(len);
+                    self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
+                    self.len -= 1;
+                    let bulk = if self.config.ingress {
+                        u32::from(b.bulk_flow_count)
+                    } else {
+                        0
+                    };
+                    let random = self.next_random();
+                    let cparams = self.tins[tin].cparams;
+                    let flow = store.cake.flows.get_mut(idx);
+                    let drop = flow.state.cvars.should_drop(
+                        &cparams,
+                        now,
+                        now.saturating_sub(enqueued),
+                        bulk,
+                        || packet.set_ce(),
+                        random,
+                    );
+                    // The last packet of a queue may be marked, never dropped.
+                    if !drop || flow.len == 0 {
+                        break (packet, enqueued);
+                    }
+                    flow.state.dropped = flow.state.dropped.wrapping_add(1);
+                    if self.config.ingress {
+                        let charged = self.charged(&packet);
+                        self.advance_shaper(tin, charged, now, true);
+                        store.cake.flows.get_mut(idx).deficit -= charged as i32;
+                        self.tins[tin].tin_deficit -= charged as i32;
+                    }
+                    self.tins[tin].tin_dropped = self.tins[tin].tin_dropped.wrapping_add(1);
+                    self.drops += 1;
+                    store.dropped.push(packet);
+                    if self.config.ingress {
+                        continue 'retry;
+                    }
+                };
+
+                let marked = store.cake.flows.get(idx).state.cvars.ecn_marked;
+                let b = &mut self.tins[tin];
+                b.tin_ecn_mark = b.tin_ecn_mark.wrapping_add(u32::from(marked));
+                let delay = now.saturating_sub(enqueued);
+                b.avge_delay = ewma(b.avge_delay, delay, 8);
+                b.peak_delay = ewma(
+                    b.peak_delay,
+                    delay,
+                    if delay > b.peak_delay { 2 } else { 8 },
+                );
+                b.base_delay = ewma(
+                    b.base_delay,
+                    delay,
+                    if delay < b.base_delay { 2 } else { 8 },
+                );
+                let charged = self.charged(&packet);
+                self.advance_shaper(tin, charged, now, false);
+                store.cake.flows.get_mut(idx).deficit -= charged as i32;
+                self.tins[tin].tin_deficit -= charged as i32;
+                return Some(packet);
+            }
+        }
+    }
+
+    /// A queue was served and found empty (`cake_dequeue`): it waits on the decaying list
+    /// while its COBALT state has not come to rest, else it leaves the rotation and its
+    /// record is freed.
+    fn retire<P>(&mut self, store: &mut LeafStore<P>, tin: usize, idx: u32, now: u64) {
+        let mode = self.config.flow_mode;
+        let b = &mut self.tins[tin];
+        let flow = store.cake.flows.get_mut(idx);
+        if flow.state.cvars.queue_empty(&b.cparams, now) {
+            b.unresponsive_flow_count = b.unresponsive_flow_count.saturating_sub(1);
+        }
+        let set = flow.state.set;
+        let resting = flow.state.cvars.at_rest(now);
+        match set {
+            FlowSet::Bulk => {
+                b.bulk_flow_count -= 1;
+                slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
+                    .bulk_count(idx, mode, -1);
+            }
+            FlowSet::Sparse | FlowSet::SparseWait => self.tins[tin].sparse_flow_count -= 1,
+            FlowSet::Decaying if resting => self.tins[tin].decaying_flow_count -= 1,
+            FlowSet::Decaying | FlowSet::None => {}
+        }
+        if resting {
+            self.move_to(&mut store.cake.flows, tin, idx, ListTag::Unlinked);
+            store.cake.flows.get_mut(idx).state.set = FlowSet::None;
+            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).free_queue(idx);
+        } else {
+            if set != FlowSet::Decaying {
+                self.tins[tin].decaying_flow_count += 1;
+            }
+            store.cake.flows.get_mut(idx).state.set = FlowSet::Decaying;
+            self.move_to(&mut store.cake.flows, tin, idx, ListTag::Dormant);
+        }
+    }
+
+    /// Frees the oldest decaying queues of each tin once their COBALT state has come to rest,
+    /// or has not been touched for a second: the kernel serves decaying queues only while it
+    /// has packets, so an idle `cake` would keep them (and their BLUE probability) until its
+    /// next packet; freeing them lets an idle leaf hold no records. Bounded work per call.
+    fn trim_decaying<P>(&mut self, store: &mut LeafStore<P>, now: u64) {
+        for tin in 0..self.tins.len() {
+            for _ in 0..TRIM_PER_CALL {
+                let Some(idx) = self.tins[tin].decaying_flows.front() else {
+                    break;
+                };
+                let cvars = store.cake.flows.get(idx).state.cvars;
+                let touched = cvars.drop_next.max(cvars.blue_timer);
+                if !cvars.at_rest(now) && now < touched.saturating_add(STALE_NS) {
+                    break;
+                }
+                self.tins[tin]
+                    .decaying_flows
+                    .remove(&mut store.cake.flows, idx);
+                self.tins[tin].decaying_flow_count -= 1;
+                store.cake.flows.get_mut(idx).state.set = FlowSet::None;
+                slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).free_queue(idx);
+            }
+        }
+    }
+
+    /// When the shaper lets the next packet go, while it holds packets back.
+    pub(crate) fn throttled_until(&self) -> Option<u64> {
+        (self.len > 0 && self.rate.ns != 0)
+            .then(|| self.time_next_packet.min(self.failsafe_next_packet))
+    }
+
+    pub(crate) fn len(&self) -> u32 {
+        self.len
+    }
+
+    pub(crate) fn backlog(&self) -> u64 {
+        self.backlog
+    }
+
+    pub(crate) fn drops(&self) -> u64 {
+        self.drops
+    }
+
+    pub(crate) fn config(&self) -> CakeConfig {
+        self.config
+    }
+
+    /// Frees every queue of tins from `first` on: their packets through `out`.
+    fn clear_tins<P: Packet>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        first: usize,
+        out: &mut impl FnMut(P),
+    ) {
+        let doomed: Vec<u32> = store
+            .cake
+            .flows
+            .records(&self.flow_index)
+            .filter(|&i| (store.cake.flows.get(i).bucket / QUEUES) as usize >= first)
+            .collect();
+        for idx in doomed {
+            let tin = (store.cake.flows.get(idx).bucket / QUEUES) as usize;
+            let flow = store.cake.flows.get_mut(idx);
+            while let Some((packet, _)) = store.packets.pop_front(&mut flow.packets) {
+                self.backlog -= u64::from(packet.len_bytes());
+                self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
+                self.len -= 1;
+                out(packet);
+            }
+            flow.len = 0;
+            flow.backlog = 0;
+            if flow.state.set == FlowSet::Bulk {
+                let mode = self.config.flow_mode;
+                slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
+                    .bulk_count(idx, mode, -1);
+            }
+            store.cake.flows.get_mut(idx).state.set = FlowSet::None;
+            self.move_to(&mut store.cake.flows, tin, idx, ListTag::Unlinked);
+            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).free_queue(idx);
+        }
+        for b in self.tins.iter_mut().skip(first) {
+            b.tin_backlog = 0;
+            b.sparse_flow_count = 0;
+            b.bulk_flow_count = 0;
+            b.decaying_flow_count = 0;
+            b.unresponsive_flow_count = 0;
+        }
+    }
+
+    /// `cake_reset`: every packet out through `out`, every queue freed.
+    pub(crate) fn purge<P: Packet>(&mut self, store: &mut LeafStore<P>, out: &mut impl FnMut(P)) {
+        self.clear_tins(store, 0, out);
+        self.buffer_used = 0;
+    }
+
+    /// `cake_change` with resolved parameters: tins beyond the new count lose their packets
+    /// (to the drop list, as `cake_clear_tin` frees them); rates and limits follow at once.
+    pub(crate) fn reconfigure<P: Packet>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        config: CakeConfig,
+        now: u64,
+    ) {
+        let old = self.config;
+        let count = config.tins();
+        if count < self.tins.len() {
+            // Under the old parameters: their flow mode says which host slots count.
+            let mut dropped = Vec::new();
+            self.clear_tins(store, count, &mut |p| dropped.push(p));
+            self.drops += dropped.len() as u64;
+            store.dropped.extend(dropped);
+            self.tins.truncate(count);
+        } else {
+            self.tins.resize_with(count, Tin::new);
+        }
+        self.config = config;
+        if config.bandwidth != old.bandwidth {
+            self.rate_bps = config.bandwidth.bytes_per_sec();
+        }
+        if config.flow_mode != old.flow_mode {
+            self.recount_hosts(store);
+        }
+        self.cur_tin = 0;
+        self.configure_rates();
+        while self.buffer_used > self.buffer_limit && self.len > 0 {
+            self.drop_longest(store, now);
+        }
+    }
+
+    /// Counts each host slot's bulk queues afresh, as the flow mode now says which slots count
+    /// (the kernel keeps the old counts, which a mode change leaves wrong until they drain).
+    fn recount_hosts<P>(&mut self, store: &mut LeafStore<P>) {
+        let hosts: Vec<u32> = store.cake.hosts.records(&self.host_index).collect();
+        for slot in hosts {
+            store.cake.hosts.get_mut(slot).state.bulk = 0;
+        }
+        let bulk: Vec<u32> = store
+            .cake
+            .flows
+            .records(&self.flow_index)
+            .filter(|&i| store.cake.flows.get(i).state.set == FlowSet::Bulk)
+            .collect();
+        let mode = self.config.flow_mode;
+        for idx in bulk {
+            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
+                .bulk_count(idx, mode, 1);
+        }
+    }
+
+    /// Verifies counts against the queues, lists and host slots; returns the records held.
+    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>) -> Result<usize, CheckError> {
+        let flows = &store.cake.flows;
+        let mode = self.config.flow_mode;
+        let (mut len, mut bytes) = (0u32, 0u64);
+        let mut per_tin = Vec::new();
+        per_tin.resize(self.tins.len(), [0u32; 4]); // sparse, bulk, decaying, backlog
+        let mut refs: Vec<(u32, u16, u16)> = Vec::new(); // (host slot, refs, bulk)
+        let mut records = 0usize;
+        for idx in flows.records(&self.flow_index) {
+            records += 1;
+            let f = flows.get(idx);
+            let tin = (f.bucket / QUEUES) as usize;
+            let Some(counts) = per_tin.get_mut(tin) else {
+                return Err(CheckError(format!(
+                    "cake queue {idx} in tin {tin} of {}",
+                    self.tins.len()
+                )));
+            };
+            let (n, b) = super::count_list(&store.packets, f.packets);
+            if (n, b) != (f.len, u64::from(f.backlog)) {
+                return Err(CheckError(format!(
+                    "cake queue {idx} holds {n} packets / {b} B, says {} / {}",
+                    f.len, f.backlog
+                )));
+            }
+            len += n;
+            bytes += b;
+            counts[3] += f.backlog;
+            let expected_list = match f.state.set {
+                FlowSet::Sparse => {
+                    counts[0] += 1;
+                    None
+                }
+                FlowSet::SparseWait => {
+                    counts[0] += 1;
+                    Some(ListTag::Old)
+                }
+                FlowSet::Bulk => {
+                    counts[1] += 1;
+                    Some(ListTag::Old)
+                }
+                FlowSet::Decaying => {
+                    counts[2] += 1;
+                    Some(ListTag::Dormant)
+                }
+                FlowSet::None => {
+                    return Err(CheckError(format!(
+                        "cake queue {idx} is kept but not in use"
+                    )));
+                }
+            };
+            let on = f.list;
+            if on == ListTag::Unlinked
+                || expected_list.is_some_and(|l| l != on)
+                || (f.state.set == FlowSet::Decaying && n > 0)
+            {
+                return Err(CheckError(format!(
+                    "cake queue {idx} ({:?}) is on {on:?} holding {n} packets",
+                    f.state.set
+                )));
+            }
+            let counted = [mode.dual_src(), mode.dual_dst()];
+            for (slot, counted) in [f.state.srchost, f.state.dsthost].into_iter().zip(counted) {
+                if slot == NO_HOST {
+                    continue;
+                }
+                let bulk = u16::from(counted && f.state.set == FlowSet::Bulk);
+                match refs.iter_mut().find(|(s, _, _)| *s == slot) {
+                    Some(r) => {
+                        r.1 += 1;
+                        r.2 += bulk;
+                    }
+                    None => refs.push((slot, 1, bulk)),
+                }
+            }
+        }
+        for (t, b) in self.tins.iter().enumerate() {
+            let c = per_tin[t];
+            let listed = b.new_flows.len() + b.old_flows.len() + b.decaying_flows.len();
+            let counted = [
+                u32::from(b.sparse_flow_count),
+                u32::from(b.bulk_flow_count),
+                u32::from(b.decaying_flow_count),
+                b.tin_backlog,
+            ];
+            if counted != c || listed != c[0] + c[1] + c[2] {
+                return Err(CheckError(format!(
+                    "cake tin {t} counts {counted:?} on {listed} listed, queues say {c:?}"
+                )));
+            }
+        }
+        if (len, bytes) != (self.len, self.backlog) {
+            return Err(CheckError(format!(
+                "cake queues hold {len} packets / {bytes} B, counters say {} / {}",
+                self.len, self.backlog
+            )));
+        }
+        let hosts = &store.cake.hosts;
+        let mut host_records = 0;
+        for slot in hosts.records(&self.host_index) {
+            host_records += 1;
+            let h = hosts.get(slot).state;
+            let (r, bulk) = refs
+                .iter()
+                .find(|(s, _, _)| *s == slot)
+                .map_or((0, 0), |&(_, r, b)| (r, b));
+            let counted_bulk = bulk.min(QUEUES as u16);
+            if h.refs != r || h.refs == 0 || h.bulk != counted_bulk {
+                return Err(CheckError(format!(
+                    "cake host slot {slot}: refs {} bulk {}, queues say {r} / {counted_bulk}",
+                    h.refs, h.bulk
+                )));
+            }
+        }
+        if host_records != refs.len() {
+            return Err(CheckError(format!(
+                "cake holds {host_records} host slots, its queues name {}",
+                refs.len()
+            )));
+        }
+        if flows.check_leaf(&self.flow_index)? != records {
+            return Err(CheckError(
+                "cake's flow chain does not match its walk".into(),
+            ));
+        }
+        hosts.check_leaf(&self.host_index)?;
+        Ok(records + host_records)
+    }
+
+    /// Statistics, tins in tc's order.
+    pub(crate) fn stats(&self) -> CakeStats {
+        let order = tins::order(self.config.diffserv);
+        let tins = order
+            .iter()
+            .take(self.tins.len())
+            .map(|&t| {
+                let b = &self.tins[usize::from(t)];
+                CakeTinStats {
+                    threshold_rate: Rate::from_bytes_per_sec(b.rate.bytes_per_sec),
+                    sent_bytes: b.bytes,
+                    backlog_bytes: b.tin_backlog,
+                    target: Duration::from_nanos(b.cparams.target),
+                    interval: Duration::from_nanos(b.cparams.interval),
+                    peak_delay: Duration::from_nanos(b.peak_delay),
+                    avg_delay: Duration::from_nanos(b.avge_delay),
+                    base_delay: Duration::from_nanos(b.base_delay),
+                    sent_packets: b.packets,
+                    way_indirect_hits: b.way_hits,
+                    way_misses: b.way_misses,
+                    way_collisions: b.way_collisions,
+                    drops: b.tin_dropped,
+                    ecn_marks: b.tin_ecn_mark,
+                    ack_drops: b.ack_drops,
+                    sparse_flows: u32::from(b.sparse_flow_count + b.decaying_flow_count),
+                    bulk_flows: u32::from(b.bulk_flow_count),
+                    unresponsive_flows: u32::from(b.unresponsive_flow_count),
+                    max_pkt_len: b.max_skblen,
+                    flow_quantum: u32::from(b.flow_quantum),
+                }
+            })
+            .collect();
+        CakeStats {
+            memory_used: self.buffer_max_used,
+            memory_limit: self.buffer_limit,
+            capacity_estimate: Rate::from_bytes_per_sec(self.avg_peak_bandwidth),
+            min_network_size: u32::from(self.min_netlen),
+            max_network_size: u32::from(self.max_netlen),
+            min_adj_size: u32::from(self.min_adjlen),
+            max_adj_size: u32::from(self.max_adjlen),
+            avg_hdr_offset: (self.avg_netoff + 0x8000) >> 16,
+            overlimits: self.overlimits,
+            tins,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
