@@ -12,8 +12,8 @@ use htb_config::filter::{Classifier, Filter};
 use htb_core::{ClassHandle, ClassId, Instant, Scheduler, SchedulerConfig, SharedBuckets, Target};
 
 use crate::crew::{Crew, Handoff, HandoffCounts};
-use crate::frame::{FlowHasher, Frame};
-use crate::parse::{parse, set_ce};
+use crate::frame::{FlowHasher, Frame, FrameNeeds};
+use crate::parse::{parse, set_ce, wash_dscp};
 use crate::plane_op::PlaneOp;
 use crate::rings::{Chunk, FrameCounts, Rings};
 use crate::rtt::{ClassRtt, RttTracker};
@@ -115,6 +115,8 @@ struct Port {
     stats: PortStats,
     /// Measure the TCP round trips of what leaves through it.
     rtt_on: bool,
+    /// What its leaves read of a frame beyond the flow hash (kept once a `cake` leaf asks).
+    needs: FrameNeeds,
     /// Round trips and retransmissions per class, for the classes that had some.
     rtt: HashMap<ClassId, ClassRtt>,
 }
@@ -230,6 +232,11 @@ impl Port {
                     let htb = schedulers
                         .pop()
                         .ok_or_else(|| format!("{}: a new tree without a scheduler", self.name))?;
+                    for id in htb.class_ids() {
+                        if let Some(leaf) = htb.class_info(id).and_then(|i| i.leaf) {
+                            self.needs.note(&leaf);
+                        }
+                    }
                     self.trees.push(Tree {
                         htb,
                         mq_minor: new.mq_minor,
@@ -267,9 +274,13 @@ impl Port {
                     }
                     PlaneOp::DeleteClass { id, .. } => htb.delete_class(now, id).map(|c| c.purged),
                     PlaneOp::SetLeaf { id, leaf, .. } => {
+                        if let Some(leaf) = &leaf {
+                            self.needs.note(leaf);
+                        }
                         htb.set_leaf(now, id, leaf.as_ref()).map(|c| c.purged)
                     }
                     PlaneOp::ChangeLeaf { id, leaf, .. } => {
+                        self.needs.note(&leaf);
                         // Packets over new limits are dropped, not purged.
                         htb.change_leaf(now, id, &leaf).map(|c| c.purged)
                     }
@@ -445,6 +456,7 @@ impl<R: Rings> Dataplane<R> {
                     next_tree: 0,
                     rtt_on: p.rtt,
                     rtt: HashMap::new(),
+                    needs: FrameNeeds::default(),
                 };
                 port.reset_targets();
                 port
@@ -577,7 +589,8 @@ impl<R: Rings> Dataplane<R> {
             .classify_index_headers(&parsed.info, &parsed.headers(bytes));
         // A chain occupies each of its frames (`skb->truesize` of a multi-buffer skb).
         let truesize = self.frame_size * u32::from(chunk.frames());
-        let frame = Frame::new(chunk, &parsed, &self.flows, truesize);
+        let needs = self.ports[egress].needs;
+        let frame = Frame::new(chunk, bytes, &parsed, &self.flows, truesize, needs);
         let (me, workers) = (self.crew.me(), self.crew.workers());
         let port = &mut self.ports[egress];
         let (filter, (slot, owner)) = match classified {
@@ -701,11 +714,16 @@ impl<R: Rings> Dataplane<R> {
                 let Some(frame) = self.dequeue(port, now) else {
                     break;
                 };
-                let (mut chunk, ce) = frame.into_parts();
-                if let Some((l3, ipv6)) = ce {
-                    // The leaf marked it instead of dropping it.
+                let (mut chunk, edits) = frame.into_parts();
+                if let Some(e) = edits {
+                    // The leaf marked it instead of dropping it, or washed its DSCP.
                     self.rings.rewrite(&mut chunk, &mut |b| {
-                        set_ce(b, l3, ipv6);
+                        if e.wash {
+                            wash_dscp(b, e.l3, e.ipv6);
+                        }
+                        if e.ce {
+                            set_ce(b, e.l3, e.ipv6);
+                        }
                     });
                 }
                 bytes += u64::from(chunk.len());

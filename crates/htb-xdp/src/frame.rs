@@ -4,7 +4,7 @@
 use std::hash::{BuildHasher, RandomState};
 use std::net::IpAddr;
 
-use htb_core::Packet;
+use htb_core::{Packet, TcpAck};
 
 use crate::parse::Parsed;
 use crate::rings::Chunk;
@@ -25,9 +25,14 @@ impl FrameTag {
             hash: 0,
             truesize: 2048,
             l3: None,
+            network: 14,
             ipv6: false,
             ecn: 0,
+            dscp: 0,
+            hosts: (0, 0),
             mark_ce: false,
+            wash: false,
+            tcp: None,
         }
     }
 }
@@ -41,25 +46,92 @@ pub(crate) struct FrameTag {
     truesize: u32,
     /// The IP header's offset, if the frame is IP.
     l3: Option<u16>,
+    /// The network header's offset, IP or not.
+    network: u16,
     ipv6: bool,
     /// ECN field as received.
     ecn: u8,
+    /// DSCP as received (CS7 for ARP, as `cake` reads it).
+    dscp: u8,
+    /// Keyed hashes of the source and destination addresses (ports with a `cake` leaf).
+    hosts: (u32, u32),
     /// A leaf asked for Congestion Experienced: written into the frame before it is sent.
     mark_ce: bool,
+    /// A `cake` leaf washed its DSCP: cleared in the frame before it is sent.
+    wash: bool,
+    /// The segment as `cake`'s ACK filter compares it (TCP frames of ports that filter ACKs).
+    tcp: Option<TcpAck>,
+}
+
+/// What the data plane reads of a frame besides its flow hash, for the leaves of its egress
+/// port.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FrameNeeds {
+    /// A `cake` leaf: host hashes.
+    pub(crate) hosts: bool,
+    /// A `cake` leaf that filters ACKs: the TCP view.
+    pub(crate) tcp_acks: bool,
+}
+
+impl FrameNeeds {
+    /// What a leaf `leaf` reads of a frame, added to what is read already.
+    pub(crate) fn note(&mut self, leaf: &htb_core::LeafConfig) {
+        if let htb_core::LeafConfig::Cake(c) = leaf {
+            self.hosts = true;
+            self.tcp_acks |= c.ack_filter != htb_core::AckFilter::Off;
+        }
+    }
+}
+
+/// Header edits a frame needs before it is sent: CE at the IP header (offset, IPv6), and the
+/// DSCP cleared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Edits {
+    pub(crate) l3: usize,
+    pub(crate) ipv6: bool,
+    pub(crate) ce: bool,
+    pub(crate) wash: bool,
 }
 
 impl Frame {
-    /// A frame received as `chunk`, parsed as `parsed`, hashed by `flows`.
-    pub(crate) fn new(chunk: Chunk, parsed: &Parsed, flows: &FlowHasher, truesize: u32) -> Self {
+    /// A frame received as `chunk` (its first buffer `bytes`), parsed as `parsed`, hashed by
+    /// `flows`, with what the egress port's leaves `need` read.
+    pub(crate) fn new(
+        chunk: Chunk,
+        bytes: &[u8],
+        parsed: &Parsed,
+        flows: &FlowHasher,
+        truesize: u32,
+        need: FrameNeeds,
+    ) -> Self {
+        let dscp = if parsed.arp {
+            0x38
+        } else {
+            parsed.info.dscp.unwrap_or(0)
+        };
+        let hosts = if need.hosts {
+            (flows.host(parsed.info.src), flows.host(parsed.info.dst))
+        } else {
+            (0, 0)
+        };
+        let tcp = match (need.tcp_acks, parsed.l3, parsed.info.proto) {
+            (true, Some(l3), Some(6)) => TcpAck::parse(bytes.get(l3..).unwrap_or_default()),
+            _ => None,
+        };
         Self {
             chunk,
             tag: FrameTag {
                 hash: flows.hash(parsed),
                 truesize,
                 l3: parsed.l3.and_then(|l| u16::try_from(l).ok()),
+                network: u16::try_from(parsed.network).unwrap_or(14),
                 ipv6: parsed.ipv6,
                 ecn: parsed.ecn,
+                dscp,
+                hosts,
                 mark_ce: false,
+                wash: false,
+                tcp,
             },
         }
     }
@@ -74,16 +146,20 @@ impl Frame {
         Self { chunk, tag }
     }
 
-    /// The frame's chunk, and where to write CE before sending if a leaf marked it (the IP
-    /// header's offset and whether it is IPv6).
-    pub(crate) fn into_parts(self) -> (Chunk, Option<(usize, bool)>) {
+    /// The frame's chunk, and the header edits its leaf asked for (CE, a washed DSCP), if
+    /// any.
+    pub(crate) fn into_parts(self) -> (Chunk, Option<Edits>) {
         let tag = self.tag;
-        let ce = tag
-            .mark_ce
-            .then_some(tag.l3)
-            .flatten()
-            .map(|l| (usize::from(l), tag.ipv6));
-        (self.chunk, ce)
+        let edits = match tag.l3 {
+            Some(l3) if tag.mark_ce || tag.wash => Some(Edits {
+                l3: usize::from(l3),
+                ipv6: tag.ipv6,
+                ce: tag.mark_ce,
+                wash: tag.wash,
+            }),
+            _ => None,
+        };
+        (self.chunk, edits)
     }
 
     /// The frame's chunk (a drop: the mark no longer matters).
@@ -113,6 +189,30 @@ impl Packet for Frame {
 
     fn truesize(&self) -> u32 {
         self.tag.truesize
+    }
+
+    fn dscp(&self) -> u8 {
+        self.tag.dscp
+    }
+
+    /// Written at transmit, with the IPv4 checksum (`ipv4_change_dsfield`).
+    fn wash_dscp(&mut self) {
+        if self.tag.l3.is_some() && self.tag.dscp != 0 {
+            self.tag.wash = true;
+            self.tag.dscp = 0;
+        }
+    }
+
+    fn host_hashes(&self) -> (u32, u32) {
+        self.tag.hosts
+    }
+
+    fn network_offset(&self) -> u32 {
+        u32::from(self.tag.network)
+    }
+
+    fn tcp_ack(&self) -> Option<&TcpAck> {
+        self.tag.tcp.as_ref()
     }
 }
 
@@ -161,6 +261,15 @@ pub(crate) fn address_words(address: Option<IpAddr>) -> [u64; 2] {
 }
 
 impl FlowHasher {
+    /// The keyed 32-bit hash of one address (`cake`'s host slots): the same address hashes
+    /// alike as source and as destination.
+    #[must_use]
+    pub fn host(&self, address: Option<IpAddr>) -> u32 {
+        let [a, b] = address_words(address);
+        let h = folded_multiply(folded_multiply(self.k1 ^ a, self.k0 | 1) ^ b, self.k1);
+        (h ^ (h >> 32)) as u32
+    }
+
     /// The 32-bit hash of a parsed frame's flow.
     #[must_use]
     pub fn hash(&self, parsed: &Parsed) -> u32 {

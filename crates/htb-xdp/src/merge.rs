@@ -134,7 +134,7 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
             .collect();
         let leaves: Vec<Option<LeafStats>> = std::iter::once(&merged)
             .chain(&others)
-            .map(|s| s.leaves.get(i).copied().flatten())
+            .map(|s| s.leaves.get(i).cloned().flatten())
             .collect();
         // The worker that sent the most through the class speaks for its state (the first
         // such: worker 0 for an idle class).
@@ -157,7 +157,7 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
             add_class(&mut class, c);
         }
         merged.classes[i] = Some(class);
-        if let Some(mut leaf) = leaves[speaker] {
+        if let Some(mut leaf) = leaves[speaker].clone() {
             leaf.qlen = 0;
             leaf.backlog = 0;
             leaf.drops = 0;

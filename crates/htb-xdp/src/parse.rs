@@ -10,6 +10,7 @@ const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
 const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88a8;
+const ETH_P_ARP: u16 = 0x0806;
 
 /// Transports with ports in their first four bytes.
 fn has_ports(proto: u8) -> bool {
@@ -36,6 +37,10 @@ pub struct Parsed {
     /// Offset of the transport header (after IPv4 options and IPv6 extension headers), when
     /// the packet has one: u32's `nexthdr+` keys read from it.
     pub l4: Option<usize>,
+    /// The frame is ARP (`cake` gives it CS7, network control).
+    pub arp: bool,
+    /// Offset of the network header, IP or not (after the VLAN tags): `skb_network_offset`.
+    pub network: usize,
 }
 
 impl Parsed {
@@ -83,6 +88,8 @@ pub fn parse(frame: &[u8]) -> Parsed {
         ethertype = next;
         at += 4;
     }
+    parsed.network = at;
+    parsed.arp = ethertype == ETH_P_ARP;
     let l3 = &frame[at.min(frame.len())..];
     let transport = match ethertype {
         ETH_P_IP => ipv4(l3, info, &mut parsed.fragment),
@@ -114,37 +121,52 @@ pub fn parse(frame: &[u8]) -> Parsed {
 /// (`INET_ECN_set_ce`): IPv4 with its header checksum updated (RFC 1624), IPv6 in its traffic
 /// class. Returns whether the header now carries CE (false for Not-ECT, which is left alone).
 pub fn set_ce(frame: &mut [u8], l3: usize, ipv6: bool) -> bool {
+    match dsfield(frame, l3, ipv6).map(|ds| ds & 0b11) {
+        None | Some(0) => false,
+        Some(_) => change_dsfield(frame, l3, ipv6, 0xff, 0b11),
+    }
+}
+
+/// Clears the DSCP of the IP header at `l3`, keeping its ECN bits (`cake`'s `wash`:
+/// `ipv4_change_dsfield(iph, INET_ECN_MASK, 0)`).
+pub fn wash_dscp(frame: &mut [u8], l3: usize, ipv6: bool) -> bool {
+    change_dsfield(frame, l3, ipv6, 0b11, 0)
+}
+
+/// The DS field (DSCP and ECN) of the IP header at `l3`.
+fn dsfield(frame: &[u8], l3: usize, ipv6: bool) -> Option<u8> {
     if ipv6 {
-        let Some(b) = frame.get_mut(l3 + 1) else {
-            return false;
-        };
-        if (*b >> 4) & 0b11 == 0 {
-            return false;
-        }
-        *b |= 0b11 << 4;
+        let b = frame.get(l3..l3 + 2)?;
+        Some((b[0] << 4) | (b[1] >> 4))
+    } else {
+        frame.get(l3 + 1).copied()
+    }
+}
+
+/// `ipv4_change_dsfield` / `ipv6_change_dsfield`: the DS field becomes `(ds & keep) | set`;
+/// IPv4's header checksum follows (RFC 1624: HC' = ~(~HC + ~m + m')).
+fn change_dsfield(frame: &mut [u8], l3: usize, ipv6: bool, keep: u8, set: u8) -> bool {
+    let Some(old) = dsfield(frame, l3, ipv6) else {
+        return false;
+    };
+    let new = (old & keep) | set;
+    if ipv6 {
+        frame[l3] = (frame[l3] & 0xf0) | (new >> 4);
+        frame[l3 + 1] = (frame[l3 + 1] & 0x0f) | (new << 4);
         return true;
     }
     if frame.len() < l3 + 12 {
         return false;
     }
-    let tos = frame[l3 + 1];
-    match tos & 0b11 {
-        0 => false,
-        0b11 => true,
-        _ => {
-            let old = u16::from_be_bytes([frame[l3], tos]);
-            let new_tos = tos | 0b11;
-            let new = u16::from_be_bytes([frame[l3], new_tos]);
-            frame[l3 + 1] = new_tos;
-            let check = u16::from_be_bytes([frame[l3 + 10], frame[l3 + 11]]);
-            // HC' = ~(~HC + ~m + m')
-            let mut sum = u32::from(!check) + u32::from(!old) + u32::from(new);
-            sum = (sum & 0xffff) + (sum >> 16);
-            sum = (sum & 0xffff) + (sum >> 16);
-            frame[l3 + 10..l3 + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-            true
-        }
-    }
+    let before = u16::from_be_bytes([frame[l3], old]);
+    let after = u16::from_be_bytes([frame[l3], new]);
+    frame[l3 + 1] = new;
+    let check = u16::from_be_bytes([frame[l3 + 10], frame[l3 + 11]]);
+    let mut sum = u32::from(!check) + u32::from(!before) + u32::from(after);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    frame[l3 + 10..l3 + 12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    true
 }
 
 /// Parses an IPv4 header; returns the transport's offset and protocol when the packet is a
@@ -333,6 +355,13 @@ mod tests {
         assert!(set_ce(&mut v6, 14, true));
         assert_eq!(parse(&v6).ecn, 3);
         assert_eq!(parse(&v6).info.dscp, Some(46));
+        // wash: the DSCP goes, ECN stays, the checksum follows.
+        assert!(wash_dscp(&mut f, 14, false));
+        assert_eq!(f[15], 0b11);
+        assert_eq!(u16::from_be_bytes([f[24], f[25]]), checksum(&f[14..34]));
+        assert!(wash_dscp(&mut v6, 14, true));
+        assert_eq!((parse(&v6).info.dscp, parse(&v6).ecn), (Some(0), 3));
+        assert_eq!(v6[14] >> 4, 6, "the version is untouched");
         // A first fragment is a fragment: its ports must not count in the flow hash.
         let mut first = udp4();
         first[14 + 6] = 0x20; // MF
