@@ -12,22 +12,32 @@
 //!
 //! Options are tc's, per kind: `pfifo` `limit` (packets); `bfifo` `limit` (bytes); `sfq`
 //! `limit quantum perturb divisor flows depth headdrop`; `fq_codel` `limit flows target interval
-//! quantum ecn ce_threshold memory_limit drop_batch`.
+//! quantum ecn ce_threshold memory_limit drop_batch`; `cake` `bandwidth autorate_ingress
+//! diffserv flow_mode nat wash split_gso ingress ack_filter memlimit atm overhead raw mpu rtt
+//! target fwmark`, its keywords as values (`diffserv = "diffserv4"`, `flow_mode =
+//! "dual-dsthost"`, `ack_filter = "aggressive"`, `atm = "ptm"`):
+//!
+//! ```toml
+//! leaf = { kind = "cake", diffserv = "diffserv4", overhead = 18, mpu = 64 }
+//! ```
 
 use std::fmt;
 use std::fmt::Write as _;
 
-use htb_core::{FqCodelSpec, LeafConfig, LeafKind, LeafSpec, SfqSpec};
+use htb_core::{
+    AckFilter, AtmMode, CakeSpec, DiffservMode, FlowMode, FqCodelSpec, LeafConfig, LeafKind,
+    LeafSpec, Rate, SfqSpec,
+};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::values::{ClassIdValue, SizeValue, TimeValue};
+use crate::values::{ClassIdValue, RateValue, SizeValue, TimeValue};
 
 /// A leaf discipline in a table: `{ kind = "sfq", perturb = 10 }`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeafTable {
-    /// `pfifo`, `bfifo`, `sfq` or `fq_codel`.
+    /// `pfifo`, `bfifo`, `sfq`, `fq_codel` or `cake`.
     pub kind: String,
     /// The qdisc handle tc shows (`"10:"`); assigned when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -38,7 +48,7 @@ pub struct LeafTable {
     /// `sfq`, `fq_codel`: flows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flows: Option<u32>,
-    /// `fq_codel`: CoDel target.
+    /// `fq_codel`, `cake`: CoDel's (COBALT's) target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<TimeValue>,
     /// `fq_codel`: CoDel interval.
@@ -71,6 +81,55 @@ pub struct LeafTable {
     /// `sfq`: drop from the head.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headdrop: Option<bool>,
+    /// `cake`: its shaper's rate (unlimited when left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<RateValue>,
+    /// `cake`: `autorate-ingress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autorate_ingress: Option<bool>,
+    /// `cake`: the tins (`"diffserv3"`, `"diffserv4"`, `"diffserv8"`, `"besteffort"`,
+    /// `"precedence"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diffserv: Option<DiffservMode>,
+    /// `cake`: the flow isolation (`"triple-isolate"`, `"dual-dsthost"`, `"flows"` …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow_mode: Option<FlowMode>,
+    /// `cake`: `nat`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nat: Option<bool>,
+    /// `cake`: `wash`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wash: Option<bool>,
+    /// `cake`: `split-gso`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_gso: Option<bool>,
+    /// `cake`: `ingress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress: Option<bool>,
+    /// `cake`: `"off"`, `"filter"` or `"aggressive"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_filter: Option<AckFilter>,
+    /// `cake`: the buffer's byte limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memlimit: Option<SizeValue>,
+    /// `cake`: `"none"`, `"atm"` or `"ptm"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atm: Option<AtmMode>,
+    /// `cake`: bytes per packet in place of the L2 header (-64 to 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<i32>,
+    /// `cake`: `raw` (no compensation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<bool>,
+    /// `cake`: the smallest length charged (0 to 256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpu: Option<u32>,
+    /// `cake`: the round-trip time (CoDel's interval).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt: Option<TimeValue>,
+    /// `cake`: the mark mask that picks tins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fwmark: Option<u32>,
 }
 
 /// `leaf = "fq_codel"` (the kind with its defaults) or `leaf = { kind = …, … }`.
@@ -127,21 +186,44 @@ fn allowed(kind: LeafKind) -> &'static [&'static str] {
             "memory_limit",
             "drop_batch",
         ],
+        LeafKind::Cake => &[
+            "bandwidth",
+            "autorate_ingress",
+            "diffserv",
+            "flow_mode",
+            "nat",
+            "wash",
+            "split_gso",
+            "ingress",
+            "ack_filter",
+            "memlimit",
+            "atm",
+            "overhead",
+            "raw",
+            "mpu",
+            "rtt",
+            "target",
+            "fwmark",
+        ],
     }
 }
 
 /// What is wrong with a `leaf = …` section.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LeafSectionError {
-    /// `cake`: refused by name, with the reason.
-    #[error(
-        "cake is not supported yet (its shaper, diffserv tins and host isolation are a project \
-         of their own): use fq_codel"
-    )]
-    Cake,
     /// A kind that does not exist here.
-    #[error("unknown leaf qdisc {0:?}: pfifo, bfifo, sfq or fq_codel")]
+    #[error("unknown leaf qdisc {0:?}: pfifo, bfifo, sfq, fq_codel or cake")]
     UnknownKind(String),
+    /// A value outside the range tc takes.
+    #[error("{option} {value} is not within {range}")]
+    OutOfRange {
+        /// The option.
+        option: &'static str,
+        /// Its value.
+        value: i64,
+        /// What tc takes.
+        range: &'static str,
+    },
     /// An option of another kind.
     #[error("{kind} has no option {option:?} (it takes: {})", allowed(*.kind).join(", "))]
     NoSuchOption {
@@ -169,12 +251,25 @@ pub enum LeafSectionError {
 /// The kind named `name`, or why not.
 ///
 /// # Errors
-/// An unknown name, with what is supported (and why `cake` is not).
+/// An unknown name, with what is supported.
 pub fn leaf_kind(name: &str) -> Result<LeafKind, LeafSectionError> {
-    match LeafKind::from_name(name) {
-        Some(kind) => Ok(kind),
-        None if name == "cake" => Err(LeafSectionError::Cake),
-        None => Err(LeafSectionError::UnknownKind(name.to_owned())),
+    LeafKind::from_name(name).ok_or_else(|| LeafSectionError::UnknownKind(name.to_owned()))
+}
+
+/// `value` if within `range` (tc's checks of `overhead` and `mpu`).
+fn ranged<T: Copy + Into<i64>>(
+    value: Option<T>,
+    option: &'static str,
+    range: std::ops::RangeInclusive<i64>,
+    text: &'static str,
+) -> Result<Option<T>, LeafSectionError> {
+    match value {
+        Some(v) if !range.contains(&v.into()) => Err(LeafSectionError::OutOfRange {
+            option,
+            value: v.into(),
+            range: text,
+        }),
+        v => Ok(v),
     }
 }
 
@@ -204,6 +299,22 @@ impl LeafTable {
         add(self.divisor.is_some(), "divisor");
         add(self.depth.is_some(), "depth");
         add(self.headdrop.is_some(), "headdrop");
+        add(self.bandwidth.is_some(), "bandwidth");
+        add(self.autorate_ingress.is_some(), "autorate_ingress");
+        add(self.diffserv.is_some(), "diffserv");
+        add(self.flow_mode.is_some(), "flow_mode");
+        add(self.nat.is_some(), "nat");
+        add(self.wash.is_some(), "wash");
+        add(self.split_gso.is_some(), "split_gso");
+        add(self.ingress.is_some(), "ingress");
+        add(self.ack_filter.is_some(), "ack_filter");
+        add(self.memlimit.is_some(), "memlimit");
+        add(self.atm.is_some(), "atm");
+        add(self.overhead.is_some(), "overhead");
+        add(self.raw.is_some(), "raw");
+        add(self.mpu.is_some(), "mpu");
+        add(self.rtt.is_some(), "rtt");
+        add(self.fwmark.is_some(), "fwmark");
         v
     }
 
@@ -243,6 +354,25 @@ impl LeafTable {
                 ce_threshold: self.ce_threshold.map(|t| t.0),
                 memory_limit: u32_of(self.memory_limit, "memory_limit")?,
                 drop_batch: self.drop_batch,
+            }),
+            LeafKind::Cake => LeafSpec::Cake(CakeSpec {
+                bandwidth: self.bandwidth.map(|r| r.0),
+                autorate_ingress: self.autorate_ingress,
+                diffserv: self.diffserv,
+                flow_mode: self.flow_mode,
+                nat: self.nat,
+                wash: self.wash,
+                split_gso: self.split_gso,
+                ingress: self.ingress,
+                ack_filter: self.ack_filter,
+                memlimit: u32_of(self.memlimit, "memlimit")?,
+                atm: self.atm,
+                overhead: ranged(self.overhead, "overhead", -64..=256, "-64..256")?,
+                raw: self.raw.unwrap_or(false),
+                mpu: ranged(self.mpu, "mpu", 0..=256, "0..256")?,
+                rtt: self.rtt.map(|t| t.0),
+                target: self.target.map(|t| t.0),
+                fwmark: self.fwmark,
             }),
         })
     }
@@ -306,9 +436,55 @@ pub fn leaf_toml(def: &LeafDef) -> String {
                 let _ = write!(out, ", ecn = {ecn}");
             }
         }
+        LeafSpec::Cake(s) => cake_toml(&mut out, &s),
     }
     out.push_str(" }");
     out
+}
+
+/// The word an enum is written as in the config file.
+fn serde_name<T: Serialize>(v: &T) -> Option<String> {
+    toml::Value::try_from(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+}
+
+/// A cake's options, every one given but an unlimited bandwidth.
+fn cake_toml(out: &mut String, s: &CakeSpec) {
+    if let Some(rate) = s.bandwidth.filter(|r| *r != Rate::ZERO) {
+        let _ = write!(out, ", bandwidth = {}", rate.bits_per_sec());
+    }
+    let mut word = |key: &str, v: Option<String>| {
+        if let Some(v) = v {
+            let _ = write!(out, ", {key} = \"{v}\"");
+        }
+    };
+    word("diffserv", s.diffserv.and_then(|v| serde_name(&v)));
+    word("flow_mode", s.flow_mode.and_then(|v| serde_name(&v)));
+    word("ack_filter", s.ack_filter.and_then(|v| serde_name(&v)));
+    word("atm", s.atm.and_then(|v| serde_name(&v)));
+    word("rtt", s.rtt.map(|t| t.to_string()));
+    word("target", s.target.map(|t| t.to_string()));
+    let mut flag = |key: &str, v: Option<bool>| {
+        if let Some(v) = v {
+            let _ = write!(out, ", {key} = {v}");
+        }
+    };
+    flag("autorate_ingress", s.autorate_ingress);
+    flag("nat", s.nat);
+    flag("wash", s.wash);
+    flag("split_gso", s.split_gso);
+    flag("ingress", s.ingress);
+    flag("raw", Some(s.raw));
+    let mut num = |key: &str, v: Option<i64>| {
+        if let Some(v) = v {
+            let _ = write!(out, ", {key} = {v}");
+        }
+    };
+    num("memlimit", s.memlimit.map(i64::from));
+    num("overhead", s.overhead.map(i64::from));
+    num("mpu", s.mpu.map(i64::from));
+    num("fwmark", s.fwmark.map(i64::from));
 }
 
 #[cfg(test)]
@@ -359,14 +535,24 @@ mod tests {
     #[test]
     fn bad_leaves_say_why() {
         assert!(
-            parse("leaf = \"cake\"")
-                .unwrap_err()
-                .contains("cake is not supported")
-        );
-        assert!(
             parse("leaf = \"red\"")
                 .unwrap_err()
-                .contains("pfifo, bfifo, sfq or fq_codel")
+                .contains("pfifo, bfifo, sfq, fq_codel or cake")
+        );
+        assert!(
+            parse("leaf = { kind = \"cake\", overhead = 300 }")
+                .unwrap_err()
+                .contains("overhead 300 is not within -64..256")
+        );
+        assert!(
+            parse("leaf = { kind = \"cake\", diffserv = \"diffserv5\" }")
+                .unwrap_err()
+                .contains("diffserv5")
+        );
+        assert!(
+            parse("leaf = { kind = \"fq_codel\", wash = true }")
+                .unwrap_err()
+                .contains("fq_codel has no option \"wash\"")
         );
         assert!(
             parse("leaf = { kind = \"sfq\", target = \"5ms\" }")
@@ -397,6 +583,10 @@ mod tests {
             "leaf = { kind = \"bfifo\", limit = \"30k\", handle = \"a:\" }",
             "leaf = { kind = \"sfq\", limit = 50, perturb = 10, depth = 20, headdrop = true }",
             "leaf = { kind = \"fq_codel\", flows = 64, ce_threshold = \"1ms\", target = \"2500us\" }",
+            "leaf = \"cake\"",
+            "leaf = { kind = \"cake\", bandwidth = \"20mbit\", diffserv = \"diffserv4\", \
+             flow_mode = \"dual-dsthost\", ack_filter = \"aggressive\", atm = \"ptm\", \
+             overhead = -4, mpu = 64, rtt = \"50ms\", wash = true, fwmark = 255 }",
         ] {
             let def = parse(text).unwrap();
             let again = parse(&format!("leaf = {}", leaf_toml(&def))).unwrap();

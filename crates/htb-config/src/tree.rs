@@ -392,6 +392,14 @@ fn class_leaf(
                     s.limit = packets;
                     htb_core::LeafSpec::FqCodel(s)
                 }
+                htb_core::LeafSpec::Cake(_) => {
+                    return Err(ConfigError::spanned(
+                        text,
+                        &limit.span(),
+                        "limit is in packets, and the default leaf cake limits bytes: \
+                         write leaf = { kind = \"cake\", memlimit = BYTES }",
+                    ));
+                }
             };
             spec.resolve()
                 .map(|config| {

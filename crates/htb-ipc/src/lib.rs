@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 
 mod status;
 
-pub use htb_core::{ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec};
+pub use htb_core::{CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 pub use status::{FrameStatus, PortStatus, Status, WorkerStatus, XdpVerdicts};
@@ -224,15 +224,17 @@ pub struct MqClassInfo {
     pub stats: Option<QueueStats>,
 }
 
-/// A leaf qdisc of an HTB class (`qdisc fq_codel 10: parent 1:10 …`).
+/// A leaf qdisc of an HTB class (`qdisc fq_codel 10: parent 1:10 …`), or a classless qdisc at
+/// an interface's root (`qdisc cake 1: root …`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeafQdiscInfo {
     /// Interface.
     pub dev: String,
     /// Its handle (`10:`); `None` for a class's default leaf, which tc shows as `0:`.
     pub handle: Option<ClassId>,
-    /// The class it serves.
-    pub parent: ClassId,
+    /// The class it serves; `None`: it is the interface's root qdisc.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ClassId>,
     /// Parameters in effect.
     pub config: LeafConfig,
     /// Counters, when asked for.
@@ -241,7 +243,7 @@ pub struct LeafQdiscInfo {
 }
 
 /// A leaf qdisc's counters, as `tc -s qdisc show` prints them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeafQdiscStats {
     /// Bytes sent.
     pub bytes: u64,
@@ -249,7 +251,7 @@ pub struct LeafQdiscStats {
     pub packets: u64,
     /// Packets it dropped (full, over limit, AQM).
     pub drops: u64,
-    /// Always 0 for these kinds.
+    /// Times its shaper held packets back (`cake`; 0 for the others).
     pub overlimits: u64,
     /// Always 0.
     pub requeues: u64,
@@ -260,6 +262,9 @@ pub struct LeafQdiscStats {
     /// `fq_codel`'s own counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fq_codel: Option<FqCodelStats>,
+    /// `cake`'s own counters and tins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cake: Option<Box<CakeStats>>,
 }
 
 /// An HTB qdisc on an interface.
@@ -550,13 +555,14 @@ pub enum Command {
     FilterChange(FilterSpec),
     /// `filter replace`: as `change` when the prio and handle name a filter, else `add`.
     FilterReplace(FilterSpec),
-    /// `qdisc add … parent CLASS [handle H:] KIND …`: a leaf qdisc for a leaf class.
+    /// `qdisc add … parent CLASS [handle H:] KIND …`: a leaf qdisc for a leaf class; or
+    /// `qdisc add … root [handle H:] KIND …`: a classless qdisc at the root.
     LeafAdd(LeafQdiscSpec),
-    /// `qdisc change … parent CLASS [handle H:] KIND …`: the class's leaf qdisc's options
-    /// (kinds must match).
+    /// `qdisc change … parent CLASS|root [handle H:] KIND …`: the qdisc's options (kinds
+    /// must match).
     LeafChange(LeafQdiscSpec),
-    /// `qdisc replace … parent CLASS [handle H:] KIND …`: add, change in place (same kind and
-    /// handle), or a new qdisc in its place.
+    /// `qdisc replace … parent CLASS|root [handle H:] KIND …`: add, change in place (same kind
+    /// and handle), or a new qdisc in its place.
     LeafReplace(LeafQdiscSpec),
     /// `qdisc del … parent CLASS [handle H:] [KIND]`: an HTB class's leaf qdisc goes (back to
     /// the default leaf), or, under an `mq` class, its HTB tree (the queue is unshaped).
@@ -681,15 +687,16 @@ pub struct ClassSpec {
     pub linklayer: Option<String>,
 }
 
-/// `qdisc add|change|replace dev D parent 1:10 [handle 10:] KIND OPTIONS`: typed on the wire
-/// (the class and handle as ids, the options as the core's spec).
+/// `qdisc add|change|replace dev D parent 1:10|root [handle 10:] KIND OPTIONS`: typed on the
+/// wire (the class and handle as ids, the options as the core's spec).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeafQdiscSpec {
     /// Interface.
     pub dev: String,
-    /// The leaf class it serves.
-    pub parent: ClassId,
+    /// The leaf class it serves; `None`: the interface's root (a classless qdisc there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ClassId>,
     /// The qdisc's handle (`10:`); assigned when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<ClassId>,
@@ -941,7 +948,7 @@ mod tests {
         });
         let command = Command::LeafAdd(LeafQdiscSpec {
             dev: "r2".into(),
-            parent: ClassId::new(1, 0x10),
+            parent: Some(ClassId::new(1, 0x10)),
             handle: Some(ClassId::new(0x10, 0)),
             leaf: spec,
         });

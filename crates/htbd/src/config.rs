@@ -30,6 +30,10 @@
 //! [[interface.tree.class]]     # and [[interface.tree.filter]], as above
 //! id = "1:1"
 //! rate = "1gbit"
+//!
+//! [[interface]]                # or a classless qdisc at the root (sqm's piece_of_cake)
+//! name = "r3"
+//! root = { kind = "cake", bandwidth = "20mbit", diffserv = "diffserv4", handle = "1:" }
 //! ```
 //!
 //! Everything is checked before anything on the system is touched; errors name the key, line
@@ -98,6 +102,8 @@ struct InterfaceSection {
     rtt: bool,
     #[serde(default)]
     tree: Vec<Located<TreeSection>>,
+    /// A classless qdisc at the root instead of a tree: `root = { kind = "cake", … }`.
+    root: Option<Located<htb_config::LeafSection>>,
 }
 
 /// `[[interface.tree]]`: the HTB tree under one class of the interface's `mq`.
@@ -140,8 +146,11 @@ pub struct InterfaceTrees {
     pub name: String,
     /// The handle major of its `mq` root (`None`: at most one tree, at the root).
     pub mq: Option<u16>,
-    /// Its HTB trees (none: unshaped), under `mq` in class order.
+    /// Its HTB trees (none: unshaped), under `mq` in class order; for a classless root, the
+    /// one-class tree that carries it.
     pub trees: Vec<InterfaceTree>,
+    /// The classless qdisc at its root (`root = { kind = "cake", … }`), its handle given.
+    pub root_leaf: Option<htb_config::LeafDef>,
 }
 
 /// One HTB tree of an interface, with its filters.
@@ -209,6 +218,41 @@ fn interface_trees(
     let err = |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
     let iface = section.get_ref();
     let name = iface.name.get_ref().clone();
+    if let Some(root) = &iface.root {
+        let others = iface.qdisc.is_some()
+            || iface.mq.is_some()
+            || !iface.class.is_empty()
+            || !iface.filter.is_empty()
+            || !iface.tree.is_empty();
+        if others {
+            return Err(err(
+                root.span(),
+                format!(
+                    "interface {name} has a classless root qdisc: it takes no qdisc, mq, classes, filters or trees"
+                ),
+            ));
+        }
+        let mut def = root
+            .get_ref()
+            .0
+            .resolve()
+            .map_err(|e| err(root.span(), e.to_string()))?;
+        let major = *def.handle.get_or_insert(1);
+        let carrier =
+            crate::model::QdiscModel::classless(major, def).map_err(|e| err(root.span(), e))?;
+        return Ok((
+            InterfaceTrees {
+                name,
+                mq: None,
+                trees: vec![InterfaceTree {
+                    tree: PortTree::root(carrier.tree()),
+                    filters: Vec::new(),
+                }],
+                root_leaf: Some(def),
+            },
+            Vec::new(),
+        ));
+    }
     let Some(mq) = &iface.mq else {
         if let Some(t) = iface.tree.first() {
             return Err(err(
@@ -238,6 +282,7 @@ fn interface_trees(
                 name,
                 mq: None,
                 trees,
+                root_leaf: None,
             },
             flat,
         ));
@@ -313,6 +358,7 @@ fn interface_trees(
             name,
             mq: Some(handle.major()),
             trees,
+            root_leaf: None,
         },
         flat,
     ))

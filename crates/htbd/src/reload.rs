@@ -52,12 +52,22 @@ pub fn matches(model: &Model, target: &[InterfaceTrees]) -> bool {
     model.ports.len() == target.len()
         && model.ports.iter().zip(target).all(|(port, want)| {
             let have = port.trees();
-            mq_handle(port) == want.mq
+            root_leaf_matches(port, want)
+                && mq_handle(port) == want.mq
                 && have.len() == want.trees.len()
                 && have.iter().zip(&want.trees).all(|((minor, q), w)| {
                     *minor == w.tree.mq_minor && qdisc_matches(q, &w.tree.tree, &w.filters)
                 })
         })
+}
+
+/// Whether `port`'s classless root (or its lack of one) is `want`'s.
+fn root_leaf_matches(port: &PortModel, want: &InterfaceTrees) -> bool {
+    match (port.root_leaf(), &want.root_leaf) {
+        (None, None) => true,
+        (Some((major, have)), Some(w)) => have.config == w.config && w.handle.unwrap_or(1) == major,
+        _ => false,
+    }
 }
 
 /// The handle major of `port`'s `mq` root, if it has one.
@@ -126,6 +136,35 @@ fn port_commands(
     out: &mut Vec<Command>,
 ) -> Result<(), IpcError> {
     let dev = port.name.as_str();
+    if let Some(def) = &want.root_leaf {
+        if !root_leaf_matches(port, want) {
+            // A classless root: changed in place when its handle and kind stay (`qdisc
+            // replace` with every option given), else put in place of whatever was there.
+            out.push(Command::LeafReplace(LeafQdiscSpec {
+                dev: dev.to_owned(),
+                parent: None,
+                handle: Some(ClassId::new(def.handle.unwrap_or(1), 0)),
+                leaf: def.config.to_spec(),
+            }));
+        }
+        return Ok(());
+    }
+    if port.root_leaf().is_some() {
+        // From a classless root to a tree (or nothing): the root goes first.
+        out.push(Command::QdiscDelete {
+            dev: dev.to_owned(),
+        });
+        if let Some(t) = want.trees.first().filter(|_| want.mq.is_none()) {
+            check_fixed(dev, &SchedulerConfig::default(), &t.tree.tree.config)?;
+            out.push(Command::QdiscAdd(qdisc_spec(
+                dev,
+                None,
+                &t.tree.tree.config,
+            )));
+            add_everything(dev, &t.tree.tree, &t.filters, out);
+            return Ok(());
+        }
+    }
     let have_mq = mq_handle(port);
     if want.mq.is_some() && want.mq != have_mq {
         // Another root: `qdisc replace … mq` starts it empty, then every tree comes.
@@ -355,7 +394,7 @@ fn class_spec(dev: &str, major: u16, def: &ClassDef) -> ClassSpec {
 fn leaf_spec(dev: &str, class: ClassId, leaf: &LeafDef, handle: Option<u16>) -> LeafQdiscSpec {
     LeafQdiscSpec {
         dev: dev.to_owned(),
-        parent: class,
+        parent: Some(class),
         handle: handle.map(|h| ClassId::new(h, 0)),
         leaf: leaf.config.to_spec(),
     }

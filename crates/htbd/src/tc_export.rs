@@ -116,6 +116,14 @@ pub fn port_commands(trees: &InterfaceTrees, port: &PortConfig) -> Vec<String> {
     }
     let dev = &port.name;
     let mut out = vec![format!("tc qdisc del dev {dev} root 2>/dev/null || true")];
+    if let Some(root) = &trees.root_leaf {
+        out.push(format!(
+            "tc qdisc add dev {dev} root handle {:x}: {}",
+            root.handle.unwrap_or(1),
+            tc_leaf_args(&root.config)
+        ));
+        return out;
+    }
     if let Some(mq) = trees.mq {
         out.push(format!("tc qdisc add dev {dev} root handle {mq:x}: mq"));
         out.push(format!(
@@ -245,6 +253,54 @@ pub fn tc_leaf_args(leaf: &LeafConfig) -> String {
                 " ecn"
             };
         }
+        LeafSpec::Cake(_) => {
+            if let LeafConfig::Cake(c) = leaf {
+                out += &cake_args(c);
+            }
+        }
+    }
+    out
+}
+
+/// A cake's options as tc reads them, every one given: the bandwidth first (it turns
+/// autorate off), `raw` or `overhead` before the cell framing (`raw` clears it); the target is
+/// `rtt`'s twentieth, as tc sets it.
+fn cake_args(c: &htb_core::CakeConfig) -> String {
+    let mut out = String::new();
+    let bits = c.bandwidth.bits_per_sec();
+    if bits == 0 {
+        out += " unlimited";
+    } else {
+        out += &format!(" bandwidth {bits}bit");
+    }
+    if c.autorate_ingress {
+        out += " autorate-ingress";
+    }
+    out += &format!(" rtt {}us", c.rtt.as_nanos() / 1000);
+    out += &format!(" {} {}", c.diffserv.name(), c.flow_mode.name());
+    out += if c.nat { " nat" } else { " nonat" };
+    out += if c.wash { " wash" } else { " nowash" };
+    out += if c.split_gso {
+        " split-gso"
+    } else {
+        " no-split-gso"
+    };
+    out += if c.ingress { " ingress" } else { " egress" };
+    out += &format!(" {}", c.ack_filter.name());
+    if c.overhead_set {
+        out += &format!(" overhead {}", c.overhead);
+    } else {
+        out += " raw";
+    }
+    out += &format!(" {}", c.atm.name());
+    if c.mpu != 0 {
+        out += &format!(" mpu {}", c.mpu);
+    }
+    if c.memlimit != 0 {
+        out += &format!(" memlimit {}", c.memlimit);
+    }
+    if c.fwmark != 0 {
+        out += &format!(" fwmark {:#x}", c.fwmark);
     }
     out
 }

@@ -265,7 +265,7 @@ impl Running {
     fn leaf(&self, id: ClassId) -> Option<&LeafConfig> {
         self.leaves
             .iter()
-            .find(|l| l.parent == id && l.handle.is_some())
+            .find(|l| l.parent == Some(id) && l.handle.is_some())
             .map(|l| &l.config)
     }
 }
@@ -851,7 +851,9 @@ mod tests {
                     let before = r.classes.len();
                     r.classes.retain(|k| k.id != id);
                     assert_eq!(r.classes.len() + 1, before, "{}", at("no class"));
-                    r.leaves.retain(|l| l.parent.to_string() != id);
+                    r.leaves.retain(|l| {
+                        l.parent.map(|p| p.to_string()).as_deref() != Some(id.as_str())
+                    });
                 }
                 Command::FilterAdd(f) => {
                     let next_handle = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -883,7 +885,9 @@ mod tests {
                         stats: None,
                     });
                 }
-                Command::LeafDelete { parent, .. } => r.leaves.retain(|x| x.parent != parent),
+                Command::LeafDelete { parent, .. } => {
+                    r.leaves.retain(|x| x.parent != Some(parent));
+                }
                 other => panic!("{}: {other:?}", at("unexpected")),
             }
         }
@@ -1108,7 +1112,7 @@ mod tests {
     }
 
     #[test]
-    fn the_sqm_column_gives_each_circuit_its_leaf_and_cake_is_refused_by_line() {
+    fn the_sqm_column_gives_each_circuit_its_leaf_and_a_bad_one_is_refused_by_line() {
         let header = HEADER;
         // Row 3's comment holds an unquoted comma (as LibreQoS's example does): its sqm is
         // still the last field.
@@ -1144,10 +1148,25 @@ mod tests {
         );
         assert_eq!(origin.len(), text.lines().count());
         assert!(parse_batch(&text).is_ok());
-        // cake (LibreQoS's default) and anything else the parser refuses: refused at its line
-        // and column, with the parser's reason; nothing reaches a batch.
+        // LibreQoS's default, cake, as it writes it.
+        let cake = group(
+            read(&format!(
+                "{header}1,A,1,D1,,,100.64.0.1,,1,1,10,5,,cake diffserv4 ack-filter\n"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        let text = batch(&cake, None, &placement, &BTreeMap::new(), 0x100)
+            .unwrap()
+            .text;
+        assert!(
+            text.contains("parent 1:100 cake diffserv4 ack-filter\n"),
+            "{text}"
+        );
+        // Anything the parser refuses: refused at its line and column, with the parser's
+        // reason; nothing reaches a batch.
         for (sqm, why) in [
-            ("cake diffserv4", "cake is not supported yet"),
+            ("cake diffserv5", "What is \"diffserv5\""),
             ("fq_codel target x", "target"),
             ("fq_codel # x", "cannot be in a leaf"),
             ("htb", "not a leaf qdisc"),

@@ -12,6 +12,7 @@ pub mod format;
 mod m_gact;
 mod monitor;
 pub mod parse;
+mod q_cake;
 mod q_fifo;
 mod q_fq_codel;
 mod q_htb;

@@ -355,7 +355,7 @@ mod tests {
             change("qdisc add dev eth0 parent 1:10 handle 10: sfq perturb 10"),
             Command::LeafAdd(LeafQdiscSpec {
                 dev: "eth0".into(),
-                parent: ClassId::new(1, 0x10),
+                parent: Some(ClassId::new(1, 0x10)),
                 handle: Some(ClassId::new(0x10, 0)),
                 leaf: LeafSpec::Sfq(SfqSpec {
                     perturb: Some(10),
@@ -501,8 +501,17 @@ mod tests {
             error("class add dev D parent 1: classid 1:2 htb rate")
                 .starts_with("Command line is not complete")
         );
-        assert!(error("qdisc add dev D root fq_codel").contains("goes under an htb class"));
-        assert!(error("qdisc add dev D parent 1:10 cake").contains("cake is not supported"));
+        // A classless qdisc at the root: a leaf command without a parent.
+        assert!(matches!(
+            change("qdisc add dev D root fq_codel"),
+            Command::LeafAdd(LeafQdiscSpec { parent: None, .. })
+        ));
+        assert!(error("qdisc add dev D fq_codel").contains("Classid cannot be zero"));
+        assert!(error("qdisc add dev D root handle 1: stab mtu 2047 htb").contains("size table"));
+        assert!(
+            error("qdisc add dev D parent 1:10 cake diffserv5")
+                .starts_with("What is \"diffserv5\"?")
+        );
         assert!(error("qdisc add dev D parent 1:10 red").starts_with("Unknown qdisc \"red\""));
         assert_eq!(
             error("qdisc add dev D parent 1:10 sfq limit 1"),

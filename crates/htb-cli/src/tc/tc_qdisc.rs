@@ -1,13 +1,14 @@
 //! `qdisc add|change|replace|del|show` (iproute2 `tc/tc_qdisc.c`): the root `htb` qdisc, or an
-//! `mq` root with an `htb` under each of its classes (`parent 7fff:1 handle 1: htb …`), and the
-//! leaf qdiscs under HTB classes (`parent 1:10 [handle 10:] fq_codel|sfq|pfifo|bfifo …`).
+//! `mq` root with an `htb` under each of its classes (`parent 7fff:1 handle 1: htb …`), or a
+//! classless qdisc at the root (`root cake bandwidth 20mbit …`), and the leaf qdiscs under HTB
+//! classes (`parent 1:10 [handle 10:] cake|fq_codel|sfq|pfifo|bfifo …`).
 
 use htb_core::{LeafKind, LeafSpec};
 use htb_ipc::{Command, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, matches, qdisc_handle, usage};
-use super::{q_fifo, q_fq_codel, q_htb, q_sfq};
+use super::{q_cake, q_fifo, q_fq_codel, q_htb, q_sfq};
 
 /// Parses the words after `qdisc`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {
@@ -56,15 +57,16 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             "bfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Bfifo)?),
             "sfq" => leaf = Some(q_sfq::options(&mut a)?),
             "fq_codel" => leaf = Some(q_fq_codel::options(&mut a)?),
-            "cake" => {
+            "cake" => leaf = Some(q_cake::options(&mut a)?),
+            "stab" => {
                 return usage(
-                    "cake is not supported yet (its shaper, diffserv tins and host isolation are \
-                     a project of their own): use fq_codel under each class",
+                    "stab is a size table, not a qdisc: htbd charges each class by its own \
+                     overhead, mpu and linklayer (class … htb rate R overhead N linklayer atm)",
                 );
             }
             other => {
                 return usage(format!(
-                    "Unknown qdisc \"{other}\": htb-cli knows htb and mq (root), htb (under an mq class) and fq_codel, sfq, pfifo, bfifo (under an htb class)"
+                    "Unknown qdisc \"{other}\": htb-cli knows htb and mq (root), htb (under an mq class), and cake, fq_codel, sfq, pfifo, bfifo (under an htb class or at the root)"
                 ));
             }
         }
@@ -85,9 +87,6 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     }
     if verb == Verb::Delete {
         return match (root, parent) {
-            (true, _) if leaf.is_some() => {
-                usage("htbd's root qdisc is htb: qdisc del dev D root deletes it")
-            }
             (true, _) => Ok(Action::Change(Command::QdiscDelete { dev })),
             (false, Some(parent)) => Ok(Action::Change(Command::LeafDelete {
                 dev,
@@ -123,16 +122,14 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     }
     let Some(leaf) = leaf else {
         return usage(
-            "Unknown qdisc: say htb (the root), or fq_codel, sfq, pfifo, bfifo (parent CLASSID)",
+            "Unknown qdisc: say htb or mq (the root), or cake, fq_codel, sfq, pfifo, bfifo (root or parent CLASSID)",
         );
     };
-    let Some(parent) = parent.filter(|_| !root) else {
-        return usage(format!(
-            "{kind} goes under an htb class here (htbd's root qdisc is htb): qdisc {verb} dev {dev} parent 1:10 {kind}",
-            kind = leaf.kind(),
-            verb = words.first().map_or("add", String::as_str),
-        ));
-    };
+    if !root && parent.is_none() {
+        return usage("Classid cannot be zero: say root, or parent CLASSID");
+    }
+    // At the root: a classless qdisc shapes (cake's bandwidth) or queues the whole interface.
+    let parent = parent.filter(|_| !root);
     let spec = LeafQdiscSpec {
         dev,
         parent,

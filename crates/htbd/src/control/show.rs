@@ -61,7 +61,7 @@ impl TreeStats<'_> {
     }
 
     fn leaf(&self, i: usize) -> Option<htb_core::LeafStats> {
-        self.snapshot.leaves.get(self.offset + i).copied().flatten()
+        self.snapshot.leaves.get(self.offset + i).cloned().flatten()
     }
 
     fn scheduler(&self, major: u16) -> htb_core::SchedulerStats {
@@ -152,6 +152,37 @@ fn mq_info(dev: &str, mq: &MqModel, snapshot: Option<&PortSnapshot>) -> MqInfo {
     }
 }
 
+/// A classless root qdisc (`qdisc cake 1: root …`): the one class of the tree that carries it
+/// is not shown, its counters are the qdisc's.
+fn show_root_leaf(dev: &str, qdisc: &QdiscModel, stats: Option<TreeStats<'_>>, shown: &mut Shown) {
+    let Some(def) = qdisc.root_leaf() else {
+        return;
+    };
+    let stats = stats.map(|t| {
+        let (class, leaf) = (t.class(0), t.leaf(0));
+        let cake = leaf.as_ref().and_then(|l| l.cake.clone());
+        LeafQdiscStats {
+            bytes: class.map_or(0, |c| c.bytes),
+            packets: class.map_or(0, |c| c.packets),
+            // The frame pool's drops happen before a frame reaches a qdisc: the root's.
+            drops: leaf.as_ref().map_or(0, |l| l.drops) + t.snapshot.port.drops_pool,
+            overlimits: cake.as_ref().map_or(0, |c| u64::from(c.overlimits)),
+            requeues: 0,
+            backlog_bytes: leaf.as_ref().map_or(0, |l| l.backlog),
+            backlog_packets: leaf.as_ref().map_or(0, |l| u64::from(l.qlen)),
+            fq_codel: leaf.as_ref().and_then(|l| l.fq_codel),
+            cake,
+        }
+    });
+    shown.leaf_qdiscs.push(LeafQdiscInfo {
+        dev: dev.to_owned(),
+        handle: Some(ClassId::new(qdisc.config.major, 0)),
+        parent: None,
+        config: def.config,
+        stats,
+    });
+}
+
 /// One HTB qdisc's part of a `show` of `object`: `ids` are its classes [`tree_ids`] chose,
 /// `stats` their counters.
 #[allow(clippy::too_many_arguments)]
@@ -199,21 +230,23 @@ fn show_tree(
                     .map(|h| ClassId::new(h, 0));
                 let stats = stats.filter(|_| show.stats).map(|t| {
                     let (class, leaf) = (t.class(i), t.leaf(i));
+                    let cake = leaf.as_ref().and_then(|l| l.cake.clone());
                     LeafQdiscStats {
                         bytes: class.map_or(0, |c| c.bytes),
                         packets: class.map_or(0, |c| c.packets),
-                        drops: leaf.map_or(0, |l| l.drops),
-                        overlimits: 0,
+                        drops: leaf.as_ref().map_or(0, |l| l.drops),
+                        overlimits: cake.as_ref().map_or(0, |c| u64::from(c.overlimits)),
                         requeues: 0,
-                        backlog_bytes: leaf.map_or(0, |l| l.backlog),
-                        backlog_packets: leaf.map_or(0, |l| u64::from(l.qlen)),
-                        fq_codel: leaf.and_then(|l| l.fq_codel),
+                        backlog_bytes: leaf.as_ref().map_or(0, |l| l.backlog),
+                        backlog_packets: leaf.as_ref().map_or(0, |l| u64::from(l.qlen)),
+                        fq_codel: leaf.as_ref().and_then(|l| l.fq_codel),
+                        cake,
                     }
                 });
                 shown.leaf_qdiscs.push(LeafQdiscInfo {
                     dev: dev.clone(),
                     handle,
-                    parent: class,
+                    parent: Some(class),
                     config,
                     stats,
                 });
@@ -328,9 +361,15 @@ impl Control {
                     (parent, q)
                 })
                 .collect();
+            // A classless root shows as one qdisc, with its one class's counters.
+            let classless = matches!(port.root, Root::Leaf(_));
             let ids: Vec<Vec<ClassId>> = trees
                 .iter()
-                .map(|(_, q)| tree_ids(show, object, q, only_class))
+                .map(|(_, q)| match (classless, object) {
+                    (true, Object::Qdisc) => Ok(vec![ClassId::new(q.config.major, 1)]),
+                    (true, _) => Ok(Vec::new()),
+                    (false, _) => tree_ids(show, object, q, only_class),
+                })
                 .collect::<Result<_, _>>()?;
             // One copy of the port's counters serves every tree and the mq line: what they
             // print adds up.
@@ -361,7 +400,13 @@ impl Control {
                     snapshot: s,
                     offset,
                 });
-                show_tree(show, object, dev, parent, qdisc, ids, part, &mut shown)?;
+                if classless {
+                    if object == Object::Qdisc {
+                        show_root_leaf(dev, qdisc, part.filter(|_| show.stats), &mut shown);
+                    }
+                } else {
+                    show_tree(show, object, dev, parent, qdisc, ids, part, &mut shown)?;
+                }
                 offset += ids.len();
             }
         }

@@ -89,8 +89,10 @@ impl Model {
         l: &LeafQdiscSpec,
         verb: Verb,
     ) -> Result<(), IpcError> {
+        let Some(id) = l.parent else {
+            return self.root_leaf_set(step, l, verb);
+        };
         let (port, name) = (step.port, step.name.clone());
-        let id = l.parent;
         if self.is_mq_class(port, id) {
             return Err(error(
                 ErrorCode::Invalid,

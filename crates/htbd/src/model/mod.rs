@@ -18,6 +18,7 @@ mod filters;
 mod leaf;
 mod mq;
 mod qdisc;
+mod root_leaf;
 mod state;
 mod u32_links;
 
@@ -36,6 +37,7 @@ pub use self::filter_entry::{
 pub use self::mq::MqModel;
 pub use self::qdisc::QdiscModel;
 use self::qdisc::{Verb, set_qdisc_config};
+pub use self::root_leaf::UNLIMITED;
 pub use self::u32_links::{LinkError, flatten};
 
 /// What shapes a port: its root qdisc.
@@ -49,6 +51,9 @@ pub enum Root {
     Htb(Box<QdiscModel>),
     /// tc's `mq`: an HTB tree under each class, one class per TX queue (LibreQoS's layout).
     Mq(MqModel),
+    /// A classless qdisc at the root (`cake bandwidth 20mbit`, `fq_codel`): run as an HTB tree
+    /// of one unlimited class with the qdisc as its leaf (module `root_leaf`).
+    Leaf(Box<QdiscModel>),
 }
 
 /// One port htbd forwards on.
@@ -84,8 +89,17 @@ impl PortModel {
     fn trees_of(root: &Root) -> Vec<(Option<u16>, &QdiscModel)> {
         match root {
             Root::None => Vec::new(),
-            Root::Htb(q) => vec![(None, q)],
+            Root::Htb(q) | Root::Leaf(q) => vec![(None, q)],
             Root::Mq(mq) => mq.trees.iter().map(|(&m, q)| (Some(m), q)).collect(),
+        }
+    }
+
+    /// The classless qdisc at its root, with its handle's major.
+    #[must_use]
+    pub fn root_leaf(&self) -> Option<(u16, LeafDef)> {
+        match &self.root {
+            Root::Leaf(q) => q.root_leaf().map(|l| (q.config.major, l)),
+            _ => None,
         }
     }
 
@@ -110,7 +124,7 @@ impl PortModel {
     fn tree_mut(&mut self, major: u16) -> Option<&mut QdiscModel> {
         match &mut self.root {
             Root::None => None,
-            Root::Htb(q) => Some(&mut **q).filter(|q| q.config.major == major),
+            Root::Htb(q) | Root::Leaf(q) => Some(&mut **q).filter(|q| q.config.major == major),
             Root::Mq(mq) => mq.trees.values_mut().find(|q| q.config.major == major),
         }
     }
@@ -378,11 +392,15 @@ impl Model {
                 let q = QdiscModel::from_tree(&t.tree.tree, t.filters).map_err(at)?;
                 trees.push((t.tree.mq_minor, q));
             }
-            port.root = match i.mq {
-                None => trees
+            port.root = match (i.mq, i.root_leaf) {
+                (_, Some(leaf)) => {
+                    let major = leaf.handle.unwrap_or(1);
+                    Root::Leaf(Box::new(QdiscModel::classless(major, leaf).map_err(at)?))
+                }
+                (None, None) => trees
                     .pop()
                     .map_or(Root::None, |(_, q)| Root::Htb(Box::new(q))),
-                Some(handle) => {
+                (Some(handle), None) => {
                     let mut mq = MqModel::new(handle);
                     for (minor, q) in trees {
                         let minor = minor.unwrap_or(1);
@@ -493,6 +511,16 @@ impl Model {
         let majors = p.majors();
         let found = match (&p.root, major) {
             (Root::None, _) => None,
+            (Root::Leaf(q), _) => {
+                let kind = q.root_leaf().map_or("qdisc", |l| l.config.kind().name());
+                return Err(error(
+                    ErrorCode::Invalid,
+                    format!(
+                        "{name}'s root qdisc is {kind} {:x}:, which is classless: it takes no classes, filters or qdiscs under it (replace it with htb to build a tree)",
+                        q.config.major
+                    ),
+                ));
+            }
             (Root::Mq(mq), None) => {
                 return Err(error(
                     ErrorCode::Invalid,

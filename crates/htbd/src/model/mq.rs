@@ -90,11 +90,16 @@ impl Model {
             (Root::Mq(mq), Verb::Replace) if handle.is_none_or(|h| h == mq.handle) => {
                 return Ok(());
             }
-            (Root::Mq(_) | Root::Htb(_), Verb::Replace) => {}
+            (Root::Mq(_) | Root::Htb(_) | Root::Leaf(_), Verb::Replace) => {}
             (root, _) => {
                 let what = match root {
                     Root::Mq(mq) => format!("mq {:x}:", mq.handle),
                     Root::Htb(q) => format!("htb {:x}:", q.config.major),
+                    Root::Leaf(q) => format!(
+                        "{} {:x}:",
+                        q.root_leaf().map_or("qdisc", |l| l.config.kind().name()),
+                        q.config.major
+                    ),
                     Root::None => String::new(),
                 };
                 return Err(error(

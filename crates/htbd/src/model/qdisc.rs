@@ -158,6 +158,20 @@ impl Model {
         let p = &self.ports[port];
         let existing: Option<&QdiscModel> = match (slot, &p.root) {
             (None, Root::Htb(q)) => Some(q),
+            (None, Root::Leaf(q)) if verb != Verb::Replace => {
+                let kind = q.root_leaf().map_or("qdisc", |l| l.config.kind().name());
+                return Err(error(
+                    if verb == Verb::Add {
+                        ErrorCode::Exists
+                    } else {
+                        ErrorCode::NotFound
+                    },
+                    format!(
+                        "{name}'s root is {kind} {:x}:, not htb (qdisc replace dev {name} root handle 1: htb puts one in its place)",
+                        q.config.major
+                    ),
+                ));
+            }
             (Some(minor), Root::Mq(mq)) => mq.trees.get(&minor),
             (None, Root::Mq(mq)) if verb != Verb::Replace => {
                 let (code, what) = match verb {

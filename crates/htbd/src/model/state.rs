@@ -23,6 +23,11 @@ impl Model {
             match &port.root {
                 Root::None => {}
                 Root::Htb(qdisc) => tree_toml(&mut out, "interface", qdisc),
+                Root::Leaf(qdisc) => {
+                    if let Some(def) = qdisc.root_leaf() {
+                        let _ = writeln!(out, "root = {}", leaf_toml(&def));
+                    }
+                }
                 Root::Mq(mq) => {
                     let _ = writeln!(out, "mq = \"{:x}:\"", mq.handle);
                     for (minor, qdisc) in &mq.trees {

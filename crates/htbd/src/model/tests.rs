@@ -283,7 +283,7 @@ fn leaf(
 ) -> Command {
     op(LeafQdiscSpec {
         dev: "r2".into(),
-        parent: class.parse().unwrap(),
+        parent: Some(class.parse().unwrap()),
         handle: handle.map(|h| ClassId::new(h, 0)),
         leaf: spec,
     })
@@ -435,7 +435,7 @@ fn a_refused_batch_restores_leaves_and_a_parent_loses_its_leaf() {
             class(Command::ClassAdd, "1:21", "1:20", 1),
             leaf_delete(LeafQdiscSpec {
                 dev: "r2".into(),
-                parent: "1:21".parse().unwrap(),
+                parent: Some("1:21".parse().unwrap()),
                 handle: None,
                 leaf: sfq(0),
             }),
@@ -460,7 +460,7 @@ fn a_refused_batch_restores_leaves_and_a_parent_loses_its_leaf() {
 fn leaf_delete(op: LeafQdiscSpec) -> Command {
     Command::LeafDelete {
         dev: op.dev,
-        parent: op.parent,
+        parent: op.parent.expect("a class's leaf"),
         handle: op.handle,
         kind: Some(op.leaf.kind()),
     }

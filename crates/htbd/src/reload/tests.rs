@@ -126,7 +126,7 @@ fn leaves_change_in_place_or_are_replaced() {
     assert!(
         commands
             .iter()
-            .any(|c| matches!(c, Command::LeafChange(l) if l.parent.to_string() == "1:10")),
+            .any(|c| matches!(c, Command::LeafChange(l) if l.parent.is_some_and(|p| p.to_string() == "1:10"))),
         "{commands:#?}"
     );
     // And back: the leaves return to the file's.

@@ -1,6 +1,6 @@
 //! The leaf qdiscs' own printers: `fq_codel_print_opt` / `fq_codel_print_xstats`
 //! (`q_fq_codel.c`), `sfq_print_opt` (`q_sfq.c`), `fifo_print_opt` (`q_fifo.c`), as tc 6.1
-//! prints them, text and JSON.
+//! prints them, text and JSON; `cake`'s are in module `cake`.
 
 use std::fmt::Write as _;
 
@@ -9,7 +9,7 @@ use htb_core::units::DisplaySize;
 use htb_ipc::LeafQdiscStats;
 use serde_json::{Map, Value, json};
 
-use super::time_text;
+use super::{cake, time_text};
 
 /// The options after `parent 1:10 ` (tc leaves a space after each of fq_codel's and sfq's).
 pub(super) fn options_text(config: &LeafConfig, details: bool) -> String {
@@ -63,6 +63,7 @@ pub(super) fn options_text(config: &LeafConfig, details: bool) -> String {
             }
             let _ = write!(out, "drop_batch {} ", c.drop_batch);
         }
+        LeafConfig::Cake(c) => out.push_str(&cake::options_text(c)),
     }
     out
 }
@@ -104,12 +105,17 @@ pub(super) fn options_json(config: &LeafConfig, details: bool) -> Value {
             }
             o.insert("drop_batch".into(), json!(c.drop_batch));
         }
+        LeafConfig::Cake(c) => return cake::options_json(c),
     }
     Value::Object(o)
 }
 
-/// The kind's own statistics lines (`print_xstats`): fq_codel's; none for the others.
+/// The kind's own statistics lines (`print_xstats`): fq_codel's and cake's; none for the
+/// others.
 pub(super) fn xstats_text(stats: &LeafQdiscStats) -> String {
+    if let Some(c) = &stats.cake {
+        return cake::xstats_text(c);
+    }
     let Some(s) = &stats.fq_codel else {
         return String::new();
     };
@@ -136,6 +142,9 @@ pub(super) fn xstats_text(stats: &LeafQdiscStats) -> String {
 
 /// The same under `-j`: keys of the qdisc object, as tc prints them.
 pub(super) fn xstats_json(stats: &LeafQdiscStats, o: &mut Map<String, Value>) {
+    if let Some(c) = &stats.cake {
+        cake::xstats_json(c, o);
+    }
     let Some(s) = &stats.fq_codel else {
         return;
     };

@@ -2,6 +2,7 @@
 //! object as iproute2 has them — `qdisc` (HTB's `htb_print_opt`, and the leaf qdiscs' in
 //! `leaf`), `mq`, `class`, `filter`.
 
+mod cake;
 mod class;
 mod filter;
 mod leaf;

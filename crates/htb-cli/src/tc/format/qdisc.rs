@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use htb_core::ClassId;
 use htb_ipc::{LeafQdiscInfo, QdiscInfo, Shown};
 use serde_json::{Map, Value, json};
 
@@ -16,7 +17,7 @@ fn leaves_of<'a>(
     let major = u16::from_str_radix(q.handle.trim_end_matches(':'), 16).ok();
     leaves
         .iter()
-        .filter(move |l| l.dev == q.dev && Some(l.parent.major()) == major)
+        .filter(move |l| l.dev == q.dev && l.parent.map(ClassId::major) == major)
 }
 
 /// `tc qdisc show`: per interface its `mq` root if it has one, then each HTB qdisc followed by
@@ -31,8 +32,11 @@ pub fn qdiscs(shown: &Shown, style: Style) -> String {
         .mq
         .iter()
         .filter(|m| !list.iter().any(|q| q.dev == m.dev));
+    // Classless qdiscs at a root (cake, fq_codel …): alone on their interface.
+    let roots = leaves.iter().filter(|l| l.parent.is_none());
     if style.json {
         let mut items: Vec<Value> = bare_mq.map(|m| mq::qdisc_json(m, style)).collect();
+        items.extend(roots.map(|l| leaf_json(l, style)));
         items.extend(list.iter().enumerate().flat_map(|(i, q)| {
             let mut items = Vec::new();
             if let Some(m) = mq_of(&q.dev).filter(|_| first_of_dev(i)) {
@@ -47,6 +51,9 @@ pub fn qdiscs(shown: &Shown, style: Style) -> String {
     let mut out = String::new();
     for m in bare_mq {
         mq::qdisc_text(&mut out, m, style);
+    }
+    for l in roots {
+        leaf_text(&mut out, l, style);
     }
     for (i, q) in list.iter().enumerate() {
         if let Some(m) = mq_of(&q.dev).filter(|_| first_of_dev(i)) {
@@ -129,12 +136,13 @@ fn leaf_text(out: &mut String, l: &LeafQdiscInfo, style: Style) {
     if style.show_dev {
         let _ = write!(out, "dev {} ", l.dev);
     }
-    let _ = writeln!(
-        out,
-        "parent {} {}",
-        l.parent,
-        leaf::options_text(&l.config, style.details)
-    );
+    match l.parent {
+        Some(p) => {
+            let _ = write!(out, "parent {p} ");
+        }
+        None => out.push_str("root "),
+    }
+    let _ = writeln!(out, "{}", leaf::options_text(&l.config, style.details));
     if let Some(s) = &l.stats {
         sent_lines(
             out,
@@ -152,7 +160,10 @@ fn leaf_json(l: &LeafQdiscInfo, style: Style) -> Value {
     if style.show_dev {
         o.insert("dev".into(), json!(l.dev));
     }
-    o.insert("parent".into(), json!(l.parent.to_string()));
+    match l.parent {
+        Some(p) => o.insert("parent".into(), json!(p.to_string())),
+        None => o.insert("root".into(), json!(true)),
+    };
     o.insert(
         "options".into(),
         leaf::options_json(&l.config, style.details),
@@ -178,7 +189,7 @@ fn leaf_json(l: &LeafQdiscInfo, style: Style) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use htb_core::{ClassId, FqCodelStats, LeafConfig};
+    use htb_core::{FqCodelStats, LeafConfig};
     use htb_ipc::{LeafQdiscStats, QueueStats};
 
     fn shown(qdiscs: Vec<QdiscInfo>, leaf_qdiscs: Vec<LeafQdiscInfo>) -> Shown {
@@ -237,7 +248,7 @@ mod tests {
         let leaf = LeafQdiscInfo {
             dev: "v0".into(),
             handle: Some(ClassId::new(0x10, 0)),
-            parent: ClassId::new(1, 0x10),
+            parent: Some(ClassId::new(1, 0x10)),
             config: LeafConfig::default(),
             stats: Some(LeafQdiscStats {
                 bytes: 3000,
