@@ -414,3 +414,88 @@ fn codel_marks_ecn_capable_flows_instead_of_dropping() {
     assert!(flow(&ecn, 4, "delay_p99_ns") < 1.5e6);
     assert_rate(&ecn, "1:10", 10e6);
 }
+
+/// cake's triple-isolate: one host with eight flows and one with a single flow share a
+/// 20 Mbit/s class half and half (each flow from its own server, as a download's are);
+/// fq_codel, per flow, gives the single flow a ninth.
+#[test]
+fn cake_triple_isolate_shares_a_class_between_hosts() {
+    let text = example("cake-hosts.toml");
+    let share = |text: &str| {
+        let (json, _) = simulate(text);
+        let a: f64 = (0..8).map(|i| flow(&json, i, "delivered_bps")).sum();
+        let b = flow(&json, 8, "delivered_bps");
+        assert!((a + b - 20e6).abs() / 20e6 < 0.005, "the class is full");
+        b / (a + b)
+    };
+    let cake = share(&text);
+    assert!(
+        (0.45..=0.55).contains(&cake),
+        "host B's share under cake: {cake:.3}"
+    );
+    let fq_codel = share(&text.replace("leaf = \"cake\"  ", "leaf = \"fq_codel\""));
+    assert!(
+        (0.10..=0.125).contains(&fq_codel),
+        "host B's share under fq_codel: {fq_codel:.3}"
+    );
+}
+
+/// cake's diffserv4: an EF-marked voice flow beside four bulk flows in a full 10 Mbit/s class
+/// waits under 3 ms (the packet on the wire and little more), and best effort keeps 95 % of
+/// the class.
+#[test]
+fn cake_diffserv4_serves_voice_first() {
+    let text = example("cake-diffserv.toml");
+    let (json, _) = simulate(&text);
+    let voice_p99 = flow(&json, 4, "delay_p99_ns");
+    assert!(voice_p99 <= 3e6, "EF p99 {:.2} ms", voice_p99 / 1e6);
+    let bulk: f64 = (0..4).map(|i| flow(&json, i, "delivered_bps")).sum();
+    assert!(bulk >= 0.95 * 10e6, "best effort {bulk:.0} bit/s");
+    // A heavier voice flow, 2.4 Mbit/s where five flows' fair share is 2: below the Voice
+    // tin's threshold (2.5 Mbit/s) it keeps its rate; without tins it is held to its share.
+    let heavy = text
+        .replace("packet = 200", "packet = 1000")
+        .replace("rate = \"64kbit\"", "rate = \"2400kbit\"");
+    let (json, _) = simulate(&heavy);
+    let voice = flow(&json, 4, "delivered_bps");
+    assert!(
+        (voice - 2.4e6).abs() / 2.4e6 < 0.01,
+        "voice {voice:.0} bit/s"
+    );
+    let (json, _) = simulate(&heavy.replace("diffserv4", "besteffort"));
+    let shared = flow(&json, 4, "delivered_bps");
+    assert!(
+        (shared - 2e6).abs() / 2e6 < 0.02,
+        "without tins {shared:.0} bit/s"
+    );
+}
+
+/// cake's ACK filter: ACKs offered at 1.5 Mbit/s to a 1 Mbit/s upstream. With the filter the
+/// redundant ones go as newer ones arrive, and those sent are fresh (under 5 ms old); without
+/// it they stand in a queue for seconds.
+#[test]
+fn cake_ack_filter_sends_fresh_acks_and_drops_the_redundant() {
+    let text = example("cake-ack-filter.toml");
+    let (json, _) = simulate(&text);
+    let offered = flow(&json, 0, "offered_bps");
+    let delivered = flow(&json, 0, "delivered_bps");
+    assert!((delivered - 1e6).abs() / 1e6 < 0.005, "the class is full");
+    let dropped = flow(&json, 0, "dropped");
+    // 20 s of 66-byte ACKs at 1.5 Mbit/s.
+    let sent = 20.0 * 1.5e6 / (66.0 * 8.0);
+    assert!(dropped >= 0.3 * sent, "{dropped} of {sent:.0} ACKs dropped");
+    assert!(offered > delivered);
+    let fresh = flow(&json, 0, "delay_p99_ns");
+    assert!(
+        fresh <= 5e6,
+        "ACK p99 {:.2} ms with the filter",
+        fresh / 1e6
+    );
+    let (json, _) = simulate(&text.replace("ack_filter = \"filter\"", "ack_filter = \"off\""));
+    let stale = flow(&json, 0, "delay_p99_ns");
+    assert!(
+        stale >= 1e9,
+        "ACK p99 {:.2} ms without the filter",
+        stale / 1e6
+    );
+}

@@ -4,13 +4,14 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use htb_core::{ClassId, Instant, Packet, Scheduler};
+use htb_core::{ClassId, Instant, Packet, Scheduler, TcpAck};
 
 use super::histogram::Histogram;
 use super::report::{ClassReport, DirectReport, FlowReport, Report, Sample};
 use super::scenario::{FlowRate, Scenario};
 
-/// A simulated packet: its flow, length and arrival time, and its ECN bits.
+/// A simulated packet: its flow, length and arrival time, its ECN bits, and what `cake` reads
+/// (hosts, DSCP, the ACK of a TCP flow of ACKs).
 #[derive(Clone, Copy, Debug)]
 struct SimPacket {
     flow: u32,
@@ -18,6 +19,26 @@ struct SimPacket {
     born: u64,
     ect: bool,
     ce: bool,
+    hosts: (u32, u32),
+    dscp: u8,
+    tcp: Option<TcpAck>,
+}
+
+/// A pure ACK (IPv4, TCP, no options) of flow `flow`'s connection acknowledging up to `ack`.
+fn pure_ack(flow: u32, ack: u32) -> Option<TcpAck> {
+    let mut seg = [0u8; 40];
+    seg[0] = 0x45;
+    seg[3] = 40;
+    seg[8] = 64;
+    seg[9] = 6;
+    seg[12..16].copy_from_slice(&[10, 0, 0, 1]);
+    seg[16..20].copy_from_slice(&[10, 1, 0, 1]);
+    seg[20..22].copy_from_slice(&(1024 + flow as u16).to_be_bytes());
+    seg[22..24].copy_from_slice(&443u16.to_be_bytes());
+    seg[28..32].copy_from_slice(&ack.to_be_bytes());
+    seg[32] = 5 << 4;
+    seg[33] = 0x10; // ACK
+    TcpAck::parse(&seg)
 }
 
 impl Packet for SimPacket {
@@ -37,7 +58,27 @@ impl Packet for SimPacket {
         }
         self.ect
     }
+
+    fn host_hashes(&self) -> (u32, u32) {
+        self.hosts
+    }
+
+    fn dscp(&self) -> u8 {
+        self.dscp
+    }
+
+    fn wash_dscp(&mut self) {
+        self.dscp = 0;
+    }
+
+    fn tcp_ack(&self) -> Option<&TcpAck> {
+        self.tcp.as_ref()
+    }
 }
+
+/// A pure ACK acknowledges this many bytes more than the one before (two full segments, as a
+/// delayed ACK does).
+const ACKED_PER_ACK: u32 = 2 * 1448;
 
 /// Packets a `rate = "max"` flow keeps queued: enough that its class never runs dry.
 const MAX_FLOW_DEPTH: u32 = 16;
@@ -56,6 +97,8 @@ struct FlowState {
     dropped: u64,
     /// Packets delivered with Congestion Experienced set.
     ce_marks: u64,
+    /// The next pure ACK's acknowledgement number (flows of TCP ACKs).
+    acked: u32,
     delays: Histogram,
 }
 
@@ -97,12 +140,17 @@ impl Sim<'_> {
         if self.in_window {
             state.offered_window += u64::from(len);
         }
+        let acked = state.acked;
+        state.acked = state.acked.wrapping_add(ACKED_PER_ACK);
         let packet = SimPacket {
             flow: f as u32,
             len,
             born: now,
             ect: flow.ecn,
             ce: false,
+            hosts: flow.hosts,
+            dscp: flow.dscp,
+            tcp: flow.tcp_acks.then(|| pure_ack(f as u32, acked)).flatten(),
         };
         let queued = match self
             .htb

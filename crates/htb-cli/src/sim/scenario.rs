@@ -35,6 +35,55 @@ struct FlowSection {
     stop: Option<TimeValue>,
     /// Packets are ECN-capable (ECT(0)): CoDel marks them instead of dropping.
     ecn: Option<bool>,
+    /// The flow's source and destination hosts (any names): `cake` isolates hosts by them.
+    src: Option<String>,
+    dst: Option<String>,
+    /// Its DSCP: a number (0 to 63) or a name (`ef`, `cs1`…`cs7`, `af11`…`af43`, `le`, `va`).
+    dscp: Option<Located<DscpValue>>,
+    /// Its packets are pure TCP ACKs of one connection, each acknowledging two more segments
+    /// (what `cake`'s ACK filter thins).
+    tcp_acks: Option<bool>,
+}
+
+/// A DSCP: a number or its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DscpValue(u8);
+
+impl<'de> Deserialize<'de> for DscpValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = toml_value(d)?;
+        dscp(&text).map(Self).ok_or_else(|| {
+            de::Error::custom(format!(
+                "invalid dscp {text:?}: 0 to 63, or ef, va, le, cs0 to cs7, af11 to af43"
+            ))
+        })
+    }
+}
+
+/// A DSCP by number or by its RFC name.
+fn dscp(text: &str) -> Option<u8> {
+    let t = text.to_ascii_lowercase();
+    let named = match t.as_str() {
+        "ef" => Some(46),
+        "va" => Some(44),
+        "le" => Some(1),
+        "be" | "df" => Some(0),
+        _ => None,
+    };
+    if named.is_some() {
+        return named;
+    }
+    if let Some(n) = t.strip_prefix("cs") {
+        return n.parse::<u8>().ok().filter(|&n| n <= 7).map(|n| n << 3);
+    }
+    if let Some(xy) = t.strip_prefix("af") {
+        let (x, y) = (
+            xy.get(..1)?.parse::<u8>().ok()?,
+            xy.get(1..)?.parse::<u8>().ok()?,
+        );
+        return ((1..=4).contains(&x) && (1..=3).contains(&y)).then_some((x << 3) | (y << 1));
+    }
+    t.parse::<u8>().ok().filter(|&n| n < 64)
 }
 
 /// `[[change]]`: `at`, the class `id`, and any class parameters to change. Parameters not
@@ -174,6 +223,21 @@ pub struct Flow {
     pub stop: Instant,
     /// ECN-capable packets.
     pub ecn: bool,
+    /// Hashes of its source and destination hosts (0: not given).
+    pub hosts: (u32, u32),
+    /// DSCP of its packets.
+    pub dscp: u8,
+    /// Pure TCP ACKs of one connection.
+    pub tcp_acks: bool,
+}
+
+/// A host name as a host hash (FNV-1a).
+fn host_hash(name: Option<&String>) -> u32 {
+    name.map_or(0, |n| {
+        n.bytes().fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        })
+    })
 }
 
 /// A live change at a point in time, with the class's full parameters after it.
@@ -274,6 +338,9 @@ impl Scenario {
                 start: Instant::ZERO + start,
                 stop: Instant::ZERO + stop,
                 ecn: f.ecn.unwrap_or(false),
+                hosts: (host_hash(f.src.as_ref()), host_hash(f.dst.as_ref())),
+                dscp: f.dscp.as_ref().map_or(0, |d| d.get_ref().0),
+                tcp_acks: f.tcp_acks.unwrap_or(false),
             });
         }
 

@@ -388,7 +388,8 @@ impl Model {
             let name = port.name.clone();
             let at = |e: String| format!("{name}: {e}");
             let mut trees = Vec::with_capacity(i.trees.len());
-            for t in i.trees {
+            // A classless root's tree is its carrier, built from the leaf below.
+            for t in i.trees.into_iter().filter(|_| i.root_leaf.is_none()) {
                 let q = QdiscModel::from_tree(&t.tree.tree, t.filters).map_err(at)?;
                 trees.push((t.tree.mq_minor, q));
             }
