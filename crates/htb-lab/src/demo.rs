@@ -74,6 +74,9 @@ fn expected(tree: &htb_config::TreeSpec, classes: &[ClassId]) -> Vec<f64> {
             start: Instant::ZERO,
             stop: Instant::from_nanos(20_000_000_000),
             ecn: false,
+            hosts: (0, 0),
+            dscp: 0,
+            tcp_acks: false,
         })
         .collect();
     let scenario = Scenario {

@@ -100,8 +100,20 @@ impl Pinger {
     /// When ping cannot be started.
     #[must_use]
     pub fn start(lab: &Lab, count: u32, interval: f64) -> Self {
-        let child = lab
-            .cmd(N1, "ping")
+        Self::start_marked(lab, count, interval, None)
+    }
+
+    /// As [`start`](Self::start), the requests' TOS byte set to `tos` (`0xb8`: DSCP EF).
+    ///
+    /// # Panics
+    /// When ping cannot be started.
+    #[must_use]
+    pub fn start_marked(lab: &Lab, count: u32, interval: f64, tos: Option<u8>) -> Self {
+        let mut cmd = lab.cmd(N1, "ping");
+        if let Some(tos) = tos {
+            cmd.args(["-Q", &format!("{tos:#x}")]);
+        }
+        let child = cmd
             .args(["-n", "-c", &count.to_string(), "-i", &interval.to_string()])
             .args(["-W", "5", "10.201.2.2"])
             .stdout(Stdio::piped())
@@ -156,10 +168,14 @@ impl LeafCounters {
             .iter()
             .find(|q| q["parent"].as_str() == Some(parent))?;
         let count = |key: &str| leaf[key].as_u64().unwrap_or(0);
+        // cake counts its marks per tin.
+        let tin_marks: u64 = leaf["tins"]
+            .as_array()
+            .map_or(0, |t| t.iter().filter_map(|t| t["ecn_mark"].as_u64()).sum());
         Some(Self {
             packets: count("packets"),
             drops: count("drops"),
-            ecn_mark: count("ecn_mark"),
+            ecn_mark: count("ecn_mark") + tin_marks,
         })
     }
 
@@ -237,6 +253,22 @@ pub fn ping_through_tcp_load(
     warmup: Duration,
     pings: u32,
 ) -> Saturated {
+    ping_marked_through_tcp_load(lab, installed, port, warmup, pings, None)
+}
+
+/// As [`ping_through_tcp_load`], the pings' TOS byte set to `tos`.
+///
+/// # Panics
+/// When iperf3 or ping cannot be run.
+#[must_use]
+pub fn ping_marked_through_tcp_load(
+    lab: &Lab,
+    installed: &Installed,
+    port: u16,
+    warmup: Duration,
+    pings: u32,
+    tos: Option<u8>,
+) -> Saturated {
     let _server = lab.iperf_server(N2, port);
     let secs = warmup.as_secs() + u64::from(pings) / 10 + 3;
     let client = lab
@@ -250,7 +282,7 @@ pub fn ping_through_tcp_load(
     std::thread::sleep(warmup);
     let leaf0 = LeafCounters::read(lab, installed);
     let (rx0, t0) = (lab.rx_counters(N2, "eth0").0, Instant::now());
-    let rtts = Pinger::start(lab, pings, 0.1).finish();
+    let rtts = Pinger::start_marked(lab, pings, 0.1, tos).finish();
     let (rx1, t1) = (lab.rx_counters(N2, "eth0").0, Instant::now());
     let leaf1 = LeafCounters::read(lab, installed);
     let out = client.wait_with_output().expect("iperf3 -c");
@@ -290,6 +322,7 @@ fn cases() -> Vec<Case> {
     for (rate, rate_bps) in [("10mbit", 10e6), ("180kbit", 180e3)] {
         for (shaper, leaf, name) in [
             (Shaper::Htbd, None, "htbd fq_codel (default)"),
+            (Shaper::Htbd, Some("cake"), "htbd cake"),
             (Shaper::Htbd, Some("pfifo"), "htbd pfifo"),
             (Shaper::KernelHtb, Some("pfifo"), "kernel HTB pfifo"),
         ] {

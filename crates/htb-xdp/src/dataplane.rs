@@ -232,11 +232,7 @@ impl Port {
                     let htb = schedulers
                         .pop()
                         .ok_or_else(|| format!("{}: a new tree without a scheduler", self.name))?;
-                    for id in htb.class_ids() {
-                        if let Some(leaf) = htb.class_info(id).and_then(|i| i.leaf) {
-                            self.needs.note(&leaf);
-                        }
-                    }
+                    self.needs.note_tree(&htb);
                     self.trees.push(Tree {
                         htb,
                         mq_minor: new.mq_minor,
@@ -458,6 +454,9 @@ impl<R: Rings> Dataplane<R> {
                     rtt: HashMap::new(),
                     needs: FrameNeeds::default(),
                 };
+                for tree in &port.trees {
+                    port.needs.note_tree(&tree.htb);
+                }
                 port.reset_targets();
                 port
             })

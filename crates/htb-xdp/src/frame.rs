@@ -74,6 +74,15 @@ pub(crate) struct FrameNeeds {
 }
 
 impl FrameNeeds {
+    /// What the leaves of `htb` read of a frame, added to what is read already.
+    pub(crate) fn note_tree<P: Packet>(&mut self, htb: &htb_core::Scheduler<P>) {
+        for id in htb.class_ids() {
+            if let Some(leaf) = htb.class_info(id).and_then(|i| i.leaf) {
+                self.note(&leaf);
+            }
+        }
+    }
+
     /// What a leaf `leaf` reads of a frame, added to what is read already.
     pub(crate) fn note(&mut self, leaf: &htb_core::LeafConfig) {
         if let htb_core::LeafConfig::Cake(c) = leaf {
