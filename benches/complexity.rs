@@ -7,7 +7,8 @@
 //!   packet on the virtual clock, event processing and the packet's enqueue included.
 //! - `scale`: n leaves under √n sites under one root, all backlogged, every class borrowing.
 //! - `hotpath`: enqueue + dequeue pairs at rates that never throttle: pure overhead, with
-//!   pfifo leaves (the kernel's default) and fq_codel leaves (htbd's), four flows per class.
+//!   pfifo leaves (the kernel's default), fq_codel leaves (htbd's) and cake leaves (LibreQoS's),
+//!   four flows per class.
 //! - memory per leaf class (counting allocator), idle and with a packet queued, per leaf kind,
 //!   and the time to add 100 000 classes.
 //!
@@ -26,7 +27,8 @@ use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion};
 use htb_cli::plot::{LineChart, Series};
 use htb_core::{
-    ClassHandle, ClassId, ClassSpec, Instant, LeafConfig, Packet, Rate, Scheduler, SchedulerConfig,
+    CakeConfig, ClassHandle, ClassId, ClassSpec, Instant, LeafConfig, Packet, Rate, Scheduler,
+    SchedulerConfig,
 };
 
 /// A packet that remembers which leaf it came from, so the bench can keep that leaf backlogged,
@@ -54,13 +56,19 @@ impl Packet for Pkt {
     fn flow_hash(&self) -> u32 {
         self.hash
     }
+    /// One subscriber host per leaf, talking to as many servers as it has flows.
+    fn host_hashes(&self) -> (u32, u32) {
+        (self.hash ^ 0x5bd1_e995, self.leaf.wrapping_mul(0x85eb_ca6b))
+    }
 }
 
-/// The leaf kinds compared: pfifo (the kernel's default, 1000 packets) and htbd's default.
-fn leaves() -> [(&'static str, LeafConfig); 2] {
+/// The leaf kinds compared: pfifo (the kernel's default, 1000 packets), htbd's default and
+/// cake (triple-isolate, diffserv3, unlimited: LibreQoS's leaf).
+fn leaves() -> [(&'static str, LeafConfig); 3] {
     [
         ("pfifo", LeafConfig::Pfifo { limit: 1000 }),
         ("fq_codel", LeafConfig::default()),
+        ("cake", LeafConfig::Cake(CakeConfig::default())),
     ]
 }
 
@@ -420,28 +428,36 @@ fn memory_and_add_time(leaf_name: &'static str, leaf: LeafConfig) -> Memory {
     }
 }
 
-/// The hot path's ratios of fq_codel to pfifo, point by point: `(leaves, backlogged, ratio)`.
-fn hotpath_ratios(runs: &[Run]) -> Vec<(usize, usize, f64)> {
+/// The hot path's ratios of leaf `of` to leaf `to`, point by point: `(leaves, backlogged,
+/// ratio)`.
+fn hotpath_ratios(runs: &[Run], of: &str, to: &str) -> Vec<(usize, usize, f64)> {
     runs.iter()
-        .filter(|r| r.bench == "hotpath" && r.leaf == "fq_codel")
+        .filter(|r| r.bench == "hotpath" && r.leaf == of)
         .filter_map(|r| {
-            let fifo = runs.iter().find(|f| {
+            let base = runs.iter().find(|f| {
                 f.bench == "hotpath"
-                    && f.leaf == "pfifo"
+                    && f.leaf == to
                     && (f.leaves, f.backlogged) == (r.leaves, r.backlogged)
             })?;
-            Some((r.leaves, r.backlogged, r.ns_per_packet / fifo.ns_per_packet))
+            Some((r.leaves, r.backlogged, r.ns_per_packet / base.ns_per_packet))
         })
         .collect()
 }
 
-fn summarize(runs: &[Run], memory: &[Memory]) {
-    let dir = support::out_dir();
-    let ratios = hotpath_ratios(runs);
+/// The median and the worst of `ratios`.
+fn median_worst(ratios: &[(usize, usize, f64)]) -> (f64, f64) {
     let mut sorted: Vec<f64> = ratios.iter().map(|r| r.2).collect();
     sorted.sort_by(f64::total_cmp);
     let median = sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN);
-    let worst = sorted.last().copied().unwrap_or(f64::NAN);
+    (median, sorted.last().copied().unwrap_or(f64::NAN))
+}
+
+fn summarize(runs: &[Run], memory: &[Memory]) {
+    let dir = support::out_dir();
+    let ratios = hotpath_ratios(runs, "fq_codel", "pfifo");
+    let (median, worst) = median_worst(&ratios);
+    let cake = hotpath_ratios(runs, "cake", "fq_codel");
+    let (cake_median, cake_worst) = median_worst(&cake);
     let json = serde_json::json!({
         "runs": runs,
         "memory_100k_classes": memory,
@@ -455,6 +471,16 @@ fn summarize(runs: &[Run], memory: &[Memory]) {
             "idle_fq_codel_leaf_bytes": memory
                 .iter()
                 .find(|m| m.leaf == "fq_codel")
+                .map(|m| m.idle_bytes_per_class),
+            "hotpath_cake_over_fq_codel": cake
+                .iter()
+                .map(|(n, k, r)| serde_json::json!({"leaves": n, "backlogged": k, "ratio": r}))
+                .collect::<Vec<_>>(),
+            "hotpath_cake_over_fq_codel_median": cake_median,
+            "hotpath_cake_over_fq_codel_worst": cake_worst,
+            "idle_cake_leaf_bytes": memory
+                .iter()
+                .find(|m| m.leaf == "cake")
                 .map(|m| m.idle_bytes_per_class),
         },
     });
@@ -509,6 +535,10 @@ fn summarize(runs: &[Run], memory: &[Memory]) {
         println!("hot path, {n} classes, {k} backlogged: fq_codel / pfifo = {r:.2}");
     }
     println!("hot path, fq_codel over pfifo: median {median:.2}x, worst {worst:.2}x");
+    for (n, k, r) in &cake {
+        println!("hot path, {n} classes, {k} backlogged: cake / fq_codel = {r:.2}");
+    }
+    println!("hot path, cake over fq_codel: median {cake_median:.2}x, worst {cake_worst:.2}x");
     println!("wrote {}/complexity.json and complexity.svg", dir.display());
 }
 
@@ -518,8 +548,14 @@ fn main() {
     bench_complexity(&mut criterion, &mut runs);
     bench_scale(&mut criterion, &mut runs);
     bench_hotpath(&mut criterion, &mut runs);
+    // LibreQoS's cake has four tins (diffserv4): a row of its own for memory.
+    let diffserv4 = LeafConfig::Cake(htb_core::CakeConfig {
+        diffserv: htb_core::DiffservMode::Diffserv4,
+        ..htb_core::CakeConfig::default()
+    });
     let memory: Vec<Memory> = leaves()
         .into_iter()
+        .chain([("cake_diffserv4", diffserv4)])
         .map(|(name, leaf)| memory_and_add_time(name, leaf))
         .collect();
     criterion.final_summary();

@@ -47,11 +47,12 @@ pub(crate) struct CobaltParams {
     pub(crate) target: u64,
     /// Serialisation time of an MTU-sized packet at the tin's rate, ns.
     pub(crate) mtu_time: u64,
-    /// BLUE's increment of the drop probability (Q0.32).
-    pub(crate) p_inc: u32,
-    /// BLUE's decrement.
-    pub(crate) p_dec: u32,
 }
+
+/// BLUE's increment of the drop probability (Q0.32): 1/256, as `cake_set_rate` sets it.
+const P_INC: u32 = 1 << 24;
+/// BLUE's decrement: 1/4096.
+const P_DEC: u32 = 1 << 20;
 
 /// `struct cobalt_vars`: one flow's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,8 +121,8 @@ impl CobaltVars {
         let mut up = false;
         if signed(now, self.blue_timer) > p.target as i64 {
             up = self.p_drop == 0;
-            self.p_drop = self.p_drop.wrapping_add(p.p_inc);
-            if self.p_drop < p.p_inc {
+            self.p_drop = self.p_drop.wrapping_add(P_INC);
+            if self.p_drop < P_INC {
                 self.p_drop = u32::MAX;
             }
             self.blue_timer = now;
@@ -139,7 +140,7 @@ impl CobaltVars {
     pub(crate) fn queue_empty(&mut self, p: &CobaltParams, now: u64) -> bool {
         let mut down = false;
         if self.p_drop != 0 && signed(now, self.blue_timer) > p.target as i64 {
-            self.p_drop = self.p_drop.saturating_sub(p.p_dec);
+            self.p_drop = self.p_drop.saturating_sub(P_DEC);
             self.blue_timer = now;
             down = self.p_drop == 0;
         }
@@ -231,8 +232,6 @@ mod tests {
             interval: 100_000_000,
             target: 5_000_000,
             mtu_time: 1_211_200, // 1514 B at 10 Mbit/s
-            p_inc: 1 << 24,
-            p_dec: 1 << 20,
         }
     }
 
@@ -342,14 +341,12 @@ mod tests {
 
     #[test]
     fn p_drop_saturates() {
-        let p = CobaltParams {
-            p_inc: u32::MAX / 2 + 1,
-            ..params()
-        };
+        let p = params();
         let mut v = CobaltVars::default();
-        v.queue_full(&p, 10_000_000);
-        v.queue_full(&p, 20_000_000);
-        v.queue_full(&p, 30_000_000);
+        // 256 overflows a target apart: 256 × 1/256 is a certain drop.
+        for i in 1..=300u64 {
+            v.queue_full(&p, i * 10_000_000);
+        }
         assert_eq!(v.p_drop, u32::MAX);
     }
 }

@@ -158,7 +158,7 @@ impl Slots<'_> {
         if let Some(idx) = self.flow(tin, reduced)
             && self.flows.get(idx).state.tag == flow_hash
         {
-            t.way_directs = t.way_directs.wrapping_add(1);
+            // A direct hit (`way_directs`, which tc does not print).
             return idx;
         }
         let inner = reduced % WAYS;

@@ -41,6 +41,8 @@ const LIMIT: u32 = 10_240;
 const TRIM_PER_CALL: usize = 2;
 /// A decaying queue untouched this long is freed even if its state has not come to rest.
 const STALE_NS: u64 = 1_000_000_000;
+/// How often a leaf looks for decaying queues to free.
+const TRIM_EVERY_NS: u64 = 1_000_000;
 
 /// `quantum_div[]`: 65535 / host load, so that a host's bulk flows share one quantum.
 const QUANTUM_DIV: [u16; QUEUES as usize + 1] = {
@@ -133,6 +135,44 @@ pub struct CakeStats {
     pub tins: Vec<CakeTinStats>,
 }
 
+/// `autorate-ingress`'s estimate of the link's capacity from the arrivals.
+#[derive(Clone, Debug, Default)]
+struct Autorate {
+    last_packet_time: u64,
+    avg_window_begin: u64,
+    avg_packet_interval: u64,
+    avg_window_bytes: u64,
+    avg_peak_bandwidth: u64,
+    last_reconfig_time: u64,
+}
+
+impl Autorate {
+    /// `cake_enqueue`'s estimate: the peak arrival rate of bursts, averaged. True when the
+    /// shaper should follow it (15/16 of it): at most every 250 ms after the last change,
+    /// which the kernel never moves, so past 250 ms it follows at every burst.
+    fn estimate(&mut self, now: u64) -> bool {
+        let interval = now.saturating_sub(self.last_packet_time).min(1_000_000_000);
+        let shift = if interval > self.avg_packet_interval {
+            2
+        } else {
+            8
+        };
+        self.avg_packet_interval = ewma(self.avg_packet_interval, interval, shift);
+        self.last_packet_time = now;
+        if interval <= self.avg_packet_interval {
+            return false;
+        }
+        let window = now.saturating_sub(self.avg_window_begin).max(1);
+        let rate = (u128::from(self.avg_window_bytes) * 1_000_000_000 / u128::from(window))
+            .min(u128::from(u64::MAX)) as u64;
+        let shift = if rate > self.avg_peak_bandwidth { 2 } else { 8 };
+        self.avg_peak_bandwidth = ewma(self.avg_peak_bandwidth, rate, shift);
+        self.avg_window_bytes = 0;
+        self.avg_window_begin = now;
+        now > self.last_reconfig_time + 250_000_000
+    }
+}
+
 /// `cake_ewma`.
 fn ewma(avg: u64, sample: u64, shift: u32) -> u64 {
     avg - (avg >> shift) + (sample >> shift)
@@ -158,18 +198,16 @@ pub(crate) struct Cake {
     buffer_limit: u32,
     overlimits: u32,
     drops: u64,
-    last_packet_time: u64,
-    avg_window_begin: u64,
-    avg_packet_interval: u64,
-    avg_window_bytes: u64,
-    avg_peak_bandwidth: u64,
-    last_reconfig_time: u64,
+    /// `autorate-ingress`'s state, only while it is on.
+    autorate: Option<alloc::boxed::Box<Autorate>>,
     avg_netoff: u32,
     min_netlen: u16,
     max_netlen: u16,
     min_adjlen: u16,
     max_adjlen: u16,
     random: u64,
+    /// When to look for decaying queues to free next.
+    next_trim: u64,
 }
 
 /// The slots of one leaf: its indices and the scheduler's tables, borrowed apart from the
@@ -208,23 +246,35 @@ impl Cake {
             buffer_limit: 0,
             overlimits: 0,
             drops: 0,
-            last_packet_time: 0,
-            avg_window_begin: 0,
-            avg_packet_interval: 0,
-            avg_window_bytes: 0,
-            avg_peak_bandwidth: config.bandwidth.bytes_per_sec(),
-            last_reconfig_time: 0,
+            autorate: None,
             avg_netoff: 0,
             min_netlen: u16::MAX,
             max_netlen: 0,
             min_adjlen: u16::MAX,
             max_adjlen: 0,
             random: seed ^ u64::from(key).wrapping_mul(0xd6e8_feb8_6659_fd93),
+            next_trim: 0,
         };
         cake.tins.reserve_exact(config.tins());
         cake.tins.resize_with(config.tins(), Tin::new);
+        cake.set_autorate();
         cake.configure_rates();
         cake
+    }
+
+    /// Keeps `autorate-ingress`'s state while it is on (`cake_init` starts its estimate at
+    /// the bandwidth).
+    fn set_autorate(&mut self) {
+        match (&self.autorate, self.config.autorate_ingress) {
+            (None, true) => {
+                self.autorate = Some(alloc::boxed::Box::new(Autorate {
+                    avg_peak_bandwidth: self.rate_bps,
+                    ..Autorate::default()
+                }));
+            }
+            (Some(_), false) => self.autorate = None,
+            _ => {}
+        }
     }
 
     fn next_random(&mut self) -> u32 {
@@ -355,7 +405,10 @@ impl Cake {
         mut packet: P,
         now: u64,
     ) -> Result<(), P> {
-        self.trim_decaying(store, now);
+        if self.len == 0 {
+            // An idle leaf frees its queues that came to rest (a busy one does in dequeue).
+            self.trim_decaying(store, now);
+        }
         let tin = self.select_tin(&mut packet);
         let mode = self.config.flow_mode;
         let (src, dst) = if mode.bits() & 3 != 0 {
@@ -438,13 +491,13 @@ impl Cake {
         b.bytes += u64::from(len) - u64::from(ack_len);
         b.tin_backlog = (b.tin_backlog + len) - ack_len;
         self.backlog = (self.backlog + u64::from(len)) - u64::from(ack_len);
-        self.avg_window_bytes += u64::from(len) - u64::from(ack_len);
-
-        if self.config.autorate_ingress {
-            self.estimate_capacity(now);
-        } else {
-            self.avg_window_bytes = 0;
-            self.last_packet_time = now;
+        if let Some(mut a) = self.autorate.take() {
+            a.avg_window_bytes += u64::from(len) - u64::from(ack_len);
+            if a.estimate(now) {
+                self.rate_bps = a.avg_peak_bandwidth.saturating_mul(15) >> 4;
+                self.configure_rates();
+            }
+            self.autorate = Some(a);
         }
 
         // The flow joins the rotation, or moves to bulk if it was waiting there.
@@ -481,33 +534,6 @@ impl Cake {
         let b = &mut self.tins[tin];
         b.drop_overlimit = b.drop_overlimit.wrapping_add(before - self.len);
         Ok(())
-    }
-
-    /// `autorate-ingress` (in `cake_enqueue`): the peak arrival rate of bursts, averaged; the
-    /// shaper follows 15/16 of it, at most every 250 ms.
-    fn estimate_capacity(&mut self, now: u64) {
-        let interval = now.saturating_sub(self.last_packet_time).min(1_000_000_000);
-        let shift = if interval > self.avg_packet_interval {
-            2
-        } else {
-            8
-        };
-        self.avg_packet_interval = ewma(self.avg_packet_interval, interval, shift);
-        self.last_packet_time = now;
-        if interval > self.avg_packet_interval {
-            let window = now.saturating_sub(self.avg_window_begin).max(1);
-            let rate = (u128::from(self.avg_window_bytes) * 1_000_000_000 / u128::from(window))
-                .min(u128::from(u64::MAX)) as u64;
-            let shift = if rate > self.avg_peak_bandwidth { 2 } else { 8 };
-            self.avg_peak_bandwidth = ewma(self.avg_peak_bandwidth, rate, shift);
-            self.avg_window_bytes = 0;
-            self.avg_window_begin = now;
-            // The kernel never moves last_reconfig_time: past 250 ms it reconfigures each time.
-            if now > self.last_reconfig_time + 250_000_000 {
-                self.rate_bps = self.avg_peak_bandwidth.saturating_mul(15) >> 4;
-                self.configure_rates();
-            }
-        }
     }
 
     /// `cake_drop`: the head of the longest queue of any tin goes, and BLUE learns that
@@ -626,7 +652,6 @@ impl Cake {
         let mut first_flow = true;
         'begin: loop {
             if self.len == 0 {
-                self.trim_decaying(store, now);
                 return None;
             }
             if self.time_next_packet > now && self.failsafe_next_packet > now {
@@ -784,6 +809,11 @@ impl Cake {
     /// has packets, so an idle `cake` would keep them (and their BLUE probability) until its
     /// next packet; freeing them lets an idle leaf hold no records. Bounded work per call.
     fn trim_decaying<P>(&mut self, store: &mut LeafStore<P>, now: u64) {
+        // At most once a millisecond: busy leaves free their rested queues in dequeue anyway.
+        if now < self.next_trim {
+            return;
+        }
+        self.next_trim = now.saturating_add(TRIM_EVERY_NS);
         for tin in 0..self.tins.len() {
             for _ in 0..TRIM_PER_CALL {
                 let Some(idx) = self.tins[tin].decaying_flows.front() else {
@@ -898,6 +928,7 @@ impl Cake {
         if config.bandwidth != old.bandwidth {
             self.rate_bps = config.bandwidth.bytes_per_sec();
         }
+        self.set_autorate();
         if config.flow_mode != old.flow_mode {
             self.recount_hosts(store);
         }
@@ -1093,7 +1124,11 @@ impl Cake {
         CakeStats {
             memory_used: self.buffer_max_used,
             memory_limit: self.buffer_limit,
-            capacity_estimate: Rate::from_bytes_per_sec(self.avg_peak_bandwidth),
+            capacity_estimate: Rate::from_bytes_per_sec(
+                self.autorate
+                    .as_ref()
+                    .map_or(self.rate_bps, |a| a.avg_peak_bandwidth),
+            ),
             min_network_size: u32::from(self.min_netlen),
             max_network_size: u32::from(self.max_netlen),
             min_adj_size: u32::from(self.min_adjlen),

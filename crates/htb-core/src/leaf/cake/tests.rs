@@ -536,3 +536,89 @@ fn a_shaping_cake_under_a_faster_class_sets_the_pace_without_spinning() {
     assert!(calls < 2 * (2 * 2_500 + 5_000), "{calls} calls");
     assert!(htb.stats().leaf_wakeups > 1000);
 }
+
+#[test]
+fn an_idle_diffserv4_leaf_fits_in_a_kibibyte() {
+    // LibreQoS's leaf: four tins, no queue or host record while idle.
+    let idle = size_of::<Cake>() + 4 * size_of::<Tin>();
+    assert!(idle <= 1024, "an idle diffserv4 cake holds {idle} bytes");
+    let bench = Bench::new(CakeSpec {
+        diffserv: Some(DiffservMode::Diffserv4),
+        ..CakeSpec::default()
+    });
+    assert_eq!(bench.store.flows_in_use(), 0);
+    assert_eq!(bench.cake().tins.len(), 4);
+}
+
+#[test]
+fn autorate_ingress_follows_the_arrival_rate() {
+    let mut bench = Bench::new(CakeSpec {
+        autorate_ingress: Some(true),
+        ..CakeSpec::default()
+    });
+    // Bursts of ten 1000-byte packets every 10 ms: 1 MB/s, 8 Mbit/s. The estimate follows a
+    // peak at once and a fall slowly (1/256 per burst), so the first bursts' inflated windows
+    // take a few thousand bursts to wash out, as in the kernel.
+    let mut now = 0;
+    for _ in 0..4000 {
+        for i in 0..10 {
+            bench.push(Pkt::new(i, 1, 1000), now + u64::from(i) * 1000);
+        }
+        while bench.pop(now + 20_000).is_some() {}
+        now += 10 * MS;
+    }
+    let estimate = bench.cake().stats().capacity_estimate.bits_per_sec() as f64;
+    assert!(
+        (estimate - 8e6).abs() / 8e6 < 0.1,
+        "estimate {estimate:.0} bit/s"
+    );
+    // The shaper follows 15/16 of it.
+    let threshold = bench.cake().stats().tins[1].threshold_rate.bits_per_sec() as f64;
+    assert!((threshold - estimate * 15.0 / 16.0).abs() / threshold < 0.01);
+}
+
+#[test]
+fn an_unlimited_cake_never_holds_packets_back() {
+    use crate::{ClassId, ClassSpec, Scheduler, SchedulerConfig};
+    let mut htb: Scheduler<Pkt> = Scheduler::new(SchedulerConfig {
+        default_leaf: LeafConfig::Cake(CakeConfig::default()),
+        ..SchedulerConfig::default()
+    });
+    let root = ClassId::new(1, 1);
+    let t0 = Instant::ZERO;
+    let _ = htb
+        .add_class(t0, root, None, &ClassSpec::new(Rate::from_gbit(100)))
+        .unwrap();
+    let n = 100u32;
+    for i in 0..n {
+        let _ = htb
+            .add_class(
+                t0,
+                ClassId::new(1, 0x10 + i),
+                Some(root),
+                &ClassSpec::new(Rate::from_gbit(1)),
+            )
+            .unwrap();
+    }
+    let mut now = 0u64;
+    for i in 0..n {
+        let _ = htb.enqueue(
+            Instant::from_nanos(now),
+            ClassId::new(1, 0x10 + i),
+            Pkt::new(i & 3, i, 1500),
+        );
+    }
+    for k in 0..100_000u32 {
+        now += 1200;
+        let i = k % n;
+        let _ = htb.enqueue(
+            Instant::from_nanos(now),
+            ClassId::new(1, 0x10 + i),
+            Pkt::new((k / n) & 3, i, 1500),
+        );
+        assert!(htb.dequeue(Instant::from_nanos(now)).is_some(), "at {k}");
+        htb.drain_dropped().for_each(drop);
+    }
+    htb.check().unwrap();
+    assert_eq!(htb.stats().leaf_wakeups, 0);
+}

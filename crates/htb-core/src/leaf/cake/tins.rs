@@ -129,7 +129,6 @@ pub(crate) struct Tin {
     pub(crate) avge_delay: u64,
     pub(crate) peak_delay: u64,
     pub(crate) base_delay: u64,
-    pub(crate) way_directs: u32,
     pub(crate) way_hits: u32,
     pub(crate) way_misses: u32,
     pub(crate) way_collisions: u32,
@@ -162,7 +161,6 @@ impl Tin {
             avge_delay: 0,
             peak_delay: 0,
             base_delay: 0,
-            way_directs: 0,
             way_hits: 0,
             way_misses: 0,
             way_collisions: 0,
@@ -188,8 +186,6 @@ impl Tin {
         self.cparams.interval =
             (rtt_ns + self.cparams.target - target_ns).max(self.cparams.target * 2);
         self.cparams.mtu_time = byte_target_ns;
-        self.cparams.p_inc = 1 << 24; // 1/256
-        self.cparams.p_dec = 1 << 20; // 1/4096
     }
 }
 
