@@ -353,11 +353,11 @@ fn running_trees(
                 });
             }
         }
-        let running = Running {
+        let running = Running::new(
             classes,
-            filters: shown(client, Object::Filter, dev)?.filters,
-            leaves: shown(client, Object::Qdisc, dev)?.leaf_qdiscs,
-        };
+            shown(client, Object::Filter, dev)?.filters,
+            shown(client, Object::Qdisc, dev)?.leaf_qdiscs,
+        );
         all.insert(dev.to_owned(), running);
     }
     Ok(all)
