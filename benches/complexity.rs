@@ -549,9 +549,9 @@ fn main() {
     bench_scale(&mut criterion, &mut runs);
     bench_hotpath(&mut criterion, &mut runs);
     // LibreQoS's cake has four tins (diffserv4): a row of its own for memory.
-    let diffserv4 = LeafConfig::Cake(htb_core::CakeConfig {
+    let diffserv4 = LeafConfig::Cake(CakeConfig {
         diffserv: htb_core::DiffservMode::Diffserv4,
-        ..htb_core::CakeConfig::default()
+        ..CakeConfig::default()
     });
     let memory: Vec<Memory> = leaves()
         .into_iter()
