@@ -27,7 +27,7 @@ pub mod values;
 
 pub use error::{ConfigError, Located};
 pub use leaf::{LeafDef, LeafSection, LeafSectionError, LeafTable, leaf_toml};
-pub use tree::{ClassDef, ClassSection, PortTree, QdiscSection, TreeSpec};
+pub use tree::{ClassDef, ClassSection, PortTree, QdiscSection, TreeSpec, size_table};
 
 /// Parses `text` as TOML into `T`, turning any error into a [`ConfigError`] that names the
 /// line, column and key.

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 
 use htb_core::{
-    ClassId, ClassSpec, Instant, LengthAdjust, Packet, Scheduler, SchedulerConfig, Warning,
+    ClassId, ClassSpec, Instant, LengthAdjust, Packet, Scheduler, SchedulerConfig, SizeSpec,
+    SizeTable, Warning,
 };
 use serde::{Deserialize, Serialize};
 
@@ -25,10 +26,24 @@ pub struct QdiscSection {
     pub direct_qlen: Option<u32>,
     /// Default burst as time at the class's rate (default `"1ms"`; see the README).
     pub burst_time: Option<TimeValue>,
+    /// The size table (tc `stab`): `{ overhead = 34, linklayer = "ethernet" }`, with `mpu`,
+    /// `mtu` and `tsize` as tc takes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stab: Option<Located<SizeSpec>>,
     /// The queue discipline of every leaf class that has none of its own (default
     /// `fq_codel`; the kernel's default would be `pfifo`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaf: Option<Located<LeafSection>>,
+}
+
+/// A `stab = { … }` table checked as tc and the kernel check it, the error pointing at it.
+///
+/// # Errors
+/// A table tc or the kernel refuses.
+pub fn size_table(text: &str, stab: &Located<SizeSpec>) -> Result<SizeTable, ConfigError> {
+    stab.get_ref()
+        .table()
+        .map_err(|e| ConfigError::spanned(text, &stab.span(), e.to_string()))
 }
 
 /// `[[class]]`: tc's `class add ... classid 1:20 htb rate R [ceil R] ...`.
@@ -191,6 +206,9 @@ impl TreeSpec {
         }
         if let Some(burst_time) = qdisc.burst_time {
             config.default_burst_time = burst_time.0;
+        }
+        if let Some(stab) = &qdisc.stab {
+            config.stab = Some(size_table(text, stab)?);
         }
         if let Some(leaf) = &qdisc.leaf {
             let def = leaf

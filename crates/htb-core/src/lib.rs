@@ -61,6 +61,7 @@ mod rate;
 mod rbtree;
 mod sched;
 mod spec;
+mod stab;
 mod stats;
 mod time;
 pub mod units;
@@ -82,6 +83,7 @@ pub use spec::{
     ClassConfig, ClassSpec, DEFAULT_MTU, MAX_BURST_TIME, MAX_DEPTH, MAX_PRIO, SchedulerConfig,
     Warning,
 };
+pub use stab::{MAX_TSIZE, SizeSpec, SizeTable, SizeTableError};
 pub use stats::{ClassStats, Mode, SchedulerStats};
 pub use time::{Duration, Instant};
 

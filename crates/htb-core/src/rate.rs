@@ -139,12 +139,18 @@ impl fmt::Display for Rate {
 
 /// How the wire length of a packet is computed from its length (kernel `psched_l2t_ns`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 #[non_exhaustive]
 pub enum LinkLayer {
     /// Length as is.
     #[default]
     Ethernet,
     /// ATM cells: `ceil(len / 48) * 53` (tc `linklayer atm` / `adsl`).
+    #[cfg_attr(feature = "serde", serde(alias = "adsl"))]
     Atm,
 }
 

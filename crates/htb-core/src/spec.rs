@@ -7,6 +7,7 @@ use crate::class_id::ClassId;
 use crate::error::ClassError;
 use crate::leaf::LeafConfig;
 use crate::rate::{LengthAdjust, Rate};
+use crate::stab::SizeTable;
 use crate::time::Duration;
 
 /// Highest class priority (tc `prio 0..7`; `TC_HTB_NUMPRIO - 1`).
@@ -236,6 +237,10 @@ pub struct SchedulerConfig {
     /// Mode hysteresis (the kernel's `htb_hysteresis` module parameter, default off: less
     /// CPU, less accuracy).
     pub hysteresis: bool,
+    /// The qdisc's size table (`stab …`): the length HTB charges and counts for each packet,
+    /// before each class's own `overhead`/`mpu`/`linklayer` (`qdisc_calculate_pkt_len`).
+    /// `None`: the packet's length.
+    pub stab: Option<SizeTable>,
 }
 
 impl Default for SchedulerConfig {
@@ -250,6 +255,7 @@ impl Default for SchedulerConfig {
             default_burst_time: Duration::from_millis(1),
             max_events_per_level: 1024,
             hysteresis: false,
+            stab: None,
         }
     }
 }

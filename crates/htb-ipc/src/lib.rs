@@ -23,7 +23,9 @@ use std::io::{self, Read, Write};
 
 mod status;
 
-pub use htb_core::{CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec};
+pub use htb_core::{
+    CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 pub use status::{FrameStatus, PortStatus, Status, WorkerStatus, XdpVerdicts};
@@ -237,6 +239,9 @@ pub struct LeafQdiscInfo {
     pub parent: Option<ClassId>,
     /// Parameters in effect.
     pub config: LeafConfig,
+    /// Its size table, as the kernel keeps it (only at the root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stab: Option<SizeSpec>,
     /// Counters, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<LeafQdiscStats>,
@@ -285,6 +290,9 @@ pub struct QdiscInfo {
     pub direct_qlen: u32,
     /// Packets ever put in the direct queue (`direct_packets_stat`).
     pub direct_packets: u64,
+    /// Its size table, as the kernel keeps it (`tc -d` prints it on a line of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stab: Option<SizeSpec>,
     /// Counters, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<QueueStats>,
@@ -632,6 +640,9 @@ pub struct QdiscSpec {
     /// Direct queue limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct_qlen: Option<u32>,
+    /// `stab …`: the size table. As in the kernel, a `change` without one removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stab: Option<SizeSpec>,
 }
 
 /// `qdisc add|replace dev D root [handle 7fff:] mq` (`sch_mq.c`: one class per TX queue).
@@ -702,6 +713,9 @@ pub struct LeafQdiscSpec {
     pub handle: Option<ClassId>,
     /// Kind and the options given.
     pub leaf: LeafSpec,
+    /// `stab …` (only at the root, where it sets the length the qdisc counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stab: Option<SizeSpec>,
 }
 
 /// `filter add dev D parent 1: protocol ip prio 1 u32|flower … classid X`.
@@ -951,6 +965,7 @@ mod tests {
             parent: Some(ClassId::new(1, 0x10)),
             handle: Some(ClassId::new(0x10, 0)),
             leaf: spec,
+            stab: None,
         });
         let json = serde_json::to_string(&command).unwrap();
         assert_eq!(
@@ -958,6 +973,24 @@ mod tests {
             r#"{"op":"leaf_add","dev":"r2","parent":"1:10","handle":"10:","leaf":{"kind":"fq_codel","limit":null,"flows":null,"target":10000000,"interval":null,"quantum":null,"ecn":false,"ce_threshold":null,"memory_limit":null,"drop_batch":null}}"#
         );
         assert_eq!(serde_json::from_str::<Command>(&json).unwrap(), command);
+        // A size table travels as tc's options, the link layer by its name.
+        let stab = Command::QdiscAdd(QdiscSpec {
+            dev: "r2".into(),
+            stab: Some(SizeSpec {
+                overhead: 34,
+                link_layer: Some(LinkLayer::Ethernet),
+                ..SizeSpec::default()
+            }),
+            ..QdiscSpec::default()
+        });
+        let stab_json = serde_json::to_string(&stab).unwrap();
+        assert!(
+            stab_json.contains(
+                r#""stab":{"overhead":34,"mpu":0,"mtu":0,"tsize":0,"linklayer":"ethernet"}"#
+            ),
+            "{stab_json}"
+        );
+        assert_eq!(serde_json::from_str::<Command>(&stab_json).unwrap(), stab);
         // Ids are checked where they are read.
         let bad = json.replace("\"1:10\"", "\"1:xyz\"");
         let e = serde_json::from_str::<Command>(&bad)

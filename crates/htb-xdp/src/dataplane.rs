@@ -254,12 +254,14 @@ impl Port {
                         default_minor,
                         r2q,
                         direct_qlen,
+                        stab,
                         ..
                     } => {
                         self.unclassified = None;
                         htb.set_default_class(default_minor);
                         htb.set_r2q(r2q);
                         htb.set_direct_qlen(direct_qlen);
+                        htb.set_size_table(stab);
                         Ok(Vec::new())
                     }
                     PlaneOp::AddClass {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use htb_config::filter::Classifier;
 use htb_config::{PortTree, TreeSpec};
-use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig};
+use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig, SizeTable};
 
 use crate::frame::Frame;
 
@@ -40,6 +40,8 @@ pub enum PlaneOp {
         r2q: u32,
         /// Direct queue limit.
         direct_qlen: u32,
+        /// Size table (`stab`).
+        stab: Option<SizeTable>,
     },
     /// tc `class add`.
     AddClass {
@@ -185,12 +187,14 @@ impl PlaneOp {
                 default_minor,
                 r2q,
                 direct_qlen,
+                stab,
             } => Self::SetQdisc {
                 port: port.clone(),
                 major: *major,
                 default_minor: *default_minor,
                 r2q: *r2q,
                 direct_qlen: *direct_qlen,
+                stab: *stab,
             },
             Self::AddClass {
                 port,

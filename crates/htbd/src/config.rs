@@ -219,7 +219,19 @@ fn interface_trees(
     let iface = section.get_ref();
     let name = iface.name.get_ref().clone();
     if let Some(root) = &iface.root {
-        let others = iface.qdisc.is_some()
+        // A classless root's `[interface.qdisc]` may hold its size table, nothing else.
+        let qdisc = iface.qdisc.as_ref();
+        let stab = qdisc.and_then(|q| q.stab.as_ref());
+        let qdisc_others = qdisc.is_some_and(|q| {
+            q.handle.is_some()
+                || q.default.is_some()
+                || q.r2q.is_some()
+                || q.direct_qlen.is_some()
+                || q.burst_time.is_some()
+                || q.leaf.is_some()
+                || q.stab.is_none()
+        });
+        let others = qdisc_others
             || iface.mq.is_some()
             || !iface.class.is_empty()
             || !iface.filter.is_empty()
@@ -228,7 +240,7 @@ fn interface_trees(
             return Err(err(
                 root.span(),
                 format!(
-                    "interface {name} has a classless root qdisc: it takes no qdisc, mq, classes, filters or trees"
+                    "interface {name} has a classless root qdisc: it takes no mq, classes, filters or trees, and of [interface.qdisc] only stab"
                 ),
             ));
         }
@@ -238,8 +250,9 @@ fn interface_trees(
             .resolve()
             .map_err(|e| err(root.span(), e.to_string()))?;
         let major = *def.handle.get_or_insert(1);
-        let carrier =
-            crate::model::QdiscModel::classless(major, def).map_err(|e| err(root.span(), e))?;
+        let stab = stab.map(|s| htb_config::size_table(text, s)).transpose()?;
+        let carrier = crate::model::QdiscModel::classless(major, def, stab)
+            .map_err(|e| err(root.span(), e))?;
         return Ok((
             InterfaceTrees {
                 name,

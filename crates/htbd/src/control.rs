@@ -499,6 +499,7 @@ fn plane_op(effect: &Effect, workers: usize) -> Result<PlaneOp, IpcError> {
             default_minor: config.default_minor,
             r2q: config.r2q,
             direct_qlen: config.direct_qlen,
+            stab: config.stab,
         },
         Effect::AddClass { port, def } => PlaneOp::AddClass {
             port,

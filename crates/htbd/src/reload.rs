@@ -65,9 +65,26 @@ pub fn matches(model: &Model, target: &[InterfaceTrees]) -> bool {
 fn root_leaf_matches(port: &PortModel, want: &InterfaceTrees) -> bool {
     match (port.root_leaf(), &want.root_leaf) {
         (None, None) => true,
-        (Some((major, have)), Some(w)) => have.config == w.config && w.handle.unwrap_or(1) == major,
+        (Some((major, have)), Some(w)) => {
+            have.config == w.config
+                && w.handle.unwrap_or(1) == major
+                && root_stab(port) == wanted_root_stab(want)
+        }
         _ => false,
     }
+}
+
+/// The size table of `port`'s classless root.
+fn root_stab(port: &PortModel) -> Option<htb_core::SizeTable> {
+    match &port.root {
+        Root::Leaf(q) => q.config.stab,
+        _ => None,
+    }
+}
+
+/// The size table the file gives a classless root (on the tree that carries it).
+fn wanted_root_stab(want: &InterfaceTrees) -> Option<htb_core::SizeTable> {
+    want.trees.first().and_then(|t| t.tree.tree.config.stab)
 }
 
 /// The handle major of `port`'s `mq` root, if it has one.
@@ -84,6 +101,7 @@ fn qdisc_matches(q: &QdiscModel, tree: &TreeSpec, filters: &[FilterEntry]) -> bo
         && c.0.default_minor == c.1.default_minor
         && c.0.r2q == c.1.r2q
         && c.0.direct_qlen == c.1.direct_qlen
+        && c.0.stab == c.1.stab
         && fixed(c.0) == fixed(c.1)
         && q.classes.len() == tree.classes.len()
         && tree.classes.iter().all(|want| {
@@ -127,6 +145,7 @@ fn qdisc_spec(dev: &str, parent: Option<ClassId>, c: &SchedulerConfig) -> QdiscS
         default_minor: Some(c.default_minor),
         r2q: Some(c.r2q),
         direct_qlen: Some(c.direct_qlen),
+        stab: c.stab.map(|t| t.spec()),
     }
 }
 
@@ -145,6 +164,7 @@ fn port_commands(
                 parent: None,
                 handle: Some(ClassId::new(def.handle.unwrap_or(1), 0)),
                 leaf: def.config.to_spec(),
+                stab: wanted_root_stab(want).map(|t| t.spec()),
             }));
         }
         return Ok(());
@@ -274,8 +294,8 @@ fn differences(
 ) {
     let major = tree.config.major;
     let c = (&q.config, &tree.config);
-    if (c.0.default_minor, c.0.r2q, c.0.direct_qlen)
-        != (c.1.default_minor, c.1.r2q, c.1.direct_qlen)
+    if (c.0.default_minor, c.0.r2q, c.0.direct_qlen, c.0.stab)
+        != (c.1.default_minor, c.1.r2q, c.1.direct_qlen, c.1.stab)
     {
         out.push(Command::QdiscChange(qdisc_spec(dev, parent, c.1)));
     }
@@ -397,6 +417,7 @@ fn leaf_spec(dev: &str, class: ClassId, leaf: &LeafDef, handle: Option<u16>) -> 
         parent: Some(class),
         handle: handle.map(|h| ClassId::new(h, 0)),
         leaf: leaf.config.to_spec(),
+        stab: None,
     }
 }
 

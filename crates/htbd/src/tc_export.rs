@@ -117,9 +117,11 @@ pub fn port_commands(trees: &InterfaceTrees, port: &PortConfig) -> Vec<String> {
     let dev = &port.name;
     let mut out = vec![format!("tc qdisc del dev {dev} root 2>/dev/null || true")];
     if let Some(root) = &trees.root_leaf {
+        let stab = trees.trees.first().and_then(|t| t.tree.tree.config.stab);
         out.push(format!(
-            "tc qdisc add dev {dev} root handle {:x}: {}",
+            "tc qdisc add dev {dev} root handle {:x}: {}{}",
             root.handle.unwrap_or(1),
+            stab_args(stab),
             tc_leaf_args(&root.config)
         ));
         return out;
@@ -147,14 +149,38 @@ pub fn port_commands(trees: &InterfaceTrees, port: &PortConfig) -> Vec<String> {
     out
 }
 
+/// A size table as tc's options, before the qdisc's kind (`stab overhead 34 linklayer
+/// ethernet `), or nothing.
+fn stab_args(stab: Option<htb_core::SizeTable>) -> String {
+    let Some(s) = stab.map(|t| t.spec()) else {
+        return String::new();
+    };
+    let mut out = String::from("stab ");
+    for (key, v) in [("mtu", s.mtu), ("tsize", s.tsize), ("mpu", s.mpu)] {
+        if v != 0 {
+            out += &format!("{key} {v} ");
+        }
+    }
+    if s.overhead != 0 {
+        out += &format!("overhead {} ", s.overhead);
+    }
+    if let Some(l) = s.link_layer {
+        out += &format!("linklayer {} ", crate::model::link_layer_name(l));
+    }
+    out
+}
+
 /// tc commands building one HTB tree at `at` (`root`, or `parent 7fff:1`): its qdisc, classes
 /// and leaves.
 fn tree_commands(dev: &str, at: &str, tree: &TreeSpec, out: &mut Vec<String>) {
     let c = &tree.config;
     let major = c.major;
     out.push(format!(
-        "tc qdisc add dev {dev} {at} handle {major:x}: htb default {:x} r2q {} direct_qlen {}",
-        c.default_minor, c.r2q, c.direct_qlen
+        "tc qdisc add dev {dev} {at} handle {major:x}: {}htb default {:x} r2q {} direct_qlen {}",
+        stab_args(c.stab),
+        c.default_minor,
+        c.r2q,
+        c.direct_qlen
     ));
     for class in &tree.classes {
         let s = &class.spec;
@@ -336,6 +362,19 @@ mod tests {
                 .iter()
                 .any(|c| c.starts_with("tc qdisc add dev r2 parent 1:1 ")),
             "inner classes take no leaf"
+        );
+    }
+
+    #[test]
+    fn a_size_table_goes_before_the_qdisc_kind() {
+        let text = "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r2\"\n\
+                    [interface.qdisc]\nstab = { overhead = 44, linklayer = \"atm\" }\n\
+                    [[interface.class]]\nid = \"1:1\"\nrate = \"10mbit\"\n";
+        let config = DaemonConfig::parse(text).unwrap();
+        let cmds = commands(&config);
+        assert_eq!(
+            cmds[1],
+            "tc qdisc add dev r2 root handle 1: stab mtu 2047 tsize 512 overhead 44 linklayer atm htb default 0 r2q 10 direct_qlen 1000"
         );
     }
 

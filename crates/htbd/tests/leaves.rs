@@ -207,8 +207,14 @@ fn tc_leaf_lines_of_real_scripts_run_and_shape() {
     assert!(!out.status.success(), "a leaf under an inner class");
     let out = htbd.cli(&["qdisc", "add", "dev", "r2", "parent", "1:10", "cake"]);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("cake"),
-        "cake is refused by name: {}",
+        String::from_utf8_lossy(&out.stderr).contains("has a qdisc already"),
+        "add over a leaf is refused as the kernel's exclusivity: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = htbd.cli(&["qdisc", "add", "dev", "r2", "parent", "1:10", "netem"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("\"netem\""),
+        "a kind htbd lacks is refused by name: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -922,6 +922,7 @@ mod tests {
                 Command::LeafAdd(l) | Command::LeafReplace(l) => {
                     r.leaves.retain(|x| x.parent != l.parent);
                     r.leaves.push(LeafQdiscInfo {
+                        stab: None,
                         dev: l.dev,
                         handle: Some(ClassId::new(0x8001, 0)),
                         parent: l.parent,

@@ -4,7 +4,7 @@
 use std::fmt;
 
 use htb_core::units::{parse_size, parse_time};
-use htb_core::{ClassId, Duration};
+use htb_core::{ClassId, Duration, LinkLayer};
 
 /// A usage error: tc's wording, exit status 1.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +58,13 @@ impl<'a> Args<'a> {
     pub fn value(&mut self) -> Result<&'a str> {
         self.next()
             .ok_or_else(|| UsageError("Command line is not complete. Try option \"help\"".into()))
+    }
+
+    /// The next word, left unread (for option lists that end at the first word they do not
+    /// know, as tc's `parse_size_table` does).
+    #[must_use]
+    pub fn peek(&self) -> Option<&'a str> {
+        self.words.get(self.at).map(String::as_str)
     }
 
     /// The words not read yet.
@@ -171,4 +178,21 @@ pub fn size_arg(s: &str, what: &str) -> Result<u32> {
 /// tc's `Illegal "WHAT"`.
 pub fn time_arg(s: &str, what: &str) -> Result<Duration> {
     parse_time(s).or_else(|_| illegal(what))
+}
+
+/// A `linklayer` (tc's `get_linklayer`: `ethernet`, `atm`, or `adsl` for ATM, each matched by
+/// prefix).
+///
+/// # Errors
+/// tc's `Illegal "linklayer"`.
+pub fn link_layer(s: &str) -> Result<LinkLayer> {
+    if matches(s, "ethernet") {
+        Ok(LinkLayer::Ethernet)
+    } else if matches(s, "atm") || matches(s, "adsl") {
+        Ok(LinkLayer::Atm)
+    } else {
+        usage(format!(
+            "Illegal \"linklayer\" \"{s}\" (ethernet, atm or adsl)"
+        ))
+    }
 }

@@ -21,6 +21,7 @@ mod status;
 mod tc_class;
 mod tc_filter;
 mod tc_qdisc;
+mod tc_stab;
 mod u32_keys;
 mod usage;
 

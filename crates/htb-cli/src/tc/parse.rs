@@ -354,6 +354,7 @@ mod tests {
         assert_eq!(
             change("qdisc add dev eth0 parent 1:10 handle 10: sfq perturb 10"),
             Command::LeafAdd(LeafQdiscSpec {
+                stab: None,
                 dev: "eth0".into(),
                 parent: Some(ClassId::new(1, 0x10)),
                 handle: Some(ClassId::new(0x10, 0)),
@@ -507,7 +508,30 @@ mod tests {
             Command::LeafAdd(LeafQdiscSpec { parent: None, .. })
         ));
         assert!(error("qdisc add dev D fq_codel").contains("Classid cannot be zero"));
-        assert!(error("qdisc add dev D root handle 1: stab mtu 2047 htb").contains("size table"));
+        // A size table needs something to change; under a class it has nothing to count.
+        assert!(
+            error("qdisc add dev D root handle 1: stab mtu 2047 htb")
+                .contains("stab needs overhead, mpu or linklayer")
+        );
+        assert!(
+            error("qdisc add dev D parent 1:10 stab overhead 4 fq_codel")
+                .contains("on the root htb qdisc")
+        );
+        assert!(error("qdisc add dev D root mq stab overhead 4").contains("What is \"stab\""));
+        let Command::QdiscAdd(q) = change(
+            "qdisc add dev D root handle 1: stab mtu 2047 tsize 512 mpu 0 overhead 34 linklayer ethernet htb default 10",
+        ) else {
+            panic!("not a qdisc add");
+        };
+        assert_eq!(q.default_minor, Some(0x10));
+        let stab = q.stab.unwrap();
+        assert_eq!((stab.overhead, stab.mtu, stab.tsize), (34, 2047, 512));
+        let Command::LeafAdd(l) =
+            change("qdisc add dev D root stab overhead 44 linklayer atm fq_codel")
+        else {
+            panic!("not a leaf add");
+        };
+        assert_eq!(l.stab.unwrap().link_layer, Some(htb_core::LinkLayer::Atm));
         assert!(
             error("qdisc add dev D parent 1:10 cake diffserv5")
                 .starts_with("What is \"diffserv5\"?")

@@ -4,7 +4,7 @@
 use htb_core::units::{UnitError, parse_rate_or_percent, parse_size};
 use htb_ipc::{ClassSpec, QdiscSpec};
 
-use super::args::{Args, Result, illegal, matches, u16_arg, u32_arg, usage};
+use super::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
 
 /// `tc qdisc … htb` usage.
 pub(super) const QDISC_USAGE: &str = "\
@@ -101,11 +101,9 @@ pub(super) fn class_options(a: &mut Args<'_>, dev: &str) -> Result<ClassSpec> {
         } else if matches(w, "overhead") {
             spec.overhead = Some(u16_arg(a.value()?, "overhead")?);
         } else if matches(w, "linklayer") {
-            let v = a.value()?;
-            spec.linklayer = Some(match v {
-                "ethernet" => "ethernet".into(),
-                "atm" | "adsl" => "atm".into(),
-                _ => return illegal("linklayer"),
+            spec.linklayer = Some(match link_layer(a.value()?)? {
+                htb_core::LinkLayer::Atm => "atm".into(),
+                _ => "ethernet".into(),
             });
         } else if matches(w, "quantum") {
             spec.quantum = Some(u32_arg(a.value()?, "quantum", 10)?);

@@ -8,7 +8,7 @@ use htb_ipc::{Command, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, matches, qdisc_handle, usage};
-use super::{q_cake, q_fifo, q_fq_codel, q_htb, q_sfq};
+use super::{q_cake, q_fifo, q_fq_codel, q_htb, q_sfq, tc_stab};
 
 /// Parses the words after `qdisc`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {
@@ -22,6 +22,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     let mut htb: Option<QdiscSpec> = None;
     let mut mq = false;
     let mut leaf: Option<LeafSpec> = None;
+    let mut stab = None;
     while let Some(w) = a.next() {
         match w {
             "dev" => dev = Some(a.value()?.to_owned()),
@@ -58,11 +59,11 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             "sfq" => leaf = Some(q_sfq::options(&mut a)?),
             "fq_codel" => leaf = Some(q_fq_codel::options(&mut a)?),
             "cake" => leaf = Some(q_cake::options(&mut a)?),
-            "stab" => {
-                return usage(
-                    "stab is a size table, not a qdisc: htbd charges each class by its own \
-                     overhead, mpu and linklayer (class … htb rate R overhead N linklayer atm)",
-                );
+            w if matches(w, "stab") => {
+                if stab.is_some() {
+                    return usage("duplicate \"stab\": one size table per qdisc");
+                }
+                stab = Some(tc_stab::options(&mut a)?);
             }
             other => {
                 return usage(format!(
@@ -98,6 +99,11 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         };
     }
     if mq {
+        if stab.is_some() {
+            return usage(
+                "stab on mq counts nothing (mq queues no packet): give it to the htb under each of its classes",
+            );
+        }
         if parent.is_some() || !root {
             return usage("mq goes at the root: qdisc add dev DEV root handle 7fff: mq");
         }
@@ -114,6 +120,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         spec.parent = parent.filter(|_| !root);
         spec.dev = dev;
         spec.handle = handle;
+        spec.stab = stab;
         return Ok(Action::Change(match verb {
             Verb::Add => Command::QdiscAdd(spec),
             Verb::Change => Command::QdiscChange(spec),
@@ -130,11 +137,17 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     }
     // At the root: a classless qdisc shapes (cake's bandwidth) or queues the whole interface.
     let parent = parent.filter(|_| !root);
+    if let (Some(parent), Some(_)) = (parent, stab) {
+        return usage(format!(
+            "stab under class {parent}: htbd applies a size table where HTB charges, on the root htb qdisc (qdisc add dev D root handle 1: stab … htb); a class's own overhead, mpu and linklayer adjust it alone"
+        ));
+    }
     let spec = LeafQdiscSpec {
         dev,
         parent,
         handle,
         leaf,
+        stab,
     };
     Ok(Action::Change(match verb {
         Verb::Add => Command::LeafAdd(spec),

@@ -475,7 +475,7 @@ impl<P: Packet> Scheduler<P> {
             cl = self.lookup_leaf(level, prio);
         };
 
-        let len = packet.len_bytes();
+        let len = self.pkt_len(&packet);
         let class = &mut self.classes[cl as usize];
         class.bytes += u64::from(len);
         class.packets += 1;

@@ -247,6 +247,21 @@ impl<P: Packet> Scheduler<P> {
         self.config.direct_qlen = packets;
     }
 
+    /// Sets or removes the size table (tc `stab`); it counts from the next packet sent on.
+    pub fn set_size_table(&mut self, stab: Option<crate::SizeTable>) {
+        self.config.stab = stab;
+    }
+
+    /// The length a packet is charged and counted: its own, or its size table's
+    /// (`qdisc_pkt_len`).
+    #[inline]
+    pub(super) fn pkt_len(&self, packet: &P) -> u32 {
+        match &self.config.stab {
+            None => packet.len_bytes(),
+            Some(table) => table.pkt_len(packet.len_bytes()),
+        }
+    }
+
     /// Queues `packet` for `target` at time `now`.
     ///
     /// # Errors
@@ -370,7 +385,7 @@ impl<P: Packet> Scheduler<P> {
         }
         if let Some(packet) = self.direct.pop_front() {
             self.stats.direct_packets_sent += 1;
-            self.stats.direct_bytes_sent += u64::from(packet.len_bytes());
+            self.stats.direct_bytes_sent += u64::from(self.pkt_len(&packet));
             self.note_sent(&packet);
             return Some(packet);
         }
@@ -586,7 +601,7 @@ impl<P: Packet> Scheduler<P> {
 
     fn note_sent(&mut self, packet: &P) {
         self.stats.packets_sent += 1;
-        self.stats.bytes_sent += u64::from(packet.len_bytes());
+        self.stats.bytes_sent += u64::from(self.pkt_len(packet));
     }
 
     fn lookup(&self, id: ClassId) -> ClassIdx {

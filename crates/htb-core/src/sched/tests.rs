@@ -661,3 +661,60 @@ fn drain_returns_every_queued_packet_and_leaves_a_working_tree() {
     assert_eq!(s.dequeue(Instant::from_nanos(SEC)), Some(55));
     s.check().unwrap();
 }
+
+#[test]
+fn a_size_table_sets_the_length_htb_charges() {
+    // sqm-scripts' `stab overhead 34 linklayer ethernet` and an ADSL line's
+    // `stab overhead 40 linklayer atm`: the class sends its rate in table lengths, so the
+    // packets' own bytes go at rate × len / counted len.
+    let ethernet = crate::SizeSpec {
+        overhead: 34,
+        link_layer: Some(crate::LinkLayer::Ethernet),
+        ..crate::SizeSpec::default()
+    };
+    let atm = crate::SizeSpec {
+        overhead: 40,
+        link_layer: Some(crate::LinkLayer::Atm),
+        ..crate::SizeSpec::default()
+    };
+    for (spec, len, counted) in [
+        (ethernet, 1500u32, 1534u32),
+        (atm, 1500, 33 * 53),
+        (atm, 100, 3 * 53),
+    ] {
+        let table = spec.table().unwrap();
+        assert_eq!(table.pkt_len(len), counted);
+        let mut s: Scheduler<u32> = Scheduler::new(SchedulerConfig {
+            default_leaf: LeafConfig::Pfifo { limit: 1000 },
+            stab: Some(table),
+            ..SchedulerConfig::default()
+        });
+        add(&mut s, 1, None, ClassSpec::new(mbit(10)));
+        let mut d = Driver::new(s);
+        d.backlogged.push((id(1), len));
+        d.run_until(SEC);
+        let (sent0, counted0) = (d.sent, d.bytes(1));
+        d.run_until(5 * SEC);
+        let packets = (d.sent - sent0) as f64;
+        // The class's counter holds table lengths and reads the class's rate…
+        let counted_rate = Driver::rate_between(counted0, d.bytes(1), SEC, 5 * SEC);
+        assert_close(counted_rate, 10e6, 0.002, "counted rate");
+        // …while the packets themselves go slower by len / counted len.
+        let own_rate = packets * f64::from(len) * 8.0 / 4.0;
+        let want = 10e6 * f64::from(len) / f64::from(counted);
+        assert_close(own_rate, want, 0.002, "packets' own rate");
+        assert_eq!(d.s.stats().bytes_sent, d.bytes(1));
+    }
+    // `qdisc change` without stab removes it (qdisc_change replaces sch->stab): lengths are
+    // the packets' own again.
+    let mut s = htb();
+    s.set_size_table(Some(atm.table().unwrap()));
+    add(&mut s, 1, None, ClassSpec::new(mbit(10)));
+    s.enqueue(Instant::from_nanos(0), id(1), 100).unwrap();
+    s.dequeue(Instant::from_nanos(0)).unwrap();
+    assert_eq!(s.class_stats(id(1)).unwrap().bytes, 159);
+    s.set_size_table(None);
+    s.enqueue(Instant::from_nanos(0), id(1), 100).unwrap();
+    s.dequeue(Instant::from_nanos(0)).unwrap();
+    assert_eq!(s.class_stats(id(1)).unwrap().bytes, 259);
+}

@@ -255,6 +255,7 @@ impl Control {
                 default_minor: 0x20,
                 r2q: 10,
                 direct_qlen: qlen,
+                stab: None,
             },
         }
     }

@@ -179,6 +179,7 @@ fn show_root_leaf(dev: &str, qdisc: &QdiscModel, stats: Option<TreeStats<'_>>, s
         handle: Some(ClassId::new(qdisc.config.major, 0)),
         parent: None,
         config: def.config,
+        stab: qdisc.config.stab.map(|t| t.spec()),
         stats,
     });
 }
@@ -214,6 +215,7 @@ fn show_tree(
                 r2q: c.r2q,
                 direct_qlen: c.direct_qlen,
                 direct_packets: s.direct_packets,
+                stab: c.stab.map(|t| t.spec()),
                 stats: show.stats.then(|| queue_stats(&s, pool)),
             });
             // Leaf qdiscs follow their HTB qdisc, by class; a class's default leaf only with
@@ -248,6 +250,7 @@ fn show_tree(
                     handle,
                     parent: Some(class),
                     config,
+                    stab: None,
                     stats,
                 });
             }

@@ -93,6 +93,14 @@ impl Model {
             return self.root_leaf_set(step, l, verb);
         };
         let (port, name) = (step.port, step.name.clone());
+        if l.stab.is_some() {
+            return Err(error(
+                ErrorCode::Invalid,
+                format!(
+                    "stab under class {id}: htbd applies a size table where HTB charges, on the root htb qdisc (qdisc add dev {name} root handle 1: stab … htb)"
+                ),
+            ));
+        }
         if self.is_mq_class(port, id) {
             return Err(error(
                 ErrorCode::Invalid,

@@ -388,7 +388,9 @@ impl Model {
             let name = port.name.clone();
             let at = |e: String| format!("{name}: {e}");
             let mut trees = Vec::with_capacity(i.trees.len());
-            // A classless root's tree is its carrier, built from the leaf below.
+            // A classless root's tree is its carrier, built from the leaf below (with the
+            // size table its config gave).
+            let root_stab = i.trees.first().and_then(|t| t.tree.tree.config.stab);
             for t in i.trees.into_iter().filter(|_| i.root_leaf.is_none()) {
                 let q = QdiscModel::from_tree(&t.tree.tree, t.filters).map_err(at)?;
                 trees.push((t.tree.mq_minor, q));
@@ -396,7 +398,9 @@ impl Model {
             port.root = match (i.mq, i.root_leaf) {
                 (_, Some(leaf)) => {
                     let major = leaf.handle.unwrap_or(1);
-                    Root::Leaf(Box::new(QdiscModel::classless(major, leaf).map_err(at)?))
+                    Root::Leaf(Box::new(
+                        QdiscModel::classless(major, leaf, root_stab).map_err(at)?,
+                    ))
                 }
                 (None, None) => trees
                     .pop()

@@ -136,11 +136,21 @@ impl QdiscModel {
     }
 }
 
+/// A qdisc's `stab`, checked as tc and the kernel check it.
+pub(super) fn size_table(
+    stab: Option<htb_ipc::SizeSpec>,
+) -> Result<Option<htb_core::SizeTable>, IpcError> {
+    stab.map(htb_ipc::SizeSpec::table)
+        .transpose()
+        .map_err(|e| error(ErrorCode::Invalid, e.to_string()))
+}
+
 pub(super) fn set_qdisc_config(qdisc: &mut QdiscModel, config: SchedulerConfig) {
     qdisc.config = config;
     qdisc.shadow.set_default_class(config.default_minor);
     qdisc.shadow.set_r2q(config.r2q);
     qdisc.shadow.set_direct_qlen(config.direct_qlen);
+    qdisc.shadow.set_size_table(config.stab);
 }
 
 impl Model {
@@ -215,6 +225,7 @@ impl Model {
         if let Some(qlen) = q.direct_qlen {
             config.direct_qlen = qlen;
         }
+        config.stab = size_table(q.stab)?;
         let at = match slot {
             None => name.clone(),
             Some(minor) => format!("{name}'s mq class {minor:x}"),

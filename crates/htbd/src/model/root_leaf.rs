@@ -30,10 +30,15 @@ impl QdiscModel {
     ///
     /// # Errors
     /// The leaf refused by the scheduler (it is resolved already, so only an internal fault).
-    pub fn classless(major: u16, leaf: LeafDef) -> Result<Self, String> {
+    pub fn classless(
+        major: u16,
+        leaf: LeafDef,
+        stab: Option<htb_core::SizeTable>,
+    ) -> Result<Self, String> {
         let config = SchedulerConfig {
             major,
             default_minor: 1,
+            stab,
             ..SchedulerConfig::default()
         };
         let mut model = Self::new(config);
@@ -82,6 +87,7 @@ impl Model {
         };
         let other_root = !matches!(self.ports[port].root, Root::None | Root::Leaf(_));
         let invalid = |e: htb_core::LeafError| error(ErrorCode::Invalid, e.to_string());
+        let stab = super::qdisc::size_table(l.stab)?;
         let in_place = match (verb, current) {
             (Verb::Add, _) if current.is_some() || other_root => {
                 return Err(error(
@@ -140,6 +146,19 @@ impl Model {
                 id,
                 old: Some(cur),
             });
+            // The size table goes with every change, as tc sends it (none: removed).
+            if q.config.stab != stab {
+                step.undo.push(Undo::QdiscConfig {
+                    port,
+                    old: q.config,
+                });
+                let config = SchedulerConfig { stab, ..q.config };
+                super::qdisc::set_qdisc_config(q, config);
+                step.effect(Effect::SetQdisc {
+                    port: name.clone(),
+                    config,
+                });
+            }
             step.effect(Effect::ChangeLeaf {
                 port: name,
                 id,
@@ -157,7 +176,8 @@ impl Model {
             handle: Some(major),
             config,
         };
-        let new = QdiscModel::classless(major, leaf).map_err(|e| error(ErrorCode::Internal, e))?;
+        let new =
+            QdiscModel::classless(major, leaf, stab).map_err(|e| error(ErrorCode::Internal, e))?;
         let tree = PortTree {
             tree: new.tree(),
             mq_minor: None,

@@ -7,6 +7,24 @@ use htb_core::{LeafConfig, LinkLayer, Rate};
 
 use super::{Model, QdiscModel, Root};
 
+/// A size table as the config's inline table, as the kernel keeps it.
+fn stab_toml(table: htb_core::SizeTable) -> String {
+    let s = table.spec();
+    let mut out = format!(
+        "{{ overhead = {}, mpu = {}, mtu = {}, tsize = {}",
+        s.overhead, s.mpu, s.mtu, s.tsize
+    );
+    if let Some(l) = s.link_layer {
+        let _ = write!(
+            out,
+            ", linklayer = \"{}\"",
+            super::class::link_layer_name(l)
+        );
+    }
+    out.push_str(" }");
+    out
+}
+
 fn quoted(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
@@ -26,6 +44,9 @@ impl Model {
                 Root::Leaf(qdisc) => {
                     if let Some(def) = qdisc.root_leaf() {
                         let _ = writeln!(out, "root = {}", leaf_toml(&def));
+                    }
+                    if let Some(stab) = qdisc.config.stab {
+                        let _ = writeln!(out, "[interface.qdisc]\nstab = {}", stab_toml(stab));
                     }
                 }
                 Root::Mq(mq) => {
@@ -60,6 +81,9 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
         c.direct_qlen,
         c.default_burst_time.as_nanos()
     );
+    if let Some(stab) = c.stab {
+        let _ = writeln!(out, "stab = {}", stab_toml(stab));
+    }
     if c.default_leaf != LeafConfig::default() {
         let def = LeafDef {
             handle: None,

@@ -286,6 +286,7 @@ fn leaf(
         parent: Some(class.parse().unwrap()),
         handle: handle.map(|h| ClassId::new(h, 0)),
         leaf: spec,
+        stab: None,
     })
 }
 
@@ -438,6 +439,7 @@ fn a_refused_batch_restores_leaves_and_a_parent_loses_its_leaf() {
                 parent: Some("1:21".parse().unwrap()),
                 handle: None,
                 leaf: sfq(0),
+                stab: None,
             }),
         ])
         .unwrap_err();
@@ -578,4 +580,123 @@ fn a_u32_bucket_holds_2048_filters_as_the_kernels_and_says_so() {
     );
     // Another prio has its own root table.
     m.apply(&[filter("1:20", 9999, Some(2), "u32")]).unwrap();
+}
+
+#[test]
+fn a_size_table_is_kept_changed_removed_and_saved_as_tc_does() {
+    let stab = |overhead, link_layer| htb_ipc::SizeSpec {
+        overhead,
+        link_layer: Some(link_layer),
+        ..htb_ipc::SizeSpec::default()
+    };
+    let with_stab = |s: Option<htb_ipc::SizeSpec>, op: fn(QdiscSpec) -> Command| {
+        op(QdiscSpec {
+            dev: "r2".into(),
+            handle: Some(ClassId::new(1, 0)),
+            default_minor: Some(0x20),
+            stab: s,
+            ..QdiscSpec::default()
+        })
+    };
+    let mut m = model();
+    let plan = m
+        .apply(&[
+            with_stab(
+                Some(stab(34, htb_core::LinkLayer::Ethernet)),
+                Command::QdiscAdd,
+            ),
+            class(Command::ClassAdd, "1:1", "1:", 100),
+        ])
+        .unwrap();
+    assert!(!plan.effects.is_empty());
+    let table = |m: &Model| m.ports[1].htb().unwrap().config.stab;
+    assert_eq!(table(&m).unwrap().pkt_len(1500), 1534);
+    // Saved and read back, the same table; the state file says it as the config does.
+    let text = m.to_toml();
+    assert!(
+        text.contains(
+            "stab = { overhead = 34, mpu = 0, mtu = 0, tsize = 0, linklayer = \"ethernet\" }"
+        ),
+        "{text}"
+    );
+    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
+    assert_eq!(back.to_toml(), text);
+    assert_eq!(table(&back), table(&m));
+    // `qdisc change` with another table takes it; its effect carries it to the data plane.
+    let plan = m
+        .apply(&[with_stab(
+            Some(stab(44, htb_core::LinkLayer::Atm)),
+            Command::QdiscChange,
+        )])
+        .unwrap();
+    assert!(
+        matches!(&plan.effects[..], [(_, Effect::SetQdisc { config, .. })] if config.stab.is_some_and(|t| t.pkt_len(1500) == 33 * 53)),
+        "{:?}",
+        plan.effects
+    );
+    // Without one it removes it, as the kernel's qdisc_change does.
+    m.apply(&[with_stab(None, Command::QdiscChange)]).unwrap();
+    assert_eq!(table(&m), None);
+    // What tc or the kernel refuse comes back as an error, changing nothing.
+    let before = m.to_toml();
+    let e = m
+        .apply(&[with_stab(
+            Some(htb_ipc::SizeSpec {
+                mtu: 1500,
+                ..htb_ipc::SizeSpec::default()
+            }),
+            Command::QdiscChange,
+        )])
+        .unwrap_err();
+    assert!(e.message.contains("stab needs overhead"), "{}", e.message);
+    assert_eq!(m.to_toml(), before);
+    // Under a class a size table is refused, naming where it belongs.
+    let e = m
+        .apply(&[Command::LeafAdd(LeafQdiscSpec {
+            dev: "r2".into(),
+            parent: Some("1:1".parse().unwrap()),
+            handle: None,
+            leaf: sfq(10),
+            stab: Some(stab(4, htb_core::LinkLayer::Ethernet)),
+        })])
+        .unwrap_err();
+    assert!(e.message.contains("root htb qdisc"), "{}", e.message);
+}
+
+#[test]
+fn a_classless_root_keeps_its_size_table_through_changes_and_the_state_file() {
+    let mut m = model();
+    let cake = |op: fn(LeafQdiscSpec) -> Command, s: Option<htb_ipc::SizeSpec>| {
+        op(LeafQdiscSpec {
+            dev: "r2".into(),
+            parent: None,
+            handle: Some(ClassId::new(1, 0)),
+            leaf: LeafSpec::Pfifo { limit: Some(100) },
+            stab: s,
+        })
+    };
+    let atm = htb_ipc::SizeSpec {
+        overhead: 44,
+        link_layer: Some(htb_core::LinkLayer::Atm),
+        ..htb_ipc::SizeSpec::default()
+    };
+    m.apply(&[cake(Command::LeafAdd, Some(atm))]).unwrap();
+    let Root::Leaf(q) = &m.ports[1].root else {
+        panic!("no classless root");
+    };
+    assert_eq!(q.config.stab.unwrap().spec().tsize, 512);
+    let text = m.to_toml();
+    assert!(text.contains("[interface.qdisc]\nstab = "), "{text}");
+    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
+    assert_eq!(back.to_toml(), text);
+    // A change without the table removes it, as tc sends none.
+    let plan = m.apply(&[cake(Command::LeafChange, None)]).unwrap();
+    assert!(
+        plan.effects
+            .iter()
+            .any(|(_, e)| matches!(e, Effect::SetQdisc { config, .. } if config.stab.is_none())),
+        "{:?}",
+        plan.effects
+    );
+    assert!(!m.to_toml().contains("stab"));
 }

@@ -228,3 +228,35 @@ fn a_reload_moves_between_an_htb_root_and_mq_and_changes_mq_trees_in_place() {
         "{back:#?}"
     );
 }
+
+#[test]
+fn a_size_table_comes_changes_and_goes_with_one_qdisc_change() {
+    let with = |stab: &str| {
+        BASE.replace(
+            "default = \"30\"",
+            &format!("default = \"30\"\nstab = {stab}"),
+        )
+    };
+    let ethernet = with("{ overhead = 34, linklayer = \"ethernet\" }");
+    let commands = reload(BASE, &ethernet);
+    let [Command::QdiscChange(q)] = &commands[..] else {
+        panic!("{commands:#?}")
+    };
+    assert_eq!(q.stab.map(|s| s.overhead), Some(34));
+    // Another table, then none: one change each, the classes untouched.
+    let atm = with("{ overhead = 44, linklayer = \"adsl\" }");
+    assert_eq!(reload(&ethernet, &atm).len(), 1);
+    let commands = reload(&atm, BASE);
+    let [Command::QdiscChange(q)] = &commands[..] else {
+        panic!("{commands:#?}")
+    };
+    assert_eq!(q.stab, None);
+    // A table tc refuses is a config error at its line.
+    let e = parse_state(&with("{ mtu = 1500 }"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("stab needs overhead") && e.starts_with("line 9, column 8"),
+        "{e}"
+    );
+}

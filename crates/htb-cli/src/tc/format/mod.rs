@@ -8,6 +8,7 @@ mod filter;
 mod leaf;
 mod mq;
 mod qdisc;
+mod stab;
 
 use std::fmt;
 

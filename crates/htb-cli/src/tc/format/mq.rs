@@ -102,6 +102,7 @@ mod tests {
             ..QueueStats::default()
         });
         let tree = |major: u16| QdiscInfo {
+            stab: None,
             dev: "eth1".into(),
             handle: format!("{major:x}:"),
             parent: Some(ClassId::new(0x7fff, u32::from(major))),

@@ -7,7 +7,7 @@ use htb_core::ClassId;
 use htb_ipc::{LeafQdiscInfo, QdiscInfo, Shown};
 use serde_json::{Map, Value, json};
 
-use super::{Style, counters_json, json_text, leaf, mq, queue_json, sent_lines};
+use super::{Style, counters_json, json_text, leaf, mq, queue_json, sent_lines, stab};
 
 /// The leaf qdiscs of HTB qdisc `q`'s classes.
 fn leaves_of<'a>(
@@ -83,6 +83,9 @@ pub fn qdiscs(shown: &Shown, style: Style) -> String {
             out.push_str(" ver 3.17");
         }
         let _ = writeln!(out, " direct_qlen {}", q.direct_qlen);
+        if let Some(s) = q.stab.as_ref().filter(|_| style.details) {
+            stab::text(&mut out, s);
+        }
         if let Some(s) = q.stats {
             sent_lines(
                 &mut out,
@@ -116,9 +119,12 @@ fn htb_json(q: &QdiscInfo, style: Style) -> Value {
         "direct_qlen": q.direct_qlen,
     });
     if style.details {
-        options["version"] = json!("3.17");
+        options["ver"] = json!("3.17");
     }
     o.insert("options".into(), options);
+    if let Some(s) = q.stab.as_ref().filter(|_| style.details) {
+        stab::json(&mut o, s);
+    }
     if let Some(s) = &q.stats {
         queue_json(&mut o, s);
     }
@@ -143,6 +149,9 @@ fn leaf_text(out: &mut String, l: &LeafQdiscInfo, style: Style) {
         None => out.push_str("root "),
     }
     let _ = writeln!(out, "{}", leaf::options_text(&l.config, style.details));
+    if let Some(s) = l.stab.as_ref().filter(|_| style.details) {
+        stab::text(out, s);
+    }
     if let Some(s) = &l.stats {
         sent_lines(
             out,
@@ -168,6 +177,9 @@ fn leaf_json(l: &LeafQdiscInfo, style: Style) -> Value {
         "options".into(),
         leaf::options_json(&l.config, style.details),
     );
+    if let Some(s) = l.stab.as_ref().filter(|_| style.details) {
+        stab::json(&mut o, s);
+    }
     if let Some(s) = &l.stats {
         counters_json(
             &mut o,
@@ -203,6 +215,7 @@ mod tests {
     #[test]
     fn qdisc_text_and_json() {
         let q = QdiscInfo {
+            stab: None,
             dev: "v0".into(),
             handle: "1:".into(),
             parent: None,
@@ -234,8 +247,68 @@ mod tests {
     }
 
     #[test]
+    fn a_size_table_shows_with_details_as_tc_prints_it() {
+        // `tc -s -d qdisc show` and `tc -d -j qdisc show` of this kernel, for `stab overhead
+        // 34 linklayer ethernet` and `stab overhead 40 linklayer atm` on `htb default 10`.
+        let ethernet = htb_core::SizeSpec {
+            overhead: 34,
+            link_layer: Some(htb_core::LinkLayer::Ethernet),
+            ..htb_core::SizeSpec::default()
+        };
+        let q = QdiscInfo {
+            dev: "v0".into(),
+            handle: "1:".into(),
+            parent: None,
+            default_minor: 0x10,
+            r2q: 10,
+            direct_qlen: 1000,
+            direct_packets: 0,
+            stab: Some(ethernet.table().unwrap().spec()),
+            stats: Some(QueueStats::default()),
+        };
+        let details = Style {
+            details: true,
+            ..Style::default()
+        };
+        assert_eq!(
+            qdiscs(&shown(vec![q.clone()], Vec::new()), details),
+            "qdisc htb 1: root r2q 10 default 0x10 direct_packets_stat 0 ver 3.17 direct_qlen 1000\n \
+             linklayer ethernet overhead 34 \n \
+             Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0) \n backlog 0b 0p requeues 0\n"
+        );
+        // Without -d, tc leaves it out.
+        assert!(
+            !qdiscs(&shown(vec![q.clone()], Vec::new()), Style::default()).contains("linklayer")
+        );
+        let atm = htb_core::SizeSpec {
+            overhead: 40,
+            link_layer: Some(htb_core::LinkLayer::Atm),
+            ..htb_core::SizeSpec::default()
+        };
+        let q = QdiscInfo {
+            stab: Some(atm.table().unwrap().spec()),
+            stats: None,
+            ..q
+        };
+        let json: Value = serde_json::from_str(&qdiscs(
+            &shown(vec![q], Vec::new()),
+            Style {
+                json: true,
+                ..details
+            },
+        ))
+        .unwrap();
+        assert_eq!(
+            json[0]["stab"],
+            json!({"linklayer": "atm", "overhead": 40, "mtu": 2047, "tsize": 512})
+        );
+        assert_eq!(json[0]["options"]["ver"], "3.17");
+    }
+
+    #[test]
     fn leaf_qdiscs_follow_their_htb_qdisc() {
         let q = QdiscInfo {
+            stab: None,
             dev: "v0".into(),
             handle: "1:".into(),
             parent: None,
@@ -246,6 +319,7 @@ mod tests {
             stats: None,
         };
         let leaf = LeafQdiscInfo {
+            stab: None,
             dev: "v0".into(),
             handle: Some(ClassId::new(0x10, 0)),
             parent: Some(ClassId::new(1, 0x10)),
