@@ -162,6 +162,7 @@ fn packets(n: u32) -> Vec<PacketInfo> {
                 sport: Some(443),
                 dport: Some(40_000 + (pick % 1000) as u16),
                 dscp: Some(0),
+                arp: false,
             }
         })
         .collect()

@@ -41,6 +41,8 @@ const SPORT: u8 = 1 << 3;
 const DPORT: u8 = 1 << 4;
 const DSCP: u8 = 1 << 5;
 const VLAN: u8 = 1 << 6;
+/// An ARP frame: a key without a value, so that `protocol arp` filters see only ARP.
+const ARP: u8 = 1 << 7;
 
 /// A packet's keys (or a filter's values) as numbers, and which of them it has: a packet is
 /// turned into this once, then masked to each shape.
@@ -83,7 +85,8 @@ impl Fields {
             | bit(p.sport.is_some(), SPORT)
             | bit(p.dport.is_some(), DPORT)
             | bit(p.dscp.is_some(), DSCP)
-            | bit(p.vlan.is_some(), VLAN);
+            | bit(p.vlan.is_some(), VLAN)
+            | bit(p.arp, ARP);
         f
     }
 }
@@ -177,7 +180,8 @@ fn compile(m: &Match) -> Compiled {
             | bit(sport.is_some(), SPORT)
             | bit(dport.is_some(), DPORT)
             | bit(m.dscp.is_some(), DSCP)
-            | bit(m.vlan.is_some(), VLAN),
+            | bit(m.vlan.is_some(), VLAN)
+            | bit(m.arp, ARP),
         src_mask: mask(m.src),
         dst_mask: mask(m.dst),
     };

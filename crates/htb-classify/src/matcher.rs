@@ -242,6 +242,8 @@ pub struct Match {
     pub dscp: Option<u8>,
     /// VLAN id.
     pub vlan: Option<u16>,
+    /// Only ARP frames (tc's `protocol arp`).
+    pub arp: bool,
     /// u32's general keys (words at offsets), for what the fields above do not express.
     pub raw: RawKeys,
 }
@@ -285,6 +287,7 @@ impl Match {
             && check(self.dport, p.dport, |w, g| w.contains(g))
             && check(self.dscp, p.dscp, |w, g| w == g)
             && check(self.vlan, p.vlan, |w, g| w == g)
+            && (!self.arp || p.arp)
     }
 
     /// [`matches`](Self::matches), and the general keys against the packet's bytes.
@@ -304,6 +307,10 @@ impl Match {
     /// it matches nothing.
     #[allow(clippy::result_unit_err)]
     pub fn fixed_family(&self) -> Result<Option<Family>, ()> {
+        if self.arp && (self.family.is_some() || self.src.is_some() || self.dst.is_some()) {
+            // An ARP frame has no IP addresses.
+            return Err(());
+        }
         let mut family = self.family;
         for prefix in [self.src, self.dst].into_iter().flatten() {
             match family {
@@ -327,6 +334,7 @@ impl Match {
             dport: both(self.dport, other.dport, PortRange::intersect)?,
             dscp: both(self.dscp, other.dscp, equal)?,
             vlan: both(self.vlan, other.vlan, equal)?,
+            arp: self.arp || other.arp,
             raw: self.raw.and(&other.raw)?,
         };
         m.fixed_family().ok().map(|_| m)
@@ -340,6 +348,9 @@ impl fmt::Display for Match {
             Some(Family::V4) => parts.push("ip".to_string()),
             Some(Family::V6) => parts.push("ipv6".to_string()),
             None => {}
+        }
+        if self.arp {
+            parts.push("arp".to_string());
         }
         if let Some(v) = self.src {
             parts.push(format!("src {v}"));

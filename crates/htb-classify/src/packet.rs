@@ -22,6 +22,8 @@ pub struct PacketInfo {
     pub dport: Option<u16>,
     /// DSCP (the upper six bits of the TOS / traffic class byte).
     pub dscp: Option<u8>,
+    /// The frame is ARP (what `protocol arp` filters match).
+    pub arp: bool,
 }
 
 impl PacketInfo {

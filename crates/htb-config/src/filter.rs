@@ -63,19 +63,6 @@ pub fn parse_dscp(s: &str) -> Result<u8, String> {
         .ok_or_else(|| format!("invalid dscp {s:?}: 0-63 or a name like ef, cs1, af21"))
 }
 
-/// tc's filter `protocol`: `ip`, `ipv6`, `802.1q` or `all` (the default).
-///
-/// # Errors
-/// An unknown protocol name.
-pub fn parse_family(s: &str) -> Result<Option<Family>, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "ip" | "ipv4" => Ok(Some(Family::V4)),
-        "ipv6" => Ok(Some(Family::V6)),
-        "all" | "802.1q" | "8021q" | "802_1q" => Ok(None),
-        _ => Err(format!("invalid protocol {s:?}: ip, ipv6, 802.1q or all")),
-    }
-}
-
 /// A match key given as a string or an integer, kept as text for its own parser.
 fn text<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     struct V;
@@ -141,6 +128,8 @@ impl<'de> Deserialize<'de> for MatchSection {
         })?;
         let m = Match {
             family: None,
+            // `protocol arp` sets it, beside the match.
+            arp: false,
             src: raw
                 .src
                 .as_deref()
@@ -243,7 +232,7 @@ pub struct FilterSection {
     /// Evaluation order, lower first (default 0).
     #[serde(default)]
     pub prio: u32,
-    /// tc's `protocol`: `ip`, `ipv6`, `802.1q` or `all` (default).
+    /// tc's `protocol`: `ip`, `ipv6`, `arp`, `802.1q` or `all` (default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
     /// How `htb-cli filter show` presents it: `u32` or `flower` (default).
@@ -287,6 +276,7 @@ mod tests {
             sport: Some(40000),
             dport: Some(5201),
             dscp: Some(46),
+            arp: false,
         }
     }
 

@@ -90,6 +90,7 @@ pub fn parse(frame: &[u8]) -> Parsed {
     }
     parsed.network = at;
     parsed.arp = ethertype == ETH_P_ARP;
+    info.arp = parsed.arp;
     let l3 = &frame[at.min(frame.len())..];
     let transport = match ethertype {
         ETH_P_IP => ipv4(l3, info, &mut parsed.fragment),
@@ -270,6 +271,21 @@ mod tests {
             (Some(17), Some(40000), Some(5201), Some(46))
         );
         assert_eq!(info.vlan, None);
+    }
+
+    #[test]
+    fn arp_frames_are_arp_tagged_or_not() {
+        assert!(!packet_info(&udp4()).arp);
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        let info = packet_info(&arp);
+        assert!(info.arp && info.src.is_none());
+        // Behind a VLAN tag too (`protocol arp` on a tagged port).
+        let mut tagged = arp[..12].to_vec();
+        tagged.extend_from_slice(&[0x81, 0x00, 0x00, 0x0a]);
+        tagged.extend_from_slice(&arp[12..]);
+        let info = packet_info(&tagged);
+        assert_eq!((info.arp, info.vlan), (true, Some(10)));
     }
 
     #[test]

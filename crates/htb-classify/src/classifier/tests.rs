@@ -17,6 +17,7 @@ fn packet() -> PacketInfo {
         sport: Some(40000),
         dport: Some(5201),
         dscp: Some(46),
+        arp: false,
     }
 }
 
@@ -216,9 +217,10 @@ fn matcher() -> impl Strategy<Value = Match> {
         prop::option::weighted(0.2, prop::sample::select(vec![0u8, 46])),
         prop::option::weighted(0.1, Just(7u16)),
         prop::option::weighted(0.2, prop::sample::select(vec![0x45u32, 0x46])),
+        prop::bool::weighted(0.1),
     )
         .prop_map(
-            |(family, src, dst, proto, sport, dport, dscp, vlan, first_byte)| Match {
+            |(family, src, dst, proto, sport, dport, dscp, vlan, first_byte, arp)| Match {
                 family,
                 src,
                 dst,
@@ -227,6 +229,7 @@ fn matcher() -> impl Strategy<Value = Match> {
                 dport,
                 dscp,
                 vlan,
+                arp,
                 // A general key on the header's first byte (version and IHL).
                 raw: first_byte
                     .and_then(|b| {
@@ -259,9 +262,12 @@ fn packet_info() -> impl Strategy<Value = PacketInfo> {
         prop::option::of(prop::sample::select(vec![53u16, 80, 85, 5201, 9999])),
         prop::option::of(prop::sample::select(vec![0u8, 46])),
         prop::option::weighted(0.2, Just(7u16)),
+        prop::bool::ANY,
     )
-        .prop_map(|(ip, proto, sport, dport, dscp, vlan)| PacketInfo {
+        .prop_map(|(ip, proto, sport, dport, dscp, vlan, arp)| PacketInfo {
             vlan,
+            // Frames without IP: ARP or something else.
+            arp: ip.is_none() && arp,
             src: ip.map(|(s, _)| s),
             dst: ip.map(|(_, d)| d),
             proto: ip.and(proto),
@@ -303,4 +309,38 @@ proptest! {
             prop_assert_eq!(both.is_some_and(|m| m.matches(p)), want, "{:?} & {:?} on {:?}", a, b, p);
         }
     }
+}
+
+#[test]
+fn protocol_arp_filters_see_only_arp_frames() {
+    // LARTC-style: ARP to its own class at prio 1, everything else below.
+    let arp = Match {
+        arp: true,
+        ..Match::default()
+    };
+    let c = Classifier::new(vec![
+        Filter {
+            prio: 1,
+            matcher: arp,
+            class: ClassId::new(1, 1),
+        },
+        Filter {
+            prio: 2,
+            matcher: Match::default(),
+            class: ClassId::new(1, 2),
+        },
+    ]);
+    let arp_frame = PacketInfo {
+        arp: true,
+        ..PacketInfo::default()
+    };
+    assert_eq!(c.classify(&arp_frame), Some(ClassId::new(1, 1)));
+    assert_eq!(c.classify(&packet()), Some(ClassId::new(1, 2)));
+    // An ARP frame has no addresses: an ARP match with one matches nothing.
+    let never = Match {
+        arp: true,
+        dst: Some("10.0.0.0/8".parse().unwrap()),
+        ..Match::default()
+    };
+    assert_eq!(never.fixed_family(), Err(()));
 }

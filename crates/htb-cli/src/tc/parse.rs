@@ -771,6 +771,22 @@ mod tests {
     }
 
     #[test]
+    fn protocol_arp_is_a_filter_protocol_and_fw_is_refused_saying_why() {
+        let Command::FilterAdd(f) =
+            change("filter add dev D parent 1: protocol arp prio 1 u32 match u32 0 0 flowid 1:10")
+        else {
+            panic!("not a filter add");
+        };
+        assert_eq!(
+            (f.protocol.as_str(), f.matcher.clone()),
+            ("arp", MatchSpec::default())
+        );
+        let fw = error("filter add dev D parent 1: protocol all prio 1 handle 1 fw classid 1:11");
+        assert!(fw.contains("firewall mark") && fw.contains("XDP"), "{fw}");
+        assert!(error("filter add dev D parent 1: matchall classid 1:1").contains("matchall"));
+    }
+
+    #[test]
     fn mq_and_htb_under_its_classes_as_libreqos_writes_them() {
         use htb_core::ClassId;
         assert_eq!(

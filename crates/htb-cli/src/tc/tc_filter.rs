@@ -29,6 +29,20 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             "root" => spec.parent = None,
             "parent" => spec.parent = Some(class_id(a.value()?, "parent")?),
             "handle" => spec.handle = Some(a.value()?.to_owned()),
+            "fw" => {
+                return usage(
+                    "fw classifies by the firewall mark (skb->mark) that iptables or nftables \
+                     set; htbd takes frames at XDP, before netfilter and before a packet has an \
+                     skb, so no mark is ever set on what it shapes. Match the traffic itself: \
+                     u32 (match ip dport 22 0xffff, match ip tos 0x10 0xff) or flower",
+                );
+            }
+            "matchall" | "basic" | "route" | "flow" | "bpf" | "cgroup" | "tcindex" | "rsvp" => {
+                return usage(format!(
+                    "the {w} classifier is not supported: htbd's filters are u32 and flower \
+                     (u32 match u32 0 0 matches every packet)"
+                ));
+            }
             "u32" | "flower" => {
                 spec.kind = w.to_owned();
                 kind_given = true;
@@ -55,6 +69,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                     "ipv6" => "ipv6".into(),
                     "all" => "all".into(),
                     "802.1q" | "8021q" => "802.1q".into(),
+                    "arp" => "arp".into(),
                     _ => return illegal("protocol"),
                 };
             }

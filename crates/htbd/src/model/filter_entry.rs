@@ -27,6 +27,8 @@ pub enum Protocol {
     Ipv6,
     /// `802.1q`: VLAN-tagged frames.
     Dot1q,
+    /// `arp`: ARP frames (bridge mode; in router mode the kernel handles ARP).
+    Arp,
 }
 
 impl Protocol {
@@ -40,7 +42,10 @@ impl Protocol {
             "ip" | "ipv4" => Ok(Self::Ip),
             "ipv6" => Ok(Self::Ipv6),
             "802.1q" | "8021q" | "802_1q" => Ok(Self::Dot1q),
-            _ => Err(format!("invalid protocol {s:?}: ip, ipv6, 802.1q or all")),
+            "arp" => Ok(Self::Arp),
+            _ => Err(format!(
+                "invalid protocol {s:?}: ip, ipv6, arp, 802.1q or all"
+            )),
         }
     }
 
@@ -52,14 +57,16 @@ impl Protocol {
             Self::Ip => "ip",
             Self::Ipv6 => "ipv6",
             Self::Dot1q => "802.1Q",
+            Self::Arp => "arp",
         }
     }
 
-    fn family(self) -> Option<Family> {
+    /// The IP version it restricts filters to.
+    pub(super) fn family(self) -> Option<Family> {
         match self {
             Self::Ip => Some(Family::V4),
             Self::Ipv6 => Some(Family::V6),
-            Self::All | Self::Dot1q => None,
+            Self::All | Self::Dot1q | Self::Arp => None,
         }
     }
 }
@@ -313,6 +320,12 @@ pub fn with_protocol(mut m: Match, protocol: Protocol) -> Result<Match, FamilyMi
             }
         }
     }
+    if protocol == Protocol::Arp {
+        if let Some(prefix) = m.src.or(m.dst) {
+            return Err(FamilyMismatch { prefix, protocol });
+        }
+        m.arp = true;
+    }
     m.family = protocol.family();
     Ok(m)
 }
@@ -370,6 +383,7 @@ pub fn matcher(spec: &MatchSpec, protocol: Protocol) -> Result<Match, IpcError> 
         dport: ports(spec.dport)?,
         dscp: spec.dscp,
         vlan: spec.vlan,
+        arp: false,
         raw,
     };
     with_protocol(m, protocol).map_err(|e| invalid(e.to_string()))

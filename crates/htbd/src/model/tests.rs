@@ -700,3 +700,37 @@ fn a_classless_root_keeps_its_size_table_through_changes_and_the_state_file() {
     );
     assert!(!m.to_toml().contains("stab"));
 }
+
+#[test]
+fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
+    let mut m = base();
+    let arp = |dst: Option<&str>| {
+        Command::FilterAdd(FilterSpec {
+            dev: "r2".into(),
+            parent: Some(ClassId::new(1, 0)),
+            protocol: "arp".into(),
+            prio: Some(3),
+            kind: "u32".into(),
+            matcher: MatchSpec {
+                dst: dst.map(str::to_owned),
+                ..MatchSpec::default()
+            },
+            class: "1:20".into(),
+            ..FilterSpec::default()
+        })
+    };
+    let e = m.apply(&[arp(Some("10.0.0.0/8"))]).unwrap_err();
+    assert!(e.message.contains("protocol arp"), "{}", e.message);
+    m.apply(&[arp(None)]).unwrap();
+    let q = m.ports[1].htb().unwrap();
+    let f = q
+        .filters
+        .iter()
+        .find(|f| f.protocol == Protocol::Arp)
+        .unwrap();
+    assert!(f.matcher.arp);
+    let text = m.to_toml();
+    assert!(text.contains("protocol = \"arp\""), "{text}");
+    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
+    assert_eq!(back.to_toml(), text);
+}

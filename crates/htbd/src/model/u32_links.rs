@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use htb_config::filter::{Family, Filter, Match};
 use htb_ipc::HashKey;
 
-use super::filter_entry::{FilterEntry, FilterKind, Protocol};
+use super::filter_entry::{FilterEntry, FilterKind};
 
 /// `TC_U32_MAXDEPTH`: how deep links may nest.
 const MAX_DEPTH: usize = 8;
@@ -137,11 +137,7 @@ impl<'a> Walk<'a> {
                 });
             };
             let (divisor, entries) = (table.divisor, table.entries.clone());
-            let family = match e.protocol {
-                Protocol::Ip => Some(Family::V4),
-                Protocol::Ipv6 => Some(Family::V6),
-                Protocol::All | Protocol::Dot1q => None,
-            };
+            let family = e.protocol.family();
             let hash_error = |key: HashKey| LinkError::HashOffset {
                 handle: name(e),
                 mask: key.mask,
