@@ -42,6 +42,7 @@ fn subscriber(i: u32) -> Ipv4Addr {
 fn subscriber_filters(n: u32) -> Vec<Filter> {
     (0..n)
         .map(|i| Filter {
+            police: None,
             prio: 5,
             matcher: Match {
                 dst: IpPrefix::new(IpAddr::V4(subscriber(i)), 32),
@@ -73,6 +74,7 @@ fn general_filters(n: u32) -> Vec<Filter> {
     };
     let mut filters = mixed_filters(n);
     filters.push(Filter {
+        police: None,
         prio: 1,
         matcher: Match {
             proto: Some(6),
@@ -91,6 +93,7 @@ fn general_filters(n: u32) -> Vec<Filter> {
 fn mixed_filters(n: u32) -> Vec<Filter> {
     let mut filters = vec![
         Filter {
+            police: None,
             prio: 1,
             matcher: Match {
                 dscp: Some(46),
@@ -99,6 +102,7 @@ fn mixed_filters(n: u32) -> Vec<Filter> {
             class: ClassId::new(1, 2),
         },
         Filter {
+            police: None,
             prio: 1,
             matcher: Match {
                 proto: Some(17),
@@ -111,6 +115,7 @@ fn mixed_filters(n: u32) -> Vec<Filter> {
             class: ClassId::new(1, 3),
         },
         Filter {
+            police: None,
             prio: 2,
             matcher: Match {
                 proto: Some(17),
@@ -125,6 +130,7 @@ fn mixed_filters(n: u32) -> Vec<Filter> {
     ];
     filters.extend(subscriber_filters(n));
     filters.push(Filter {
+        police: None,
         prio: 9,
         matcher: Match::default(),
         class: ClassId::new(1, 5),

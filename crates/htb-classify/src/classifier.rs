@@ -20,10 +20,11 @@ use htb_core::ClassId;
 
 use crate::matcher::{Family, Match, masked};
 use crate::packet::PacketInfo;
+use crate::police::{ControlAction, Police};
 use crate::raw_key::Headers;
 
-/// A filter: match, priority, target class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A filter: match, priority, target class, and the policer its matches pass through.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Filter {
     /// Lower first.
     pub prio: u32,
@@ -31,6 +32,20 @@ pub struct Filter {
     pub matcher: Match,
     /// Where matching packets go.
     pub class: ClassId,
+    /// `action police …`: shared with every classifier built from the same filter, so that
+    /// its bucket and counters outlive changes to other filters.
+    pub police: Option<Police>,
+}
+
+/// What classifying a packet decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The filter at this position matched (and its policer, if any, let the packet pass).
+    Filter(usize),
+    /// No filter matched (or the last one's policer said `continue`).
+    Unclassified,
+    /// A policer dropped it.
+    Drop,
 }
 
 /// Presence bits of [`Fields`].
@@ -322,6 +337,42 @@ impl Classifier {
     #[inline]
     pub fn classify_index_headers(&self, p: &PacketInfo, h: &Headers<'_>) -> Option<usize> {
         self.first(p, |m| m.matches_headers(p, h))
+    }
+
+    /// The first matching filter, general keys read from `h`, through its policer
+    /// (`tcf_exts_exec` after the match): `ok` and `pipe` keep the filter's class, `drop` and
+    /// `reclassify` drop the packet, `continue` goes on to the next matching filter. `len` is
+    /// the frame's length, `now` the data plane's clock.
+    #[must_use]
+    #[inline]
+    pub fn classify_policed(
+        &self,
+        p: &PacketInfo,
+        h: &Headers<'_>,
+        now: htb_core::Instant,
+        len: u32,
+    ) -> Verdict {
+        let Some(mut i) = self.classify_index_headers(p, h) else {
+            return Verdict::Unclassified;
+        };
+        loop {
+            let Some(police) = &self.filters[i].police else {
+                return Verdict::Filter(i);
+            };
+            match police.act(now, len) {
+                ControlAction::Ok | ControlAction::Pipe => return Verdict::Filter(i),
+                ControlAction::Drop | ControlAction::Reclassify => return Verdict::Drop,
+                ControlAction::Continue => {
+                    // Rare (a policer over its rate): the walk of the rest of the list.
+                    match (i + 1..self.filters.len())
+                        .find(|&j| self.filters[j].matcher.matches_headers(p, h))
+                    {
+                        Some(j) => i = j,
+                        None => return Verdict::Unclassified,
+                    }
+                }
+            }
+        }
     }
 
     /// The first filter the tables hold or, among the walked ones before it, the first

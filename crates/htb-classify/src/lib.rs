@@ -7,6 +7,8 @@
 //!   [`Match::intersect`], which flattens tc's u32 hash-table links into plain filters.
 //! - [`RawKeys`]: u32's general keys (a word at an offset, masked), for what the fields do not
 //!   express.
+//! - [`Police`]: `action police`, a token bucket shared by the workers classifying with a
+//!   filter (lock-free), whose verdict can drop a packet or pass it to the next filter.
 //! - [`Classifier`]: the compiled filter list (tuple space search: one hash table per
 //!   *shape* of filter, a short ordered list for port ranges and general keys); see its docs
 //!   for the costs.
@@ -20,9 +22,11 @@ extern crate alloc;
 mod classifier;
 mod matcher;
 mod packet;
+mod police;
 mod raw_key;
 
-pub use classifier::{Classifier, Filter};
+pub use classifier::{Classifier, Filter, Verdict};
 pub use matcher::{Family, IpPrefix, Match, ParseError, PortRange};
 pub use packet::PacketInfo;
+pub use police::{ControlAction, Police, PoliceConfig, PoliceError, PoliceStats, Policer};
 pub use raw_key::{Headers, MAX_RAW_KEYS, RawKey, RawKeys};

@@ -5,14 +5,15 @@
 use std::fmt;
 
 pub use htb_classify::{
-    Classifier, Family, Filter, Headers, IpPrefix, MAX_RAW_KEYS, Match, PacketInfo, ParseError,
-    PortRange, RawKey, RawKeys,
+    Classifier, ControlAction, Family, Filter, Headers, IpPrefix, MAX_RAW_KEYS, Match, PacketInfo,
+    ParseError, Police, PoliceConfig, PoliceError, PoliceStats, PortRange, RawKey, RawKeys,
+    Verdict,
 };
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::error::Located;
-use crate::values::ClassIdValue;
+use crate::values::{ClassIdValue, LinkLayerValue, RateValue, SizeValue};
 
 /// IP protocol by name (`tcp`, `udp`, `icmp`, `icmpv6`, `sctp`, `gre`, `esp`) or number.
 pub fn parse_protocol(s: &str) -> Result<u8, String> {
@@ -259,6 +260,79 @@ pub struct FilterSection {
     /// u32: with `hash_mask`, the byte offset of the hashed word (`at 16`: IPv4 destination).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hash_at: Option<u32>,
+    /// `action police …`: `{ rate = "5mbit", burst = "20k", exceed = "drop" }`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub police: Option<Located<PoliceSection>>,
+}
+
+/// A filter's policer (tc's `police rate R burst B [mtu M] [peakrate P] [overhead O] [mpu U]
+/// [linklayer L] conform-exceed EXCEED/CONFORM`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoliceSection {
+    /// The bucket's rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateValue>,
+    /// Its depth in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<SizeValue>,
+    /// Longer packets exceed (default 2040 bytes with a rate, as tc's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<SizeValue>,
+    /// A second bucket, `mtu` deep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peakrate: Option<RateValue>,
+    /// Bytes added to each packet's length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overhead: Option<u16>,
+    /// Minimum packet unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpu: Option<u16>,
+    /// `ethernet` or `atm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub linklayer: Option<LinkLayerValue>,
+    /// Verdict over the rate: `reclassify` (default), `drop`, `continue`, `pipe`, `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exceed: Option<String>,
+    /// Verdict within it: `ok` (default), `pipe`, `continue`, `drop`, `reclassify`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conform: Option<String>,
+}
+
+impl PoliceSection {
+    /// The policer these options make, checked as tc checks them.
+    ///
+    /// # Errors
+    /// An unknown verdict, a size over 4 GiB, or what tc refuses.
+    pub fn config(&self) -> Result<PoliceConfig, String> {
+        let verdict = |v: &Option<String>, default: ControlAction| match v {
+            None => Ok(default),
+            Some(s) => ControlAction::parse(s).ok_or_else(|| {
+                format!("invalid police verdict {s:?}: reclassify, drop, continue, pipe or ok")
+            }),
+        };
+        let bytes = |v: Option<SizeValue>, what: &str| {
+            v.map_or(Ok(0), |v| {
+                u32::try_from(v.0).map_err(|_| format!("police {what}: at most 4 GiB"))
+            })
+        };
+        let defaults = PoliceConfig::default();
+        let config = PoliceConfig {
+            rate: self.rate.map(|r| r.0),
+            burst: bytes(self.burst, "burst")?,
+            mtu: bytes(self.mtu, "mtu")?,
+            peakrate: self.peakrate.map(|r| r.0),
+            adjust: htb_core::LengthAdjust {
+                overhead: self.overhead.unwrap_or(0),
+                mpu: self.mpu.unwrap_or(0),
+                link_layer: self.linklayer.map(|l| l.0).unwrap_or_default(),
+            },
+            exceed: verdict(&self.exceed, defaults.exceed)?,
+            conform: verdict(&self.conform, defaults.conform)?,
+        };
+        config.check().map_err(|e| format!("police: {e}"))?;
+        Ok(config)
+    }
 }
 
 #[cfg(test)]

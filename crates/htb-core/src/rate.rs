@@ -157,12 +157,18 @@ pub enum LinkLayer {
 /// Per-class length adjustment applied before any token arithmetic (tc `overhead`, `mpu`,
 /// `linklayer`), shared by rate and ceil exactly as tc sends it to both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct LengthAdjust {
     /// Bytes added to every packet (tc `overhead`).
     pub overhead: u16,
     /// Minimum packet unit: shorter packets are charged as this many bytes (tc `mpu`).
     pub mpu: u16,
     /// Link layer framing.
+    #[cfg_attr(feature = "serde", serde(rename = "linklayer"))]
     pub link_layer: LinkLayer,
 }
 

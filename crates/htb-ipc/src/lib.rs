@@ -23,6 +23,7 @@ use std::io::{self, Read, Write};
 
 mod status;
 
+pub use htb_classify::{ControlAction, PoliceConfig, PoliceStats};
 pub use htb_core::{
     CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec,
 };
@@ -431,6 +432,19 @@ pub struct FilterInfo {
     /// u32's hash-table parts.
     #[serde(default, skip_serializing_if = "U32Hashing::is_empty")]
     pub hashing: U32Hashing,
+    /// Its policer: options, and counters when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub police: Option<PoliceInfo>,
+}
+
+/// A filter's policer as `filter show` lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoliceInfo {
+    /// Its options (`mtu` as in force: tc's default filled in).
+    pub config: PoliceConfig,
+    /// Its counters (with `-s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<PoliceStats>,
 }
 
 /// u32's `hashkey mask M at O`: the bits of the 32-bit word at byte `at` of the network
@@ -747,6 +761,9 @@ pub struct FilterSpec {
     /// u32's hash-table parts.
     #[serde(default, skip_serializing_if = "U32Hashing::is_empty")]
     pub hashing: U32Hashing,
+    /// `action police …` (or u32's `police …`); boxed, as most filters have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub police: Option<Box<PoliceConfig>>,
 }
 
 /// An error, as data.

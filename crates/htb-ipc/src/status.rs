@@ -104,6 +104,9 @@ pub struct PortStatus {
     pub drops_queue: u64,
     /// Dropped because the UMEM was nearly exhausted.
     pub drops_pool: u64,
+    /// Dropped by a filter's policer.
+    #[serde(default)]
+    pub drops_police: u64,
     /// Received here with no egress port.
     pub drops_no_egress: u64,
     /// Dropped from queues by control changes.

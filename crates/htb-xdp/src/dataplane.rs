@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use htb_config::filter::{Classifier, Filter};
+use htb_config::filter::{Classifier, Filter, Verdict};
 use htb_core::{ClassHandle, ClassId, Instant, Scheduler, SchedulerConfig, SharedBuckets, Target};
 
 use crate::crew::{Crew, Handoff, HandoffCounts};
@@ -584,10 +584,22 @@ impl<R: Rings> Dataplane<R> {
             return;
         }
         let parsed = parse(bytes);
-        // u32's general keys (if any filter has them) read the packet's bytes.
-        let classified = self.ports[egress]
-            .classifier
-            .classify_index_headers(&parsed.info, &parsed.headers(bytes));
+        // u32's general keys (if any filter has them) read the packet's bytes; a filter's
+        // policer may drop the frame or pass it on to the next filter.
+        let classified = match self.ports[egress].classifier.classify_policed(
+            &parsed.info,
+            &parsed.headers(bytes),
+            now,
+            chunk.len(),
+        ) {
+            Verdict::Filter(i) => Some(i),
+            Verdict::Unclassified => None,
+            Verdict::Drop => {
+                self.ports[egress].stats.drops_police += 1;
+                self.rings.release(chunk);
+                return;
+            }
+        };
         // A chain occupies each of its frames (`skb->truesize` of a multi-buffer skb).
         let truesize = self.frame_size * u32::from(chunk.frames());
         let needs = self.ports[egress].needs;

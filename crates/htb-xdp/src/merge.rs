@@ -67,6 +67,7 @@ fn add_port(total: &mut PortStats, port: &PortStats) {
     total.drops_queue += port.drops_queue;
     total.drops_no_egress += port.drops_no_egress;
     total.drops_pool += port.drops_pool;
+    total.drops_police += port.drops_police;
     total.drops_purged += port.drops_purged;
     let (t, x) = (&mut total.xdp, &port.xdp);
     t.rx_dropped += x.rx_dropped;

@@ -24,6 +24,9 @@ pub struct PortStats {
     pub drops_no_egress: u64,
     /// Frames dropped because the UMEM was nearly exhausted.
     pub drops_pool: u64,
+    /// Frames a filter's policer dropped (`action police … drop`), counted at the port they
+    /// were bound for.
+    pub drops_police: u64,
     /// Frames dropped from queues by control changes (class or qdisc deleted, leaf made inner).
     pub drops_purged: u64,
     /// Kernel socket counters (`XDP_STATISTICS`), summed over this port's sockets.

@@ -451,6 +451,16 @@ fn tree_filters(
                 "a filter needs a classid (only a u32 divisor or link may go without)".into(),
             ));
         }
+        let police = f
+            .police
+            .as_ref()
+            .map(|p| {
+                p.get_ref()
+                    .config()
+                    .map(htb_config::filter::Police::new)
+                    .map_err(|e| err(p.span(), e))
+            })
+            .transpose()?;
         filters.push((
             FilterEntry {
                 prio: f.prio,
@@ -460,6 +470,7 @@ fn tree_filters(
                 matcher,
                 class,
                 u32,
+                police,
             },
             handle.is_some(),
         ));

@@ -432,6 +432,7 @@ fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
         matcher: match_spec(&f.matcher),
         class: f.class.map(|c| c.to_string()).unwrap_or_default(),
         hashing: f.hashing(),
+        police: f.police.as_ref().map(|p| Box::new(*p.config())),
     })
 }
 

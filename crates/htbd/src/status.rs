@@ -30,6 +30,7 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
                 tx_bytes: p.tx_bytes,
                 drops_queue: p.drops_queue,
                 drops_pool: p.drops_pool,
+                drops_police: p.drops_police,
                 drops_no_egress: p.drops_no_egress,
                 drops_purged: p.drops_purged,
                 kernel_rx_ring_full: p.xdp.rx_ring_full,

@@ -28,6 +28,33 @@ fn port_blocks(first: u16, last: u16) -> Vec<(u16, u16)> {
     blocks
 }
 
+/// A policer as tc's options (` police rate R burst B … conform-exceed E/C`). A filter whose
+/// port range takes several u32 filters gets one policer on each in the kernel.
+fn police_args(p: &htb_config::filter::PoliceConfig) -> String {
+    let mut out = String::from(" police");
+    if let Some(r) = p.rate {
+        out += &format!(" rate {}bit burst {}", r.bits_per_sec(), p.burst);
+    }
+    if p.mtu != 0 {
+        out += &format!(" mtu {}", p.mtu);
+    }
+    if let Some(r) = p.peakrate {
+        out += &format!(" peakrate {}bit", r.bits_per_sec());
+    }
+    let a = p.adjust;
+    if a.overhead != 0 {
+        out += &format!(" overhead {}", a.overhead);
+    }
+    if a.mpu != 0 {
+        out += &format!(" mpu {}", a.mpu);
+    }
+    if a.link_layer == LinkLayer::Atm {
+        out += " linklayer atm";
+    }
+    out += &format!(" conform-exceed {}/{}", p.exceed.name(), p.conform.name());
+    out
+}
+
 /// `u32` filters for one filter: kernels without `flower` (like this lab's) have `u32`. Port
 /// ranges become mask-aligned blocks, ports without a protocol one filter per transport; a VLAN
 /// match has no u32 form on egress and is left out with a comment.
@@ -91,12 +118,18 @@ fn u32_filters(dev: &str, major: u16, filter: &Filter) -> Vec<String> {
                     keys.push("match u32 0 0".into());
                 }
                 let protocol = match (ip, v6) {
+                    _ if m.arp => "arp",
                     (false, _) => "all",
                     (true, true) => "ipv6",
                     (true, false) => "ip",
                 };
+                let police = filter
+                    .police
+                    .as_ref()
+                    .map(|p| police_args(p.config()))
+                    .unwrap_or_default();
                 out.push(format!(
-                    "tc filter add dev {dev} parent {major:x}: protocol {protocol} prio {} u32 {} flowid {}",
+                    "tc filter add dev {dev} parent {major:x}: protocol {protocol} prio {} u32 {}{police} flowid {}",
                     filter.prio + 1,
                     keys.join(" "),
                     filter.class

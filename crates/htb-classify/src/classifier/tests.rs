@@ -74,16 +74,19 @@ fn first_matching_filter_by_prio_wins() {
     };
     let c = Classifier::new(vec![
         Filter {
+            police: None,
             prio: 5,
             matcher: Match::default(),
             class: ClassId::new(1, 0x99),
         },
         Filter {
+            police: None,
             prio: 1,
             matcher: m("5201"),
             class: ClassId::new(1, 0x10),
         },
         Filter {
+            police: None,
             prio: 1,
             matcher: m("5200-5300"),
             class: ClassId::new(1, 0x11),
@@ -114,6 +117,7 @@ fn first_matching_filter_by_prio_wins() {
 fn many_subscribers_share_one_table() {
     let filters: Vec<Filter> = (0..10_000u32)
         .map(|i| Filter {
+            police: None,
             prio: 5,
             matcher: Match {
                 dst: Some(IpPrefix::new(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)), 32).unwrap()),
@@ -143,6 +147,7 @@ fn disagreeing_keys_match_nothing_and_intersections_meet() {
         ..Match::default()
     };
     let c = Classifier::new(vec![Filter {
+        police: None,
         prio: 1,
         matcher: never,
         class: ClassId::new(1, 1),
@@ -289,7 +294,7 @@ proptest! {
         let filters = filters
             .into_iter()
             .enumerate()
-            .map(|(i, (prio, matcher))| Filter { prio, matcher, class: ClassId::new(1, i as u32 + 1) })
+            .map(|(i, (prio, matcher))| Filter { prio, matcher, class: ClassId::new(1, i as u32 + 1), police: None })
             .collect();
         let c = Classifier::new(filters);
         for (i, p) in packets.iter().enumerate() {
@@ -320,11 +325,13 @@ fn protocol_arp_filters_see_only_arp_frames() {
     };
     let c = Classifier::new(vec![
         Filter {
+            police: None,
             prio: 1,
             matcher: arp,
             class: ClassId::new(1, 1),
         },
         Filter {
+            police: None,
             prio: 2,
             matcher: Match::default(),
             class: ClassId::new(1, 2),
@@ -343,4 +350,68 @@ fn protocol_arp_filters_see_only_arp_frames() {
         ..Match::default()
     };
     assert_eq!(never.fixed_family(), Err(()));
+}
+
+#[test]
+fn a_policer_passes_drops_or_hands_on_to_the_next_filter() {
+    use crate::police::{ControlAction, Police, PoliceConfig};
+    use htb_core::{Instant, Rate};
+    let police = |exceed| {
+        Some(Police::new(PoliceConfig {
+            rate: Some(Rate::from_mbit(1)),
+            burst: 1500,
+            exceed,
+            ..PoliceConfig::default()
+        }))
+    };
+    let to_5201 = Match {
+        dport: Some("5201".parse().unwrap()),
+        ..Match::default()
+    };
+    let build = |exceed| {
+        Classifier::new(vec![
+            Filter {
+                prio: 1,
+                matcher: to_5201,
+                class: ClassId::new(1, 10),
+                police: police(exceed),
+            },
+            Filter {
+                prio: 2,
+                matcher: Match::default(),
+                class: ClassId::new(1, 20),
+                police: None,
+            },
+        ])
+    };
+    let p = packet();
+    let h = Headers::default();
+    let now = Instant::from_nanos(1_000_000);
+    // Within the bucket: the filter's class; over it: dropped, or the next filter's.
+    let c = build(ControlAction::Drop);
+    assert_eq!(c.classify_policed(&p, &h, now, 1500), Verdict::Filter(0));
+    assert_eq!(c.classify_policed(&p, &h, now, 1500), Verdict::Drop);
+    let c = build(ControlAction::Continue);
+    assert_eq!(c.classify_policed(&p, &h, now, 1500), Verdict::Filter(0));
+    assert_eq!(c.classify_policed(&p, &h, now, 1500), Verdict::Filter(1));
+    // The counters are the policer's, shared by every copy of the filter.
+    let copy = c.clone();
+    assert_eq!(copy.classify_policed(&p, &h, now, 1500), Verdict::Filter(1));
+    let stats = c.filters()[0].police.as_ref().unwrap().stats();
+    assert_eq!((stats.packets, stats.overlimits, stats.drops), (3, 2, 0));
+    // Nothing after a continuing filter: unclassified.
+    let alone = Classifier::new(vec![Filter {
+        prio: 1,
+        matcher: to_5201,
+        class: ClassId::new(1, 10),
+        police: police(ControlAction::Continue),
+    }]);
+    assert_eq!(
+        alone.classify_policed(&p, &h, now, 1500),
+        Verdict::Filter(0)
+    );
+    assert_eq!(
+        alone.classify_policed(&p, &h, now, 1500),
+        Verdict::Unclassified
+    );
 }

@@ -832,6 +832,7 @@ mod tests {
                         class("1:a", Some("1:1"), 100_000_000, 100_000_000),
                     ],
                     filters: vec![FilterInfo {
+                        police: None,
                         dev: dev.into(),
                         parent: "1:".into(),
                         protocol: "ip".into(),
@@ -902,6 +903,7 @@ mod tests {
                 Command::FilterAdd(f) => {
                     let next_handle = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     r.filters.push(FilterInfo {
+                        police: None,
                         dev: f.dev,
                         parent: "1:".into(),
                         protocol: f.protocol,

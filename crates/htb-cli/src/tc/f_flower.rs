@@ -4,7 +4,7 @@ use htb_ipc::FilterSpec;
 
 use super::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
 use super::f_u32::{prefix, tos_to_dscp};
-use super::m_gact;
+use super::m_police;
 use super::usage::FILTER_USAGE;
 
 /// `flower_parse_opt`.
@@ -81,11 +81,9 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            m_gact::action(a)?;
-        } else if matches(w, "police") {
-            return usage(format!(
-                "\"{w}\" is not supported: htbd filters only classify"
-            ));
+            if let Some(p) = m_police::action(a)? {
+                spec.police = Some(Box::new(p));
+            }
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }

@@ -8,7 +8,7 @@ use htb_config::u32_handle::U32Handle;
 use htb_ipc::{FilterSpec, HashKey, MatchSpec};
 
 use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
-use super::m_gact;
+use super::m_police;
 use super::u32_keys::{self, RawKeys};
 use super::usage::FILTER_USAGE;
 
@@ -199,11 +199,12 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            m_gact::action(a)?;
+            if let Some(p) = m_police::action(a)? {
+                spec.police = Some(Box::new(p));
+            }
         } else if matches(w, "police") {
-            return usage(format!(
-                "\"{w}\" is not supported: htbd filters only classify"
-            ));
+            // f_u32.c's own `police` (the legacy form, TCA_U32_POLICE).
+            spec.police = Some(Box::new(m_police::options(a)?));
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }

@@ -787,6 +787,34 @@ mod tests {
     }
 
     #[test]
+    fn police_on_u32_and_flower_filters() {
+        // wondershaper 1.1a's ingress line (u32's own `police`), and the `action` form.
+        for line in [
+            "filter add dev D parent 1: protocol ip prio 50 u32 match ip src 0.0.0.0/0 police rate 2048kbit burst 10k drop flowid :1",
+            "filter add dev D parent 1: protocol ip prio 50 u32 match ip src 0.0.0.0/0 action police rate 2048kbit burst 10k drop flowid 1:1",
+            "filter add dev D parent 1: protocol ip prio 50 flower src_ip 0.0.0.0/0 action police rate 2048kbit burst 10k conform-exceed drop classid 1:1",
+        ] {
+            let Command::FilterAdd(f) = change(line) else {
+                panic!("not a filter add: {line}");
+            };
+            let p = f.police.unwrap_or_else(|| panic!("no police: {line}"));
+            assert_eq!(
+                (p.rate, p.burst, p.exceed),
+                (
+                    Some(htb_core::Rate::from_kbit(2048)),
+                    10 * 1024,
+                    htb_ipc::ControlAction::Drop
+                ),
+                "{line}"
+            );
+        }
+        assert!(
+            error("filter add dev D parent 1: u32 match u32 0 0 police rate 1mbit flowid 1:1")
+                .contains("'burst' requires 'rate'")
+        );
+    }
+
+    #[test]
     fn mq_and_htb_under_its_classes_as_libreqos_writes_them() {
         use htb_core::ClassId;
         assert_eq!(

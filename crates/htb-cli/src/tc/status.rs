@@ -43,8 +43,8 @@ pub(super) fn format(s: &Status) -> String {
     for p in &s.ports {
         text.push_str(&format!(
             "dev {}: rx {} pkts {} bytes, tx {} pkts {} bytes\n  dropped: queue {} pool {} \
-             no-egress {} purged {}; kernel: rx_ring_full {} fill_ring_empty {} rx_dropped {} \
-             invalid {}\n",
+             police {} no-egress {} purged {}; kernel: rx_ring_full {} fill_ring_empty {} \
+             rx_dropped {} invalid {}\n",
             p.dev,
             p.rx_packets,
             p.rx_bytes,
@@ -52,6 +52,7 @@ pub(super) fn format(s: &Status) -> String {
             p.tx_bytes,
             p.drops_queue,
             p.drops_pool,
+            p.drops_police,
             p.drops_no_egress,
             p.drops_purged,
             p.kernel_rx_ring_full,

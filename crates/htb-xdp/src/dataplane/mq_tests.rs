@@ -41,6 +41,7 @@ fn filters() -> Vec<Filter> {
     [(5001, 1), (5002, 2)]
         .into_iter()
         .map(|(port, major)| Filter {
+            police: None,
             prio: 1,
             matcher: Match {
                 dport: Some(format!("{port}").parse().unwrap()),

@@ -110,6 +110,7 @@ fn fq_codel(limit: u32) -> LeafConfig {
 
 fn to_5001() -> Vec<Filter> {
     vec![Filter {
+        police: None,
         prio: 1,
         matcher: Match {
             dport: Some("5001".parse().unwrap()),

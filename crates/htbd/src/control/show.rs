@@ -131,7 +131,7 @@ fn mq_info(dev: &str, mq: &MqModel, snapshot: Option<&PortSnapshot>) -> MqInfo {
     // frame without a tree yet) are the root's.
     let stats = snapshot.map(|snapshot| {
         let mut sum = QueueStats {
-            drops: snapshot.port.drops_pool,
+            drops: snapshot.port.drops_pool + snapshot.port.drops_police,
             ..QueueStats::default()
         };
         for c in classes.iter().filter_map(|c| c.stats) {
@@ -165,7 +165,9 @@ fn show_root_leaf(dev: &str, qdisc: &QdiscModel, stats: Option<TreeStats<'_>>, s
             bytes: class.map_or(0, |c| c.bytes),
             packets: class.map_or(0, |c| c.packets),
             // The frame pool's drops happen before a frame reaches a qdisc: the root's.
-            drops: leaf.as_ref().map_or(0, |l| l.drops) + t.snapshot.port.drops_pool,
+            drops: leaf.as_ref().map_or(0, |l| l.drops)
+                + t.snapshot.port.drops_pool
+                + t.snapshot.port.drops_police,
             overlimits: cake.as_ref().map_or(0, |c| u64::from(c.overlimits)),
             requeues: 0,
             backlog_bytes: leaf.as_ref().map_or(0, |l| l.backlog),
@@ -202,9 +204,10 @@ fn show_tree(
         Object::Qdisc => {
             let c = qdisc.config;
             let s = stats.map(|t| t.scheduler(c.major)).unwrap_or_default();
-            // The frame pool's drops happen before a frame has a tree: the root's.
+            // The frame pool's and policers' drops happen before a frame has a tree: the
+            // root's (the kernel counts a policer's drop in the qdisc that classified it).
             let pool = match (parent, stats) {
-                (None, Some(t)) => t.snapshot.port.drops_pool,
+                (None, Some(t)) => t.snapshot.port.drops_pool + t.snapshot.port.drops_police,
                 _ => 0,
             };
             shown.qdiscs.push(QdiscInfo {
@@ -324,6 +327,14 @@ fn show_tree(
                     class: f.class.map(|c| c.to_string()).unwrap_or_default(),
                     matcher: match_spec(&f.matcher),
                     hashing: f.hashing(),
+                    police: f.police.as_ref().map(|p| htb_ipc::PoliceInfo {
+                        // The mtu in force, as the kernel keeps it.
+                        config: htb_ipc::PoliceConfig {
+                            mtu: p.config().effective_mtu(),
+                            ..*p.config()
+                        },
+                        stats: show.stats.then(|| p.stats()),
+                    }),
                 });
             }
         }

@@ -264,12 +264,14 @@ impl ScrapeCollector {
             encoder,
             "htb_port_drops",
             "Frames htbd dropped, by reason: queue (the scheduler: full, AQM), pool (frames \
-             nearly exhausted), no_egress (no way out), purged (a change deleted their queue)",
+             nearly exhausted), police (a filter's policer), no_egress (no way out), purged (a change \
+             deleted their queue)",
             MetricType::Counter,
             ports.iter().flat_map(|p| {
                 [
                     ("queue", p.drops_queue),
                     ("pool", p.drops_pool),
+                    ("police", p.drops_police),
                     ("no_egress", p.drops_no_egress),
                     ("purged", p.drops_purged),
                 ]

@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use htb_config::filter::{Family, IpPrefix, MAX_RAW_KEYS, Match, PortRange, RawKey, RawKeys};
+use htb_config::filter::{
+    Family, IpPrefix, MAX_RAW_KEYS, Match, Police, PortRange, RawKey, RawKeys,
+};
 use htb_core::ClassId;
 use htb_ipc::{ErrorCode, HashKey, IpcError, MatchSpec, RawKeySpec, U32Hashing};
 
@@ -179,7 +181,7 @@ pub struct U32Parts {
 }
 
 /// A filter with what tc shows about it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterEntry {
     /// Priority (`pref`).
     pub prio: u32,
@@ -195,6 +197,8 @@ pub struct FilterEntry {
     pub class: Option<ClassId>,
     /// u32 hash tables and links.
     pub u32: U32Parts,
+    /// `action police …`, its bucket shared with the data plane's classifiers.
+    pub police: Option<Police>,
 }
 
 impl FilterEntry {
@@ -260,7 +264,7 @@ pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) -> Result<(), NoNodeI
                         let mut given: Vec<FilterEntry> = filters
                             .iter()
                             .filter(|(_, given)| *given)
-                            .map(|(f, _)| *f)
+                            .map(|(f, _)| f.clone())
                             .collect();
                         given.sort_by_key(FilterEntry::order);
                         super::filter_list::next_table(&given)

@@ -176,6 +176,7 @@ mod tests {
             handle,
             matcher: htb_config::filter::Match::default(),
             class: None,
+            police: None,
             u32: U32Parts {
                 divisor: divisor.then_some(256),
                 ..U32Parts::default()
@@ -216,7 +217,7 @@ mod tests {
                 }
                 _ => {
                     let mut all: Vec<(FilterEntry, bool)> =
-                        list.iter().map(|&e| (e, true)).collect();
+                        list.iter().map(|e| (e.clone(), true)).collect();
                     all.push((entry(prio, kind, 0, false), false));
                     assign_handles(&mut all).unwrap();
                     let want = all.last().unwrap().0.handle;

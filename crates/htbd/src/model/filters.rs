@@ -1,6 +1,7 @@
 //! The `filter add|del` commands: a filter checked against its qdisc, given its priority and
 //! handle by the kernel's rules.
 
+use htb_config::filter::Police;
 use htb_core::ClassId;
 use htb_ipc::{ErrorCode, IpcError, MatchSpec};
 
@@ -221,6 +222,19 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
             )));
         }
     }
+    let police = f
+        .police
+        .as_deref()
+        .map(|&p| {
+            p.check().map_err(|e| invalid(format!("police: {e}")))?;
+            Ok(Police::new(p))
+        })
+        .transpose()?;
+    if police.is_some() && class.is_none() {
+        return Err(invalid(
+            "a policer belongs to a filter that classifies (give it a flowid)".into(),
+        ));
+    }
     let mut entry = FilterEntry {
         prio,
         protocol,
@@ -229,6 +243,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         matcher,
         class,
         u32,
+        police,
     };
     let placed = u32_placement(qdisc, f, &u32)?;
     // A filter in a hash table is that table's prio's, wherever it was added (the kernel's
@@ -297,15 +312,10 @@ impl Model {
         // Filters are kept in (prio, handle) order; a batch usually adds in that order, so
         // this is an append. The undo names the one entry (a copy of 100 000 filters per
         // add would make a large batch quadratic).
-        let at = qdisc
-            .filters
-            .partition_point(|e| e.order() <= entry.order());
+        let order = entry.order();
+        let at = qdisc.filters.partition_point(|e| e.order() <= order);
         qdisc.filters.insert(at, entry);
-        step.undo.push(Undo::FilterAdded {
-            port,
-            major,
-            order: entry.order(),
-        });
+        step.undo.push(Undo::FilterAdded { port, major, order });
         step.refilter.insert(port);
         Ok(())
     }
@@ -337,8 +347,9 @@ impl Model {
             .parse_handle(handle)
             .map_err(|m| error(ErrorCode::Invalid, m))?;
         let existing = filter_list::prio_range(&qdisc.filters, prio)
-            .map(|i| qdisc.filters[i])
-            .find(|e| e.handle == h);
+            .map(|i| &qdisc.filters[i])
+            .find(|e| e.handle == h)
+            .cloned();
         match existing {
             None if replace => self.filter_add(step, f),
             None => Err(error(

@@ -25,6 +25,31 @@ fn stab_toml(table: htb_core::SizeTable) -> String {
     out
 }
 
+/// A filter's policer as the config's inline table (exact integers, every verdict named).
+fn police_toml(p: &htb_config::filter::PoliceConfig) -> String {
+    let mut keys = Vec::new();
+    if let Some(r) = p.rate {
+        keys.push(format!("rate = {}, burst = {}", r.bits_per_sec(), p.burst));
+    }
+    if p.mtu != 0 {
+        keys.push(format!("mtu = {}", p.mtu));
+    }
+    if let Some(r) = p.peakrate {
+        keys.push(format!("peakrate = {}", r.bits_per_sec()));
+    }
+    let a = p.adjust;
+    keys.push(format!("overhead = {}, mpu = {}", a.overhead, a.mpu));
+    if a.link_layer == LinkLayer::Atm {
+        keys.push("linklayer = \"atm\"".into());
+    }
+    keys.push(format!(
+        "exceed = \"{}\", conform = \"{}\"",
+        p.exceed.name(),
+        p.conform.name()
+    ));
+    format!("{{ {} }}", keys.join(", "))
+}
+
 fn quoted(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
@@ -162,6 +187,9 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
         }
         if let Some(key) = f.u32.hashkey {
             let _ = writeln!(out, "hash_mask = {:#010x}\nhash_at = {}", key.mask, key.at);
+        }
+        if let Some(p) = &f.police {
+            let _ = writeln!(out, "police = {}", police_toml(p.config()));
         }
     }
 }

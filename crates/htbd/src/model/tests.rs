@@ -734,3 +734,72 @@ fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
     let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
     assert_eq!(back.to_toml(), text);
 }
+
+#[test]
+fn a_policed_filter_keeps_its_policer_through_the_state_file_and_other_changes() {
+    let mut m = base();
+    let policed = |exceed| {
+        Command::FilterAdd(FilterSpec {
+            dev: "r2".into(),
+            parent: Some(ClassId::new(1, 0)),
+            protocol: "ip".into(),
+            prio: Some(1),
+            kind: "u32".into(),
+            matcher: MatchSpec {
+                dport: Some((5202, 5202)),
+                ..MatchSpec::default()
+            },
+            class: "1:20".into(),
+            police: Some(Box::new(htb_ipc::PoliceConfig {
+                rate: Some(Rate::from_mbit(5)),
+                burst: 20_000,
+                exceed,
+                ..htb_ipc::PoliceConfig::default()
+            })),
+            ..FilterSpec::default()
+        })
+    };
+    m.apply(&[policed(htb_ipc::ControlAction::Drop)]).unwrap();
+    let police = |m: &Model| {
+        m.ports[1]
+            .htb()
+            .unwrap()
+            .filters
+            .iter()
+            .find_map(|f| f.police.clone())
+            .unwrap()
+    };
+    let before = police(&m);
+    // The data plane's filters carry the same policer (one bucket, shared).
+    let flat = m.ports[1].htb().unwrap().data_filters().unwrap();
+    let shared = flat.iter().find_map(|f| f.police.clone()).unwrap();
+    assert!(std::ptr::eq(&*shared, &*before));
+    // Another filter's change leaves this policer (and its bucket) in place.
+    m.apply(&[filter("1:20", 5203, Some(4), "u32")]).unwrap();
+    assert!(std::ptr::eq(&*police(&m), &*before));
+    // The state file keeps its options; read back, the same filter.
+    let text = m.to_toml();
+    assert!(
+        text.contains(
+            "police = { rate = 5000000, burst = 20000, overhead = 0, mpu = 0, exceed = \"drop\", conform = \"pass\" }"
+        ),
+        "{text}"
+    );
+    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
+    assert_eq!(back.to_toml(), text);
+    assert_eq!(police(&back), before);
+    // A policer on a filter that does not classify, or one tc refuses, changes nothing.
+    let before = m.to_toml();
+    let mut bad = policed(htb_ipc::ControlAction::Drop);
+    if let Command::FilterAdd(f) = &mut bad {
+        f.prio = Some(9);
+        f.police.as_mut().unwrap().burst = 0;
+    }
+    let e = m.apply(&[bad]).unwrap_err();
+    assert!(
+        e.message.contains("'burst' requires 'rate'"),
+        "{}",
+        e.message
+    );
+    assert_eq!(m.to_toml(), before);
+}

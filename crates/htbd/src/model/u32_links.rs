@@ -174,6 +174,7 @@ impl<'a> Walk<'a> {
         }
         if let Some(class) = e.class {
             self.out.push(Filter {
+                police: e.police.clone(),
                 prio,
                 matcher,
                 class,

@@ -260,3 +260,29 @@ fn a_size_table_comes_changes_and_goes_with_one_qdisc_change() {
         "{e}"
     );
 }
+
+#[test]
+fn a_policer_in_the_file_reloads_only_when_it_changes() {
+    let policed = |burst: &str| {
+        BASE.replace(
+            "match = { dport = \"5202\" }\nclassid = \"1:20\"",
+            &format!(
+                "match = {{ dport = \"5202\" }}\nclassid = \"1:20\"\npolice = {{ rate = \"5mbit\", burst = \"{burst}\", exceed = \"drop\" }}"
+            ),
+        )
+    };
+    let with = policed("20k");
+    assert!(with.contains("police"), "{with}");
+    let commands = reload(BASE, &with);
+    assert!(
+        commands.iter().any(|c| matches!(c, Command::FilterAdd(f) | Command::FilterChange(f) | Command::FilterReplace(f) if f.police.as_ref().is_some_and(|p| p.burst == 20 * 1024))),
+        "{commands:#?}"
+    );
+    assert!(reload(&with, &with).is_empty());
+    assert!(!reload(&with, &policed("30k")).is_empty());
+    // A verdict tc does not know is a config error at the policer.
+    let e = parse_state(&with.replace("\"drop\"", "\"shoot\""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("invalid police verdict \"shoot\""), "{e}");
+}

@@ -4,10 +4,12 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use htb_ipc::{FilterInfo, MatchSpec};
+use htb_core::LinkLayer;
+use htb_core::units::DisplaySize;
+use htb_ipc::{ControlAction, FilterInfo, MatchSpec, PoliceInfo};
 use serde_json::{Map, Value, json};
 
-use super::{Style, json_text};
+use super::{Style, json_text, rate_text};
 
 /// A u32 key: value and mask in host order, at a byte offset of the IP header (or, `nexthdr`,
 /// of the transport header).
@@ -185,12 +187,94 @@ fn flower_keys(f: &FilterInfo) -> Vec<(String, Value)> {
     keys
 }
 
+/// A filter's policer as `tc_print_action` prints it (`print_police` in `m_police.c`), its
+/// action statistics with `-s`; `index` numbers the policers as the kernel does, from 1.
+fn police_text(out: &mut String, p: &PoliceInfo, index: usize, style: Style) {
+    let c = &p.config;
+    let _ = write!(out, "\n\taction order 1:  police {index:#x} ");
+    if let Some(r) = c.rate {
+        let _ = write!(out, "rate {} ", rate_text(r.bits_per_sec(), style.iec));
+    }
+    let _ = write!(
+        out,
+        "burst {} mtu {} ",
+        DisplaySize(u64::from(c.burst)),
+        DisplaySize(u64::from(c.mtu))
+    );
+    if let Some(r) = c.peakrate {
+        let _ = write!(out, "peakrate {} ", rate_text(r.bits_per_sec(), style.iec));
+    }
+    let _ = write!(out, "action {}", c.exceed.name());
+    // TCA_POLICE_RESULT goes with a conform verdict other than ok, and prints after a slash.
+    if c.conform == ControlAction::Ok {
+        out.push(' ');
+    } else {
+        let _ = write!(out, "/{} ", c.conform.name());
+    }
+    let _ = write!(
+        out,
+        "overhead {} ",
+        DisplaySize(u64::from(c.adjust.overhead))
+    );
+    if c.adjust.link_layer == LinkLayer::Atm {
+        out.push_str("linklayer atm ");
+    } else if style.details {
+        out.push_str("linklayer ethernet ");
+    }
+    out.push_str("\n\tref 1 bind 1 \n");
+    if let Some(s) = &p.stats {
+        let _ = writeln!(
+            out,
+            "\tAction statistics:\n\tSent {} bytes {} pkt (dropped {}, overlimits {} requeues 0) \n\tbacklog 0b 0p requeues 0",
+            s.bytes, s.packets, s.drops, s.overlimits
+        );
+    }
+}
+
+/// A filter's policer in tc's JSON (`"actions": [{"order": 1, "kind": "police", …}]`).
+fn police_json(p: &PoliceInfo, index: usize) -> Value {
+    let c = &p.config;
+    let mut o = json!({
+        "order": 1,
+        "kind": "police",
+        "index": index,
+        "control_action": {"type": c.exceed.name()},
+        "overhead": c.adjust.overhead,
+        "ref": 1,
+        "bind": 1,
+    });
+    if let Some(r) = c.rate {
+        o["rate"] = json!(r.bits_per_sec() / 8);
+    }
+    o["burst"] = json!(c.burst);
+    o["mtu"] = json!(c.mtu);
+    if let Some(r) = c.peakrate {
+        o["peakrate"] = json!(r.bits_per_sec() / 8);
+    }
+    if c.conform != ControlAction::Ok {
+        o["notexceed_action"] = json!({"type": c.conform.name()});
+    }
+    if let Some(s) = &p.stats {
+        o["stats"] = json!({
+            "bytes": s.bytes,
+            "packets": s.packets,
+            "drops": s.drops,
+            "overlimits": s.overlimits,
+            "requeues": 0,
+            "backlog": 0,
+            "qlen": 0,
+        });
+    }
+    json!([o])
+}
+
 /// `tc filter show`.
 #[must_use]
 pub fn filters(list: &[FilterInfo], style: Style) -> String {
     let mut out = String::new();
     let mut items = Vec::new();
     let mut previous: Option<(&str, u32)> = None;
+    let mut policers = 0;
     // Tables made with `divisor`: their filters are not in a prio's root table.
     let table_of = |f: &FilterInfo| f.handle.split(':').next().unwrap_or("").to_owned();
     let hashed: Vec<(String, String)> = list
@@ -313,6 +397,11 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             if let Some(key) = f.hashing.hashkey {
                 options["hash"] = json!({"mask": format!("{:08x}", key.mask), "at": key.at});
             }
+            if let Some(p) = &f.police {
+                policers += 1;
+                police_text(&mut out, p, policers, style);
+                options["actions"] = police_json(p, policers);
+            }
             o.insert("options".into(), options);
         } else {
             let _ = writeln!(out, "{head}handle {} classid {} ", f.handle, f.class);
@@ -325,10 +414,14 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             }
             let _ = writeln!(out, "  not_in_hw");
             let handle = u32::from_str_radix(f.handle.trim_start_matches("0x"), 16).unwrap_or(0);
-            o.insert(
-                "options".into(),
-                json!({"handle": handle, "classid": f.class, "keys": map, "not_in_hw": true}),
-            );
+            let mut options =
+                json!({"handle": handle, "classid": f.class, "keys": map, "not_in_hw": true});
+            if let Some(p) = &f.police {
+                policers += 1;
+                police_text(&mut out, p, policers, style);
+                options["actions"] = police_json(p, policers);
+            }
+            o.insert("options".into(), options);
         }
         items.push(Value::Object(o));
     }
@@ -346,6 +439,7 @@ mod tests {
     #[test]
     fn filters_print_u32_keys_and_flower_lines() {
         let u32_filter = FilterInfo {
+            police: None,
             dev: "v0".into(),
             parent: "1:".into(),
             protocol: "ip".into(),
@@ -399,5 +493,54 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(json[1]["options"]["keys"]["dst_port"], "5000-5100");
+    }
+
+    #[test]
+    fn a_policer_prints_as_an_action_with_its_statistics() {
+        let f = FilterInfo {
+            dev: "v0".into(),
+            parent: "1:".into(),
+            protocol: "ip".into(),
+            prio: 50,
+            kind: "u32".into(),
+            handle: "800::800".into(),
+            class: "1:1".into(),
+            matcher: MatchSpec::default(),
+            hashing: U32Hashing::default(),
+            police: Some(PoliceInfo {
+                config: htb_ipc::PoliceConfig {
+                    rate: Some(htb_core::Rate::from_kbit(2048)),
+                    burst: 10 * 1024,
+                    mtu: 2040,
+                    exceed: ControlAction::Drop,
+                    ..htb_ipc::PoliceConfig::default()
+                },
+                stats: Some(htb_ipc::PoliceStats {
+                    packets: 10,
+                    bytes: 15_000,
+                    overlimits: 3,
+                    drops: 3,
+                }),
+            }),
+        };
+        let text = filters(std::slice::from_ref(&f), Style::default());
+        assert!(
+            text.ends_with(
+                "flowid 1:1 not_in_hw \n\n\taction order 1:  police 0x1 rate 2048Kbit burst 10Kb mtu 2Kb action drop overhead 0b \n\tref 1 bind 1 \n\tAction statistics:\n\tSent 15000 bytes 10 pkt (dropped 3, overlimits 3 requeues 0) \n\tbacklog 0b 0p requeues 0\n"
+            ),
+            "{text}"
+        );
+        let json: Value = serde_json::from_str(&filters(
+            &[f],
+            Style {
+                json: true,
+                ..Style::default()
+            },
+        ))
+        .unwrap();
+        let action = &json[2]["options"]["actions"][0];
+        assert_eq!(action["kind"], "police");
+        assert_eq!(action["control_action"]["type"], "drop");
+        assert_eq!(action["stats"]["drops"], 3);
     }
 }
