@@ -1,7 +1,10 @@
 //! A received frame: the data plane's parser and classifier, and the CE marking it may do.
 #![no_main]
 
-use htb_config::filter::{Classifier, Family, Filter, Match, RawKey, RawKeys};
+use htb_config::filter::{
+    Classifier, ControlAction, Family, Filter, Match, Police, PoliceConfig, RawKey, RawKeys,
+    Verdict,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -33,6 +36,7 @@ fuzz_target!(|data: &[u8]| {
                 ..Match::default()
             },
             class: class(0x5),
+            police: None,
         },
         Filter {
             prio: 1,
@@ -42,6 +46,13 @@ fuzz_target!(|data: &[u8]| {
                 ..Match::default()
             },
             class: class(0x10),
+            // A policer that hands what exceeds it on to the filters below.
+            police: Some(Police::new(PoliceConfig {
+                rate: Some(htb_core::Rate::from_kbit(8)),
+                burst: 1500,
+                exceed: ControlAction::Continue,
+                ..PoliceConfig::default()
+            })),
         },
         Filter {
             prio: 2,
@@ -50,11 +61,23 @@ fuzz_target!(|data: &[u8]| {
                 ..Match::default()
             },
             class: class(0x20),
+            police: None,
+        },
+        // ARP frames (`protocol arp`).
+        Filter {
+            prio: 2,
+            matcher: Match {
+                arp: true,
+                ..Match::default()
+            },
+            class: class(0x25),
+            police: None,
         },
         Filter {
             prio: 3,
             matcher: Match::default(),
             class: class(0x30),
+            police: None,
         },
     ]);
     assert!(classifier.classify(&info).is_some());
@@ -63,6 +86,17 @@ fuzz_target!(|data: &[u8]| {
             .classify_index_headers(&info, &parsed.headers(data))
             .is_some()
     );
+    // Through the policer: the catch-all below it always takes what it passes on.
+    let len = u32::try_from(data.len()).unwrap_or(u32::MAX);
+    for now in [0, 1_000] {
+        let verdict = classifier.classify_policed(
+            &info,
+            &parsed.headers(data),
+            htb_core::Instant::from_nanos(now),
+            len,
+        );
+        assert!(matches!(verdict, Verdict::Filter(_)), "{verdict:?}");
+    }
     // CE marking where the engine does it (the parsed header), and at arbitrary offsets.
     let mut frame = data.to_vec();
     if let Some(l3) = parsed.l3 {

@@ -88,7 +88,7 @@ fn rss_kib(pid: u32) -> anyhow::Result<u64> {
 fn drops(s: &Status) -> u64 {
     s.ports
         .iter()
-        .map(|p| p.drops_queue + p.drops_pool + p.drops_purged + p.drops_no_egress)
+        .map(|p| p.drops_queue + p.drops_pool + p.drops_police + p.drops_purged + p.drops_no_egress)
         .sum()
 }
 

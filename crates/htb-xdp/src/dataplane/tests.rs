@@ -3,7 +3,7 @@
 //! exactly one place at every step, all back at the end, every packet accounted for) — and
 //! shaping at rates from 1 Mbit/s to 1 Gbit/s, without root.
 
-use htb_config::filter::{Classifier, Filter, Match};
+use htb_config::filter::{Classifier, ControlAction, Filter, Match, Police, PoliceConfig};
 use htb_config::{PortTree, TreeSpec};
 use htb_core::{
     ClassId, ClassSpec, Duration, FqCodelConfig, Instant, LeafConfig, Rate, Scheduler,
@@ -199,13 +199,30 @@ pub(super) fn solo_crew() -> Crew<Chunk> {
 #[derive(Clone, Debug)]
 enum Control {
     DeleteClass10,
-    AddClass10 { fq_limit: u32 },
-    SetLeaf20 { kind: u8 },
-    ChangeLeaf10 { limit: u32 },
-    ChangeRate20 { mbit: u64 },
+    AddClass10 {
+        fq_limit: u32,
+    },
+    SetLeaf20 {
+        kind: u8,
+    },
+    ChangeLeaf10 {
+        limit: u32,
+    },
+    ChangeRate20 {
+        mbit: u64,
+    },
     NewTree,
-    Filters { on: bool },
-    DirectQlen { qlen: u32 },
+    /// The filter to 5001, without a policer (`police` 0), with one that drops (1) or hands
+    /// the excess on (2).
+    Filters {
+        on: bool,
+        police: u8,
+    },
+    /// With a size table of that many bytes of overhead, or none.
+    DirectQlen {
+        qlen: u32,
+        overhead: Option<i32>,
+    },
 }
 
 impl Control {
@@ -246,17 +263,41 @@ impl Control {
                 spec: ClassSpec::new(Rate::from_mbit(mbit)).with_ceil(Rate::from_mbit(10)),
             },
             Self::NewTree => set_tree("b", tree_b(now, 32), None),
-            Self::Filters { on } => PlaneOp::SetFilters {
-                port,
-                classifier: Arc::new(Classifier::new(if on { to_5001() } else { Vec::new() })),
-            },
-            Self::DirectQlen { qlen } => PlaneOp::SetQdisc {
+            Self::Filters { on, police } => {
+                let mut filters = if on { to_5001() } else { Vec::new() };
+                for f in &mut filters {
+                    let exceed = match police % 3 {
+                        0 => continue,
+                        1 => ControlAction::Drop,
+                        _ => ControlAction::Continue,
+                    };
+                    f.police = Some(Police::new(PoliceConfig {
+                        rate: Some(Rate::from_mbit(1)),
+                        burst: 3000,
+                        exceed,
+                        ..PoliceConfig::default()
+                    }));
+                }
+                PlaneOp::SetFilters {
+                    port,
+                    classifier: Arc::new(Classifier::new(filters)),
+                }
+            }
+            Self::DirectQlen { qlen, overhead } => PlaneOp::SetQdisc {
                 port,
                 major: 1,
                 default_minor: 0x20,
                 r2q: 10,
                 direct_qlen: qlen,
-                stab: None,
+                stab: overhead.map(|overhead| {
+                    htb_core::SizeSpec {
+                        overhead,
+                        link_layer: Some(htb_core::LinkLayer::Atm),
+                        ..htb_core::SizeSpec::default()
+                    }
+                    .table()
+                    .unwrap()
+                }),
             },
         }
     }
@@ -306,8 +347,9 @@ fn control() -> impl Strategy<Value = Control> {
         (1u32..100).prop_map(|limit| Control::ChangeLeaf10 { limit }),
         (1u64..10).prop_map(|mbit| Control::ChangeRate20 { mbit }),
         Just(Control::NewTree),
-        any::<bool>().prop_map(|on| Control::Filters { on }),
-        (0u32..40).prop_map(|qlen| Control::DirectQlen { qlen }),
+        (any::<bool>(), any::<u8>()).prop_map(|(on, police)| Control::Filters { on, police }),
+        (0u32..40, prop::option::of(-64i32..64))
+            .prop_map(|(qlen, overhead)| Control::DirectQlen { qlen, overhead }),
     ]
 }
 
@@ -431,7 +473,7 @@ pub(super) fn drain(dp: &mut Dataplane<SimRings>, mut now: Instant) {
     let transmitted: u64 = stats.iter().map(|s| s.tx_packets).sum();
     let dropped: u64 = stats
         .iter()
-        .map(|s| s.drops_queue + s.drops_pool + s.drops_purged + s.drops_no_egress)
+        .map(|s| s.drops_queue + s.drops_pool + s.drops_police + s.drops_purged + s.drops_no_egress)
         .sum();
     assert_eq!(received, delivered, "frames received");
     assert_eq!(transmitted, sent, "frames sent");
