@@ -78,7 +78,9 @@ fn kernel_and_htbd_agree(name: &str, file: &str, flows: &[Flow], offered_bps: f6
         eprintln!("  note: {note}");
     }
     let kernel = udp_flows(&lab, &specs, SECS, WARMUP);
-    let _ = lab.exec(R, &["tc", "qdisc", "del", "dev", "r2", "root"]);
+    for dev in ["r1", "r2"] {
+        let _ = lab.exec(R, &["tc", "qdisc", "del", "dev", dev, "root"]);
+    }
     std::thread::sleep(std::time::Duration::from_millis(300));
 
     // htbd: the file as it is, through htb-cli -b.
@@ -211,5 +213,22 @@ fn lartc_hashing_filters_pick_the_bucket_as_the_kernel() {
             expected_bps: 12e6,
         }],
         25e6,
+    );
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn libreqos_v0_6_hash_tables_shape_each_subscriber_as_the_kernel() {
+    // node-2 (10.201.2.2) is the second subscriber: bucket 2 of table 2:, class 1:102 at
+    // 5 Mbit/s; a miss would take the inner default class 1:1 (the direct queue, unshaped).
+    kernel_and_htbd_agree(
+        "htbs6",
+        "libreqos-v0.6-alpha.batch",
+        &[Flow {
+            port: 5201,
+            class: "1:102",
+            expected_bps: 5e6,
+        }],
+        15e6,
     );
 }

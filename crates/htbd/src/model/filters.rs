@@ -206,21 +206,28 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         },
     };
     let peers = filter_list::prio_range(&qdisc.filters, prio);
-    if let Some(peer) = qdisc.filters.get(peers.start).filter(|_| !peers.is_empty()) {
-        if peer.kind != kind {
-            return Err(invalid(format!(
-                "prio {prio} holds {} filters; a {} filter needs another prio",
-                peer.kind.name(),
-                kind.name()
-            )));
-        }
-        if peer.protocol != protocol {
-            return Err(invalid(format!(
-                "prio {prio} holds protocol {} filters; protocol {} needs another prio",
-                peer.protocol.name(),
-                protocol.name()
-            )));
-        }
+    if let Some(peer) = qdisc.filters.get(peers.start).filter(|_| !peers.is_empty())
+        && peer.kind != kind
+    {
+        return Err(invalid(format!(
+            "prio {prio} holds {} filters; a {} filter needs another prio",
+            peer.kind.name(),
+            kind.name()
+        )));
+    }
+    // One protocol per prio, as the kernel's tcf_proto. But htb-cli reads u32's `match ip …`
+    // under `protocol all` as an IPv4 filter (what its keys read) where tc keeps `all`, so `all`
+    // shares a prio with an IP protocol here, as those lines (LibreQoS's, unprotocoled) share
+    // one in the kernel.
+    let clash = peers.clone().map(|i| &qdisc.filters[i]).find(|p| {
+        p.protocol != protocol && p.protocol != Protocol::All && protocol != Protocol::All
+    });
+    if let Some(peer) = clash {
+        return Err(invalid(format!(
+            "prio {prio} holds protocol {} filters; protocol {} needs another prio",
+            peer.protocol.name(),
+            protocol.name()
+        )));
     }
     let police = f
         .police

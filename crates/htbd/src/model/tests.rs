@@ -803,3 +803,34 @@ fn a_policed_filter_keeps_its_policer_through_the_state_file_and_other_changes()
     );
     assert_eq!(m.to_toml(), before);
 }
+
+#[test]
+fn protocol_all_shares_a_prio_with_ip_as_unprotocoled_u32_lines_do_in_the_kernel() {
+    // LibreQoS v0.6: `prio 5 u32` (all), then `prio 5 u32 … match ip dst …`, which htb-cli
+    // reads as IPv4; the kernel keeps both `all`, in one tcf_proto.
+    let mut m = base();
+    let at5 = |protocol: &str, dport: u16| {
+        Command::FilterAdd(FilterSpec {
+            dev: "r2".into(),
+            parent: Some(ClassId::new(1, 0)),
+            protocol: protocol.into(),
+            prio: Some(5),
+            kind: "u32".into(),
+            matcher: MatchSpec {
+                dport: Some((dport, dport)),
+                ..MatchSpec::default()
+            },
+            class: "1:20".into(),
+            ..FilterSpec::default()
+        })
+    };
+    m.apply(&[at5("all", 1), at5("ip", 2), at5("all", 3)])
+        .unwrap();
+    // Two IP protocols still need two prios.
+    let e = m.apply(&[at5("ipv6", 4)]).unwrap_err();
+    assert!(
+        e.message.contains("holds protocol ip filters"),
+        "{}",
+        e.message
+    );
+}
