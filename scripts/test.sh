@@ -4,7 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 
-step() { printf '\n==> %s\n' "$*"; }
+started=$(date +%s)
+# Each step says how long the run has taken so far (CI must stay under 25 minutes on 2 cores).
+step() { printf '\n==> [%ss] %s\n' "$(($(date +%s) - started))" "$*"; }
 
 step "format"
 cargo fmt --all -- --check
@@ -23,8 +25,8 @@ fi
 step "unit, property, simulation, CLI and netns lab tests"
 HTBD_BIN="$PWD/target/release/htbd" HTB_CLI_BIN="$PWD/target/release/htb-cli" \
     HTB_XDP_GEN_BIN="$PWD/target/release/htb-xdp-gen" cargo test --workspace "${LAB[@]}"
-step "fuzz targets, 10 s each (long runs: scripts/fuzz.sh SECONDS)"
-scripts/fuzz.sh 10
+step "fuzz targets, 10 s each, unoptimized and without ASan to build fast (long runs: scripts/fuzz.sh SECONDS)"
+FUZZ_BUILD="--dev --sanitizer none" scripts/fuzz.sh 10
 step "benchmarks compile (run them with: cargo bench --bench complexity)"
 cargo bench --no-run --quiet
 step "htb-core builds and runs in a #![no_std] program"
