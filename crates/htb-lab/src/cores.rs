@@ -43,6 +43,8 @@ pub struct CoresOptions {
     pub lab: String,
     /// The most generators (and queues, and htbd workers).
     pub max: u32,
+    /// Only these generator counts (each at most `max`); empty: 1 … `max`.
+    pub generators: Vec<u32>,
 }
 
 /// Generator `g`'s destination behind node-2's blackhole route.
@@ -244,7 +246,15 @@ fn flood(
 /// figure's premise) or htbd handed frames between workers that should each serve their own.
 pub fn run(options: &CoresOptions) -> anyhow::Result<Value> {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let max = options.max.max(1);
+    let counts: Vec<u32> = if options.generators.is_empty() {
+        (1..=options.max.max(1)).collect()
+    } else {
+        options.generators.clone()
+    };
+    if counts.contains(&0) {
+        bail!("--generators: a count of 0 measures nothing");
+    }
+    let max = counts.iter().copied().max().unwrap_or(1);
     // mq needs a multi-queue device: two queues at least, even for one generator.
     let queues = max.max(2);
     let lab = Lab::try_up_with_queues(&options.lab, "router", queues)
@@ -256,7 +266,7 @@ pub fn run(options: &CoresOptions) -> anyhow::Result<Value> {
     let gen_cpus: Vec<usize> = (0..max as usize).map(|g| g % cpus).collect();
     let mut points = Vec::new();
     for size in [60u32, 1514] {
-        for gens in 1..=max {
+        for &gens in &counts {
             let worker_cpus: Vec<usize> = (0..gens as usize)
                 .map(|w| (gens as usize + w) % cpus)
                 .collect();
@@ -339,9 +349,12 @@ pub fn run(options: &CoresOptions) -> anyhow::Result<Value> {
             .and_then(|p| p[key].as_f64())
             .unwrap_or(0.0)
     };
+    let least = counts.iter().copied().min().unwrap_or(1);
     let ratios = json!({
         "htbd_over_mq_htb_pps_64b": at(64, max, "htbd", "pps") / at(64, max, "kernel_mq_htb", "pps").max(1.0),
-        "htbd_n_over_1_pps_64b": at(64, max, "htbd", "pps") / at(64, 1, "htbd", "pps").max(1.0),
+        // Scaling from the fewest generators measured to the most (null with only one count).
+        "htbd_scaling_from": least,
+        "htbd_n_over_least_pps_64b": (least < max).then(|| at(64, max, "htbd", "pps") / at(64, least, "htbd", "pps").max(1.0)),
         "htbd_over_mq_htb_bps_1514b": at(1514, max, "htbd", "bps") / at(1514, max, "kernel_mq_htb", "bps").max(1.0),
         "htbd_cpu_over_mq_htb_cpu_1514b": at(1514, max, "htbd", "shaper_cpu_ns_per_packet") / at(1514, max, "kernel_mq_htb", "shaper_cpu_ns_per_packet").max(1.0),
     });

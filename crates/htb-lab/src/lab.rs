@@ -14,8 +14,18 @@ pub const N1: &str = "n1";
 pub const R: &str = "r";
 pub const N2: &str = "n2";
 
+/// The project's root: `HTB_REPO`, else where this binary was built from, else the current
+/// directory (a binary carried to another machine finds its tree there, not at the build path).
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    if let Some(root) = std::env::var_os("HTB_REPO") {
+        return PathBuf::from(root);
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    if built.join("scripts/lab.sh").exists() {
+        built
+    } else {
+        PathBuf::from(".")
+    }
 }
 
 /// The htbd binary: `HTBD_BIN` (the test command points it at a release build, since shaping a

@@ -129,6 +129,9 @@ enum Command {
         /// The most generators (queues, htbd workers).
         #[arg(long, default_value_t = 2)]
         max: u32,
+        /// Only these generator counts (comma-separated, e.g. 1,2,4,7), instead of 1 … max.
+        #[arg(long, value_delimiter = ',')]
+        generators: Vec<u32>,
         /// Namespace prefix of the lab.
         #[arg(long, default_value = "htbcores")]
         lab: String,
@@ -148,6 +151,18 @@ enum Command {
         /// The highest rate to try (a tc rate: 10gbit, 40gbit).
         #[arg(long, default_value = "40gbit", value_parser = parse_bps)]
         max_rate: f64,
+        /// One class's rates (comma-separated tc rates), instead of 100mbit … 40gbit.
+        #[arg(long, value_delimiter = ',', value_parser = parse_bps)]
+        rates: Vec<f64>,
+        /// The shared root's rates (comma-separated), instead of the one class's.
+        #[arg(long, value_delimiter = ',', value_parser = parse_bps)]
+        shared_rates: Vec<f64>,
+        /// The MTUs to sweep (comma-separated, 1500 and 9000 by default).
+        #[arg(long, value_delimiter = ',')]
+        mtu: Vec<u32>,
+        /// Seconds of traffic per point (4 with --quick, else 6); at least 4.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(4..=60))]
+        seconds: Option<u32>,
         /// Namespace prefix of the lab.
         #[arg(long, default_value = "htbsweep")]
         lab: String,
@@ -223,12 +238,14 @@ fn main() -> ExitCode {
             out,
             quick,
             max,
+            generators,
             lab,
         } => htb_lab::cores::run(&htb_lab::cores::CoresOptions {
             out,
             quick,
             lab,
             max,
+            generators,
         })
         .map(|_| ()),
         Command::Sweep {
@@ -236,6 +253,10 @@ fn main() -> ExitCode {
             quick,
             queues,
             max_rate,
+            rates,
+            shared_rates,
+            mtu,
+            seconds,
             lab,
         } => htb_lab::sweep::run(&htb_lab::sweep::SweepOptions {
             out,
@@ -243,6 +264,10 @@ fn main() -> ExitCode {
             lab,
             queues,
             max_bps: max_rate,
+            rates,
+            shared_rates,
+            mtus: mtu,
+            seconds,
         })
         .map(|_| ()),
         Command::Workers { out, quick, lab } => {

@@ -30,6 +30,10 @@ use crate::rings::{Chunk, FrameCounts, Rings};
 pub struct IoConfig {
     /// Frames in the UMEM (every queued packet holds one, a jumbo packet several).
     pub frames: u32,
+    /// `frames` is the default, not the operator's: the engine raises it where the sockets'
+    /// rings would take it all ([`fit_frames`](Self::fit_frames)), instead of refusing to start
+    /// on a machine with many queues.
+    pub frames_default: bool,
     /// Bytes per frame: 2048 carries frames up to 1792 bytes, 4096 up to 3840; larger packets
     /// need [`multi_buffer`](Self::multi_buffer). The kernel takes no more than its page size.
     pub frame_size: u32,
@@ -47,6 +51,7 @@ impl Default for IoConfig {
     fn default() -> Self {
         Self {
             frames: 32_768,
+            frames_default: true,
             frame_size: 2048,
             ring_size: 2048,
             zero_copy: false,
@@ -167,6 +172,23 @@ impl IoConfig {
             multi_buffer = true;
         }
         Ok(multi_buffer)
+    }
+
+    /// Frames kept for queues beyond the rings when the default is raised: what the default
+    /// leaves on two sockets with the default rings, about.
+    pub const QUEUE_FRAMES_AUTO: u32 = 16_384;
+
+    /// Where `frames` is the default and `channels` sockets' rings need more than it leaves for
+    /// queues, raises it to their need plus [`QUEUE_FRAMES_AUTO`](Self::QUEUE_FRAMES_AUTO);
+    /// returns the new count when it did. An operator's own `frames` is left alone (and checked
+    /// by [`check_budget`](Self::check_budget)).
+    pub fn fit_frames(&mut self, channels: u32, batch: u32) -> Option<u32> {
+        let wanted = self.frames_needed(channels, batch) + u64::from(Self::QUEUE_FRAMES_AUTO);
+        if !self.frames_default || wanted <= u64::from(self.frames) {
+            return None;
+        }
+        self.frames = u32::try_from(wanted).unwrap_or(u32::MAX);
+        Some(self.frames)
     }
 
     /// Refuses a UMEM too small for its rings (with every ring full, nothing would be left to
@@ -1111,6 +1133,20 @@ mod tests {
         // Two veth ports (one queue each), batch 64: 2 × 3 × 2048 + 256 + 1024 frames.
         assert_eq!(default.frames_needed(2, 64), 13568);
         assert!(default.check_budget(2, 64).is_ok());
+        // The default grows with the sockets (7 queues on 2 ports); an operator's count does not.
+        let mut many = IoConfig::default();
+        assert_eq!(many.fit_frames(2, 64), None, "two sockets fit the default");
+        let grown = many
+            .fit_frames(14, 64)
+            .expect("14 sockets outgrow 32 768 frames");
+        assert_eq!(u64::from(grown), many.frames_needed(14, 64) + 16_384);
+        assert!(many.check_budget(14, 64).is_ok());
+        let mut given = IoConfig {
+            frames_default: false,
+            ..IoConfig::default()
+        };
+        assert_eq!(given.fit_frames(14, 64), None);
+        assert!(given.check_budget(14, 64).is_err());
         // The blackhole of the issue: rings of 16384 on two ports fill all 32768 frames.
         let big_rings = IoConfig {
             ring_size: 16384,

@@ -547,6 +547,7 @@ impl DaemonConfig {
         let mut io = IoConfig::default();
         if let Some(frames) = daemon.frames {
             io.frames = frames;
+            io.frames_default = false;
         }
         if let Some(size) = &daemon.frame_size {
             let v = *size.get_ref();

@@ -351,9 +351,12 @@ fn an_egress_link_down_does_not_spin_the_data_plane() {
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn a_umem_too_small_for_its_rings_is_refused_at_start() {
     let lab = Lab::up("htbr", "router");
-    // Rings of 16384 on two ports would hold every one of the 32768 default frames: htbd used
-    // to start and forward nothing.
-    let config = one_class("100mbit").replace("realtime = 1", "realtime = 1\nring_size = 16384");
+    // Rings of 16384 on two ports would hold every one of 32768 frames the operator asked
+    // for: htbd used to start and forward nothing. (Left unset, frames grows to fit.)
+    let config = one_class("100mbit").replace(
+        "realtime = 1",
+        "realtime = 1\nring_size = 16384\nframes = 32768",
+    );
     let error = htbd_fails(&lab, &config);
     assert!(
         error.contains("frames = 32768 is too few") && error.contains("ring_size = 16384"),
@@ -362,7 +365,13 @@ fn a_umem_too_small_for_its_rings_is_refused_at_start() {
     assert!(!lab.xdp_attached(R, "r1") && !lab.xdp_attached(R, "r2"));
     // With frames for them (every fill, RX and TX ring full: 3 × 2 × 16384, plus the receive
     // reserve and 1024 for queues), it starts and forwards.
-    let config = config.replace("ring_size = 16384", "ring_size = 16384\nframes = 100000");
-    let _htbd = Htbd::start(&lab, &config);
+    let explicit = config.replace("frames = 32768", "frames = 100000");
+    let htbd = Htbd::start(&lab, &explicit);
     assert_eq!(lab.ping(N1, "10.201.2.2", 5, "0.1"), 5);
+    drop(htbd);
+    // Without frames, the default grows to the rings' need plus 16384 for queues, and says so.
+    let unset = config.replace("\nframes = 32768", "");
+    let htbd = Htbd::start(&lab, &unset);
+    assert_eq!(lab.ping(N1, "10.201.2.2", 5, "0.1"), 5);
+    assert_eq!(htbd.status().frames.total, 99_584 + 16_384);
 }
