@@ -15,6 +15,10 @@
 # the router forwards (ip_forward=1: the kernel's path, and htbd's fail-open).
 # Bridge mode: node-1 10.201.0.1/24, node-2 10.201.0.2/24; r1 and r2 are members of br0 (the
 # kernel bridges when htbd is not running).
+# IPV6=1 adds IPv6 beside IPv4 (otherwise IPv6 is off, so that no ND or MLD frame crosses a
+# measurement): router mode fd00:201:1::2/64 via fd00:201:1::1 (r1), fd00:201:2::2/64 via
+# fd00:201:2::1 (r2), forwarding on; bridge mode fd00:201::1/64 and fd00:201::2/64. Addresses
+# skip duplicate address detection, so they are usable at once.
 # Namespaces are ${LAB:-htb}-n1, -r, -n2. The endpoints have TX checksum offload, TSO and GSO
 # off: AF_XDP copy-mode TX re-sends frames as plain bytes, so partial checksums would arrive
 # unfinished (see ../shared/reference/afxdp.md).
@@ -23,6 +27,7 @@ set -euo pipefail
 LAB=${LAB:-htb}
 N1=$LAB-n1 R=$LAB-r N2=$LAB-n2
 QUEUES=${QUEUES:-1}
+IPV6=${IPV6:-0}
 case "$QUEUES" in
 [1-9] | [1-5][0-9] | 6[0-4]) ;;
 *)
@@ -52,7 +57,16 @@ up() {
     for ns in "$N1" "$R" "$N2"; do
         ip netns add "$ns"
         ip -n "$ns" link set lo up
-        ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+        if [ "$IPV6" = 1 ]; then
+            # Static addresses only: no router solicitations or autoconfiguration.
+            # No duplicate address detection either, link-local addresses included: a
+            # tentative one delays neighbour discovery for a second after the links come up.
+            ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.accept_ra=0 net.ipv6.conf.default.accept_ra=0 \
+                net.ipv6.conf.default.router_solicitations=0 \
+                net.ipv6.conf.all.accept_dad=0 net.ipv6.conf.default.accept_dad=0
+        else
+            ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+        fi
     done
     # shellcheck disable=SC2086 # $Q is two option pairs
     ip link add eth0 netns "$N1" address 02:00:0a:c9:01:02 $Q type veth peer name r1 netns "$R" address 02:00:0a:c9:01:01 $Q
@@ -74,6 +88,15 @@ up() {
         ip -n "$N1" route add default via 10.201.1.1
         ip -n "$N2" route add default via 10.201.2.1
         ip netns exec "$R" sysctl -qw net.ipv4.ip_forward=1
+        if [ "$IPV6" = 1 ]; then
+            ip -n "$N1" addr add fd00:201:1::2/64 dev eth0 nodad
+            ip -n "$N2" addr add fd00:201:2::2/64 dev eth0 nodad
+            ip -n "$R" addr add fd00:201:1::1/64 dev r1 nodad
+            ip -n "$R" addr add fd00:201:2::1/64 dev r2 nodad
+            ip -n "$N1" -6 route add default via fd00:201:1::1
+            ip -n "$N2" -6 route add default via fd00:201:2::1
+            ip netns exec "$R" sysctl -qw net.ipv6.conf.all.forwarding=1
+        fi
         ;;
     bridge)
         ip -n "$N1" addr add 10.201.0.1/24 dev eth0
@@ -84,13 +107,17 @@ up() {
         for dev in br0 r1 r2; do ip -n "$R" link set "$dev" up; done
         ip -n "$N1" link set eth0 up
         ip -n "$N2" link set eth0 up
+        if [ "$IPV6" = 1 ]; then
+            ip -n "$N1" addr add fd00:201::1/64 dev eth0 nodad
+            ip -n "$N2" addr add fd00:201::2/64 dev eth0 nodad
+        fi
         ;;
     *)
         echo "usage: $0 up [router|bridge]" >&2
         exit 2
         ;;
     esac
-    echo "lab $LAB up ($mode, $QUEUES queue(s) per veth): $N1 - $R - $N2"
+    echo "lab $LAB up ($mode, $QUEUES queue(s) per veth$([ "$IPV6" = 1 ] && echo ', IPv6 too')): $N1 - $R - $N2"
 }
 
 status() {

@@ -11,6 +11,17 @@ fuzz_target!(|data: &[u8]| {
     let parsed = htb_xdp::parse::parse(data);
     let info = htb_xdp::parse::packet_info(data);
     assert_eq!(info, parsed.info);
+    // The IP header lies at or after the network header (behind PPPoE or MPLS, after it), and
+    // only an IP packet has an encapsulation.
+    if let Some(l3) = parsed.l3 {
+        assert!(l3 >= parsed.network && l3 + 20 <= data.len(), "{parsed:?}");
+        assert_eq!(
+            l3 > parsed.network,
+            parsed.encapsulation != htb_xdp::parse::Encapsulation::None
+        );
+    } else {
+        assert_eq!(parsed.encapsulation, htb_xdp::parse::Encapsulation::None);
+    }
     let class = |minor: u32| htb_core_class(minor);
     let classifier = Classifier::new(vec![
         // u32's general keys: a word of the transport header and one of the network header

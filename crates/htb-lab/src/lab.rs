@@ -102,6 +102,8 @@ pub enum LabError {
 #[derive(Debug)]
 pub struct Lab {
     name: String,
+    /// Node-2's address: what the traffic helpers send to.
+    n2_ip: &'static str,
     anchors: Mutex<Vec<(String, Reaped)>>,
     _serial: MutexGuard<'static, ()>,
 }
@@ -148,6 +150,27 @@ impl Lab {
     /// # Errors
     /// As [`try_up`](Self::try_up).
     pub fn try_up_with_queues(name: &str, mode: &str, queues: u32) -> Result<Self, LabError> {
+        Self::try_up_family(name, mode, queues, false)
+    }
+
+    /// As [`up`](Self::up), with IPv6 on every link beside IPv4 (`IPV6=1 scripts/lab.sh`):
+    /// router mode fd00:201:1::2/64 via fd00:201:1::1 and fd00:201:2::2/64 via fd00:201:2::1,
+    /// bridge mode fd00:201::1 and fd00:201::2; the traffic helpers then send to node-2's IPv6
+    /// address.
+    ///
+    /// # Panics
+    /// As [`up`](Self::up).
+    #[must_use]
+    pub fn up_ipv6(name: &str, mode: &str) -> Self {
+        Self::try_up_family(name, mode, 1, true).unwrap_or_else(|reason| {
+            panic!(
+                "the netns lab cannot run here: {reason} (lab tests are ignored unless asked for; \
+                 run them as root with --include-ignored)"
+            )
+        })
+    }
+
+    fn try_up_family(name: &str, mode: &str, queues: u32, ipv6: bool) -> Result<Self, LabError> {
         let serial = SERIAL
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -158,17 +181,31 @@ impl Lab {
         let out = run(Command::new(repo().join("scripts/lab.sh"))
             .args(["up", mode])
             .env("LAB", &name)
-            .env("QUEUES", queues.to_string()));
+            .env("QUEUES", queues.to_string())
+            .env("IPV6", if ipv6 { "1" } else { "0" }));
         if !out.status.success() {
             return Err(LabError::Setup(
                 String::from_utf8_lossy(&out.stderr).trim().to_owned(),
             ));
         }
+        let n2_ip = match (mode, ipv6) {
+            ("bridge", false) => "10.201.0.2",
+            ("bridge", true) => "fd00:201::2",
+            (_, false) => "10.201.2.2",
+            (_, true) => "fd00:201:2::2",
+        };
         Ok(Self {
             name,
+            n2_ip,
             anchors: Mutex::new(Vec::new()),
             _serial: serial,
         })
+    }
+
+    /// Node-2's address (IPv6 in a lab built by [`up_ipv6`](Self::up_ipv6)).
+    #[must_use]
+    pub fn n2_ip(&self) -> &'static str {
+        self.n2_ip
     }
 
     /// The full namespace name of `n1`, `r` or `n2`.
@@ -417,7 +454,8 @@ impl Lab {
     }
 
     /// Starts a UDP flow node-1 → node-2:`port` at `rate` (iperf3, 1400-byte datagrams) for
-    /// `secs`, in the background; its stdout is iperf3's JSON report.
+    /// `secs`, in the background; its stdout is iperf3's JSON report. Node-2's address is
+    /// [`n2_ip`](Self::n2_ip).
     pub fn udp_flow(&self, port: u16, rate: &str, secs: u32) -> Child {
         self.udp_flow_sized(port, rate, secs, 1400)
     }
@@ -425,15 +463,7 @@ impl Lab {
     /// As [`udp_flow`](Self::udp_flow), with `len`-byte datagrams (8972 fill a 9000-byte MTU).
     pub fn udp_flow_sized(&self, port: u16, rate: &str, secs: u32, len: usize) -> Child {
         self.cmd(N1, "iperf3")
-            .args([
-                "-c",
-                "10.201.2.2",
-                "-p",
-                &port.to_string(),
-                "-u",
-                "-b",
-                rate,
-            ])
+            .args(["-c", self.n2_ip, "-p", &port.to_string(), "-u", "-b", rate])
             .args(["-l", &len.to_string(), "-t", &secs.to_string(), "-J"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -8,8 +8,7 @@
 //! Every point proves its premise: UDP counts as a shaper's error only when the generators
 //! offered at least 1.05× the rate, TCP only when unshaped forwarding at that MTU carries 1.05×
 //! the rate (else `generator_bound`) and the same shaper with a 100 Gbit/s class carries 1.05×
-//! the rate (else `path_bound`: its forwarding path, not its shaping, is the limit, as with
-//! htbd's copy-mode AF_XDP on veth at MTU 1500, where every TCP segment is a frame of its own).
+//! the rate (else `path_bound`: its forwarding path, not its shaping, is the limit).
 
 use std::path::PathBuf;
 use std::process::Stdio;

@@ -11,6 +11,66 @@ const ETH_P_IPV6: u16 = 0x86dd;
 const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88a8;
 const ETH_P_ARP: u16 = 0x0806;
+const ETH_P_PPP_SES: u16 = 0x8864;
+const ETH_P_MPLS_UC: u16 = 0x8847;
+const ETH_P_MPLS_MC: u16 = 0x8848;
+/// PPP protocol numbers of IPv4 and IPv6 (`PPP_IP`, `PPP_IPV6`).
+const PPP_IP: u16 = 0x0021;
+const PPP_IPV6: u16 = 0x0057;
+/// The most MPLS labels read before the payload (the kernel's flow dissector reads one).
+const MPLS_MAX_LABELS: usize = 8;
+
+/// What carries the IP packet between the Ethernet (and VLAN) header and the IP header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Encapsulation {
+    /// The IP header follows the Ethernet header and its VLAN tags.
+    #[default]
+    None,
+    /// A PPPoE session frame (RFC 2516): 6 bytes of PPPoE header, 2 of PPP protocol.
+    Pppoe,
+    /// An MPLS label stack (RFC 3032), IPv4 or IPv6 under its bottom label.
+    Mpls,
+}
+
+/// Where the IP packet inside `frame` starts, from the network header at `at` of ethertype
+/// `ethertype`: `(ethertype of the IP header, its offset, encapsulation)`; `None` when it
+/// carries no IP.
+fn decapsulate(frame: &[u8], ethertype: u16, at: usize) -> Option<(u16, usize, Encapsulation)> {
+    match ethertype {
+        ETH_P_IP | ETH_P_IPV6 => Some((ethertype, at, Encapsulation::None)),
+        ETH_P_PPP_SES => {
+            // Version 1, type 1, code 0 (session data); then the PPP protocol field.
+            if frame.get(at)? != &0x11 || frame.get(at + 1)? != &0 {
+                return None;
+            }
+            let inner = match be16(frame, at + 6)? {
+                PPP_IP => ETH_P_IP,
+                PPP_IPV6 => ETH_P_IPV6,
+                _ => return None,
+            };
+            Some((inner, at + 8, Encapsulation::Pppoe))
+        }
+        ETH_P_MPLS_UC | ETH_P_MPLS_MC => {
+            // Labels until the bottom of stack; the payload's type is guessed from its first
+            // nibble, as the kernel's `mpls_egress` does for a popped IP packet.
+            let mut label = at;
+            for _ in 0..MPLS_MAX_LABELS {
+                let bottom = frame.get(label + 2)? & 0x01 != 0;
+                label += 4;
+                if bottom {
+                    let inner = match frame.get(label)? >> 4 {
+                        4 => ETH_P_IP,
+                        6 => ETH_P_IPV6,
+                        _ => return None,
+                    };
+                    return Some((inner, label, Encapsulation::Mpls));
+                }
+            }
+            None
+        }
+        _ => None,
+    }
+}
 
 /// Transports with ports in their first four bytes.
 fn has_ports(proto: u8) -> bool {
@@ -40,7 +100,10 @@ pub struct Parsed {
     /// The frame is ARP (`cake` gives it CS7, network control).
     pub arp: bool,
     /// Offset of the network header, IP or not (after the VLAN tags): `skb_network_offset`.
+    /// For PPPoE and MPLS it is the encapsulation's header; `l3` is the IP header inside.
     pub network: usize,
+    /// What carries the IP header, if anything does.
+    pub encapsulation: Encapsulation,
 }
 
 impl Parsed {
@@ -91,16 +154,21 @@ pub fn parse(frame: &[u8]) -> Parsed {
     parsed.network = at;
     parsed.arp = ethertype == ETH_P_ARP;
     info.arp = parsed.arp;
+    // The IP packet, behind PPPoE or MPLS where it is: classification, the flow hash and ECN
+    // marking all read the inner header (the subscriber's addresses).
+    let Some((ethertype, at, encapsulation)) = decapsulate(frame, ethertype, at) else {
+        return parsed;
+    };
     let l3 = &frame[at.min(frame.len())..];
     let transport = match ethertype {
         ETH_P_IP => ipv4(l3, info, &mut parsed.fragment),
-        ETH_P_IPV6 => ipv6(l3, info, &mut parsed.fragment),
-        _ => None,
+        _ => ipv6(l3, info, &mut parsed.fragment),
     };
     if info.src.is_some() {
         parsed.l3 = Some(at);
         parsed.ipv6 = ethertype == ETH_P_IPV6;
         parsed.ecn = if parsed.ipv6 { l3[1] >> 4 } else { l3[1] } & 0b11;
+        parsed.encapsulation = encapsulation;
     }
     if let Some((offset, proto)) = transport {
         info.proto = Some(proto);
@@ -384,6 +452,73 @@ mod tests {
         assert!(parse(&first).fragment);
     }
 
+    /// `udp4()` with `encapsulation` (bytes after the MACs up to the IP header) in place of
+    /// its ethertype.
+    fn encapsulated(encapsulation: &[u8]) -> Vec<u8> {
+        let plain = udp4();
+        let mut f = plain[..12].to_vec();
+        f.extend_from_slice(encapsulation);
+        f.extend_from_slice(&plain[14..]);
+        f
+    }
+
+    #[test]
+    fn pppoe_qinq_and_mpls_carry_the_inner_ip() {
+        let plain = parse(&udp4());
+        // PPPoE session 0x1234, PPP protocol IPv4; behind a VLAN tag as access networks send it.
+        let pppoe = [0x88, 0x64, 0x11, 0x00, 0x12, 0x34, 0x00, 0x2a, 0x00, 0x21];
+        let p = parse(&encapsulated(&pppoe));
+        assert_eq!((p.info, p.l3, p.network), (plain.info, Some(22), 14));
+        assert_eq!(p.encapsulation, Encapsulation::Pppoe);
+        let mut tagged = vec![0x81, 0x00, 0x00, 0x64];
+        tagged.extend_from_slice(&pppoe);
+        let p = parse(&encapsulated(&tagged));
+        assert_eq!(
+            (p.info.dst, p.info.vlan, p.l3),
+            (plain.info.dst, Some(100), Some(26))
+        );
+        // PPP's IPv6 and a non-IP PPP protocol (LCP, 0xc021): the latter carries no address.
+        let mut lcp = pppoe;
+        lcp[8..10].copy_from_slice(&[0xc0, 0x21]);
+        assert_eq!(parse(&encapsulated(&lcp)).info.src, None);
+        // PPPoE discovery (0x8863) and a session frame with a bad version are not IP.
+        let mut discovery = pppoe;
+        discovery[1] = 0x63;
+        assert_eq!(parse(&encapsulated(&discovery)).l3, None);
+        let mut version = pppoe;
+        version[2] = 0x21;
+        assert_eq!(parse(&encapsulated(&version)).l3, None);
+        // QinQ: 802.1ad outer VID 100, 802.1Q inner VID 200; the outer VID is the frame's.
+        let qinq = [0x88, 0xa8, 0x00, 0x64, 0x81, 0x00, 0x00, 0xc8, 0x08, 0x00];
+        let p = parse(&encapsulated(&qinq));
+        assert_eq!(
+            (p.info.dst, p.info.dport, p.info.vlan),
+            (plain.info.dst, Some(5201), Some(100))
+        );
+        assert_eq!((p.l3, p.encapsulation), (Some(22), Encapsulation::None));
+        // MPLS: two labels, the second the bottom of the stack; the payload's nibble says IPv4.
+        let mpls = [0x88, 0x47, 0x00, 0x3e, 0x80, 0x40, 0x00, 0x3e, 0x81, 0x40];
+        let p = parse(&encapsulated(&mpls));
+        assert_eq!((p.info, p.l3, p.network), (plain.info, Some(22), 14));
+        assert_eq!(p.encapsulation, Encapsulation::Mpls);
+        // A stack with no bottom in eight labels, and a payload that is neither IPv4 nor IPv6.
+        let mut endless = vec![0x88, 0x47];
+        for _ in 0..9 {
+            endless.extend_from_slice(&[0x00, 0x3e, 0x80, 0x40]);
+        }
+        assert_eq!(parse(&encapsulated(&endless)).l3, None);
+        let mut f = encapsulated(&mpls);
+        f[22] = 0x15;
+        assert_eq!(parse(&f).l3, None);
+        // CE marking edits the inner header (and its checksum), not the encapsulation.
+        let mut f = encapsulated(&pppoe);
+        f[22 + 1] = 0b10;
+        let p = parse(&f);
+        assert_eq!(p.ecn, 2);
+        assert!(set_ce(&mut f, p.l3.unwrap(), p.ipv6));
+        assert_eq!((f[23] & 0b11, &f[12..22]), (0b11, &pppoe[..]));
+    }
+
     #[test]
     fn truncated_and_garbage_frames_never_panic() {
         let frame = udp4();
@@ -412,6 +547,17 @@ mod tests {
             }
             let _ = set_ce(&mut frame, 0, false);
             let _ = set_ce(&mut frame, 100, true);
+        }
+        // Every truncation of the encapsulated forms.
+        for encapsulation in [
+            &[0x88, 0x64, 0x11, 0x00, 0x12, 0x34, 0x00, 0x2a, 0x00, 0x21][..],
+            &[0x88, 0x47, 0x00, 0x3e, 0x80, 0x40, 0x00, 0x3e, 0x81, 0x40],
+        ] {
+            let frame = encapsulated(encapsulation);
+            for len in 0..frame.len() {
+                let p = parse(&frame[..len]);
+                assert!(p.l3.is_none() || len >= 42, "len {len}");
+            }
         }
         let mut bad_ihl = udp4();
         bad_ihl[14] = 0x4f; // IHL 60 bytes, frame shorter
