@@ -91,6 +91,11 @@ pub(super) struct SimRings {
     tx_channel: Vec<usize>,
     link_up: Vec<bool>,
     tx_limit: Vec<Option<u32>>,
+    /// Per port: frames of its TX ring the data plane has kicked, which the kernel may send.
+    /// Copy mode sends only inside `sendto`, so a frame nobody kicked for stays in the ring.
+    kicked: Vec<usize>,
+    /// Kicks that found frames to send: a data plane that kicked per frame would show here.
+    pub(super) kicks: u64,
     pub(super) wire: Vec<Wire>,
 }
 
@@ -132,6 +137,8 @@ impl SimRings {
             tx_channel,
             link_up: vec![true; queues.len()],
             tx_limit: vec![None; queues.len()],
+            kicked: vec![0; queues.len()],
+            kicks: 0,
             wire: vec![Wire::default(); queues.len()],
         };
         rings.refill();
@@ -183,13 +190,14 @@ impl SimRings {
     }
 
     /// The kernel sends up to `max` frames from `port`'s TX ring (none while its link is
-    /// down, none beyond the completion ring's room); a packet is on the wire with its last.
+    /// down, none beyond the completion ring's room, none the data plane has not kicked for);
+    /// a packet is on the wire with its last.
     pub(super) fn send(&mut self, port: usize, max: usize) -> usize {
         if !self.link_up[port] {
             return 0;
         }
         let mut sent = 0;
-        while sent < max {
+        while sent < max.min(self.kicked[port]) {
             let ch = &mut self.channels[self.tx_channel[port]];
             if ch.completed.len() >= self.ring_size {
                 break;
@@ -199,6 +207,7 @@ impl SimRings {
             };
             ch.completed.push_back(desc.index);
             self.move_to(desc.index, Place::Tx, Place::Completed);
+            self.kicked[port] -= 1;
             self.sending[port].push(desc.index);
             sent += 1;
             if desc.more {
@@ -379,6 +388,13 @@ impl Rings for SimRings {
     }
 
     fn kick(&mut self) -> bool {
+        let mut kicked_any = false;
+        for port in 0..self.kicked.len() {
+            let waiting = self.channels[self.tx_channel[port]].tx.len();
+            kicked_any |= waiting > self.kicked[port];
+            self.kicked[port] = waiting;
+        }
+        self.kicks += u64::from(kicked_any);
         self.in_flight() > 0
     }
 

@@ -383,6 +383,7 @@ fn run(mode: Mode, frames: u32, ring: usize, batch: usize, chain: u32, steps: &[
     let mut dp = plane_with_chains(mode, frames, ring, batch, chain);
     let mut now = Instant::ZERO;
     let mut seq = 0u16;
+    let mut polls = 0u64;
     for step in steps {
         match step {
             &Step::Arrive {
@@ -410,6 +411,7 @@ fn run(mode: Mode, frames: u32, ring: usize, batch: usize, chain: u32, steps: &[
             Step::Poll { advance_us } => {
                 now += Duration::from_micros(*advance_us);
                 dp.poll(now);
+                polls += 1;
                 assert_eq!(dp.unaccounted_frames(), 0);
             }
             &Step::Send { port, max } => {
@@ -434,6 +436,13 @@ fn run(mode: Mode, frames: u32, ring: usize, batch: usize, chain: u32, steps: &[
         }
         dp.rings().check();
     }
+    // The kernel sends only what was kicked for (copy mode's sendto), and a kick is a
+    // syscall: at most one per pass, not one per frame.
+    assert!(
+        dp.rings().kicks <= polls,
+        "{} kicks in {polls} passes",
+        dp.rings().kicks
+    );
     drain(&mut dp, now);
 }
 
