@@ -328,7 +328,8 @@ fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> 
     let batch = config.batch.clamp(1, io.ring_size as usize) as u32;
     if let Some(frames) = io.fit_frames(channels, batch) {
         tracing::info!(
-            "frames = {frames} ({} MiB of UMEM): the default 32768 would leave no room for              queues beside {channels} sockets' rings (set frames to choose)",
+            "frames = {frames} ({} MiB of UMEM): the default 32768 would leave no room for \
+             queues beside {channels} sockets' rings (set frames to choose)",
             (u64::from(frames) * u64::from(io.frame_size)) >> 20
         );
     }
