@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 
 use htb_core::{
-    AckFilter, CakeSpec, ClassId, ClassSpec, DiffservMode, Duration, FlowMode, FqCodelSpec,
+    AckFilter, ClassError, CakeSpec, ClassId, ClassSpec, DiffservMode, Duration, FlowMode, FqCodelSpec,
     Instant, LeafConfig, LeafSpec, Packet, Rate, Scheduler, SchedulerConfig, SfqSpec, Target,
 };
 use proptest::prelude::*;
@@ -264,6 +264,8 @@ struct Harness {
     backlogged_since: HashMap<ClassId, (u64, u64)>,
     /// (class, interval start, interval end, bytes sent) of completed backlog periods.
     periods: Vec<(ClassId, u64, u64, u64)>,
+    /// Classes added by live changes.
+    added: u32,
 }
 
 impl Harness {
@@ -277,6 +279,7 @@ impl Harness {
             sends: Vec::new(),
             backlogged_since: HashMap::new(),
             periods: Vec::new(),
+            added: 0,
         }
     }
 
@@ -446,12 +449,23 @@ impl Harness {
             }
             Op::Delete { class } => {
                 let id = self.ids[class % self.ids.len()];
-                if let Ok(change) = self.htb.delete_class(Instant::from_nanos(self.now), id) {
-                    for p in change.purged {
-                        assert_eq!(p.class, id);
-                        self.returned(p);
+                // What the kernel's htb_delete would answer: a failed delete must be one of
+                // these, so the test cannot pass by deleting nothing.
+                let expected = match self.htb.class_info(id) {
+                    None => Err(ClassError::NotFound(id)),
+                    Some(info) if info.children > 0 => Err(ClassError::HasChildren(id)),
+                    Some(_) => Ok(()),
+                };
+                match self.htb.delete_class(Instant::from_nanos(self.now), id) {
+                    Ok(change) => {
+                        assert_eq!(expected, Ok(()), "deleted {id}");
+                        for p in change.purged {
+                            assert_eq!(p.class, id);
+                            self.returned(p);
+                        }
+                        self.backlogged_since.remove(&id);
                     }
-                    self.backlogged_since.remove(&id);
+                    Err(e) => assert_eq!(expected, Err(e), "delete {id}"),
                 }
             }
             Op::Add { parent, plan } => {
@@ -459,15 +473,30 @@ impl Harness {
                 let parent = parent
                     .map(|p| self.ids[p % self.ids.len()])
                     .filter(|&p| self.htb.contains(p));
-                if let Ok(change) =
-                    self.htb
-                        .add_class(Instant::from_nanos(self.now), id, parent, &spec(plan))
+                // htb_change_class refuses a class whose grandparent is at level 1 or 0;
+                // any other refusal of a valid plan under an existing parent is a defect.
+                let too_deep = parent
+                    .and_then(|p| self.htb.class_info(p))
+                    .and_then(|p| p.parent)
+                    .and_then(|g| self.htb.class_info(g))
+                    .is_some_and(|g| g.level < 2);
+                match self
+                    .htb
+                    .add_class(Instant::from_nanos(self.now), id, parent, &spec(plan))
                 {
-                    for p in change.purged {
-                        self.returned(p);
-                        self.backlogged_since.remove(&p.class);
+                    Ok(change) => {
+                        assert!(!too_deep, "{id} added too deep under {parent:?}");
+                        for p in change.purged {
+                            self.returned(p);
+                            self.backlogged_since.remove(&p.class);
+                        }
+                        self.ids.push(id);
+                        self.added += 1;
                     }
-                    self.ids.push(id);
+                    Err(e) => assert!(
+                        too_deep && e == ClassError::TooDeep(id),
+                        "add {id} under {parent:?}: {e}"
+                    ),
                 }
             }
         }
@@ -642,6 +671,11 @@ proptest! {
         let mut h = Harness::new(htb, ids);
         for op in &ops {
             h.apply(op);
+        }
+        // An add without a parent makes a root class, which always succeeds: the changes
+        // really happened.
+        if ops.iter().any(|op| matches!(op, Op::Add { parent: None, .. })) {
+            prop_assert!(h.added > 0, "no add succeeded in {ops:?}");
         }
         h.finish();
     }
