@@ -14,8 +14,9 @@
 use std::collections::{HashMap, HashSet};
 
 use htb_core::{
-    AckFilter, ClassError, CakeSpec, ClassId, ClassSpec, DiffservMode, Duration, FlowMode, FqCodelSpec,
-    Instant, LeafConfig, LeafSpec, Packet, Rate, Scheduler, SchedulerConfig, SfqSpec, Target,
+    AckFilter, CakeSpec, ClassError, ClassId, ClassSpec, DiffservMode, Duration, FlowMode,
+    FqCodelSpec, Instant, LeafConfig, LeafSpec, Packet, Rate, Scheduler, SchedulerConfig, SfqSpec,
+    Target,
 };
 use proptest::prelude::*;
 
@@ -189,7 +190,7 @@ fn build(plans: &[ClassPlan], leaf: LeafConfig) -> (Scheduler<Pkt>, Vec<ClassId>
         let added = htb.add_class(Instant::ZERO, id, parent, &spec(plan));
         let added = match added {
             Ok(change) => Ok(change),
-            Err(htb_core::ClassError::TooDeep(_)) => {
+            Err(ClassError::TooDeep(_)) => {
                 htb.add_class(Instant::ZERO, id, None, &spec(plan))
             }
             Err(e) => Err(e),
