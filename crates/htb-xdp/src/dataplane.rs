@@ -12,6 +12,7 @@ use htb_config::filter::{Classifier, Filter, Verdict};
 use htb_core::{ClassHandle, ClassId, Instant, Scheduler, SchedulerConfig, SharedBuckets, Target};
 
 use crate::crew::{Crew, Handoff, HandoffCounts};
+use crate::error::PlaneError;
 use crate::frame::{FlowHasher, Frame, FrameNeeds};
 use crate::parse::{parse, set_ce, wash_dscp};
 use crate::plane_op::PlaneOp;
@@ -214,7 +215,7 @@ impl Port {
     }
 
     /// Applies one operation at `now`; returns the frames it purged.
-    fn apply(&mut self, now: Instant, op: PlaneOp) -> Result<Vec<Frame>, String> {
+    fn apply(&mut self, now: Instant, op: PlaneOp) -> Result<Vec<Frame>, PlaneError> {
         let tree = op.major().and_then(|major| self.tree_of(major));
         match op {
             PlaneOp::SetFilters { classifier, .. } => {
@@ -231,7 +232,7 @@ impl Port {
                 if let Some(new) = new {
                     let htb = schedulers
                         .pop()
-                        .ok_or_else(|| format!("{}: a new tree without a scheduler", self.name))?;
+                        .ok_or_else(|| PlaneError::NoScheduler(self.name.clone()))?;
                     self.needs.note_tree(&htb);
                     self.trees.push(Tree {
                         htb,
@@ -242,11 +243,10 @@ impl Port {
             }
             op => {
                 let Some(t) = tree else {
-                    return Err(format!(
-                        "{}: no tree {:x}: for {op:?}",
-                        self.name,
-                        op.major().unwrap_or(0)
-                    ));
+                    return Err(PlaneError::NoTree {
+                        port: self.name.clone(),
+                        major: op.major().unwrap_or(0),
+                    });
                 };
                 let htb = &mut self.trees[t].htb;
                 let purged = match op {
@@ -284,7 +284,7 @@ impl Port {
                     }
                     PlaneOp::SetTree { .. } | PlaneOp::SetFilters { .. } => Ok(Vec::new()),
                 };
-                purged.map_err(|e| e.to_string())
+                purged.map_err(PlaneError::from)
             }
         }
     }
@@ -857,7 +857,11 @@ impl<R: Rings> Dataplane<R> {
     /// validates first, so a failure is a bug). It stops at the first failure: the results end
     /// there, the later operations are not applied, and the control plane takes the batch back
     /// by rebuilding the touched ports' trees.
-    pub(crate) fn apply(&mut self, now: Instant, ops: Vec<PlaneOp>) -> Vec<Result<u64, String>> {
+    pub(crate) fn apply(
+        &mut self,
+        now: Instant,
+        ops: Vec<PlaneOp>,
+    ) -> Vec<Result<u64, PlaneError>> {
         // New filters or a new tree: the resolved handles no longer apply. (Class adds and
         // deletes keep them: a new class is looked up when first matched, a deleted one's
         // handle is stale and falls back to its id.)
@@ -868,7 +872,7 @@ impl<R: Rings> Dataplane<R> {
                 break;
             }
             let Some(index) = self.port_index(op.port()) else {
-                results.push(Err(format!("no port {}", op.port())));
+                results.push(Err(PlaneError::NoPort(op.port().to_owned())));
                 continue;
             };
             // With several workers a deleted class's owner may be cached too.

@@ -21,7 +21,7 @@ use htb_core::{ClassId, Instant, Scheduler, SharedBuckets};
 use crate::assign::{Assignment, is_subtree_top};
 use crate::crew::{Bell, Crew};
 use crate::dataplane::{Dataplane, Mode, PortSetup};
-use crate::error::XdpError;
+use crate::error::{PlaneError, XdpError};
 use crate::frame::Frame;
 use crate::links::{LINK_CHECK, LinkWatch};
 use crate::merge;
@@ -710,7 +710,7 @@ impl Engine {
     /// purge go back to the pool. Returns, per op, the packets it dropped or why it failed
     /// (the control plane validates first, so a failure is a bug); the first failure ends the
     /// batch, later operations are not applied.
-    pub fn apply(&mut self, ops: Vec<PlaneOp>) -> Vec<Result<u64, String>> {
+    pub fn apply(&mut self, ops: Vec<PlaneOp>) -> Vec<Result<u64, PlaneError>> {
         let now = self.now();
         let workers = self.workers.len();
         let mut shapes = Vec::with_capacity(ops.len());
@@ -726,12 +726,12 @@ impl Engine {
                     shapes.push(shape);
                 }
                 Err(e) => {
-                    refused = Some(e.to_string());
+                    refused = Some(PlaneError::Class(e));
                     break;
                 }
             }
         }
-        let mut results: Vec<Result<u64, String>> = Vec::new();
+        let mut results: Vec<Result<u64, PlaneError>> = Vec::new();
         for (w, ops) in copies.into_iter().enumerate() {
             let outcome = self.workers[w].plane.apply(now, ops);
             if w == 0 {

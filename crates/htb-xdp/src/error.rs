@@ -51,3 +51,28 @@ pub enum XdpError {
         source: io::Error,
     },
 }
+
+/// Why the data plane refused one operation of a batch. The control plane validates every
+/// change against its own model first, so each of these is a bug where the two disagree; the
+/// batch is then taken back.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlaneError {
+    /// The operation names a port the data plane does not forward on.
+    #[error("no port {0}")]
+    NoPort(String),
+    /// The port has no tree with the operation's major.
+    #[error("{port}: no tree {major:x}:")]
+    NoTree {
+        /// The port.
+        port: String,
+        /// The tree's major the operation names.
+        major: u16,
+    },
+    /// A new tree arrived without a scheduler for this worker.
+    #[error("{0}: a new tree without a scheduler")]
+    NoScheduler(String),
+    /// The scheduler refused the change (htb-core's reason, kept typed).
+    #[error(transparent)]
+    Class(#[from] htb_core::ClassError),
+}
