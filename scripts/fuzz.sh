@@ -2,7 +2,7 @@
 # Runs every cargo-fuzz target for SECONDS each (default 60), seeded from fuzz/corpus/ (the
 # committed seeds; new inputs go to target/fuzz-corpus/, not into the repository), and prints
 # and saves each target's executions and outcome in target/htb-bench/fuzz.json.
-#   scripts/fuzz.sh 5        # what CI runs (with FUZZ_BUILD below)
+#   scripts/fuzz.sh 3        # what CI runs (with FUZZ_BUILD below)
 #   scripts/fuzz.sh 1800     # a long run
 # A crash or a hang (an input running over 10 s) fails the script and leaves the input in
 # fuzz/artifacts/TARGET/ (reproduce: cargo +nightly fuzz run TARGET fuzz/artifacts/TARGET/FILE).

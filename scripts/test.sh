@@ -25,8 +25,8 @@ fi
 step "unit, property, simulation, CLI and netns lab tests"
 HTBD_BIN="$PWD/target/release/htbd" HTB_CLI_BIN="$PWD/target/release/htb-cli" \
     HTB_XDP_GEN_BIN="$PWD/target/release/htb-xdp-gen" cargo test --workspace "${LAB[@]}"
-step "fuzz targets, 5 s each, unoptimized and without ASan to build fast (long runs: scripts/fuzz.sh SECONDS)"
-FUZZ_BUILD="--dev --sanitizer none" scripts/fuzz.sh 5
+step "fuzz targets, 3 s each, unoptimized and without ASan to build fast (long runs: scripts/fuzz.sh SECONDS)"
+FUZZ_BUILD="--dev --sanitizer none" scripts/fuzz.sh 3
 # The benchmarks are type-checked and linted with every target by the lints step (clippy
 # --all-targets); building them again in the bench profile cost CI a minute and a half.
 step "htb-core builds and runs in a #![no_std] program"
