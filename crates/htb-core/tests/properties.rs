@@ -190,9 +190,7 @@ fn build(plans: &[ClassPlan], leaf: LeafConfig) -> (Scheduler<Pkt>, Vec<ClassId>
         let added = htb.add_class(Instant::ZERO, id, parent, &spec(plan));
         let added = match added {
             Ok(change) => Ok(change),
-            Err(ClassError::TooDeep(_)) => {
-                htb.add_class(Instant::ZERO, id, None, &spec(plan))
-            }
+            Err(ClassError::TooDeep(_)) => htb.add_class(Instant::ZERO, id, None, &spec(plan)),
             Err(e) => Err(e),
         };
         assert!(added.expect("plans are valid").purged.is_empty());
