@@ -163,6 +163,13 @@ enum Command {
         /// Seconds of traffic per point (4 with --quick, else 6); at least 4.
         #[arg(long, value_parser = clap::value_parser!(u32).range(4..=60))]
         seconds: Option<u32>,
+        /// Pin htbd's workers to these CPUs (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        htbd_cpus: Vec<usize>,
+        /// RPS mask for the endpoints' receive queues (hex, e.g. ff00): their TCP stacks run
+        /// there, not inside htbd's sends (on veths a send runs the receiver's stack).
+        #[arg(long)]
+        endpoint_rps: Option<String>,
         /// Namespace prefix of the lab.
         #[arg(long, default_value = "htbsweep")]
         lab: String,
@@ -257,6 +264,8 @@ fn main() -> ExitCode {
             shared_rates,
             mtu,
             seconds,
+            htbd_cpus,
+            endpoint_rps,
             lab,
         } => htb_lab::sweep::run(&htb_lab::sweep::SweepOptions {
             out,
@@ -268,6 +277,8 @@ fn main() -> ExitCode {
             shared_rates,
             mtus: mtu,
             seconds,
+            htbd_cpus,
+            endpoint_rps,
         })
         .map(|_| ()),
         Command::Workers { out, quick, lab } => {

@@ -42,6 +42,12 @@ pub struct SweepOptions {
     pub mtus: Vec<u32>,
     /// Seconds of traffic per point; `None`: 4 with `quick`, else 6.
     pub seconds: Option<u32>,
+    /// CPUs htbd's workers are pinned to (`[daemon] cpus`); empty: not pinned.
+    pub htbd_cpus: Vec<usize>,
+    /// RPS mask (hex, as `rps_cpus` takes it) for node-1's and node-2's receive queues: their
+    /// TCP stacks then run on those CPUs instead of in the sender's context, which on veths is
+    /// htbd's worker when htbd sends to them.
+    pub endpoint_rps: Option<String>,
 }
 
 /// The premise margin: offered (or unshaped capacity) at least this times the rate.
@@ -216,6 +222,42 @@ pub fn run(options: &SweepOptions) -> anyhow::Result<Value> {
     let lab = Lab::try_up_with_queues(&options.lab, "router", queues)
         .map_err(|why| anyhow::anyhow!("the lab cannot run here: {why}"))?;
     blackhole_sink(&lab);
+    if let Some(mask) = &options.endpoint_rps {
+        if mask.is_empty() || !mask.chars().all(|c| c.is_ascii_hexdigit() || c == ',') {
+            anyhow::bail!("--endpoint-rps {mask:?}: a hex CPU mask, as rps_cpus takes it (ff00)");
+        }
+        for node in [N1, N2] {
+            let out = lab.exec(
+                node,
+                &[
+                    "sh",
+                    "-c",
+                    &format!(
+                        "for q in /sys/class/net/eth0/queues/rx-*/rps_cpus; do echo {mask} > $q || exit 1; done"
+                    ),
+                ],
+            );
+            if !out.status.success() {
+                anyhow::bail!(
+                    "--endpoint-rps {mask}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+        }
+    }
+    // htbd's workers pinned where asked.
+    let cpus: Vec<String> = options.htbd_cpus.iter().map(ToString::to_string).collect();
+    let pin = |config: String| {
+        if cpus.is_empty() {
+            config
+        } else {
+            config.replacen(
+                "realtime = 1\n",
+                &format!("realtime = 1\ncpus = [{}]\n", cpus.join(", ")),
+                1,
+            )
+        }
+    };
     let secs = options
         .seconds
         .unwrap_or(if options.quick { 4 } else { 6 })
@@ -263,7 +305,7 @@ pub fn run(options: &SweepOptions) -> anyhow::Result<Value> {
         // its own path cannot carry 1.05x of is the path's limit, not the shaping's error.
         let mut tcp_through = Vec::new();
         for shaper in shapers {
-            let (bps, _) = through(&lab, shaper, &one_class(queues, 100e9), || {
+            let (bps, _) = through(&lab, shaper, &pin(one_class(queues, 100e9)), || {
                 tcp(&lab, 4, secs)
             })?;
             println!(
@@ -286,15 +328,16 @@ pub fn run(options: &SweepOptions) -> anyhow::Result<Value> {
             for shaper in shapers {
                 let each = target * 1.2 / f64::from(queues);
                 let ((offered, delivered), drops) =
-                    through(&lab, shaper, &one_class(queues, target), || {
+                    through(&lab, shaper, &pin(one_class(queues, target)), || {
                         udp(&lab, &flows, frame, Some(each), secs)
                     })?;
                 let mut p = point("one_class", mtu, "udp", shaper, target, offered, delivered);
                 p["htbd_drops"] = drops;
                 points.push(p);
-                let (delivered, drops) = through(&lab, shaper, &one_class(queues, target), || {
-                    tcp(&lab, 4, secs)
-                })?;
+                let (delivered, drops) =
+                    through(&lab, shaper, &pin(one_class(queues, target)), || {
+                        tcp(&lab, 4, secs)
+                    })?;
                 let own = tcp_through
                     .iter()
                     .find(|(s, _)| *s == shaper)
@@ -327,10 +370,12 @@ pub fn run(options: &SweepOptions) -> anyhow::Result<Value> {
         for &target in &shared_rates {
             for shaper in shapers {
                 let each = target * 1.2 / f64::from(queues);
-                let ((offered, delivered), drops) =
-                    through(&lab, shaper, &shared_root(queues, queues, target), || {
-                        udp(&lab, &shared_flows, 1514, Some(each), secs)
-                    })?;
+                let ((offered, delivered), drops) = through(
+                    &lab,
+                    shaper,
+                    &pin(shared_root(queues, queues, target)),
+                    || udp(&lab, &shared_flows, 1514, Some(each), secs),
+                )?;
                 let mut p = point(
                     "shared_root",
                     1500,
@@ -350,6 +395,8 @@ pub fn run(options: &SweepOptions) -> anyhow::Result<Value> {
     let report = json!({
         "machine": crate::machine(),
         "queues": queues,
+        "htbd_cpus": options.htbd_cpus,
+        "endpoint_rps": options.endpoint_rps,
         "premise": "UDP: offered >= 1.05x the rate; TCP: unshaped TCP at that MTU >= 1.05x the rate (else generator_bound) and TCP through the same shaper with a 100 Gbit/s class >= 1.05x the rate (else path_bound: the shaper's forwarding path, not its shaping, is the limit)",
         "leaf": "each shaper's default (htbd: fq_codel; this kernel has no fq_codel: pfifo)",
         "capacity": capacity,
