@@ -128,13 +128,17 @@ impl Lab {
     /// As [`up`](Self::up).
     #[must_use]
     pub fn up_with_queues(name: &str, mode: &str, queues: u32) -> Self {
-        match Self::try_up_with_queues(name, mode, queues) {
-            Ok(lab) => lab,
-            Err(reason) => panic!(
+        Self::or_panic(Self::try_up_with_queues(name, mode, queues))
+    }
+
+    /// The lab, or a panic saying why it cannot run here.
+    fn or_panic(lab: Result<Self, LabError>) -> Self {
+        lab.unwrap_or_else(|reason| {
+            panic!(
                 "the netns lab cannot run here: {reason} (lab tests are ignored unless asked for; \
                  run them as root with --include-ignored)"
-            ),
-        }
+            )
+        })
     }
 
     /// As [`up`](Self::up), but says why the lab cannot run here instead of panicking.
@@ -162,12 +166,7 @@ impl Lab {
     /// As [`up`](Self::up).
     #[must_use]
     pub fn up_ipv6(name: &str, mode: &str) -> Self {
-        Self::try_up_family(name, mode, 1, true).unwrap_or_else(|reason| {
-            panic!(
-                "the netns lab cannot run here: {reason} (lab tests are ignored unless asked for; \
-                 run them as root with --include-ignored)"
-            )
-        })
+        Self::or_panic(Self::try_up_family(name, mode, 1, true))
     }
 
     fn try_up_family(name: &str, mode: &str, queues: u32, ipv6: bool) -> Result<Self, LabError> {
@@ -200,6 +199,40 @@ impl Lab {
             anchors: Mutex::new(Vec::new()),
             _serial: serial,
         })
+    }
+
+    /// Pings `dst` from node-1 120 times, one every 50 ms, while `htbd` is stopped (SIGSTOP)
+    /// for 3 s in the middle; returns how many replies came within 300 ms (a later one is as
+    /// good as lost to a user). The fail-open tests' measurement, IPv4 or IPv6 by `dst`.
+    ///
+    /// # Panics
+    /// When ping cannot run or htbd cannot be signalled.
+    pub fn pings_answered_across_a_stop(&self, htbd: &Htbd, dst: &str) -> usize {
+        let mut ping = self.cmd(N1, "ping");
+        if dst.contains(':') {
+            ping.arg("-6");
+        }
+        let pinger = ping
+            .args(["-n", "-c", "120", "-i", "0.05", "-W", "1", dst])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("ping");
+        std::thread::sleep(Duration::from_millis(1500));
+        htbd.signal("STOP");
+        std::thread::sleep(Duration::from_secs(3));
+        htbd.signal("CONT");
+        let out = pinger.wait_with_output().expect("ping");
+        let rtts =
+            crate::latency::Rtts::from_ping_output(&String::from_utf8_lossy(&out.stdout), 120);
+        let prompt = (1..=120)
+            .filter(|&i| rtts.quantile(f64::from(i) / 120.0) <= 300.0)
+            .count();
+        eprintln!(
+            "{prompt} of 120 pings to {dst} answered within 300 ms ({} in all, max {} ms)",
+            rtts.received(),
+            rtts.quantile(1.0)
+        );
+        prompt
     }
 
     /// Node-2's address (IPv6 in a lab built by [`up_ipv6`](Self::up_ipv6)).

@@ -182,35 +182,7 @@ fn a_stopped_data_plane_fails_open_for_ipv6() {
     let htbd = Htbd::start(&lab, &config("router"));
     assert_reachable(&lab);
     // 120 pings, one every 50 ms; htbd is stopped for 3 s in the middle.
-    let pinger = lab
-        .cmd(N1, "ping")
-        .args([
-            "-6",
-            "-n",
-            "-c",
-            "120",
-            "-i",
-            "0.05",
-            "-W",
-            "1",
-            lab.n2_ip(),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("ping");
-    std::thread::sleep(Duration::from_millis(1500));
-    htbd.signal("STOP");
-    std::thread::sleep(Duration::from_secs(3));
-    htbd.signal("CONT");
-    let out = pinger.wait_with_output().expect("ping");
-    let rtts = htb_lab::latency::Rtts::from_ping_output(&String::from_utf8_lossy(&out.stdout), 120);
-    let prompt = (1..=120)
-        .filter(|&i| rtts.quantile(f64::from(i) / 120.0) <= 300.0)
-        .count();
-    eprintln!(
-        "{prompt} of 120 IPv6 pings answered within 300 ms ({} in all)",
-        rtts.received()
-    );
+    let prompt = lab.pings_answered_across_a_stop(&htbd, lab.n2_ip());
     assert!(
         prompt >= 115,
         "only {prompt} of 120 IPv6 pings answered within 300 ms"

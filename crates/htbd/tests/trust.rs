@@ -7,7 +7,6 @@
 //! Every test needs root and network namespaces, so each is `#[ignore]`d; `scripts/test.sh`
 //! includes them as root.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use htb_lab::{Htbd, Lab, N1, N2, R, Reaped, assert_within, htbd_fails};
@@ -247,35 +246,7 @@ fn a_stopped_data_plane_fails_open_and_shaping_resumes() {
     let htbd = Htbd::start(&lab, &one_class("10mbit"));
     assert_eq!(lab.ping(N1, "10.201.2.2", 3, "0.1"), 3);
     // 120 pings, one every 50 ms; htbd is stopped for 3 s in the middle.
-    let pinger = lab
-        .cmd(N1, "ping")
-        .args(["-n", "-c", "120", "-i", "0.05", "-W", "1", "10.201.2.2"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("ping");
-    std::thread::sleep(Duration::from_millis(1500));
-    let pid = htbd.pid().to_string();
-    let signal = |sig: &str| {
-        let ok = std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {pid}");
-    };
-    signal("-STOP");
-    std::thread::sleep(Duration::from_secs(3));
-    signal("-CONT");
-    let out = pinger.wait_with_output().expect("ping");
-    let rtts = htb_lab::latency::Rtts::from_ping_output(&String::from_utf8_lossy(&out.stdout), 120);
-    // A reply later than 300 ms is as good as lost to a user (a stopped htbd held it).
-    let prompt = (1..=120)
-        .filter(|&i| rtts.quantile(f64::from(i) / 120.0) <= 300.0)
-        .count();
-    eprintln!(
-        "{prompt} of 120 pings answered within 300 ms ({} in all, max {} ms)",
-        rtts.received(),
-        rtts.quantile(1.0)
-    );
+    let prompt = lab.pings_answered_across_a_stop(&htbd, "10.201.2.2");
     // The XDP program hands frames to the kernel once the heartbeat is 100 ms old: the pings in
     // that window, and those queued in htbd when it stopped, may be late or lost.
     assert!(
