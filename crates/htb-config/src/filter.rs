@@ -263,6 +263,10 @@ pub struct FilterSection {
     /// `action police …`: `{ rate = "5mbit", burst = "20k", exceed = "drop" }`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub police: Option<Located<PoliceSection>>,
+    /// `action mirred egress redirect dev IFB` (filters of an ingress qdisc only): what it
+    /// matches is shaped by that IFB port's tree first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Located<String>>,
 }
 
 /// A filter's policer (tc's `police rate R burst B [mtu M] [peakrate P] [overhead O] [mpu U]

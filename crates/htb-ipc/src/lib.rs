@@ -198,6 +198,21 @@ pub struct Shown {
     /// `qdisc show` and `class show`: `mq` roots, with their classes (one per TX queue).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mq: Vec<MqInfo>,
+    /// `qdisc show`: the interfaces with an ingress qdisc (`ffff:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ingress: Vec<IngressInfo>,
+}
+
+/// tc's ingress qdisc of an interface (`qdisc ingress ffff: parent ffff:fff1`): it holds
+/// filters only; their `mirred egress redirect dev ifbN` actions send what they match through
+/// that IFB's tree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngressInfo {
+    /// Interface.
+    pub dev: String,
+    /// What its filters took (redirected or dropped), when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<QueueStats>,
 }
 
 /// tc's `mq` at a port's root (`sch_mq.c`): one class per TX queue, each holding one HTB tree.
@@ -435,6 +450,9 @@ pub struct FilterInfo {
     /// Its policer: options, and counters when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub police: Option<PoliceInfo>,
+    /// The IFB its `mirred egress redirect` sends what it matches to (ingress filters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<String>,
 }
 
 /// A filter's policer as `filter show` lists it.
@@ -557,6 +575,18 @@ pub enum Command {
         /// Interface.
         dev: String,
     },
+    /// `qdisc add dev D handle ffff: ingress`: an ingress qdisc, for filters whose `mirred
+    /// egress redirect dev ifbN` shapes what the interface receives in an IFB's tree.
+    IngressAdd {
+        /// Interface.
+        dev: String,
+    },
+    /// `qdisc del dev D ingress` (or `handle ffff:`, `parent ffff:fff1`): the ingress qdisc
+    /// and its filters go.
+    IngressDelete {
+        /// Interface.
+        dev: String,
+    },
     /// `class add`.
     ClassAdd(ClassSpec),
     /// `class change`: every parameter is replaced (those not given return to defaults).
@@ -624,6 +654,7 @@ impl Command {
             Self::QdiscAdd(q) | Self::QdiscChange(q) | Self::QdiscReplace(q) => &q.dev,
             Self::MqAdd(m) | Self::MqReplace(m) => &m.dev,
             Self::QdiscDelete { dev } | Self::ClassDelete { dev, .. } => dev,
+            Self::IngressAdd { dev } | Self::IngressDelete { dev } => dev,
             Self::FilterDelete { dev, .. } | Self::LeafDelete { dev, .. } => dev,
             Self::LeafAdd(l) | Self::LeafChange(l) | Self::LeafReplace(l) => &l.dev,
             Self::ClassAdd(c) | Self::ClassChange(c) | Self::ClassReplace(c) => &c.dev,
@@ -764,6 +795,10 @@ pub struct FilterSpec {
     /// `action police …` (or u32's `police …`); boxed, as most filters have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub police: Option<Box<PoliceConfig>>,
+    /// `action mirred egress redirect dev IFB`: a filter of an ingress qdisc sends what it
+    /// matches through that IFB's tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<String>,
 }
 
 /// An error, as data.

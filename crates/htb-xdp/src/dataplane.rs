@@ -15,11 +15,13 @@ use crate::crew::{Crew, Handoff, HandoffCounts};
 use crate::error::PlaneError;
 use crate::frame::{FlowHasher, Frame, FrameNeeds};
 use crate::parse::{parse, set_ce, wash_dscp};
-use crate::plane_op::PlaneOp;
+use crate::plane_op::{IngressHook, PlaneOp};
 use crate::rings::{Chunk, FrameCounts, Rings};
 use crate::rtt::{ClassRtt, RttTracker};
 use crate::stats::{PortSnapshot, PortStats};
 
+#[cfg(test)]
+mod ifb_tests;
 #[cfg(test)]
 mod mq_tests;
 #[cfg(test)]
@@ -65,6 +67,27 @@ pub(crate) struct PortSetup {
     pub(crate) classifier: Arc<Classifier>,
     /// Measure the TCP round trips of what leaves through it.
     pub(crate) rtt: bool,
+    /// An IFB device: no rings; frames reach it through other ports' ingress redirects and
+    /// its trees release them to their egress ports.
+    pub(crate) ifb: bool,
+    /// Its ingress qdisc (`ffff:`), if it has one.
+    pub(crate) ingress: Option<Arc<IngressHook>>,
+}
+
+/// A port's ingress qdisc, with each filter's redirect resolved to a port index.
+struct Ingress {
+    hook: Arc<IngressHook>,
+    redirects: Vec<Option<usize>>,
+}
+
+/// What a port's ingress qdisc does with a frame.
+enum IngressVerdict {
+    /// Nothing: the frame goes to its egress port.
+    Pass,
+    /// Queue it in this IFB port's tree first.
+    Redirect(usize),
+    /// A policer dropped it.
+    Drop,
 }
 
 /// One HTB qdisc of a port: the root's, or one under a class of tc's `mq`.
@@ -93,6 +116,10 @@ struct Slot {
 struct Port {
     name: String,
     peer: Option<usize>,
+    /// An IFB device (no rings).
+    ifb: bool,
+    /// Its ingress qdisc.
+    ingress: Option<Ingress>,
     /// Its trees: at most one at the root, or one per `mq` class.
     trees: Vec<Tree>,
     /// Frames of a port without trees leave through this: no classes, one direct queue.
@@ -282,7 +309,9 @@ impl Port {
                         // Packets over new limits are dropped, not purged.
                         htb.change_leaf(now, id, &leaf).map(|c| c.purged)
                     }
-                    PlaneOp::SetTree { .. } | PlaneOp::SetFilters { .. } => Ok(Vec::new()),
+                    PlaneOp::SetTree { .. }
+                    | PlaneOp::SetFilters { .. }
+                    | PlaneOp::SetIngress { .. } => Ok(Vec::new()),
                 };
                 purged.map_err(PlaneError::from)
             }
@@ -381,6 +410,30 @@ fn observe_rtt(tracker: &mut RttTracker, ports: &mut [Port], f: &Outgoing<'_>, n
     }
 }
 
+/// Resolves the IFB names of every port's ingress redirects to port indices (a name that is
+/// not an IFB port: no redirect, the control plane refuses those).
+fn resolve_redirects(ports: &mut [Port]) {
+    let ifbs: Vec<(String, usize)> = ports
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.ifb)
+        .map(|(i, p)| (p.name.clone(), i))
+        .collect();
+    for port in ports.iter_mut() {
+        if let Some(ingress) = &mut port.ingress {
+            ingress.redirects = ingress
+                .hook
+                .redirects
+                .iter()
+                .map(|to| {
+                    let to = to.as_ref()?;
+                    ifbs.iter().find(|(name, _)| name == to).map(|&(_, i)| i)
+                })
+                .collect();
+        }
+    }
+}
+
 /// Receive, classify, schedule, transmit: one pass per [`poll`](Self::poll).
 pub(crate) struct Dataplane<R: Rings> {
     rings: R,
@@ -429,7 +482,12 @@ impl<R: Rings> Dataplane<R> {
         frame_size: u32,
         crew: Crew<R::Parcel>,
     ) -> Self {
-        let by_mac = ports.iter().enumerate().map(|(i, p)| (p.mac, i)).collect();
+        let by_mac = ports
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.ifb)
+            .map(|(i, p)| (p.mac, i))
+            .collect();
         let rtt = ports.iter().any(|p| p.rtt).then(RttTracker::new);
         let ports = ports
             .into_iter()
@@ -441,6 +499,11 @@ impl<R: Rings> Dataplane<R> {
                     },
                     name: p.name,
                     peer: p.peer,
+                    ifb: p.ifb,
+                    ingress: p.ingress.map(|hook| Ingress {
+                        hook,
+                        redirects: Vec::new(),
+                    }),
                     trees: p
                         .trees
                         .into_iter()
@@ -463,6 +526,8 @@ impl<R: Rings> Dataplane<R> {
                 port
             })
             .collect();
+        let mut ports: Vec<Port> = ports;
+        resolve_redirects(&mut ports);
         let batch = batch.max(1);
         let low_water = u32::try_from(rings.channels() * batch * 2).unwrap_or(u32::MAX);
         Self {
@@ -527,8 +592,17 @@ impl<R: Rings> Dataplane<R> {
         self.crew.ring_bells();
         work |= self.take_inbound(now) > 0;
         work |= self.rings.reap() > 0;
+        // IFBs first: what their trees release this pass can leave through its egress port's
+        // in the same pass.
         for port in 0..self.ports.len() {
-            work |= self.transmit(port, now);
+            if self.ports[port].ifb {
+                work |= self.release_ifb(port, now);
+            }
+        }
+        for port in 0..self.ports.len() {
+            if !self.ports[port].ifb {
+                work |= self.transmit(port, now);
+            }
             // Other workers see what this one sent from their shared classes.
             for tree in &mut self.ports[port].trees {
                 tree.htb.flush_shared();
@@ -584,6 +658,62 @@ impl<R: Rings> Dataplane<R> {
             return;
         }
         let parsed = parse(bytes);
+        let len = chunk.len();
+        let (tree_port, onward) = match self.ingress_verdict(ingress, &parsed, bytes, now, len) {
+            IngressVerdict::Pass => (egress, None),
+            IngressVerdict::Redirect(ifb) => (ifb, Some(egress)),
+            IngressVerdict::Drop => {
+                self.ports[ingress].stats.drops_police += 1;
+                self.rings.release(chunk);
+                return;
+            }
+        };
+        self.classify_into(tree_port, chunk, &parsed, now, onward);
+    }
+
+    /// What port `ingress`'s ingress qdisc does with a frame it received.
+    fn ingress_verdict(
+        &self,
+        ingress: usize,
+        parsed: &crate::parse::Parsed,
+        bytes: &[u8],
+        now: Instant,
+        len: u32,
+    ) -> IngressVerdict {
+        let Some(hook) = &self.ports[ingress].ingress else {
+            return IngressVerdict::Pass;
+        };
+        match hook
+            .hook
+            .classifier
+            .classify_policed(&parsed.info, &parsed.headers(bytes), now, len)
+        {
+            Verdict::Filter(i) => match hook.redirects.get(i).copied().flatten() {
+                Some(ifb) => IngressVerdict::Redirect(ifb),
+                None => IngressVerdict::Pass,
+            },
+            Verdict::Unclassified => IngressVerdict::Pass,
+            Verdict::Drop => IngressVerdict::Drop,
+        }
+    }
+
+    /// Classifies a frame by port `port`'s filters into its trees (an IFB's, with `onward` the
+    /// port it leaves through after; or its egress port's), handing it to the worker that owns
+    /// its class.
+    fn classify_into(
+        &mut self,
+        egress: usize,
+        chunk: Chunk,
+        parsed: &crate::parse::Parsed,
+        now: Instant,
+        onward: Option<usize>,
+    ) {
+        let bytes = self.rings.bytes(&chunk);
+        if onward.is_some() {
+            let stats = &mut self.ports[egress].stats;
+            stats.rx_packets += 1;
+            stats.rx_bytes += u64::from(chunk.len());
+        }
         // u32's general keys (if any filter has them) read the packet's bytes; a filter's
         // policer may drop the frame or pass it on to the next filter.
         let classified = match self.ports[egress].classifier.classify_policed(
@@ -603,17 +733,22 @@ impl<R: Rings> Dataplane<R> {
         // A chain occupies each of its frames (`skb->truesize` of a multi-buffer skb).
         let truesize = self.frame_size * u32::from(chunk.frames());
         let needs = self.ports[egress].needs;
-        let frame = Frame::new(chunk, bytes, &parsed, &self.flows, truesize, needs);
+        let mut frame = Frame::new(chunk, bytes, parsed, &self.flows, truesize, needs);
+        if let Some(onward) = onward {
+            frame = frame.redirected(onward);
+        }
         let (me, workers) = (self.crew.me(), self.crew.workers());
         let port = &mut self.ports[egress];
         let (filter, (slot, owner)) = match classified {
             Some(i) => (u32::try_from(i).ok(), port.target(i, me, workers)),
             None => (None, port.unclassified_slot(me, workers)),
         };
-        if let Some(tracker) = self.rtt.as_mut() {
+        if onward.is_none()
+            && let Some(tracker) = self.rtt.as_mut()
+        {
             let outgoing = Outgoing {
                 bytes,
-                parsed: &parsed,
+                parsed,
                 egress,
                 classified,
                 slot,
@@ -625,6 +760,49 @@ impl<R: Rings> Dataplane<R> {
             return;
         }
         self.enqueue(egress, now, slot, frame);
+    }
+
+    /// Moves what IFB port `port`'s trees release at `now` on to each frame's egress port
+    /// (`ifb_xmit` re-injecting at the device the frame came for), classified there. Returns
+    /// whether any moved. At most a few batches per pass, so that a backlog released at once
+    /// does not hold up the TX rings.
+    fn release_ifb(&mut self, port: usize, now: Instant) -> bool {
+        let mut moved = false;
+        for _ in 0..self.batch * 4 {
+            let Some(frame) = self.dequeue(port, now) else {
+                break;
+            };
+            moved = true;
+            let onward = frame.onward();
+            let (mut chunk, edits) = frame.into_parts();
+            if let Some(e) = edits {
+                // The IFB's leaf marked it CE or washed its DSCP: the egress leaf reads the
+                // edited header, as the kernel's does.
+                self.rings.rewrite(&mut chunk, &mut |b| {
+                    if e.wash {
+                        wash_dscp(b, e.l3, e.ipv6);
+                    }
+                    if e.ce {
+                        set_ce(b, e.l3, e.ipv6);
+                    }
+                });
+            }
+            let stats = &mut self.ports[port].stats;
+            stats.tx_packets += 1;
+            stats.tx_bytes += u64::from(chunk.len());
+            match onward.filter(|&e| e < self.ports.len() && !self.ports[e].ifb) {
+                Some(egress) => {
+                    let parsed = parse(self.rings.bytes(&chunk));
+                    self.classify_into(egress, chunk, &parsed, now, None);
+                }
+                None => {
+                    self.ports[port].stats.drops_no_egress += 1;
+                    self.rings.release(chunk);
+                }
+            }
+        }
+        self.release_dropped(port);
+        moved
     }
 
     /// Queues a frame in `egress`'s scheduler; drops it when the class's queue refuses it.
@@ -875,6 +1053,15 @@ impl<R: Rings> Dataplane<R> {
                 results.push(Err(PlaneError::NoPort(op.port().to_owned())));
                 continue;
             };
+            if let PlaneOp::SetIngress { hook, .. } = op {
+                self.ports[index].ingress = hook.map(|hook| Ingress {
+                    hook,
+                    redirects: Vec::new(),
+                });
+                resolve_redirects(&mut self.ports);
+                results.push(Ok(0));
+                continue;
+            }
             // With several workers a deleted class's owner may be cached too.
             retarget[index] |= matches!(op, PlaneOp::SetTree { .. } | PlaneOp::SetFilters { .. })
                 || (self.crew.workers() > 1 && matches!(op, PlaneOp::DeleteClass { .. }));

@@ -26,7 +26,7 @@ use crate::frame::Frame;
 use crate::links::{LINK_CHECK, LinkWatch};
 use crate::merge;
 use crate::netdev::{NetDev, format_mac};
-use crate::plane_op::{PlaneOp, new_scheduler};
+use crate::plane_op::{IngressHook, PlaneOp, new_scheduler};
 use crate::program::{AttachMode, ProgramConfig, XdpProgram};
 use crate::rings::Rings;
 use crate::stats::{EngineStats, JobTimes, PortSnapshot, WorkerStats};
@@ -60,6 +60,23 @@ pub struct PortConfig {
     pub filters: Vec<Filter>,
     /// Measure the TCP round trips of what leaves through this port, per class.
     pub rtt: bool,
+    /// An IFB device (tc's `ifbN`): no interface is opened or attached; its trees shape
+    /// what other ports' ingress filters redirect to it, before those frames go on to their
+    /// egress ports.
+    pub ifb: bool,
+    /// Its ingress qdisc (`ffff:`): the filters, each with the IFB its `mirred egress
+    /// redirect` names (`None`: none, a policer only). `None`: no ingress qdisc.
+    pub ingress: Option<Vec<(Filter, Option<String>)>>,
+}
+
+impl EngineConfig {
+    /// The same configuration with the IFB ports after the interfaces, so that a port's index
+    /// is its interface's (IFB ports have none).
+    fn with_ifbs_last(&self) -> Self {
+        let mut config = self.clone();
+        config.ports.sort_by_key(|p| p.ifb);
+        config
+    }
 }
 
 /// Everything the engine needs to start.
@@ -247,14 +264,36 @@ fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> 
         return Err(XdpError::Config("no interfaces".into()));
     }
     let mut devs = Vec::new();
-    for port in &config.ports {
-        if devs.iter().any(|d: &NetDev| d.name == port.name) {
+    for (i, port) in config.ports.iter().enumerate() {
+        if config.ports[..i].iter().any(|p| p.name == port.name) {
             return Err(XdpError::Config(format!(
                 "interface {} is listed twice",
                 port.name
             )));
         }
-        devs.push(NetDev::open(&port.name)?);
+        if !port.ifb {
+            devs.push(NetDev::open(&port.name)?);
+        }
+    }
+    if devs.is_empty() {
+        return Err(XdpError::Config(
+            "no interfaces: IFB ports shape what interfaces redirect to them".into(),
+        ));
+    }
+    for port in &config.ports {
+        let redirects = port
+            .ingress
+            .iter()
+            .flatten()
+            .filter_map(|(_, to)| to.as_ref());
+        for to in redirects {
+            if !config.ports.iter().any(|p| p.ifb && p.name == *to) {
+                return Err(XdpError::Config(format!(
+                    "{}: ingress redirects to {to}, which is not an IFB port",
+                    port.name
+                )));
+            }
+        }
     }
     let mut io = config.io;
     let mtus: Vec<(&str, u32)> = devs.iter().map(|d| (d.name.as_str(), d.mtu)).collect();
@@ -283,7 +322,7 @@ fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> 
     }
     match config.mode {
         Mode::Bridge => {
-            for port in &config.ports {
+            for port in config.ports.iter().filter(|p| !p.ifb) {
                 let peer = port.peer.as_deref().ok_or_else(|| {
                     XdpError::Config(format!("bridge mode: interface {} needs a peer", port.name))
                 })?;
@@ -391,25 +430,33 @@ impl Engine {
     /// # Errors
     /// [`XdpError`] naming the interface or step that failed.
     pub fn start(config: &EngineConfig) -> Result<(Self, EngineHandle), XdpError> {
+        let config = &config.with_ifbs_last();
         let (devs, io) = validate(config)?;
         let queues: Vec<u32> = devs.iter().map(|d| d.rx_queues).collect();
         let workers = config.worker_count(&queues)?;
         let epoch = std::time::Instant::now();
         let mut per_worker: Vec<Vec<PortSetup>> = (0..workers).map(|_| Vec::new()).collect();
-        for (port, dev) in config.ports.iter().zip(&devs) {
+        for (i, port) in config.ports.iter().enumerate() {
+            let mac = devs.get(i).map_or([0; 6], |d| d.mac);
             let (trees, classifier) = schedulers(port, workers)?;
+            let ingress = port
+                .ingress
+                .clone()
+                .map(|filters| Arc::new(IngressHook::new(filters)));
             let peer = port
                 .peer
                 .as_ref()
                 .and_then(|p| config.ports.iter().position(|c| &c.name == p));
             for (setups, trees) in per_worker.iter_mut().zip(trees) {
                 setups.push(PortSetup {
-                    name: dev.name.clone(),
-                    mac: dev.mac,
+                    name: port.name.clone(),
+                    mac,
                     peer,
                     trees,
                     classifier: Arc::clone(&classifier),
                     rtt: port.rtt,
+                    ifb: port.ifb,
+                    ingress: ingress.clone(),
                 });
             }
         }

@@ -33,9 +33,13 @@ impl FrameTag {
             mark_ce: false,
             wash: false,
             tcp: None,
+            onward: NO_ONWARD,
         }
     }
 }
+
+/// [`FrameTag::onward`] of a frame on its last hop.
+const NO_ONWARD: u16 = u16::MAX;
 
 /// What a frame carries besides its chunk: read once when it arrives, and handed to another
 /// worker with it.
@@ -61,6 +65,9 @@ pub(crate) struct FrameTag {
     wash: bool,
     /// The segment as `cake`'s ACK filter compares it (TCP frames of ports that filter ACKs).
     tcp: Option<TcpAck>,
+    /// In an IFB's tree: the port the frame leaves through once the IFB releases it
+    /// ([`NO_ONWARD`]: none, it is in its egress port's tree).
+    onward: u16,
 }
 
 /// What the data plane reads of a frame besides its flow hash, for the leaves of its egress
@@ -141,8 +148,22 @@ impl Frame {
                 mark_ce: false,
                 wash: false,
                 tcp,
+                onward: NO_ONWARD,
             },
         }
+    }
+
+    /// The frame waits in an IFB's tree and leaves through port `egress` after it (tc's
+    /// `mirred egress redirect dev ifbN` on `egress`'s peer's ingress).
+    pub(crate) fn redirected(mut self, egress: usize) -> Self {
+        self.tag.onward = u16::try_from(egress).unwrap_or(NO_ONWARD);
+        self
+    }
+
+    /// The port a frame released by an IFB's tree goes on to (`None`: the frame is in its
+    /// egress port's tree).
+    pub(crate) fn onward(&self) -> Option<usize> {
+        (self.tag.onward != NO_ONWARD).then_some(usize::from(self.tag.onward))
     }
 
     /// The frame's chunk and tag, to hand it to another worker.

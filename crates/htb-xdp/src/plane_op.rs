@@ -97,6 +97,42 @@ pub enum PlaneOp {
         /// The filters, compiled (once for every worker).
         classifier: Arc<Classifier>,
     },
+    /// Put in, replace or take out the port's ingress qdisc (tc's `ffff: ingress`) and its
+    /// filters.
+    SetIngress {
+        /// Port name.
+        port: String,
+        /// The filters and their redirects, compiled by the sender (`None`: no ingress qdisc).
+        hook: Option<Arc<IngressHook>>,
+    },
+}
+
+/// A port's ingress qdisc (tc's `qdisc add dev X handle ffff: ingress`) as the data plane runs
+/// it: filters evaluated on every frame the port receives, before its egress port is served.
+/// A filter whose action is `mirred egress redirect dev ifbN` queues what it matches in that
+/// IFB's tree first (what `act_mirred` and `ifb_xmit` do in the kernel); one with a policer
+/// drops what exceeds it; a frame no filter takes goes on as if there were no ingress qdisc.
+#[derive(Debug)]
+pub struct IngressHook {
+    /// The filters, compiled, in evaluation order.
+    pub classifier: Classifier,
+    /// Per filter, the IFB port its mirred action redirects to (`None`: no redirect).
+    pub redirects: Vec<Option<String>>,
+}
+
+impl IngressHook {
+    /// Compiles `filters`, each with the IFB it redirects to.
+    #[must_use]
+    pub fn new(mut filters: Vec<(htb_config::filter::Filter, Option<String>)>) -> Self {
+        // The classifier orders its filters by prio (stably) and names a match by its position
+        // in that order: the redirects follow the same order.
+        filters.sort_by_key(|(f, _)| f.prio);
+        let (filters, redirects) = filters.into_iter().unzip();
+        Self {
+            classifier: Classifier::new(filters),
+            redirects,
+        }
+    }
 }
 
 impl PlaneOp {
@@ -230,6 +266,10 @@ impl PlaneOp {
                 port: port.clone(),
                 classifier: Arc::clone(classifier),
             },
+            Self::SetIngress { port, hook } => Self::SetIngress {
+                port: port.clone(),
+                hook: hook.clone(),
+            },
         }
     }
 
@@ -243,7 +283,7 @@ impl PlaneOp {
             | Self::DeleteClass { id, .. }
             | Self::SetLeaf { id, .. }
             | Self::ChangeLeaf { id, .. } => Some(id.major()),
-            Self::SetFilters { .. } => None,
+            Self::SetFilters { .. } | Self::SetIngress { .. } => None,
         }
     }
 
@@ -258,7 +298,8 @@ impl PlaneOp {
             | Self::DeleteClass { port, .. }
             | Self::SetLeaf { port, .. }
             | Self::ChangeLeaf { port, .. }
-            | Self::SetFilters { port, .. } => port,
+            | Self::SetFilters { port, .. }
+            | Self::SetIngress { port, .. } => port,
         }
     }
 }

@@ -104,6 +104,25 @@ struct InterfaceSection {
     tree: Vec<Located<TreeSection>>,
     /// A classless qdisc at the root instead of a tree: `root = { kind = "cake", … }`.
     root: Option<Located<htb_config::LeafSection>>,
+    /// `"ifb"`: an IFB device (no interface of its own) whose tree shapes what other ports'
+    /// ingress redirects to it.
+    #[serde(rename = "type")]
+    kind: Option<Located<String>>,
+    /// tc's ingress qdisc (`ffff:`) and its filters.
+    ingress: Option<Located<IngressSection>>,
+}
+
+/// `[interface.ingress]`: tc's `qdisc add dev X handle ffff: ingress`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IngressSection {
+    /// Shorthand for the one filter sqm-scripts and wondershaper add: `protocol all prio 10 u32
+    /// match u32 0 0 action mirred egress redirect dev IFB`.
+    redirect: Option<Located<String>>,
+    /// Its filters (`filter add dev X parent ffff: …`): the keys of `[[interface.filter]]`,
+    /// with `redirect` and/or `police` as their action.
+    #[serde(default)]
+    filter: Vec<Located<FilterSection>>,
 }
 
 /// `[[interface.tree]]`: the HTB tree under one class of the interface's `mq`.
@@ -151,6 +170,10 @@ pub struct InterfaceTrees {
     pub trees: Vec<InterfaceTree>,
     /// The classless qdisc at its root (`root = { kind = "cake", … }`), its handle given.
     pub root_leaf: Option<htb_config::LeafDef>,
+    /// An IFB device (`type = "ifb"`).
+    pub ifb: bool,
+    /// Its ingress qdisc's filters, in evaluation order (`None`: no ingress qdisc).
+    pub ingress: Option<Vec<FilterEntry>>,
 }
 
 /// One HTB tree of an interface, with its filters.
@@ -217,6 +240,76 @@ fn interface_trees(
 ) -> Result<(InterfaceTrees, Vec<htb_config::filter::Filter>), ConfigError> {
     let err = |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
     let iface = section.get_ref();
+    let name = iface.name.get_ref();
+    let ifb = match &iface.kind {
+        None => false,
+        Some(k) if k.get_ref() == "ifb" => true,
+        Some(k) => {
+            return Err(err(
+                k.span(),
+                format!(
+                    "type {:?}: htbd knows \"ifb\" (an IFB device); leave type out for an interface",
+                    k.get_ref()
+                ),
+            ));
+        }
+    };
+    let ingress = match &iface.ingress {
+        None => None,
+        Some(_) if ifb => {
+            return Err(err(
+                iface.name.span(),
+                format!("{name} is an IFB: it takes no ingress qdisc (other ports redirect to it)"),
+            ));
+        }
+        Some(located) => Some(ingress_filters(text, name, located)?),
+    };
+    let (mut trees, flat) = egress_trees(text, section)?;
+    trees.ifb = ifb;
+    trees.ingress = ingress;
+    Ok((trees, flat))
+}
+
+/// The filters of an `[interface.ingress]`: its `redirect` shorthand, then its filters.
+fn ingress_filters(
+    text: &str,
+    name: &str,
+    located: &Located<IngressSection>,
+) -> Result<Vec<FilterEntry>, ConfigError> {
+    let section = located.get_ref();
+    let (_, mut filters, _) =
+        tree_filters(text, name, located.span(), None, &[], &section.filter, true)?;
+    if let Some(to) = &section.redirect {
+        let prio = 10;
+        let handle = filters
+            .iter()
+            .filter(|f| f.prio == prio && f.kind == FilterKind::U32)
+            .map(|f| f.handle + 1)
+            .max()
+            .unwrap_or(0x8000_0800);
+        filters.push(FilterEntry {
+            prio,
+            protocol: Protocol::All,
+            kind: FilterKind::U32,
+            handle,
+            matcher: htb_config::filter::Match::default(),
+            class: None,
+            u32: U32Parts::default(),
+            police: None,
+            redirect: Some(to.get_ref().clone()),
+        });
+        filters.sort_by_key(FilterEntry::order);
+    }
+    Ok(filters)
+}
+
+/// An interface's qdisc and classes, or `mq` and its trees, or a classless root.
+fn egress_trees(
+    text: &str,
+    section: &Located<InterfaceSection>,
+) -> Result<(InterfaceTrees, Vec<htb_config::filter::Filter>), ConfigError> {
+    let err = |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
+    let iface = section.get_ref();
     let name = iface.name.get_ref().clone();
     if let Some(root) = &iface.root {
         // A classless root's `[interface.qdisc]` may hold its size table, nothing else.
@@ -262,6 +355,8 @@ fn interface_trees(
                     filters: Vec::new(),
                 }],
                 root_leaf: Some(def),
+                ifb: false,
+                ingress: None,
             },
             Vec::new(),
         ));
@@ -282,6 +377,7 @@ fn interface_trees(
             iface.qdisc.as_ref(),
             &iface.class,
             &iface.filter,
+            false,
         )?;
         let trees = tree
             .map(|tree| InterfaceTree {
@@ -296,6 +392,8 @@ fn interface_trees(
                 mq: None,
                 trees,
                 root_leaf: None,
+                ifb: false,
+                ingress: None,
             },
             flat,
         ));
@@ -342,6 +440,7 @@ fn interface_trees(
             t.qdisc.as_ref(),
             &t.class,
             &t.filter,
+            false,
         )?;
         let Some(tree) = tree else {
             return Err(err(
@@ -372,6 +471,8 @@ fn interface_trees(
             mq: Some(handle.major()),
             trees,
             root_leaf: None,
+            ifb: false,
+            ingress: None,
         },
         flat,
     ))
@@ -387,6 +488,7 @@ fn tree_filters(
     qdisc: Option<&QdiscSection>,
     classes: &[Located<ClassSection>],
     filter_sections: &[Located<FilterSection>],
+    ingress: bool,
 ) -> Result<
     (
         Option<TreeSpec>,
@@ -405,7 +507,26 @@ fn tree_filters(
     for located in filter_sections {
         let f = located.get_ref();
         let class = f.classid.as_ref().map(|c| c.get_ref().0);
-        if let (Some(class), Some(located_class)) = (class, f.classid.as_ref()) {
+        let redirect = f.redirect.as_ref().map(|r| r.get_ref().clone());
+        if let (false, Some(r)) = (ingress, &f.redirect) {
+            return Err(err(
+                r.span(),
+                "redirect (tc's mirred egress redirect) is the action of an ingress filter: put the filter in [[interface.ingress.filter]]".into(),
+            ));
+        }
+        if ingress && redirect.is_none() && f.police.is_none() {
+            return Err(err(
+                located.span(),
+                "an ingress filter needs an action: redirect = \"ifbN\" (shape in the IFB's tree) or police (drop what exceeds a rate)".into(),
+            ));
+        }
+        if ingress && (f.divisor.is_some() || f.link.is_some()) {
+            return Err(err(
+                located.span(),
+                "u32 hash tables and links are for an htb qdisc's filters; an ingress filter matches directly".into(),
+            ));
+        }
+        if let (false, Some(class), Some(located_class)) = (ingress, class, f.classid.as_ref()) {
             let known = tree
                 .as_ref()
                 .is_some_and(|t| t.classes.iter().any(|c| c.id == class));
@@ -446,7 +567,7 @@ fn tree_filters(
             )));
         }
         let u32 = u32_parts(f, kind, handle).map_err(at)?;
-        if class.is_none() && u32.divisor.is_none() && u32.link.is_none() {
+        if class.is_none() && u32.divisor.is_none() && u32.link.is_none() && !ingress {
             return Err(at(
                 "a filter needs a classid (only a u32 divisor or link may go without)".into(),
             ));
@@ -471,6 +592,7 @@ fn tree_filters(
                 class,
                 u32,
                 police,
+                redirect,
             },
             handle.is_some(),
         ));
@@ -683,7 +805,17 @@ impl DaemonConfig {
                 ));
             }
             let peer = iface.peer.as_ref().map(|p| p.get_ref().clone());
+            let ifb = iface.kind.is_some();
             match (mode, &iface.peer) {
+                (_, Some(p)) if ifb => {
+                    return Err(err(
+                        p.span(),
+                        format!(
+                            "{name} is an IFB: it takes no peer (what it releases goes on to each frame's own egress port)"
+                        ),
+                    ));
+                }
+                (Mode::Bridge, None) if ifb => {}
                 (Mode::Router, Some(p)) => {
                     return Err(err(p.span(), "peer is for mode = \"bridge\" only".into()));
                 }
@@ -702,11 +834,44 @@ impl DaemonConfig {
                 trees: trees.port_trees(),
                 filters,
                 rtt: iface.rtt,
+                ifb: trees.ifb,
+                ingress: None,
             });
             interfaces.push(trees);
         }
+        for (section, trees) in file.interface.iter().zip(&interfaces) {
+            let redirects = trees
+                .ingress
+                .iter()
+                .flatten()
+                .filter_map(|f| f.redirect.as_ref());
+            for to in redirects {
+                if !interfaces.iter().any(|t| t.ifb && t.name == *to) {
+                    let span = section
+                        .get_ref()
+                        .ingress
+                        .as_ref()
+                        .map(Located::span)
+                        .unwrap_or_default();
+                    return Err(err(
+                        span,
+                        format!(
+                            "interface {}: ingress redirects to {to}, which is not an IFB port here (add [[interface]] name = \"{to}\" type = \"ifb\")",
+                            trees.name
+                        ),
+                    ));
+                }
+            }
+        }
+        if !ports.iter().any(|p| !p.ifb) {
+            return Err(ConfigError::at(
+                text,
+                text.len(),
+                "only IFB ports: list the interfaces htbd forwards on too".into(),
+            ));
+        }
         if mode == Mode::Bridge {
-            for (section, port) in file.interface.iter().zip(&ports) {
+            for (section, port) in file.interface.iter().zip(&ports).filter(|(_, p)| !p.ifb) {
                 let peer = port.peer.as_deref().unwrap_or_default();
                 let back = ports
                     .iter()
@@ -955,5 +1120,75 @@ classid = "1:20"
         assert!(e.contains("does not define"), "{e}");
         let e = error("[[interface]]\nname = \"a\"\nspeed = 1\n");
         assert!(e.contains("unknown field `speed`"), "{e}");
+    }
+
+    /// sqm-scripts' layout: r2 shapes its upload, and its download through ifb4r2.
+    const SQM: &str = r#"
+[daemon]
+mode = "router"
+
+[[interface]]
+name = "r1"
+
+[[interface]]
+name = "r2"
+[interface.ingress]
+redirect = "ifb4r2"
+
+[[interface]]
+name = "ifb4r2"
+type = "ifb"
+[interface.qdisc]
+default = "10"
+[[interface.class]]
+id = "1:10"
+rate = "20mbit"
+"#;
+
+    #[test]
+    fn an_ifb_port_and_an_ingress_redirect() {
+        let c = DaemonConfig::parse(SQM).unwrap();
+        let r2 = &c.interfaces[1];
+        let ingress = r2.ingress.as_ref().expect("r2 has an ingress qdisc");
+        assert_eq!(ingress.len(), 1);
+        let f = &ingress[0];
+        assert_eq!((f.prio, f.redirect.as_deref()), (10, Some("ifb4r2")));
+        assert_eq!(f.kind.format_handle(f.handle), "800::800");
+        assert!(c.interfaces[2].ifb && !r2.ifb);
+        assert!(c.engine.ports[2].ifb);
+        // The general form: filters of the ingress qdisc, each with its action.
+        let general = SQM.replace(
+            "redirect = \"ifb4r2\"",
+            "[[interface.ingress.filter]]\nprio = 5\nmatch = { dst = \"10.0.0.0/8\" }\nredirect = \"ifb4r2\"\n[[interface.ingress.filter]]\nprio = 6\npolice = { rate = \"1mbit\", burst = \"10k\", exceed = \"drop\" }",
+        );
+        let c = DaemonConfig::parse(&general).unwrap_or_else(|e| panic!("{e}"));
+        let ingress = c.interfaces[1].ingress.as_ref().unwrap();
+        assert_eq!(ingress.len(), 2);
+        assert!(ingress[1].police.is_some() && ingress[1].redirect.is_none());
+    }
+
+    #[test]
+    fn ingress_and_ifb_mistakes_name_the_place() {
+        let e = error(&SQM.replace("redirect = \"ifb4r2\"", "redirect = \"r1\""));
+        assert!(e.contains("not an IFB port"), "{e}");
+        let e = error(&SQM.replace("type = \"ifb\"", "type = \"veth\""));
+        assert!(e.contains("knows \"ifb\""), "{e}");
+        let e = error(&SQM.replace(
+            "type = \"ifb\"\n",
+            "type = \"ifb\"\n[interface.ingress]\nredirect = \"ifb4r2\"\n",
+        ));
+        assert!(e.contains("takes no ingress"), "{e}");
+        let e = error(&SQM.replace(
+            "redirect = \"ifb4r2\"",
+            "[[interface.ingress.filter]]\nprio = 5",
+        ));
+        assert!(e.contains("needs an action"), "{e}");
+        let e = error(&LAB.replace(
+            "classid = \"1:20\"",
+            "classid = \"1:20\"\nredirect = \"ifb0\"",
+        ));
+        assert!(e.contains("[[interface.ingress.filter]]"), "{e}");
+        let e = error("[[interface]]\nname = \"ifb0\"\ntype = \"ifb\"\n");
+        assert!(e.contains("only IFB ports"), "{e}");
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration as StdDuration;
 use htb_config::filter::Classifier;
 use htb_core::ClassId;
 use htb_ipc::{CommandResult, ErrorCode, IpcError, ReplyBody, Request, RequestBody, Response};
-use htb_xdp::{Engine, EngineHandle, JobError, PlaneOp};
+use htb_xdp::{Engine, EngineHandle, IngressHook, JobError, PlaneOp};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::InterfaceTrees;
@@ -444,6 +444,10 @@ impl Control {
                 port: name.clone(),
                 classifier: Arc::new(Classifier::new(filters)),
             });
+            ops.push(PlaneOp::SetIngress {
+                port: name.clone(),
+                hook: port.ingress_hook().map(|f| Arc::new(IngressHook::new(f))),
+            });
             rebuild.push((name, ops));
         }
         if rebuild.is_empty() {
@@ -518,6 +522,10 @@ fn plane_op(effect: &Effect, workers: usize) -> Result<PlaneOp, IpcError> {
         Effect::SetFilters { port, filters } => PlaneOp::SetFilters {
             port,
             classifier: Arc::new(Classifier::new(filters)),
+        },
+        Effect::SetIngress { port, filters } => PlaneOp::SetIngress {
+            port,
+            hook: filters.map(|f| Arc::new(IngressHook::new(f))),
         },
     })
 }

@@ -262,6 +262,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     for (port, state) in config.engine.ports.iter_mut().zip(&model.ports) {
         port.trees = state.port_trees();
         port.filters = state.data_filters()?;
+        port.ingress = state.ingress_hook();
     }
 
     match config.engine.mode {

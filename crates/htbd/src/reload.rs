@@ -40,7 +40,14 @@ pub fn commands(model: &Model, target: &[InterfaceTrees]) -> Result<Vec<Command>
     }
     let mut out = Vec::new();
     for (port, want) in model.ports.iter().zip(target) {
+        if port.ifb != want.ifb {
+            return Err(refuse(format!(
+                "{}: an interface cannot become an IFB or stop being one live: restart htbd",
+                port.name
+            )));
+        }
         port_commands(port, want, &mut out)?;
+        ingress_commands(port, want, &mut out);
     }
     Ok(out)
 }
@@ -53,12 +60,38 @@ pub fn matches(model: &Model, target: &[InterfaceTrees]) -> bool {
         && model.ports.iter().zip(target).all(|(port, want)| {
             let have = port.trees();
             root_leaf_matches(port, want)
+                && ingress_filters(port) == want.ingress.as_deref()
                 && mq_handle(port) == want.mq
                 && have.len() == want.trees.len()
                 && have.iter().zip(&want.trees).all(|((minor, q), w)| {
                     *minor == w.tree.mq_minor && qdisc_matches(q, &w.tree.tree, &w.filters)
                 })
         })
+}
+
+/// The filters of `port`'s ingress qdisc (`None`: it has none).
+fn ingress_filters(port: &PortModel) -> Option<&[FilterEntry]> {
+    port.ingress.as_ref().map(|q| q.filters.as_slice())
+}
+
+/// The ingress qdisc the file gives, when it differs from the running one: the old one goes
+/// with its filters and the new one is added with its own (they are a handful of lines).
+fn ingress_commands(port: &PortModel, want: &InterfaceTrees, out: &mut Vec<Command>) {
+    if ingress_filters(port) == want.ingress.as_deref() {
+        return;
+    }
+    let dev = port.name.clone();
+    if port.ingress.is_some() {
+        out.push(Command::IngressDelete { dev: dev.clone() });
+    }
+    if let Some(filters) = &want.ingress {
+        out.push(Command::IngressAdd { dev: dev.clone() });
+        out.extend(
+            filters
+                .iter()
+                .map(|f| filter_add(&dev, crate::model::INGRESS_MAJOR, f)),
+        );
+    }
 }
 
 /// Whether `port`'s classless root (or its lack of one) is `want`'s.
@@ -433,6 +466,7 @@ fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
         class: f.class.map(|c| c.to_string()).unwrap_or_default(),
         hashing: f.hashing(),
         police: f.police.as_ref().map(|p| Box::new(*p.config())),
+        redirect: f.redirect.clone(),
     })
 }
 

@@ -58,7 +58,7 @@ fn police_args(p: &htb_config::filter::PoliceConfig) -> String {
 /// `u32` filters for one filter: kernels without `flower` (like this lab's) have `u32`. Port
 /// ranges become mask-aligned blocks, ports without a protocol one filter per transport; a VLAN
 /// match has no u32 form on egress and is left out with a comment.
-fn u32_filters(dev: &str, major: u16, filter: &Filter) -> Vec<String> {
+fn u32_filters(dev: &str, major: u16, filter: &Filter, action: Option<&str>) -> Vec<String> {
     let m: &Match = &filter.matcher;
     let v6 = m.src.or(m.dst).is_some_and(|p| p.to_string().contains(':'));
     let family = if v6 { "ip6" } else { "ip" };
@@ -128,11 +128,14 @@ fn u32_filters(dev: &str, major: u16, filter: &Filter) -> Vec<String> {
                     .as_ref()
                     .map(|p| police_args(p.config()))
                     .unwrap_or_default();
+                let tail = match action {
+                    Some(action) => action.to_owned(),
+                    None => format!("flowid {}", filter.class),
+                };
                 out.push(format!(
-                    "tc filter add dev {dev} parent {major:x}: protocol {protocol} prio {} u32 {}{police} flowid {}",
+                    "tc filter add dev {dev} parent {major:x}: protocol {protocol} prio {} u32 {}{police} {tail}",
                     filter.prio + 1,
                     keys.join(" "),
-                    filter.class
                 ));
             }
         }
@@ -144,11 +147,31 @@ fn u32_filters(dev: &str, major: u16, filter: &Filter) -> Vec<String> {
 /// them) and filters; none for an unshaped port.
 #[must_use]
 pub fn port_commands(trees: &InterfaceTrees, port: &PortConfig) -> Vec<String> {
-    if port.trees.is_empty() {
-        return Vec::new();
-    }
     let dev = &port.name;
-    let mut out = vec![format!("tc qdisc del dev {dev} root 2>/dev/null || true")];
+    let mut out = Vec::new();
+    if trees.ifb {
+        // The kernel needs the device; htbd shapes without one.
+        out.push(format!(
+            "ip link add name {dev} type ifb 2>/dev/null || true; ip link set dev {dev} up"
+        ));
+    }
+    if let Some(ingress) = &trees.ingress {
+        out.push(format!(
+            "tc qdisc del dev {dev} ingress 2>/dev/null || true"
+        ));
+        out.push(format!("tc qdisc add dev {dev} handle ffff: ingress"));
+        for (filter, redirect) in crate::model::ingress_hook_of(ingress) {
+            let action = redirect.map_or_else(
+                || "flowid :1".to_owned(),
+                |to| format!("action mirred egress redirect dev {to}"),
+            );
+            out.extend(u32_filters(dev, INGRESS, &filter, Some(&action)));
+        }
+    }
+    if port.trees.is_empty() {
+        return out;
+    }
+    out.push(format!("tc qdisc del dev {dev} root 2>/dev/null || true"));
     if let Some(root) = &trees.root_leaf {
         let stab = trees.trees.first().and_then(|t| t.tree.tree.config.stab);
         out.push(format!(
@@ -177,7 +200,7 @@ pub fn port_commands(trees: &InterfaceTrees, port: &PortConfig) -> Vec<String> {
     out.extend(
         port.filters
             .iter()
-            .flat_map(|f| u32_filters(dev, f.class.major(), f)),
+            .flat_map(|f| u32_filters(dev, f.class.major(), f, None)),
     );
     out
 }
@@ -364,13 +387,25 @@ fn cake_args(c: &htb_core::CakeConfig) -> String {
     out
 }
 
-/// tc commands for every shaped port of `config`.
+/// The ingress qdisc's handle major.
+const INGRESS: u16 = crate::model::INGRESS_MAJOR;
+
+/// tc commands for every shaped port of `config` (IFB ports first: the kernel's mirred
+/// needs its device to exist).
 #[must_use]
 pub fn commands(config: &DaemonConfig) -> Vec<String> {
     config
         .interfaces
         .iter()
         .zip(&config.engine.ports)
+        .filter(|(trees, _)| trees.ifb)
+        .chain(
+            config
+                .interfaces
+                .iter()
+                .zip(&config.engine.ports)
+                .filter(|(trees, _)| !trees.ifb),
+        )
         .flat_map(|(trees, port)| port_commands(trees, port))
         .collect()
 }
@@ -443,6 +478,34 @@ mod tests {
         assert!(cmds.iter().any(|c| {
             c.ends_with("match ip protocol 6 0xff match ip dport 5203 0xffff flowid 1:30")
         }));
+    }
+
+    #[test]
+    fn an_ingress_redirect_and_its_ifb_translate_to_tc_and_ip() {
+        let text = "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r2\"\n\
+                    [interface.ingress]\nredirect = \"ifb0\"\n\
+                    [[interface]]\nname = \"ifb0\"\ntype = \"ifb\"\n\
+                    [[interface.class]]\nid = \"1:1\"\nrate = \"10mbit\"\n";
+        let cmds = commands(&DaemonConfig::parse(text).unwrap());
+        // The IFB first: mirred needs its device.
+        assert_eq!(
+            cmds[0],
+            "ip link add name ifb0 type ifb 2>/dev/null || true; ip link set dev ifb0 up"
+        );
+        let redirect = cmds.iter().position(|c| c.contains("mirred")).unwrap();
+        assert_eq!(
+            cmds[redirect - 1..=redirect],
+            [
+                "tc qdisc add dev r2 handle ffff: ingress".to_owned(),
+                "tc filter add dev r2 parent ffff: protocol all prio 11 u32 match u32 0 0 action mirred egress redirect dev ifb0".to_owned()
+            ]
+        );
+        assert!(
+            cmds[..redirect]
+                .iter()
+                .any(|c| c.starts_with("tc class add dev ifb0 parent 1: classid 1:1")),
+            "{cmds:#?}"
+        );
     }
 
     #[test]

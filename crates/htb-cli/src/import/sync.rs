@@ -833,6 +833,7 @@ mod tests {
                     ],
                     filters: vec![FilterInfo {
                         police: None,
+                        redirect: None,
                         dev: dev.into(),
                         parent: "1:".into(),
                         protocol: "ip".into(),
@@ -904,6 +905,7 @@ mod tests {
                     let next_handle = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     r.filters.push(FilterInfo {
                         police: None,
+                        redirect: None,
                         dev: f.dev,
                         parent: "1:".into(),
                         protocol: f.protocol,

@@ -4,7 +4,6 @@ use htb_ipc::FilterSpec;
 
 use super::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
 use super::f_u32::{prefix, tos_to_dscp};
-use super::m_police;
 use super::usage::FILTER_USAGE;
 
 /// `flower_parse_opt`.
@@ -81,9 +80,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            if let Some(p) = m_police::action(a)? {
-                spec.police = Some(Box::new(p));
-            }
+            super::tc_filter::action(a, &mut spec.police, &mut spec.redirect)?;
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }

@@ -8,7 +8,6 @@ use htb_config::u32_handle::U32Handle;
 use htb_ipc::{FilterSpec, HashKey, MatchSpec};
 
 use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
-use super::m_police;
 use super::u32_keys::{self, RawKeys};
 use super::usage::FILTER_USAGE;
 
@@ -199,12 +198,10 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            if let Some(p) = m_police::action(a)? {
-                spec.police = Some(Box::new(p));
-            }
+            super::tc_filter::action(a, &mut spec.police, &mut spec.redirect)?;
         } else if matches(w, "police") {
             // f_u32.c's own `police` (the legacy form, TCA_U32_POLICE).
-            spec.police = Some(Box::new(m_police::options(a)?));
+            spec.police = Some(Box::new(super::m_police::options(a)?));
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }

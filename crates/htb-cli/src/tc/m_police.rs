@@ -153,19 +153,6 @@ pub(super) fn options(a: &mut Args<'_>) -> Result<PoliceConfig> {
     Ok(p)
 }
 
-/// A filter option that may be a policer: `police …`, or `action police …` (`action` read,
-/// `word` the word after it); any other action is gact's ([`super::m_gact`]).
-///
-/// # Errors
-/// As [`options`], and gact's refusals.
-pub(super) fn action(a: &mut Args<'_>) -> Result<Option<PoliceConfig>> {
-    if a.peek() == Some("police") {
-        a.next();
-        return options(a).map(Some);
-    }
-    super::m_gact::action(a).map(|()| None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

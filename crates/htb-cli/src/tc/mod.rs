@@ -10,6 +10,7 @@ mod f_flower;
 mod f_u32;
 pub mod format;
 mod m_gact;
+mod m_mirred;
 mod m_police;
 mod monitor;
 pub mod parse;

@@ -475,6 +475,58 @@ mod tests {
     }
 
     #[test]
+    fn sqm_and_wondershapers_ingress_lines_parse() {
+        for line in [
+            "qdisc add dev r2 handle ffff: ingress",
+            "qdisc add dev r2 ingress",
+            "qdisc replace dev r2 parent ffff:fff1 handle ffff: ingress",
+        ] {
+            assert_eq!(
+                change(line),
+                Command::IngressAdd { dev: "r2".into() },
+                "{line}"
+            );
+        }
+        for line in [
+            "qdisc del dev r2 ingress",
+            "qdisc del dev r2 handle ffff: ingress",
+            "qdisc del dev r2 parent ffff:fff1",
+        ] {
+            assert_eq!(
+                change(line),
+                Command::IngressDelete { dev: "r2".into() },
+                "{line}"
+            );
+        }
+        let Command::FilterAdd(f) = change(
+            "filter add dev r2 parent ffff: protocol all prio 10 u32 match u32 0 0 flowid 1:1 action mirred egress redirect dev ifb4r2",
+        ) else {
+            panic!("not a filter add");
+        };
+        assert_eq!(f.parent, Some(htb_core::ClassId::new(0xffff, 0)));
+        assert_eq!(
+            (f.redirect.as_deref(), f.class.as_str()),
+            (Some("ifb4r2"), "1:1")
+        );
+        // Without a flowid, as many guides write it.
+        let Command::FilterAdd(f) = change(
+            "filter add dev eth0 parent ffff: protocol ip u32 match u32 0 0 action mirred egress redirect dev ifb0",
+        ) else {
+            panic!("not a filter add");
+        };
+        assert_eq!(
+            (f.redirect.as_deref(), f.class.as_str()),
+            (Some("ifb0"), "")
+        );
+        assert!(error("qdisc add dev r2 handle 1: ingress").contains("ffff:"));
+        assert!(error("qdisc add dev r2 clsact").contains("clsact"));
+        assert!(
+            error("filter add dev r2 parent ffff: u32 match u32 0 0 action mirred egress mirror dev ifb0")
+                .contains("copy")
+        );
+    }
+
+    #[test]
     fn errors_read_like_tc() {
         assert_eq!(
             error("class add dev D parent 1: classid 1:2 htb ceil 1mbit"),

@@ -6,7 +6,31 @@ use htb_ipc::{Command, FilterSpec, MatchSpec, Object, Show};
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
 use super::usage::FILTER_USAGE;
-use super::{f_flower, f_u32};
+use super::{f_flower, f_u32, m_gact, m_mirred, m_police};
+
+/// One `action …` of a filter: `police …` (`m_police.c`), `mirred egress redirect dev IFB`
+/// (`m_mirred.c`), or gact's `ok`/`pass`.
+///
+/// # Errors
+/// What those modules refuse.
+pub(super) fn action(
+    a: &mut Args<'_>,
+    police: &mut Option<Box<htb_ipc::PoliceConfig>>,
+    redirect: &mut Option<String>,
+) -> Result<()> {
+    match a.peek() {
+        Some("police") => {
+            a.value()?;
+            *police = Some(Box::new(m_police::options(a)?));
+        }
+        Some("mirred") => {
+            a.value()?;
+            *redirect = Some(m_mirred::options(a)?);
+        }
+        _ => m_gact::action(a)?,
+    }
+    Ok(())
+}
 
 /// Parses the words after `filter`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {
@@ -135,7 +159,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 && (spec.hashing.divisor.is_some()
                     || spec.hashing.link.is_some()
                     || (spec.hashing.is_empty() && spec.matcher == MatchSpec::default()));
-            if spec.class.is_empty() && !classless {
+            if spec.class.is_empty() && !classless && spec.redirect.is_none() {
                 return usage("Must specify flowid/classid: where matching packets go");
             }
             if verb == Verb::Change && (spec.prio.is_none() || spec.handle.is_none()) {

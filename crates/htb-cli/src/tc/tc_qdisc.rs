@@ -3,7 +3,7 @@
 //! classless qdisc at the root (`root cake bandwidth 20mbit …`), and the leaf qdiscs under HTB
 //! classes (`parent 1:10 [handle 10:] cake|fq_codel|sfq|pfifo|bfifo …`).
 
-use htb_core::{LeafKind, LeafSpec};
+use htb_core::{ClassId, LeafKind, LeafSpec};
 use htb_ipc::{Command, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
 
 use super::action::{Action, Verb, verb};
@@ -23,6 +23,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     let mut mq = false;
     let mut leaf: Option<LeafSpec> = None;
     let mut stab = None;
+    let mut ingress = false;
     while let Some(w) = a.next() {
         match w {
             "dev" => dev = Some(a.value()?.to_owned()),
@@ -32,10 +33,12 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 "root" => root = true,
                 p => parent = Some(class_id(p, "parent")?),
             },
-            "ingress" | "clsact" => {
-                return usage(format!(
-                    "htb-cli manages the root htb qdisc and its classes' leaves, not {w}"
-                ));
+            // q_ingress.c: no options.
+            "ingress" => ingress = true,
+            "clsact" => {
+                return usage(
+                    "clsact is not supported: htbd's ingress qdisc is tc's ingress (qdisc add dev DEV handle ffff: ingress), its filters redirecting to an IFB",
+                );
             }
             w if matches(w, "help") => return Ok(Action::Help(q_htb::QDISC_USAGE)),
             "invisible" if verb == Verb::Show => invisible = true,
@@ -85,6 +88,25 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     };
     if root && parent.is_some() {
         return usage("\"root\" and \"parent\" are mutually exclusive");
+    }
+    // The ingress qdisc: handle ffff:, parent ffff:fff1 (TC_H_INGRESS), whichever is given.
+    let ingress_parent = ClassId::new(0xffff, 0xfff1);
+    if ingress || parent == Some(ingress_parent) {
+        if root || handle.is_some_and(|h| h != ClassId::new(0xffff, 0)) {
+            return usage(
+                "the ingress qdisc's handle is ffff: (qdisc add dev DEV handle ffff: ingress)",
+            );
+        }
+        if parent.is_some_and(|p| p != ingress_parent) {
+            return usage(
+                "the ingress qdisc hangs at ffff:fff1 (qdisc add dev DEV handle ffff: ingress)",
+            );
+        }
+        return match verb {
+            Verb::Add | Verb::Replace if ingress => Ok(Action::Change(Command::IngressAdd { dev })),
+            Verb::Delete => Ok(Action::Change(Command::IngressDelete { dev })),
+            _ => usage("the ingress qdisc has no options: add, replace or del it"),
+        };
     }
     if verb == Verb::Delete {
         return match (root, parent) {

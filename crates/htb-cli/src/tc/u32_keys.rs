@@ -193,7 +193,11 @@ impl RawKeys {
                 continue;
             }
             match (v6, k.at) {
-                (false, 0) if k.mask & !0x00ff_0000 == 0 => {
+                // The TOS / traffic-class byte with the DSCP's mask is the DSCP; other bits of
+                // it (wondershaper's IPv6 copy of its IPv4 header-length key reads the version
+                // nibble and the top of the traffic class) stay a general key, matched
+                // literally as the kernel matches them.
+                (false, 0) if k.mask & !0x00ff_0000 == 0 && dscp_mask(k.mask >> 16) => {
                     let dscp = tos_to_dscp((k.value >> 16) & 0xff, (k.mask >> 16) & 0xff, "tos")?;
                     set(&mut m.dscp, dscp, "tos")?;
                 }
@@ -202,7 +206,7 @@ impl RawKeys {
                 }
                 (false, 12) => src.add(0, k),
                 (false, 16) => dst.add(0, k),
-                (true, 0) if k.mask & !0x0ff0_0000 == 0 => {
+                (true, 0) if k.mask & !0x0ff0_0000 == 0 && dscp_mask(k.mask >> 20) => {
                     let dscp =
                         tos_to_dscp((k.value >> 20) & 0xff, (k.mask >> 20) & 0xff, "priority")?;
                     set(&mut m.dscp, dscp, "priority")?;
@@ -223,6 +227,12 @@ impl RawKeys {
         }
         Ok(())
     }
+}
+
+/// Whether a TOS / traffic-class byte's `mask` picks the DSCP (all six bits, the ECN bits
+/// with them or not).
+fn dscp_mask(mask: u32) -> bool {
+    matches!(mask & 0xff, 0xfc | 0xff)
 }
 
 /// Adds `k` to `m`'s general keys, merged with a key on the same word (`pack_key`).
@@ -386,6 +396,19 @@ mod tests {
         assert!(m.sport.is_none() && m.raw.len() == 1 && m.raw[0].nexthdr);
         let m = read("u8 0x10 0xff at nexthdr+13", false).unwrap();
         assert_eq!((m.raw[0].at, m.raw[0].mask), (12, 0x00ff_0000));
+
+        // wondershaper's IPv6 copy of the IPv4 key reads the version nibble and the traffic
+        // class's top: no DSCP, a general key matched as the kernel matches it.
+        let m = read("u8 0x05 0x0f at 0 u16 0x0000 0xffc0 at 2", true).unwrap();
+        assert!(m.dscp.is_none());
+        assert_eq!(
+            (m.raw[0].at, m.raw[0].mask, m.raw[0].value),
+            (0, 0x0f00_ffc0, 0x0500_0000)
+        );
+        let m = read("u8 0x05 0x0f at 0", true).unwrap();
+        assert_eq!((m.raw[0].mask, m.raw[0].value), (0x0f00_0000, 0x0500_0000));
+        // With the DSCP's mask it is the DSCP.
+        assert_eq!(read("u8 0xb8 0xfc at 1", false).unwrap().dscp, Some(46));
     }
 
     #[test]

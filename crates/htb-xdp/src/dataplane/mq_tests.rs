@@ -65,6 +65,8 @@ fn plane(me: usize, workers: usize) -> (Dataplane<SimRings>, Vec<Crew<Chunk>>) {
             trees: Vec::new(),
             classifier: Arc::new(Classifier::default()),
             rtt: false,
+            ifb: false,
+            ingress: None,
         },
         PortSetup {
             name: "b".into(),
@@ -73,6 +75,8 @@ fn plane(me: usize, workers: usize) -> (Dataplane<SimRings>, Vec<Crew<Chunk>>) {
             trees: vec![(tree(1), Some(1)), (tree(2), Some(2))],
             classifier: Arc::new(Classifier::new(filters())),
             rtt: false,
+            ifb: false,
+            ingress: None,
         },
     ];
     let rings = SimRings::new(4096, FRAME_SIZE, 256, &QUEUES, 1);

@@ -29,6 +29,8 @@ fn plane() -> Dataplane<SimRings> {
             trees: Vec::new(),
             classifier: Arc::new(Classifier::default()),
             rtt: false,
+            ifb: false,
+            ingress: None,
         },
         PortSetup {
             name: "b".into(),
@@ -37,6 +39,8 @@ fn plane() -> Dataplane<SimRings> {
             trees: vec![(tree, None)],
             classifier: Arc::new(Classifier::default()),
             rtt: true,
+            ifb: false,
+            ingress: None,
         },
     ];
     let rings = SimRings::new(4096, FRAME_SIZE, 256, &QUEUES, 1);

@@ -145,6 +145,8 @@ fn plane_with_chains(
             trees: Vec::new(),
             classifier: Arc::new(Classifier::default()),
             rtt: false,
+            ifb: false,
+            ingress: None,
         },
         PortSetup {
             name: "b".into(),
@@ -153,6 +155,8 @@ fn plane_with_chains(
             trees: vec![(tree_b(Instant::ZERO, 64), None)],
             classifier: Arc::new(Classifier::new(to_5001())),
             rtt: false,
+            ifb: false,
+            ingress: None,
         },
     ];
     let rings = SimRings::new(frames, FRAME_SIZE, ring, &QUEUES, max_chain);

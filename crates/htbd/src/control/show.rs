@@ -3,14 +3,14 @@
 
 use htb_core::ClassId;
 use htb_ipc::{
-    ClassInfo, ClassStats, ErrorCode, FilterInfo, IpcError, LeafQdiscInfo, LeafQdiscStats,
-    MqClassInfo, MqInfo, Object, QdiscInfo, QueueStats, RttStats, Show, Shown,
+    ClassInfo, ClassStats, ErrorCode, FilterInfo, IngressInfo, IpcError, LeafQdiscInfo,
+    LeafQdiscStats, MqClassInfo, MqInfo, Object, QdiscInfo, QueueStats, RttStats, Show, Shown,
 };
 use htb_xdp::PortSnapshot;
 
 use super::{Control, internal, parse_id};
 use crate::metrics::{ClassScrape, Scrape, TreeScrape};
-use crate::model::{MqModel, QdiscModel, Root, link_layer_name, match_spec};
+use crate::model::{INGRESS_MAJOR, MqModel, QdiscModel, Root, link_layer_name, match_spec};
 
 /// A tree's totals as `qdisc show -s` prints them, with `pool` drops of its port's frame
 /// pool.
@@ -335,6 +335,7 @@ fn show_tree(
                         },
                         stats: show.stats.then(|| p.stats()),
                     }),
+                    redirect: f.redirect.clone(),
                 });
             }
         }
@@ -422,6 +423,20 @@ impl Control {
                     show_tree(show, object, dev, parent, qdisc, ids, part, &mut shown)?;
                 }
                 offset += ids.len();
+            }
+            // The ingress qdisc: a line of its own in `qdisc show`, its filters under
+            // `parent ffff:` in `filter show`.
+            if let Some(ingress) = &port.ingress {
+                match object {
+                    Object::Qdisc => shown.ingress.push(IngressInfo {
+                        dev: dev.to_owned(),
+                        stats: None,
+                    }),
+                    Object::Filter if only_tree.is_none_or(|m| m == INGRESS_MAJOR) => {
+                        show_tree(show, object, dev, None, ingress, &[], None, &mut shown)?;
+                    }
+                    _ => {}
+                }
             }
         }
         if let (Object::Filter, Some(prio), Some(handle)) =

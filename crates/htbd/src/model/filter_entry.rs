@@ -199,6 +199,8 @@ pub struct FilterEntry {
     pub u32: U32Parts,
     /// `action police …`, its bucket shared with the data plane's classifiers.
     pub police: Option<Police>,
+    /// `action mirred egress redirect dev IFB` (filters of an ingress qdisc).
+    pub redirect: Option<String>,
 }
 
 impl FilterEntry {

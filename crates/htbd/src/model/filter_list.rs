@@ -177,6 +177,7 @@ mod tests {
             matcher: htb_config::filter::Match::default(),
             class: None,
             police: None,
+            redirect: None,
             u32: U32Parts {
                 divisor: divisor.then_some(256),
                 ..U32Parts::default()

@@ -9,6 +9,7 @@ use super::filter_entry::{
     AUTO_PRIO, FilterEntry, FilterKind, Protocol, U32Parts, matcher, u32_divisor,
 };
 use super::filter_list;
+use super::ingress::INGRESS_MAJOR;
 use super::qdisc::QdiscModel;
 use super::{Model, Step, Undo, error, parse_class_of};
 
@@ -165,8 +166,22 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
     }
     let protocol = Protocol::parse(&f.protocol).map_err(invalid)?;
     let kind = FilterKind::parse(&f.kind).map_err(invalid)?;
+    let ingress = qdisc.config.major == INGRESS_MAJOR;
+    if ingress && !f.hashing.is_empty() {
+        return Err(invalid(
+            "u32 hash tables and links are for an htb qdisc's filters; an ingress qdisc's filters match directly".into(),
+        ));
+    }
+    if ingress && f.redirect.is_none() && f.police.is_none() {
+        return Err(invalid(
+            "a filter of the ingress qdisc needs an action: mirred egress redirect dev IFB (shape in the IFB's tree) or police (drop what exceeds a rate)".into(),
+        ));
+    }
     let class = if f.class.is_empty() {
         None
+    } else if ingress {
+        // The ingress qdisc has no classes: the flowid is shown, as tc keeps it.
+        Some(parse_class_of(&f.class, qdisc.config.major)?)
     } else {
         let class = parse_class_of(&f.class, qdisc.config.major)?;
         if class.major() != qdisc.config.major {
@@ -187,7 +202,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         Some(class)
     };
     let u32 = u32_parts(qdisc, f, kind)?;
-    if class.is_none() && u32.divisor.is_none() && u32.link.is_none() {
+    if class.is_none() && u32.divisor.is_none() && u32.link.is_none() && !ingress {
         return Err(invalid(
             "Must specify flowid/classid: where matching packets go".into(),
         ));
@@ -237,7 +252,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
             Ok(Police::new(p))
         })
         .transpose()?;
-    if police.is_some() && class.is_none() {
+    if police.is_some() && class.is_none() && !ingress {
         return Err(invalid(
             "a policer belongs to a filter that classifies (give it a flowid)".into(),
         ));
@@ -251,6 +266,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         class,
         u32,
         police,
+        redirect: f.redirect.clone(),
     };
     let placed = u32_placement(qdisc, f, &u32)?;
     // A filter in a hash table is that table's prio's, wherever it was added (the kernel's
@@ -304,11 +320,17 @@ impl Model {
         f: &htb_ipc::FilterSpec,
     ) -> Result<(), IpcError> {
         let port = step.port;
-        let qdisc = self.tree_mut(port, f.parent.map(ClassId::major))?;
-        let major = qdisc.config.major;
+        let major = self
+            .tree_mut(port, f.parent.map(ClassId::major))?
+            .config
+            .major;
+        self.check_redirect(major, f.redirect.as_deref())?;
+        let qdisc = self.tree_mut(port, Some(major))?;
         if f.kind == "u32"
             && f.class.is_empty()
             && f.hashing.is_empty()
+            && f.redirect.is_none()
+            && f.police.is_none()
             && f.matcher == MatchSpec::default()
         {
             // `tc filter add … prio 5 u32` alone makes the prio's root table exist; htbd makes

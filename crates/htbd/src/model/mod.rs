@@ -15,6 +15,7 @@ mod class;
 mod filter_entry;
 mod filter_list;
 mod filters;
+mod ingress;
 mod leaf;
 mod mq;
 mod qdisc;
@@ -34,6 +35,7 @@ pub use self::filter_entry::{
     FilterEntry, FilterKind, NoNodeId, Protocol, U32Parts, assign_handles, match_spec, matcher,
     u32_divisor, with_protocol,
 };
+pub use self::ingress::{INGRESS_MAJOR, ingress_hook_of, new_ingress};
 pub use self::mq::MqModel;
 pub use self::qdisc::QdiscModel;
 use self::qdisc::{Verb, set_qdisc_config};
@@ -65,6 +67,11 @@ pub struct PortModel {
     pub tx_queues: u16,
     /// Its root qdisc.
     pub root: Root,
+    /// An IFB device (tc's `ifbN`): no interface of its own; its tree shapes what other
+    /// ports' ingress filters redirect to it.
+    pub ifb: bool,
+    /// Its ingress qdisc (`ffff:`), holding filters only.
+    pub ingress: Option<Box<QdiscModel>>,
 }
 
 impl PortModel {
@@ -75,6 +82,8 @@ impl PortModel {
             name: name.into(),
             tx_queues: tx_queues.max(1),
             root: Root::None,
+            ifb: false,
+            ingress: None,
         }
     }
 
@@ -122,6 +131,9 @@ impl PortModel {
     }
 
     fn tree_mut(&mut self, major: u16) -> Option<&mut QdiscModel> {
+        if major == INGRESS_MAJOR && self.ingress.is_some() {
+            return self.ingress.as_deref_mut();
+        }
         match &mut self.root {
             Root::None => None,
             Root::Htb(q) | Root::Leaf(q) => Some(&mut **q).filter(|q| q.config.major == major),
@@ -157,7 +169,8 @@ impl PortModel {
     /// Whether qdisc handle `major:` is taken on this port (`mq`'s, an HTB qdisc's or a
     /// leaf's: handles are unique per device, as the kernel's `qdisc_lookup` needs).
     pub(super) fn handle_in_use(&self, major: u16) -> bool {
-        matches!(&self.root, Root::Mq(mq) if mq.handle == major)
+        (major == INGRESS_MAJOR && self.ingress.is_some())
+            || matches!(&self.root, Root::Mq(mq) if mq.handle == major)
             || self.trees().iter().any(|(_, q)| q.handle_in_use(major))
     }
 
@@ -244,6 +257,13 @@ pub enum Effect {
         /// In evaluation order.
         filters: Vec<Filter>,
     },
+    /// Put in, replace or take out the ingress qdisc and its filters.
+    SetIngress {
+        /// Port.
+        port: String,
+        /// Its filters, each with the IFB its mirred redirects to (`None`: no ingress qdisc).
+        filters: Option<Vec<(Filter, Option<String>)>>,
+    },
 }
 
 /// What an accepted batch does. Until it is applied, [`Model::revert`] takes it back.
@@ -305,6 +325,11 @@ enum Undo {
         port: usize,
         major: u16,
         old: Vec<FilterEntry>,
+    },
+    /// The port's ingress qdisc before the step.
+    Ingress {
+        port: usize,
+        old: Option<Box<QdiscModel>>,
     },
     /// The filter with this `(prio, handle)` was added to tree `major`.
     FilterAdded {
@@ -383,8 +408,14 @@ impl Model {
     ) -> Result<Self, String> {
         let mut ports = Vec::with_capacity(interfaces.len());
         for i in interfaces {
-            let queues = tx_queues(&i.name);
+            let queues = if i.ifb { 1 } else { tx_queues(&i.name) };
             let mut port = PortModel::new(i.name, queues);
+            port.ifb = i.ifb;
+            if let Some(filters) = i.ingress {
+                let mut ingress = new_ingress();
+                ingress.filters = filters;
+                port.ingress = Some(Box::new(ingress));
+            }
             let name = port.name.clone();
             let at = |e: String| format!("{name}: {e}");
             let mut trees = Vec::with_capacity(i.trees.len());
@@ -498,6 +529,15 @@ impl Model {
                     filters,
                 },
             ));
+            if let Some(hook) = p.ingress_hook() {
+                plan.effects.push((
+                    None,
+                    Effect::SetIngress {
+                        port: p.name.clone(),
+                        filters: Some(hook),
+                    },
+                ));
+            }
         }
         plan.undo = undo;
         Ok(plan)
@@ -513,6 +553,16 @@ impl Model {
     fn tree_mut(&mut self, port: usize, major: Option<u16>) -> Result<&mut QdiscModel, IpcError> {
         let p = &mut self.ports[port];
         let name = p.name.clone();
+        if major == Some(INGRESS_MAJOR) {
+            return p.ingress.as_deref_mut().ok_or_else(|| {
+                error(
+                    ErrorCode::NotFound,
+                    format!(
+                        "no ingress qdisc on {name}: add one first (qdisc add dev {name} handle ffff: ingress)"
+                    ),
+                )
+            });
+        }
         let majors = p.majors();
         let found = match (&p.root, major) {
             (Root::None, _) => None,
@@ -567,6 +617,8 @@ impl Model {
             Command::QdiscChange(q) => self.qdisc_set(step, q, Verb::Change),
             Command::QdiscReplace(q) => self.qdisc_set(step, q, Verb::Replace),
             Command::QdiscDelete { .. } => self.qdisc_delete(step),
+            Command::IngressAdd { .. } => self.ingress_add(step),
+            Command::IngressDelete { .. } => self.ingress_delete(step),
             Command::MqAdd(m) => self.mq_set(step, m, Verb::Add),
             Command::MqReplace(m) => self.mq_set(step, m, Verb::Replace),
             Command::ClassAdd(c) => self.class_set(step, c, Verb::Add),
@@ -648,6 +700,10 @@ impl Model {
                     }
                     r
                 }),
+                Undo::Ingress { port, old } => {
+                    self.ports[port].ingress = old;
+                    Ok(())
+                }
                 Undo::Filters { port, major, old } => self.with_tree(port, major, |q| {
                     q.filters = old;
                     Ok(())
@@ -686,5 +742,7 @@ pub fn default_burst_time() -> Duration {
     SchedulerConfig::default().default_burst_time
 }
 
+#[cfg(test)]
+mod ingress_tests;
 #[cfg(test)]
 mod tests;

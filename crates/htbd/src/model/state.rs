@@ -63,6 +63,9 @@ impl Model {
         let mut out = String::new();
         for port in &self.ports {
             let _ = writeln!(out, "[[interface]]\nname = {}", quoted(&port.name));
+            if port.ifb {
+                out.push_str("type = \"ifb\"\n");
+            }
             match &port.root {
                 Root::None => {}
                 Root::Htb(qdisc) => tree_toml(&mut out, "interface", qdisc),
@@ -86,6 +89,10 @@ impl Model {
                     }
                 }
             }
+            if let Some(ingress) = &port.ingress {
+                out.push_str("[interface.ingress]\n");
+                filters_toml(&mut out, "interface.ingress", &ingress.filters);
+            }
             out.push('\n');
         }
         out
@@ -95,7 +102,6 @@ impl Model {
 /// One HTB qdisc, its classes and filters, as tables under `table` (`interface`, or
 /// `interface.tree` under mq).
 fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
-    let q = quoted;
     let c = &qdisc.config;
     let _ = writeln!(
         out,
@@ -148,7 +154,13 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
             let _ = writeln!(out, "leaf = {}", leaf_toml(leaf));
         }
     }
-    for f in &qdisc.filters {
+    filters_toml(out, table, &qdisc.filters);
+}
+
+/// Filters as `[[TABLE.filter]]` tables.
+fn filters_toml(out: &mut String, table: &str, filters: &[super::FilterEntry]) {
+    let q = quoted;
+    for f in filters {
         let m = &f.matcher;
         let mut keys = Vec::new();
         let mut key = |k: &str, v: Option<String>| {
@@ -190,6 +202,9 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
         }
         if let Some(p) = &f.police {
             let _ = writeln!(out, "police = {}", police_toml(p.config()));
+        }
+        if let Some(to) = &f.redirect {
+            let _ = writeln!(out, "redirect = {}", q(to));
         }
     }
 }

@@ -286,3 +286,31 @@ fn a_policer_in_the_file_reloads_only_when_it_changes() {
         .to_string();
     assert!(e.contains("invalid police verdict \"shoot\""), "{e}");
 }
+
+#[test]
+fn an_ingress_redirect_comes_and_goes_with_the_file() {
+    let ifb = "\n[[interface]]\nname = \"ifb0\"\ntype = \"ifb\"\n[interface.qdisc]\ndefault = \"1\"\n\
+               [[interface.class]]\nid = \"1:1\"\nrate = \"10mbit\"\n";
+    let plain = format!("{BASE}{ifb}");
+    let redirected = plain.replacen(
+        "name = \"r2\"\n",
+        "name = \"r2\"\n[interface.ingress]\nredirect = \"ifb0\"\n",
+        1,
+    );
+    let on = reload(&plain, &redirected);
+    assert_eq!(
+        on[..2],
+        [Command::IngressAdd { dev: "r2".into() }, on[1].clone()]
+    );
+    assert!(matches!(&on[1], Command::FilterAdd(f) if f.redirect.as_deref() == Some("ifb0")));
+    assert_eq!(on.len(), 2, "{on:#?}");
+    let off = reload(&redirected, &plain);
+    assert_eq!(off, [Command::IngressDelete { dev: "r2".into() }]);
+    // An interface does not become an IFB live.
+    let e = commands(
+        &model(&plain),
+        &trees(&plain.replace("type = \"ifb\"\n", "")),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("restart"), "{e}");
+}

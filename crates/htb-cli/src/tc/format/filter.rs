@@ -231,6 +231,53 @@ fn police_text(out: &mut String, p: &PoliceInfo, index: usize, style: Style) {
     }
 }
 
+/// How many actions of each kind were listed so far: the kernel numbers each kind's
+/// `index` from 1.
+#[derive(Default)]
+struct ActionCounts {
+    police: usize,
+    mirred: usize,
+}
+
+/// A filter's actions as `tc_print_action` lists them, in order: its policer, then its mirred
+/// redirect (`print_mirred` in `m_mirred.c`); their JSON, if it has any.
+fn actions(
+    out: &mut String,
+    f: &FilterInfo,
+    counts: &mut ActionCounts,
+    style: Style,
+) -> Option<Value> {
+    let mut list = Vec::new();
+    if let Some(p) = &f.police {
+        counts.police += 1;
+        police_text(out, p, counts.police, style);
+        if let Value::Array(items) = police_json(p, counts.police) {
+            list.extend(items);
+        }
+    }
+    if let Some(to) = &f.redirect {
+        counts.mirred += 1;
+        let order = list.len() + 1;
+        let _ = write!(
+            out,
+            "\n\taction order {order}: mirred (Egress Redirect to device {to}) stolen\n\tindex {} ref 1 bind 1\n",
+            counts.mirred
+        );
+        list.push(json!({
+            "order": order,
+            "kind": "mirred",
+            "mirred_action": "redirect",
+            "direction": "egress",
+            "to_dev": to,
+            "control_action": {"type": "stolen"},
+            "index": counts.mirred,
+            "ref": 1,
+            "bind": 1,
+        }));
+    }
+    (!list.is_empty()).then_some(Value::Array(list))
+}
+
 /// A filter's policer in tc's JSON (`"actions": [{"order": 1, "kind": "police", …}]`).
 fn police_json(p: &PoliceInfo, index: usize) -> Value {
     let c = &p.config;
@@ -274,7 +321,7 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
     let mut out = String::new();
     let mut items = Vec::new();
     let mut previous: Option<(&str, u32)> = None;
-    let mut policers = 0;
+    let mut counts = ActionCounts::default();
     // Tables made with `divisor`: their filters are not in a prio's root table.
     let table_of = |f: &FilterInfo| f.handle.split(':').next().unwrap_or("").to_owned();
     let hashed: Vec<(String, String)> = list
@@ -353,12 +400,25 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             );
             if !f.class.is_empty() {
                 let _ = write!(line, " flowid {}", f.class);
+            } else if f.redirect.is_some() || f.police.is_some() {
+                // f_u32.c sets TC_U32_TERMINAL on a filter with an action.
+                line.push_str(" terminal flowid");
             }
             if let Some(link) = f.hashing.link {
                 let _ = write!(line, " link {link:x}:");
             }
             let _ = writeln!(out, "{line} not_in_hw ");
-            let (keys, other) = u32_keys(&f.protocol, &f.matcher);
+            let (mut keys, other) = u32_keys(&f.protocol, &f.matcher);
+            if keys.is_empty() && other.is_empty() && f.protocol == "all" {
+                // A `protocol all` filter matching everything was given as `match u32 0 0`
+                // (there is no other way to say it), which tc shows.
+                keys.push(Key {
+                    value: 0,
+                    mask: 0,
+                    off: 0,
+                    nexthdr: false,
+                });
+            }
             let mut matches = Vec::new();
             for k in &keys {
                 let offmask = if k.nexthdr { "nexthdr+" } else { "" };
@@ -397,10 +457,8 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             if let Some(key) = f.hashing.hashkey {
                 options["hash"] = json!({"mask": format!("{:08x}", key.mask), "at": key.at});
             }
-            if let Some(p) = &f.police {
-                policers += 1;
-                police_text(&mut out, p, policers, style);
-                options["actions"] = police_json(p, policers);
+            if let Some(actions) = actions(&mut out, f, &mut counts, style) {
+                options["actions"] = actions;
             }
             o.insert("options".into(), options);
         } else {
@@ -416,10 +474,8 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             let handle = u32::from_str_radix(f.handle.trim_start_matches("0x"), 16).unwrap_or(0);
             let mut options =
                 json!({"handle": handle, "classid": f.class, "keys": map, "not_in_hw": true});
-            if let Some(p) = &f.police {
-                policers += 1;
-                police_text(&mut out, p, policers, style);
-                options["actions"] = police_json(p, policers);
+            if let Some(actions) = actions(&mut out, f, &mut counts, style) {
+                options["actions"] = actions;
             }
             o.insert("options".into(), options);
         }
@@ -440,6 +496,7 @@ mod tests {
     fn filters_print_u32_keys_and_flower_lines() {
         let u32_filter = FilterInfo {
             police: None,
+            redirect: None,
             dev: "v0".into(),
             parent: "1:".into(),
             protocol: "ip".into(),
@@ -507,6 +564,7 @@ mod tests {
             class: "1:1".into(),
             matcher: MatchSpec::default(),
             hashing: U32Hashing::default(),
+            redirect: None,
             police: Some(PoliceInfo {
                 config: htb_ipc::PoliceConfig {
                     rate: Some(htb_core::Rate::from_kbit(2048)),
@@ -542,5 +600,44 @@ mod tests {
         assert_eq!(action["kind"], "police");
         assert_eq!(action["control_action"]["type"], "drop");
         assert_eq!(action["stats"]["drops"], 3);
+    }
+
+    #[test]
+    fn an_ingress_redirect_prints_as_mirreds_action() {
+        // sqm-scripts' `filter add dev r2 parent ffff: protocol all prio 10 u32 match u32 0 0
+        // flowid 1:1 action mirred egress redirect dev ifb4r2`, as tc shows it back.
+        let f = FilterInfo {
+            dev: "r2".into(),
+            parent: "ffff:".into(),
+            protocol: "all".into(),
+            prio: 10,
+            kind: "u32".into(),
+            handle: "800::800".into(),
+            class: "1:1".into(),
+            matcher: MatchSpec::default(),
+            hashing: U32Hashing::default(),
+            police: None,
+            redirect: Some("ifb4r2".into()),
+        };
+        let text = filters(std::slice::from_ref(&f), Style::default());
+        assert!(
+            text.ends_with(
+                "filter parent ffff: protocol all pref 10 u32 chain 0 fh 800::800 order 2048 key ht 800 bkt 0 flowid 1:1 not_in_hw \n  match 00000000/00000000 at 0\n\n\taction order 1: mirred (Egress Redirect to device ifb4r2) stolen\n\tindex 1 ref 1 bind 1\n"
+            ),
+            "{text}"
+        );
+        let json: Value = serde_json::from_str(&filters(
+            &[f],
+            Style {
+                json: true,
+                ..Style::default()
+            },
+        ))
+        .unwrap();
+        let action = &json[2]["options"]["actions"][0];
+        assert_eq!(
+            (&action["kind"], &action["to_dev"], &action["direction"]),
+            (&json!("mirred"), &json!("ifb4r2"), &json!("egress"))
+        );
     }
 }

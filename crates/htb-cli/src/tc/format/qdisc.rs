@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use htb_core::ClassId;
-use htb_ipc::{LeafQdiscInfo, QdiscInfo, Shown};
+use htb_ipc::{IngressInfo, LeafQdiscInfo, QdiscInfo, Shown};
 use serde_json::{Map, Value, json};
 
 use super::{Style, counters_json, json_text, leaf, mq, queue_json, sent_lines, stab};
@@ -46,6 +46,7 @@ pub fn qdiscs(shown: &Shown, style: Style) -> String {
             items.extend(leaves_of(q, leaves).map(|l| leaf_json(l, style)));
             items
         }));
+        items.extend(shown.ingress.iter().map(|i| ingress_json(i, style)));
         return json_text(items, style);
     }
     let mut out = String::new();
@@ -97,7 +98,41 @@ pub fn qdiscs(shown: &Shown, style: Style) -> String {
             leaf_text(&mut out, l, style);
         }
     }
+    for i in &shown.ingress {
+        ingress_text(&mut out, i, style);
+    }
     out
+}
+
+/// An ingress qdisc as `tc qdisc show` prints it (`ingress_print_opt` has nothing to print:
+/// tc's dashes stand for the missing options).
+fn ingress_text(out: &mut String, i: &IngressInfo, style: Style) {
+    out.push_str("qdisc ingress ffff: ");
+    if style.show_dev {
+        let _ = write!(out, "dev {} ", i.dev);
+    }
+    out.push_str("parent ffff:fff1 ----------------\n");
+    if let Some(s) = i.stats {
+        sent_lines(
+            out,
+            [s.bytes, s.packets, s.drops, s.overlimits],
+            [s.backlog_bytes, s.backlog_packets],
+        );
+    }
+}
+
+/// An ingress qdisc as `-j` lists it.
+fn ingress_json(i: &IngressInfo, style: Style) -> Value {
+    let mut o = json!({
+        "kind": "ingress",
+        "handle": "ffff:",
+        "parent": "ffff:fff1",
+        "options": {},
+    });
+    if style.show_dev {
+        o["dev"] = json!(i.dev);
+    }
+    o
 }
 
 /// One HTB qdisc as `-j` lists it.
