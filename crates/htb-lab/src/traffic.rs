@@ -1,5 +1,6 @@
-//! Traffic through the lab: concurrent UDP flows from node-1 to node-2, measured by the iperf3
-//! receivers every half second — the same way for htbd and for the kernel's HTB.
+//! Traffic through the lab: concurrent UDP flows from node-1 to node-2 (or back, a download
+//! arriving on r2), measured by the iperf3 receivers every half second — the same way for htbd
+//! and for the kernel's HTB.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -39,10 +40,31 @@ pub struct FlowResult {
 /// When iperf3 cannot be started or its report is unreadable.
 #[must_use]
 pub fn udp_flows(lab: &Lab, flows: &[FlowSpec], secs: u32, warmup: f64) -> Vec<FlowResult> {
+    flows_between(lab, (N1, N2, "10.201.2.2"), flows, secs, warmup)
+}
+
+/// As [`udp_flows`], from node-2 to node-1 (`port` is node-1's): a download, which reaches
+/// the router on r2 and leaves through r1.
+///
+/// # Panics
+/// As [`udp_flows`].
+#[must_use]
+pub fn udp_flows_down(lab: &Lab, flows: &[FlowSpec], secs: u32, warmup: f64) -> Vec<FlowResult> {
+    flows_between(lab, (N2, N1, "10.201.1.2"), flows, secs, warmup)
+}
+
+/// `flows` from namespace `sender` to `receiver` at `address`.
+fn flows_between(
+    lab: &Lab,
+    (sender, receiver, address): (&str, &str, &str),
+    flows: &[FlowSpec],
+    secs: u32,
+    warmup: f64,
+) -> Vec<FlowResult> {
     let servers: Vec<_> = flows
         .iter()
         .map(|f| {
-            lab.cmd(N2, "iperf3")
+            lab.cmd(receiver, "iperf3")
                 .args(["-s", "-1", "-J", "-i", "0.5", "-p", &f.port.to_string()])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
@@ -54,10 +76,10 @@ pub fn udp_flows(lab: &Lab, flows: &[FlowSpec], secs: u32, warmup: f64) -> Vec<F
     let clients: Vec<_> = flows
         .iter()
         .map(|f| {
-            lab.cmd(N1, "iperf3")
+            lab.cmd(sender, "iperf3")
                 .args([
                     "-c",
-                    "10.201.2.2",
+                    address,
                     "-u",
                     "-l",
                     &DATAGRAM.to_string(),
