@@ -20,8 +20,8 @@ const NO_TREES: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstat
 const FRAME: f64 = DATAGRAM as f64 + 42.0;
 
 /// Seconds each measurement runs, and the first ones it leaves out.
-const SECS: u32 = 7;
-const WARMUP: f64 = 2.0;
+const SECS: u32 = 5;
+const WARMUP: f64 = 1.5;
 
 fn script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
