@@ -15,6 +15,13 @@ cd fuzz
 # FUZZ_BUILD: cargo-fuzz build options (CI builds `--dev --sanitizer none`: a smoke run that
 # builds in a fraction of the time; long runs keep the optimized ASan build).
 read -r -a build <<<"${FUZZ_BUILD:-}"
+# cargo-fuzz has no --locked: a resolve with --locked fails here when fuzz/Cargo.lock is stale,
+# instead of the build quietly rewriting it.
+if ! cargo +nightly metadata --locked --format-version 1 >/dev/null 2>"$root/target/fuzz-lock.log"; then
+    cat "$root/target/fuzz-lock.log"
+    echo "fuzz/Cargo.lock is out of date: run (cd fuzz && cargo +nightly update -w) and commit it"
+    exit 1
+fi
 if ! cargo +nightly fuzz build "${build[@]}" >"$root/target/fuzz-build.log" 2>&1; then
     grep -E '^(error|warning: unused)' -A 6 "$root/target/fuzz-build.log" | head -n 40
     echo "the fuzz targets do not build: see target/fuzz-build.log"

@@ -47,6 +47,8 @@ pub enum ParseError {
     Port(String),
     /// A range whose first port is above its last.
     EmptyRange(String),
+    /// Not a u32 key as `filter show` prints one (`VALUE/MASK at [nexthdr+]OFFSET`).
+    RawKey(String),
 }
 
 impl fmt::Display for ParseError {
@@ -56,6 +58,10 @@ impl fmt::Display for ParseError {
             Self::PrefixLength(s) => write!(f, "invalid prefix length {s:?}"),
             Self::Port(s) => write!(f, "invalid port {s:?}"),
             Self::EmptyRange(s) => write!(f, "port range {s:?} is empty"),
+            Self::RawKey(s) => write!(
+                f,
+                "invalid u32 key {s:?}: VALUE/MASK at [nexthdr+]OFFSET, in hex"
+            ),
         }
     }
 }

@@ -6,10 +6,11 @@
 //! for a total length under 64, `match u8 0x10 0xff at 33` for the ACK flag alone). A filter
 //! with any is walked one by one, as port ranges are.
 
-use alloc::format;
-use alloc::string::String;
+use alloc::borrow::ToOwned;
 use core::fmt;
 use core::str::FromStr;
+
+use crate::matcher::ParseError;
 
 /// The most general keys one filter holds (a filter keeps them inline, so that a match stays
 /// `Copy` and small for the 100 000-filter lists the compiled classifier holds).
@@ -77,11 +78,11 @@ impl fmt::Display for RawKey {
 }
 
 impl FromStr for RawKey {
-    type Err = String;
+    type Err = ParseError;
 
     /// Reads what [`Display`](fmt::Display) writes.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let bad = || format!("invalid u32 key {s:?}: VALUE/MASK at [nexthdr+]OFFSET, in hex");
+    fn from_str(s: &str) -> Result<Self, ParseError> {
+        let bad = || ParseError::RawKey(s.to_owned());
         let (word, at) = s.split_once(" at ").ok_or_else(bad)?;
         let (value, mask) = word.trim().split_once('/').ok_or_else(bad)?;
         let hex = |t: &str| u32::from_str_radix(t.trim_start_matches("0x"), 16).map_err(|_| bad());

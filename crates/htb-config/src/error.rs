@@ -145,3 +145,60 @@ mod tests {
         assert_eq!(at("r2q").as_deref(), Some("interface[1].qdisc.r2q"));
     }
 }
+
+/// A value that does not parse: which kind of value it should have been, the text, and why
+/// (the parser's own error as its source).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValueError {
+    /// A rate (`"100mbit"`).
+    #[error("invalid rate {text:?}: {source} (e.g. \"100mbit\", \"1.5gbit\", \"800kbit\")")]
+    Rate {
+        /// As given.
+        text: String,
+        /// Why.
+        source: htb_core::units::UnitError,
+    },
+    /// A size (`"15k"`).
+    #[error("invalid size {text:?}: {source} (e.g. \"1600\", \"15k\", \"64kb\")")]
+    Size {
+        /// As given.
+        text: String,
+        /// Why.
+        source: htb_core::units::UnitError,
+    },
+    /// A time (`"250ms"`).
+    #[error("invalid time {text:?}: {source} (e.g. \"10s\", \"250ms\", \"64us\")")]
+    Time {
+        /// As given.
+        text: String,
+        /// Why.
+        source: htb_core::units::UnitError,
+    },
+    /// A class id (`"1:20"`).
+    #[error("invalid class id {text:?}: {source}")]
+    ClassId {
+        /// As given.
+        text: String,
+        /// Why.
+        source: htb_core::ClassIdError,
+    },
+    /// An IP protocol.
+    #[error("invalid protocol {0:?}: a name like tcp/udp/icmp or 0-255")]
+    Protocol(String),
+    /// A DSCP.
+    #[error("invalid dscp {0:?}: 0-63 or a name like ef, cs1, af21")]
+    Dscp(String),
+    /// A VLAN id.
+    #[error("invalid vlan {0:?}: 0-4094")]
+    Vlan(String),
+    /// A policer's verdict.
+    #[error("invalid police verdict {0:?}: reclassify, drop, continue, pipe or ok")]
+    PoliceVerdict(String),
+    /// A policer's burst or mtu over what tc keeps.
+    #[error("police {0}: at most 4 GiB")]
+    PoliceTooLarge(&'static str),
+    /// A policer tc refuses.
+    #[error("police: {0}")]
+    Police(#[source] htb_classify::PoliceError),
+}

@@ -12,11 +12,14 @@ pub use htb_classify::{
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::error::Located;
+use crate::error::{Located, ValueError};
 use crate::values::{ClassIdValue, LinkLayerValue, RateValue, SizeValue};
 
 /// IP protocol by name (`tcp`, `udp`, `icmp`, `icmpv6`, `sctp`, `gre`, `esp`) or number.
-pub fn parse_protocol(s: &str) -> Result<u8, String> {
+///
+/// # Errors
+/// [`ValueError::Protocol`]: neither a known name nor 0–255.
+pub fn parse_protocol(s: &str) -> Result<u8, ValueError> {
     match s.to_ascii_lowercase().as_str() {
         "icmp" => Ok(1),
         "tcp" => Ok(6),
@@ -29,12 +32,15 @@ pub fn parse_protocol(s: &str) -> Result<u8, String> {
         "udplite" => Ok(136),
         n => n
             .parse::<u8>()
-            .map_err(|_| format!("invalid protocol {s:?}: a name like tcp/udp/icmp or 0-255")),
+            .map_err(|_| ValueError::Protocol(s.to_owned())),
     }
 }
 
 /// DSCP by number (0–63) or name (`be`, `ef`, `cs0`–`cs7`, `af11`–`af43`, `va`).
-pub fn parse_dscp(s: &str) -> Result<u8, String> {
+///
+/// # Errors
+/// [`ValueError::Dscp`]: neither a known name nor 0–63.
+pub fn parse_dscp(s: &str) -> Result<u8, ValueError> {
     let lower = s.to_ascii_lowercase();
     let named = match lower.as_str() {
         "be" | "df" => Some(0),
@@ -61,7 +67,7 @@ pub fn parse_dscp(s: &str) -> Result<u8, String> {
     s.parse::<u8>()
         .ok()
         .filter(|&v| v <= 63)
-        .ok_or_else(|| format!("invalid dscp {s:?}: 0-63 or a name like ef, cs1, af21"))
+        .ok_or_else(|| ValueError::Dscp(s.to_owned()))
 }
 
 /// A match key given as a string or an integer, kept as text for its own parser.
@@ -114,12 +120,11 @@ impl<'de> Deserialize<'de> for MatchSection {
             text(d).map(Some)
         }
         let raw = Raw::deserialize(d)?;
-        let e = |r: Result<_, String>| r.map_err(de::Error::custom);
         let keys = raw
             .raw
             .iter()
             .map(|k| k.parse::<RawKey>())
-            .collect::<Result<Vec<_>, String>>()
+            .collect::<Result<Vec<_>, ParseError>>()
             .map_err(de::Error::custom)?;
         let keys = RawKeys::new(&keys).ok_or_else(|| {
             de::Error::custom(format!(
@@ -167,16 +172,17 @@ impl<'de> Deserialize<'de> for MatchSection {
                 .map(parse_dscp)
                 .transpose()
                 .map_err(de::Error::custom)?,
-            vlan: e(raw
+            vlan: raw
                 .vlan
                 .as_deref()
                 .map(|v| {
                     v.parse::<u16>()
                         .ok()
                         .filter(|&v| v < 4095)
-                        .ok_or_else(|| format!("invalid vlan {v:?}: 0-4094"))
+                        .ok_or_else(|| ValueError::Vlan(v.to_owned()))
                 })
-                .transpose())?,
+                .transpose()
+                .map_err(de::Error::custom)?,
             raw: keys,
         };
         if (m.sport.is_some() || m.dport.is_some())
@@ -308,16 +314,14 @@ impl PoliceSection {
     ///
     /// # Errors
     /// An unknown verdict, a size over 4 GiB, or what tc refuses.
-    pub fn config(&self) -> Result<PoliceConfig, String> {
+    pub fn config(&self) -> Result<PoliceConfig, ValueError> {
         let verdict = |v: &Option<String>, default: ControlAction| match v {
             None => Ok(default),
-            Some(s) => ControlAction::parse(s).ok_or_else(|| {
-                format!("invalid police verdict {s:?}: reclassify, drop, continue, pipe or ok")
-            }),
+            Some(s) => ControlAction::parse(s).ok_or_else(|| ValueError::PoliceVerdict(s.clone())),
         };
-        let bytes = |v: Option<SizeValue>, what: &str| {
+        let bytes = |v: Option<SizeValue>, what: &'static str| {
             v.map_or(Ok(0), |v| {
-                u32::try_from(v.0).map_err(|_| format!("police {what}: at most 4 GiB"))
+                u32::try_from(v.0).map_err(|_| ValueError::PoliceTooLarge(what))
             })
         };
         let defaults = PoliceConfig::default();
@@ -334,7 +338,7 @@ impl PoliceSection {
             exceed: verdict(&self.exceed, defaults.exceed)?,
             conform: verdict(&self.conform, defaults.conform)?,
         };
-        config.check().map_err(|e| format!("police: {e}"))?;
+        config.check().map_err(ValueError::Police)?;
         Ok(config)
     }
 }

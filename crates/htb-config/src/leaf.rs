@@ -497,9 +497,9 @@ mod tests {
         leaf: LeafSection,
     }
 
-    fn parse(text: &str) -> Result<LeafDef, String> {
-        let doc: Doc = toml::from_str(text).map_err(|e| e.message().to_owned())?;
-        doc.leaf.0.resolve().map_err(|e| e.to_string())
+    fn parse(text: &str) -> Result<LeafDef, Box<dyn std::error::Error>> {
+        let doc: Doc = toml::from_str(text)?;
+        Ok(doc.leaf.0.resolve()?)
     }
 
     #[test]
@@ -537,41 +537,49 @@ mod tests {
         assert!(
             parse("leaf = \"red\"")
                 .unwrap_err()
+                .to_string()
                 .contains("pfifo, bfifo, sfq, fq_codel or cake")
         );
         assert!(
             parse("leaf = { kind = \"cake\", overhead = 300 }")
                 .unwrap_err()
+                .to_string()
                 .contains("overhead 300 is not within -64..256")
         );
         assert!(
             parse("leaf = { kind = \"cake\", diffserv = \"diffserv5\" }")
                 .unwrap_err()
+                .to_string()
                 .contains("diffserv5")
         );
         assert!(
             parse("leaf = { kind = \"fq_codel\", wash = true }")
                 .unwrap_err()
+                .to_string()
                 .contains("fq_codel has no option \"wash\"")
         );
         assert!(
             parse("leaf = { kind = \"sfq\", target = \"5ms\" }")
                 .unwrap_err()
+                .to_string()
                 .contains("sfq has no option \"target\"")
         );
         assert!(
             parse("leaf = { kind = \"sfq\", divisor = 1000 }")
                 .unwrap_err()
+                .to_string()
                 .contains("power of two")
         );
         assert!(
             parse("leaf = { kind = \"pfifo\", handle = \"1:10\" }")
                 .unwrap_err()
+                .to_string()
                 .contains("not a qdisc handle")
         );
         assert!(
             parse("leaf = { kind = \"pfifo\", limt = 5 }")
                 .unwrap_err()
+                .to_string()
                 .contains("limt")
         );
     }

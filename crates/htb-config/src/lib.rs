@@ -25,7 +25,7 @@ mod tree;
 pub mod u32_handle;
 pub mod values;
 
-pub use error::{ConfigError, Located};
+pub use error::{ConfigError, Located, ValueError};
 pub use leaf::{LeafDef, LeafSection, LeafSectionError, LeafTable, leaf_toml};
 pub use tree::{ClassDef, ClassSection, PortTree, QdiscSection, TreeSpec, size_table};
 

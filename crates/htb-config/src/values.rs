@@ -8,10 +8,12 @@ use htb_core::{ClassId, Duration, LinkLayer, Rate};
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::error::ValueError;
+
 /// Accepts a string or a non-negative integer and hands it to `parse` as text.
 struct UnitVisitor<T> {
     expecting: &'static str,
-    parse: fn(&str) -> Result<T, String>,
+    parse: fn(&str) -> Result<T, ValueError>,
 }
 
 impl<T> Visitor<'_> for UnitVisitor<T> {
@@ -57,24 +59,32 @@ macro_rules! unit_value {
     };
 }
 
-fn rate(s: &str) -> Result<Rate, String> {
-    parse_rate(s).map_err(|e| {
-        format!("invalid rate {s:?}: {e} (e.g. \"100mbit\", \"1.5gbit\", \"800kbit\")")
+fn rate(s: &str) -> Result<Rate, ValueError> {
+    parse_rate(s).map_err(|source| ValueError::Rate {
+        text: s.to_owned(),
+        source,
     })
 }
 
-fn size(s: &str) -> Result<u64, String> {
-    parse_size(s).map_err(|e| format!("invalid size {s:?}: {e} (e.g. \"1600\", \"15k\", \"64kb\")"))
+fn size(s: &str) -> Result<u64, ValueError> {
+    parse_size(s).map_err(|source| ValueError::Size {
+        text: s.to_owned(),
+        source,
+    })
 }
 
-fn time(s: &str) -> Result<Duration, String> {
-    parse_time(s)
-        .map_err(|e| format!("invalid time {s:?}: {e} (e.g. \"10s\", \"250ms\", \"64us\")"))
+fn time(s: &str) -> Result<Duration, ValueError> {
+    parse_time(s).map_err(|source| ValueError::Time {
+        text: s.to_owned(),
+        source,
+    })
 }
 
-fn class_id(s: &str) -> Result<ClassId, String> {
-    s.parse::<ClassId>()
-        .map_err(|e| format!("invalid class id {s:?}: {e}"))
+fn class_id(s: &str) -> Result<ClassId, ValueError> {
+    s.parse::<ClassId>().map_err(|source| ValueError::ClassId {
+        text: s.to_owned(),
+        source,
+    })
 }
 
 fn size_text(bytes: u64) -> String {

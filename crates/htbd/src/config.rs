@@ -193,20 +193,41 @@ impl InterfaceTrees {
     }
 }
 
+/// Why a filter section's u32 hash-table keys do not hold together.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum U32PartsError {
+    #[error("divisor, link and hash_mask/hash_at are u32's: set kind = \"u32\"")]
+    NotU32,
+    #[error(transparent)]
+    Divisor(#[from] crate::model::FilterValueError),
+    #[error("a u32 hash table (divisor) needs a handle like \"2:\"")]
+    TableHandle,
+    #[error("a u32 hash table (divisor) has no match, classid or link")]
+    TableTakesNoMatch,
+    #[error("link {0:?}: a hash table like \"2:\"")]
+    Link(String),
+    #[error("hash_mask and hash_at go together, with link, at a multiple of 4")]
+    HashKey,
+}
+
 /// A filter section's u32 hash-table keys.
-fn u32_parts(f: &FilterSection, kind: FilterKind, handle: Option<u32>) -> Result<U32Parts, String> {
+fn u32_parts(
+    f: &FilterSection,
+    kind: FilterKind,
+    handle: Option<u32>,
+) -> Result<U32Parts, U32PartsError> {
     let given =
         f.divisor.is_some() || f.link.is_some() || f.hash_mask.is_some() || f.hash_at.is_some();
     if given && kind != FilterKind::U32 {
-        return Err("divisor, link and hash_mask/hash_at are u32's: set kind = \"u32\"".into());
+        return Err(U32PartsError::NotU32);
     }
     if let Some(d) = f.divisor {
         u32_divisor(u32::from(d))?;
         if handle.is_none_or(|h| h & 0xfffff != 0) {
-            return Err("a u32 hash table (divisor) needs a handle like \"2:\"".into());
+            return Err(U32PartsError::TableHandle);
         }
         if f.classid.is_some() || f.link.is_some() || !f.matcher.0.is_empty() {
-            return Err("a u32 hash table (divisor) has no match, classid or link".into());
+            return Err(U32PartsError::TableTakesNoMatch);
         }
     }
     let link = f
@@ -214,15 +235,13 @@ fn u32_parts(f: &FilterSection, kind: FilterKind, handle: Option<u32>) -> Result
         .as_deref()
         .map(|l| match FilterKind::U32.parse_handle(l) {
             Ok(h) if h != 0 && h & 0xfffff == 0 => Ok((h >> 20) as u16),
-            _ => Err(format!("link {l:?}: a hash table like \"2:\"")),
+            _ => Err(U32PartsError::Link(l.to_owned())),
         })
         .transpose()?;
     let hashkey = match (f.hash_mask, f.hash_at) {
         (None, None) => None,
         (Some(mask), Some(at)) if link.is_some() && at % 4 == 0 => Some(HashKey { mask, at }),
-        _ => {
-            return Err("hash_mask and hash_at go together, with link, at a multiple of 4".into());
-        }
+        _ => return Err(U32PartsError::HashKey),
     };
     Ok(U32Parts {
         divisor: f.divisor,
@@ -345,7 +364,7 @@ fn egress_trees(
         let major = *def.handle.get_or_insert(1);
         let stab = stab.map(|s| htb_config::size_table(text, s)).transpose()?;
         let carrier = crate::model::QdiscModel::classless(major, def, stab)
-            .map_err(|e| err(root.span(), e))?;
+            .map_err(|e| err(root.span(), e.to_string()))?;
         return Ok((
             InterfaceTrees {
                 name,
@@ -542,18 +561,18 @@ fn tree_filters(
             .protocol
             .as_deref()
             .map_or(Ok(Protocol::All), Protocol::parse)
-            .map_err(at)?;
+            .map_err(|e| at(e.to_string()))?;
         let kind = f
             .kind
             .as_deref()
             .map_or(Ok(FilterKind::Flower), FilterKind::parse)
-            .map_err(at)?;
+            .map_err(|e| at(e.to_string()))?;
         let handle = f
             .handle
             .as_deref()
             .map(|h| kind.parse_handle(h))
             .transpose()
-            .map_err(at)?;
+            .map_err(|e| at(e.to_string()))?;
         let matcher =
             crate::model::with_protocol(f.matcher.0, protocol).map_err(|e| at(e.to_string()))?;
         if let Some(h) = handle
@@ -566,7 +585,7 @@ fn tree_filters(
                 f.prio
             )));
         }
-        let u32 = u32_parts(f, kind, handle).map_err(at)?;
+        let u32 = u32_parts(f, kind, handle).map_err(|e| at(e.to_string()))?;
         if class.is_none() && u32.divisor.is_none() && u32.link.is_none() && !ingress {
             return Err(at(
                 "a filter needs a classid (only a u32 divisor or link may go without)".into(),
@@ -579,7 +598,7 @@ fn tree_filters(
                 p.get_ref()
                     .config()
                     .map(htb_config::filter::Police::new)
-                    .map_err(|e| err(p.span(), e))
+                    .map_err(|e| err(p.span(), e.to_string()))
             })
             .transpose()?;
         filters.push((

@@ -17,6 +17,33 @@ use htb_xdp::PlaneOp;
 
 use crate::persist::CompactStep;
 
+/// Why [`VAR`] was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FaultsError {
+    /// `crash-in-compaction:` names no step.
+    #[error("{VAR}: crash-in-compaction:{0}: steps are {steps}", steps = step_names())]
+    NoSuchStep(String),
+    /// A fault's argument is not the number it needs.
+    #[error("{VAR}: {fault}:{arg}: not a number{unit}")]
+    NotANumber {
+        /// The fault.
+        fault: &'static str,
+        /// Its argument.
+        arg: String,
+        /// What the number counts, if anything (` of ms`).
+        unit: &'static str,
+    },
+    /// No such fault.
+    #[error("{VAR}: unknown fault {0:?}")]
+    Unknown(String),
+}
+
+fn step_names() -> String {
+    let names: Vec<_> = CompactStep::ALL.map(CompactStep::name).into();
+    names.join(", ")
+}
+
 /// The faults to inject.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Faults {
@@ -33,7 +60,7 @@ impl Faults {
     ///
     /// # Errors
     /// An unknown fault or a bad argument.
-    pub fn from_env() -> Result<Self, String> {
+    pub fn from_env() -> Result<Self, FaultsError> {
         std::env::var(VAR).map_or_else(|_| Ok(Self::default()), |v| Self::parse(&v))
     }
 
@@ -41,7 +68,7 @@ impl Faults {
     ///
     /// # Errors
     /// An unknown fault or a bad argument.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, FaultsError> {
         let mut faults = Self::default();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (name, arg) = item.split_once(':').unwrap_or((item, ""));
@@ -50,28 +77,26 @@ impl Faults {
                     let step = CompactStep::ALL
                         .into_iter()
                         .find(|s| s.name() == arg)
-                        .ok_or_else(|| {
-                            let names: Vec<_> = CompactStep::ALL.map(CompactStep::name).into();
-                            format!(
-                                "{VAR}: crash-in-compaction:{arg}: steps are {}",
-                                names.join(", ")
-                            )
-                        })?;
+                        .ok_or_else(|| FaultsError::NoSuchStep(arg.to_owned()))?;
                     faults.crash_in_compaction = Some(step);
                 }
                 "refuse-plane-op" => {
-                    let n = arg
-                        .parse()
-                        .map_err(|_| format!("{VAR}: refuse-plane-op:{arg}: not a number"))?;
+                    let n = arg.parse().map_err(|_| FaultsError::NotANumber {
+                        fault: "refuse-plane-op",
+                        arg: arg.to_owned(),
+                        unit: "",
+                    })?;
                     faults.refuse_plane_op = Some(n);
                 }
                 "hang-data-plane-after" => {
-                    let ms = arg.parse().map_err(|_| {
-                        format!("{VAR}: hang-data-plane-after:{arg}: not a number of ms")
+                    let ms = arg.parse().map_err(|_| FaultsError::NotANumber {
+                        fault: "hang-data-plane-after",
+                        arg: arg.to_owned(),
+                        unit: " of ms",
                     })?;
                     faults.hang_data_plane_after = Some(ms);
                 }
-                other => return Err(format!("{VAR}: unknown fault {other:?}")),
+                other => return Err(FaultsError::Unknown(other.to_owned())),
             }
         }
         Ok(faults)
@@ -137,6 +162,7 @@ mod tests {
         assert!(
             Faults::parse("crash-in-compaction:nope")
                 .unwrap_err()
+                .to_string()
                 .contains("renamed")
         );
         assert!(Faults::parse("refuse-plane-op:x").is_err());

@@ -30,6 +30,52 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Request bytes being read at once, all clients together.
 pub const MAX_BUFFERED_BYTES: u32 = 256 << 20;
 
+/// Why the control socket could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SocketError {
+    /// `/etc/group` could not be read to look `socket_group` up.
+    #[error("cannot read /etc/group: {0}")]
+    GroupFile(#[source] std::io::Error),
+    /// `socket_group` names no group.
+    #[error("socket_group {0:?} is not a group in /etc/group")]
+    NoSuchGroup(String),
+    /// A live daemon answers on the path.
+    #[error("another htbd is listening on {} (stop it, or set [daemon] socket)", .0.display())]
+    InUse(PathBuf),
+    /// A file-system step failed.
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        /// The step: `create`, `remove the stale`, `listen on`, `chmod`.
+        what: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The socket could not be given to `socket_group`.
+    #[error("cannot give {} to group {gid}: {source}", path.display())]
+    Chown {
+        /// The socket.
+        path: PathBuf,
+        /// The group's id.
+        gid: u32,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Why a client was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum Refusal {
+    /// Neither root, htbd's user, nor in the configured group.
+    #[error("uid {uid} is not root, htbd's user, nor in group {group}")]
+    NotInGroup { uid: u32, group: String },
+    /// No group is configured, and the peer is neither root nor htbd's user.
+    #[error("uid {uid} is not root nor htbd's user (set [daemon] socket_group to let a group in)")]
+    NotOwner { uid: u32 },
+}
+
 /// Who may use the socket.
 #[derive(Clone, Debug)]
 pub struct PeerPolicy {
@@ -43,7 +89,7 @@ impl PeerPolicy {
     ///
     /// # Errors
     /// An unknown group.
-    pub fn new(group: Option<&str>) -> Result<Self, String> {
+    pub fn new(group: Option<&str>) -> Result<Self, SocketError> {
         let owner = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
         let group = match group {
             None => None,
@@ -59,7 +105,7 @@ impl PeerPolicy {
     }
 
     /// Whether the peer may send requests; `Err` says why not.
-    fn check(&self, uid: u32, gid: u32, pid: Option<i32>) -> Result<(), String> {
+    fn check(&self, uid: u32, gid: u32, pid: Option<i32>) -> Result<(), Refusal> {
         if uid == 0 || uid == self.owner {
             return Ok(());
         }
@@ -67,23 +113,21 @@ impl PeerPolicy {
             if gid == *wanted || pid.is_some_and(|pid| supplementary_groups(pid).contains(wanted)) {
                 return Ok(());
             }
-            return Err(format!(
-                "uid {uid} is not root, htbd's user, nor in group {name}"
-            ));
+            return Err(Refusal::NotInGroup {
+                uid,
+                group: name.clone(),
+            });
         }
-        Err(format!(
-            "uid {uid} is not root nor htbd's user (set [daemon] socket_group to let a group in)"
-        ))
+        Err(Refusal::NotOwner { uid })
     }
 }
 
 /// A group's id from `/etc/group` (or a numeric id).
-fn group_id(name: &str) -> Result<u32, String> {
+fn group_id(name: &str) -> Result<u32, SocketError> {
     if let Ok(gid) = name.parse() {
         return Ok(gid);
     }
-    let groups = std::fs::read_to_string("/etc/group")
-        .map_err(|e| format!("cannot read /etc/group: {e}"))?;
+    let groups = std::fs::read_to_string("/etc/group").map_err(SocketError::GroupFile)?;
     groups
         .lines()
         .filter_map(|l| {
@@ -92,7 +136,7 @@ fn group_id(name: &str) -> Result<u32, String> {
         })
         .find(|(n, _)| *n == name)
         .and_then(|(_, gid)| gid.parse().ok())
-        .ok_or_else(|| format!("socket_group {name:?} is not a group in /etc/group"))
+        .ok_or_else(|| SocketError::NoSuchGroup(name.to_owned()))
 }
 
 /// The supplementary groups of process `pid` (`Groups:` in `/proc/PID/status`).
@@ -122,30 +166,34 @@ impl Socket {
     ///
     /// # Errors
     /// Another daemon listens there, or binding fails.
-    pub fn bind(path: &Path, gid: Option<u32>) -> Result<Self, String> {
+    pub fn bind(path: &Path, gid: Option<u32>) -> Result<Self, SocketError> {
+        let io = |what: &'static str, at: &Path| {
+            let path = at.to_owned();
+            move |source| SocketError::Io { what, path, source }
+        };
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
         {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(io("create", dir))?;
         }
         if path.exists() {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(format!(
-                    "another htbd is listening on {} (stop it, or set [daemon] socket)",
-                    path.display()
-                ));
+                return Err(SocketError::InUse(path.to_owned()));
             }
-            std::fs::remove_file(path)
-                .map_err(|e| format!("cannot remove the stale {}: {e}", path.display()))?;
+            std::fs::remove_file(path).map_err(io("remove the stale", path))?;
         }
-        let listener = std::os::unix::net::UnixListener::bind(path)
-            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        let listener =
+            std::os::unix::net::UnixListener::bind(path).map_err(io("listen on", path))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-            .map_err(|e| format!("cannot chmod {}: {e}", path.display()))?;
+            .map_err(io("chmod", path))?;
         if let Some(gid) = gid {
-            std::os::unix::fs::chown(path, None, Some(gid))
-                .map_err(|e| format!("cannot give {} to group {gid}: {e}", path.display()))?;
+            std::os::unix::fs::chown(path, None, Some(gid)).map_err(|source| {
+                SocketError::Chown {
+                    path: path.to_owned(),
+                    gid,
+                    source,
+                }
+            })?;
         }
         Ok(Self {
             listener: Some(listener),
@@ -233,7 +281,11 @@ async fn client(
         Ok(cred) => {
             if let Err(why) = policy.check(cred.uid(), cred.gid(), cred.pid()) {
                 tracing::warn!("control socket: refused pid {:?}: {why}", cred.pid());
-                refuse(stream, IpcError::new(ErrorCode::PermissionDenied, why)).await;
+                refuse(
+                    stream,
+                    IpcError::new(ErrorCode::PermissionDenied, why.to_string()),
+                )
+                .await;
                 return;
             }
             Peer {
@@ -353,7 +405,7 @@ mod tests {
         assert!(policy.check(0, 0, None).is_ok());
         assert!(policy.check(1000, 1000, None).is_ok());
         assert!(policy.check(2000, 4242, None).is_ok());
-        let e = policy.check(65534, 65534, None).unwrap_err();
+        let e = policy.check(65534, 65534, None).unwrap_err().to_string();
         assert!(e.contains("not root") && e.contains("netadmin"), "{e}");
         let no_group = PeerPolicy {
             owner: 0,
@@ -363,10 +415,11 @@ mod tests {
             no_group
                 .check(65534, 65534, None)
                 .unwrap_err()
+                .to_string()
                 .contains("socket_group")
         );
-        assert_eq!(group_id("0"), Ok(0));
-        assert_eq!(group_id("root"), Ok(0));
+        assert_eq!(group_id("0").ok(), Some(0));
+        assert_eq!(group_id("root").ok(), Some(0));
         assert!(group_id("no-such-group-here").is_err());
     }
 }

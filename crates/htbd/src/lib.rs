@@ -73,8 +73,11 @@ pub enum DaemonError {
     #[error("the data-plane thread panicked")]
     DataPlanePanicked,
     /// The control socket or its permissions could not be set up.
-    #[error("{0}")]
-    Setup(String),
+    #[error(transparent)]
+    Socket(#[from] ipc::SocketError),
+    /// `HTBD_FAULTS` is malformed.
+    #[error(transparent)]
+    Faults(#[from] faults::FaultsError),
     /// The saved state cannot be used.
     #[error("saved state in {dir}: {message}", dir = dir.display())]
     State {
@@ -206,7 +209,7 @@ pub struct RunOptions {
 /// # Errors
 /// [`DaemonError`] when the data plane cannot start; then nothing stays attached.
 pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonError> {
-    let faults = faults::Faults::from_env().map_err(DaemonError::Setup)?;
+    let faults = faults::Faults::from_env()?;
     if faults.any() {
         tracing::warn!(
             "{} is set, faults will be injected: {faults:?}",
@@ -214,11 +217,10 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
         );
     }
     let ports: Vec<String> = config.engine.ports.iter().map(|p| p.name.clone()).collect();
-    let policy =
-        ipc::PeerPolicy::new(config.socket_group.as_deref()).map_err(DaemonError::Setup)?;
+    let policy = ipc::PeerPolicy::new(config.socket_group.as_deref())?;
     // The lock first: a second htbd on this state_dir stops here, before touching anything.
     let (mut store, saved) = persist::Store::open(&config.state_dir)?;
-    let mut socket = ipc::Socket::bind(&config.socket, policy.gid()).map_err(DaemonError::Setup)?;
+    let mut socket = ipc::Socket::bind(&config.socket, policy.gid())?;
     let metrics = config
         .metrics
         .map(|addr| {

@@ -88,16 +88,32 @@ pub fn bypassed_iptables_chains(tool: &str, dump: &str) -> Vec<String> {
     found
 }
 
+/// Why a listing tool's rules could not be read.
+#[derive(Debug, thiserror::Error)]
+enum ListingError {
+    /// It could not be run.
+    #[error("{program}: {source}")]
+    Run {
+        program: String,
+        source: std::io::Error,
+    },
+    /// It ran and failed.
+    #[error("{command}: {stderr}")]
+    Failed { command: String, stderr: String },
+}
+
 /// Runs a listing tool; `None` when it is not installed.
-fn listing(program: &str, args: &[&str]) -> Option<Result<String, String>> {
+fn listing(program: &str, args: &[&str]) -> Option<Result<String, ListingError>> {
     match Command::new(program).args(args).output() {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => Some(Err(format!("{program}: {e}"))),
-        Ok(out) if !out.status.success() => Some(Err(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))),
+        Err(source) => Some(Err(ListingError::Run {
+            program: program.to_owned(),
+            source,
+        })),
+        Ok(out) if !out.status.success() => Some(Err(ListingError::Failed {
+            command: format!("{program} {}", args.join(" ")),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })),
         Ok(out) => Some(Ok(String::from_utf8_lossy(&out.stdout).into_owned())),
     }
 }
@@ -114,7 +130,7 @@ fn survey() -> (Vec<String>, Vec<String>) {
     let mut unchecked = Vec::new();
     match listing("nft", &["-j", "list", "ruleset"]) {
         None => tracing::debug!("nft is not installed: no nftables rules to check"),
-        Some(Err(e)) => unchecked.push(e),
+        Some(Err(e)) => unchecked.push(e.to_string()),
         Some(Ok(json)) => match serde_json::from_str::<Value>(&json) {
             Ok(v) => found.extend(bypassed_nft_chains(&v)),
             Err(e) => unchecked.push(format!("nft -j list ruleset: {e}")),
@@ -131,7 +147,7 @@ fn survey() -> (Vec<String>, Vec<String>) {
             None => unchecked.push(format!(
                 "legacy iptables tables are loaded ({names}) but {tool} is not installed"
             )),
-            Some(Err(e)) => unchecked.push(e),
+            Some(Err(e)) => unchecked.push(e.to_string()),
             Some(Ok(dump)) => found.extend(bypassed_iptables_chains(tool, &dump)),
         }
     }

@@ -62,10 +62,10 @@ impl Source {
 /// # Errors
 /// A tree the model refuses (the config parser validated it, so only a bug).
 pub fn file_model(config: &DaemonConfig) -> Result<(Model, String), DaemonError> {
-    let model = Model::from_trees(config.interfaces.clone(), &tx_queues).map_err(|message| {
+    let model = Model::from_trees(config.interfaces.clone(), &tx_queues).map_err(|e| {
         DaemonError::State {
             dir: config.state_dir.clone(),
-            message,
+            message: e.to_string(),
         }
     })?;
     let hash = trees_hash(&model.to_toml());
@@ -172,7 +172,7 @@ pub fn load_saved(config: &DaemonConfig, saved: &Saved) -> Result<Model, DaemonE
                 .unwrap_or_else(|| c.clone())
         })
         .collect();
-    let mut model = Model::from_trees(trees, &tx_queues).map_err(state_error)?;
+    let mut model = Model::from_trees(trees, &tx_queues).map_err(|e| state_error(e.to_string()))?;
     for (seq, batch) in &saved.journal {
         model.apply(batch).map_err(|e| {
             state_error(format!(

@@ -239,7 +239,7 @@ fn device(c: &Columns, row: &csv::StringRecord, line: u64) -> Result<ShapedDevic
 /// SQM`): tc's words that htb-cli's parser takes, and nothing that could change the batch
 /// line around them (a `#`, a `\\`, quotes). `cake …`, LibreQoS's default, is refused here with
 /// the parser's reason until the cake leaf exists.
-fn check_sqm(sqm: &str) -> Result<(), String> {
+fn check_sqm(sqm: &str) -> Result<(), SqmError> {
     if sqm.is_empty() {
         return Ok(());
     }
@@ -247,9 +247,7 @@ fn check_sqm(sqm: &str) -> Result<(), String> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || " ._:/-".contains(*c)))
     {
-        return Err(format!(
-            "{bad:?} cannot be in a leaf qdisc's words (such as fq_codel or sfq perturb 10)"
-        ));
+        return Err(SqmError::Character(bad));
     }
     let mut words: Vec<String> = ["qdisc", "add", "dev", "dev0", "parent", "1:1"]
         .map(String::from)
@@ -257,9 +255,20 @@ fn check_sqm(sqm: &str) -> Result<(), String> {
     words.extend(sqm.split_whitespace().map(String::from));
     match crate::tc::parse::parse_command(&words) {
         Ok(crate::tc::parse::Action::Change(htb_ipc::Command::LeafAdd(_))) => Ok(()),
-        Ok(_) => Err("not a leaf qdisc (such as fq_codel or sfq perturb 10)".into()),
-        Err(e) => Err(e.to_string()),
+        Ok(_) => Err(SqmError::NotALeaf),
+        Err(e) => Err(SqmError::Refused(e)),
     }
+}
+
+/// Why an `sqm` field is not a leaf qdisc line.
+#[derive(Debug, thiserror::Error)]
+enum SqmError {
+    #[error("{0:?} cannot be in a leaf qdisc's words (such as fq_codel or sfq perturb 10)")]
+    Character(char),
+    #[error("not a leaf qdisc (such as fq_codel or sfq perturb 10)")]
+    NotALeaf,
+    #[error("{0}")]
+    Refused(crate::tc::args::UsageError),
 }
 
 /// `2.5` Mbps → 2 500 000 bit/s, exactly (decimal, not floating point); at most 6 decimals

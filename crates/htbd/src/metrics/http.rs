@@ -244,23 +244,43 @@ async fn client(
     }
 }
 
+/// Why a scrape produced no page.
+#[derive(Debug, thiserror::Error)]
+enum ScrapeError {
+    /// The control task is gone.
+    #[error("htbd is stopping")]
+    Stopping,
+    /// Gathering the counters failed.
+    #[error("{0}")]
+    Gather(#[source] htb_ipc::IpcError),
+    /// The encoder thread panicked.
+    #[error("the encoder failed: {0}")]
+    EncoderPanicked(#[source] tokio::task::JoinError),
+    /// Encoding failed.
+    #[error("the encoder failed: {0}")]
+    Encode(#[source] std::fmt::Error),
+}
+
 /// Gathers through the control task, then encodes on a blocking thread (100 000 classes are
 /// tens of MB of text; the control runtime keeps serving meanwhile).
-async fn scrape(calls: &mpsc::Sender<Call>, requests: &RequestMetrics) -> Result<String, String> {
+async fn scrape(
+    calls: &mpsc::Sender<Call>,
+    requests: &RequestMetrics,
+) -> Result<String, ScrapeError> {
     let (tx, rx) = oneshot::channel();
     calls
         .send(Call::Metrics(tx))
         .await
-        .map_err(|_| "htbd is stopping".to_owned())?;
+        .map_err(|_| ScrapeError::Stopping)?;
     let gathered = rx
         .await
-        .map_err(|_| "htbd is stopping".to_owned())?
-        .map_err(|e| e.message)?;
+        .map_err(|_| ScrapeError::Stopping)?
+        .map_err(ScrapeError::Gather)?;
     let requests = requests.clone();
     tokio::task::spawn_blocking(move || exposition::encode(gathered, &requests))
         .await
-        .map_err(|e| format!("the encoder failed: {e}"))?
-        .map_err(|e| format!("the encoder failed: {e}"))
+        .map_err(ScrapeError::EncoderPanicked)?
+        .map_err(ScrapeError::Encode)
 }
 
 async fn respond(

@@ -18,6 +18,30 @@ pub(super) const U32_FIRST_ID: u32 = 0x800;
 /// The last node id of a bucket (`gen_new_kid` allocates up to `htid | 0xfff`).
 pub(super) const U32_LAST_ID: u32 = 0xfff;
 
+/// A filter's protocol, kind, handle or u32 divisor that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FilterValueError {
+    /// Not one of tc's protocol names htbd filters by.
+    #[error("invalid protocol {0:?}: ip, ipv6, arp, 802.1q or all")]
+    Protocol(String),
+    /// Neither `u32` nor `flower`.
+    #[error("filter kind {0:?} is not supported: use u32 or flower")]
+    Kind(String),
+    /// Not a u32 handle as tc writes one.
+    #[error("invalid u32 handle: {0}")]
+    U32Handle(#[source] htb_config::u32_handle::U32HandleError),
+    /// Not a flower handle (a nonzero number, decimal or `0x` hex).
+    #[error("invalid flower handle {0:?}")]
+    FlowerHandle(String),
+    /// More than 256 buckets.
+    #[error("divisor {0}: exceeded maximum 256 hash buckets")]
+    DivisorTooLarge(u32),
+    /// Not a power of two.
+    #[error("divisor {0} is not a power of 2")]
+    DivisorNotPowerOfTwo(u32),
+}
+
 /// tc's filter `protocol`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
@@ -38,16 +62,14 @@ impl Protocol {
     ///
     /// # Errors
     /// An unknown name.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, FilterValueError> {
         match s.to_ascii_lowercase().as_str() {
             "all" => Ok(Self::All),
             "ip" | "ipv4" => Ok(Self::Ip),
             "ipv6" => Ok(Self::Ipv6),
             "802.1q" | "8021q" | "802_1q" => Ok(Self::Dot1q),
             "arp" => Ok(Self::Arp),
-            _ => Err(format!(
-                "invalid protocol {s:?}: ip, ipv6, arp, 802.1q or all"
-            )),
+            _ => Err(FilterValueError::Protocol(s.to_owned())),
         }
     }
 
@@ -87,13 +109,11 @@ impl FilterKind {
     ///
     /// # Errors
     /// Anything else.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, FilterValueError> {
         match s {
             "u32" => Ok(Self::U32),
             "flower" => Ok(Self::Flower),
-            _ => Err(format!(
-                "filter kind {s:?} is not supported: use u32 or flower"
-            )),
+            _ => Err(FilterValueError::Kind(s.to_owned())),
         }
     }
 
@@ -110,14 +130,14 @@ impl FilterKind {
     ///
     /// # Errors
     /// A malformed handle.
-    pub fn parse_handle(self, s: &str) -> Result<u32, String> {
-        let bad = || format!("invalid {} handle {s:?}", self.name());
+    pub fn parse_handle(self, s: &str) -> Result<u32, FilterValueError> {
+        let bad = || FilterValueError::FlowerHandle(s.to_owned());
         match self {
             // tc's get_u32_handle, the one parser (htb_config::u32_handle).
             Self::U32 => s
                 .parse::<htb_config::u32_handle::U32Handle>()
                 .map(|h| h.0)
-                .map_err(|e| format!("invalid u32 handle: {e}")),
+                .map_err(FilterValueError::U32Handle),
             Self::Flower => {
                 let digits = s.strip_prefix("0x");
                 match digits {
@@ -159,11 +179,11 @@ impl FilterKind {
 ///
 /// # Errors
 /// Above 256, or not a power of two.
-pub fn u32_divisor(d: u32) -> Result<u16, String> {
+pub fn u32_divisor(d: u32) -> Result<u16, FilterValueError> {
     if d > 256 {
-        Err(format!("divisor {d}: exceeded maximum 256 hash buckets"))
+        Err(FilterValueError::DivisorTooLarge(d))
     } else if !d.is_power_of_two() {
-        Err(format!("divisor {d} is not a power of 2"))
+        Err(FilterValueError::DivisorNotPowerOfTwo(d))
     } else {
         Ok(d as u16)
     }

@@ -13,6 +13,11 @@ use super::ingress::INGRESS_MAJOR;
 use super::qdisc::QdiscModel;
 use super::{Model, Step, Undo, error, parse_class_of};
 
+/// A refusal of what a command says (`EINVAL`), in the words of `why`.
+fn invalid(why: impl std::fmt::Display) -> IpcError {
+    error(ErrorCode::Invalid, why.to_string())
+}
+
 /// The u32 hash-table parts of a `filter add`, checked against the tables that exist
 /// (`u32_change` in `cls_u32.c`).
 fn u32_parts(
@@ -20,13 +25,12 @@ fn u32_parts(
     f: &htb_ipc::FilterSpec,
     kind: FilterKind,
 ) -> Result<U32Parts, IpcError> {
-    let invalid = |m: String| error(ErrorCode::Invalid, m);
     let h = &f.hashing;
     if h.is_empty() {
         return Ok(U32Parts::default());
     }
     if kind != FilterKind::U32 {
-        return Err(invalid("divisor, ht, link and hashkey are u32's".into()));
+        return Err(invalid("divisor, ht, link and hashkey are u32's"));
     }
     let divisor = h.divisor.map(u32_divisor).transpose().map_err(invalid)?;
     let link = match h.link {
@@ -58,13 +62,13 @@ fn u32_parts(
     };
     if divisor.is_some() && (link.is_some() || h.table.is_some() || !f.class.is_empty()) {
         return Err(invalid(
-            "a u32 hash table (divisor) takes no ht, link or classid".into(),
+            "a u32 hash table (divisor) takes no ht, link or classid",
         ));
     }
     if let Some(key) = h.hashkey {
         if link.is_none() {
             return Err(invalid(
-                "hashkey picks a bucket of the linked table: it needs link".into(),
+                "hashkey picks a bucket of the linked table: it needs link",
             ));
         }
         if key.at % 4 != 0 {
@@ -88,7 +92,6 @@ fn u32_placement(
     f: &htb_ipc::FilterSpec,
     parts: &U32Parts,
 ) -> Result<Option<u32>, IpcError> {
-    let invalid = |m: String| error(ErrorCode::Invalid, m);
     if parts.divisor.is_some() {
         if let Some(given) = f.handle.as_deref() {
             let h = FilterKind::U32.parse_handle(given).map_err(invalid)?;
@@ -132,9 +135,7 @@ fn place(
 ) -> Result<Option<u32>, IpcError> {
     let base = table << 20 | bucket << 12;
     if let Some(given) = f.handle.as_deref() {
-        let h = FilterKind::U32
-            .parse_handle(given)
-            .map_err(|m| error(ErrorCode::Invalid, m))?;
+        let h = FilterKind::U32.parse_handle(given).map_err(invalid)?;
         if h & 0xfff == 0 || h & !0xfff != base {
             return Err(error(
                 ErrorCode::Invalid,
@@ -155,7 +156,6 @@ fn place(
 
 /// Checks a `filter add` against the qdisc and gives it a priority and handle.
 fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry, IpcError> {
-    let invalid = |m: String| error(ErrorCode::Invalid, m);
     if let Some(parent) = f.parent
         && !(parent.is_qdisc() && parent.major() == qdisc.config.major)
     {
@@ -169,12 +169,12 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
     let ingress = qdisc.config.major == INGRESS_MAJOR;
     if ingress && !f.hashing.is_empty() {
         return Err(invalid(
-            "u32 hash tables and links are for an htb qdisc's filters; an ingress qdisc's filters match directly".into(),
+            "u32 hash tables and links are for an htb qdisc's filters; an ingress qdisc's filters match directly",
         ));
     }
     if ingress && f.redirect.is_none() && f.police.is_none() {
         return Err(invalid(
-            "a filter of the ingress qdisc needs an action: mirred egress redirect dev IFB (shape in the IFB's tree) or police (drop what exceeds a rate)".into(),
+            "a filter of the ingress qdisc needs an action: mirred egress redirect dev IFB (shape in the IFB's tree) or police (drop what exceeds a rate)",
         ));
     }
     let class = if f.class.is_empty() {
@@ -204,12 +204,12 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
     let u32 = u32_parts(qdisc, f, kind)?;
     if class.is_none() && u32.divisor.is_none() && u32.link.is_none() && !ingress {
         return Err(invalid(
-            "Must specify flowid/classid: where matching packets go".into(),
+            "Must specify flowid/classid: where matching packets go",
         ));
     }
     let matcher = matcher(&f.matcher, protocol)?;
     let prio = match f.prio {
-        Some(0) => return Err(invalid("filter prio must be above 0".into())),
+        Some(0) => return Err(invalid("filter prio must be above 0")),
         Some(p) => p,
         // As tcf_auto_prio: 49152 for the first, then one below the lowest existing priority
         // (one above the highest when the lowest is 1).
@@ -254,7 +254,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         .transpose()?;
     if police.is_some() && class.is_none() && !ingress {
         return Err(invalid(
-            "a policer belongs to a filter that classifies (give it a flowid)".into(),
+            "a policer belongs to a filter that classifies (give it a flowid)",
         ));
     }
     let mut entry = FilterEntry {
@@ -371,10 +371,8 @@ impl Model {
                 "filter change needs the filter's prio and handle (pref N handle H)",
             ));
         };
-        let kind = FilterKind::parse(&f.kind).map_err(|m| error(ErrorCode::Invalid, m))?;
-        let h = kind
-            .parse_handle(handle)
-            .map_err(|m| error(ErrorCode::Invalid, m))?;
+        let kind = FilterKind::parse(&f.kind).map_err(invalid)?;
+        let h = kind.parse_handle(handle).map_err(invalid)?;
         let existing = filter_list::prio_range(&qdisc.filters, prio)
             .map(|i| &qdisc.filters[i])
             .find(|e| e.handle == h)

@@ -32,12 +32,12 @@ use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 
 pub use self::class::link_layer_name;
 pub use self::filter_entry::{
-    FilterEntry, FilterKind, NoNodeId, Protocol, U32Parts, assign_handles, match_spec, matcher,
-    u32_divisor, with_protocol,
+    FilterEntry, FilterKind, FilterValueError, NoNodeId, Protocol, U32Parts, assign_handles,
+    match_spec, matcher, u32_divisor, with_protocol,
 };
 pub use self::ingress::{INGRESS_MAJOR, ingress_hook_of, new_ingress};
 pub use self::mq::MqModel;
-pub use self::qdisc::QdiscModel;
+pub use self::qdisc::{QdiscModel, TreeError};
 use self::qdisc::{Verb, set_qdisc_config};
 pub use self::root_leaf::UNLIMITED;
 pub use self::u32_links::{LinkError, flatten};
@@ -405,7 +405,7 @@ impl Model {
     pub fn from_trees(
         interfaces: Vec<crate::config::InterfaceTrees>,
         tx_queues: &dyn Fn(&str) -> u16,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, TreeError> {
         let mut ports = Vec::with_capacity(interfaces.len());
         for i in interfaces {
             let queues = if i.ifb { 1 } else { tx_queues(&i.name) };
@@ -417,7 +417,10 @@ impl Model {
                 port.ingress = Some(Box::new(ingress));
             }
             let name = port.name.clone();
-            let at = |e: String| format!("{name}: {e}");
+            let at = |e: TreeError| TreeError::OnPort {
+                port: name.clone(),
+                source: Box::new(e),
+            };
             let mut trees = Vec::with_capacity(i.trees.len());
             // A classless root's tree is its carrier, built from the leaf below (with the
             // size table its config gave).
@@ -441,10 +444,11 @@ impl Model {
                     for (minor, q) in trees {
                         let minor = minor.unwrap_or(1);
                         if minor > port.tx_queues {
-                            return Err(at(format!(
-                                "mq class {handle:x}:{minor:x} has a tree, but the interface has {} TX queue(s)",
-                                port.tx_queues
-                            )));
+                            return Err(at(TreeError::NoTxQueue {
+                                mq: handle,
+                                minor,
+                                queues: port.tx_queues,
+                            }));
                         }
                         mq.trees.insert(minor, q);
                     }

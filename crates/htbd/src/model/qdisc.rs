@@ -13,6 +13,45 @@ use super::leaf::handle_major;
 use super::u32_links::{LinkError, flatten};
 use super::{Effect, Model, PortModel, Root, Step, Undo, error};
 
+/// Why a saved or configured tree does not load into the model (the parsers validated it, so
+/// only a hand-edited state file gets here).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TreeError {
+    /// The scheduler refuses a class or leaf.
+    #[error(transparent)]
+    Class(#[from] htb_core::ClassError),
+    /// Two qdiscs with one handle.
+    #[error("class {class}: leaf handle {handle:x}: is used by another qdisc")]
+    LeafHandleTwice {
+        /// The class whose leaf has it.
+        class: ClassId,
+        /// The handle's major.
+        handle: u16,
+    },
+    /// A filter names a class the tree lacks.
+    #[error("a filter targets class {0}, which does not exist")]
+    NoSuchClass(ClassId),
+    /// A tree under an `mq` class the port has no TX queue for.
+    #[error("mq class {mq:x}:{minor:x} has a tree, but the interface has {queues} TX queue(s)")]
+    NoTxQueue {
+        /// The mq's handle major.
+        mq: u16,
+        /// The class's minor.
+        minor: u16,
+        /// The port's TX queues.
+        queues: u16,
+    },
+    /// Said of port `port`.
+    #[error("{port}: {source}")]
+    OnPort {
+        /// The port.
+        port: String,
+        /// What is wrong there.
+        source: Box<Self>,
+    },
+}
+
 /// One port's HTB qdisc: its parameters, classes with their leaf qdiscs, filters, and a
 /// shadow scheduler that checks every change the way the data plane will apply it.
 #[derive(Debug)]
@@ -43,14 +82,13 @@ impl QdiscModel {
     /// # Errors
     /// A class or leaf the tree cannot hold, a leaf handle used twice, or a filter targeting a
     /// missing class.
-    pub fn from_tree(tree: &TreeSpec, filters: Vec<FilterEntry>) -> Result<Self, String> {
+    pub fn from_tree(tree: &TreeSpec, filters: Vec<FilterEntry>) -> Result<Self, TreeError> {
         let mut model = Self::new(tree.config);
         model.shadow.reserve_classes(tree.classes.len());
         for def in &tree.classes {
             let _ = model
                 .shadow
-                .add_class(Instant::ZERO, def.id, def.parent, &def.spec)
-                .map_err(|e| e.to_string())?;
+                .add_class(Instant::ZERO, def.id, def.parent, &def.spec)?;
             model.classes.insert(def.id, def.clone());
         }
         let mut handles = vec![tree.config.major];
@@ -58,14 +96,13 @@ impl QdiscModel {
             let Some(leaf) = &def.leaf else { continue };
             let _ = model
                 .shadow
-                .set_leaf(Instant::ZERO, def.id, Some(&leaf.config))
-                .map_err(|e| e.to_string())?;
+                .set_leaf(Instant::ZERO, def.id, Some(&leaf.config))?;
             if let Some(h) = leaf.handle {
                 if handles.contains(&h) {
-                    return Err(format!(
-                        "class {}: leaf handle {h:x}: is used by another qdisc",
-                        def.id
-                    ));
+                    return Err(TreeError::LeafHandleTwice {
+                        class: def.id,
+                        handle: h,
+                    });
                 }
                 handles.push(h);
             }
@@ -75,9 +112,7 @@ impl QdiscModel {
             .filter_map(|f| f.class)
             .find(|class| !model.classes.contains_key(class))
         {
-            return Err(format!(
-                "a filter targets class {class}, which does not exist"
-            ));
+            return Err(TreeError::NoSuchClass(class));
         }
         model.filters = filters;
         model.sort_filters();

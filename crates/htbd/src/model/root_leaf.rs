@@ -34,7 +34,7 @@ impl QdiscModel {
         major: u16,
         leaf: LeafDef,
         stab: Option<htb_core::SizeTable>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, super::qdisc::TreeError> {
         let config = SchedulerConfig {
             major,
             default_minor: 1,
@@ -49,14 +49,10 @@ impl QdiscModel {
             spec: ClassSpec::new(UNLIMITED),
             leaf: Some(leaf),
         };
+        let _ = model.shadow.add_class(Instant::ZERO, id, None, &def.spec)?;
         let _ = model
             .shadow
-            .add_class(Instant::ZERO, id, None, &def.spec)
-            .map_err(|e| e.to_string())?;
-        let _ = model
-            .shadow
-            .set_leaf(Instant::ZERO, id, Some(&leaf.config))
-            .map_err(|e| e.to_string())?;
+            .set_leaf(Instant::ZERO, id, Some(&leaf.config))?;
         model.classes.insert(id, def);
         Ok(model)
     }
@@ -176,8 +172,8 @@ impl Model {
             handle: Some(major),
             config,
         };
-        let new =
-            QdiscModel::classless(major, leaf, stab).map_err(|e| error(ErrorCode::Internal, e))?;
+        let new = QdiscModel::classless(major, leaf, stab)
+            .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
         let tree = PortTree {
             tree: new.tree(),
             mq_minor: None,
