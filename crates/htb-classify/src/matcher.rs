@@ -38,6 +38,7 @@ impl Family {
 
 /// A prefix, port or range that does not parse.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ParseError {
     /// Not an IPv4 or IPv6 address.
     Address(String),

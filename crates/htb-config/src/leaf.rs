@@ -210,6 +210,7 @@ fn allowed(kind: LeafKind) -> &'static [&'static str] {
 
 /// What is wrong with a `leaf = …` section.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LeafSectionError {
     /// A kind that does not exist here.
     #[error("unknown leaf qdisc {0:?}: pfifo, bfifo, sfq, fq_codel or cake")]

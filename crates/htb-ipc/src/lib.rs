@@ -149,6 +149,7 @@ impl Response {
 /// A successful answer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ReplyBody {
     /// To [`RequestBody::Ping`].
     Pong {
@@ -828,6 +829,7 @@ impl IpcError {
 /// Error kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ErrorCode {
     /// Malformed frame or JSON, or a request the daemon cannot make sense of.
     BadRequest,

@@ -10,8 +10,11 @@ use std::time::{Duration, Instant};
 /// One lab at a time in this process: labs measure rates, so they must not share two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// node-1, the sender's side (10.201.1.2), for [`Lab::cmd`] and friends.
 pub const N1: &str = "n1";
+/// The router, where htbd (or the kernel's HTB) runs.
 pub const R: &str = "r";
+/// node-2, the receiver's side (10.201.2.2).
 pub const N2: &str = "n2";
 
 /// The project's root: `HTB_REPO`, else where this binary was built from, else the current
@@ -666,7 +669,9 @@ impl Drop for Reaped {
 #[derive(Debug)]
 pub struct Htbd {
     child: Option<Child>,
+    /// Its stderr: the log.
     pub log: PathBuf,
+    /// The config file it runs with.
     pub config: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -757,6 +762,7 @@ impl Htbd {
         );
     }
 
+    /// The log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

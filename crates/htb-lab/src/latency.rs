@@ -2,7 +2,7 @@
 //! (`iperf3 -P 4`) keep full — what a user of a saturated link feels. htbd with its default
 //! leaf (fq_codel), htbd with pfifo leaves and the kernel's HTB with pfifo leaves (the kernel
 //! here has no sch_fq_codel) in the same lab, one after the other; with ECN on, how often the
-//! leaf marked instead of dropping. `htb-lab bench` runs [`bench`] and `htb-lab latency` runs
+//! leaf marked instead of dropping. `htb-lab bench` runs [`bench()`] and `htb-lab latency` runs
 //! it alone; the lab tests use [`ping_through_tcp_load`].
 
 use std::process::{Child, Stdio};
@@ -419,7 +419,7 @@ pub fn bench(lab: &Lab, quick: bool) -> anyhow::Result<(Value, String)> {
     Ok((result, chart))
 }
 
-/// `htb-lab latency`: [`bench`] in a lab of its own, writing `latency.json` and
+/// `htb-lab latency`: [`bench()`] in a lab of its own, writing `latency.json` and
 /// `latency.svg` into `out`.
 ///
 /// # Errors

@@ -43,6 +43,7 @@ pub enum Mode {
 
 /// What one pass did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Progress {
     /// Frames were received, queued, sent or completed.
     Moved,

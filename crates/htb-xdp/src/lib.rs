@@ -13,6 +13,10 @@
 //! document why each block is sound.
 
 #![deny(unsafe_code)]
+// Where `sys` and `umem` allow it: every unsafe operation in its own block with its own SAFETY
+// comment, also inside an `unsafe fn`.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod assign;
 mod crew;

@@ -22,6 +22,7 @@ const MPLS_MAX_LABELS: usize = 8;
 
 /// What carries the IP packet between the Ethernet (and VLAN) header and the IP header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Encapsulation {
     /// The IP header follows the Ethernet header and its VLAN tags.
     #[default]

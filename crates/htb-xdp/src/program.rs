@@ -16,6 +16,7 @@ static OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/htb_xdp
 
 /// How to attach.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AttachMode {
     /// Native (driver) mode, falling back to generic (skb) mode where the driver has none.
     #[default]

@@ -83,7 +83,7 @@ impl IoConfig {
     /// The frames the data plane needs with `channels` sockets moving `batch` frames at a time:
     /// every fill, RX and TX ring full (the fill rings are kept full while the RX rings wait
     /// to be read), the receive reserve (two batches per socket, below which received frames
-    /// are dropped so the fill rings never starve), and [`QUEUE_FRAMES_MIN`] for the queues.
+    /// are dropped so the fill rings never starve), and `QUEUE_FRAMES_MIN` (1024) for the queues.
     #[must_use]
     pub fn frames_needed(&self, channels: u32, batch: u32) -> u64 {
         let channels = u64::from(channels);

@@ -1,7 +1,7 @@
 //! The control task: one request at a time, in arrival order, from every client.
 //!
 //! A batch of commands is validated against the [`Model`], written to the journal, then sent
-//! to the data-plane thread in jobs of [`PLANE_SLICE`] operations, each applied between two
+//! to the data-plane thread in jobs of `PLANE_SLICE` operations, each applied between two
 //! packet batches (filters take effect with their batch's last slice, which swaps in the
 //! compiled classifier). Only after the last does the client get its answer, and only then is
 //! the next request served: an acknowledged change is live and durable, and no client sees

@@ -16,6 +16,7 @@ use crate::DaemonError;
 
 /// What to do when router mode would bypass netfilter rules.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NetfilterPolicy {
     /// Refuse to start (the default).
     #[default]

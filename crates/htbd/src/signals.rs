@@ -17,6 +17,7 @@ use crate::{DaemonConfig, DaemonError, service, startup};
 
 /// Why a reload changed nothing.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReloadError {
     /// The file cannot be read.
     #[error("cannot read it: {0}")]

@@ -1,5 +1,5 @@
 //! `htb-cli` speaking tc: parse a command line ([`parse`]), send it to htbd, print the answer
-//! as tc would ([`format`]).
+//! as tc would ([`format`](mod@format)).
 //!
 //! Exit status: 0 on success, 1 for a usage error (nothing was sent), 2 when htbd refused the
 //! request or could not be reached.

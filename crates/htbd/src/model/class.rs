@@ -7,7 +7,7 @@ use htb_ipc::{ErrorCode, IpcError};
 use super::qdisc::Verb;
 use super::{Effect, Model, Step, Undo, class_error, error, parse_class_id, parse_class_of};
 
-/// `linklayer` as tc names it (the inverse of what [`class_spec`] reads).
+/// `linklayer` as tc names it (the inverse of what `class_spec` reads).
 #[must_use]
 pub fn link_layer_name(link_layer: LinkLayer) -> &'static str {
     match link_layer {

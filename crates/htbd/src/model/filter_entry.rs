@@ -44,6 +44,7 @@ pub enum FilterValueError {
 
 /// tc's filter `protocol`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Protocol {
     /// `all` (ETH_P_ALL): any frame.
     All,
@@ -97,6 +98,7 @@ impl Protocol {
 
 /// How a filter is presented (`u32` or `flower`); both classify the same way here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FilterKind {
     /// `u32`, handles like `800::800`.
     U32,
@@ -332,7 +334,7 @@ pub struct FamilyMismatch {
 /// Restricts `m` to `protocol`'s address family (tc's `protocol ip|ipv6`).
 ///
 /// # Errors
-/// [`FamilyMismatch`] for a prefix of the other family.
+/// `FamilyMismatch` for a prefix of the other family.
 pub fn with_protocol(mut m: Match, protocol: Protocol) -> Result<Match, FamilyMismatch> {
     if let Some(family) = protocol.family() {
         for prefix in [m.src, m.dst].into_iter().flatten() {

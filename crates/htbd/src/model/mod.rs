@@ -44,6 +44,7 @@ pub use self::u32_links::{LinkError, flatten};
 
 /// What shapes a port: its root qdisc.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub enum Root {
     /// Nothing: the port forwards unshaped.
     #[default]
@@ -194,6 +195,7 @@ impl PortModel {
 
 /// A change for the data plane (see `htb_xdp::PlaneOp`, which it becomes).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Effect {
     /// Put in, replace or take out one tree: the one with qdisc major `major`.
     SetTree {

@@ -22,6 +22,7 @@ const MAX_DEPTH: usize = 8;
 
 /// Why a port's u32 tables cannot be flattened.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LinkError {
     /// A link to a table that does not exist.
     #[error("filter {handle} links to hash table {table:x}:, which does not exist")]

@@ -83,7 +83,7 @@ pub struct Saved {
 }
 
 impl Saved {
-    /// Reads what is saved in `dir`, changing nothing (`htbd --check`, and [`Store::open`]).
+    /// Reads what is saved in `dir`, changing nothing (`htbd --check`, and [`Store::open`](crate::persist::Store::open)).
     /// Returns the saved state and the journal's complete length in bytes.
     ///
     /// # Errors
