@@ -62,7 +62,8 @@ pub struct Verdicts {
     pub pass_too_big: u64,
 }
 
-const VERDICTS: u32 = 13;
+/// Entries of `enum verdict` before `V_COUNT`.
+pub(crate) const VERDICTS: u32 = 13;
 
 /// What the program is loaded for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -214,7 +215,15 @@ impl XdpProgram {
                 }
             }
         }
-        Verdicts {
+        Verdicts::from_sums(sums)
+    }
+}
+
+impl Verdicts {
+    /// The counts of `enum verdict`'s entries, in its order.
+    #[must_use]
+    pub fn from_sums(sums: [u64; VERDICTS as usize]) -> Self {
+        Self {
             redirected: sums[0],
             pass_not_ip: sums[1],
             pass_malformed: sums[2],
@@ -252,4 +261,49 @@ fn describe(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `V_PASS_NOT_IP` → `pass_not_ip`; `V_REDIRECT` → `redirected`.
+    fn field_of(enumerator: &str) -> String {
+        let name = enumerator.trim_start_matches("V_").to_ascii_lowercase();
+        if name == "redirect" {
+            "redirected".into()
+        } else {
+            name
+        }
+    }
+
+    #[test]
+    fn the_counts_follow_the_c_programs_enum() {
+        // One list in C (the map's indices), read into named fields here: each enumerator
+        // must name the field its index fills, and every field must have one.
+        let source = include_str!("bpf/htb_xdp.c");
+        let body = source
+            .split("enum verdict {")
+            .nth(1)
+            .and_then(|rest| rest.split("V_COUNT").next())
+            .expect("enum verdict in htb_xdp.c");
+        let enumerators: Vec<&str> = body
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(|w| w.trim_end_matches(','))
+            .filter(|w| w.starts_with("V_"))
+            .collect();
+        assert_eq!(enumerators.len(), VERDICTS as usize, "{enumerators:?}");
+        let counts = Verdicts::from_sums(std::array::from_fn(|i| i as u64));
+        let shown = format!("{counts:?}");
+        for (i, e) in enumerators.iter().enumerate() {
+            let field = field_of(e);
+            assert!(
+                shown.contains(&format!(" {field}: {i},"))
+                    || shown.contains(&format!(" {field}: {i} }}")),
+                "{e} (index {i}) does not fill field {field}: {shown}"
+            );
+        }
+        assert_eq!(shown.matches(": ").count(), enumerators.len(), "{shown}");
+    }
 }

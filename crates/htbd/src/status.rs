@@ -75,3 +75,22 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_carries_every_verdict_under_its_own_name() {
+        // The engine's counts and the wire's are two structs (the wire must not pull the
+        // engine into htb-cli): the same fields, in the same order, each value where it was.
+        let verdicts = htb_xdp::Verdicts::from_sums(std::array::from_fn(|i| 100 + i as u64));
+        let stats = EngineStats {
+            verdicts,
+            ..EngineStats::default()
+        };
+        let engine = format!("{verdicts:?}").replacen("Verdicts", "", 1);
+        let wire = format!("{:?}", status(&stats).xdp).replacen("XdpVerdicts", "", 1);
+        assert_eq!(engine, wire);
+    }
+}
