@@ -124,6 +124,13 @@ impl fmt::Display for ClassId {
     }
 }
 
+/// `0:0`, tc's `TC_H_UNSPEC`: no class given.
+impl Default for ClassId {
+    fn default() -> Self {
+        Self::new(0, 0)
+    }
+}
+
 /// On the wire a class id is tc's text, `"1:20"` (`"10:"` for a qdisc handle), checked when
 /// it is read.
 #[cfg(feature = "serde")]

@@ -598,8 +598,8 @@ pub enum Command {
     ClassDelete {
         /// Interface.
         dev: String,
-        /// `1:20`.
-        id: String,
+        /// `1:20` (`:20`: of the interface's qdisc).
+        id: ClassId,
     },
     /// `filter add`.
     FilterAdd(FilterSpec),
@@ -702,17 +702,33 @@ pub struct MqSpec {
     pub handle: Option<ClassId>,
 }
 
+/// A class's parent as the wire has carried it: a class id or qdisc handle, or `"root"`.
+fn parent_or_root<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ClassId>, D::Error> {
+    let text = String::deserialize(d)?;
+    if text == "root" {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format_args!("parent {text:?}: {e}")))
+}
+
 /// `class … dev D parent P classid C htb rate R …`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassSpec {
     /// Interface.
     pub dev: String,
-    /// `1:20`.
-    pub id: String,
-    /// Parent class or qdisc handle (`1:`); `None` = root.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
+    /// `1:20` (`:20`: the minor of the parent's qdisc, as tc completes it).
+    pub id: ClassId,
+    /// Parent class or qdisc handle (`1:`); `None` = root (also read from `"root"`, which
+    /// journals of older versions may hold).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "parent_or_root"
+    )]
+    pub parent: Option<ClassId>,
     /// Rate in bit/s (required).
     pub rate: u64,
     /// Ceil in bit/s.
@@ -964,13 +980,61 @@ mod tests {
     }
 
     #[test]
+    fn class_ids_are_typed_and_read_as_older_versions_wrote_them() {
+        // Journal lines as htbd 0.1 wrote them, when ids were strings: they still load, into
+        // typed ids.
+        let old = [
+            r#"{"op":"class_add","dev":"r2","id":"1:20","parent":"1:1","rate":10000000,"ceil":100000000}"#,
+            r#"{"op":"class_add","dev":"r2","id":"1:1","parent":"1:","rate":100000000}"#,
+            r#"{"op":"class_delete","dev":"r2","id":"1:20"}"#,
+            r#"{"op":"class_change","dev":"r2","id":":20","rate":5000000}"#,
+        ];
+        let commands: Vec<Command> = old
+            .iter()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+            .collect();
+        let Command::ClassAdd(c) = &commands[0] else {
+            panic!("{commands:?}")
+        };
+        assert_eq!(
+            (c.id, c.parent),
+            (ClassId::new(1, 0x20), Some(ClassId::new(1, 1)))
+        );
+        assert!(
+            matches!(&commands[1], Command::ClassAdd(c) if c.parent == Some(ClassId::new(1, 0)))
+        );
+        assert!(
+            matches!(&commands[2], Command::ClassDelete { id, .. } if *id == ClassId::new(1, 0x20))
+        );
+        assert!(matches!(&commands[3], Command::ClassChange(c) if c.id == ClassId::new(0, 0x20)));
+        // Written back as they were (`:20` as `0:20`, which reads back the same).
+        for (line, command) in old.iter().zip(&commands) {
+            let again = serde_json::to_string(command).unwrap();
+            assert_eq!(again, line.replace("\":20\"", "\"0:20\""));
+            assert_eq!(serde_json::from_str::<Command>(&again).unwrap(), *command);
+        }
+        // A parent written as "root" is the root; a malformed id is refused when read.
+        let root: Command = serde_json::from_str(
+            r#"{"op":"class_add","dev":"r2","id":"1:1","parent":"root","rate":1}"#,
+        )
+        .unwrap();
+        assert!(matches!(root, Command::ClassAdd(c) if c.parent.is_none()));
+        for bad in [
+            r#"{"op":"class_delete","dev":"r2","id":"1:x"}"#,
+            r#"{"op":"class_add","dev":"r2","id":"1:1","parent":"up","rate":1}"#,
+        ] {
+            assert!(serde_json::from_str::<Command>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn frames_round_trip_and_errors_are_data() {
         let request = Request::new(RequestBody::Apply {
             commands: vec![
                 Command::ClassChange(ClassSpec {
                     dev: "r2".into(),
-                    id: "1:10".into(),
-                    parent: Some("1:1".into()),
+                    id: ClassId::new(1, 0x10),
+                    parent: Some(ClassId::new(1, 1)),
                     rate: 20_000_000,
                     ceil: Some(100_000_000),
                     ..ClassSpec::default()

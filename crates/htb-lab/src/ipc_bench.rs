@@ -60,9 +60,9 @@ fn tree() -> String {
 fn change(n: usize) -> ClassSpec {
     let busy = n.is_multiple_of(10);
     let id = if busy {
-        "1:10".to_owned()
+        htb_core::ClassId::new(1, 0x10)
     } else {
-        format!("1:{:x}", 0x1000 + (n as u32 % LEAVES))
+        htb_core::ClassId::new(1, 0x1000 + (n as u32 % LEAVES))
     };
     let rate = if busy {
         if n.is_multiple_of(20) {
@@ -76,7 +76,7 @@ fn change(n: usize) -> ClassSpec {
     ClassSpec {
         dev: "r2".into(),
         id,
-        parent: Some("1:1".into()),
+        parent: Some(htb_core::ClassId::new(1, 1)),
         rate,
         ceil: (!busy).then_some(1_000_000_000),
         ..ClassSpec::default()

@@ -376,7 +376,7 @@ fn differences(
     {
         out.push(Command::ClassDelete {
             dev: dev.to_owned(),
-            id: def.id.to_string(),
+            id: def.id,
         });
     }
     for def in &tree.classes {
@@ -426,11 +426,8 @@ fn class_spec(dev: &str, major: u16, def: &ClassDef) -> ClassSpec {
     let s = &def.spec;
     ClassSpec {
         dev: dev.to_owned(),
-        id: def.id.to_string(),
-        parent: Some(
-            def.parent
-                .map_or_else(|| format!("{major:x}:"), |p| p.to_string()),
-        ),
+        id: def.id,
+        parent: Some(def.parent.unwrap_or(ClassId::new(major, 0))),
         rate: s.rate.bits_per_sec(),
         ceil: s.ceil.map(htb_core::Rate::bits_per_sec),
         burst: s.burst,

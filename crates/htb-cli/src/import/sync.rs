@@ -868,24 +868,30 @@ mod tests {
             let at = |what: &str| format!("line {line} ({what}):\n{text}");
             match command {
                 Command::ClassAdd(c) => {
-                    assert!(r.class(c.id.parse().unwrap()).is_none(), "{}", at("exists"));
-                    let parent = c.parent.clone().unwrap();
-                    assert!(
-                        r.class(parent.parse().unwrap()).is_some(),
+                    assert!(r.class(c.id).is_none(), "{}", at("exists"));
+                    let parent = c.parent.unwrap();
+                    assert!(r.class(parent).is_some(), "{}", at("parent"));
+                    r.classes.push(class(
+                        &c.id.to_string(),
+                        Some(&parent.to_string()),
+                        c.rate,
+                        c.ceil.unwrap(),
+                    ));
+                }
+                Command::ClassChange(c) => {
+                    let id: ClassId = c.id;
+                    let have = r.classes.iter_mut().find(|k| k.id.parse() == Ok(id));
+                    let have = have.unwrap_or_else(|| panic!("{}", at("no class")));
+                    assert_eq!(
+                        have.parent,
+                        c.parent.map(|p| p.to_string()),
                         "{}",
                         at("parent")
                     );
-                    r.classes
-                        .push(class(&c.id, Some(&parent), c.rate, c.ceil.unwrap()));
-                }
-                Command::ClassChange(c) => {
-                    let id: ClassId = c.id.parse().unwrap();
-                    let have = r.classes.iter_mut().find(|k| k.id.parse() == Ok(id));
-                    let have = have.unwrap_or_else(|| panic!("{}", at("no class")));
-                    assert_eq!(have.parent, c.parent, "{}", at("parent"));
                     (have.rate, have.ceil) = (c.rate, c.ceil.unwrap());
                 }
                 Command::ClassDelete { id, .. } => {
+                    let id = id.to_string();
                     assert!(!r.filters.iter().any(|f| f.class == id), "{}", at("in use"));
                     assert!(
                         !r.classes

@@ -326,8 +326,13 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            (c.id.as_str(), c.parent.as_deref(), c.rate, c.ceil),
-            ("1:20", Some("1:"), 180_000, Some(180_000))
+            (c.id, c.parent, c.rate, c.ceil),
+            (
+                htb_core::ClassId::new(1, 0x20),
+                Some(htb_core::ClassId::new(1, 0)),
+                180_000,
+                Some(180_000)
+            )
         );
         let Command::ClassChange(c) =
             change("class change dev D parent 1: classid 1:1 htb mtu 9000 rate 500mbit")

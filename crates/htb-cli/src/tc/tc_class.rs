@@ -62,17 +62,18 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         return usage("Must specify classid (classid MAJ:MIN).");
     };
     if verb == Verb::Delete {
-        return Ok(Action::Change(Command::ClassDelete {
-            dev,
-            id: id.to_string(),
-        }));
+        return Ok(Action::Change(Command::ClassDelete { dev, id }));
     }
     let Some(mut spec) = spec else {
         return usage("Must specify the class kind: ... htb rate RATE");
     };
     spec.dev = dev;
-    spec.id = id.to_string();
-    spec.parent = parent.filter(|p| p != "root");
+    spec.id = id;
+    // The wire carries the parent typed: parsed once, here.
+    spec.parent = match parent.as_deref() {
+        None | Some("root") => None,
+        Some(p) => Some(class_id(p, "parent")?),
+    };
     Ok(Action::Change(match verb {
         Verb::Add => Command::ClassAdd(spec),
         Verb::Change => Command::ClassChange(spec),

@@ -5,7 +5,7 @@ use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, LinkLayer, Rate};
 use htb_ipc::{ErrorCode, IpcError};
 
 use super::qdisc::Verb;
-use super::{Effect, Model, Step, Undo, class_error, error, parse_class_id, parse_class_of};
+use super::{Effect, Model, Step, Undo, class_error, error, of_qdisc};
 
 /// `linklayer` as tc names it (the inverse of what `class_spec` reads).
 #[must_use]
@@ -55,11 +55,8 @@ impl Model {
         let (port, name) = (step.port, step.name.clone());
         // The qdisc is the parent's (`tc_ctl_tclass` finds it from the parent, completes `:30`
         // with its major and refuses a class id of another), else the class id's.
-        let given = parse_class_id(&c.id)?;
-        let given_parent = match c.parent.as_deref() {
-            None | Some("root") => None,
-            Some(p) => Some(parse_class_id(p)?),
-        };
+        let given = c.id;
+        let given_parent = c.parent;
         if let Some(p) = given_parent.filter(|&p| self.is_mq_class(port, p)) {
             return Err(error(
                 ErrorCode::Invalid,
@@ -75,14 +72,11 @@ impl Model {
             .find(|&m| m != 0);
         let qdisc = self.tree_mut(port, major)?;
         let major = qdisc.config.major;
-        let id = parse_class_of(&c.id, major)?;
-        let parent = match c.parent.as_deref() {
-            None | Some("root") => None,
-            Some(p) => {
-                let p = parse_class_of(p, major)?;
-                (!(p.is_qdisc() && p.major() == qdisc.config.major)).then_some(p)
-            }
-        };
+        let id = of_qdisc(c.id, major);
+        let parent = c
+            .parent
+            .map(|p| of_qdisc(p, major))
+            .filter(|p| !(p.is_qdisc() && p.major() == major));
         let spec = class_spec(c)?;
         let change = match verb {
             Verb::Add => false,
@@ -142,11 +136,14 @@ impl Model {
     }
 
     /// `class del`: the class and its leaf qdisc.
-    pub(super) fn class_delete(&mut self, step: &mut Step<'_>, id: &str) -> Result<(), IpcError> {
+    pub(super) fn class_delete(
+        &mut self,
+        step: &mut Step<'_>,
+        id: ClassId,
+    ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let given = parse_class_id(id)?;
-        let qdisc = self.tree_mut(port, Some(given.major()).filter(|&m| m != 0))?;
-        let id = parse_class_of(id, qdisc.config.major)?;
+        let qdisc = self.tree_mut(port, Some(id.major()).filter(|&m| m != 0))?;
+        let id = of_qdisc(id, qdisc.config.major);
         if let Some(f) = qdisc.filters.iter().find(|f| f.class == Some(id)) {
             return Err(error(
                 ErrorCode::InUse,

@@ -389,13 +389,17 @@ fn parse_class_id(s: &str) -> Result<ClassId, IpcError> {
 
 /// A class id of the qdisc with handle `major:`: `:5` is `major:5`, as the kernel completes a
 /// classid without a major with its qdisc's (`tc_ctl_tclass`: `TC_H_MAKE(qid, clid)`).
-fn parse_class_of(s: &str, major: u16) -> Result<ClassId, IpcError> {
-    let id = parse_class_id(s)?;
-    Ok(if id.major() == 0 && id.minor() != 0 {
+fn of_qdisc(id: ClassId, major: u16) -> ClassId {
+    if id.major() == 0 && id.minor() != 0 {
         ClassId::new(major, id.minor())
     } else {
         id
-    })
+    }
+}
+
+/// [`of_qdisc`] of a class id given as text (a filter's `flowid`).
+fn parse_class_of(s: &str, major: u16) -> Result<ClassId, IpcError> {
+    parse_class_id(s).map(|id| of_qdisc(id, major))
 }
 
 impl Model {
@@ -630,7 +634,7 @@ impl Model {
             Command::ClassAdd(c) => self.class_set(step, c, Verb::Add),
             Command::ClassChange(c) => self.class_set(step, c, Verb::Change),
             Command::ClassReplace(c) => self.class_set(step, c, Verb::Replace),
-            Command::ClassDelete { id, .. } => self.class_delete(step, id),
+            Command::ClassDelete { id, .. } => self.class_delete(step, *id),
             Command::LeafAdd(l) => self.leaf_set(step, l, Verb::Add),
             Command::LeafChange(l) => self.leaf_set(step, l, Verb::Change),
             Command::LeafReplace(l) => self.leaf_set(step, l, Verb::Replace),

@@ -22,8 +22,8 @@ fn qdisc_add(dev: &str) -> Command {
 fn class(op: fn(WireClass) -> Command, id: &str, parent: &str, mbit: u64) -> Command {
     op(WireClass {
         dev: "r2".into(),
-        id: id.into(),
-        parent: Some(parent.into()),
+        id: id.parse().unwrap(),
+        parent: Some(parent.parse().unwrap()),
         rate: mbit * 1_000_000,
         ..WireClass::default()
     })
@@ -70,7 +70,7 @@ fn a_refused_batch_changes_nothing() {
             class(Command::ClassChange, "1:20", "1:1", 20),
             Command::ClassDelete {
                 dev: "r2".into(),
-                id: "1:1".into(),
+                id: "1:1".parse().unwrap(),
             },
         ])
         .unwrap_err();
@@ -119,7 +119,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
             &mut m,
             Command::ClassDelete {
                 dev: "r2".into(),
-                id: "1:20".into()
+                id: "1:20".parse().unwrap()
             }
         ),
         ErrorCode::InUse,
@@ -177,7 +177,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
     .unwrap();
     m.apply(&[Command::ClassDelete {
         dev: "r2".into(),
-        id: "1:20".into(),
+        id: "1:20".parse().unwrap(),
     }])
     .unwrap();
     // Deleting the qdisc takes everything.
@@ -213,8 +213,8 @@ fn the_state_file_round_trips_through_the_config_parser() {
     let mut m = base();
     m.apply(&[Command::ClassChange(WireClass {
         dev: "r2".into(),
-        id: "1:20".into(),
-        parent: Some("1:1".into()),
+        id: "1:20".parse().unwrap(),
+        parent: Some("1:1".parse().unwrap()),
         rate: 1_234_567_891,
         ceil: Some(2_000_000_001),
         burst: Some(15_000),
@@ -514,7 +514,7 @@ fn class_ids_without_a_major_take_the_qdiscs() {
     let e = m
         .apply(&[Command::ClassDelete {
             dev: "r2".into(),
-            id: ":20".into(),
+            id: ":20".parse().unwrap(),
         }])
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::InUse, "{e:?}");

@@ -30,7 +30,7 @@ fn reopen(dir: &Path) -> Result<(Store, Saved), StoreError> {
 fn batch(id: &str) -> Vec<Command> {
     vec![Command::ClassDelete {
         dev: "r2".into(),
-        id: id.into(),
+        id: id.parse().unwrap(),
     }]
 }
 

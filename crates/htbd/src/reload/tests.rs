@@ -82,7 +82,7 @@ fn a_changed_rate_is_one_class_change() {
     let Command::ClassChange(c) = &commands[0] else {
         panic!("{commands:#?}")
     };
-    assert_eq!((c.id.as_str(), c.rate), ("1:30", 25_000_000));
+    assert_eq!((c.id.to_string().as_str(), c.rate), ("1:30", 25_000_000));
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn a_reload_moves_between_an_htb_root_and_mq_and_changes_mq_trees_in_place() {
         &commands[0],
         Command::LeafDelete { parent, .. } if *parent == ClassId::new(0x7fff, 2)
     ));
-    assert!(matches!(&commands[1], Command::ClassChange(c) if c.id == "1:2"));
+    assert!(matches!(&commands[1], Command::ClassChange(c) if c.id == ClassId::new(1, 2)));
     // And back to the htb root.
     let back = reload(MQ, BASE);
     assert!(
