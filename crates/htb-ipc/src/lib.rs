@@ -21,12 +21,14 @@
 
 use std::io::{self, Read, Write};
 
+mod protocol;
 mod status;
 
 pub use htb_classify::{ControlAction, PoliceConfig, PoliceStats};
 pub use htb_core::{
     CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec,
 };
+pub use protocol::{Protocol, UnknownProtocol};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 pub use status::{FrameStatus, PortStatus, Status, WorkerStatus, XdpVerdicts};
@@ -790,8 +792,8 @@ pub struct FilterSpec {
     /// HTB qdisc.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ClassId>,
-    /// `ip`, `ipv6`, `802.1q`, `all`.
-    pub protocol: String,
+    /// `ip`, `ipv6`, `802.1q`, `arp`, `all`.
+    pub protocol: Protocol,
     /// Priority; `None`: below every existing one, as the kernel picks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prio: Option<u32>,
@@ -802,10 +804,11 @@ pub struct FilterSpec {
     pub handle: Option<String>,
     /// What to match.
     pub matcher: MatchSpec,
-    /// Target class; empty for a u32 hash table, a link without a class, or an empty u32
-    /// filter (which only makes its prio exist, as tc's).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub class: String,
+    /// Target class (`flowid`/`classid`; `:20` is of the filter's qdisc); none for a u32 hash
+    /// table, a link without a class, an empty u32 filter (which only makes its prio exist, as
+    /// tc's), or an ingress filter whose action needs none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<ClassId>,
     /// u32's hash-table parts.
     #[serde(default, skip_serializing_if = "U32Hashing::is_empty")]
     pub hashing: U32Hashing,
@@ -1013,6 +1016,18 @@ mod tests {
             assert_eq!(again, line.replace("\":20\"", "\"0:20\""));
             assert_eq!(serde_json::from_str::<Command>(&again).unwrap(), *command);
         }
+        // Filters: a flowid as text, and a hash table without one.
+        let with: Command = serde_json::from_str(
+            r#"{"op":"filter_add","dev":"r2","parent":"1:","protocol":"ip","prio":1,"kind":"u32","matcher":{"dport":[5201,5201]},"class":"1:20"}"#,
+        )
+        .unwrap();
+        assert!(matches!(&with, Command::FilterAdd(f) if f.class == Some(ClassId::new(1, 0x20))));
+        let without: Command = serde_json::from_str(
+            r#"{"op":"filter_add","dev":"r2","protocol":"all","prio":5,"kind":"u32","handle":"2:","matcher":{},"hashing":{"divisor":256}}"#,
+        )
+        .unwrap();
+        assert!(matches!(&without, Command::FilterAdd(f) if f.class.is_none()));
+        assert!(!serde_json::to_string(&without).unwrap().contains("class"));
         // A parent written as "root" is the root; a malformed id is refused when read.
         let root: Command = serde_json::from_str(
             r#"{"op":"class_add","dev":"r2","id":"1:1","parent":"root","rate":1}"#,

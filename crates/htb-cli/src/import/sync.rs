@@ -914,11 +914,11 @@ mod tests {
                         redirect: None,
                         dev: f.dev,
                         parent: "1:".into(),
-                        protocol: f.protocol,
+                        protocol: f.protocol.name().into(),
                         prio: f.prio.unwrap(),
                         kind: f.kind,
                         handle: format!("800::{next_handle:x}"),
-                        class: f.class,
+                        class: f.class.map(|c| c.to_string()).unwrap_or_default(),
                         matcher: f.matcher,
                         hashing: f.hashing,
                     });

@@ -1,6 +1,6 @@
 //! flower filters (iproute2 `tc/f_flower.c`): the keys htbd classifies by.
 
-use htb_ipc::FilterSpec;
+use htb_ipc::{FilterSpec, Protocol};
 
 use super::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
 use super::f_u32::{prefix, tos_to_dscp};
@@ -12,13 +12,13 @@ use super::usage::FILTER_USAGE;
 /// tc's usage errors.
 pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
     let m = &mut spec.matcher;
-    let ip = matches!(spec.protocol.as_str(), "ip" | "ipv6");
+    let ip = matches!(spec.protocol, Protocol::Ip | Protocol::Ipv6);
     while let Some(w) = a.next() {
         if matches(w, "classid") || matches(w, "flowid") {
-            spec.class = class_id(a.value()?, "classid")?.to_string();
+            spec.class = Some(class_id(a.value()?, "classid")?);
         } else if w == "skip_hw" || w == "skip_sw" {
         } else if matches(w, "vlan_id") {
-            if spec.protocol != "802.1q" {
+            if spec.protocol != Protocol::Dot1q {
                 return usage("Can't set \"vlan_id\" if ethertype isn't 802.1Q or 802.1AD");
             }
             let v = u16_arg(a.value()?, "vlan_id")?;
@@ -51,7 +51,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
             if !ip {
                 return usage(format!("Illegal \"eth_type\" for {w}"));
             }
-            let p = prefix(a.value()?, spec.protocol == "ipv6", w)?;
+            let p = prefix(a.value()?, spec.protocol == Protocol::Ipv6, w)?;
             if w.starts_with("dst") {
                 m.dst = Some(p);
             } else {

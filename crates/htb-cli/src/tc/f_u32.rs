@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 
 use htb_config::u32_handle::U32Handle;
-use htb_ipc::{FilterSpec, HashKey, MatchSpec};
+use htb_ipc::{FilterSpec, HashKey, MatchSpec, Protocol};
 
 use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
 use super::u32_keys::{self, RawKeys};
@@ -183,17 +183,17 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
                     ));
                 }
             }
-            if layer == "ip6" && spec.protocol == "all" {
-                spec.protocol = "ipv6".into();
+            if layer == "ip6" && spec.protocol == Protocol::All {
+                spec.protocol = Protocol::Ipv6;
             }
-            if layer == "ip" && spec.protocol == "all" {
-                spec.protocol = "ip".into();
+            if layer == "ip" && spec.protocol == Protocol::All {
+                spec.protocol = Protocol::Ip;
             }
         } else if w == "handle" {
             // f_u32.c reads `handle` among its own options too (`… u32 ht 3:2: handle 0x65`).
             spec.handle = Some(a.value()?.to_owned());
         } else if matches(w, "classid") || matches(w, "flowid") {
-            spec.class = class_id(a.value()?, "classid")?.to_string();
+            spec.class = Some(class_id(a.value()?, "classid")?);
         } else if w == "skip_hw" || w == "skip_sw" {
         } else if w == "help" {
             return usage(FILTER_USAGE);
@@ -218,7 +218,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         spec.hashing.table = Some((table, bucket));
     }
     if !raw_keys.is_empty() {
-        let v6 = spec.protocol == "ipv6";
+        let v6 = spec.protocol == Protocol::Ipv6;
         raw_keys.into_match(v6, &mut spec.matcher)?;
         // Keys that became IPv4 header fields make it an IPv4 filter; keys that stay raw
         // (or, with a zero mask, match everything) keep tc's protocol, `all` included.
@@ -229,15 +229,15 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
             || m.sport.is_some()
             || m.dport.is_some()
             || m.dscp.is_some();
-        if spec.protocol == "all" && fields {
-            spec.protocol = "ip".into();
+        if spec.protocol == Protocol::All && fields {
+            spec.protocol = Protocol::Ip;
         }
     }
     if spec.hashing.divisor.is_some()
         && (spec.hashing.table.is_some()
             || spec.hashing.link.is_some()
             || spec.matcher != MatchSpec::default()
-            || !spec.class.is_empty())
+            || spec.class.is_some())
     {
         return usage("\"divisor\" makes a hash table: it takes no match, ht, link or classid");
     }

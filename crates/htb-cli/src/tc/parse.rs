@@ -510,7 +510,10 @@ mod tests {
         };
         assert_eq!(f.parent, Some(htb_core::ClassId::new(0xffff, 0)));
         assert_eq!(
-            (f.redirect.as_deref(), f.class.as_str()),
+            (
+                f.redirect.as_deref(),
+                f.class.map(|c| c.to_string()).unwrap_or_default().as_str()
+            ),
             (Some("ifb4r2"), "1:1")
         );
         // Without a flowid, as many guides write it.
@@ -520,7 +523,10 @@ mod tests {
             panic!("not a filter add");
         };
         assert_eq!(
-            (f.redirect.as_deref(), f.class.as_str()),
+            (
+                f.redirect.as_deref(),
+                f.class.map(|c| c.to_string()).unwrap_or_default().as_str()
+            ),
             (Some("ifb0"), "")
         );
         assert!(error("qdisc add dev r2 handle 1: ingress").contains("ffff:"));
@@ -623,7 +629,11 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            (f.prio, f.handle.as_deref(), f.class.as_str()),
+            (
+                f.prio,
+                f.handle.as_deref(),
+                f.class.map(|c| c.to_string()).unwrap_or_default().as_str()
+            ),
             (Some(1), Some("800::800"), "1:30")
         );
         assert_eq!(f.matcher.dst.as_deref(), Some("10.0.0.9/32"));
@@ -672,9 +682,9 @@ mod tests {
         assert_eq!(
             (
                 f.kind.as_str(),
-                f.protocol.as_str(),
+                f.protocol.name(),
                 f.prio,
-                f.class.as_str()
+                f.class.map(|c| c.to_string()).unwrap_or_default().as_str()
             ),
             ("u32", "ip", Some(1), "1:10")
         );
@@ -694,7 +704,11 @@ mod tests {
             panic!()
         };
         assert_eq!(f.matcher.sport, Some((5200, 5215)));
-        assert_eq!(f.protocol, "ip", "an ip match implies protocol ip");
+        assert_eq!(
+            f.protocol,
+            htb_ipc::Protocol::Ip,
+            "an ip match implies protocol ip"
+        );
         assert!(
             error("filter add dev D parent 1: u32 match ip dport 80 0x00ff classid 1:1")
                 .contains("not a port range")
@@ -835,7 +849,7 @@ mod tests {
             panic!("not a filter add");
         };
         assert_eq!(
-            (f.protocol.as_str(), f.matcher.clone()),
+            (f.protocol.name(), f.matcher.clone()),
             ("arp", MatchSpec::default())
         );
         let fw = error("filter add dev D parent 1: protocol all prio 1 handle 1 fw classid 1:11");
@@ -914,7 +928,11 @@ mod tests {
             panic!("not a filter add");
         };
         assert_eq!(f.hashing.table, Some((1, 0x40)));
-        assert_eq!(f.protocol, "all", "a zero-mask key keeps tc's protocol");
+        assert_eq!(
+            f.protocol,
+            htb_ipc::Protocol::All,
+            "a zero-mask key keeps tc's protocol"
+        );
         for ok in ["action ok", "action pass", "action gact ok"] {
             change(&format!(
                 "filter add dev D parent 1: protocol ip prio 1 u32 match ip src 127.0.0.1/32 flowid 1:1 {ok}"

@@ -1,7 +1,7 @@
 //! `filter add|change|replace|del|get|show` (iproute2 `tc/tc_filter.c`): u32 and flower filters
 //! on the root qdisc.
 
-use htb_ipc::{Command, FilterSpec, MatchSpec, Object, Show};
+use htb_ipc::{Command, FilterSpec, MatchSpec, Object, Protocol, Show};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
@@ -42,10 +42,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     };
     let mut a = Args::new(words.get(1..).unwrap_or_default());
     let mut dev = None;
-    let mut spec = FilterSpec {
-        protocol: "all".into(),
-        ..FilterSpec::default()
-    };
+    let mut spec = FilterSpec::default();
     let mut kind_given = false;
     while let Some(w) = a.next() {
         match w {
@@ -88,14 +85,8 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             }
             w if matches(w, "protocol") => {
                 let v = a.value()?;
-                spec.protocol = match v.to_ascii_lowercase().as_str() {
-                    "ip" => "ip".into(),
-                    "ipv6" => "ipv6".into(),
-                    "all" => "all".into(),
-                    "802.1q" | "8021q" => "802.1q".into(),
-                    "arp" => "arp".into(),
-                    _ => return illegal("protocol"),
-                };
+                // The one parser of the concept, the wire's (htbd never parses it again).
+                spec.protocol = Protocol::parse(v).or_else(|_| illegal("protocol"))?;
             }
             w if matches(w, "chain") => {
                 if a.value()? != "0" {
@@ -159,7 +150,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 && (spec.hashing.divisor.is_some()
                     || spec.hashing.link.is_some()
                     || (spec.hashing.is_empty() && spec.matcher == MatchSpec::default()));
-            if spec.class.is_empty() && !classless && spec.redirect.is_none() {
+            if spec.class.is_none() && !classless && spec.redirect.is_none() {
                 return usage("Must specify flowid/classid: where matching packets go");
             }
             if verb == Verb::Change && (spec.prio.is_none() || spec.handle.is_none()) {

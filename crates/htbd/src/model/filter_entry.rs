@@ -23,8 +23,8 @@ pub(super) const U32_LAST_ID: u32 = 0xfff;
 #[non_exhaustive]
 pub enum FilterValueError {
     /// Not one of tc's protocol names htbd filters by.
-    #[error("invalid protocol {0:?}: ip, ipv6, arp, 802.1q or all")]
-    Protocol(String),
+    #[error(transparent)]
+    Protocol(#[from] htb_ipc::UnknownProtocol),
     /// Neither `u32` nor `flower`.
     #[error("filter kind {0:?} is not supported: use u32 or flower")]
     Kind(String),
@@ -42,59 +42,7 @@ pub enum FilterValueError {
     DivisorNotPowerOfTwo(u32),
 }
 
-/// tc's filter `protocol`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Protocol {
-    /// `all` (ETH_P_ALL): any frame.
-    All,
-    /// `ip`: IPv4.
-    Ip,
-    /// `ipv6`.
-    Ipv6,
-    /// `802.1q`: VLAN-tagged frames.
-    Dot1q,
-    /// `arp`: ARP frames (bridge mode; in router mode the kernel handles ARP).
-    Arp,
-}
-
-impl Protocol {
-    /// Parses tc's names.
-    ///
-    /// # Errors
-    /// An unknown name.
-    pub fn parse(s: &str) -> Result<Self, FilterValueError> {
-        match s.to_ascii_lowercase().as_str() {
-            "all" => Ok(Self::All),
-            "ip" | "ipv4" => Ok(Self::Ip),
-            "ipv6" => Ok(Self::Ipv6),
-            "802.1q" | "8021q" | "802_1q" => Ok(Self::Dot1q),
-            "arp" => Ok(Self::Arp),
-            _ => Err(FilterValueError::Protocol(s.to_owned())),
-        }
-    }
-
-    /// The name tc prints.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::All => "all",
-            Self::Ip => "ip",
-            Self::Ipv6 => "ipv6",
-            Self::Dot1q => "802.1Q",
-            Self::Arp => "arp",
-        }
-    }
-
-    /// The IP version it restricts filters to.
-    pub(super) fn family(self) -> Option<Family> {
-        match self {
-            Self::Ip => Some(Family::V4),
-            Self::Ipv6 => Some(Family::V6),
-            Self::All | Self::Dot1q | Self::Arp => None,
-        }
-    }
-}
+pub use htb_ipc::Protocol;
 
 /// How a filter is presented (`u32` or `flower`); both classify the same way here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use super::filter_entry::{
 use super::filter_list;
 use super::ingress::INGRESS_MAJOR;
 use super::qdisc::QdiscModel;
-use super::{Model, Step, Undo, error, parse_class_of};
+use super::{Model, Step, Undo, error, of_qdisc};
 
 /// A refusal of what a command says (`EINVAL`), in the words of `why`.
 fn invalid(why: impl std::fmt::Display) -> IpcError {
@@ -60,7 +60,7 @@ fn u32_parts(
             }
         }
     };
-    if divisor.is_some() && (link.is_some() || h.table.is_some() || !f.class.is_empty()) {
+    if divisor.is_some() && (link.is_some() || h.table.is_some() || f.class.is_some()) {
         return Err(invalid(
             "a u32 hash table (divisor) takes no ht, link or classid",
         ));
@@ -164,7 +164,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
             qdisc.config.major
         )));
     }
-    let protocol = Protocol::parse(&f.protocol).map_err(invalid)?;
+    let protocol = f.protocol;
     let kind = FilterKind::parse(&f.kind).map_err(invalid)?;
     let ingress = qdisc.config.major == INGRESS_MAJOR;
     if ingress && !f.hashing.is_empty() {
@@ -177,29 +177,28 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
             "a filter of the ingress qdisc needs an action: mirred egress redirect dev IFB (shape in the IFB's tree) or police (drop what exceeds a rate)",
         ));
     }
-    let class = if f.class.is_empty() {
-        None
-    } else if ingress {
+    let class = match f.class.map(|c| of_qdisc(c, qdisc.config.major)) {
+        None => None,
         // The ingress qdisc has no classes: the flowid is shown, as tc keeps it.
-        Some(parse_class_of(&f.class, qdisc.config.major)?)
-    } else {
-        let class = parse_class_of(&f.class, qdisc.config.major)?;
-        if class.major() != qdisc.config.major {
-            return Err(error(
-                ErrorCode::NotFound,
-                format!(
-                    "class {class} is not a class of {:x}: (a filter of an htb qdisc names one of its classes)",
-                    qdisc.config.major
-                ),
-            ));
+        Some(class) if ingress => Some(class),
+        Some(class) => {
+            if class.major() != qdisc.config.major {
+                return Err(error(
+                    ErrorCode::NotFound,
+                    format!(
+                        "class {class} is not a class of {:x}: (a filter of an htb qdisc names one of its classes)",
+                        qdisc.config.major
+                    ),
+                ));
+            }
+            if !qdisc.classes.contains_key(&class) {
+                return Err(error(
+                    ErrorCode::NotFound,
+                    format!("class {class} does not exist (add it before its filters)"),
+                ));
+            }
+            Some(class)
         }
-        if !qdisc.classes.contains_key(&class) {
-            return Err(error(
-                ErrorCode::NotFound,
-                format!("class {class} does not exist (add it before its filters)"),
-            ));
-        }
-        Some(class)
     };
     let u32 = u32_parts(qdisc, f, kind)?;
     if class.is_none() && u32.divisor.is_none() && u32.link.is_none() && !ingress {
@@ -327,7 +326,7 @@ impl Model {
         self.check_redirect(major, f.redirect.as_deref())?;
         let qdisc = self.tree_mut(port, Some(major))?;
         if f.kind == "u32"
-            && f.class.is_empty()
+            && f.class.is_none()
             && f.hashing.is_empty()
             && f.redirect.is_none()
             && f.police.is_none()

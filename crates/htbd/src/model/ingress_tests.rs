@@ -19,10 +19,10 @@ fn redirect(to: &str) -> Command {
     Command::FilterAdd(FilterSpec {
         dev: "r2".into(),
         parent: Some(ClassId::new(INGRESS_MAJOR, 0)),
-        protocol: "all".into(),
+        protocol: Protocol::parse("all").unwrap(),
         prio: Some(10),
         kind: "u32".into(),
-        class: "1:1".into(),
+        class: Some("1:1".parse().unwrap()),
         redirect: Some(to.into()),
         ..FilterSpec::default()
     })
@@ -131,10 +131,10 @@ fn an_ingress_policer_needs_no_redirect() {
     let filter = Command::FilterAdd(FilterSpec {
         dev: "r2".into(),
         parent: Some(ClassId::new(INGRESS_MAJOR, 0)),
-        protocol: "ip".into(),
+        protocol: Protocol::parse("ip").unwrap(),
         prio: Some(50),
         kind: "u32".into(),
-        class: ":1".into(),
+        class: Some(":1".parse().unwrap()),
         matcher: MatchSpec {
             src: Some("0.0.0.0/0".into()),
             ..MatchSpec::default()

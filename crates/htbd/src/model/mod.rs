@@ -382,11 +382,6 @@ fn class_error(e: ClassError) -> IpcError {
     error(code, e.to_string())
 }
 
-fn parse_class_id(s: &str) -> Result<ClassId, IpcError> {
-    s.parse()
-        .map_err(|e| error(ErrorCode::Invalid, format!("invalid class id {s:?}: {e}")))
-}
-
 /// A class id of the qdisc with handle `major:`: `:5` is `major:5`, as the kernel completes a
 /// classid without a major with its qdisc's (`tc_ctl_tclass`: `TC_H_MAKE(qid, clid)`).
 fn of_qdisc(id: ClassId, major: u16) -> ClassId {
@@ -395,11 +390,6 @@ fn of_qdisc(id: ClassId, major: u16) -> ClassId {
     } else {
         id
     }
-}
-
-/// [`of_qdisc`] of a class id given as text (a filter's `flowid`).
-fn parse_class_of(s: &str, major: u16) -> Result<ClassId, IpcError> {
-    parse_class_id(s).map(|id| of_qdisc(id, major))
 }
 
 impl Model {

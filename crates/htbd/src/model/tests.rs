@@ -33,7 +33,7 @@ fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
     Command::FilterAdd(FilterSpec {
         dev: "r2".into(),
         parent: Some(ClassId::new(1, 0)),
-        protocol: "ip".into(),
+        protocol: Protocol::parse("ip").unwrap(),
         prio,
         kind: kind.into(),
         handle: None,
@@ -41,7 +41,7 @@ fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
             dport: Some((dport, dport)),
             ..MatchSpec::default()
         },
-        class: class.into(),
+        class: class.parse().ok(),
         ..FilterSpec::default()
     })
 }
@@ -230,7 +230,7 @@ fn the_state_file_round_trips_through_the_config_parser() {
     m.apply(&[Command::FilterAdd(FilterSpec {
         dev: "r2".into(),
         parent: Some(ClassId::new(1, 0)),
-        protocol: "ip".into(),
+        protocol: Protocol::parse("ip").unwrap(),
         prio: Some(2),
         kind: "u32".into(),
         matcher: MatchSpec {
@@ -251,7 +251,7 @@ fn the_state_file_round_trips_through_the_config_parser() {
             ],
             ..MatchSpec::default()
         },
-        class: "1:20".into(),
+        class: Some("1:20".parse().unwrap()),
         ..FilterSpec::default()
     })])
     .unwrap();
@@ -708,14 +708,14 @@ fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
         Command::FilterAdd(FilterSpec {
             dev: "r2".into(),
             parent: Some(ClassId::new(1, 0)),
-            protocol: "arp".into(),
+            protocol: Protocol::parse("arp").unwrap(),
             prio: Some(3),
             kind: "u32".into(),
             matcher: MatchSpec {
                 dst: dst.map(str::to_owned),
                 ..MatchSpec::default()
             },
-            class: "1:20".into(),
+            class: Some("1:20".parse().unwrap()),
             ..FilterSpec::default()
         })
     };
@@ -742,14 +742,14 @@ fn a_policed_filter_keeps_its_policer_through_the_state_file_and_other_changes()
         Command::FilterAdd(FilterSpec {
             dev: "r2".into(),
             parent: Some(ClassId::new(1, 0)),
-            protocol: "ip".into(),
+            protocol: Protocol::parse("ip").unwrap(),
             prio: Some(1),
             kind: "u32".into(),
             matcher: MatchSpec {
                 dport: Some((5202, 5202)),
                 ..MatchSpec::default()
             },
-            class: "1:20".into(),
+            class: Some("1:20".parse().unwrap()),
             police: Some(Box::new(htb_ipc::PoliceConfig {
                 rate: Some(Rate::from_mbit(5)),
                 burst: 20_000,
@@ -813,14 +813,14 @@ fn protocol_all_shares_a_prio_with_ip_as_unprotocoled_u32_lines_do_in_the_kernel
         Command::FilterAdd(FilterSpec {
             dev: "r2".into(),
             parent: Some(ClassId::new(1, 0)),
-            protocol: protocol.into(),
+            protocol: Protocol::parse(protocol).unwrap(),
             prio: Some(5),
             kind: "u32".into(),
             matcher: MatchSpec {
                 dport: Some((dport, dport)),
                 ..MatchSpec::default()
             },
-            class: "1:20".into(),
+            class: Some("1:20".parse().unwrap()),
             ..FilterSpec::default()
         })
     };
