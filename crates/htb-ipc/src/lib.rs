@@ -757,9 +757,9 @@ pub struct ClassSpec {
     /// Minimum packet unit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mpu: Option<u16>,
-    /// `ethernet` or `atm`.
+    /// `ethernet` or `atm` (`adsl` reads as `atm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub linklayer: Option<String>,
+    pub linklayer: Option<LinkLayer>,
 }
 
 /// `qdisc add|change|replace dev D parent 1:10|root [handle 10:] KIND OPTIONS`: typed on the
@@ -1015,6 +1015,21 @@ mod tests {
             let again = serde_json::to_string(command).unwrap();
             assert_eq!(again, line.replace("\":20\"", "\"0:20\""));
             assert_eq!(serde_json::from_str::<Command>(&again).unwrap(), *command);
+        }
+        // A link layer as text; `adsl` is `atm`, as tc reads it.
+        for (text, want) in [
+            ("ethernet", LinkLayer::Ethernet),
+            ("atm", LinkLayer::Atm),
+            ("adsl", LinkLayer::Atm),
+        ] {
+            let line = format!(
+                r#"{{"op":"class_add","dev":"r2","id":"1:20","rate":1,"linklayer":"{text}"}}"#
+            );
+            let c: Command = serde_json::from_str(&line).unwrap();
+            assert!(
+                matches!(c, Command::ClassAdd(c) if c.linklayer == Some(want)),
+                "{line}"
+            );
         }
         // Filters: a flowid as text, and a hash table without one.
         let with: Command = serde_json::from_str(

@@ -16,7 +16,7 @@ use htb_ipc::{
     ClassSpec, Command, ErrorCode, FilterSpec, IpcError, LeafQdiscSpec, MqSpec, QdiscSpec,
 };
 
-use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, link_layer_name, match_spec};
+use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, match_spec};
 use crate::{InterfaceTree, InterfaceTrees};
 
 fn refuse(message: String) -> IpcError {
@@ -437,7 +437,7 @@ fn class_spec(dev: &str, major: u16, def: &ClassDef) -> ClassSpec {
         mtu: s.mtu,
         overhead: Some(s.adjust.overhead),
         mpu: Some(s.adjust.mpu),
-        linklayer: Some(link_layer_name(s.adjust.link_layer).into()),
+        linklayer: Some(s.adjust.link_layer),
     }
 }
 

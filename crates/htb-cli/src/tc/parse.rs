@@ -468,7 +468,7 @@ mod tests {
             (c.prio, c.quantum, c.overhead, c.mpu),
             (Some(3), Some(1514), Some(24), Some(64))
         );
-        assert_eq!(c.linklayer.as_deref(), Some("atm"));
+        assert_eq!(c.linklayer, Some(htb_core::LinkLayer::Atm));
         assert!(matches!(
             change("q del dev D root"),
             Command::QdiscDelete { .. }

@@ -101,10 +101,7 @@ pub(super) fn class_options(a: &mut Args<'_>, dev: &str) -> Result<ClassSpec> {
         } else if matches(w, "overhead") {
             spec.overhead = Some(u16_arg(a.value()?, "overhead")?);
         } else if matches(w, "linklayer") {
-            spec.linklayer = Some(match link_layer(a.value()?)? {
-                htb_core::LinkLayer::Atm => "atm".into(),
-                _ => "ethernet".into(),
-            });
+            spec.linklayer = Some(link_layer(a.value()?)?);
         } else if matches(w, "quantum") {
             spec.quantum = Some(u32_arg(a.value()?, "quantum", 10)?);
         } else if matches(w, "burst") || w == "buffer" || w == "maxburst" {

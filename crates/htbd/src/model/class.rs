@@ -18,16 +18,7 @@ pub fn link_layer_name(link_layer: LinkLayer) -> &'static str {
 
 /// A wire class spec as the scheduler's.
 pub(super) fn class_spec(c: &htb_ipc::ClassSpec) -> Result<ClassSpec, IpcError> {
-    let link_layer = match c.linklayer.as_deref() {
-        None | Some("ethernet") => LinkLayer::Ethernet,
-        Some("atm" | "adsl") => LinkLayer::Atm,
-        Some(other) => {
-            return Err(error(
-                ErrorCode::Invalid,
-                format!("invalid linklayer {other:?}: ethernet, atm or adsl"),
-            ));
-        }
-    };
+    let link_layer = c.linklayer.unwrap_or_default();
     Ok(ClassSpec {
         rate: Rate::from_bits_per_sec(c.rate),
         ceil: c.ceil.map(Rate::from_bits_per_sec),

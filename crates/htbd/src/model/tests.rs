@@ -222,7 +222,7 @@ fn the_state_file_round_trips_through_the_config_parser() {
         quantum: Some(3000),
         overhead: Some(24),
         mpu: Some(64),
-        linklayer: Some("atm".into()),
+        linklayer: Some(htb_core::LinkLayer::Atm),
         ..WireClass::default()
     })])
     .unwrap();
