@@ -21,9 +21,11 @@
 
 use std::io::{self, Read, Write};
 
+mod filter_kind;
 mod protocol;
 mod status;
 
+pub use filter_kind::{FilterKind, UnknownFilterKind};
 pub use htb_classify::{ControlAction, PoliceConfig, PoliceStats};
 pub use htb_core::{
     CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec,
@@ -798,7 +800,7 @@ pub struct FilterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prio: Option<u32>,
     /// `u32` or `flower`.
-    pub kind: String,
+    pub kind: FilterKind,
     /// Explicit handle; `None`: assigned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<String>,

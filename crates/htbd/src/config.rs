@@ -50,6 +50,7 @@ use serde::Deserialize;
 
 use htb_ipc::HashKey;
 
+use crate::model::FilterHandles as _;
 use crate::model::{FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, u32_divisor};
 use crate::netfilter::NetfilterPolicy;
 

@@ -16,6 +16,7 @@ use htb_ipc::{
     ClassSpec, Command, ErrorCode, FilterSpec, IpcError, LeafQdiscSpec, MqSpec, QdiscSpec,
 };
 
+use crate::model::FilterHandles as _;
 use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, match_spec};
 use crate::{InterfaceTree, InterfaceTrees};
 
@@ -457,7 +458,7 @@ fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
         parent: Some(ClassId::new(major, 0)),
         protocol: f.protocol,
         prio: Some(f.prio),
-        kind: f.kind.name().into(),
+        kind: f.kind,
         handle: Some(f.kind.format_handle(f.handle)),
         matcher: match_spec(&f.matcher),
         class: f.class,

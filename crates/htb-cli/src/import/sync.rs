@@ -916,7 +916,7 @@ mod tests {
                         parent: "1:".into(),
                         protocol: f.protocol.name().into(),
                         prio: f.prio.unwrap(),
-                        kind: f.kind,
+                        kind: f.kind.name().into(),
                         handle: format!("800::{next_handle:x}"),
                         class: f.class.map(|c| c.to_string()).unwrap_or_default(),
                         matcher: f.matcher,

@@ -642,10 +642,7 @@ mod tests {
         ) else {
             panic!()
         };
-        assert_eq!(
-            (f.prio, f.handle, f.kind.as_str()),
-            (Some(2), None, "flower")
-        );
+        assert_eq!((f.prio, f.handle, f.kind.name()), (Some(2), None, "flower"));
         let e = parse_command_line(&words(
             "filter change dev D parent 1: u32 match ip dst 10.0.0.9/32 flowid 1:30",
         ))
@@ -681,7 +678,7 @@ mod tests {
         };
         assert_eq!(
             (
-                f.kind.as_str(),
+                f.kind.name(),
                 f.protocol.name(),
                 f.prio,
                 f.class.map(|c| c.to_string()).unwrap_or_default().as_str()
@@ -759,7 +756,7 @@ mod tests {
         ) else {
             panic!()
         };
-        assert_eq!((f.kind.as_str(), f.prio), ("flower", Some(3)));
+        assert_eq!((f.kind.name(), f.prio), ("flower", Some(3)));
         assert_eq!(f.matcher.dport, Some((5000, 5100)));
         assert_eq!((f.matcher.proto, f.matcher.dscp), (Some(17), Some(46)));
         assert!(

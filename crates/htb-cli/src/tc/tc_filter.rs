@@ -1,7 +1,7 @@
 //! `filter add|change|replace|del|get|show` (iproute2 `tc/tc_filter.c`): u32 and flower filters
 //! on the root qdisc.
 
-use htb_ipc::{Command, FilterSpec, MatchSpec, Object, Protocol, Show};
+use htb_ipc::{Command, FilterKind, FilterSpec, MatchSpec, Object, Protocol, Show};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
@@ -65,10 +65,14 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 ));
             }
             "u32" | "flower" => {
-                spec.kind = w.to_owned();
+                spec.kind = if w == "u32" {
+                    FilterKind::U32
+                } else {
+                    FilterKind::Flower
+                };
                 kind_given = true;
                 if matches!(verb, Verb::Add | Verb::Change | Verb::Replace) {
-                    if w == "u32" {
+                    if spec.kind == FilterKind::U32 {
                         f_u32::options(&mut a, &mut spec)?;
                     } else {
                         f_flower::options(&mut a, &mut spec)?;
@@ -146,7 +150,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             }
             // u32 alone (the prio's root table), a hash table (divisor) and a link need no
             // class.
-            let classless = spec.kind == "u32"
+            let classless = spec.kind == FilterKind::U32
                 && (spec.hashing.divisor.is_some()
                     || spec.hashing.link.is_some()
                     || (spec.hashing.is_empty() && spec.matcher == MatchSpec::default()));

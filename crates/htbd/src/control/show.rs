@@ -10,6 +10,7 @@ use htb_xdp::PortSnapshot;
 
 use super::{Control, internal, parse_id};
 use crate::metrics::{ClassScrape, Scrape, TreeScrape};
+use crate::model::FilterHandles as _;
 use crate::model::{INGRESS_MAJOR, MqModel, QdiscModel, Root, link_layer_name, match_spec};
 
 /// A tree's totals as `qdisc show -s` prints them, with `pool` drops of its port's frame

@@ -4,6 +4,7 @@ use htb_config::ClassDef;
 use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, LinkLayer, Rate};
 use htb_ipc::{ErrorCode, IpcError};
 
+use super::filter_entry::FilterHandles as _;
 use super::qdisc::Verb;
 use super::{Effect, Model, Step, Undo, class_error, error, of_qdisc};
 

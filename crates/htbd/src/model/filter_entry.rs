@@ -26,8 +26,8 @@ pub enum FilterValueError {
     #[error(transparent)]
     Protocol(#[from] htb_ipc::UnknownProtocol),
     /// Neither `u32` nor `flower`.
-    #[error("filter kind {0:?} is not supported: use u32 or flower")]
-    Kind(String),
+    #[error(transparent)]
+    Kind(#[from] htb_ipc::UnknownFilterKind),
     /// Not a u32 handle as tc writes one.
     #[error("invalid u32 handle: {0}")]
     U32Handle(#[source] htb_config::u32_handle::U32HandleError),
@@ -44,43 +44,26 @@ pub enum FilterValueError {
 
 pub use htb_ipc::Protocol;
 
-/// How a filter is presented (`u32` or `flower`); both classify the same way here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FilterKind {
-    /// `u32`, handles like `800::800`.
-    U32,
-    /// `flower`, handles like `0x1`.
-    Flower,
-}
+pub use htb_ipc::FilterKind;
 
-impl FilterKind {
-    /// Parses `u32` or `flower`.
-    ///
-    /// # Errors
-    /// Anything else.
-    pub fn parse(s: &str) -> Result<Self, FilterValueError> {
-        match s {
-            "u32" => Ok(Self::U32),
-            "flower" => Ok(Self::Flower),
-            _ => Err(FilterValueError::Kind(s.to_owned())),
-        }
-    }
-
-    /// The name tc prints.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::U32 => "u32",
-            Self::Flower => "flower",
-        }
-    }
-
+/// The handles of each filter kind, as tc writes and prints them.
+pub trait FilterHandles {
     /// Parses a handle of this kind: `800::800` (u32), `0x1` or `1` (flower).
     ///
     /// # Errors
     /// A malformed handle.
-    pub fn parse_handle(self, s: &str) -> Result<u32, FilterValueError> {
+    fn parse_handle(self, s: &str) -> Result<u32, FilterValueError>;
+
+    /// Formats a handle as tc prints it (`sprint_u32_handle`, flower's `0x%x`).
+    fn format_handle(self, handle: u32) -> String;
+}
+
+impl FilterHandles for FilterKind {
+    /// Parses a handle of this kind: `800::800` (u32), `0x1` or `1` (flower).
+    ///
+    /// # Errors
+    /// A malformed handle.
+    fn parse_handle(self, s: &str) -> Result<u32, FilterValueError> {
         let bad = || FilterValueError::FlowerHandle(s.to_owned());
         match self {
             // tc's get_u32_handle, the one parser (htb_config::u32_handle).
@@ -101,9 +84,7 @@ impl FilterKind {
         }
     }
 
-    /// Formats a handle as tc prints it (`sprint_u32_handle`, flower's `0x%x`).
-    #[must_use]
-    pub fn format_handle(self, handle: u32) -> String {
+    fn format_handle(self, handle: u32) -> String {
         match self {
             Self::U32 => {
                 let (ht, hash, node) = (handle >> 20, (handle >> 12) & 0xff, handle & 0xfff);

@@ -5,6 +5,7 @@ use htb_config::filter::Police;
 use htb_core::ClassId;
 use htb_ipc::{ErrorCode, IpcError, MatchSpec};
 
+use super::filter_entry::FilterHandles as _;
 use super::filter_entry::{
     AUTO_PRIO, FilterEntry, FilterKind, Protocol, U32Parts, matcher, u32_divisor,
 };
@@ -165,7 +166,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         )));
     }
     let protocol = f.protocol;
-    let kind = FilterKind::parse(&f.kind).map_err(invalid)?;
+    let kind = f.kind;
     let ingress = qdisc.config.major == INGRESS_MAJOR;
     if ingress && !f.hashing.is_empty() {
         return Err(invalid(
@@ -325,7 +326,7 @@ impl Model {
             .major;
         self.check_redirect(major, f.redirect.as_deref())?;
         let qdisc = self.tree_mut(port, Some(major))?;
-        if f.kind == "u32"
+        if f.kind == FilterKind::U32
             && f.class.is_none()
             && f.hashing.is_empty()
             && f.redirect.is_none()
@@ -370,7 +371,7 @@ impl Model {
                 "filter change needs the filter's prio and handle (pref N handle H)",
             ));
         };
-        let kind = FilterKind::parse(&f.kind).map_err(invalid)?;
+        let kind = f.kind;
         let h = kind.parse_handle(handle).map_err(invalid)?;
         let existing = filter_list::prio_range(&qdisc.filters, prio)
             .map(|i| &qdisc.filters[i])

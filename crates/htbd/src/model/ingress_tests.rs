@@ -21,7 +21,7 @@ fn redirect(to: &str) -> Command {
         parent: Some(ClassId::new(INGRESS_MAJOR, 0)),
         protocol: Protocol::parse("all").unwrap(),
         prio: Some(10),
-        kind: "u32".into(),
+        kind: FilterKind::U32,
         class: Some("1:1".parse().unwrap()),
         redirect: Some(to.into()),
         ..FilterSpec::default()
@@ -133,7 +133,7 @@ fn an_ingress_policer_needs_no_redirect() {
         parent: Some(ClassId::new(INGRESS_MAJOR, 0)),
         protocol: Protocol::parse("ip").unwrap(),
         prio: Some(50),
-        kind: "u32".into(),
+        kind: FilterKind::U32,
         class: Some(":1".parse().unwrap()),
         matcher: MatchSpec {
             src: Some("0.0.0.0/0".into()),

@@ -32,8 +32,8 @@ use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 
 pub use self::class::link_layer_name;
 pub use self::filter_entry::{
-    FilterEntry, FilterKind, FilterValueError, NoNodeId, Protocol, U32Parts, assign_handles,
-    match_spec, matcher, u32_divisor, with_protocol,
+    FilterEntry, FilterHandles, FilterKind, FilterValueError, NoNodeId, Protocol, U32Parts,
+    assign_handles, match_spec, matcher, u32_divisor, with_protocol,
 };
 pub use self::ingress::{INGRESS_MAJOR, ingress_hook_of, new_ingress};
 pub use self::mq::MqModel;

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use htb_config::{LeafDef, leaf_toml};
 use htb_core::{LeafConfig, LinkLayer, Rate};
 
+use super::filter_entry::FilterHandles as _;
 use super::{Model, QdiscModel, Root};
 
 /// A size table as the config's inline table, as the kernel keeps it.

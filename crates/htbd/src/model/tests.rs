@@ -35,7 +35,7 @@ fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
         parent: Some(ClassId::new(1, 0)),
         protocol: Protocol::parse("ip").unwrap(),
         prio,
-        kind: kind.into(),
+        kind: FilterKind::parse(kind).unwrap(),
         handle: None,
         matcher: MatchSpec {
             dport: Some((dport, dport)),
@@ -232,7 +232,7 @@ fn the_state_file_round_trips_through_the_config_parser() {
         parent: Some(ClassId::new(1, 0)),
         protocol: Protocol::parse("ip").unwrap(),
         prio: Some(2),
-        kind: "u32".into(),
+        kind: FilterKind::U32,
         matcher: MatchSpec {
             proto: Some(6),
             raw: vec![
@@ -710,7 +710,7 @@ fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
             parent: Some(ClassId::new(1, 0)),
             protocol: Protocol::parse("arp").unwrap(),
             prio: Some(3),
-            kind: "u32".into(),
+            kind: FilterKind::U32,
             matcher: MatchSpec {
                 dst: dst.map(str::to_owned),
                 ..MatchSpec::default()
@@ -744,7 +744,7 @@ fn a_policed_filter_keeps_its_policer_through_the_state_file_and_other_changes()
             parent: Some(ClassId::new(1, 0)),
             protocol: Protocol::parse("ip").unwrap(),
             prio: Some(1),
-            kind: "u32".into(),
+            kind: FilterKind::U32,
             matcher: MatchSpec {
                 dport: Some((5202, 5202)),
                 ..MatchSpec::default()
@@ -815,7 +815,7 @@ fn protocol_all_shares_a_prio_with_ip_as_unprotocoled_u32_lines_do_in_the_kernel
             parent: Some(ClassId::new(1, 0)),
             protocol: Protocol::parse(protocol).unwrap(),
             prio: Some(5),
-            kind: "u32".into(),
+            kind: FilterKind::U32,
             matcher: MatchSpec {
                 dport: Some((dport, dport)),
                 ..MatchSpec::default()

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use htb_config::filter::{Family, Filter, Match};
 use htb_ipc::HashKey;
 
+use super::filter_entry::FilterHandles as _;
 use super::filter_entry::{FilterEntry, FilterKind};
 
 /// `TC_U32_MAXDEPTH`: how deep links may nest.
