@@ -763,6 +763,23 @@ impl<R: Rings> Dataplane<R> {
         self.enqueue(egress, now, slot, frame);
     }
 
+    /// A frame's chunk with the header edits its leaf asked for written in: CE where the leaf
+    /// marked instead of dropping, the DSCP cleared where `cake` washed it.
+    fn edited(&mut self, frame: Frame) -> Chunk {
+        let (mut chunk, edits) = frame.into_parts();
+        if let Some(e) = edits {
+            self.rings.rewrite(&mut chunk, &mut |b| {
+                if e.wash {
+                    wash_dscp(b, e.l3, e.ipv6);
+                }
+                if e.ce {
+                    set_ce(b, e.l3, e.ipv6);
+                }
+            });
+        }
+        chunk
+    }
+
     /// Moves what IFB port `port`'s trees release at `now` on to each frame's egress port
     /// (`ifb_xmit` re-injecting at the device the frame came for), classified there. Returns
     /// whether any moved. At most a few batches per pass, so that a backlog released at once
@@ -775,19 +792,9 @@ impl<R: Rings> Dataplane<R> {
             };
             moved = true;
             let onward = frame.onward();
-            let (mut chunk, edits) = frame.into_parts();
-            if let Some(e) = edits {
-                // The IFB's leaf marked it CE or washed its DSCP: the egress leaf reads the
-                // edited header, as the kernel's does.
-                self.rings.rewrite(&mut chunk, &mut |b| {
-                    if e.wash {
-                        wash_dscp(b, e.l3, e.ipv6);
-                    }
-                    if e.ce {
-                        set_ce(b, e.l3, e.ipv6);
-                    }
-                });
-            }
+            // The IFB's leaf marked it CE or washed its DSCP: the egress leaf reads the edited
+            // header, as the kernel's does.
+            let chunk = self.edited(frame);
             let stats = &mut self.ports[port].stats;
             stats.tx_packets += 1;
             stats.tx_bytes += u64::from(chunk.len());
@@ -906,18 +913,7 @@ impl<R: Rings> Dataplane<R> {
                 let Some(frame) = self.dequeue(port, now) else {
                     break;
                 };
-                let (mut chunk, edits) = frame.into_parts();
-                if let Some(e) = edits {
-                    // The leaf marked it instead of dropping it, or washed its DSCP.
-                    self.rings.rewrite(&mut chunk, &mut |b| {
-                        if e.wash {
-                            wash_dscp(b, e.l3, e.ipv6);
-                        }
-                        if e.ce {
-                            set_ce(b, e.l3, e.ipv6);
-                        }
-                    });
-                }
+                let chunk = self.edited(frame);
                 bytes += u64::from(chunk.len());
                 frames += usize::from(chunk.frames());
                 self.tx_batch.push(chunk);
