@@ -18,16 +18,11 @@ pub(super) const U32_FIRST_ID: u32 = 0x800;
 /// The last node id of a bucket (`gen_new_kid` allocates up to `htid | 0xfff`).
 pub(super) const U32_LAST_ID: u32 = 0xfff;
 
-/// A filter's protocol, kind, handle or u32 divisor that does not parse.
+/// A filter's handle or u32 divisor that does not parse (its protocol and kind are parsed
+/// once, into the wire's types: `htb_ipc::Protocol`, `htb_ipc::FilterKind`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FilterValueError {
-    /// Not one of tc's protocol names htbd filters by.
-    #[error(transparent)]
-    Protocol(#[from] htb_ipc::UnknownProtocol),
-    /// Neither `u32` nor `flower`.
-    #[error(transparent)]
-    Kind(#[from] htb_ipc::UnknownFilterKind),
     /// Not a u32 handle as tc writes one.
     #[error("invalid u32 handle: {0}")]
     U32Handle(#[source] htb_config::u32_handle::U32HandleError),

@@ -345,7 +345,7 @@ impl Model {
         let at = qdisc.filters.partition_point(|e| e.order() <= order);
         qdisc.filters.insert(at, entry);
         step.undo.push(Undo::FilterAdded { port, major, order });
-        step.refilter.insert(port);
+        step.filters_changed(major);
         Ok(())
     }
 
@@ -453,7 +453,7 @@ impl Model {
             }
         }
         step.undo.push(Undo::Filters { port, major, old });
-        step.refilter.insert(port);
+        step.filters_changed(major);
         Ok(())
     }
 }

@@ -93,7 +93,7 @@ impl Model {
             port: step.port,
             old: None,
         });
-        step.refilter.insert(step.port);
+        step.filters_changed(INGRESS_MAJOR);
         Ok(())
     }
 

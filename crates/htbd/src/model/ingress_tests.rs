@@ -174,3 +174,29 @@ fn the_ingress_qdisc_and_ifb_ports_survive_the_state_file() {
     let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 1).unwrap();
     assert_eq!(back.ports[0].ingress_hook(), Some(Vec::new()));
 }
+
+#[test]
+fn ingress_and_tree_filters_are_sent_to_the_data_plane_apart() {
+    // An ingress filter does not recompile the port's tree filters (a subscriber list can be
+    // 100 000 long), nor does a tree filter resend the ingress hook.
+    let mut m = model();
+    let plan = m.apply(&[ingress_add("r2"), redirect("ifb0")]).unwrap();
+    let sent = |plan: &Plan| -> Vec<&'static str> {
+        plan.effects
+            .iter()
+            .map(|(_, e)| match e {
+                Effect::SetFilters { .. } => "filters",
+                Effect::SetIngress { .. } => "ingress",
+                _ => "other",
+            })
+            .collect()
+    };
+    assert_eq!(sent(&plan), ["ingress"], "{:?}", plan.effects);
+    let tree = Command::QdiscAdd(QdiscSpec {
+        dev: "r2".into(),
+        handle: Some(ClassId::new(1, 0)),
+        ..QdiscSpec::default()
+    });
+    let plan = m.apply(&[tree]).unwrap();
+    assert!(!sent(&plan).contains(&"ingress"), "{:?}", plan.effects);
+}

@@ -348,10 +348,23 @@ struct Step<'a> {
     name: String,
     undo: &'a mut Vec<Undo>,
     plan: &'a mut Plan,
+    /// Ports whose trees' filters changed: the data plane gets them anew.
     refilter: &'a mut BTreeSet<usize>,
+    /// Ports whose ingress qdisc's filters changed (apart, so that an ingress filter does not
+    /// recompile 100 000 subscriber filters, nor a subscriber batch the ingress hook).
+    reingress: &'a mut BTreeSet<usize>,
 }
 
 impl Step<'_> {
+    /// The filters of qdisc `major` of this step's port changed.
+    fn filters_changed(&mut self, major: u16) {
+        if major == INGRESS_MAJOR {
+            self.reingress.insert(self.port);
+        } else {
+            self.refilter.insert(self.port);
+        }
+    }
+
     fn effect(&mut self, effect: Effect) {
         self.plan.effects.push((Some(self.index), effect));
     }
@@ -495,6 +508,7 @@ impl Model {
             undo: Vec::new(),
         };
         let mut refilter = BTreeSet::new();
+        let mut reingress = BTreeSet::new();
         for (index, command) in commands.iter().enumerate() {
             let done = self.port_index(command.dev()).and_then(|port| {
                 let mut step = Step {
@@ -504,6 +518,7 @@ impl Model {
                     undo: &mut undo,
                     plan: &mut plan,
                     refilter: &mut refilter,
+                    reingress: &mut reingress,
                 };
                 self.apply_one(&mut step, command)
             });
@@ -529,6 +544,10 @@ impl Model {
                     filters,
                 },
             ));
+        }
+        // An ingress qdisc deleted later in the batch has said so already (its effect).
+        for port in reingress {
+            let p = &self.ports[port];
             if let Some(hook) = p.ingress_hook() {
                 plan.effects.push((
                     None,
