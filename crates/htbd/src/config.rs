@@ -825,7 +825,9 @@ impl DaemonConfig {
                 ));
             }
             let peer = iface.peer.as_ref().map(|p| p.get_ref().clone());
-            let ifb = iface.kind.is_some();
+            // Its type is checked with its trees: an IFB is only what parsed as one.
+            let (trees, filters) = interface_trees(text, section)?;
+            let ifb = trees.ifb;
             match (mode, &iface.peer) {
                 (_, Some(p)) if ifb => {
                     return Err(err(
@@ -847,14 +849,13 @@ impl DaemonConfig {
                 }
                 _ => {}
             }
-            let (trees, filters) = interface_trees(text, section)?;
             ports.push(PortConfig {
                 name,
                 peer,
                 trees: trees.port_trees(),
                 filters,
                 rtt: iface.rtt,
-                ifb: trees.ifb,
+                ifb,
                 ingress: None,
             });
             interfaces.push(trees);
@@ -1192,6 +1193,9 @@ rate = "20mbit"
         let e = error(&SQM.replace("redirect = \"ifb4r2\"", "redirect = \"r1\""));
         assert!(e.contains("not an IFB port"), "{e}");
         let e = error(&SQM.replace("type = \"ifb\"", "type = \"veth\""));
+        assert!(e.contains("knows \"ifb\""), "{e}");
+        // An unknown type is named as such, not taken for an IFB that has a peer.
+        let e = error(&SQM.replace("type = \"ifb\"", "type = \"veth\"\npeer = \"r1\""));
         assert!(e.contains("knows \"ifb\""), "{e}");
         let e = error(&SQM.replace(
             "type = \"ifb\"\n",
