@@ -12,20 +12,21 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     let mut a = Args::new(words.get(1..).unwrap_or_default());
     let mut dev = None;
     let mut id = None;
-    let mut parent = None;
+    // `None`: not given; `Some(None)`: `root`; `Some(Some(id))`: a class or qdisc handle.
+    let mut parent: Option<Option<htb_core::ClassId>> = None;
     let mut spec = None;
     while let Some(w) = a.next() {
         match w {
             "dev" => dev = Some(a.value()?.to_owned()),
             "classid" => id = Some(class_id(a.value()?, "classid")?),
             "handle" => return usage("Error: try \"classid\" instead of \"handle\""),
-            "root" => parent = Some("root".to_owned()),
+            "root" => parent = Some(None),
             "parent" => {
                 let p = a.value()?;
                 parent = Some(if p == "root" {
-                    "root".to_owned()
+                    None
                 } else {
-                    class_id(p, "parent")?.to_string()
+                    Some(class_id(p, "parent")?)
                 });
             }
             w if matches(w, "estimator") => {
@@ -51,7 +52,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             object: Some(Object::Class),
             dev,
             class: id.map(|c| c.to_string()),
-            parent,
+            parent: parent.map(|p| p.map_or_else(|| "root".to_owned(), |id| id.to_string())),
             ..Show::default()
         }));
     }
@@ -69,11 +70,8 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     };
     spec.dev = dev;
     spec.id = id;
-    // The wire carries the parent typed: parsed once, here.
-    spec.parent = match parent.as_deref() {
-        None | Some("root") => None,
-        Some(p) => Some(class_id(p, "parent")?),
-    };
+    // The wire carries the parent typed, as parsed above.
+    spec.parent = parent.flatten();
     Ok(Action::Change(match verb {
         Verb::Add => Command::ClassAdd(spec),
         Verb::Change => Command::ClassChange(spec),
