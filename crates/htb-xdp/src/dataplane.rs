@@ -490,7 +490,7 @@ impl<R: Rings> Dataplane<R> {
             .map(|(i, p)| (p.mac, i))
             .collect();
         let rtt = ports.iter().any(|p| p.rtt).then(RttTracker::new);
-        let ports = ports
+        let mut ports: Vec<Port> = ports
             .into_iter()
             .map(|p| {
                 let mut port = Port {
@@ -527,7 +527,6 @@ impl<R: Rings> Dataplane<R> {
                 port
             })
             .collect();
-        let mut ports: Vec<Port> = ports;
         resolve_redirects(&mut ports);
         let batch = batch.max(1);
         let low_water = u32::try_from(rings.channels() * batch * 2).unwrap_or(u32::MAX);
