@@ -2,6 +2,7 @@
 
 use super::Scheduler;
 use super::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, Row};
+use super::chunked::Chunked;
 use crate::Packet;
 use crate::rate::{TOKENS_PER_NS, tokens_to_ns_ceil};
 use crate::rbtree::{NIL, NodeId, RbTree};
@@ -26,7 +27,7 @@ pub(super) enum RowRef {
 #[inline]
 pub(super) fn row_mut<'a>(
     levels: &'a mut [Level],
-    inner: &'a mut [InnerState],
+    inner: &'a mut Chunked<InnerState>,
     r: RowRef,
 ) -> &'a mut Row {
     match r {
@@ -94,7 +95,7 @@ impl<P: Packet> Scheduler<P> {
                     // The parent is already hooked up for this priority.
                     mask &= !(1 << prio);
                 }
-                feed.tree.insert(self.prio_nodes.nodes.as_mut_slice(), node);
+                feed.tree.insert(&mut self.prio_nodes.nodes, node);
             }
             self.classes[parent as usize].activity |= mask;
             cl = parent;
@@ -125,7 +126,7 @@ impl<P: Packet> Scheduler<P> {
                     feed.last_ptr_id = key;
                     feed.ptr = NIL;
                 }
-                if !feed.tree.erase(self.prio_nodes.nodes.as_mut_slice(), node) {
+                if !feed.tree.erase(&mut self.prio_nodes.nodes, node) {
                     self.stats.internal_faults += 1;
                 }
                 if feed.tree.is_empty() {
@@ -149,7 +150,7 @@ impl<P: Packet> Scheduler<P> {
             let node = self.prio_node(cl, prio);
             self.levels[level].rows[prio as usize]
                 .tree
-                .insert(self.prio_nodes.nodes.as_mut_slice(), node);
+                .insert(&mut self.prio_nodes.nodes, node);
         }
     }
 
@@ -159,7 +160,7 @@ impl<P: Packet> Scheduler<P> {
         let mut emptied = 0u8;
         for prio in bits(mask) {
             let node = self.prio_node(cl, prio);
-            let nodes = self.prio_nodes.nodes.as_mut_slice();
+            let nodes = &mut self.prio_nodes.nodes;
             let row = &mut self.levels[level].rows[prio as usize];
             if row.ptr == node {
                 row.ptr = RbTree::next(nodes, node);
@@ -238,18 +239,13 @@ impl<P: Packet> Scheduler<P> {
         }
         self.wait_nodes[cl as usize].key = key;
         let level = self.classes[cl as usize].level as usize;
-        self.levels[level]
-            .wait
-            .insert(self.wait_nodes.as_mut_slice(), cl);
+        self.levels[level].wait.insert(&mut self.wait_nodes, cl);
     }
 
     /// Removes `cl` from its level's wait queue (it must be there).
     pub(super) fn remove_from_wait_tree(&mut self, cl: ClassIdx) {
         let level = self.classes[cl as usize].level as usize;
-        if !self.levels[level]
-            .wait
-            .erase(self.wait_nodes.as_mut_slice(), cl)
-        {
+        if !self.levels[level].wait.erase(&mut self.wait_nodes, cl) {
             self.stats.internal_faults += 1;
         }
     }
@@ -312,9 +308,7 @@ impl<P: Packet> Scheduler<P> {
             if first == NIL || self.wait_nodes[first as usize].key > now {
                 return;
             }
-            self.levels[level]
-                .wait
-                .erase(self.wait_nodes.as_mut_slice(), first);
+            self.levels[level].wait.erase(&mut self.wait_nodes, first);
             self.stats.events += 1;
             if self.classes[first as usize].shared {
                 // Other workers may have charged it since: its mode is the shared buckets'.
@@ -381,7 +375,7 @@ impl<P: Packet> Scheduler<P> {
             return NO_CLASS;
         }
         for _ in 0..LOOKUP_STEPS {
-            let nodes = self.prio_nodes.nodes.as_slice();
+            let nodes = &self.prio_nodes.nodes;
             let row = row_mut(&mut self.levels, &mut self.inner, row_at(sp, &feeds));
             if row.ptr == NIL && row.last_ptr_id != 0 {
                 // The pointer was invalidated but the id is valid: recover the original or
@@ -431,7 +425,7 @@ impl<P: Packet> Scheduler<P> {
         } else {
             RowRef::Level { level: 0, prio }
         };
-        let nodes = self.prio_nodes.nodes.as_slice();
+        let nodes = &self.prio_nodes.nodes;
         let row = row_mut(&mut self.levels, &mut self.inner, r);
         if row.ptr != NIL {
             row.ptr = RbTree::next(nodes, row.ptr);

@@ -5,6 +5,7 @@
 
 use alloc::vec::Vec;
 
+use super::chunked::Chunked;
 use crate::class_id::ClassId;
 use crate::rate::{LengthAdjust, Rate, TokenCost};
 use crate::rbtree::{Links, NIL, NodeId, NodePool, RbTree};
@@ -131,7 +132,7 @@ impl WaitNode {
     };
 }
 
-impl NodePool for [WaitNode] {
+impl NodePool for Chunked<WaitNode> {
     type Key = u64;
     #[inline]
     fn links(&self, node: NodeId) -> &Links {
@@ -160,7 +161,7 @@ pub(crate) struct PrioNode {
     pub(crate) owner: ClassIdx,
 }
 
-impl NodePool for [PrioNode] {
+impl NodePool for Chunked<PrioNode> {
     type Key = u32;
     #[inline]
     fn links(&self, node: NodeId) -> &Links {
@@ -184,7 +185,7 @@ impl NodePool for [PrioNode] {
 /// Arena of [`PrioNode`]s handed out in blocks of one (leaf) or eight (inner class).
 #[derive(Debug, Default)]
 pub(crate) struct PrioNodes {
-    pub(crate) nodes: Vec<PrioNode>,
+    pub(crate) nodes: Chunked<PrioNode>,
     free_single: Vec<NodeId>,
     free_block: Vec<NodeId>,
 }
@@ -199,9 +200,9 @@ impl PrioNodes {
         };
         let base = free.pop().unwrap_or_else(|| {
             let base = self.nodes.len() as NodeId;
-            self.nodes.resize(
+            self.nodes.grow_to(
                 self.nodes.len() + size,
-                PrioNode {
+                &PrioNode {
                     links: Links::UNLINKED,
                     key: 0,
                     owner: NO_CLASS,
@@ -209,8 +210,8 @@ impl PrioNodes {
             );
             base
         });
-        for node in &mut self.nodes[base as usize..base as usize + size] {
-            *node = PrioNode {
+        for node in base as usize..base as usize + size {
+            self.nodes[node] = PrioNode {
                 links: Links::UNLINKED,
                 key,
                 owner,

@@ -50,8 +50,8 @@ impl<P: Packet> Scheduler<P> {
     /// # Errors
     /// A [`CheckError`] describing the first violation found.
     pub fn check(&self) -> Result<(), CheckError> {
-        let nodes = self.prio_nodes.nodes.as_slice();
-        let waits = self.wait_nodes.as_slice();
+        let nodes = &self.prio_nodes.nodes;
+        let waits = &self.wait_nodes;
         let mut homes = vec![None::<Home>; nodes.len()];
         let mut waiting = 0usize;
 
@@ -155,7 +155,7 @@ impl<P: Packet> Scheduler<P> {
             }
             live += 1;
             ensure!(
-                self.ids.get(&c.id.minor()) == Some(&(slot as u32)),
+                self.ids.get(c.id.minor()) == Some(slot as u32),
                 "id map misses class {}",
                 c.id
             );
@@ -335,7 +335,7 @@ impl<P: Packet> Scheduler<P> {
         home: Home,
         homes: &mut [Option<Home>],
     ) -> Result<(), CheckError> {
-        let nodes = self.prio_nodes.nodes.as_slice();
+        let nodes = &self.prio_nodes.nodes;
         let mut result = Ok(());
         row.tree.for_each(nodes, |node| {
             if homes[node as usize].is_some() && result.is_ok() {
@@ -371,7 +371,7 @@ impl<P: Packet> Scheduler<P> {
     #[must_use]
     pub fn dump(&self) -> String {
         use core::fmt::Write;
-        let nodes = self.prio_nodes.nodes.as_slice();
+        let nodes = &self.prio_nodes.nodes;
         let mut out = String::new();
         let members = |row: &super::arena::Row| {
             let mut v = Vec::new();
@@ -414,7 +414,7 @@ impl<P: Packet> Scheduler<P> {
                 }
             }
             let mut waiting = Vec::new();
-            lvl.wait.for_each(self.wait_nodes.as_slice(), |n| {
+            lvl.wait.for_each(&self.wait_nodes, |n| {
                 waiting.push((self.classes[n as usize].id, self.wait_nodes[n as usize].key));
             });
             if !waiting.is_empty() {

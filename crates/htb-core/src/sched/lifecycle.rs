@@ -211,7 +211,7 @@ impl<P: Packet> Scheduler<P> {
         let parent = self.classes[slot as usize].parent;
         let last_child = parent != NO_CLASS && self.classes[parent as usize].children == 1;
 
-        self.ids.remove(&id.minor());
+        self.ids.remove(id.minor());
         if parent != NO_CLASS {
             self.classes[parent as usize].children -= 1;
         }

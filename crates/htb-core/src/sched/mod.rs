@@ -3,6 +3,8 @@
 mod algo;
 mod arena;
 mod check;
+mod chunked;
+mod id_map;
 mod lifecycle;
 mod shared;
 
@@ -10,10 +12,10 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::fmt;
 
-use hashbrown::HashMap;
-
 use self::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, PrioNodes, WaitNode};
 pub use self::check::CheckError;
+use self::chunked::Chunked;
+use self::id_map::IdMap;
 pub use self::lifecycle::Change;
 pub use self::shared::SharedBuckets;
 use self::shared::SharedSlot;
@@ -128,13 +130,13 @@ pub struct ClassInfo {
 /// leaves dropped.
 pub struct Scheduler<P: Packet> {
     config: SchedulerConfig,
-    classes: Vec<Class>,
-    queues: Vec<Leaf>,
-    wait_nodes: Vec<WaitNode>,
+    classes: Chunked<Class>,
+    queues: Chunked<Leaf>,
+    wait_nodes: Chunked<WaitNode>,
     prio_nodes: PrioNodes,
-    inner: Vec<InnerState>,
+    inner: Chunked<InnerState>,
     levels: [Level; MAX_DEPTH],
-    ids: HashMap<u32, ClassIdx>,
+    ids: IdMap,
     free_classes: Vec<ClassIdx>,
     free_inner: Vec<u32>,
     /// The default class's slot if it exists and is a leaf, else [`NO_CLASS`].
@@ -172,13 +174,13 @@ impl<P: Packet> Scheduler<P> {
                 r2q: config.r2q.max(1),
                 ..config
             },
-            classes: Vec::new(),
-            queues: Vec::new(),
-            wait_nodes: Vec::new(),
+            classes: Chunked::new(),
+            queues: Chunked::new(),
+            wait_nodes: Chunked::new(),
             prio_nodes: PrioNodes::default(),
-            inner: Vec::new(),
+            inner: Chunked::new(),
             levels: [Level::EMPTY; MAX_DEPTH],
-            ids: HashMap::new(),
+            ids: IdMap::default(),
             free_classes: Vec::new(),
             free_inner: Vec::new(),
             default_leaf: NO_CLASS,
@@ -608,7 +610,7 @@ impl<P: Packet> Scheduler<P> {
         if id.major() != self.config.major {
             return NO_CLASS;
         }
-        self.ids.get(&id.minor()).copied().unwrap_or(NO_CLASS)
+        self.ids.get(id.minor()).unwrap_or(NO_CLASS)
     }
 
     /// `htb_classify` after filters: the leaf slot, or [`NO_CLASS`] for the direct queue.
@@ -638,8 +640,8 @@ impl<P: Packet> Scheduler<P> {
 
     fn refresh_default(&mut self) {
         let minor = self.config.default_minor;
-        self.default_leaf = match self.ids.get(&minor) {
-            Some(&slot) if minor != 0 && self.classes[slot as usize].level == 0 => slot,
+        self.default_leaf = match self.ids.get(minor) {
+            Some(slot) if minor != 0 && self.classes[slot as usize].level == 0 => slot,
             _ => NO_CLASS,
         };
     }
