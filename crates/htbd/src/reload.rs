@@ -61,7 +61,7 @@ pub fn matches(model: &Model, target: &[InterfaceTrees]) -> bool {
         && model.ports.iter().zip(target).all(|(port, want)| {
             let have = port.trees();
             root_leaf_matches(port, want)
-                && ingress_filters(port) == want.ingress.as_deref()
+                && ingress_matches(port, want)
                 && mq_handle(port) == want.mq
                 && have.len() == want.trees.len()
                 && have.iter().zip(&want.trees).all(|((minor, q), w)| {
@@ -70,15 +70,20 @@ pub fn matches(model: &Model, target: &[InterfaceTrees]) -> bool {
         })
 }
 
-/// The filters of `port`'s ingress qdisc (`None`: it has none).
-fn ingress_filters(port: &PortModel) -> Option<&[FilterEntry]> {
-    port.ingress.as_ref().map(|q| q.filters.as_slice())
+/// Whether `port`'s ingress qdisc (or its absence) is the one `want` gives, with the same
+/// filters.
+fn ingress_matches(port: &PortModel, want: &InterfaceTrees) -> bool {
+    match (&port.ingress, want.ingress.as_deref()) {
+        (None, None) => true,
+        (Some(q), Some(want)) => q.filters.holds_exactly(want),
+        _ => false,
+    }
 }
 
 /// The ingress qdisc the file gives, when it differs from the running one: the old one goes
 /// with its filters and the new one is added with its own (they are a handful of lines).
 fn ingress_commands(port: &PortModel, want: &InterfaceTrees, out: &mut Vec<Command>) {
-    if ingress_filters(port) == want.ingress.as_deref() {
+    if ingress_matches(port, want) {
         return;
     }
     let dev = port.name.clone();
@@ -145,7 +150,7 @@ fn qdisc_matches(q: &QdiscModel, tree: &TreeSpec, filters: &[FilterEntry]) -> bo
                     && leaf_matches(have.leaf.as_ref(), want.leaf.as_ref())
             })
         })
-        && q.filters == filters
+        && q.filters.holds_exactly(filters)
 }
 
 fn leaf_matches(have: Option<&LeafDef>, want: Option<&LeafDef>) -> bool {
@@ -355,7 +360,7 @@ fn differences(
     }
     // Filters keep a class from being deleted: when they change or target a class that goes,
     // all go first and the file's come back at the end. (Both lists are in evaluation order.)
-    let filters_change = q.filters != filters
+    let filters_change = !q.filters.holds_exactly(filters)
         || q.filters
             .iter()
             .any(|f| f.class.is_some_and(|c| gone.contains(&c)));

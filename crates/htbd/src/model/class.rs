@@ -136,7 +136,10 @@ impl Model {
         let (port, name) = (step.port, step.name.clone());
         let qdisc = self.tree_mut(port, Some(id.major()).filter(|&m| m != 0))?;
         let id = of_qdisc(id, qdisc.config.major);
-        if let Some(f) = qdisc.filters.iter().find(|f| f.class == Some(id)) {
+        // The use count says whether; the walk to name a user runs only for the refusal.
+        if qdisc.filters.uses(id)
+            && let Some(f) = qdisc.filters.iter().find(|f| f.class == Some(id))
+        {
             return Err(error(
                 ErrorCode::InUse,
                 format!(

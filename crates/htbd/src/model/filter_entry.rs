@@ -209,13 +209,12 @@ pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) -> Result<(), NoNodeI
                     Some(h) => h >> 20,
                     // A new prio's root table, as a live `filter add` would number it.
                     None => {
-                        let mut given: Vec<FilterEntry> = filters
+                        let given: super::FilterList = filters
                             .iter()
                             .filter(|(_, given)| *given)
                             .map(|(f, _)| f.clone())
                             .collect();
-                        given.sort_by_key(FilterEntry::order);
-                        super::filter_list::next_table(&given)
+                        given.next_table()
                     }
                 };
                 let node = peers.map(|h| (h & 0xfff) + 1).max().unwrap_or(U32_FIRST_ID);

@@ -6,10 +6,7 @@ use htb_core::ClassId;
 use htb_ipc::{ErrorCode, IpcError, MatchSpec};
 
 use super::filter_entry::FilterHandles as _;
-use super::filter_entry::{
-    AUTO_PRIO, FilterEntry, FilterKind, Protocol, U32Parts, matcher, u32_divisor,
-};
-use super::filter_list;
+use super::filter_entry::{AUTO_PRIO, FilterEntry, FilterKind, U32Parts, matcher, u32_divisor};
 use super::ingress::INGRESS_MAJOR;
 use super::qdisc::QdiscModel;
 use super::{Model, Step, Undo, error, of_qdisc};
@@ -40,11 +37,10 @@ fn u32_parts(
             let table = u16::try_from(table)
                 .ok()
                 .filter(|&t| (1..0x1000).contains(&t));
-            let declared =
-                table.filter(|&t| filter_list::is_hash_table(&qdisc.filters, u32::from(t)));
+            let declared = table.filter(|&t| qdisc.filters.is_hash_table(u32::from(t)));
             match (table, declared) {
                 (Some(_), Some(t)) => Some(t),
-                (Some(t), None) if filter_list::table_used(&qdisc.filters, u32::from(t)) => {
+                (Some(t), None) if qdisc.filters.table_used(u32::from(t)) => {
                     return Err(invalid(format!(
                         "link {t:x}: is a root table: not linking to root node"
                     )));
@@ -103,12 +99,12 @@ fn u32_placement(
             }
             return Ok(Some(h));
         }
-        return Ok(Some(filter_list::next_table(&qdisc.filters) << 20));
+        return Ok(Some(qdisc.filters.next_table() << 20));
     }
     let Some((table, bucket)) = f.hashing.table else {
         return Ok(None);
     };
-    let Some(decl) = filter_list::hash_table(&qdisc.filters, table) else {
+    let Some(decl) = qdisc.filters.hash_table(table) else {
         // Not a table made with `divisor`: a prio's root table (`800:` …), one bucket.
         if bucket != 0 || table == 0 {
             return Err(invalid(format!(
@@ -145,7 +141,7 @@ fn place(
         }
         return Ok(Some(h));
     }
-    let node = filter_list::next_node(&qdisc.filters, table, bucket);
+    let node = qdisc.filters.next_node(table, bucket);
     if node > 0xfff {
         return Err(error(
             ErrorCode::Invalid,
@@ -220,8 +216,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
             _ => AUTO_PRIO,
         },
     };
-    let peers = filter_list::prio_range(&qdisc.filters, prio);
-    if let Some(peer) = qdisc.filters.get(peers.start).filter(|_| !peers.is_empty())
+    if let Some(peer) = qdisc.filters.in_prio(prio).next()
         && peer.kind != kind
     {
         return Err(invalid(format!(
@@ -234,13 +229,10 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
     // under `protocol all` as an IPv4 filter (what its keys read) where tc keeps `all`, so `all`
     // shares a prio with an IP protocol here, as those lines (LibreQoS's, unprotocoled) share
     // one in the kernel.
-    let clash = peers.clone().map(|i| &qdisc.filters[i]).find(|p| {
-        p.protocol != protocol && p.protocol != Protocol::All && protocol != Protocol::All
-    });
-    if let Some(peer) = clash {
+    if let Some(held) = qdisc.filters.protocol_clash(prio, protocol) {
         return Err(invalid(format!(
             "prio {prio} holds protocol {} filters; protocol {} needs another prio",
-            peer.protocol.name(),
+            held.name(),
             protocol.name()
         )));
     }
@@ -273,7 +265,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
     // u32 tables are shared by the qdisc's prios; `u32_walk` shows a table under its own).
     if u32.divisor.is_none()
         && let Some((table, _)) = f.hashing.table
-        && let Some(decl) = filter_list::hash_table(&qdisc.filters, table)
+        && let Some(decl) = qdisc.filters.hash_table(table)
     {
         entry.prio = decl.prio;
     }
@@ -291,7 +283,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         // (their ids are the qdisc's, in whichever prio).
         let hashed =
             kind == FilterKind::U32 && (u32.divisor.is_some() || f.hashing.table.is_some());
-        if filter_list::with_handle(&qdisc.filters, h).any(|e| {
+        if qdisc.filters.with_handle(h).any(|e| {
             e.prio == prio
                 || (kind == FilterKind::U32
                     && e.kind == FilterKind::U32
@@ -307,7 +299,9 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
         }
         return Ok(entry);
     }
-    entry.handle = filter_list::next_handle(&qdisc.filters, prio, kind)
+    entry.handle = qdisc
+        .filters
+        .next_handle(prio, kind)
         .map_err(|e| error(ErrorCode::Invalid, e.to_string()))?;
     Ok(entry)
 }
@@ -338,12 +332,10 @@ impl Model {
             return Ok(());
         }
         let entry = new_filter(qdisc, f)?;
-        // Filters are kept in (prio, handle) order; a batch usually adds in that order, so
-        // this is an append. The undo names the one entry (a copy of 100 000 filters per
-        // add would make a large batch quadratic).
+        // The undo names the one entry (a copy of 100 000 filters per add would make a large
+        // batch quadratic).
         let order = entry.order();
-        let at = qdisc.filters.partition_point(|e| e.order() <= order);
-        qdisc.filters.insert(at, entry);
+        qdisc.filters.insert(entry);
         step.undo.push(Undo::FilterAdded { port, major, order });
         step.filters_changed(major);
         Ok(())
@@ -373,10 +365,7 @@ impl Model {
         };
         let kind = f.kind;
         let h = kind.parse_handle(handle).map_err(invalid)?;
-        let existing = filter_list::prio_range(&qdisc.filters, prio)
-            .map(|i| &qdisc.filters[i])
-            .find(|e| e.handle == h)
-            .cloned();
+        let existing = qdisc.filters.get(prio, h).cloned();
         match existing {
             None if replace => self.filter_add(step, f),
             None => Err(error(
@@ -413,46 +402,54 @@ impl Model {
         let (port, name) = (step.port, step.name.clone());
         let qdisc = self.tree_mut(port, major)?;
         let major = qdisc.config.major;
-        let old = qdisc.filters.clone();
-        match (prio, handle) {
-            (None, None) => qdisc.filters.clear(),
-            (None, Some(_)) => {
-                return Err(error(
-                    ErrorCode::Invalid,
-                    "deleting one filter by handle needs its prio, as in tc",
-                ));
-            }
-            (Some(prio), None) => {
-                qdisc.filters.retain(|f| f.prio != prio);
-                if qdisc.filters.len() == old.len() {
+        let removed =
+            match (prio, handle) {
+                (None, None) => qdisc.filters.remove_where(None, |_| true),
+                (None, Some(_)) => {
                     return Err(error(
-                        ErrorCode::NotFound,
-                        format!("no filter with prio {prio} on {name}"),
+                        ErrorCode::Invalid,
+                        "deleting one filter by handle needs its prio, as in tc",
                     ));
                 }
-            }
-            (Some(prio), Some(handle)) => {
-                let position = qdisc
-                    .filters
-                    .iter()
-                    .position(|f| f.prio == prio && f.kind.parse_handle(handle) == Ok(f.handle));
-                let Some(position) = position else {
-                    return Err(error(
-                        ErrorCode::NotFound,
-                        format!("no filter with prio {prio} and handle {handle} on {name}"),
-                    ));
-                };
-                let removed = qdisc.filters.remove(position);
-                if removed.u32.divisor.is_some() {
-                    // A hash table goes with its filters (`u32_destroy_hnode`).
-                    let table = removed.table();
-                    qdisc
+                (Some(prio), None) => {
+                    let removed = qdisc.filters.remove_where(Some(prio), |_| true);
+                    if removed.is_empty() {
+                        return Err(error(
+                            ErrorCode::NotFound,
+                            format!("no filter with prio {prio} on {name}"),
+                        ));
+                    }
+                    removed
+                }
+                (Some(prio), Some(handle)) => {
+                    // A prio holds one kind of filter: its handle is read as that kind's, once.
+                    let found = qdisc
                         .filters
-                        .retain(|f| !(f.kind == FilterKind::U32 && f.table() == table));
+                        .in_prio(prio)
+                        .next()
+                        .and_then(|f| f.kind.parse_handle(handle).ok());
+                    let Some(removed) = found.and_then(|h| qdisc.filters.remove((prio, h))) else {
+                        return Err(error(
+                            ErrorCode::NotFound,
+                            format!("no filter with prio {prio} and handle {handle} on {name}"),
+                        ));
+                    };
+                    let mut removed = vec![removed];
+                    if removed[0].u32.divisor.is_some() {
+                        // A hash table goes with its filters (`u32_destroy_hnode`).
+                        let table = removed[0].table();
+                        removed.extend(qdisc.filters.remove_where(None, |f| {
+                            f.kind == FilterKind::U32 && f.table() == table
+                        }));
+                    }
+                    removed
                 }
-            }
-        }
-        step.undo.push(Undo::Filters { port, major, old });
+            };
+        step.undo.push(Undo::FiltersRemoved {
+            port,
+            major,
+            removed,
+        });
         step.filters_changed(major);
         Ok(())
     }

@@ -40,9 +40,11 @@ impl PortModel {
 /// Ingress filters as the data plane runs them, each with the IFB its mirred action redirects
 /// to.
 #[must_use]
-pub fn ingress_hook_of(filters: &[FilterEntry]) -> Vec<(Filter, Option<String>)> {
+pub fn ingress_hook_of<'a>(
+    filters: impl IntoIterator<Item = &'a FilterEntry>,
+) -> Vec<(Filter, Option<String>)> {
     filters
-        .iter()
+        .into_iter()
         .map(|e| {
             let filter = Filter {
                 prio: e.prio,

@@ -62,7 +62,13 @@ fn sqms_ingress_lines_redirect_r2s_download_through_ifb0() {
     assert_eq!(filters.len(), 1);
     assert_eq!(filters[0].1.as_deref(), Some("ifb0"));
     assert_eq!(filters[0].0.prio, 10);
-    let entry = &m.ports[1].ingress.as_ref().unwrap().filters[0];
+    let entry = m.ports[1]
+        .ingress
+        .as_ref()
+        .unwrap()
+        .filters
+        .first()
+        .unwrap();
     assert_eq!(entry.kind.format_handle(entry.handle), "800::800");
     assert_eq!(entry.class, Some(ClassId::new(1, 1)), "the flowid is kept");
     // Taken away again: the data plane hears None.

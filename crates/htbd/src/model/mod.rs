@@ -35,6 +35,7 @@ pub use self::filter_entry::{
     FilterEntry, FilterHandles, FilterKind, FilterValueError, NoNodeId, Protocol, U32Parts,
     assign_handles, match_spec, matcher, u32_divisor, with_protocol,
 };
+pub use self::filter_list::FilterList;
 pub use self::ingress::{INGRESS_MAJOR, ingress_hook_of, new_ingress};
 pub use self::mq::MqModel;
 pub use self::qdisc::{QdiscModel, TreeError};
@@ -323,10 +324,11 @@ enum Undo {
         id: ClassId,
         old: Option<LeafDef>,
     },
-    Filters {
+    /// These filters were taken out of tree `major`.
+    FiltersRemoved {
         port: usize,
         major: u16,
-        old: Vec<FilterEntry>,
+        removed: Vec<FilterEntry>,
     },
     /// The port's ingress qdisc before the step.
     Ingress {
@@ -422,7 +424,7 @@ impl Model {
             port.ifb = i.ifb;
             if let Some(filters) = i.ingress {
                 let mut ingress = new_ingress();
-                ingress.filters = filters;
+                ingress.filters = filters.into_iter().collect();
                 port.ingress = Some(Box::new(ingress));
             }
             let name = port.name.clone();
@@ -723,15 +725,18 @@ impl Model {
                     self.ports[port].ingress = old;
                     Ok(())
                 }
-                Undo::Filters { port, major, old } => self.with_tree(port, major, |q| {
-                    q.filters = old;
+                Undo::FiltersRemoved {
+                    port,
+                    major,
+                    removed,
+                } => self.with_tree(port, major, |q| {
+                    for entry in removed {
+                        q.filters.insert(entry);
+                    }
                     Ok(())
                 }),
                 Undo::FilterAdded { port, major, order } => self.with_tree(port, major, |q| {
-                    // Sorted by order: one binary search, not a walk per undone add.
-                    if let Ok(at) = q.filters.binary_search_by_key(&order, FilterEntry::order) {
-                        q.filters.remove(at);
-                    }
+                    q.filters.remove(order);
                     Ok(())
                 }),
             };

@@ -8,6 +8,7 @@ use htb_config::{ClassDef, PortTree, TreeSpec};
 use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig};
 use htb_ipc::{ErrorCode, IpcError};
 
+use super::FilterList;
 use super::filter_entry::FilterEntry;
 use super::leaf::handle_major;
 use super::u32_links::{LinkError, flatten};
@@ -61,7 +62,7 @@ pub struct QdiscModel {
     /// Classes as given (defaults unresolved), each with its own leaf qdisc if it has one.
     pub classes: BTreeMap<ClassId, ClassDef>,
     /// Filters in evaluation order (prio, then handle).
-    pub filters: Vec<FilterEntry>,
+    pub filters: FilterList,
     pub(super) shadow: Scheduler<u32>,
 }
 
@@ -72,7 +73,7 @@ impl QdiscModel {
         Self {
             config,
             classes: BTreeMap::new(),
-            filters: Vec::new(),
+            filters: FilterList::default(),
             shadow: Scheduler::new(config),
         }
     }
@@ -114,8 +115,7 @@ impl QdiscModel {
         {
             return Err(TreeError::NoSuchClass(class));
         }
-        model.filters = filters;
-        model.sort_filters();
+        model.filters = filters.into_iter().collect();
         Ok(model)
     }
 
@@ -155,10 +155,6 @@ impl QdiscModel {
     /// u32 links htbd cannot follow.
     pub fn data_filters(&self) -> Result<Vec<Filter>, LinkError> {
         flatten(&self.filters)
-    }
-
-    pub(super) fn sort_filters(&mut self) {
-        self.filters.sort_by_key(FilterEntry::order);
     }
 
     /// Whether qdisc handle `major:` is taken on this port (the HTB qdisc's or a leaf's).

@@ -159,7 +159,7 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
 }
 
 /// Filters as `[[TABLE.filter]]` tables.
-fn filters_toml(out: &mut String, table: &str, filters: &[super::FilterEntry]) {
+fn filters_toml(out: &mut String, table: &str, filters: &super::FilterList) {
     let q = quoted;
     for f in filters {
         let m = &f.matcher;

@@ -266,7 +266,11 @@ fn the_state_file_round_trips_through_the_config_parser() {
     let q = back.ports[1].htb().unwrap();
     assert_eq!(q.config.default_minor, 0x20);
     assert_eq!(
-        q.filters[0].kind.format_handle(q.filters[0].handle),
+        q.filters
+            .first()
+            .unwrap()
+            .kind
+            .format_handle(q.filters.first().unwrap().handle),
         "800::800"
     );
     assert_eq!(
@@ -527,7 +531,11 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
         .unwrap();
     let handle = {
         let q = m.ports[1].htb().unwrap();
-        q.filters[0].kind.format_handle(q.filters[0].handle)
+        q.filters
+            .first()
+            .unwrap()
+            .kind
+            .format_handle(q.filters.first().unwrap().handle)
     };
     let spec = |op: fn(FilterSpec) -> Command, handle: Option<&str>, class: &str, dport: u16| {
         let Command::FilterAdd(mut f) = filter(class, dport, Some(1), "u32") else {
@@ -540,9 +548,22 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
         .unwrap();
     let q = m.ports[1].htb().unwrap();
     assert_eq!(q.filters.len(), 1);
-    assert_eq!(q.filters[0].kind.format_handle(q.filters[0].handle), handle);
-    assert_eq!(q.filters[0].class, Some("1:30".parse().unwrap()));
-    assert_eq!(q.filters[0].matcher.dport.map(|p| p.first), Some(6000));
+    assert_eq!(
+        q.filters
+            .first()
+            .unwrap()
+            .kind
+            .format_handle(q.filters.first().unwrap().handle),
+        handle
+    );
+    assert_eq!(
+        q.filters.first().unwrap().class,
+        Some("1:30".parse().unwrap())
+    );
+    assert_eq!(
+        q.filters.first().unwrap().matcher.dport.map(|p| p.first),
+        Some(6000)
+    );
     // change needs an existing filter; replace adds one.
     let e = m
         .apply(&[spec(Command::FilterChange, Some("800::999"), "1:30", 1)])

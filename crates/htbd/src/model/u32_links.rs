@@ -190,9 +190,12 @@ impl<'a> Walk<'a> {
 ///
 /// # Errors
 /// A link to a missing table, links nested too deep, a hash key htbd cannot follow.
-pub fn flatten(filters: &[FilterEntry]) -> Result<Vec<Filter>, LinkError> {
-    let mut tables: HashMap<u16, Table<'_>> = filters
-        .iter()
+pub fn flatten<'a, I>(filters: I) -> Result<Vec<Filter>, LinkError>
+where
+    I: IntoIterator<Item = &'a FilterEntry> + Copy,
+{
+    let mut tables: HashMap<u16, Table<'a>> = filters
+        .into_iter()
         .filter_map(|e| {
             e.u32.divisor.map(|d| {
                 let table = Table {
@@ -215,7 +218,7 @@ pub fn flatten(filters: &[FilterEntry]) -> Result<Vec<Filter>, LinkError> {
     }
     let mut walk = Walk {
         tables,
-        out: Vec::with_capacity(filters.len()),
+        out: Vec::with_capacity(filters.into_iter().size_hint().0),
     };
     for e in roots {
         walk.expand(e, e.prio, &Match::default(), 0)?;
