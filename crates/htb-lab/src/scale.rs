@@ -285,6 +285,36 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
         String::from_utf8_lossy(&shown.stderr).trim().to_owned()
     };
 
+    // Every subscriber but the first out again in one batch: a sync with a file of one circuit
+    // deletes each other circuit's filter and class (a 2(N-1)-line batch of `filter del` and
+    // `class del`; htb-cli refuses a file without circuits, a likely mistake).
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(&csv, shaped_devices(1))?;
+    let before = jobs(&htbd);
+    let t0 = unix_now();
+    let started = Instant::now();
+    let delete = Command::new(cli_bin())
+        .args(["import", csv.to_str().unwrap_or_default()])
+        .args(["--download-dev", "r2", "--parent", "1:1"])
+        .args(["--timeout", "600"])
+        .arg("--socket")
+        .arg(htbd.socket())
+        .output()
+        .context("htb-cli import (one circuit left)")?;
+    let delete_secs = started.elapsed().as_secs_f64();
+    let delete_window = Step {
+        from: t0,
+        to: unix_now(),
+        jobs: (before, jobs(&htbd)),
+    };
+    if !delete.status.success() {
+        bail!(
+            "htb-cli import of one circuit failed: {}",
+            String::from_utf8_lossy(&delete.stderr)
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+
     let mut generator = generator;
     if let Some(status) = generator.try_wait()? {
         bail!("htb-xdp-gen stopped early ({status}): the flow did not last the steps");
@@ -304,6 +334,11 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
              ({} of {expected:.0} packets)",
             base["packets"]
         );
+    }
+    // Every class has its series: 1:1, 1:99 and the subscribers'.
+    let classes = options.subscribers as usize + 2;
+    if scraped_classes != classes {
+        bail!("the scrape held {scraped_classes} classes' counters, not {classes}");
     }
     let report = json!({
         "subscribers": options.subscribers,
@@ -325,6 +360,11 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
             "bytes": shown.stdout.len(),
             "error": show_note,
             "flow": window(&arrivals, "class show -s", &show_window),
+        },
+        "delete_all_but_one": {
+            "total_seconds": delete_secs,
+            "flow": window(&arrivals, "delete all but one", &delete_window),
+            "cli": String::from_utf8_lossy(&delete.stderr).trim(),
         },
         "rss_kib": { "before": rss_before, "after": rss_after },
         "rss_bytes_per_subscriber":

@@ -9,17 +9,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use htb_config::filter::{Classifier, Filter, Verdict};
-use htb_core::{ClassHandle, ClassId, Instant, Scheduler, SchedulerConfig, SharedBuckets, Target};
+use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig, SharedBuckets, Target};
 
 use crate::crew::{Crew, Handoff, HandoffCounts};
 use crate::error::PlaneError;
 use crate::frame::{FlowHasher, Frame, FrameNeeds};
 use crate::parse::{parse, set_ce, wash_dscp};
-use crate::plane_op::{IngressHook, PlaneOp};
+use crate::plane_op::{IngressHook, PlaneOp, Retired};
 use crate::rings::{Chunk, FrameCounts, Rings};
 use crate::rtt::{ClassRtt, RttTracker};
 use crate::stats::{PortSnapshot, PortStats};
 
+mod target_cache;
+
+use self::target_cache::{Resolved, TargetCache};
 #[cfg(test)]
 mod ifb_tests;
 #[cfg(test)]
@@ -130,7 +133,7 @@ struct Port {
     /// looked up when a packet first matches it (no id lookup per packet after that; a handle
     /// made stale by a tree change falls back to the id). Resolved lazily so that swapping in
     /// 100 000 filters costs a memset on the data plane, not 100 000 lookups.
-    targets: Vec<Option<(u16, ClassHandle, u16)>>,
+    targets: TargetCache,
     /// The tree unclassified frames of this worker go to and the worker owning the class they
     /// land in, once looked up.
     unclassified: Option<(Option<usize>, u16)>,
@@ -148,13 +151,14 @@ struct Port {
     needs: FrameNeeds,
     /// Round trips and retransmissions per class, for the classes that had some.
     rtt: HashMap<ClassId, ClassRtt>,
+    /// Replaced filters, to be freed off the data-plane thread.
+    retired: Retired,
 }
 
 impl Port {
     /// Forgets every resolved handle and owner (new filters, a new tree, new owners).
     fn reset_targets(&mut self) {
-        self.targets.clear();
-        self.targets.resize(self.classifier.filters().len(), None);
+        self.targets.reset(self.classifier.filters().len());
         self.unclassified = None;
     }
 
@@ -203,12 +207,17 @@ impl Port {
     /// Filter `i`'s slot — its tree and its class's handle once the class exists, its id until
     /// then — and the worker that owns it.
     fn target(&mut self, i: usize, me: usize, workers: usize) -> (Slot, usize) {
-        if let Some(Some((tree, handle, owner))) = self.targets.get(i) {
+        if let Some(Resolved {
+            tree,
+            handle,
+            owner,
+        }) = self.targets.get(i)
+        {
             let slot = Slot {
-                tree: Some(usize::from(*tree)),
-                target: Target::Handle(*handle),
+                tree: Some(usize::from(tree)),
+                target: Target::Handle(handle),
             };
-            return (slot, usize::from(*owner));
+            return (slot, usize::from(owner));
         }
         let Some(filter) = self.classifier.filters().get(i) else {
             // A frame classified by filters replaced while it was on its way to this worker.
@@ -223,8 +232,15 @@ impl Port {
         match self.trees[tree].htb.handle(class) {
             Some(handle) => {
                 let owner = self.owner_of(tree, class, me, workers);
-                if let (Some(slot), Ok(t16)) = (self.targets.get_mut(i), u16::try_from(tree)) {
-                    *slot = Some((t16, handle, owner));
+                if let Ok(t16) = u16::try_from(tree) {
+                    self.targets.set(
+                        i,
+                        Resolved {
+                            tree: t16,
+                            handle,
+                            owner,
+                        },
+                    );
                 }
                 let slot = Slot {
                     tree: Some(tree),
@@ -247,7 +263,8 @@ impl Port {
         let tree = op.major().and_then(|major| self.tree_of(major));
         match op {
             PlaneOp::SetFilters { classifier, .. } => {
-                self.classifier = classifier;
+                let old = std::mem::replace(&mut self.classifier, classifier);
+                self.retired.0.push(old);
                 Ok(Vec::new())
             }
             PlaneOp::SetTree {
@@ -512,12 +529,13 @@ impl<R: Rings> Dataplane<R> {
                         .collect(),
                     unshaped: Scheduler::new(SchedulerConfig::default()),
                     classifier: p.classifier,
-                    targets: Vec::new(),
+                    targets: TargetCache::default(),
                     unclassified: None,
                     owners: HashMap::new(),
                     next_tree: 0,
                     rtt_on: p.rtt,
                     rtt: HashMap::new(),
+                    retired: Retired::default(),
                     needs: FrameNeeds::default(),
                 };
                 for tree in &port.trees {
@@ -1035,7 +1053,7 @@ impl<R: Rings> Dataplane<R> {
         &mut self,
         now: Instant,
         ops: Vec<PlaneOp>,
-    ) -> Vec<Result<u64, PlaneError>> {
+    ) -> (Vec<Result<u64, PlaneError>>, Retired) {
         // New filters or a new tree: the resolved handles no longer apply. (Class adds and
         // deletes keep them: a new class is looked up when first matched, a deleted one's
         // handle is stale and falls back to its id.)
@@ -1081,12 +1099,14 @@ impl<R: Rings> Dataplane<R> {
                 }
             });
         }
+        let mut retired = Retired::default();
         for (port, retarget) in self.ports.iter_mut().zip(retarget) {
             if retarget {
                 port.reset_targets();
             }
+            retired.extend(std::mem::take(&mut port.retired));
         }
-        results
+        (results, retired)
     }
 
     /// Sets which worker owns the subtree under `unit` of port `port` (`None`: forget it), and

@@ -26,7 +26,7 @@ use crate::frame::Frame;
 use crate::links::{LINK_CHECK, LinkWatch};
 use crate::merge;
 use crate::netdev::{NetDev, format_mac};
-use crate::plane_op::{IngressHook, PlaneOp, new_scheduler};
+use crate::plane_op::{IngressHook, PlaneOp, Retired, new_scheduler};
 use crate::program::{AttachMode, ProgramConfig, XdpProgram};
 use crate::rings::Rings;
 use crate::stats::{EngineStats, JobTimes, PortSnapshot, WorkerStats};
@@ -756,8 +756,9 @@ impl Engine {
     /// the traffic. Every worker applies them to its copy of the trees. Frames the changes
     /// purge go back to the pool. Returns, per op, the packets it dropped or why it failed
     /// (the control plane validates first, so a failure is a bug); the first failure ends the
-    /// batch, later operations are not applied.
-    pub fn apply(&mut self, ops: Vec<PlaneOp>) -> Vec<Result<u64, PlaneError>> {
+    /// batch, later operations are not applied. Also returns what the ops replaced, to be
+    /// dropped off the data-plane thread.
+    pub fn apply(&mut self, ops: Vec<PlaneOp>) -> (Vec<Result<u64, PlaneError>>, Retired) {
         let now = self.now();
         let workers = self.workers.len();
         let mut shapes = Vec::with_capacity(ops.len());
@@ -779,8 +780,10 @@ impl Engine {
             }
         }
         let mut results: Vec<Result<u64, PlaneError>> = Vec::new();
+        let mut retired = Retired::default();
         for (w, ops) in copies.into_iter().enumerate() {
-            let outcome = self.workers[w].plane.apply(now, ops);
+            let (outcome, replaced) = self.workers[w].plane.apply(now, ops);
+            retired.extend(replaced);
             if w == 0 {
                 results = outcome;
                 continue;
@@ -805,7 +808,7 @@ impl Engine {
         {
             results.push(Err(e));
         }
-        results
+        (results, retired)
     }
 
     fn shape_of(&self, op: &PlaneOp) -> Shape {

@@ -45,7 +45,7 @@ pub use engine::{
 pub use error::{PlaneError, XdpError};
 pub use frame::{FlowHasher, Frame};
 pub use netdev::{NetDev, format_mac, tx_queue_count};
-pub use plane_op::{IngressHook, PlaneOp, new_scheduler};
+pub use plane_op::{IngressHook, PlaneOp, Retired, new_scheduler};
 pub use program::{AttachMode, Verdicts};
 pub use rings::{Chunk, FrameCounts};
 pub use stats::{EngineStats, JobTimes, PortSnapshot, PortStats, WorkerStats, XdpCounters};

@@ -107,6 +107,27 @@ pub enum PlaneOp {
     },
 }
 
+/// What applied operations replaced and is costly to free: ports' old compiled filters (100 000
+/// of them take milliseconds to free, a stall if it happened between two packet batches). The
+/// data plane hands them back with the results; whoever drops this frees them, off the
+/// data-plane thread.
+#[derive(Debug, Default)]
+#[must_use = "dropping it frees the replaced filters: do it off the data-plane thread"]
+pub struct Retired(pub(crate) Vec<Arc<Classifier>>);
+
+impl Retired {
+    /// Adds what `other` holds.
+    pub(crate) fn extend(&mut self, other: Self) {
+        self.0.extend(other.0);
+    }
+
+    /// Whether it holds nothing.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// A port's ingress qdisc (tc's `qdisc add dev X handle ffff: ingress`) as the data plane runs
 /// it: filters evaluated on every frame the port receives, before its egress port is served.
 /// A filter whose action is `mirred egress redirect dev ifbN` queues what it matches in that

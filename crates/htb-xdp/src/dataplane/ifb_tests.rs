@@ -137,7 +137,7 @@ fn what_no_ingress_filter_takes_goes_straight_on() {
         port: "a".into(),
         hook: Some(Arc::new(hook)),
     };
-    assert_eq!(dp.apply(Instant::ZERO, vec![op]), [Ok(0)]);
+    assert_eq!(dp.apply(Instant::ZERO, vec![op]).0, [Ok(0)]);
     let before = dp.port_stats()[IFB].rx_packets;
     delivered(&mut dp, 5001, 1);
     assert!(dp.port_stats()[IFB].rx_packets > before);

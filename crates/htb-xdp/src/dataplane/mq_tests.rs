@@ -159,7 +159,7 @@ fn a_tree_taken_out_leaves_the_other_alone() {
     dp.rings_mut().limit_tx(B, Some(0));
     deliver(&mut dp, 5);
     dp.poll(Instant::ZERO);
-    let results = dp.apply(
+    let (results, _) = dp.apply(
         Instant::ZERO,
         vec![crate::PlaneOp::SetTree {
             port: "b".into(),

@@ -424,7 +424,7 @@ fn run(mode: Mode, frames: u32, ring: usize, batch: usize, chain: u32, steps: &[
             &Step::Link { port, up } => dp.rings_mut().set_link(port, up),
             &Step::LimitTx { port, slots } => dp.rings_mut().limit_tx(port, slots),
             Step::Control(control) => {
-                let results = dp.apply(now, vec![control.op(now)]);
+                let (results, _) = dp.apply(now, vec![control.op(now)]);
                 if let Control::AddClass10 { fq_limit } = control
                     && results[0].is_ok()
                 {
@@ -433,7 +433,7 @@ fn run(mode: Mode, frames: u32, ring: usize, batch: usize, chain: u32, steps: &[
                         id: class(0x10),
                         leaf: Some(fq_codel(*fq_limit)),
                     };
-                    assert!(dp.apply(now, vec![leaf])[0].is_ok());
+                    assert!(dp.apply(now, vec![leaf]).0[0].is_ok());
                 }
                 assert_eq!(dp.unaccounted_frames(), 0, "after {control:?}");
             }
@@ -537,7 +537,7 @@ fn shaped_rate(rate: Rate, size: usize) -> f64 {
     });
     built(htb.add_class(Instant::ZERO, class(1), None, &ClassSpec::new(rate)));
     let op = set_tree("b", htb, None);
-    assert_eq!(dp.apply(Instant::ZERO, vec![op]), [Ok(0)]);
+    assert_eq!(dp.apply(Instant::ZERO, vec![op]).0, [Ok(0)]);
     let frame = udp_frame(size, MAC_B, 0, 1000, 80);
     let step = Duration::from_micros(500);
     // Offer 1.5 times the rate, at least one frame per step.
@@ -675,7 +675,7 @@ fn router_mode_follows_a_port_whose_mac_changed() {
 fn a_batch_stops_at_its_first_failure() {
     let mut dp = plane(Mode::Bridge, 64, 16, 16);
     let tree = set_tree("b", Scheduler::new(SchedulerConfig::default()), None);
-    assert_eq!(dp.apply(Instant::ZERO, vec![tree]), [Ok(0)]);
+    assert_eq!(dp.apply(Instant::ZERO, vec![tree]).0, [Ok(0)]);
     let add = |minor| PlaneOp::AddClass {
         port: "b".into(),
         id: class(minor),
@@ -686,7 +686,7 @@ fn a_batch_stops_at_its_first_failure() {
         port: "b".into(),
         id: class(99),
     };
-    let results = dp.apply(Instant::ZERO, vec![add(1), missing, add(2)]);
+    let (results, _) = dp.apply(Instant::ZERO, vec![add(1), missing, add(2)]);
     assert_eq!(results.len(), 2, "{results:?}");
     assert!(results[0].is_ok() && results[1].is_err());
     let htb = dp.scheduler("b", 1).unwrap();
@@ -694,5 +694,36 @@ fn a_batch_stops_at_its_first_failure() {
     assert!(
         htb.class_info(class(2)).is_none(),
         "applied after a failure"
+    );
+}
+
+/// Replaced filters come back with the results, to be freed by the caller (off the data-plane
+/// thread), and the data plane keeps no reference to them.
+#[test]
+fn replaced_filters_are_handed_back() {
+    let mut dp = plane(Mode::Bridge, 64, 16, 16);
+    let first = Arc::new(Classifier::new(to_5001()));
+    let set = |classifier: &Arc<Classifier>| PlaneOp::SetFilters {
+        port: "b".into(),
+        classifier: Arc::clone(classifier),
+    };
+    let (results, retired) = dp.apply(Instant::ZERO, vec![set(&first)]);
+    assert_eq!(results, [Ok(0)]);
+    drop(retired);
+    assert_eq!(
+        Arc::strong_count(&first),
+        2,
+        "the data plane holds the new filters"
+    );
+    let second = Arc::new(Classifier::default());
+    let (results, retired) = dp.apply(Instant::ZERO, vec![set(&second)]);
+    assert_eq!(results, [Ok(0)]);
+    assert!(!retired.is_empty());
+    assert_eq!(Arc::strong_count(&first), 2, "handed back, not yet freed");
+    drop(retired);
+    assert_eq!(
+        Arc::strong_count(&first),
+        1,
+        "only the test holds the old filters"
     );
 }

@@ -37,8 +37,9 @@ fn rtt_stats(r: &htb_xdp::rtt::ClassRtt) -> RttStats {
     }
 }
 
-/// Classes whose statistics one data-plane job copies.
-const STATS_CHUNK: usize = 4096;
+/// Classes whose statistics one data-plane job copies: 4 096 took 1.46 ms at 100 000
+/// subscribers (`htb-lab scale`), over the 1 ms goal; half that stays under it.
+const STATS_CHUNK: usize = 2048;
 
 /// A tree's part of a port's counters: its classes from `offset` on in `snapshot`.
 #[derive(Clone, Copy)]
@@ -506,9 +507,18 @@ impl Control {
         let first = chunks.next().unwrap_or_default();
         let mut snapshot = self.snapshot_job(dev, first.to_vec()).await?;
         for chunk in chunks {
-            let part = self.snapshot_job(dev, chunk.to_vec()).await?;
-            snapshot.classes.extend(part.classes);
-            snapshot.leaves.extend(part.leaves);
+            // Every per-class list grows by the chunk (named one by one, so that a new one
+            // cannot be forgotten: the RTTs once were, and scrapes stopped at 4 096 classes).
+            let PortSnapshot {
+                classes,
+                leaves,
+                rtt,
+                schedulers: _,
+                port: _,
+            } = self.snapshot_job(dev, chunk.to_vec()).await?;
+            snapshot.classes.extend(classes);
+            snapshot.leaves.extend(leaves);
+            snapshot.rtt.extend(rtt);
         }
         Ok(snapshot)
     }
