@@ -259,6 +259,22 @@ pub async fn serve(
 async fn send(stream: &mut UnixStream, response: &Response) -> bool {
     match htb_ipc::encode(response) {
         Ok(frame) => stream.write_all(&frame).await.is_ok(),
+        // A reply over the frame limit (a `show -s` of some 150 000 classes): the client gets
+        // the reason, not a closed connection.
+        Err(FrameError::TooLarge(bytes)) => {
+            let error = IpcError::new(
+                ErrorCode::TooLarge,
+                format!(
+                    "the reply is {bytes} bytes, above the {}-byte limit of one message: ask \
+                     for less (one class with classid, the filters of one prio, without -s)",
+                    htb_ipc::MAX_MESSAGE_BYTES
+                ),
+            );
+            match htb_ipc::encode(&Response::new(Err(error))) {
+                Ok(frame) => stream.write_all(&frame).await.is_ok(),
+                Err(_) => false,
+            }
+        }
         Err(e) => {
             tracing::error!("cannot encode a response: {e}");
             false

@@ -207,7 +207,7 @@ fn borrowing(workers: u32) {
     }
     // 1:20 idle: 1:10 borrows its share and runs at the parent's 100 Mbit/s.
     let before = htbd.class_stats("r2", "1:10");
-    let alone = lab.udp_load(5201, "150M", 6);
+    let alone = lab.udp_load(5201, "150M", 4);
     alone.assert_saturates("1:10 alone", 100e6);
     htbd.assert_class_saturated("r2", "1:10", &before);
     assert_within(
@@ -284,7 +284,7 @@ fn two_workers_share_the_root_rate_within_1_percent() {
         htbd.class_stats("r2", "1:20"),
     ];
     // Each subscriber alone could take the whole 100 Mbit/s (its ceil): 2 × 80 Mbit/s offered.
-    let load = lab.udp_loads(&[(5201, "80M"), (5202, "80M")], 7);
+    let load = lab.udp_loads(&[(5201, "80M"), (5202, "80M")], 5);
     load.assert_saturates("1:10 + 1:20 under a shared 1:1", 100e6);
     htbd.assert_class_saturated("r2", "1:10", &before[0]);
     htbd.assert_class_saturated("r2", "1:20", &before[1]);
@@ -316,7 +316,7 @@ fn unclassified_traffic_goes_to_the_default_class() {
                 [[interface.filter]]\nmatch = { dport = \"5201\" }\nclassid = \"1:10\"\n";
     let htbd = Htbd::start(&lab, &router_config(tree));
     let before = htbd.class_stats("r2", "1:30");
-    let load = lab.udp_load(5999, "40M", 6);
+    let load = lab.udp_load(5999, "40M", 4);
     load.assert_saturates("default class 1:30", 20e6);
     htbd.assert_class_saturated("r2", "1:30", &before);
     assert_within(

@@ -1,0 +1,150 @@
+//! 200 000 subscribers against a live htbd in the netns lab (issue 23): one `htb-cli import` of a
+//! ShapedDevices.csv adds a class and a filter per circuit, a second import of a file that keeps
+//! one circuit deletes the other 200 000 in one batch, and node-2's circuit is shaped to its plan
+//! before and after; htbd's own account of its data-plane jobs (`htb-cli status`) bounds the
+//! longest stall throughout. Needs root and network namespaces, so the test is `#[ignore]`d;
+//! `scripts/test.sh` includes it as root.
+
+use std::fmt::Write as _;
+
+use htb_lab::{Htbd, Lab, N1, assert_within};
+
+/// Router mode; r2 (towards node-2: the download direction) has the circuits' parent 1:1 and
+/// the default 1:99.
+const CONFIG: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
+     [[interface]]\nname = \"r1\"\n\n\
+     [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"99\"\n\
+     [[interface.class]]\nid = \"1:1\"\nrate = \"10gbit\"\n\
+     [[interface.class]]\nid = \"1:99\"\nparent = \"1:1\"\nrate = \"1gbit\"\n";
+
+/// Circuits besides node-2's.
+const SUBSCRIBERS: u32 = 200_000;
+
+/// The longest data-plane job allowed. The goal is 1 ms, and `htb-lab scale` measured 259 µs at
+/// this size; the bound leaves room for this 2-vCPU VM's interruptions while still catching
+/// storage that grows by copying (9.8 ms at 100 000 subscribers before it was chunked).
+const STALL_BOUND_US: u64 = 2000;
+
+/// node-2's download plan.
+const PLAN_MBIT: f64 = 5.0;
+
+/// node-2 as circuit "lab" (its class is 1:100), then `others` subscribers in 100.64.0.0/10.
+fn shaped_devices(others: u32) -> String {
+    let mut s = String::from(
+        "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,\
+         Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n\
+         lab,node-2,d-lab,node-2,,,10.201.2.2,,1,1,5,5,\n",
+    );
+    for i in 0..others {
+        let a = 64 + (i >> 16);
+        let (b, c) = ((i >> 8) & 0xff, i & 0xff);
+        let _ = writeln!(
+            s,
+            "{i},Subscriber {i},{i},cpe,,,100.{a}.{b}.{c},,1,1,{},20,",
+            10 + i % 91
+        );
+    }
+    s
+}
+
+fn import(htbd: &Htbd, file: &std::path::Path) -> String {
+    let socket = htbd.socket();
+    let out = std::process::Command::new(htb_lab::cli_bin())
+        .args(["import", file.to_str().unwrap()])
+        .args([
+            "--download-dev",
+            "r2",
+            "--parent",
+            "1:1",
+            "--timeout",
+            "300",
+        ])
+        .args(["--socket", socket.to_str().unwrap()])
+        .output()
+        .expect("htb-cli import");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}\n{}", htbd.log_text());
+    err
+}
+
+/// node-2's download through its circuit's class: at its plan, and the class was full.
+fn assert_shaped(lab: &Lab, htbd: &Htbd, when: &str) {
+    let before = htbd.class_stats("r2", "1:100");
+    let down = lab.udp_rate_at_n2(5201, "10M", 3);
+    htbd.assert_class_saturated("r2", "1:100", &before);
+    assert_within(
+        &format!("node-2's download {when}"),
+        down,
+        PLAN_MBIT * 1e6,
+        0.03,
+    );
+}
+
+fn assert_no_long_job(htbd: &Htbd, during: &str) {
+    let status = htbd.status();
+    eprintln!(
+        "after {during}: {} data-plane jobs, the longest {} µs",
+        status.jobs, status.longest_job_us
+    );
+    assert!(
+        status.longest_job_us <= STALL_BOUND_US,
+        "a data-plane job ran {} µs (bound {STALL_BOUND_US}) by the end of {during}",
+        status.longest_job_us
+    );
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn two_hundred_thousand_subscribers_come_and_go_in_one_batch_each_without_a_long_stall() {
+    let lab = Lab::up("htbm", "router");
+    let htbd = Htbd::start(&lab, CONFIG);
+    let file = htbd.dir().join("ShapedDevices.csv");
+    std::fs::write(&file, shaped_devices(SUBSCRIBERS)).unwrap();
+    assert_eq!(lab.ping(N1, "10.201.2.2", 1, "0.2"), 1);
+    let jobs_before = htbd.status().jobs;
+
+    let started = std::time::Instant::now();
+    let summary = import(&htbd, &file);
+    eprintln!(
+        "{} circuits imported in {:?}",
+        SUBSCRIBERS + 1,
+        started.elapsed()
+    );
+    let all = SUBSCRIBERS + 1;
+    assert!(
+        summary.contains(&format!(
+            "synced {all} circuits (classes 1:100..1:{:x}): {all} classes added, 0 changed, 0 deleted; {all} filters added, 0 deleted",
+            0x100 + SUBSCRIBERS
+        )),
+        "{summary}"
+    );
+    // The premise of the stall bound: the batch reached the data plane in many jobs.
+    let jobs = htbd.status().jobs - jobs_before;
+    assert!(
+        u64::from(2 * SUBSCRIBERS) / 512 <= jobs,
+        "the import ran {jobs} data-plane jobs"
+    );
+    assert_no_long_job(&htbd, "the import");
+    assert_shaped(&lab, &htbd, "among 200 000 subscribers");
+
+    // Every other circuit goes: one batch of 200 000 filter and 200 000 class deletes.
+    std::fs::write(&file, shaped_devices(0)).unwrap();
+    let started = std::time::Instant::now();
+    let summary = import(&htbd, &file);
+    eprintln!("{SUBSCRIBERS} circuits deleted in {:?}", started.elapsed());
+    assert!(
+        summary.contains(&format!(
+            "synced 1 circuits (classes 1:100..1:100): 0 classes added, 0 changed, {SUBSCRIBERS} deleted; 0 filters added, {SUBSCRIBERS} deleted"
+        )),
+        "{summary}"
+    );
+    let classes: serde_json::Value =
+        serde_json::from_str(&htbd.cli_ok(&["-j", "class", "show", "dev", "r2"])).unwrap();
+    assert_eq!(
+        classes.as_array().map(Vec::len),
+        Some(3),
+        "1:1, 1:99 and node-2's 1:100 are left"
+    );
+    assert_no_long_job(&htbd, "the delete");
+    assert_shaped(&lab, &htbd, "alone again");
+}
