@@ -5,9 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use htb_ipc::{
-    DEFAULT_SOCKET, FrameError, IpcError, ReplyBody, Request, RequestBody, Response, SOCKET_ENV,
-    read_frame, write_frame,
+    DEFAULT_SOCKET, FrameError, IpcError, Object, Page, ReplyBody, Request, RequestBody, Response,
+    SOCKET_ENV, Show, Shown, read_frame, write_frame,
 };
+
+/// Classes or filters per page of a show: a class with statistics is under 1 kB of the
+/// answer, so a page stays far below the 64 MiB message limit.
+pub const SHOW_PAGE: u32 = 20_000;
 
 /// Why a request did not get an answer.
 #[derive(Debug, thiserror::Error)]
@@ -120,6 +124,42 @@ impl Client {
             }
             other => other,
         })
+    }
+
+    /// A `show`, whole: a `class show` or `filter show` (not `filter get`) comes in pages of
+    /// [`SHOW_PAGE`] items, so that no answer of a large tree reaches the message limit; the
+    /// pages are joined in order.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); [`ClientError::Unexpected`] for another answer than the
+    /// show's, or a page that does not advance.
+    pub fn show(&mut self, mut show: Show) -> Result<Shown, ClientError> {
+        let one = show.prio.is_some() && show.handle.is_some();
+        if one || !matches!(show.object, Some(Object::Class | Object::Filter)) {
+            return match self.call(RequestBody::Show(show))? {
+                ReplyBody::Shown(shown) => Ok(shown),
+                _ => Err(ClientError::Unexpected),
+            };
+        }
+        let mut all = Shown::default();
+        let mut from = 0;
+        loop {
+            show.page = Some(Page {
+                from,
+                limit: SHOW_PAGE,
+            });
+            let ReplyBody::Shown(page) = self.call(RequestBody::Show(show.clone()))? else {
+                return Err(ClientError::Unexpected);
+            };
+            all.classes.extend(page.classes);
+            all.filters.extend(page.filters);
+            all.mq.extend(page.mq);
+            match page.next {
+                None => return Ok(all),
+                Some(next) if next > from => from = next,
+                Some(_) => return Err(ClientError::Unexpected),
+            }
+        }
     }
 
     fn exchange(&mut self, request: RequestBody) -> Result<ReplyBody, ClientError> {

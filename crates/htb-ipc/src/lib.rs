@@ -128,6 +128,22 @@ pub struct Show {
     /// its default pfifo leaves the same way).
     #[serde(default)]
     pub invisible: bool,
+    /// `class show` and `filter show`: only this window of the list (`None`: all of it, which
+    /// a large tree's `-s` show can push past [`MAX_MESSAGE_BYTES`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<Page>,
+}
+
+/// A window of a long `class show` or `filter show`: at most `limit` classes or filters from
+/// position `from` of the whole list (over every interface the show covers, in the order an
+/// unpaged show lists them). `mq`'s classes come with the first page only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Page {
+    /// Position of the first item.
+    pub from: u64,
+    /// Items at most (at least 1).
+    pub limit: u32,
 }
 
 /// The daemon's message.
@@ -206,6 +222,9 @@ pub struct Shown {
     /// `qdisc show`: the interfaces with an ingress qdisc (`ffff:`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ingress: Vec<IngressInfo>,
+    /// A paged show: where the next page starts, when more follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
 }
 
 /// tc's ingress qdisc of an interface (`qdisc ingress ffff: parent ffff:fff1`): it holds
@@ -1057,6 +1076,46 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<Command>(bad).is_err(), "{bad}");
         }
+    }
+
+    /// A show without a page reads as before (the whole list); one with a page round-trips,
+    /// and a reply says where the next page starts only when one follows.
+    #[test]
+    fn pages_are_optional_on_both_sides() {
+        let old =
+            r#"{"version":1,"request":{"type":"show","object":"class","dev":"r2","stats":true}}"#;
+        let Ok(Request {
+            request: RequestBody::Show(show),
+            ..
+        }) = serde_json::from_str::<Request>(old)
+        else {
+            panic!("an unpaged show parses");
+        };
+        assert_eq!(show.page, None);
+        let paged = Show {
+            page: Some(Page {
+                from: 40_000,
+                limit: 20_000,
+            }),
+            ..show
+        };
+        let text = serde_json::to_string(&paged).unwrap();
+        assert!(
+            text.contains(r#""page":{"from":40000,"limit":20000}"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Show>(&text).unwrap(), paged);
+        let last = serde_json::to_string(&Shown::default()).unwrap();
+        assert!(!last.contains("next"), "{last}");
+        let more = Shown {
+            next: Some(60_000),
+            ..Shown::default()
+        };
+        let text = serde_json::to_string(&more).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Shown>(&text).unwrap().next,
+            Some(60_000)
+        );
     }
 
     #[test]

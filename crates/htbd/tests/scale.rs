@@ -1,8 +1,8 @@
 //! 200 000 subscribers against a live htbd in the netns lab (issue 23): one `htb-cli import` of a
 //! ShapedDevices.csv adds a class and a filter per circuit, a second import of a file that keeps
 //! one circuit deletes the other 200 000 in one batch, and node-2's circuit is shaped to its plan
-//! before and after; htbd's own account of its data-plane jobs (`htb-cli status`) bounds the
-//! longest stall throughout. Needs root and network namespaces, so the test is `#[ignore]`d;
+//! before and after, and `class show -s` lists every class (in pages); htbd's own account of
+//! its data-plane jobs (`htb-cli status`) bounds the longest stall throughout. Needs root and network namespaces, so the test is `#[ignore]`d;
 //! `scripts/test.sh` includes it as root.
 
 use std::fmt::Write as _;
@@ -126,6 +126,25 @@ fn two_hundred_thousand_subscribers_come_and_go_in_one_batch_each_without_a_long
     );
     assert_no_long_job(&htbd, "the import");
     assert_shaped(&lab, &htbd, "among 200 000 subscribers");
+
+    // Every class with its counters, in pages far below the message limit (one answer would
+    // be some 120 MB).
+    let started = std::time::Instant::now();
+    let shown = htbd.cli_ok(&["-s", "class", "show", "dev", "r2"]);
+    let listed = shown
+        .lines()
+        .filter(|l| l.starts_with("class htb "))
+        .count();
+    eprintln!(
+        "class show -s of {listed} classes in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(listed as u32, all + 2, "1:1, 1:99 and a class per circuit");
+    assert!(
+        shown.contains("class htb 1:100 parent 1:1 prio 0 rate 1Mbit ceil 5Mbit"),
+        "node-2's class"
+    );
+    assert_no_long_job(&htbd, "class show -s");
 
     // Every other circuit goes: one batch of 200 000 filter and 200 000 class deletes.
     std::fs::write(&file, shaped_devices(0)).unwrap();

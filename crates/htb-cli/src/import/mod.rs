@@ -317,14 +317,11 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
 
 /// One `show` request's answer.
 fn shown(client: &mut Client, object: Object, dev: &str) -> Result<Shown, ImportError> {
-    match client.call(RequestBody::Show(Show {
+    Ok(client.show(Show {
         object: Some(object),
         dev: Some(dev.to_owned()),
         ..Show::default()
-    }))? {
-        ReplyBody::Shown(shown) => Ok(shown),
-        _ => Err(ClientError::Unexpected.into()),
-    }
+    })?)
 }
 
 /// What runs on each port: its classes, filters and leaf qdiscs; also checks that the parent

@@ -119,9 +119,7 @@ fn print_show(
 ) -> Result<(), ClientError> {
     show.stats = options.stats;
     let style = style(options, &show);
-    let ReplyBody::Shown(shown) = client.call(RequestBody::Show(show.clone()))? else {
-        return Err(ClientError::Unexpected);
-    };
+    let shown = client.show(show.clone())?;
     let text = match show.object {
         Some(Object::Qdisc) => format::qdiscs(&shown, style),
         Some(Object::Class) => format::classes(&shown, style),

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use htb_ipc::{Object, ReplyBody, RequestBody, Show};
+use htb_ipc::{Object, Show};
 
 use super::parse::Monitor;
 use crate::client::{Client, ClientError};
@@ -26,9 +26,7 @@ pub(super) fn run(
             stats: true,
             ..Show::default()
         };
-        let ReplyBody::Shown(shown) = client.call(RequestBody::Show(show))? else {
-            return Err(ClientError::Unexpected);
-        };
+        let shown = client.show(show)?;
         let now = Instant::now();
         let dt = now.duration_since(last).as_secs_f64();
         last = now;

@@ -41,6 +41,55 @@ fn rtt_stats(r: &htb_xdp::rtt::ClassRtt) -> RttStats {
 /// subscribers (`htb-lab scale`), over the 1 ms goal; half that stays under it.
 const STATS_CHUNK: usize = 2048;
 
+/// The part of the listed classes or filters a paged show answers ([`htb_ipc::Page`]): items
+/// are offered in list order, and the window admits those from `from`, `limit` of them.
+struct Window {
+    skip: u64,
+    left: u64,
+    from: u64,
+    taken: u64,
+    /// An item after the window was offered: another page follows.
+    more: bool,
+}
+
+impl Window {
+    fn new(page: Option<htb_ipc::Page>) -> Self {
+        let (from, left) = page.map_or((0, u64::MAX), |p| (p.from, u64::from(p.limit.max(1))));
+        Self {
+            skip: from,
+            left,
+            from,
+            taken: 0,
+            more: false,
+        }
+    }
+
+    /// Whether the next item of the list is in the window.
+    fn admit(&mut self) -> bool {
+        if self.skip > 0 {
+            self.skip -= 1;
+            false
+        } else if self.left == 0 {
+            self.more = true;
+            false
+        } else {
+            self.left -= 1;
+            self.taken += 1;
+            true
+        }
+    }
+
+    /// Whether this is the first page (or no paging): what precedes the list comes with it.
+    fn first(&self) -> bool {
+        self.from == 0
+    }
+
+    /// Where the next page starts, when more follow.
+    fn next(&self) -> Option<u64> {
+        self.more.then_some(self.from + self.taken)
+    }
+}
+
 /// A tree's part of a port's counters: its classes from `offset` on in `snapshot`.
 #[derive(Clone, Copy)]
 struct TreeStats<'a> {
@@ -200,6 +249,7 @@ fn show_tree(
     ids: &[ClassId],
     stats: Option<TreeStats<'_>>,
     shown: &mut Shown,
+    window: &mut Window,
 ) -> Result<(), IpcError> {
     let dev = dev.to_owned();
     match object {
@@ -319,6 +369,12 @@ fn show_tree(
                 {
                     continue;
                 }
+                if !window.admit() {
+                    if window.more {
+                        break;
+                    }
+                    continue;
+                }
                 shown.filters.push(FilterInfo {
                     dev: dev.clone(),
                     parent: format!("{:x}:", qdisc.config.major),
@@ -363,6 +419,7 @@ impl Control {
         };
         let only_class = show.class.as_deref().map(parse_id).transpose()?;
         let mut shown = Shown::default();
+        let mut window = Window::new(show.page.filter(|_| object != Object::Qdisc));
         for index in ports {
             let port = &self.model.ports[index];
             let dev = port.name.as_str();
@@ -387,7 +444,15 @@ impl Control {
                     (true, _) => Ok(Vec::new()),
                     (false, _) => tree_ids(show, object, q, only_class),
                 })
-                .collect::<Result<_, _>>()?;
+                .collect::<Result<Vec<_>, _>>()?;
+            // A paged class show: only the window's classes are looked up and counted.
+            let ids: Vec<Vec<ClassId>> = if object == Object::Class {
+                ids.into_iter()
+                    .map(|list| list.into_iter().filter(|_| window.admit()).collect())
+                    .collect()
+            } else {
+                ids
+            };
             // One copy of the port's counters serves every tree and the mq line: what they
             // print adds up.
             let snapshot = match object {
@@ -400,6 +465,7 @@ impl Control {
             };
             if let Root::Mq(mq) = &port.root
                 && object != Object::Filter
+                && window.first()
             {
                 let mut info = mq_info(dev, mq, snapshot.as_ref().filter(|_| show.stats));
                 if object == Object::Class {
@@ -422,7 +488,17 @@ impl Control {
                         show_root_leaf(dev, qdisc, part.filter(|_| show.stats), &mut shown);
                     }
                 } else {
-                    show_tree(show, object, dev, parent, qdisc, ids, part, &mut shown)?;
+                    show_tree(
+                        show,
+                        object,
+                        dev,
+                        parent,
+                        qdisc,
+                        ids,
+                        part,
+                        &mut shown,
+                        &mut window,
+                    )?;
                 }
                 offset += ids.len();
             }
@@ -435,7 +511,17 @@ impl Control {
                         stats: None,
                     }),
                     Object::Filter if only_tree.is_none_or(|m| m == INGRESS_MAJOR) => {
-                        show_tree(show, object, dev, None, ingress, &[], None, &mut shown)?;
+                        show_tree(
+                            show,
+                            object,
+                            dev,
+                            None,
+                            ingress,
+                            &[],
+                            None,
+                            &mut shown,
+                            &mut window,
+                        )?;
                     }
                     _ => {}
                 }
@@ -453,6 +539,7 @@ impl Control {
                 ),
             ));
         }
+        shown.next = window.next();
         Ok(shown)
     }
 
@@ -528,5 +615,39 @@ impl Control {
         self.on_engine(move |engine| engine.class_stats(&port, &ids))
             .await?
             .ok_or_else(|| internal(format!("the data plane has no port {dev}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Window;
+
+    /// Which of `items` a window admits, and where it says the next page starts.
+    fn admitted(page: Option<htb_ipc::Page>, items: u64) -> (Vec<u64>, Option<u64>) {
+        let mut window = Window::new(page);
+        let kept = (0..items).filter(|_| window.admit()).collect();
+        (kept, window.next())
+    }
+
+    /// Pages cover the list once, in order, and only the last says nothing follows.
+    #[test]
+    fn pages_cover_the_list_once() {
+        assert_eq!(admitted(None, 5), (vec![0, 1, 2, 3, 4], None));
+        let page = |from, limit| Some(htb_ipc::Page { from, limit });
+        assert_eq!(admitted(page(0, 2), 5), (vec![0, 1], Some(2)));
+        assert_eq!(admitted(page(2, 2), 5), (vec![2, 3], Some(4)));
+        assert_eq!(admitted(page(4, 2), 5), (vec![4], None));
+        assert_eq!(
+            admitted(page(4, 1), 5),
+            (vec![4], None),
+            "exactly the last one"
+        );
+        assert_eq!(admitted(page(9, 2), 5), (vec![], None), "past the end");
+        assert_eq!(
+            admitted(page(0, 0), 2),
+            (vec![0], Some(1)),
+            "a limit of 0 is 1"
+        );
+        assert!(Window::new(page(0, 3)).first() && !Window::new(page(3, 3)).first());
     }
 }
