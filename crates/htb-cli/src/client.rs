@@ -5,9 +5,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use htb_ipc::{
-    DEFAULT_SOCKET, FrameError, IpcError, Object, Page, ReplyBody, Request, RequestBody, Response,
-    SOCKET_ENV, Show, Shown, read_frame, write_frame,
+    Command, DEFAULT_SOCKET, FrameError, IpcError, Object, Page, ReplyBody, Request, RequestBody,
+    Response, SOCKET_ENV, Show, Shown, read_frame, write_frame,
 };
+
+/// Commands per message of a large batch (some 20 MB, a third of the message limit).
+pub const STAGE_CHUNK: usize = 100_000;
 
 /// Classes or filters per page of a show: a class with statistics is under 1 kB of the
 /// answer, so a page stays far below the 64 MiB message limit.
@@ -124,6 +127,24 @@ impl Client {
             }
             other => other,
         })
+    }
+
+    /// Applies `commands` as one atomic batch. A batch over [`STAGE_CHUNK`] commands goes in
+    /// several messages: all but the last are staged on this connection
+    /// ([`RequestBody::Stage`]), and the last one's `Apply` runs them all.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); a refusal's command index counts over the whole batch.
+    pub fn apply(&mut self, mut commands: Vec<Command>) -> Result<ReplyBody, ClientError> {
+        while commands.len() > STAGE_CHUNK {
+            let rest = commands.split_off(STAGE_CHUNK);
+            let chunk = std::mem::replace(&mut commands, rest);
+            match self.call(RequestBody::Stage { commands: chunk })? {
+                ReplyBody::Staged { .. } => {}
+                _ => return Err(ClientError::Unexpected),
+            }
+        }
+        self.call(RequestBody::Apply { commands })
     }
 
     /// A `show`, whole: a `class show` or `filter show` (not `filter get`) comes in pages of

@@ -86,6 +86,15 @@ pub enum RequestBody {
     },
     /// The data plane's counters: answered with [`ReplyBody::Status`].
     Status {},
+    /// Hold these commands for this connection's next [`RequestBody::Apply`], which applies
+    /// them first, all in one atomic batch with its own: a batch larger than one message
+    /// (a million subscribers' classes and filters) arrives in several. Answered with
+    /// [`ReplyBody::Staged`]; dropped if the connection closes first. Error indexes of the
+    /// batch count the staged commands first, in order.
+    Stage {
+        /// In order, after those staged before.
+        commands: Vec<Command>,
+    },
 }
 
 /// What `show` lists.
@@ -187,6 +196,11 @@ pub enum ReplyBody {
     },
     /// To [`RequestBody::Status`].
     Status(Status),
+    /// To [`RequestBody::Stage`].
+    Staged {
+        /// Commands staged on this connection so far.
+        commands: u64,
+    },
 }
 
 /// What a command did besides succeeding.
@@ -197,8 +211,13 @@ pub struct CommandResult {
     pub warnings: Vec<String>,
     /// Packets the command dropped from queues (a deleted class's backlog, a leaf that became
     /// an inner class, a deleted qdisc).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub dropped_packets: u64,
+}
+
+/// A result without warnings nor drops is `{}`: 2 000 000 of them fit a message.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Listed state.

@@ -197,6 +197,11 @@ impl Control {
                 .on_engine(|engine| engine.stats())
                 .await
                 .map(|stats| ReplyBody::Status(crate::status::status(&stats))),
+            // The connection keeps what it stages (crate::ipc); only its Apply comes here.
+            RequestBody::Stage { .. } => Err(IpcError::new(
+                ErrorCode::BadRequest,
+                "stage is a connection's request: send it on the control socket",
+            )),
         };
         Response::new(result)
     }

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use htb_ipc::{ErrorCode, FrameError, IpcError, Request, Response};
+use htb_ipc::{ErrorCode, FrameError, IpcError, ReplyBody, Request, RequestBody, Response};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -314,6 +314,8 @@ async fn client(
             return;
         }
     };
+    // Commands staged for this connection's next batch (`RequestBody::Stage`).
+    let mut staged: Vec<htb_ipc::Command> = Vec::new();
     loop {
         let mut header = [0u8; 4];
         // Between frames a client may idle (htb-cli monitor does), up to IDLE_TIMEOUT.
@@ -390,6 +392,15 @@ async fn client(
                 return;
             }
         };
+        let request = match stage(&mut staged, request) {
+            Staging::Answer(response) => {
+                if send(&mut stream, &response).await {
+                    continue;
+                }
+                return;
+            }
+            Staging::Forward(request) => request,
+        };
         let (tx, rx) = oneshot::channel();
         if calls.send(Call::Client(request, peer, tx)).await.is_err() {
             refuse(
@@ -408,9 +419,122 @@ async fn client(
     }
 }
 
+/// Commands one connection may stage: a million subscribers' classes and filters, twice over
+/// (each staged command holds some hundreds of bytes of htbd's memory until its batch runs).
+pub const MAX_STAGED_COMMANDS: usize = 4_000_000;
+
+/// What a connection does with a request: answer it itself (a stage), or forward it.
+enum Staging {
+    Answer(Response),
+    Forward(Request),
+}
+
+/// Keeps a [`RequestBody::Stage`]'s commands in `staged`; puts them in front of the next
+/// [`RequestBody::Apply`]'s, which then runs them all as one batch.
+fn stage(staged: &mut Vec<htb_ipc::Command>, request: Request) -> Staging {
+    let Request { version, request } = request;
+    match request {
+        RequestBody::Stage { commands } => {
+            if version != htb_ipc::PROTOCOL_VERSION {
+                // The control plane's check answers it, as for any request.
+                return Staging::Forward(Request {
+                    version,
+                    request: RequestBody::Stage { commands },
+                });
+            }
+            if staged.len() + commands.len() > MAX_STAGED_COMMANDS {
+                return Staging::Answer(Response::new(Err(IpcError::new(
+                    ErrorCode::TooLarge,
+                    format!(
+                        "{} commands staged and {} more: above the {MAX_STAGED_COMMANDS} a \
+                         connection may stage (the staged ones are kept)",
+                        staged.len(),
+                        commands.len()
+                    ),
+                ))));
+            }
+            staged.extend(commands);
+            Staging::Answer(Response::new(Ok(ReplyBody::Staged {
+                commands: staged.len() as u64,
+            })))
+        }
+        RequestBody::Apply { commands } if !staged.is_empty() => {
+            let mut all = std::mem::take(staged);
+            all.extend(commands);
+            Staging::Forward(Request {
+                version,
+                request: RequestBody::Apply { commands: all },
+            })
+        }
+        request => Staging::Forward(Request { version, request }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn delete(minor: u32) -> htb_ipc::Command {
+        htb_ipc::Command::ClassDelete {
+            dev: "r2".into(),
+            id: htb_core::ClassId::new(1, minor),
+        }
+    }
+
+    /// Staged commands go in front of the next batch's, in order, once; a stage over the cap
+    /// is refused and keeps what was staged.
+    #[test]
+    fn staged_commands_lead_the_next_batch() {
+        let mut staged = Vec::new();
+        let request = |body| Request::new(body);
+        for (minors, total) in [(vec![1, 2], 2), (vec![3], 3)] {
+            let commands = minors.into_iter().map(delete).collect();
+            let Staging::Answer(response) =
+                stage(&mut staged, request(RequestBody::Stage { commands }))
+            else {
+                panic!("a stage is answered by the connection");
+            };
+            assert_eq!(response.result, Ok(ReplyBody::Staged { commands: total }));
+        }
+        let too_many = vec![delete(9); MAX_STAGED_COMMANDS];
+        let Staging::Answer(response) = stage(
+            &mut staged,
+            request(RequestBody::Stage { commands: too_many }),
+        ) else {
+            panic!("refused by the connection");
+        };
+        assert_eq!(
+            response.result.map_err(|e| e.code),
+            Err(ErrorCode::TooLarge)
+        );
+        let Staging::Forward(Request {
+            request: RequestBody::Apply { commands },
+            ..
+        }) = stage(
+            &mut staged,
+            request(RequestBody::Apply {
+                commands: vec![delete(4)],
+            }),
+        )
+        else {
+            panic!("the apply goes on");
+        };
+        assert_eq!(commands, (1..=4).map(delete).collect::<Vec<_>>());
+        assert!(staged.is_empty());
+        let Staging::Forward(Request {
+            request: RequestBody::Apply { commands },
+            ..
+        }) = stage(
+            &mut staged,
+            request(RequestBody::Apply {
+                commands: vec![delete(5)],
+            }),
+        )
+        else {
+            panic!("the apply goes on");
+        };
+        assert_eq!(commands, [delete(5)], "staged once");
+    }
 
     #[test]
     fn policy_lets_root_and_the_group_in() {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use htb_ipc::{Object, ReplyBody, RequestBody, Show, Shown};
+use htb_ipc::{Object, ReplyBody, Show, Shown};
 
 use crate::client::{Client, ClientError, DEFAULT_TIMEOUT, socket_path};
 use crate::tc::parse::{Action, parse_batch};
@@ -296,7 +296,7 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
         return Ok(summary);
     }
     let started = std::time::Instant::now();
-    match client.call(RequestBody::Apply { commands }) {
+    match client.apply(commands) {
         Ok(ReplyBody::Applied { .. }) => Ok(Summary {
             applied_in: Some(started.elapsed()),
             ..summary

@@ -29,7 +29,7 @@ mod usage;
 
 use std::io::{Read, Write};
 
-use htb_ipc::{Command, IpcError, Object, ReplyBody, RequestBody, Show};
+use htb_ipc::{Command, IpcError, Object, ReplyBody, Show};
 
 use crate::client::{Client, ClientError, DEFAULT_TIMEOUT, socket_path};
 use format::Style;
@@ -136,7 +136,7 @@ fn apply(
     commands: Vec<Command>,
     err: &mut impl Write,
 ) -> Result<Vec<htb_ipc::CommandResult>, ClientError> {
-    let ReplyBody::Applied { results } = client.call(RequestBody::Apply { commands })? else {
+    let ReplyBody::Applied { results } = client.apply(commands)? else {
         return Err(ClientError::Unexpected);
     };
     for r in &results {

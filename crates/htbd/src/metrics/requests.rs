@@ -22,6 +22,8 @@ pub enum Request {
     apply,
     /// `status`.
     status,
+    /// Commands staged for a connection's next batch.
+    stage,
 }
 
 impl Request {
@@ -33,6 +35,7 @@ impl Request {
             RequestBody::Show(_) => Self::show,
             RequestBody::Apply { .. } => Self::apply,
             RequestBody::Status {} => Self::status,
+            RequestBody::Stage { .. } => Self::stage,
         }
     }
 }
