@@ -348,6 +348,54 @@ impl Match {
     }
 }
 
+impl Match {
+    /// The same match without the raw keys its addresses already imply: a u32 `link` from a
+    /// hash bucket whose selector reads part of an address (`match u8 1 0xff at 18` for
+    /// bucket 1 of a table hashed on the third byte) says nothing more once the linked
+    /// filter's `/32` fixes that byte, and the classifier keeps its fast path for plain
+    /// address filters. `None` when an address contradicts a key: the match is empty.
+    #[must_use]
+    pub fn without_implied_keys(self) -> Option<Self> {
+        let mut kept = RawKeys::default();
+        for key in self.raw.as_slice() {
+            match self.address_bits(key.at, key.nexthdr) {
+                Some((value, fixed)) if key.mask & !fixed == 0 => {
+                    if value & key.mask != key.value & key.mask {
+                        return None;
+                    }
+                }
+                _ => kept = kept.with(*key)?,
+            }
+        }
+        Some(Self { raw: kept, ..self })
+    }
+
+    /// The 32-bit word at network-header offset `at` as this match's addresses fix it: its
+    /// value and the bits fixed (`None`: no address covers that word).
+    fn address_bits(&self, at: u16, nexthdr: bool) -> Option<(u32, u32)> {
+        if nexthdr {
+            return None;
+        }
+        let (prefix, word) = match (self.fixed_family().ok().flatten(), at) {
+            (Some(Family::V4), 12) => (self.src?, 0),
+            (Some(Family::V4), 16) => (self.dst?, 0),
+            (Some(Family::V6), 8 | 12 | 16 | 20) => (self.src?, (at - 8) / 4),
+            (Some(Family::V6), 24 | 28 | 32 | 36) => (self.dst?, (at - 24) / 4),
+            _ => return None,
+        };
+        let width = match prefix.addr {
+            IpAddr::V4(_) => 32,
+            IpAddr::V6(_) => 128,
+        };
+        let (bits, len) = (masked(prefix.addr, prefix.len), u32::from(prefix.len));
+        let shift = width - 32 * (u32::from(word) + 1);
+        let value = (bits >> shift) as u32;
+        let covered = len.saturating_sub(32 * u32::from(word)).min(32);
+        let fixed = !u32::MAX.checked_shr(covered).unwrap_or(0);
+        Some((value, fixed))
+    }
+}
+
 impl fmt::Display for Match {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
@@ -388,5 +436,63 @@ impl fmt::Display for Match {
         } else {
             f.write_str(&parts.join(" "))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raw_key::RawKey;
+
+    fn third_byte(value: u32) -> RawKeys {
+        RawKeys::new(&[RawKey {
+            at: 16,
+            nexthdr: false,
+            mask: 0x0000_ff00,
+            value: value << 8,
+        }])
+        .unwrap()
+    }
+
+    /// A key on the destination's third byte goes once a `/32` (or `/24`) fixes that byte,
+    /// agreeing; stays for a `/16`; and a contradicting address leaves nothing to match.
+    #[test]
+    fn keys_the_addresses_imply_go() {
+        let with = |dst: &str, raw| Match {
+            dst: Some(dst.parse().unwrap()),
+            raw,
+            ..Match::default()
+        };
+        let plain = with("10.0.1.6/32", RawKeys::default());
+        assert_eq!(
+            with("10.0.1.6/32", third_byte(1)).without_implied_keys(),
+            Some(plain)
+        );
+        assert!(
+            with("10.0.1.0/24", third_byte(1))
+                .without_implied_keys()
+                .is_some_and(|m| m.raw.is_empty())
+        );
+        assert_eq!(
+            with("10.0.0.0/16", third_byte(1)).without_implied_keys(),
+            Some(with("10.0.0.0/16", third_byte(1))),
+            "the /16 leaves the byte open"
+        );
+        assert_eq!(
+            with("10.0.2.6/32", third_byte(1)).without_implied_keys(),
+            None
+        );
+        let v6 = Match {
+            dst: Some("fd00:1:302:400::/64".parse().unwrap()),
+            raw: RawKeys::new(&[RawKey {
+                at: 28,
+                nexthdr: false,
+                mask: 0xff00_0000,
+                value: 0x0300_0000,
+            }])
+            .unwrap(),
+            ..Match::default()
+        };
+        assert!(v6.without_implied_keys().is_some_and(|m| m.raw.is_empty()));
     }
 }

@@ -135,6 +135,8 @@ struct Hashing {
     at: u32,
     /// The shortest prefix whose hashed bits are fixed.
     min_len: u8,
+    /// The address's byte those bits are.
+    byte: usize,
 }
 
 /// The hash of `family`'s addresses in `direction` (`dst` towards the subscribers, `src` from
@@ -145,24 +147,44 @@ fn hashing(family: Family, direction: Direction) -> Hashing {
             mask: 0xff,
             at: 16,
             min_len: 32,
+            byte: 3,
         },
         (Family::V4, Direction::Upload) => Hashing {
             mask: 0xff,
             at: 12,
             min_len: 32,
+            byte: 3,
         },
         (Family::V6, Direction::Download) => Hashing {
             mask: 0x00ff_0000,
             at: 28,
             min_len: 48,
+            byte: 5,
         },
         (Family::V6, Direction::Upload) => Hashing {
             mask: 0x00ff_0000,
             at: 12,
             min_len: 48,
+            byte: 5,
         },
     }
 }
+
+/// The first level of the two-level layout (more addresses of a family than one table holds):
+/// the byte before [`hashing`]'s — IPv4's third, IPv6's byte 4 — picks a second-level table.
+fn first_level(family: Family, direction: Direction) -> Hashing {
+    let last = hashing(family, direction);
+    Hashing {
+        mask: last.mask << 8,
+        byte: last.byte - 1,
+        ..last
+    }
+}
+
+/// One hash table holds 256 buckets of 2 048 filters (`u32`'s node ids); past half of that a
+/// family's addresses get the two-level layout, so that no bucket overflows for any but
+/// pathological address plans.
+const ONE_TABLE_MAX: usize = 256 * 2048 / 2;
 
 impl Hashing {
     /// The bucket of `p` (`None`: too short a prefix, the root table).
@@ -171,10 +193,10 @@ impl Hashing {
             return None;
         }
         let byte = match p.addr() {
-            std::net::IpAddr::V4(a) => a.octets()[3],
-            std::net::IpAddr::V6(a) => a.octets()[5],
+            std::net::IpAddr::V4(a) => a.octets().get(self.byte).copied(),
+            std::net::IpAddr::V6(a) => a.octets().get(self.byte).copied(),
         };
-        Some(u32::from(byte))
+        byte.map(u32::from)
     }
 }
 
@@ -295,13 +317,28 @@ impl Running {
         })
     }
 
-    /// The u32 table ids in use (tables, and the tables filters live in).
-    fn tables(&self) -> BTreeSet<u32> {
+    /// The tables linked from the buckets of `table` (the two-level layout's second level), by
+    /// bucket.
+    fn bucket_links(&self, prio: u32, table: u32) -> BTreeMap<u32, u32> {
         self.filters
             .iter()
-            .filter(|f| f.kind == "u32")
+            .filter(|f| f.prio == prio && f.kind == "u32")
+            .filter_map(|f| {
+                let link = f.hashing.link?;
+                let handle = f.handle.parse::<U32Handle>().ok()?;
+                (handle.table() == table).then_some((handle.bucket(), link))
+            })
+            .collect()
+    }
+
+    /// The u32 table ids in use (tables, and the tables filters live in, and the tables links
+    /// lead to).
+    fn tables(&self) -> BTreeSet<u32> {
+        let u32s = self.filters.iter().filter(|f| f.kind == "u32");
+        u32s.clone()
             .filter_map(|f| f.handle.parse::<U32Handle>().ok())
             .map(U32Handle::table)
+            .chain(u32s.filter_map(|f| f.hashing.link))
             .collect()
     }
 
@@ -682,57 +719,110 @@ fn port_batch(
         Direction::Download => "dst",
         Direction::Upload => "src",
     };
-    // The hash table of each family that gets filters: the one linked already, else a new
-    // one (ids from 0x10: below the root tables the kernel numbers from 0x800).
+    // Each family's hash tables: the ones linked already, else new ones (ids from 0x10: below
+    // the root tables the kernel numbers from 0x800). One table hashed on the address's last
+    // byte, or, for more addresses than it holds, a first level hashed on the byte before that
+    // links to a second-level table per value of that byte.
     let mut in_use = r.tables();
-    let mut tables: BTreeMap<bool, u32> = BTreeMap::new();
+    let mut new_table = move || {
+        let t = (0x10..0x800).find(|t| !in_use.contains(t)).unwrap_or(0x7ff);
+        in_use.insert(t);
+        t
+    };
+    let mut hashed = BTreeMap::<bool, usize>::new();
     for &(address, _, _) in want_filters.values() {
         let family = address.family();
-        let v6 = family == Family::V6;
-        let h = hashing(family, direction);
-        if tables.contains_key(&v6) || h.bucket(&address).is_none() {
-            continue;
+        if hashing(family, direction).bucket(&address).is_some() {
+            *hashed.entry(family == Family::V6).or_default() += 1;
         }
+    }
+    let mut layouts: BTreeMap<bool, Layout> = BTreeMap::new();
+    for (&v6, &count) in &hashed {
+        let family = if v6 { Family::V6 } else { Family::V4 };
+        let (h, h1) = (hashing(family, direction), first_level(family, direction));
         let prio = placement.prio + u32::from(v6);
-        let (protocol, origin) = (if v6 { "ipv6" } else { "ip" }, Origin::Running);
-        let table = match r.linked_table(prio, h) {
-            Some(t) => t,
-            None => {
-                let t = (0x10..0x800).find(|t| !in_use.contains(t)).unwrap_or(0x7ff);
-                in_use.insert(t);
-                out.line(
-                    origin.clone(),
-                    format_args!(
-                        "filter add dev {dev} parent {qdisc} prio {prio} handle {t:x}: protocol {protocol} u32 divisor 256"
-                    ),
-                );
-                out.line(
-                    origin,
-                    format_args!(
-                        "filter add dev {dev} parent {qdisc} prio {prio} protocol {protocol} u32 \
-                         match u32 0 0 hashkey mask {:#010x} at {} link {t:x}:",
-                        h.mask, h.at
-                    ),
-                );
-                t
+        let protocol = if v6 { "ipv6" } else { "ip" };
+        let layout = if let Some(l1) = r.linked_table(prio, h1) {
+            Layout::Two {
+                l1,
+                l2: r.bucket_links(prio, l1),
+            }
+        } else if let Some(t) = r.linked_table(prio, h) {
+            Layout::One(t)
+        } else {
+            let two = count > ONE_TABLE_MAX;
+            let t = new_table();
+            let link = if two { h1 } else { h };
+            out.line(
+                Origin::Running,
+                format_args!(
+                    "filter add dev {dev} parent {qdisc} prio {prio} handle {t:x}: protocol {protocol} u32 divisor 256"
+                ),
+            );
+            out.line(
+                Origin::Running,
+                format_args!(
+                    "filter add dev {dev} parent {qdisc} prio {prio} protocol {protocol} u32 \
+                     match u32 0 0 hashkey mask {:#010x} at {} link {t:x}:",
+                    link.mask, link.at
+                ),
+            );
+            if two {
+                Layout::Two {
+                    l1: t,
+                    l2: BTreeMap::new(),
+                }
+            } else {
+                Layout::One(t)
             }
         };
-        tables.insert(v6, table);
+        layouts.insert(v6, layout);
     }
     for (k, &(address, class, line)) in want_filters {
         if kept_filters.contains(k) {
             continue;
         }
         let family = address.family();
+        let v6 = family == Family::V6;
         let (protocol, layer, prio) = match family {
             Family::V4 => ("ip", "ip", placement.prio),
             Family::V6 => ("ipv6", "ip6", placement.prio + 1),
         };
-        let at = match (
-            hashing(family, direction).bucket(&address),
-            tables.get(&(family == Family::V6)),
-        ) {
-            (Some(bucket), Some(table)) => format!(" ht {table:x}:{bucket:x}:"),
+        let bucket = hashing(family, direction).bucket(&address);
+        let at = match (bucket, layouts.get_mut(&v6)) {
+            (Some(bucket), Some(Layout::One(table))) => format!(" ht {table:x}:{bucket:x}:"),
+            (Some(bucket), Some(Layout::Two { l1, l2 })) => {
+                let h = hashing(family, direction);
+                let first = first_level(family, direction).bucket(&address).unwrap_or(0);
+                let table = match l2.get(&first) {
+                    Some(&t) => t,
+                    None => {
+                        let t = new_table();
+                        l2.insert(first, t);
+                        // The link fixes the byte its first-level bucket hashed (what the
+                        // bucket implies; htbd wants every filter of a hashed table to say it).
+                        let h1 = first_level(family, direction);
+                        let fixed = first << h1.mask.trailing_zeros();
+                        out.line(
+                            Origin::Running,
+                            format_args!(
+                                "filter add dev {dev} parent {qdisc} prio {prio} handle {t:x}: protocol {protocol} u32 divisor 256"
+                            ),
+                        );
+                        out.line(
+                            Origin::Running,
+                            format_args!(
+                                "filter add dev {dev} parent {qdisc} prio {prio} protocol {protocol} u32 \
+                                 ht {l1:x}:{first:x}: match u32 {fixed:#010x} {:#010x} at {} \
+                                 hashkey mask {:#010x} at {} link {t:x}:",
+                                h1.mask, h1.at, h.mask, h.at
+                            ),
+                        );
+                        t
+                    }
+                };
+                format!(" ht {table:x}:{bucket:x}:")
+            }
             _ => String::new(),
         };
         out.line(
@@ -744,6 +834,13 @@ fn port_batch(
         );
         out.changes.filters_added += 1;
     }
+}
+
+/// Where a family's filters go: one hash table, or a first-level table linking to one
+/// second-level table per value of its byte (by that value).
+enum Layout {
+    One(u32),
+    Two { l1: u32, l2: BTreeMap<u32, u32> },
 }
 
 /// Free text for a comment: a line break inside a quoted CSV field must not end it.
@@ -1000,6 +1097,97 @@ mod tests {
             .find(|(_, a)| matches!(a, Action::Change(Command::FilterAdd(f)) if f.matcher.dst.as_deref() == Some("100.64.0.14/32")))
             .unwrap();
         assert_eq!(b.origin[line - 1], Origin::Csv(2));
+    }
+
+    /// A u32 filter of `running`'s trees: `handle` in its table, linking to `link` by `mask`.
+    fn link_filter(dev: &str, handle: &str, mask: u32, link: u32) -> FilterInfo {
+        FilterInfo {
+            police: None,
+            redirect: None,
+            dev: dev.into(),
+            parent: "1:".into(),
+            protocol: "ip".into(),
+            prio: 10,
+            kind: "u32".into(),
+            handle: handle.into(),
+            class: String::new(),
+            matcher: MatchSpec::default(),
+            hashing: htb_ipc::U32Hashing {
+                link: Some(link),
+                hashkey: Some(htb_ipc::HashKey { mask, at: 16 }),
+                ..htb_ipc::U32Hashing::default()
+            },
+        }
+    }
+
+    /// More IPv4 addresses than one table holds: a first-level table hashed on the third
+    /// byte, linked from the root table, and a second-level table per third byte, linked from
+    /// its bucket, hashed on the last byte.
+    #[test]
+    fn many_addresses_get_two_levels_of_tables() {
+        let n = ONE_TABLE_MAX + 1;
+        let mut rows = String::new();
+        for i in 0..n {
+            let _ = writeln!(
+                rows,
+                "c{i},S{i},d{i},D{i},,,10.{}.{}.{},,1,1,10,10,,",
+                i >> 16,
+                (i >> 8) & 0xff,
+                i & 0xff
+            );
+        }
+        let mut p = placement(&[]);
+        p.upload_dev = None;
+        let b = batch(&circuits(&rows), None, &p, &base(), 0x100).unwrap();
+        let text = &b.text;
+        for line in [
+            "filter add dev lan0 parent 1: prio 10 handle 10: protocol ip u32 divisor 256\n",
+            "filter add dev lan0 parent 1: prio 10 protocol ip u32 match u32 0 0 hashkey mask 0x0000ff00 at 16 link 10:\n",
+            "filter add dev lan0 parent 1: prio 10 handle 11: protocol ip u32 divisor 256\n",
+            "filter add dev lan0 parent 1: prio 10 protocol ip u32 ht 10:0: match u32 0x00000000 0x0000ff00 at 16 hashkey mask 0x000000ff at 16 link 11:\n",
+            "filter add dev lan0 parent 1: protocol ip prio 10 u32 ht 11:5: match ip dst 10.0.0.5/32 flowid 1:105\n",
+            "filter add dev lan0 parent 1: protocol ip prio 10 u32 ht 12:6: match ip dst 10.0.1.6/32 flowid 1:206\n",
+        ] {
+            assert!(text.contains(line), "{line}");
+        }
+        assert_eq!(
+            text.matches("u32 divisor 256").count(),
+            1 + 256,
+            "one first-level table and one per third byte"
+        );
+        if let Err((line, e)) = parse_batch(text) {
+            panic!(
+                "line {line}: {e}: {}",
+                text.lines().nth(line - 1).unwrap_or_default()
+            );
+        }
+    }
+
+    /// A running two-level layout is found and extended: a new third byte gets its own table,
+    /// a known one's table takes the address.
+    #[test]
+    fn a_running_two_level_layout_is_extended() {
+        let mut running = base();
+        let lan = running.get_mut("lan0").unwrap();
+        lan.filters
+            .push(link_filter("lan0", "800::801", 0xff00, 0x10));
+        lan.filters
+            .push(link_filter("lan0", "10:0:800", 0xff, 0x11));
+        let mut p = placement(&[]);
+        p.upload_dev = None;
+        let rows = "a,A,a,A,,,10.0.0.5,,1,1,10,10,,\nb,B,b,B,,,10.0.1.6,,1,1,10,10,,\n";
+        let text = batch(&circuits(rows), None, &p, &running, 0x100)
+            .unwrap()
+            .text;
+        for line in [
+            "filter add dev lan0 parent 1: protocol ip prio 10 u32 ht 11:5: match ip dst 10.0.0.5/32 flowid 1:100\n",
+            "filter add dev lan0 parent 1: prio 10 handle 12: protocol ip u32 divisor 256\n",
+            "filter add dev lan0 parent 1: prio 10 protocol ip u32 ht 10:1: match u32 0x00000100 0x0000ff00 at 16 hashkey mask 0x000000ff at 16 link 12:\n",
+            "filter add dev lan0 parent 1: protocol ip prio 10 u32 ht 12:6: match ip dst 10.0.1.6/32 flowid 1:101\n",
+        ] {
+            assert!(text.contains(line), "{line}\n{text}");
+        }
+        assert_eq!(text.matches("divisor").count(), 1, "{text}");
     }
 
     #[test]

@@ -163,6 +163,7 @@ impl RawKeys {
     /// one word that no packet can match both of.
     pub(super) fn into_match(self, v6: bool, m: &mut MatchSpec) -> Result<()> {
         let (mut src, mut dst) = (Address::default(), Address::default());
+        let (mut src_keys, mut dst_keys) = (Vec::new(), Vec::new());
         let transport = |k: &RawKey| k.nexthdr || (!v6 && k.at == 20) || (v6 && k.at == 40);
         for k in &self.0 {
             if k.mask == 0 {
@@ -204,8 +205,14 @@ impl RawKeys {
                 (false, 8) if k.mask == 0x00ff_0000 => {
                     set(&mut m.proto, ((k.value >> 16) & 0xff) as u8, "protocol")?;
                 }
-                (false, 12) => src.add(0, k),
-                (false, 16) => dst.add(0, k),
+                (false, 12) => {
+                    src.add(0, k);
+                    src_keys.push(k);
+                }
+                (false, 16) => {
+                    dst.add(0, k);
+                    dst_keys.push(k);
+                }
                 (true, 0) if k.mask & !0x0ff0_0000 == 0 && dscp_mask(k.mask >> 20) => {
                     let dscp =
                         tos_to_dscp((k.value >> 20) & 0xff, (k.mask >> 20) & 0xff, "priority")?;
@@ -214,16 +221,37 @@ impl RawKeys {
                 (true, 4) if k.mask == 0x0000_ff00 => {
                     set(&mut m.proto, ((k.value >> 8) & 0xff) as u8, "protocol")?;
                 }
-                (true, 8..=20) => src.add((k.at - 8) / 4, k),
-                (true, 24..=36) => dst.add((k.at - 24) / 4, k),
+                (true, 8..=20) => {
+                    src.add((k.at - 8) / 4, k);
+                    src_keys.push(k);
+                }
+                (true, 24..=36) => {
+                    dst.add((k.at - 24) / 4, k);
+                    dst_keys.push(k);
+                }
                 _ => general(m)?,
             }
         }
-        if let Some(p) = src.prefix(v6, "src")? {
-            set(&mut m.src, p, "src")?;
-        }
-        if let Some(p) = dst.prefix(v6, "dst")? {
-            set(&mut m.dst, p, "dst")?;
+        for (address, keys, what) in [(src, src_keys, "src"), (dst, dst_keys, "dst")] {
+            match address.prefix(v6, what) {
+                Ok(Some(p)) => set(
+                    if what == "src" {
+                        &mut m.src
+                    } else {
+                        &mut m.dst
+                    },
+                    p,
+                    what,
+                )?,
+                Ok(None) => {}
+                // Bits of an address that are not a prefix (a hash bucket's byte, `match u8 1
+                // 0xff at 18`): tc matches them literally, and so does htbd, as general keys.
+                Err(_) => {
+                    for k in keys {
+                        general_key(m, k)?;
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -360,8 +388,18 @@ mod tests {
                 value: 0
             }]
         );
-        let err = read("u32 0x0a000000 0xff00ff00 at 16", false).unwrap_err();
-        assert!(err.0.contains("not a prefix"), "{}", err.0);
+        // Address bits that are not a prefix are matched literally, as tc does.
+        let m = read("u32 0x0a000000 0xff00ff00 at 16", false).unwrap();
+        assert_eq!(m.dst, None);
+        assert_eq!(
+            m.raw,
+            [htb_ipc::RawKeySpec {
+                at: 16,
+                nexthdr: false,
+                mask: 0xff00_ff00,
+                value: 0x0a00_0000
+            }]
+        );
         assert!(read("u16 1 0xffff at 3", false).is_err(), "misaligned");
     }
 

@@ -93,8 +93,16 @@ fn hashed_bits(m: &Match, key: HashKey, family: Family) -> Option<Result<u32, ()
         (Family::V6, 24 | 28 | 32 | 36) => (m.dst, (key.at - 24) / 4),
         _ => return None,
     };
+    // A raw key on the hashed word that covers the hashed bits says them too (a link out of a
+    // bucket, `match u8 1 0xff at 18`, as the import's two-level tables have).
+    let raw = m
+        .raw
+        .as_slice()
+        .iter()
+        .find(|k| !k.nexthdr && u32::from(k.at) == key.at && key.mask & !k.mask == 0)
+        .map(|k| k.value);
     let Some(prefix) = prefix else {
-        return Some(Err(()));
+        return Some(raw.ok_or(()));
     };
     let (value, covered) = match family {
         Family::V4 => (prefix.network_bits() as u32, u32::from(prefix.prefix_len())),
@@ -109,7 +117,7 @@ fn hashed_bits(m: &Match, key: HashKey, family: Family) -> Option<Result<u32, ()
     Some(if key.mask & !fixed == 0 {
         Ok(value)
     } else {
-        Err(())
+        raw.ok_or(())
     })
 }
 
@@ -174,7 +182,11 @@ impl<'a> Walk<'a> {
                 }
             }
         }
-        if let Some(class) = e.class {
+        // A link's keys that the filter's own addresses imply go (the classifier's fast path
+        // takes plain address filters); a filter they contradict matches nothing.
+        if let Some(class) = e.class
+            && let Some(matcher) = matcher.without_implied_keys()
+        {
             self.out.push(Filter {
                 police: e.police.clone(),
                 prio,
@@ -224,4 +236,93 @@ where
         walk.expand(e, e.prio, &Match::default(), 0)?;
     }
     Ok(walk.out)
+}
+
+#[cfg(test)]
+mod tests {
+    use htb_config::filter::{RawKey, RawKeys};
+    use htb_core::ClassId;
+    use htb_ipc::HashKey;
+
+    use super::super::filter_entry::{FilterKind, Protocol, U32Parts};
+    use super::*;
+
+    fn u32_filter(handle: u32, matcher: Match, u32: U32Parts, class: Option<u32>) -> FilterEntry {
+        FilterEntry {
+            prio: 10,
+            protocol: Protocol::Ip,
+            kind: FilterKind::U32,
+            handle,
+            matcher,
+            class: class.map(|minor| ClassId::new(1, minor)),
+            u32,
+            police: None,
+            redirect: None,
+        }
+    }
+
+    fn table(id: u32) -> FilterEntry {
+        let parts = U32Parts {
+            divisor: Some(256),
+            ..U32Parts::default()
+        };
+        u32_filter(id << 20, Match::default(), parts, None)
+    }
+
+    fn link(handle: u32, matcher: Match, mask: u32, to: u16) -> FilterEntry {
+        let parts = U32Parts {
+            link: Some(to),
+            hashkey: Some(HashKey { mask, at: 16 }),
+            ..U32Parts::default()
+        };
+        u32_filter(handle, matcher, parts, None)
+    }
+
+    fn host(handle: u32, dst: &str, minor: u32) -> FilterEntry {
+        let matcher = Match {
+            dst: Some(dst.parse().unwrap()),
+            ..Match::default()
+        };
+        u32_filter(handle, matcher, U32Parts::default(), Some(minor))
+    }
+
+    /// The import's two-level layout: the root table links by the third byte to table 10,
+    /// whose bucket 1 links (with a key fixing that byte) by the last byte to table 11. Its
+    /// host flattens to a plain address filter; a host that cannot hash there (another
+    /// third byte) matches nothing; a link whose match does not say its bucket is refused.
+    #[test]
+    fn two_levels_of_tables_flatten_to_plain_addresses() {
+        let bucket_one = Match {
+            raw: RawKeys::new(&[RawKey {
+                at: 16,
+                nexthdr: false,
+                mask: 0x0000_ff00,
+                value: 0x0000_0100,
+            }])
+            .unwrap(),
+            ..Match::default()
+        };
+        let mut filters = vec![
+            link(0x800_00_800, Match::default(), 0xff00, 0x10),
+            table(0x10),
+            table(0x11),
+            link(0x010_01_800, bucket_one, 0xff, 0x11),
+            host(0x011_06_800, "10.0.1.6/32", 5),
+            host(0x011_06_801, "10.0.2.6/32", 6),
+        ];
+        filters.sort_by_key(FilterEntry::order);
+        let out = flatten(&filters).unwrap();
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].class, ClassId::new(1, 5));
+        assert_eq!(out[0].matcher.dst, Some("10.0.1.6/32".parse().unwrap()));
+        assert!(out[0].matcher.raw.is_empty(), "the link's key is implied");
+
+        filters.retain(|f| f.handle != 0x010_01_800);
+        filters.push(link(0x010_01_800, Match::default(), 0xff, 0x11));
+        filters.sort_by_key(FilterEntry::order);
+        assert!(matches!(
+            flatten(&filters),
+            Err(LinkError::UnknownBucket { .. })
+        ));
+    }
 }
