@@ -158,6 +158,11 @@ pub(crate) enum Leaf {
 }
 
 impl Leaf {
+    /// A leaf that holds nothing and allocates nothing: what fills storage not yet in use.
+    pub(crate) fn vacant() -> Self {
+        Self::Fifo(Fifo::new(0, false))
+    }
+
     /// A new, empty leaf with `config`; `key` identifies it in the flow table (the class
     /// slot), `seed` keys `sfq`'s perturbation.
     pub(crate) fn new(config: &LeafConfig, key: u32, seed: u64, now: Instant) -> Self {

@@ -175,7 +175,8 @@ impl<P: Packet> Scheduler<P> {
                 ..config
             },
             classes: Chunked::new(),
-            queues: Chunked::new(),
+            // A leaf's copy may allocate (`cake`'s): new chunks hold empty fifos.
+            queues: Chunked::with_filler(Leaf::vacant()),
             wait_nodes: Chunked::new(),
             prio_nodes: PrioNodes::default(),
             inner: Chunked::new(),
