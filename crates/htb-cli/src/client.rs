@@ -114,6 +114,11 @@ impl Client {
         if self.last_used.elapsed() > RECONNECT_AFTER {
             self.stream = open(&self.path, self.timeout)?;
         }
+        self.call_here(request)
+    }
+
+    /// [`call`](Self::call) on this connection, whatever its age: what it staged lives there.
+    fn call_here(&mut self, request: RequestBody) -> Result<ReplyBody, ClientError> {
         let answer = self.exchange(request);
         self.last_used = Instant::now();
         answer.map_err(|e| match e {
@@ -136,15 +141,28 @@ impl Client {
     /// # Errors
     /// As [`call`](Self::call); a refusal's command index counts over the whole batch.
     pub fn apply(&mut self, mut commands: Vec<Command>) -> Result<ReplyBody, ClientError> {
+        let mut staged = false;
         while commands.len() > STAGE_CHUNK {
             let rest = commands.split_off(STAGE_CHUNK);
             let chunk = std::mem::replace(&mut commands, rest);
-            match self.call(RequestBody::Stage { commands: chunk })? {
-                ReplyBody::Staged { .. } => {}
+            let request = RequestBody::Stage { commands: chunk };
+            // The first message may reconnect; the rest must reach the same connection.
+            let answer = if staged {
+                self.call_here(request)?
+            } else {
+                self.call(request)?
+            };
+            match answer {
+                ReplyBody::Staged { .. } => staged = true,
                 _ => return Err(ClientError::Unexpected),
             }
         }
-        self.call(RequestBody::Apply { commands })
+        let request = RequestBody::Apply { commands };
+        if staged {
+            self.call_here(request)
+        } else {
+            self.call(request)
+        }
     }
 
     /// A `show`, whole: a `class show` or `filter show` (not `filter get`) comes in pages of

@@ -385,6 +385,8 @@ async fn client(
         let request: Request = match parsed {
             Ok(request) => request,
             Err(e) => {
+                // What was staged was meant for a batch this client can no longer be sure of.
+                staged.clear();
                 let error = IpcError::new(ErrorCode::BadRequest, format!("malformed request: {e}"));
                 if send(&mut stream, &Response::new(Err(error))).await {
                     continue;
