@@ -20,10 +20,11 @@ const CONFIG: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_
 /// Circuits besides node-2's.
 const SUBSCRIBERS: u32 = 200_000;
 
-/// The longest data-plane job allowed. The goal is 1 ms, and `htb-lab scale` measured 259 µs at
-/// this size; the bound leaves room for this 2-vCPU VM's interruptions while still catching
-/// storage that grows by copying (9.8 ms at 100 000 subscribers before it was chunked).
-const STALL_BOUND_US: u64 = 2000;
+/// The longest data-plane job allowed. The goal is 1 ms, which `htb-lab scale` measures (0.26
+/// ms at this size); jobs here ran 0.24–1.7 ms over runs on this 2-vCPU VM, whose interruptions
+/// land in them. The bound still catches storage that grows by copying: 9.8 ms at 100 000
+/// subscribers before it was chunked, twice that at 200 000.
+const STALL_BOUND_US: u64 = 5000;
 
 /// node-2's download plan.
 const PLAN_MBIT: f64 = 5.0;

@@ -247,6 +247,11 @@ mod size_tests {
             "Class is {} bytes",
             size_of::<Class>()
         );
+        assert!(
+            size_of::<crate::leaf::Leaf>() <= 256,
+            "Leaf is {} bytes",
+            size_of::<crate::leaf::Leaf>()
+        );
         assert_eq!(size_of::<WaitNode>(), 24);
         assert_eq!(size_of::<PrioNode>(), 24);
     }
