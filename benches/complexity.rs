@@ -280,7 +280,7 @@ fn bench_complexity(c: &mut Criterion, runs: &mut Vec<Run>) {
 
 fn bench_scale(c: &mut Criterion, runs: &mut Vec<Run>) {
     let mut group = c.benchmark_group("scale");
-    for n in [100usize, 1_000, 10_000, 100_000] {
+    for n in [100usize, 1_000, 10_000, 100_000, 1_000_000] {
         let mut work = sites_tree(n);
         work.backlog(n, 2);
         work.run(2 * n as u64);
@@ -304,7 +304,7 @@ fn bench_hotpath(c: &mut Criterion, runs: &mut Vec<Run>) {
     let mut group = c.benchmark_group("hotpath");
     // The two leaves of one point run back to back, so that the machine's drift between
     // points does not enter their ratio.
-    for n in [1usize, 100, 10_000, 100_000] {
+    for n in [1usize, 100, 10_000, 100_000, 1_000_000] {
         for backlogged in if n == 1 { vec![1] } else { vec![1, n] } {
             for (leaf_name, leaf) in leaves() {
                 let mut work = unthrottled_tree(n, leaf);
