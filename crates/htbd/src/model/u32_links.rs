@@ -261,6 +261,11 @@ mod tests {
         }
     }
 
+    /// u32's handle `table:bucket:node`.
+    fn at(table: u32, bucket: u32, node: u32) -> u32 {
+        table << 20 | bucket << 12 | node
+    }
+
     fn table(id: u32) -> FilterEntry {
         let parts = U32Parts {
             divisor: Some(256),
@@ -303,12 +308,12 @@ mod tests {
             ..Match::default()
         };
         let mut filters = vec![
-            link(0x800_00_800, Match::default(), 0xff00, 0x10),
+            link(at(0x800, 0, 0x800), Match::default(), 0xff00, 0x10),
             table(0x10),
             table(0x11),
-            link(0x010_01_800, bucket_one, 0xff, 0x11),
-            host(0x011_06_800, "10.0.1.6/32", 5),
-            host(0x011_06_801, "10.0.2.6/32", 6),
+            link(at(0x10, 1, 0x800), bucket_one, 0xff, 0x11),
+            host(at(0x11, 6, 0x800), "10.0.1.6/32", 5),
+            host(at(0x11, 6, 0x801), "10.0.2.6/32", 6),
         ];
         filters.sort_by_key(FilterEntry::order);
         let out = flatten(&filters).unwrap();
@@ -317,8 +322,8 @@ mod tests {
         assert_eq!(out[0].matcher.dst, Some("10.0.1.6/32".parse().unwrap()));
         assert!(out[0].matcher.raw.is_empty(), "the link's key is implied");
 
-        filters.retain(|f| f.handle != 0x010_01_800);
-        filters.push(link(0x010_01_800, Match::default(), 0xff, 0x11));
+        filters.retain(|f| f.handle != at(0x10, 1, 0x800));
+        filters.push(link(at(0x10, 1, 0x800), Match::default(), 0xff, 0x11));
         filters.sort_by_key(FilterEntry::order);
         assert!(matches!(
             flatten(&filters),
