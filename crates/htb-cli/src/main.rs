@@ -176,14 +176,38 @@ fn sim(path: &PathBuf, json: bool, svg: Option<&PathBuf>) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// `htb-cli [--socket PATH] [--timeout SECS] import …`: the control socket's options may come
+/// before `import`, as they do before tc's objects; they are moved after its arguments.
+fn leading_options_moved(args: &[String]) -> Option<Vec<String>> {
+    let mut leading = Vec::new();
+    let mut at = 0;
+    loop {
+        match args.get(at).map(String::as_str) {
+            Some("--socket" | "--timeout") => {
+                leading.extend(args.get(at..at + 2)?.iter().cloned());
+                at += 2;
+            }
+            Some("import") if at > 0 => {
+                let mut moved = args[at..].to_vec();
+                moved.extend(leading);
+                return Some(moved);
+            }
+            _ => return None,
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(moved) = leading_options_moved(&args) {
+        args = moved;
+    }
     if !matches!(args.first().map(String::as_str), Some("sim" | "import")) {
         // Everything but `sim` is tc's grammar, parsed by hand as tc parses it.
         let status = htb_cli::tc::main(&args, &mut std::io::stdout(), &mut std::io::stderr());
         return ExitCode::from(status);
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(std::iter::once("htb-cli".to_owned()).chain(args));
     let result = match &cli.command {
         Command::Sim {
             scenario,

@@ -70,3 +70,36 @@ fn three_boxes_share_the_circuits_each_on_exactly_one() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The control socket's options may come before `import`, as before tc's objects: the import
+/// then tries that socket (and says so when nothing answers there).
+#[test]
+fn socket_options_may_come_before_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ShapedDevices.csv");
+    std::fs::write(
+        &file,
+        format!("{HEADER}c1,S,d1,D,,,100.64.0.1,,1,1,10,5,\n"),
+    )
+    .unwrap();
+    let socket = dir.path().join("nothing.sock");
+    for leading in [true, false] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_htb-cli"));
+        let options = ["--socket", socket.to_str().unwrap(), "--timeout", "2"];
+        if leading {
+            cmd.args(options);
+        }
+        cmd.args(["import", file.to_str().unwrap(), "--download-dev", "r2"])
+            .args(["--parent", "1:1"]);
+        if !leading {
+            cmd.args(options);
+        }
+        let out = cmd.output().expect("htb-cli runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "no htbd answers: {err}");
+        assert!(
+            err.contains("cannot reach htbd at") && err.contains("nothing.sock"),
+            "options first: {leading}: {err}"
+        );
+    }
+}
