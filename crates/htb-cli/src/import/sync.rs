@@ -752,21 +752,13 @@ fn port_batch(
         } else {
             let two = count > ONE_TABLE_MAX;
             let t = new_table();
-            let link = if two { h1 } else { h };
-            out.line(
-                Origin::Running,
-                format_args!(
-                    "filter add dev {dev} parent {qdisc} prio {prio} handle {t:x}: protocol {protocol} u32 divisor 256"
-                ),
-            );
-            out.line(
-                Origin::Running,
-                format_args!(
-                    "filter add dev {dev} parent {qdisc} prio {prio} protocol {protocol} u32 \
-                     match u32 0 0 hashkey mask {:#010x} at {} link {t:x}:",
-                    link.mask, link.at
-                ),
-            );
+            let tables = Tables {
+                dev,
+                qdisc,
+                prio,
+                protocol,
+            };
+            tables.add(out, t, "", "u32 0 0", if two { h1 } else { h });
             if two {
                 Layout::Two {
                     l1: t,
@@ -792,8 +784,8 @@ fn port_batch(
         let at = match (bucket, layouts.get_mut(&v6)) {
             (Some(bucket), Some(Layout::One(table))) => format!(" ht {table:x}:{bucket:x}:"),
             (Some(bucket), Some(Layout::Two { l1, l2 })) => {
-                let h = hashing(family, direction);
-                let first = first_level(family, direction).bucket(&address).unwrap_or(0);
+                let h1 = first_level(family, direction);
+                let first = h1.bucket(&address).unwrap_or(0);
                 let table = match l2.get(&first) {
                     Some(&t) => t,
                     None => {
@@ -801,23 +793,16 @@ fn port_batch(
                         l2.insert(first, t);
                         // The link fixes the byte its first-level bucket hashed (what the
                         // bucket implies; htbd wants every filter of a hashed table to say it).
-                        let h1 = first_level(family, direction);
                         let fixed = first << h1.mask.trailing_zeros();
-                        out.line(
-                            Origin::Running,
-                            format_args!(
-                                "filter add dev {dev} parent {qdisc} prio {prio} handle {t:x}: protocol {protocol} u32 divisor 256"
-                            ),
-                        );
-                        out.line(
-                            Origin::Running,
-                            format_args!(
-                                "filter add dev {dev} parent {qdisc} prio {prio} protocol {protocol} u32 \
-                                 ht {l1:x}:{first:x}: match u32 {fixed:#010x} {:#010x} at {} \
-                                 hashkey mask {:#010x} at {} link {t:x}:",
-                                h1.mask, h1.at, h.mask, h.at
-                            ),
-                        );
+                        let tables = Tables {
+                            dev,
+                            qdisc,
+                            prio,
+                            protocol,
+                        };
+                        let key = format!("u32 {fixed:#010x} {:#010x} at {}", h1.mask, h1.at);
+                        let from = format!(" ht {l1:x}:{first:x}:");
+                        tables.add(out, t, &from, &key, hashing(family, direction));
                         t
                     }
                 };
@@ -833,6 +818,42 @@ fn port_batch(
             ),
         );
         out.changes.filters_added += 1;
+    }
+}
+
+/// Where the import's hash tables go: one interface's qdisc, at one prio and protocol.
+struct Tables<'a> {
+    dev: &'a str,
+    qdisc: ClassId,
+    prio: u32,
+    protocol: &'a str,
+}
+
+impl Tables<'_> {
+    /// Hash table `t` (256 buckets), and the filter that links to it from `from` (empty: the
+    /// prio's root table; ` ht T:B:`: a bucket) when it matches `key`, by the bucket `link`
+    /// hashes.
+    fn add(&self, out: &mut Batch, t: u32, from: &str, key: &str, link: Hashing) {
+        let Self {
+            dev,
+            qdisc,
+            prio,
+            protocol,
+        } = self;
+        out.line(
+            Origin::Running,
+            format_args!(
+                "filter add dev {dev} parent {qdisc} prio {prio} handle {t:x}: protocol {protocol} u32 divisor 256"
+            ),
+        );
+        out.line(
+            Origin::Running,
+            format_args!(
+                "filter add dev {dev} parent {qdisc} prio {prio} protocol {protocol} u32{from} \
+                 match {key} hashkey mask {:#010x} at {} link {t:x}:",
+                link.mask, link.at
+            ),
+        );
     }
 }
 
