@@ -123,18 +123,17 @@ impl Address {
         self.value |= u128::from(k.value) << shift;
     }
 
-    /// As a prefix (the mask must be leading ones).
-    fn prefix(&self, v6: bool, what: &str) -> Result<Option<String>> {
+    /// The keys as a prefix: `None` without keys, `Some(None)` when the mask is not leading
+    /// ones (those keys stay general keys).
+    fn prefix(&self, v6: bool) -> Option<Option<String>> {
         if self.mask == 0 {
-            return Ok(None);
+            return None;
         }
         let len = self.mask.leading_ones();
         if self.mask.checked_shl(len).unwrap_or(0) != 0 {
-            return usage(format!(
-                "Illegal \"{what}\": mask is not a prefix, so it is not an address prefix htbd can classify by"
-            ));
+            return Some(None);
         }
-        Ok(Some(if v6 {
+        Some(Some(if v6 {
             format!("{}/{len}", Ipv6Addr::from(self.value))
         } else {
             format!(
@@ -233,8 +232,8 @@ impl RawKeys {
             }
         }
         for (address, keys, what) in [(src, src_keys, "src"), (dst, dst_keys, "dst")] {
-            match address.prefix(v6, what) {
-                Ok(Some(p)) => set(
+            match address.prefix(v6) {
+                Some(Some(p)) => set(
                     if what == "src" {
                         &mut m.src
                     } else {
@@ -243,10 +242,10 @@ impl RawKeys {
                     p,
                     what,
                 )?,
-                Ok(None) => {}
+                None => {}
                 // Bits of an address that are not a prefix (a hash bucket's byte, `match u8 1
                 // 0xff at 18`): tc matches them literally, and so does htbd, as general keys.
-                Err(_) => {
+                Some(None) => {
                     for k in keys {
                         general_key(m, k)?;
                     }
