@@ -509,32 +509,21 @@ mod tests {
             response.result.map_err(|e| e.code),
             Err(ErrorCode::TooLarge)
         );
-        let Staging::Forward(Request {
-            request: RequestBody::Apply { commands },
-            ..
-        }) = stage(
-            &mut staged,
-            request(RequestBody::Apply {
-                commands: vec![delete(4)],
-            }),
-        )
-        else {
-            panic!("the apply goes on");
+        // What an apply of `commands` forwards to the control plane.
+        let apply = |staged: &mut Vec<htb_ipc::Command>, commands| match stage(
+            staged,
+            request(RequestBody::Apply { commands }),
+        ) {
+            Staging::Forward(Request {
+                request: RequestBody::Apply { commands },
+                ..
+            }) => commands,
+            _ => panic!("the apply goes on"),
         };
+        let commands = apply(&mut staged, vec![delete(4)]);
         assert_eq!(commands, (1..=4).map(delete).collect::<Vec<_>>());
         assert!(staged.is_empty());
-        let Staging::Forward(Request {
-            request: RequestBody::Apply { commands },
-            ..
-        }) = stage(
-            &mut staged,
-            request(RequestBody::Apply {
-                commands: vec![delete(5)],
-            }),
-        )
-        else {
-            panic!("the apply goes on");
-        };
+        let commands = apply(&mut staged, vec![delete(5)]);
         assert_eq!(commands, [delete(5)], "staged once");
     }
 

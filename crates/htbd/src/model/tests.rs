@@ -265,14 +265,8 @@ fn the_state_file_round_trips_through_the_config_parser() {
     assert_eq!(back.to_toml(), text);
     let q = back.ports[1].htb().unwrap();
     assert_eq!(q.config.default_minor, 0x20);
-    assert_eq!(
-        q.filters
-            .first()
-            .unwrap()
-            .kind
-            .format_handle(q.filters.first().unwrap().handle),
-        "800::800"
-    );
+    let f = q.filters.first().unwrap();
+    assert_eq!(f.kind.format_handle(f.handle), "800::800");
     assert_eq!(
         q.classes[&"1:20".parse().unwrap()].spec.rate.bits_per_sec(),
         1_234_567_891
@@ -530,12 +524,8 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
     m.apply(&[class(Command::ClassAdd, "1:30", "1:1", 5)])
         .unwrap();
     let handle = {
-        let q = m.ports[1].htb().unwrap();
-        q.filters
-            .first()
-            .unwrap()
-            .kind
-            .format_handle(q.filters.first().unwrap().handle)
+        let f = m.ports[1].htb().unwrap().filters.first().unwrap();
+        f.kind.format_handle(f.handle)
     };
     let spec = |op: fn(FilterSpec) -> Command, handle: Option<&str>, class: &str, dport: u16| {
         let Command::FilterAdd(mut f) = filter(class, dport, Some(1), "u32") else {
@@ -548,22 +538,10 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
         .unwrap();
     let q = m.ports[1].htb().unwrap();
     assert_eq!(q.filters.len(), 1);
-    assert_eq!(
-        q.filters
-            .first()
-            .unwrap()
-            .kind
-            .format_handle(q.filters.first().unwrap().handle),
-        handle
-    );
-    assert_eq!(
-        q.filters.first().unwrap().class,
-        Some("1:30".parse().unwrap())
-    );
-    assert_eq!(
-        q.filters.first().unwrap().matcher.dport.map(|p| p.first),
-        Some(6000)
-    );
+    let f = q.filters.first().unwrap();
+    assert_eq!(f.kind.format_handle(f.handle), handle);
+    assert_eq!(f.class, Some("1:30".parse().unwrap()));
+    assert_eq!(f.matcher.dport.map(|p| p.first), Some(6000));
     // change needs an existing filter; replace adds one.
     let e = m
         .apply(&[spec(Command::FilterChange, Some("800::999"), "1:30", 1)])
