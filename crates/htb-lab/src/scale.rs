@@ -51,12 +51,15 @@ const CONFIG: &str = "[daemon]\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n
      [[interface.class]]\nid = \"1:1\"\nrate = \"10gbit\"\n\
      [[interface.class]]\nid = \"1:99\"\nparent = \"1:1\"\nrate = \"1gbit\"\n";
 
-/// N circuits in 100.64.0.0/10, one device and one address each, 1–100 Mbit/s plans.
-fn shaped_devices(n: u32) -> String {
+/// A LibreQoS `ShapedDevices.csv`: the rows `first` (whole lines), then `n` circuits in
+/// 100.64.0.0/10, one device and one address each, 10–100 Mbit/s plans.
+#[must_use]
+pub fn shaped_devices(first: &str, n: u32) -> String {
     let mut s = String::from(
         "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,\
          Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n",
     );
+    s.push_str(first);
     for i in 0..n {
         let a = 64 + (i >> 16);
         let (b, c) = ((i >> 8) & 0xff, i & 0xff);
@@ -66,6 +69,24 @@ fn shaped_devices(n: u32) -> String {
         ));
     }
     s
+}
+
+/// `htb-cli import CSV` of the circuits into r2's `1:1`, through `htbd`'s socket.
+fn run_import(htbd: &Htbd, csv: &std::path::Path) -> anyhow::Result<std::process::Output> {
+    Command::new(cli_bin())
+        .args(["import", csv.to_str().unwrap_or_default()])
+        .args([
+            "--download-dev",
+            "r2",
+            "--parent",
+            "1:1",
+            "--timeout",
+            "600",
+        ])
+        .arg("--socket")
+        .arg(htbd.socket())
+        .output()
+        .with_context(|| format!("htb-cli import {}", csv.display()))
 }
 
 fn unix_now() -> f64 {
@@ -149,7 +170,7 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
     let lab = Lab::try_up(&options.lab, "router").map_err(|e| anyhow::anyhow!("{e}"))?;
     let htbd = Htbd::start(&lab, CONFIG);
     let csv = htbd.dir().join("ShapedDevices.csv");
-    std::fs::write(&csv, shaped_devices(options.subscribers))?;
+    std::fs::write(&csv, shaped_devices("", options.subscribers))?;
     let rss_before = rss_kib(htbd.pid());
 
     let mut dump = lab
@@ -221,20 +242,7 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
     let before = jobs(&htbd);
     let t0 = unix_now();
     let started = Instant::now();
-    let import = Command::new(cli_bin())
-        .args(["import", csv.to_str().unwrap_or_default()])
-        .args([
-            "--download-dev",
-            "r2",
-            "--parent",
-            "1:1",
-            "--timeout",
-            "600",
-        ])
-        .arg("--socket")
-        .arg(htbd.socket())
-        .output()
-        .context("htb-cli import")?;
+    let import = run_import(&htbd, &csv)?;
     let import_secs = started.elapsed().as_secs_f64();
     let import_window = Step {
         from: t0,
@@ -289,18 +297,11 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
     // deletes each other circuit's filter and class (a 2(N-1)-line batch of `filter del` and
     // `class del`; htb-cli refuses a file without circuits, a likely mistake).
     std::thread::sleep(Duration::from_secs(1));
-    std::fs::write(&csv, shaped_devices(1))?;
+    std::fs::write(&csv, shaped_devices("", 1))?;
     let before = jobs(&htbd);
     let t0 = unix_now();
     let started = Instant::now();
-    let delete = Command::new(cli_bin())
-        .args(["import", csv.to_str().unwrap_or_default()])
-        .args(["--download-dev", "r2", "--parent", "1:1"])
-        .args(["--timeout", "600"])
-        .arg("--socket")
-        .arg(htbd.socket())
-        .output()
-        .context("htb-cli import (one circuit left)")?;
+    let delete = run_import(&htbd, &csv)?;
     let delete_secs = started.elapsed().as_secs_f64();
     let delete_window = Step {
         from: t0,
@@ -392,7 +393,7 @@ mod tests {
 
     #[test]
     fn circuits_get_distinct_addresses() {
-        let csv = shaped_devices(70_000);
+        let csv = shaped_devices("", 70_000);
         let addrs: std::collections::HashSet<&str> = csv
             .lines()
             .skip(1)

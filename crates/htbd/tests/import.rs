@@ -83,21 +83,11 @@ fn import(htbd: &Htbd, file: &std::path::Path) -> std::process::Output {
 }
 
 fn import_with(htbd: &Htbd, file: &std::path::Path, extra: &[&str]) -> std::process::Output {
-    let socket = htbd.socket();
-    let out = std::process::Command::new(htb_lab::cli_bin())
-        .args(["import", file.to_str().unwrap()])
-        .args(extra)
-        .args([
-            "--download-dev",
-            "r2",
-            "--upload-dev",
-            "r1",
-            "--parent",
-            "1:1",
-        ])
-        .args(["--node", "AP_LAB=1:2", "--socket", socket.to_str().unwrap()])
-        .output()
-        .expect("htb-cli import");
+    let mut args = vec!["import", file.to_str().unwrap()];
+    args.extend(extra);
+    args.extend(["--download-dev", "r2", "--upload-dev", "r1"]);
+    args.extend(["--parent", "1:1", "--node", "AP_LAB=1:2"]);
+    let out = htbd.cli(&args);
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     out
 }

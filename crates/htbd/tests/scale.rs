@@ -5,8 +5,6 @@
 //! its data-plane jobs (`htb-cli status`) bounds the longest stall throughout. Needs root and network namespaces, so the test is `#[ignore]`d;
 //! `scripts/test.sh` includes it as root.
 
-use std::fmt::Write as _;
-
 use htb_lab::{Htbd, Lab, N1, assert_within};
 
 /// Router mode; r2 (towards node-2: the download direction) has the circuits' parent 1:1 and
@@ -31,38 +29,20 @@ const PLAN_MBIT: f64 = 5.0;
 
 /// node-2 as circuit "lab" (its class is 1:100), then `others` subscribers in 100.64.0.0/10.
 fn shaped_devices(others: u32) -> String {
-    let mut s = String::from(
-        "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,\
-         Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment\n\
-         lab,node-2,d-lab,node-2,,,10.201.2.2,,1,1,5,5,\n",
-    );
-    for i in 0..others {
-        let a = 64 + (i >> 16);
-        let (b, c) = ((i >> 8) & 0xff, i & 0xff);
-        let _ = writeln!(
-            s,
-            "{i},Subscriber {i},{i},cpe,,,100.{a}.{b}.{c},,1,1,{},20,",
-            10 + i % 91
-        );
-    }
-    s
+    htb_lab::scale::shaped_devices("lab,node-2,d-lab,node-2,,,10.201.2.2,,1,1,5,5,\n", others)
 }
 
 fn import(htbd: &Htbd, file: &std::path::Path) -> String {
-    let socket = htbd.socket();
-    let out = std::process::Command::new(htb_lab::cli_bin())
-        .args(["import", file.to_str().unwrap()])
-        .args([
-            "--download-dev",
-            "r2",
-            "--parent",
-            "1:1",
-            "--timeout",
-            "300",
-        ])
-        .args(["--socket", socket.to_str().unwrap()])
-        .output()
-        .expect("htb-cli import");
+    let out = htbd.cli(&[
+        "import",
+        file.to_str().unwrap(),
+        "--download-dev",
+        "r2",
+        "--parent",
+        "1:1",
+        "--timeout",
+        "300",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}\n{}", htbd.log_text());
     err
