@@ -68,22 +68,22 @@ impl<T: Clone> Chunked<T> {
         self.len
     }
 
-    /// Adds up to `n` filler records to the spare chunk.
-    fn fill_spare(&mut self, n: usize, filler: &T) {
-        if self.spare.capacity() == 0 {
-            self.spare = Vec::with_capacity(CHUNK);
+    /// Adds up to `n` copies of `filler` to the spare chunk `spare`.
+    fn fill(spare: &mut Vec<T>, n: usize, filler: &T) {
+        if spare.capacity() == 0 {
+            *spare = Vec::with_capacity(CHUNK);
         }
-        let n = n.min(CHUNK - self.spare.len());
-        self.spare.extend(core::iter::repeat_n(filler, n).cloned());
+        let n = n.min(CHUNK - spare.len());
+        spare.extend(core::iter::repeat_n(filler, n).cloned());
     }
 
     /// Appends `value`; takes the spare chunk when the last is full, and moves nothing.
     pub(crate) fn push(&mut self, value: T) {
-        let filler = self.filler.get_or_insert_with(|| value.clone()).clone();
+        let filler = self.filler.get_or_insert_with(|| value.clone());
         let (chunk, at) = (self.len >> CHUNK_BITS, self.len & MASK);
         if chunk == self.chunks.len() {
             // Filled ahead by the pushes into the last chunk (here at once only for the first).
-            self.fill_spare(CHUNK, &filler);
+            Self::fill(&mut self.spare, CHUNK, filler);
             let records = core::mem::take(&mut self.spare).into_boxed_slice();
             let Ok(records) = Box::<[T; CHUNK]>::try_from(records) else {
                 // A full spare holds exactly CHUNK records.
@@ -95,7 +95,7 @@ impl<T: Clone> Chunked<T> {
             records[at] = value;
             self.len += 1;
         }
-        self.fill_spare(2, &filler);
+        Self::fill(&mut self.spare, 2, filler);
     }
 
     /// Makes room in the chunk table for `additional` more records (the chunks themselves are
