@@ -358,7 +358,8 @@ impl Match {
     pub fn without_implied_keys(self) -> Option<Self> {
         let mut kept = RawKeys::default();
         for key in self.raw.as_slice() {
-            match self.address_bits(key.at, key.nexthdr) {
+            let word = (!key.nexthdr).then(|| self.address_word(key.at)).flatten();
+            match word {
                 Some((value, fixed)) if key.mask & !fixed == 0 => {
                     if value & key.mask != key.value & key.mask {
                         return None;
@@ -370,12 +371,10 @@ impl Match {
         Some(Self { raw: kept, ..self })
     }
 
-    /// The 32-bit word at network-header offset `at` as this match's addresses fix it: its
-    /// value and the bits fixed (`None`: no address covers that word).
-    fn address_bits(&self, at: u16, nexthdr: bool) -> Option<(u32, u32)> {
-        if nexthdr {
-            return None;
-        }
+    /// The 32-bit word at network-header offset `at` (a multiple of 4) as this match's
+    /// addresses fix it: its value and the bits fixed (`None`: no address covers that word).
+    #[must_use]
+    pub fn address_word(&self, at: u16) -> Option<(u32, u32)> {
         let (prefix, word) = match (self.fixed_family().ok().flatten(), at) {
             (Some(Family::V4), 12) => (self.src?, 0),
             (Some(Family::V4), 16) => (self.dst?, 0),

@@ -84,41 +84,29 @@ fn name(e: &FilterEntry) -> String {
     e.kind.format_handle(e.handle)
 }
 
-/// The bits of `m`'s address that the hash key reads, and whether `m` fixes all of them.
+/// The bits of `m`'s address that the hash key reads, and whether `m` fixes all of them: by an
+/// address prefix, or by a raw key on that word (a link out of a bucket, `match u8 1 0xff at
+/// 18`, as the import's two-level tables have). `None`: the key is not on an address.
 fn hashed_bits(m: &Match, key: HashKey, family: Family) -> Option<Result<u32, ()>> {
-    let (prefix, word) = match (family, key.at) {
-        (Family::V4, 12) => (m.src, 0),
-        (Family::V4, 16) => (m.dst, 0),
-        (Family::V6, 8 | 12 | 16 | 20) => (m.src, (key.at - 8) / 4),
-        (Family::V6, 24 | 28 | 32 | 36) => (m.dst, (key.at - 24) / 4),
-        _ => return None,
+    if !matches!(
+        (family, key.at),
+        (Family::V4, 12 | 16) | (Family::V6, 8 | 12 | 16 | 20 | 24 | 28 | 32 | 36)
+    ) {
+        return None;
+    }
+    let at = u16::try_from(key.at).ok()?;
+    let by_prefix = m
+        .address_word(at)
+        .filter(|&(_, fixed)| key.mask & !fixed == 0)
+        .map(|(value, _)| value);
+    let by_key = || {
+        m.raw
+            .as_slice()
+            .iter()
+            .find(|k| !k.nexthdr && k.at == at && key.mask & !k.mask == 0)
+            .map(|k| k.value)
     };
-    // A raw key on the hashed word that covers the hashed bits says them too (a link out of a
-    // bucket, `match u8 1 0xff at 18`, as the import's two-level tables have).
-    let raw = m
-        .raw
-        .as_slice()
-        .iter()
-        .find(|k| !k.nexthdr && u32::from(k.at) == key.at && key.mask & !k.mask == 0)
-        .map(|k| k.value);
-    let Some(prefix) = prefix else {
-        return Some(raw.ok_or(()));
-    };
-    let (value, covered) = match family {
-        Family::V4 => (prefix.network_bits() as u32, u32::from(prefix.prefix_len())),
-        Family::V6 => (
-            (prefix.network_bits() >> (96 - 32 * word)) as u32,
-            u32::from(prefix.prefix_len())
-                .saturating_sub(32 * word)
-                .min(32),
-        ),
-    };
-    let fixed = !u32::MAX.checked_shr(covered).unwrap_or(0);
-    Some(if key.mask & !fixed == 0 {
-        Ok(value)
-    } else {
-        raw.ok_or(())
-    })
+    Some(by_prefix.or_else(by_key).ok_or(()))
 }
 
 impl<'a> Walk<'a> {
