@@ -21,7 +21,7 @@ use htb_core::{ClassId, Instant, Scheduler, SharedBuckets};
 use crate::assign::{Assignment, is_subtree_top};
 use crate::crew::{Bell, Crew};
 use crate::dataplane::{Dataplane, Mode, PortSetup};
-use crate::error::{PlaneError, XdpError};
+use crate::error::{ConfigError, PlaneError, XdpError};
 use crate::frame::Frame;
 use crate::links::{LINK_CHECK, LinkWatch};
 use crate::merge;
@@ -121,18 +121,19 @@ impl EngineConfig {
             self.cpus.len()
         };
         let workers = match self.workers {
-            Some(0) => return Err(XdpError::Config("workers must be at least 1".into())),
+            Some(0) => return Err(ConfigError::NoWorkers.into()),
             Some(n) => n,
             None => fewest.min(cores),
         };
         if workers > 64 {
-            return Err(XdpError::Config(format!("workers = {workers}: at most 64")));
+            return Err(ConfigError::TooManyWorkers(workers).into());
         }
         if !self.cpus.is_empty() && self.cpus.len() < workers {
-            return Err(XdpError::Config(format!(
-                "{workers} workers but {} CPUs in cpus: list one CPU per worker",
-                self.cpus.len()
-            )));
+            return Err(ConfigError::TooFewCpus {
+                workers,
+                cpus: self.cpus.len(),
+            }
+            .into());
         }
         Ok(workers)
     }
@@ -261,24 +262,19 @@ enum Shape {
 /// them with the UMEM settings to use: multi-buffer on when an MTU needs it.
 fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> {
     if config.ports.is_empty() {
-        return Err(XdpError::Config("no interfaces".into()));
+        return Err(ConfigError::NoPorts.into());
     }
     let mut devs = Vec::new();
     for (i, port) in config.ports.iter().enumerate() {
         if config.ports[..i].iter().any(|p| p.name == port.name) {
-            return Err(XdpError::Config(format!(
-                "interface {} is listed twice",
-                port.name
-            )));
+            return Err(ConfigError::ListedTwice(port.name.clone()).into());
         }
         if !port.ifb {
             devs.push(NetDev::open(&port.name)?);
         }
     }
     if devs.is_empty() {
-        return Err(XdpError::Config(
-            "no interfaces: IFB ports shape what interfaces redirect to them".into(),
-        ));
+        return Err(ConfigError::OnlyIfbPorts.into());
     }
     for port in &config.ports {
         let redirects = port
@@ -288,10 +284,11 @@ fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> 
             .filter_map(|(_, to)| to.as_ref());
         for to in redirects {
             if !config.ports.iter().any(|p| p.ifb && p.name == *to) {
-                return Err(XdpError::Config(format!(
-                    "{}: ingress redirects to {to}, which is not an IFB port",
-                    port.name
-                )));
+                return Err(ConfigError::RedirectNotIfb {
+                    port: port.name.clone(),
+                    to: to.clone(),
+                }
+                .into());
             }
         }
     }
@@ -311,54 +308,50 @@ fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> 
             io.max_single_mtu()
         );
         if io.ring_size < 2 * crate::umem::MAX_CHAIN {
-            return Err(XdpError::Config(format!(
-                "ring_size = {} is too small for jumbo frames: a ring must hold two packets of \
-                 {} frames (multi-buffer); raise ring_size to {} or more",
-                io.ring_size,
-                crate::umem::MAX_CHAIN,
-                (2 * crate::umem::MAX_CHAIN).next_power_of_two()
-            )));
+            return Err(ConfigError::RingTooSmallForJumbo {
+                ring_size: io.ring_size,
+                chain: crate::umem::MAX_CHAIN,
+                needed: (2 * crate::umem::MAX_CHAIN).next_power_of_two(),
+            }
+            .into());
         }
     }
     match config.mode {
         Mode::Bridge => {
             for port in config.ports.iter().filter(|p| !p.ifb) {
-                let peer = port.peer.as_deref().ok_or_else(|| {
-                    XdpError::Config(format!("bridge mode: interface {} needs a peer", port.name))
-                })?;
+                let peer = port
+                    .peer
+                    .as_deref()
+                    .ok_or_else(|| ConfigError::NoPeer(port.name.clone()))?;
                 let other = config
                     .ports
                     .iter()
                     .find(|p| p.name == peer)
-                    .ok_or_else(|| {
-                        XdpError::Config(format!(
-                            "peer {peer} of {} is not a listed interface",
-                            port.name
-                        ))
+                    .ok_or_else(|| ConfigError::PeerNotListed {
+                        port: port.name.clone(),
+                        peer: peer.to_owned(),
                     })?;
                 if other.peer.as_deref() != Some(port.name.as_str()) {
-                    return Err(XdpError::Config(format!(
-                        "{} and {peer} must name each other as peers",
-                        port.name
-                    )));
+                    return Err(ConfigError::PeersDisagree {
+                        port: port.name.clone(),
+                        peer: peer.to_owned(),
+                    }
+                    .into());
                 }
             }
         }
         Mode::Router => {
             if let Some(p) = config.ports.iter().find(|p| p.peer.is_some()) {
-                return Err(XdpError::Config(format!(
-                    "interface {}: peer is for bridge mode only",
-                    p.name
-                )));
+                return Err(ConfigError::PeerInRouterMode(p.name.clone()).into());
             }
             for (i, a) in devs.iter().enumerate() {
                 if let Some(b) = devs[i + 1..].iter().find(|b| b.mac == a.mac) {
-                    return Err(XdpError::Config(format!(
-                        "router mode needs distinct MAC addresses, but {} and {} share {}",
-                        a.name,
-                        b.name,
-                        format_mac(&a.mac)
-                    )));
+                    return Err(ConfigError::SharedMac {
+                        a: a.name.clone(),
+                        b: b.name.clone(),
+                        mac: format_mac(&a.mac),
+                    }
+                    .into());
                 }
             }
         }
@@ -386,7 +379,10 @@ fn schedulers(
     let build = |tree: &PortTree| {
         new_scheduler(Some(&tree.tree))
             .map(|htb| (htb, tree.mq_minor))
-            .map_err(|e| XdpError::Config(format!("{}: {e}", port.name)))
+            .map_err(|source| ConfigError::Tree {
+                port: port.name.clone(),
+                source,
+            })
     };
     let first = port
         .trees
@@ -395,10 +391,12 @@ fn schedulers(
         .collect::<Result<Vec<_>, _>>()?;
     for filter in &port.filters {
         if !first.iter().any(|(htb, _)| htb.contains(filter.class)) {
-            return Err(XdpError::Config(format!(
-                "{}: filter ({}) targets class {} which is not defined",
-                port.name, filter.matcher, filter.class
-            )));
+            return Err(ConfigError::FilterTarget {
+                port: port.name.clone(),
+                matcher: filter.matcher.to_string(),
+                class: filter.class,
+            }
+            .into());
         }
     }
     let mut all = vec![first];

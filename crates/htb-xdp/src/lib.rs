@@ -42,7 +42,7 @@ pub use dataplane::{Mode, Progress};
 pub use engine::{
     Engine, EngineConfig, EngineHandle, JOB_QUEUE, Job, JobError, PortConfig, WITNESS_EVERY,
 };
-pub use error::{PlaneError, XdpError};
+pub use error::{ConfigError, PlaneError, XdpError};
 pub use frame::{FlowHasher, Frame};
 pub use netdev::{NetDev, format_mac, tx_queue_count};
 pub use plane_op::{IngressHook, PlaneOp, Retired, new_scheduler};

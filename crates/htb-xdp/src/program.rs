@@ -88,10 +88,14 @@ pub(crate) struct XdpProgram {
     heartbeat: Array<MapData, u64>,
 }
 
-fn program_error(what: impl Into<String>, e: impl std::fmt::Display) -> XdpError {
+/// aya's error as the source (or, where aya gave none, what was missing).
+fn program_error(
+    what: impl Into<String>,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> XdpError {
     XdpError::Program {
         what: what.into(),
-        reason: e.to_string(),
+        source: e.into(),
     }
 }
 
@@ -200,7 +204,7 @@ impl XdpProgram {
                 }
             },
         }
-        .map_err(|e| program_error(format!("attach to {interface}"), describe(&e)))
+        .map_err(|e| program_error(format!("attach to {interface}"), e))
     }
 
     /// Frame counts per verdict.
@@ -249,18 +253,6 @@ fn port_value(slot_base: u32, queues: u32, mac: [u8; 6]) -> [u8; 16] {
     value[4..8].copy_from_slice(&queues.to_ne_bytes());
     value[8..14].copy_from_slice(&mac);
     value
-}
-
-/// An error with its causes, so "Numerical result out of range" reaches the operator.
-fn describe(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use xsk_rs::config::{BindFlags, FrameSize, LibxdpFlags, QueueSize, SocketConfig, UmemConfig};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
-use crate::error::XdpError;
+use crate::error::{ConfigError, XdpError};
 use crate::rings::{Chunk, FrameCounts, Rings};
 
 /// UMEM and ring sizes.
@@ -144,14 +144,12 @@ impl IoConfig {
     /// of [`MAX_CHAIN`] frames cannot hold, naming the fix.
     pub fn check_mtus(&self, page_size: u32, ports: &[(&str, u32)]) -> Result<bool, XdpError> {
         if self.frame_size > page_size {
-            return Err(XdpError::Config(format!(
-                "frame_size = {} is larger than the page size ({page_size} bytes), the most \
-                 the kernel's AF_XDP takes per frame (xdp_umem_reg refuses larger chunks, with \
-                 or without hugepages); jumbo frames need no larger frames: htbd receives them \
-                 as chains of frames (multi-buffer). Set frame_size to 2048 or {}",
-                self.frame_size,
-                page_size.min(4096)
-            )));
+            return Err(ConfigError::FrameTooLarge {
+                frame_size: self.frame_size,
+                page_size,
+                suggested: page_size.min(4096),
+            }
+            .into());
         }
         let mut multi_buffer = false;
         for &(name, mtu) in ports {
@@ -159,15 +157,15 @@ impl IoConfig {
                 continue;
             }
             if mtu > self.max_chained_mtu() {
-                return Err(XdpError::Config(format!(
-                    "{name}: MTU {mtu} does not fit {MAX_CHAIN} frames of {} bytes, the longest \
-                     chain AF_XDP multi-buffer sends as one packet (MTU {} at most): lower the \
-                     MTU (`ip link set {name} mtu {}`) or raise frame_size to {}",
-                    self.frame_size,
-                    self.max_chained_mtu(),
-                    self.max_chained_mtu(),
-                    page_size.min(4096)
-                )));
+                return Err(ConfigError::MtuTooLarge {
+                    port: name.to_owned(),
+                    mtu,
+                    chain: MAX_CHAIN,
+                    frame_size: self.frame_size,
+                    max_mtu: self.max_chained_mtu(),
+                    suggested: page_size.min(4096),
+                }
+                .into());
             }
             multi_buffer = true;
         }
@@ -201,15 +199,16 @@ impl IoConfig {
         if u64::from(self.frames) >= needed {
             return Ok(());
         }
-        Err(XdpError::Config(format!(
-            "frames = {} is too few: {channels} socket(s) with ring_size = {} need {} in their \
-             fill, RX and TX rings, {} held back for receiving and {QUEUE_FRAMES_MIN} for \
-             queues, {needed} in all; raise frames or lower ring_size",
-            self.frames,
-            self.ring_size,
-            3 * u64::from(channels) * u64::from(self.ring_size),
-            u64::from(channels) * u64::from(batch) * 2,
-        )))
+        Err(ConfigError::TooFewFrames {
+            frames: self.frames,
+            channels,
+            ring_size: self.ring_size,
+            in_rings: 3 * u64::from(channels) * u64::from(self.ring_size),
+            held_back: u64::from(channels) * u64::from(batch) * 2,
+            for_queues: QUEUE_FRAMES_MIN,
+            needed,
+        }
+        .into())
     }
 }
 
@@ -333,25 +332,22 @@ impl FrameIo {
     ) -> Result<Vec<Self>, XdpError> {
         let workers = workers.max(1);
         if let Some((name, queues)) = ports.iter().find(|(_, q)| (*q as usize) < workers) {
-            return Err(XdpError::Config(format!(
-                "{workers} workers need {workers} queues on every interface, and {name} has \
-                 {queues}: each worker receives on its own queues and sends through its own \
-                 socket (raise the queues: `ethtool -L {name} combined {workers}`, or \
-                 `numtxqueues {workers} numrxqueues {workers}` for a veth; or lower workers)"
-            )));
+            return Err(ConfigError::TooFewQueues {
+                workers,
+                port: name.clone(),
+                queues: *queues,
+            }
+            .into());
         }
-        let ring = QueueSize::new(config.ring_size)
-            .map_err(|e| XdpError::Config(format!("ring size: {e}")))?;
-        let frame_size = FrameSize::new(config.frame_size)
-            .map_err(|e| XdpError::Config(format!("frame size: {e}")))?;
+        let ring = QueueSize::new(config.ring_size).map_err(ConfigError::RingSize)?;
+        let frame_size = FrameSize::new(config.frame_size).map_err(ConfigError::FrameSize)?;
         let umem_config = UmemConfig::builder()
             .frame_size(frame_size)
             .fill_queue_size(ring)
             .comp_queue_size(ring)
             .build()
-            .map_err(|e| XdpError::Config(format!("UMEM: {e}")))?;
-        let count = NonZeroU32::new(config.frames)
-            .ok_or_else(|| XdpError::Config("frames must be above 0".into()))?;
+            .map_err(ConfigError::Umem)?;
+        let count = NonZeroU32::new(config.frames).ok_or(ConfigError::NoFrames)?;
         let (umem, mut free) = Umem::new(umem_config, count, false)
             .map_err(|e| XdpError::Umem(e.to_string(), source_of(&e)))?;
         let frame_bytes = config.frame_size as usize;
@@ -383,7 +379,7 @@ impl FrameIo {
         for (port, (name, queues)) in ports.iter().enumerate() {
             let iface = name
                 .parse()
-                .map_err(|_| XdpError::Config(format!("invalid interface name {name:?}")))?;
+                .map_err(|_| ConfigError::InterfaceName(name.clone()))?;
             for (w, tx) in tx_channel.iter_mut().enumerate() {
                 tx.push(channels[w].len());
             }
@@ -856,10 +852,17 @@ impl Rings for FrameIo {
     }
 }
 
+/// The OS error under an xsk-rs error, kept as the OS error (`raw_os_error` survives; xsk-rs
+/// gives it by reference only).
 fn source_of(e: &dyn std::error::Error) -> Option<std::io::Error> {
     e.source()
         .and_then(|s| s.downcast_ref::<std::io::Error>())
-        .map(|io| std::io::Error::new(io.kind(), io.to_string()))
+        .map(|io| {
+            io.raw_os_error().map_or_else(
+                || std::io::Error::new(io.kind(), io.to_string()),
+                std::io::Error::from_raw_os_error,
+            )
+        })
 }
 
 /// A TX-only AF_XDP traffic generator: one socket whose frames all hold the same packet, sent
@@ -911,22 +914,20 @@ impl TxGenerator {
         let room = config.frame_room() as usize;
         let chain = packet.len().div_ceil(room).max(1);
         if chain > MAX_CHAIN as usize {
-            return Err(XdpError::Config(format!(
-                "a {}-byte packet does not fit {MAX_CHAIN} frames",
-                packet.len()
-            )));
+            return Err(ConfigError::PacketTooLong {
+                len: packet.len(),
+                chain: MAX_CHAIN,
+            }
+            .into());
         }
-        let ring = QueueSize::new(config.ring_size).map_err(|e| XdpError::Config(e.to_string()))?;
+        let ring = QueueSize::new(config.ring_size).map_err(ConfigError::RingSize)?;
         let umem_config = UmemConfig::builder()
-            .frame_size(
-                FrameSize::new(config.frame_size).map_err(|e| XdpError::Config(e.to_string()))?,
-            )
+            .frame_size(FrameSize::new(config.frame_size).map_err(ConfigError::FrameSize)?)
             .fill_queue_size(ring)
             .comp_queue_size(ring)
             .build()
-            .map_err(|e| XdpError::Config(e.to_string()))?;
-        let count = NonZeroU32::new(frames)
-            .ok_or_else(|| XdpError::Config("frames must be above 0".into()))?;
+            .map_err(ConfigError::Umem)?;
+        let count = NonZeroU32::new(frames).ok_or(ConfigError::NoFrames)?;
         let (umem, free) = Umem::new(umem_config, count, false)
             .map_err(|e| XdpError::Umem(e.to_string(), source_of(&e)))?;
         let mut bind = BindFlags::XDP_COPY | BindFlags::XDP_USE_NEED_WAKEUP;
@@ -941,7 +942,7 @@ impl TxGenerator {
             .build();
         let iface = interface
             .parse()
-            .map_err(|_| XdpError::Config(format!("invalid interface {interface:?}")))?;
+            .map_err(|_| ConfigError::InterfaceName(interface.to_owned()))?;
         let socket_error = |reason: String, source| XdpError::Socket {
             interface: interface.to_owned(),
             queue,
@@ -968,7 +969,10 @@ impl TxGenerator {
             let mut data = unsafe { umem.data_mut(desc) };
             data.cursor()
                 .write_all(bytes)
-                .map_err(|e| XdpError::Config(format!("writing a frame: {e}")))?;
+                .map_err(|source| XdpError::Syscall {
+                    call: "writing a frame into the UMEM",
+                    source,
+                })?;
             desc.set_options(if piece + 1 < chain { XDP_PKT_CONTD } else { 0 });
         }
         if let Err(e) = crate::sys::set_max_tx_budget(tx.fd().as_raw_fd(), 512) {
