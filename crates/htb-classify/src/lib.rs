@@ -24,9 +24,11 @@ mod matcher;
 mod packet;
 mod police;
 mod raw_key;
+mod u32_handle;
 
 pub use classifier::{Classifier, Filter, Verdict};
 pub use matcher::{Family, IpPrefix, Match, ParseError, PortRange};
 pub use packet::PacketInfo;
 pub use police::{ControlAction, Police, PoliceConfig, PoliceError, PoliceStats, Policer};
 pub use raw_key::{Headers, MAX_RAW_KEYS, RawKey, RawKeys};
+pub use u32_handle::{U32Handle, U32HandleError};

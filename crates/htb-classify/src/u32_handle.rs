@@ -1,14 +1,17 @@
 //! A u32 filter handle as tc reads it (`get_u32_handle` in iproute2's `f_u32.c`): the one
-//! parser of this concept, used by `htb-cli` for `handle`, `ht` and `link`, and by htbd for
-//! the handles its wire, config file and journal carry.
+//! parser of this concept, used by `htb-cli` for `handle`, `ht` and `link`, by the wire's
+//! `htb_ipc::FilterHandle`, and by htbd for the handles of its config file.
 //!
 //! A handle is a 32-bit word: a hash table (12 bits), a bucket (8) and a node (12),
 //! `TABLE:BUCKET:NODE` in hex, each part optional and each with or without `0x` (C's `strtoul`
 //! in base 16), or, with no colon, the whole word written `0x…` (`handle 0x65`, as LibreQoS
 //! v0.81 writes its subscriber filters). `800` alone is not a handle: tc refuses it.
 
-use std::fmt;
-use std::str::FromStr;
+use alloc::borrow::ToOwned;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use core::str::FromStr;
 
 /// A u32 filter handle: `(table << 20) | (bucket << 12) | node`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -149,6 +152,9 @@ impl fmt::Display for U32Handle {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
+    use std::string::ToString;
+
     use super::*;
 
     fn parse(s: &str) -> Result<u32, U32HandleError> {

@@ -22,7 +22,6 @@ mod error;
 pub mod filter;
 pub mod leaf;
 mod tree;
-pub mod u32_handle;
 pub mod values;
 
 pub use error::{ConfigError, Located, ValueError};

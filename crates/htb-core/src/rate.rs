@@ -154,6 +154,23 @@ pub enum LinkLayer {
     Atm,
 }
 
+impl LinkLayer {
+    /// The name tc prints (`linklayer ethernet`, `linklayer atm`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ethernet => "ethernet",
+            Self::Atm => "atm",
+        }
+    }
+}
+
+impl fmt::Display for LinkLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Per-class length adjustment applied before any token arithmetic (tc `overhead`, `mpu`,
 /// `linklayer`), shared by rate and ceil exactly as tc sends it to both.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

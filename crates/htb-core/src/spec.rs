@@ -262,7 +262,15 @@ impl Default for SchedulerConfig {
 
 /// Something about a request that was accepted but deserves the operator's attention. The
 /// scheduler never prints: warnings are returned as values (no "quantum is big" log spam).
+///
+/// On the control socket's wire a warning is data too: `{"warning": "quantum_big", "class":
+/// "1:10", "computed": 250000}`; clients print it with [`Display`](fmt::Display).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(tag = "warning", rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum Warning {
     /// `rate / r2q` was below 1000 bytes; the quantum was raised to 1000.

@@ -21,14 +21,16 @@
 
 use std::io::{self, Read, Write};
 
+mod filter_handle;
 mod filter_kind;
 mod protocol;
 mod status;
 
+pub use filter_handle::{FilterHandle, FilterHandleError};
 pub use filter_kind::{FilterKind, UnknownFilterKind};
-pub use htb_classify::{ControlAction, PoliceConfig, PoliceStats};
+pub use htb_classify::{ControlAction, PoliceConfig, PoliceStats, U32Handle, U32HandleError};
 pub use htb_core::{
-    CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec,
+    CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec, Warning,
 };
 pub use protocol::{Protocol, UnknownProtocol};
 use serde::de::DeserializeOwned;
@@ -109,6 +111,48 @@ pub enum Object {
     Filter,
 }
 
+/// A `parent` as tc takes it: `root`, or a class id or qdisc handle (`1:1`, `1:`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Parent {
+    /// `root`.
+    Root,
+    /// A class (`1:1`) or a qdisc (`1:`).
+    Id(ClassId),
+}
+
+impl Parent {
+    /// The class or qdisc named; `None` for `root`.
+    #[must_use]
+    pub fn id(self) -> Option<ClassId> {
+        match self {
+            Self::Root => None,
+            Self::Id(id) => Some(id),
+        }
+    }
+}
+
+impl std::fmt::Display for Parent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Root => f.write_str("root"),
+            Self::Id(id) => id.fmt(f),
+        }
+    }
+}
+
+/// As tc writes it, `"root"` or `"1:1"`: the text this field has always carried.
+impl Serialize for Parent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Parent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(parent_or_root(d)?.map_or(Self::Root, Self::Id))
+    }
+}
+
 /// A `show` request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,16 +164,17 @@ pub struct Show {
     pub dev: Option<String>,
     /// Only this class (`classid 1:20`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub class: Option<String>,
-    /// Only children of this class (`parent 1:1`); `"root"` for root classes.
+    pub class: Option<ClassId>,
+    /// `class show`: only children of this class (`parent 1:1`), or the root classes (`parent
+    /// root`, or the qdisc's handle `1:`); `filter show`: only this qdisc's filters (`1:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<String>,
+    pub parent: Option<Parent>,
     /// `filter get`: only the filter at this prio …
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prio: Option<u32>,
-    /// … with this handle (tc's text); none found is an error.
+    /// … with this handle; none found is an error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handle: Option<String>,
+    pub handle: Option<FilterHandle>,
     /// Include statistics.
     #[serde(default)]
     pub stats: bool,
@@ -208,7 +253,7 @@ pub enum ReplyBody {
 pub struct CommandResult {
     /// Warnings about accepted parameters (quantum clamped, ceil below rate, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub warnings: Vec<String>,
+    pub warnings: Vec<Warning>,
     /// Packets the command dropped from queues (a deleted class's backlog, a leaf that became
     /// an inner class, a deleted qdisc).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -337,7 +382,7 @@ pub struct QdiscInfo {
     /// Interface.
     pub dev: String,
     /// `1:`.
-    pub handle: String,
+    pub handle: ClassId,
     /// The `mq` class it hangs under (`None`: the interface's root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ClassId>,
@@ -382,9 +427,9 @@ pub struct ClassInfo {
     /// Interface.
     pub dev: String,
     /// `1:20`.
-    pub id: String,
+    pub id: ClassId,
     /// Parent class, `None` for a root class.
-    pub parent: Option<String>,
+    pub parent: Option<ClassId>,
     /// 0 for leaves.
     pub level: u8,
     /// Whether it is a leaf (no children).
@@ -410,7 +455,7 @@ pub struct ClassInfo {
     /// Minimum packet unit.
     pub mpu: u16,
     /// `ethernet` or `atm`.
-    pub linklayer: String,
+    pub linklayer: LinkLayer,
     /// The handle of its own leaf qdisc (tc's `leaf 10:`), if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaf_qdisc: Option<ClassId>,
@@ -473,18 +518,18 @@ pub struct FilterInfo {
     /// Interface.
     pub dev: String,
     /// Always the qdisc handle, `1:`.
-    pub parent: String,
+    pub parent: ClassId,
     /// `ip`, `ipv6`, `802.1q` or `all`.
-    pub protocol: String,
+    pub protocol: Protocol,
     /// Priority (tc's `pref`).
     pub prio: u32,
     /// `u32` or `flower`.
-    pub kind: String,
-    /// tc handle: `800::800`, `0x1`.
-    pub handle: String,
-    /// Target class; empty for a u32 hash table or a link without a class.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub class: String,
+    pub kind: FilterKind,
+    /// Its handle (tc prints it per kind: `800::800`, `0x1`).
+    pub handle: FilterHandle,
+    /// Target class; none for a u32 hash table or a link without a class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<ClassId>,
     /// What it matches.
     pub matcher: MatchSpec,
     /// u32's hash-table parts.
@@ -685,7 +730,7 @@ pub enum Command {
         prio: Option<u32>,
         /// Only this handle (needs `prio`, as in tc).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        handle: Option<String>,
+        handle: Option<FilterHandle>,
     },
 }
 
@@ -841,7 +886,7 @@ pub struct FilterSpec {
     pub kind: FilterKind,
     /// Explicit handle; `None`: assigned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handle: Option<String>,
+    pub handle: Option<FilterHandle>,
     /// What to match.
     pub matcher: MatchSpec,
     /// Target class (`flowid`/`classid`; `:20` is of the filter's qdisc); none for a u32 hash
@@ -1083,6 +1128,52 @@ mod tests {
         .unwrap();
         assert!(matches!(&without, Command::FilterAdd(f) if f.class.is_none()));
         assert!(!serde_json::to_string(&without).unwrap().contains("class"));
+        // Handles as the operator wrote them: u32's parts, flower's number, a filter del's
+        // with no kind; each one word, written back in the form every grammar reads.
+        for (line, word) in [
+            (
+                r#"{"op":"filter_add","dev":"r2","protocol":"ip","prio":1,"kind":"u32","handle":"800::801","matcher":{}}"#,
+                0x8000_0801,
+            ),
+            (
+                r#"{"op":"filter_add","dev":"r2","protocol":"ip","prio":2,"kind":"flower","handle":"3","matcher":{},"class":"1:20"}"#,
+                3,
+            ),
+            (
+                r#"{"op":"filter_delete","dev":"r2","prio":1,"handle":"800::801"}"#,
+                0x8000_0801,
+            ),
+        ] {
+            let c: Command = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            let handle = match &c {
+                Command::FilterAdd(f) => f.handle,
+                Command::FilterDelete { handle, .. } => *handle,
+                _ => None,
+            };
+            assert_eq!(handle, Some(FilterHandle(word)), "{line}");
+            let again = serde_json::to_string(&c).unwrap();
+            assert!(
+                again.contains(&format!("\"handle\":\"{word:#x}\"")),
+                "{again}"
+            );
+            assert_eq!(serde_json::from_str::<Command>(&again).unwrap(), c);
+        }
+        // A show's class and parent as text: `root`, a class, a qdisc.
+        let show: Request = serde_json::from_str(
+            r#"{"version":1,"request":{"type":"show","object":"class","class":"1:20","parent":"root"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            show.request,
+            RequestBody::Show(Show { class: Some(c), parent: Some(Parent::Root), .. })
+                if c == ClassId::new(1, 0x20)
+        ));
+        let show: Show = serde_json::from_str(r#"{"object":"filter","parent":"1:"}"#).unwrap();
+        assert_eq!(show.parent, Some(Parent::Id(ClassId::new(1, 0))));
+        assert_eq!(
+            serde_json::to_string(&show).unwrap(),
+            r#"{"object":"filter","parent":"1:","stats":false,"invisible":false}"#
+        );
         // A parent written as "root" is the root; a malformed id is refused when read.
         let root: Command = serde_json::from_str(
             r#"{"op":"class_add","dev":"r2","id":"1:1","parent":"root","rate":1}"#,

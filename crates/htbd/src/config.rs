@@ -48,9 +48,8 @@ use htb_config::{ClassSection, ConfigError, Located, PortTree, QdiscSection, Tre
 use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
 
-use htb_ipc::HashKey;
+use htb_ipc::{FilterHandle, HashKey};
 
-use crate::model::FilterHandles as _;
 use crate::model::{FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, u32_divisor};
 use crate::netfilter::NetfilterPolicy;
 
@@ -234,8 +233,8 @@ fn u32_parts(
     let link = f
         .link
         .as_deref()
-        .map(|l| match FilterKind::U32.parse_handle(l) {
-            Ok(h) if h != 0 && h & 0xfffff == 0 => Ok((h >> 20) as u16),
+        .map(|l| match FilterHandle::parse(Some(FilterKind::U32), l) {
+            Ok(FilterHandle(h)) if h != 0 && h & 0xfffff == 0 => Ok((h >> 20) as u16),
             _ => Err(U32PartsError::Link(l.to_owned())),
         })
         .transpose()?;
@@ -571,7 +570,7 @@ fn tree_filters(
         let handle = f
             .handle
             .as_deref()
-            .map(|h| kind.parse_handle(h))
+            .map(|h| FilterHandle::parse(Some(kind), h).map(|h| h.0))
             .transpose()
             .map_err(|e| at(e.to_string()))?;
         let matcher =
@@ -1174,7 +1173,10 @@ rate = "20mbit"
         assert_eq!(ingress.len(), 1);
         let f = &ingress[0];
         assert_eq!((f.prio, f.redirect.as_deref()), (10, Some("ifb4r2")));
-        assert_eq!(f.kind.format_handle(f.handle), "800::800");
+        assert_eq!(
+            FilterHandle(f.handle).display(f.kind).to_string(),
+            "800::800"
+        );
         assert!(c.interfaces[2].ifb && !r2.ifb);
         assert!(c.engine.ports[2].ifb);
         // The general form: filters of the ingress qdisc, each with its action.

@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use htb_config::filter::Classifier;
-use htb_core::ClassId;
 use htb_ipc::{CommandResult, ErrorCode, IpcError, ReplyBody, Request, RequestBody, Response};
 use htb_xdp::{Engine, EngineHandle, IngressHook, JobError, PlaneOp};
 use tokio::sync::{mpsc, oneshot};
@@ -500,11 +499,6 @@ fn persist_error(e: &StoreError) -> IpcError {
         ErrorCode::Persist,
         format!("cannot save the change ({e}); nothing was changed"),
     )
-}
-
-fn parse_id(s: &str) -> Result<ClassId, IpcError> {
-    s.parse()
-        .map_err(|e| IpcError::new(ErrorCode::Invalid, format!("invalid class id {s:?}: {e}")))
 }
 
 /// An effect as the data plane's operation (a new tree is built here, off its thread).

@@ -13,10 +13,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use htb_config::{ClassDef, LeafDef, TreeSpec};
 use htb_core::{ClassId, SchedulerConfig};
 use htb_ipc::{
-    ClassSpec, Command, ErrorCode, FilterSpec, IpcError, LeafQdiscSpec, MqSpec, QdiscSpec,
+    ClassSpec, Command, ErrorCode, FilterHandle, FilterSpec, IpcError, LeafQdiscSpec, MqSpec,
+    QdiscSpec,
 };
 
-use crate::model::FilterHandles as _;
 use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, match_spec};
 use crate::{InterfaceTree, InterfaceTrees};
 
@@ -464,7 +464,7 @@ fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
         protocol: f.protocol,
         prio: Some(f.prio),
         kind: f.kind,
-        handle: Some(f.kind.format_handle(f.handle)),
+        handle: Some(FilterHandle(f.handle)),
         matcher: match_spec(&f.matcher),
         class: f.class,
         hashing: f.hashing(),

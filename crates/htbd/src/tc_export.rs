@@ -221,7 +221,7 @@ fn stab_args(stab: Option<htb_core::SizeTable>) -> String {
         out += &format!("overhead {} ", s.overhead);
     }
     if let Some(l) = s.link_layer {
-        out += &format!("linklayer {} ", crate::model::link_layer_name(l));
+        out += &format!("linklayer {} ", l.name());
     }
     out
 }

@@ -333,8 +333,7 @@ fn running_trees(
     let mut all = BTreeMap::new();
     for (dev, _) in placement.devs() {
         let classes = shown(client, Object::Class, dev)?.classes;
-        let ids: BTreeSet<htb_core::ClassId> =
-            classes.iter().filter_map(|c| c.id.parse().ok()).collect();
+        let ids: BTreeSet<htb_core::ClassId> = classes.iter().map(|c| c.id).collect();
         let wanted = std::iter::once(("--parent".to_owned(), placement.parent)).chain(
             placement
                 .nodes

@@ -26,9 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use htb_config::filter::{Family, IpPrefix};
-use htb_config::u32_handle::U32Handle;
 use htb_core::{ClassId, LeafConfig};
-use htb_ipc::{ClassInfo, FilterInfo, LeafQdiscInfo};
+use htb_ipc::{ClassInfo, FilterHandle, FilterInfo, FilterKind, LeafQdiscInfo};
 
 use super::circuits::{Circuit, Direction, Placement};
 use super::network::{self, Node};
@@ -206,7 +205,7 @@ struct Owned {
     address: AddressKey,
     class: ClassId,
     prio: u32,
-    handle: String,
+    handle: FilterHandle,
 }
 
 impl Running {
@@ -230,7 +229,7 @@ impl Running {
             index
                 .get(&id)
                 .copied()
-                .filter(|&i| self.classes.get(i).is_some_and(|c| c.id.parse() == Ok(id)))
+                .filter(|&i| self.classes.get(i).is_some_and(|c| c.id == id))
         };
         let cached = {
             let index = self.index.borrow();
@@ -245,7 +244,7 @@ impl Running {
                     .classes
                     .iter()
                     .enumerate()
-                    .filter_map(|(i, c)| c.id.parse().ok().map(|id| (id, i)))
+                    .map(|(i, c)| (c.id, i))
                     .collect();
                 index.0 = self.classes.len();
                 hit(&index.1)
@@ -255,7 +254,7 @@ impl Running {
     }
 
     fn parent_of(&self, id: ClassId) -> Option<ClassId> {
-        self.class(id)?.parent.as_deref()?.parse().ok()
+        self.class(id)?.parent
     }
 
     /// Whether `id` is below `top` (not `top` itself).
@@ -277,7 +276,7 @@ impl Running {
         let prios = [placement.prio, placement.prio + 1];
         self.filters
             .iter()
-            .filter(|f| prios.contains(&f.prio) && f.kind == "u32")
+            .filter(|f| prios.contains(&f.prio) && f.kind == FilterKind::U32)
             // In a table's bucket or the root table; not a table or a link.
             .filter(|f| f.hashing.divisor.is_none() && f.hashing.link.is_none())
             .filter_map(|f| {
@@ -295,13 +294,13 @@ impl Running {
                 if bare != htb_ipc::MatchSpec::default() {
                     return None;
                 }
-                let class: ClassId = f.class.parse().ok()?;
+                let class = f.class?;
                 let address: IpPrefix = address.parse().ok()?;
                 self.is_below(class, placement.parent).then(|| Owned {
                     address: key(&address),
                     class,
                     prio: f.prio,
-                    handle: f.handle.clone(),
+                    handle: f.handle,
                 })
             })
             .collect()
@@ -322,10 +321,10 @@ impl Running {
     fn bucket_links(&self, prio: u32, table: u32) -> BTreeMap<u32, u32> {
         self.filters
             .iter()
-            .filter(|f| f.prio == prio && f.kind == "u32")
+            .filter(|f| f.prio == prio && f.kind == FilterKind::U32)
             .filter_map(|f| {
                 let link = f.hashing.link?;
-                let handle = f.handle.parse::<U32Handle>().ok()?;
+                let handle = f.handle.u32();
                 (handle.table() == table).then_some((handle.bucket(), link))
             })
             .collect()
@@ -334,10 +333,9 @@ impl Running {
     /// The u32 table ids in use (tables, and the tables filters live in, and the tables links
     /// lead to).
     fn tables(&self) -> BTreeSet<u32> {
-        let u32s = self.filters.iter().filter(|f| f.kind == "u32");
+        let u32s = self.filters.iter().filter(|f| f.kind == FilterKind::U32);
         u32s.clone()
-            .filter_map(|f| f.handle.parse::<U32Handle>().ok())
-            .map(U32Handle::table)
+            .map(|f| f.handle.u32().table())
             .chain(u32s.filter_map(|f| f.hashing.link))
             .collect()
     }
@@ -445,11 +443,7 @@ pub fn batch(
     let major = placement.parent.major();
     let used: BTreeSet<u32> = running
         .values()
-        .flat_map(|r| {
-            r.classes
-                .iter()
-                .filter_map(|c| c.id.parse::<ClassId>().ok())
-        })
+        .flat_map(|r| r.classes.iter().map(|c| c.id))
         .filter(|id| id.major() == major)
         .map(ClassId::minor)
         .chain(placement.nodes.values().map(|id| id.minor()))
@@ -561,18 +555,18 @@ fn port_batch(
 ) {
     let qdisc = ClassId::new(placement.parent.major(), 0);
     let owned = r.owned(placement, direction);
-    let ids: Vec<ClassId> = r.classes.iter().filter_map(|c| c.id.parse().ok()).collect();
+    let ids: Vec<ClassId> = r.classes.iter().map(|c| c.id).collect();
     // What the import owns here: its filters' classes; with network.json, everything under
     // --parent but the --node classes, the classes other filters name, and what holds them.
     // (A set: a walk of the owned filters per running filter made a 100 000-circuit sync
     // quadratic, 20 s.)
-    let owned_at: std::collections::HashSet<(u32, &str)> =
-        owned.iter().map(|o| (o.prio, o.handle.as_str())).collect();
+    let owned_at: std::collections::HashSet<(u32, FilterHandle)> =
+        owned.iter().map(|o| (o.prio, o.handle)).collect();
     let theirs = r
         .filters
         .iter()
-        .filter(|f| !owned_at.contains(&(f.prio, f.handle.as_str())))
-        .filter_map(|f| f.class.parse::<ClassId>().ok());
+        .filter(|f| !owned_at.contains(&(f.prio, f.handle)))
+        .filter_map(|f| f.class);
     let keep_out: BTreeSet<ClassId> = placement
         .nodes
         .values()
@@ -604,8 +598,7 @@ fn port_batch(
         .collect();
     gone.extend(want.iter().filter_map(|(&id, w)| {
         let have = r.class(id)?;
-        let parent: Option<ClassId> = have.parent.as_deref().and_then(|p| p.parse().ok());
-        (parent != Some(w.parent)).then_some(id)
+        (have.parent != Some(w.parent)).then_some(id)
     }));
     loop {
         let more: Vec<ClassId> = ids
@@ -633,7 +626,8 @@ fn port_batch(
             Origin::Running,
             format_args!(
                 "filter del dev {dev} parent {qdisc} prio {} handle {} u32",
-                o.prio, o.handle
+                o.prio,
+                o.handle.display(FilterKind::U32)
             ),
         );
         out.changes.filters_deleted += 1;
@@ -886,7 +880,7 @@ fn sqm_config(sqm: &str) -> Option<LeafConfig> {
 
 #[cfg(test)]
 mod tests {
-    use htb_ipc::{Command, MatchSpec};
+    use htb_ipc::{Command, LinkLayer, MatchSpec, Protocol};
 
     use super::super::circuits::group;
     use super::super::shaped_devices::read;
@@ -917,8 +911,8 @@ mod tests {
     fn class(id: &str, parent: Option<&str>, rate: u64, ceil: u64) -> ClassInfo {
         ClassInfo {
             dev: String::new(),
-            id: id.into(),
-            parent: parent.map(str::to_owned),
+            id: id.parse().unwrap(),
+            parent: parent.map(|p| p.parse().unwrap()),
             level: 0,
             leaf: true,
             prio: 0,
@@ -931,7 +925,7 @@ mod tests {
             cbuffer_ns: 0,
             overhead: 0,
             mpu: 0,
-            linklayer: "ethernet".into(),
+            linklayer: LinkLayer::Ethernet,
             leaf_qdisc: None,
             stats: None,
         }
@@ -953,12 +947,12 @@ mod tests {
                         police: None,
                         redirect: None,
                         dev: dev.into(),
-                        parent: "1:".into(),
-                        protocol: "ip".into(),
+                        parent: ClassId::new(1, 0),
+                        protocol: Protocol::Ip,
                         prio: 1,
-                        kind: "u32".into(),
-                        handle: "800::800".into(),
-                        class: "1:a".into(),
+                        kind: FilterKind::U32,
+                        handle: FilterHandle(0x8000_0800),
+                        class: Some(ClassId::new(1, 0xa)),
                         matcher: MatchSpec {
                             dst: Some("10.9.9.9/32".into()),
                             ..MatchSpec::default()
@@ -998,32 +992,26 @@ mod tests {
                 }
                 Command::ClassChange(c) => {
                     let id: ClassId = c.id;
-                    let have = r.classes.iter_mut().find(|k| k.id.parse() == Ok(id));
+                    let have = r.classes.iter_mut().find(|k| k.id == id);
                     let have = have.unwrap_or_else(|| panic!("{}", at("no class")));
-                    assert_eq!(
-                        have.parent,
-                        c.parent.map(|p| p.to_string()),
-                        "{}",
-                        at("parent")
-                    );
+                    assert_eq!(have.parent, c.parent, "{}", at("parent"));
                     (have.rate, have.ceil) = (c.rate, c.ceil.unwrap());
                 }
                 Command::ClassDelete { id, .. } => {
-                    let id = id.to_string();
-                    assert!(!r.filters.iter().any(|f| f.class == id), "{}", at("in use"));
                     assert!(
-                        !r.classes
-                            .iter()
-                            .any(|k| k.parent.as_deref() == Some(id.as_str())),
+                        !r.filters.iter().any(|f| f.class == Some(id)),
+                        "{}",
+                        at("in use")
+                    );
+                    assert!(
+                        !r.classes.iter().any(|k| k.parent == Some(id)),
                         "{}",
                         at("has children")
                     );
                     let before = r.classes.len();
                     r.classes.retain(|k| k.id != id);
                     assert_eq!(r.classes.len() + 1, before, "{}", at("no class"));
-                    r.leaves.retain(|l| {
-                        l.parent.map(|p| p.to_string()).as_deref() != Some(id.as_str())
-                    });
+                    r.leaves.retain(|l| l.parent != Some(id));
                 }
                 Command::FilterAdd(f) => {
                     let next_handle = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -1031,12 +1019,12 @@ mod tests {
                         police: None,
                         redirect: None,
                         dev: f.dev,
-                        parent: "1:".into(),
-                        protocol: f.protocol.name().into(),
+                        parent: ClassId::new(1, 0),
+                        protocol: f.protocol,
                         prio: f.prio.unwrap(),
-                        kind: f.kind.name().into(),
-                        handle: format!("800::{next_handle:x}"),
-                        class: f.class.map(|c| c.to_string()).unwrap_or_default(),
+                        kind: f.kind,
+                        handle: FilterHandle(0x8000_0000 | next_handle),
+                        class: f.class,
                         matcher: f.matcher,
                         hashing: f.hashing,
                     });
@@ -1044,7 +1032,7 @@ mod tests {
                 Command::FilterDelete { prio, handle, .. } => {
                     let before = r.filters.len();
                     r.filters
-                        .retain(|f| !(Some(f.prio) == prio && Some(&f.handle) == handle.as_ref()));
+                        .retain(|f| !(Some(f.prio) == prio && Some(f.handle) == handle));
                     assert_eq!(r.filters.len() + 1, before, "{}", at("no filter"));
                 }
                 Command::LeafAdd(l) | Command::LeafReplace(l) => {
@@ -1122,16 +1110,17 @@ mod tests {
 
     /// A u32 filter of `running`'s trees: `handle` in its table, linking to `link` by `mask`.
     fn link_filter(dev: &str, handle: &str, mask: u32, link: u32) -> FilterInfo {
+        let handle = FilterHandle::parse(Some(FilterKind::U32), handle).unwrap();
         FilterInfo {
             police: None,
             redirect: None,
             dev: dev.into(),
-            parent: "1:".into(),
-            protocol: "ip".into(),
+            parent: ClassId::new(1, 0),
+            protocol: Protocol::Ip,
             prio: 10,
-            kind: "u32".into(),
-            handle: handle.into(),
-            class: String::new(),
+            kind: FilterKind::U32,
+            handle,
+            class: None,
             matcher: MatchSpec::default(),
             hashing: htb_ipc::U32Hashing {
                 link: Some(link),
@@ -1363,16 +1352,13 @@ mod tests {
         .unwrap();
         let b = batch(&circuits(&rows), Some(&nodes), &p, &running, 0x100).unwrap();
         apply(&mut running, &b.text);
-        let ids: Vec<&str> = running["lan0"]
+        let ids: Vec<String> = running["lan0"]
             .classes
             .iter()
-            .map(|c| c.id.as_str())
+            .map(|c| c.id.to_string())
             .collect();
         assert_eq!(ids.len(), 2 + 2 + 3, "{ids:?}\n{}", b.text);
-        assert!(
-            !ids.contains(&"1:103") && !ids.contains(&"1:102"),
-            "{ids:?}"
-        );
+        assert!(!ids.iter().any(|i| i == "1:103" || i == "1:102"), "{ids:?}");
     }
 
     #[test]

@@ -4,8 +4,7 @@
 
 use std::net::IpAddr;
 
-use htb_config::u32_handle::U32Handle;
-use htb_ipc::{FilterSpec, HashKey, MatchSpec, Protocol};
+use htb_ipc::{FilterHandle, FilterSpec, HashKey, MatchSpec, Protocol, U32Handle};
 
 use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
 use super::u32_keys::{self, RawKeys};
@@ -59,8 +58,7 @@ pub(super) fn prefix(s: &str, v6: bool, what: &str) -> Result<String> {
 /// A filter's handle as the kernel's `u32_change` files it: a node written alone
 /// (`handle 0x65`, or `::65`) goes into the bucket `ht` names (`htid | TC_U32_NODE(handle)`);
 /// a handle naming another table or bucket is the kernel's "hash table address mismatch".
-/// Returned as tc prints it (`3:2:65`), the form htbd reads.
-fn placed_handle(text: &str, table: Option<(u32, u32)>) -> Result<String> {
+fn placed_handle(text: &str, table: Option<(u32, u32)>) -> Result<FilterHandle> {
     let handle = U32Handle(u32_keys::u32_handle(text, "handle")?);
     let placed = match table {
         Some((table, bucket)) => handle.in_bucket(table, bucket).ok_or_else(|| {
@@ -70,10 +68,16 @@ fn placed_handle(text: &str, table: Option<(u32, u32)>) -> Result<String> {
         })?,
         None => handle,
     };
-    Ok(placed.to_string())
+    Ok(FilterHandle(placed.0))
 }
 
-pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
+/// `handle` is the text tc's generic part read before `u32` (or `None`): u32 may read its own
+/// after, and places it in the table `ht` names.
+pub(super) fn options(
+    a: &mut Args<'_>,
+    spec: &mut FilterSpec,
+    mut handle: Option<String>,
+) -> Result<()> {
     let mut raw_keys = RawKeys::default();
     let mut sample_bucket = None;
     let m = &mut spec.matcher;
@@ -191,7 +195,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
             }
         } else if w == "handle" {
             // f_u32.c reads `handle` among its own options too (`… u32 ht 3:2: handle 0x65`).
-            spec.handle = Some(a.value()?.to_owned());
+            handle = Some(a.value()?.to_owned());
         } else if matches(w, "classid") || matches(w, "flowid") {
             spec.class = Some(class_id(a.value()?, "classid")?);
         } else if w == "skip_hw" || w == "skip_sw" {
@@ -206,7 +210,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }
     }
-    if let Some(text) = spec.handle.take() {
+    if let Some(text) = handle {
         spec.handle = Some(placed_handle(&text, spec.hashing.table)?);
     }
     if let Some(bucket) = sample_bucket {

@@ -16,7 +16,7 @@ pub(super) fn run(
     out: &mut impl Write,
 ) -> Result<(), ClientError> {
     let terminal = std::io::stdout().is_terminal();
-    let mut previous: HashMap<(String, String), (u64, u64, u64)> = HashMap::new();
+    let mut previous: HashMap<(String, htb_core::ClassId), (u64, u64, u64)> = HashMap::new();
     let mut last = Instant::now();
     let mut round = 0u64;
     loop {
@@ -42,7 +42,7 @@ pub(super) fn run(
         ));
         for c in &shown.classes {
             let s = c.stats.unwrap_or_default();
-            let key = (c.dev.clone(), c.id.clone());
+            let key = (c.dev.clone(), c.id);
             let (bps, pps) = match previous.get(&key) {
                 Some(&(bytes, packets, _)) if round > 0 && dt > 0.0 => (
                     format!("{:.0}", (s.bytes.saturating_sub(bytes) * 8) as f64 / dt),
@@ -55,7 +55,8 @@ pub(super) fn run(
                 "{:<8} {:<10} {:<10} {:>12} {:>12} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
                 c.dev,
                 c.id,
-                c.parent.as_deref().unwrap_or("root"),
+                c.parent
+                    .map_or_else(|| "root".to_owned(), |p| p.to_string()),
                 super::format::rate_text(c.rate, false),
                 super::format::rate_text(c.ceil, false),
                 bps,

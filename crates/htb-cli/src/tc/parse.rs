@@ -631,10 +631,10 @@ mod tests {
         assert_eq!(
             (
                 f.prio,
-                f.handle.as_deref(),
+                f.handle,
                 f.class.map(|c| c.to_string()).unwrap_or_default().as_str()
             ),
-            (Some(1), Some("800::800"), "1:30")
+            (Some(1), Some(htb_ipc::FilterHandle(0x8000_0800)), "1:30")
         );
         assert_eq!(f.matcher.dst.as_deref(), Some("10.0.0.9/32"));
         let Command::FilterReplace(f) = change(
@@ -658,8 +658,12 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            (s.object, s.prio, s.handle.as_deref()),
-            (Some(Object::Filter), Some(1), Some("800::800"))
+            (s.object, s.prio, s.handle),
+            (
+                Some(Object::Filter),
+                Some(1),
+                Some(htb_ipc::FilterHandle(0x8000_0800))
+            )
         );
         assert!(
             parse_command_line(&words("filter get dev D pref 1 u32"))
@@ -773,7 +777,7 @@ mod tests {
                 dev: "D".into(),
                 parent: Some(htb_core::ClassId::new(1, 0)),
                 prio: Some(1),
-                handle: Some("800::800".into())
+                handle: Some(htb_ipc::FilterHandle(0x8000_0800))
             }
         );
     }
@@ -801,7 +805,7 @@ mod tests {
         ) else {
             panic!("not a filter add");
         };
-        assert_eq!(f.handle.as_deref(), Some("3:2:65"));
+        assert_eq!(f.handle, Some(htb_ipc::FilterHandle(0x0030_2065)));
         assert_eq!(f.hashing.table, Some((3, 2)));
         // The same before the kind, and the kernel's own spelling of a handle.
         let Command::FilterAdd(f) = change(
@@ -809,7 +813,7 @@ mod tests {
         ) else {
             panic!("not a filter add");
         };
-        assert_eq!(f.handle.as_deref(), Some("800::800"));
+        assert_eq!(f.handle, Some(htb_ipc::FilterHandle(0x8000_0800)));
         assert!(
             error("filter add dev D parent 1: u32 ht 3:2: handle 4:2:65 match ip dst 10.0.0.1/32 flowid 1:1")
                 .contains("not in hash table 3: bucket 2")

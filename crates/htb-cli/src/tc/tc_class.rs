@@ -1,6 +1,6 @@
 //! `class add|change|replace|del|show` (iproute2 `tc/tc_class.c`): HTB classes.
 
-use htb_ipc::{Command, Object, Show};
+use htb_ipc::{Command, Object, Parent, Show};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, matches, usage};
@@ -51,8 +51,8 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         return Ok(Action::Show(Show {
             object: Some(Object::Class),
             dev,
-            class: id.map(|c| c.to_string()),
-            parent: parent.map(|p| p.map_or_else(|| "root".to_owned(), |id| id.to_string())),
+            class: id,
+            parent: parent.map(|p| p.map_or(Parent::Root, Parent::Id)),
             ..Show::default()
         }));
     }

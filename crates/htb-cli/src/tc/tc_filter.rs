@@ -1,7 +1,9 @@
 //! `filter add|change|replace|del|get|show` (iproute2 `tc/tc_filter.c`): u32 and flower filters
 //! on the root qdisc.
 
-use htb_ipc::{Command, FilterKind, FilterSpec, MatchSpec, Object, Protocol, Show};
+use htb_ipc::{
+    Command, FilterHandle, FilterKind, FilterSpec, MatchSpec, Object, Parent, Protocol, Show,
+};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
@@ -44,12 +46,15 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     let mut dev = None;
     let mut spec = FilterSpec::default();
     let mut kind_given = false;
+    // tc reads the handle with the kind's own parser (`get_u32_handle`, flower's `get_u32`):
+    // kept as text until the kind is known.
+    let mut handle = None;
     while let Some(w) = a.next() {
         match w {
             "dev" => dev = Some(a.value()?.to_owned()),
             "root" => spec.parent = None,
             "parent" => spec.parent = Some(class_id(a.value()?, "parent")?),
-            "handle" => spec.handle = Some(a.value()?.to_owned()),
+            "handle" => handle = Some(a.value()?.to_owned()),
             "fw" => {
                 return usage(
                     "fw classifies by the firewall mark (skb->mark) that iptables or nftables \
@@ -73,7 +78,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 kind_given = true;
                 if matches!(verb, Verb::Add | Verb::Change | Verb::Replace) {
                     if spec.kind == FilterKind::U32 {
-                        f_u32::options(&mut a, &mut spec)?;
+                        f_u32::options(&mut a, &mut spec, handle.take())?;
                     } else {
                         f_flower::options(&mut a, &mut spec)?;
                     }
@@ -106,6 +111,13 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             }
         }
     }
+    if let Some(text) = handle {
+        let kind = kind_given.then_some(spec.kind);
+        spec.handle = Some(
+            FilterHandle::parse(kind, &text)
+                .or_else(|e| usage(format!("Illegal \"handle\": {e}")))?,
+        );
+    }
     let dev = match (dev, verb) {
         (Some(dev), _) => dev,
         (None, Verb::Show) => String::new(),
@@ -130,7 +142,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         Verb::Show => Ok(Action::Show(Show {
             object: Some(Object::Filter),
             dev: (!dev.is_empty()).then_some(dev),
-            parent: spec.parent.map(|p| p.to_string()),
+            parent: spec.parent.map(Parent::Id),
             ..Show::default()
         })),
         Verb::Delete => {

@@ -12,8 +12,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use htb_config::u32_handle::U32Handle;
 use htb_ipc::MatchSpec;
+use htb_ipc::U32Handle;
 
 use super::args::{Args, Result, illegal, mask, number, usage};
 use super::f_u32::{port_range, tos_to_dscp};

@@ -3,15 +3,15 @@
 
 use htb_core::ClassId;
 use htb_ipc::{
-    ClassInfo, ClassStats, ErrorCode, FilterInfo, IngressInfo, IpcError, LeafQdiscInfo,
-    LeafQdiscStats, MqClassInfo, MqInfo, Object, QdiscInfo, QueueStats, RttStats, Show, Shown,
+    ClassInfo, ClassStats, ErrorCode, FilterHandle, FilterInfo, IngressInfo, IpcError,
+    LeafQdiscInfo, LeafQdiscStats, MqClassInfo, MqInfo, Object, Parent, QdiscInfo, QueueStats,
+    RttStats, Show, Shown,
 };
 use htb_xdp::PortSnapshot;
 
-use super::{Control, internal, parse_id};
+use super::{Control, internal};
 use crate::metrics::{ClassScrape, Scrape, TreeScrape};
-use crate::model::FilterHandles as _;
-use crate::model::{INGRESS_MAJOR, MqModel, QdiscModel, Root, link_layer_name, match_spec};
+use crate::model::{INGRESS_MAJOR, MqModel, QdiscModel, Root, match_spec};
 
 /// A tree's totals as `qdisc show -s` prints them, with `pool` drops of its port's frame
 /// pool.
@@ -144,14 +144,8 @@ fn tree_ids(
             .map(|d| d.id)
             .collect(),
         Object::Class => {
-            let parent = match show.parent.as_deref() {
-                None => None,
-                Some("root") => Some(None),
-                Some(p) => {
-                    let p = parse_id(p)?;
-                    Some((!p.is_qdisc()).then_some(p))
-                }
-            };
+            // `parent root` and `parent 1:` (the qdisc) both ask for the root classes.
+            let parent = show.parent.map(|p| p.id().filter(|id| !id.is_qdisc()));
             qdisc
                 .classes
                 .values()
@@ -265,7 +259,7 @@ fn show_tree(
             };
             shown.qdiscs.push(QdiscInfo {
                 dev: dev.clone(),
-                handle: format!("{:x}:", c.major),
+                handle: ClassId::new(c.major, 0),
                 parent,
                 default_minor: c.default_minor,
                 r2q: c.r2q,
@@ -334,8 +328,8 @@ fn show_tree(
                 });
                 shown.classes.push(ClassInfo {
                     dev: dev.clone(),
-                    id: id.to_string(),
-                    parent: info.parent.map(|p| p.to_string()),
+                    id: *id,
+                    parent: info.parent,
                     level: info.level,
                     leaf: info.children == 0,
                     prio: c.prio,
@@ -348,7 +342,7 @@ fn show_tree(
                     cbuffer_ns: c.cbuffer.as_nanos(),
                     overhead: c.adjust.overhead,
                     mpu: c.adjust.mpu,
-                    linklayer: link_layer_name(c.adjust.link_layer).into(),
+                    linklayer: c.adjust.link_layer,
                     leaf_qdisc: qdisc
                         .classes
                         .get(id)
@@ -360,13 +354,10 @@ fn show_tree(
             }
         }
         Object::Filter => {
-            let wanted = match (show.prio, show.handle.as_deref()) {
-                (Some(prio), Some(handle)) => Some((prio, handle)),
-                _ => None,
-            };
+            let wanted = show.prio.zip(show.handle);
             for f in &qdisc.filters {
                 if let Some((prio, handle)) = wanted
-                    && (f.prio != prio || f.kind.parse_handle(handle) != Ok(f.handle))
+                    && (f.prio != prio || handle.0 != f.handle)
                 {
                     continue;
                 }
@@ -378,12 +369,12 @@ fn show_tree(
                 }
                 shown.filters.push(FilterInfo {
                     dev: dev.clone(),
-                    parent: format!("{:x}:", qdisc.config.major),
-                    protocol: f.protocol.name().into(),
+                    parent: ClassId::new(qdisc.config.major, 0),
+                    protocol: f.protocol,
                     prio: f.prio,
-                    kind: f.kind.name().into(),
-                    handle: f.kind.format_handle(f.handle),
-                    class: f.class.map(|c| c.to_string()).unwrap_or_default(),
+                    kind: f.kind,
+                    handle: FilterHandle(f.handle),
+                    class: f.class,
                     matcher: match_spec(&f.matcher),
                     hashing: f.hashing(),
                     police: f.police.as_ref().map(|p| htb_ipc::PoliceInfo {
@@ -414,11 +405,17 @@ impl Control {
             Some(dev) => vec![self.model.port_index(dev)?],
             None => (0..self.model.ports.len()).collect(),
         };
-        let only_tree = match (object, show.parent.as_deref()) {
-            (Object::Filter, Some(p)) => Some(parse_id(p)?.major()),
+        let only_tree = match (object, show.parent) {
+            (Object::Filter, Some(Parent::Id(p))) => Some(p.major()),
+            (Object::Filter, Some(Parent::Root)) => {
+                return Err(IpcError::new(
+                    ErrorCode::Invalid,
+                    "filters hang on a qdisc: filter show parent 1:, not root",
+                ));
+            }
             _ => None,
         };
-        let only_class = show.class.as_deref().map(parse_id).transpose()?;
+        let only_class = show.class;
         let mut shown = Shown::default();
         let mut window = Window::new(show.page.filter(|_| object != Object::Qdisc));
         for index in ports {
@@ -472,7 +469,7 @@ impl Control {
                 if object == Object::Class {
                     // mq's classes are roots: listed unless the show names another class or
                     // parent.
-                    let roots = show.parent.as_deref().is_none_or(|p| p == "root");
+                    let roots = show.parent.is_none_or(|p| p == Parent::Root);
                     info.classes
                         .retain(|c| roots && only_class.is_none_or(|o| o == c.id));
                 }
@@ -528,14 +525,14 @@ impl Control {
                 }
             }
         }
-        if let (Object::Filter, Some(prio), Some(handle)) =
-            (object, show.prio, show.handle.as_deref())
+        if let (Object::Filter, Some(prio), Some(handle)) = (object, show.prio, show.handle)
             && shown.filters.is_empty()
         {
             return Err(IpcError::new(
                 ErrorCode::NotFound,
                 format!(
-                    "no filter with prio {prio} and handle {handle} on {}",
+                    "no filter with prio {prio} and handle {:#x} on {}",
+                    handle.0,
                     show.dev.as_deref().unwrap_or("any interface")
                 ),
             ));

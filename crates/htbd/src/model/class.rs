@@ -1,21 +1,11 @@
 //! The `class add|change|replace|del` commands.
 
 use htb_config::ClassDef;
-use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, LinkLayer, Rate};
-use htb_ipc::{ErrorCode, IpcError};
+use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, Rate};
+use htb_ipc::{ErrorCode, FilterHandle, IpcError};
 
-use super::filter_entry::FilterHandles as _;
 use super::qdisc::Verb;
 use super::{Effect, Model, Step, Undo, class_error, error, of_qdisc};
-
-/// `linklayer` as tc names it (the inverse of what `class_spec` reads).
-#[must_use]
-pub fn link_layer_name(link_layer: LinkLayer) -> &'static str {
-    match link_layer {
-        LinkLayer::Atm => "atm",
-        _ => "ethernet",
-    }
-}
 
 /// A wire class spec as the scheduler's.
 pub(super) fn class_spec(c: &htb_ipc::ClassSpec) -> Result<ClassSpec, IpcError> {
@@ -93,7 +83,7 @@ impl Model {
             let mut old_def = def.clone();
             old_def.spec = old;
             let def = def.clone();
-            step.warn(warnings.iter().map(ToString::to_string));
+            step.warn(warnings);
             step.undo.push(Undo::ClassChanged { port, old: old_def });
             step.effect(Effect::ChangeClass { port: name, def });
         } else {
@@ -120,7 +110,7 @@ impl Model {
                 leaf: None,
             };
             qdisc.classes.insert(id, def.clone());
-            step.warn(warnings.iter().map(ToString::to_string));
+            step.warn(warnings);
             step.undo.push(Undo::ClassAdded { port, id });
             step.effect(Effect::AddClass { port: name, def });
         }
@@ -146,7 +136,7 @@ impl Model {
                     "class {id} is in use by filter pref {} {} {}; delete the filter first",
                     f.prio,
                     f.kind.name(),
-                    f.kind.format_handle(f.handle)
+                    FilterHandle(f.handle).display(f.kind)
                 ),
             ));
         }

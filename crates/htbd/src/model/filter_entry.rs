@@ -1,8 +1,6 @@
 //! A filter as tc shows it: `u32` or `flower`, its protocol, priority and handle, and its
 //! match in both tc's and the config's form. The `filter add|del` commands are in `filters`.
 
-use std::fmt::Write as _;
-
 use htb_config::filter::{
     Family, IpPrefix, MAX_RAW_KEYS, Match, Police, PortRange, RawKey, RawKeys,
 };
@@ -18,17 +16,11 @@ pub(super) const U32_FIRST_ID: u32 = 0x800;
 /// The last node id of a bucket (`gen_new_kid` allocates up to `htid | 0xfff`).
 pub(super) const U32_LAST_ID: u32 = 0xfff;
 
-/// A filter's handle or u32 divisor that does not parse (its protocol and kind are parsed
-/// once, into the wire's types: `htb_ipc::Protocol`, `htb_ipc::FilterKind`).
+/// A u32 divisor the kernel refuses (a filter's protocol, kind and handle are parsed once, into
+/// the wire's types: `htb_ipc::Protocol`, `htb_ipc::FilterKind`, `htb_ipc::FilterHandle`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FilterValueError {
-    /// Not a u32 handle as tc writes one.
-    #[error("invalid u32 handle: {0}")]
-    U32Handle(#[source] htb_config::u32_handle::U32HandleError),
-    /// Not a flower handle (a nonzero number, decimal or `0x` hex).
-    #[error("invalid flower handle {0:?}")]
-    FlowerHandle(String),
     /// More than 256 buckets.
     #[error("divisor {0}: exceeded maximum 256 hash buckets")]
     DivisorTooLarge(u32),
@@ -40,66 +32,6 @@ pub enum FilterValueError {
 pub use htb_ipc::Protocol;
 
 pub use htb_ipc::FilterKind;
-
-/// The handles of each filter kind, as tc writes and prints them.
-pub trait FilterHandles {
-    /// Parses a handle of this kind: `800::800` (u32), `0x1` or `1` (flower).
-    ///
-    /// # Errors
-    /// A malformed handle.
-    fn parse_handle(self, s: &str) -> Result<u32, FilterValueError>;
-
-    /// Formats a handle as tc prints it (`sprint_u32_handle`, flower's `0x%x`).
-    fn format_handle(self, handle: u32) -> String;
-}
-
-impl FilterHandles for FilterKind {
-    /// Parses a handle of this kind: `800::800` (u32), `0x1` or `1` (flower).
-    ///
-    /// # Errors
-    /// A malformed handle.
-    fn parse_handle(self, s: &str) -> Result<u32, FilterValueError> {
-        let bad = || FilterValueError::FlowerHandle(s.to_owned());
-        match self {
-            // tc's get_u32_handle, the one parser (htb_config::u32_handle).
-            Self::U32 => s
-                .parse::<htb_config::u32_handle::U32Handle>()
-                .map(|h| h.0)
-                .map_err(FilterValueError::U32Handle),
-            Self::Flower => {
-                let digits = s.strip_prefix("0x");
-                match digits {
-                    Some(hex) => u32::from_str_radix(hex, 16),
-                    None => s.parse(),
-                }
-                .ok()
-                .filter(|&h| h != 0)
-                .ok_or_else(bad)
-            }
-        }
-    }
-
-    fn format_handle(self, handle: u32) -> String {
-        match self {
-            Self::U32 => {
-                let (ht, hash, node) = (handle >> 20, (handle >> 12) & 0xff, handle & 0xfff);
-                let mut s = String::new();
-                if ht != 0 {
-                    let _ = write!(s, "{ht:x}");
-                }
-                s.push(':');
-                if hash != 0 {
-                    let _ = write!(s, "{hash:x}");
-                }
-                if node != 0 {
-                    let _ = write!(s, ":{node:x}");
-                }
-                s
-            }
-            Self::Flower => format!("0x{handle:x}"),
-        }
-    }
-}
 
 /// u32's `divisor`: a power of two from 1 to 256 buckets (`u32_change` in `cls_u32.c`).
 ///

@@ -3,9 +3,8 @@
 
 use htb_config::filter::Police;
 use htb_core::ClassId;
-use htb_ipc::{ErrorCode, IpcError, MatchSpec};
+use htb_ipc::{ErrorCode, FilterHandle, IpcError, MatchSpec};
 
-use super::filter_entry::FilterHandles as _;
 use super::filter_entry::{AUTO_PRIO, FilterEntry, FilterKind, U32Parts, matcher, u32_divisor};
 use super::ingress::INGRESS_MAJOR;
 use super::qdisc::QdiscModel;
@@ -90,11 +89,12 @@ fn u32_placement(
     parts: &U32Parts,
 ) -> Result<Option<u32>, IpcError> {
     if parts.divisor.is_some() {
-        if let Some(given) = f.handle.as_deref() {
-            let h = FilterKind::U32.parse_handle(given).map_err(invalid)?;
+        if let Some(given) = f.handle {
+            let h = given.0;
             if h == 0 || h & 0xfffff != 0 {
                 return Err(invalid(format!(
-                    "a hash table's handle is a table id like 2:, not {given}"
+                    "a hash table's handle is a table id like 2:, not {}",
+                    given.display(FilterKind::U32)
                 )));
             }
             return Ok(Some(h));
@@ -131,12 +131,15 @@ fn place(
     bucket: u32,
 ) -> Result<Option<u32>, IpcError> {
     let base = table << 20 | bucket << 12;
-    if let Some(given) = f.handle.as_deref() {
-        let h = FilterKind::U32.parse_handle(given).map_err(invalid)?;
+    if let Some(given) = f.handle {
+        let h = given.0;
         if h & 0xfff == 0 || h & !0xfff != base {
             return Err(error(
                 ErrorCode::Invalid,
-                format!("handle {given} is not a node of ht {table:x}:{bucket:x}:"),
+                format!(
+                    "handle {} is not a node of ht {table:x}:{bucket:x}:",
+                    given.display(FilterKind::U32)
+                ),
             ));
         }
         return Ok(Some(h));
@@ -269,14 +272,8 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
     {
         entry.prio = decl.prio;
     }
-    let given = match placed {
-        Some(h) => Some(h),
-        None => f
-            .handle
-            .as_deref()
-            .map(|h| kind.parse_handle(h).map_err(invalid))
-            .transpose()?,
-    };
+    // Handle 0 is none given, as in the kernel (`u32_change`, `fl_change` pick one).
+    let given = placed.or(f.handle.map(|h| h.0).filter(|&h| h != 0));
     if let Some(h) = given {
         entry.handle = h;
         // Taken: the same prio and handle; or, for u32, a table or a node of a hash table
@@ -293,7 +290,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
                 ErrorCode::Exists,
                 format!(
                     "a filter with prio {prio} and handle {} exists",
-                    kind.format_handle(h)
+                    FilterHandle(h).display(kind)
                 ),
             ));
         }
@@ -354,7 +351,7 @@ impl Model {
         let name = step.name.clone();
         let major = f.parent.map(ClassId::major);
         let qdisc = self.tree_mut(step.port, major)?;
-        let (Some(prio), Some(handle)) = (f.prio, f.handle.as_deref()) else {
+        let (Some(prio), Some(handle)) = (f.prio, f.handle) else {
             if replace {
                 return self.filter_add(step, f);
             }
@@ -364,18 +361,18 @@ impl Model {
             ));
         };
         let kind = f.kind;
-        let h = kind.parse_handle(handle).map_err(invalid)?;
-        let existing = qdisc.filters.get(prio, h).cloned();
+        let existing = qdisc.filters.get(prio, handle.0).cloned();
+        let handle_text = handle.display(kind);
         match existing {
             None if replace => self.filter_add(step, f),
             None => Err(error(
                 ErrorCode::NotFound,
-                format!("no filter with prio {prio} and handle {handle} on {name} to change"),
+                format!("no filter with prio {prio} and handle {handle_text} on {name} to change"),
             )),
             Some(e) if e.kind != kind => Err(error(
                 ErrorCode::Invalid,
                 format!(
-                    "the filter with prio {prio} and handle {handle} is {}, not {}",
+                    "the filter with prio {prio} and handle {handle_text} is {}, not {}",
                     e.kind.name(),
                     kind.name()
                 ),
@@ -397,7 +394,7 @@ impl Model {
         step: &mut Step<'_>,
         major: Option<u16>,
         prio: Option<u32>,
-        handle: Option<&str>,
+        handle: Option<FilterHandle>,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
         let qdisc = self.tree_mut(port, major)?;
@@ -422,16 +419,16 @@ impl Model {
                     removed
                 }
                 (Some(prio), Some(handle)) => {
-                    // A prio holds one kind of filter: its handle is read as that kind's, once.
-                    let found = qdisc
-                        .filters
-                        .in_prio(prio)
-                        .next()
-                        .and_then(|f| f.kind.parse_handle(handle).ok());
-                    let Some(removed) = found.and_then(|h| qdisc.filters.remove((prio, h))) else {
+                    let Some(removed) = qdisc.filters.remove((prio, handle.0)) else {
+                        // Named as the prio's filters are (a prio holds one kind).
+                        let kind = qdisc.filters.in_prio(prio).next().map(|f| f.kind);
+                        let text = kind.map_or_else(
+                            || format!("{:#x}", handle.0),
+                            |k| handle.display(k).to_string(),
+                        );
                         return Err(error(
                             ErrorCode::NotFound,
-                            format!("no filter with prio {prio} and handle {handle} on {name}"),
+                            format!("no filter with prio {prio} and handle {text} on {name}"),
                         ));
                     };
                     let mut removed = vec![removed];

@@ -2,7 +2,7 @@
 //! refused and why, batches all or nothing, and the saved state's round trip.
 
 use super::*;
-use htb_ipc::{FilterSpec, MatchSpec, PoliceConfig, QdiscSpec};
+use htb_ipc::{FilterHandle, FilterSpec, MatchSpec, PoliceConfig, QdiscSpec};
 
 /// Port r2 (the WAN side), r1, and IFB ifb0.
 fn model() -> Model {
@@ -69,7 +69,10 @@ fn sqms_ingress_lines_redirect_r2s_download_through_ifb0() {
         .filters
         .first()
         .unwrap();
-    assert_eq!(entry.kind.format_handle(entry.handle), "800::800");
+    assert_eq!(
+        FilterHandle(entry.handle).display(entry.kind).to_string(),
+        "800::800"
+    );
     assert_eq!(entry.class, Some(ClassId::new(1, 1)), "the flowid is kept");
     // Taken away again: the data plane hears None.
     let plan = m

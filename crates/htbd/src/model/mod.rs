@@ -30,10 +30,9 @@ use htb_config::{ClassDef, LeafDef, PortTree};
 use htb_core::{ClassError, ClassId, Duration, Instant, LeafConfig, SchedulerConfig};
 use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 
-pub use self::class::link_layer_name;
 pub use self::filter_entry::{
-    FilterEntry, FilterHandles, FilterKind, FilterValueError, NoNodeId, Protocol, U32Parts,
-    assign_handles, match_spec, matcher, u32_divisor, with_protocol,
+    FilterEntry, FilterKind, FilterValueError, NoNodeId, Protocol, U32Parts, assign_handles,
+    match_spec, matcher, u32_divisor, with_protocol,
 };
 pub use self::filter_list::FilterList;
 pub use self::ingress::{INGRESS_MAJOR, ingress_hook_of, new_ingress};
@@ -371,7 +370,7 @@ impl Step<'_> {
         self.plan.effects.push((Some(self.index), effect));
     }
 
-    fn warn(&mut self, warnings: impl IntoIterator<Item = String>) {
+    fn warn(&mut self, warnings: impl IntoIterator<Item = htb_core::Warning>) {
         self.plan.results[self.index].warnings.extend(warnings);
     }
 }
@@ -663,7 +662,7 @@ impl Model {
                 prio,
                 handle,
                 ..
-            } => self.filter_delete(step, parent.map(ClassId::major), *prio, handle.as_deref()),
+            } => self.filter_delete(step, parent.map(ClassId::major), *prio, *handle),
         }
     }
 

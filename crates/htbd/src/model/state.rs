@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 
 use htb_config::{LeafDef, leaf_toml};
 use htb_core::{LeafConfig, LinkLayer, Rate};
+use htb_ipc::FilterHandle;
 
-use super::filter_entry::FilterHandles as _;
 use super::{Model, QdiscModel, Root};
 
 /// A size table as the config's inline table, as the kernel keeps it.
@@ -16,11 +16,7 @@ fn stab_toml(table: htb_core::SizeTable) -> String {
         s.overhead, s.mpu, s.mtu, s.tsize
     );
     if let Some(l) = s.link_layer {
-        let _ = write!(
-            out,
-            ", linklayer = \"{}\"",
-            super::class::link_layer_name(l)
-        );
+        let _ = write!(out, ", linklayer = \"{}\"", l.name());
     }
     out.push_str(" }");
     out
@@ -186,7 +182,7 @@ fn filters_toml(out: &mut String, table: &str, filters: &super::FilterList) {
             f.prio,
             q(f.protocol.name()),
             f.kind.name(),
-            q(&f.kind.format_handle(f.handle)),
+            q(&FilterHandle(f.handle).display(f.kind).to_string()),
             keys.join(", "),
         );
         if let Some(class) = f.class {

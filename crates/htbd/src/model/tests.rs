@@ -2,7 +2,9 @@
 
 use super::*;
 use htb_core::{LeafKind, LeafSpec, Rate};
-use htb_ipc::{ClassSpec as WireClass, FilterSpec, LeafQdiscSpec, MatchSpec, QdiscSpec};
+use htb_ipc::{
+    ClassSpec as WireClass, FilterHandle, FilterSpec, LeafQdiscSpec, MatchSpec, QdiscSpec,
+};
 
 fn model() -> Model {
     Model {
@@ -148,7 +150,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
     let shown: Vec<(u32, String)> = q
         .filters
         .iter()
-        .map(|f| (f.prio, f.kind.format_handle(f.handle)))
+        .map(|f| (f.prio, FilterHandle(f.handle).display(f.kind).to_string()))
         .collect();
     let expected: Vec<(u32, String)> = vec![
         (1, "800::800".into()),
@@ -164,7 +166,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
         dev: "r2".into(),
         parent: None,
         prio: Some(1),
-        handle: Some("800::801".into()),
+        handle: Some(FilterHandle(0x8000_0801)),
     }])
     .unwrap();
     assert_eq!(m.ports[1].htb().unwrap().filters.len(), 2);
@@ -189,23 +191,6 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
         Effect::SetTree { tree: None, .. }
     ));
     assert!(m.ports[1].htb().is_none());
-}
-
-#[test]
-fn u32_and_flower_handles_parse_and_print_like_tc() {
-    assert_eq!(FilterKind::U32.parse_handle("800::800"), Ok(0x8000_0800));
-    assert_eq!(FilterKind::U32.format_handle(0x8000_0800), "800::800");
-    assert_eq!(FilterKind::U32.format_handle(0x8000_0000), "800:");
-    assert_eq!(FilterKind::U32.parse_handle("801:"), Ok(0x8010_0000));
-    assert_eq!(FilterKind::Flower.parse_handle("0x1a"), Ok(0x1a));
-    assert_eq!(FilterKind::Flower.parse_handle("7"), Ok(7));
-    assert!(FilterKind::Flower.parse_handle("0").is_err());
-    assert!(FilterKind::U32.parse_handle("1000::1").is_err());
-    // The forms the CLI and the daemon used to read differently (get_u32_handle's): the
-    // kernel's own spelling and a 0x table are handles, a bare `800` is not.
-    assert_eq!(FilterKind::U32.parse_handle("0x80000800"), Ok(0x8000_0800));
-    assert_eq!(FilterKind::U32.parse_handle("0x2:"), Ok(0x0020_0000));
-    assert!(FilterKind::U32.parse_handle("800").is_err());
 }
 
 #[test]
@@ -266,7 +251,10 @@ fn the_state_file_round_trips_through_the_config_parser() {
     let q = back.ports[1].htb().unwrap();
     assert_eq!(q.config.default_minor, 0x20);
     let f = q.filters.first().unwrap();
-    assert_eq!(f.kind.format_handle(f.handle), "800::800");
+    assert_eq!(
+        FilterHandle(f.handle).display(f.kind).to_string(),
+        "800::800"
+    );
     assert_eq!(
         q.classes[&"1:20".parse().unwrap()].spec.rate.bits_per_sec(),
         1_234_567_891
@@ -525,13 +513,13 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
         .unwrap();
     let handle = {
         let f = m.ports[1].htb().unwrap().filters.first().unwrap();
-        f.kind.format_handle(f.handle)
+        FilterHandle(f.handle).display(f.kind).to_string()
     };
     let spec = |op: fn(FilterSpec) -> Command, handle: Option<&str>, class: &str, dport: u16| {
         let Command::FilterAdd(mut f) = filter(class, dport, Some(1), "u32") else {
             unreachable!()
         };
-        f.handle = handle.map(str::to_owned);
+        f.handle = handle.map(|h| FilterHandle::parse(Some(FilterKind::U32), h).unwrap());
         op(f)
     };
     m.apply(&[spec(Command::FilterChange, Some(&handle), "1:30", 6000)])
@@ -539,7 +527,7 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
     let q = m.ports[1].htb().unwrap();
     assert_eq!(q.filters.len(), 1);
     let f = q.filters.first().unwrap();
-    assert_eq!(f.kind.format_handle(f.handle), handle);
+    assert_eq!(FilterHandle(f.handle).display(f.kind).to_string(), handle);
     assert_eq!(f.class, Some("1:30".parse().unwrap()));
     assert_eq!(f.matcher.dport.map(|p| p.first), Some(6000));
     // change needs an existing filter; replace adds one.

@@ -13,9 +13,8 @@
 use std::collections::HashMap;
 
 use htb_config::filter::{Family, Filter, Match};
-use htb_ipc::HashKey;
+use htb_ipc::{FilterHandle, HashKey};
 
-use super::filter_entry::FilterHandles as _;
 use super::filter_entry::{FilterEntry, FilterKind};
 
 /// `TC_U32_MAXDEPTH`: how deep links may nest.
@@ -81,7 +80,7 @@ struct Walk<'a> {
 }
 
 fn name(e: &FilterEntry) -> String {
-    e.kind.format_handle(e.handle)
+    FilterHandle(e.handle).display(e.kind).to_string()
 }
 
 /// The bits of `m`'s address that the hash key reads, and whether `m` fixes all of them: by an

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use htb_core::units::DisplaySize;
-use htb_ipc::{ClassInfo, Shown};
+use htb_ipc::{ClassInfo, LinkLayer, Shown};
 use serde_json::{Map, Value, json};
 
 use super::{RateText, Style, json_text, mq, sent_lines, time_text};
@@ -50,7 +50,7 @@ pub fn classes(shown: &Shown, style: Style) -> String {
             let _ = write!(out, "overhead {} ", c.overhead);
         }
         let _ = write!(out, "ceil {} ", RateText(c.ceil, style.iec));
-        if c.linklayer == "atm" || style.details {
+        if c.linklayer == LinkLayer::Atm || style.details {
             let _ = write!(out, "linklayer {} ", c.linklayer);
         }
         if style.details {
@@ -136,8 +136,8 @@ fn class_json(c: &ClassInfo, style: Style) -> Value {
         o.insert("overhead".into(), json!(c.overhead));
     }
     o.insert("ceil".into(), json!(c.ceil / 8));
-    if c.linklayer == "atm" || style.details {
-        o.insert("linklayer".into(), json!(c.linklayer));
+    if c.linklayer == LinkLayer::Atm || style.details {
+        o.insert("linklayer".into(), json!(c.linklayer.name()));
     }
     o.insert("burst".into(), json!(c.burst));
     if style.details {
@@ -183,8 +183,8 @@ mod tests {
     fn class(id: &str, parent: Option<&str>, leaf: bool) -> ClassInfo {
         ClassInfo {
             dev: "v0".into(),
-            id: id.into(),
-            parent: parent.map(str::to_owned),
+            id: id.parse().unwrap(),
+            parent: parent.map(|p| p.parse().unwrap()),
             level: if leaf { 0 } else { 7 },
             leaf,
             prio: 1,
@@ -197,7 +197,7 @@ mod tests {
             cbuffer_ns: 1_280_000,
             overhead: 0,
             mpu: 0,
-            linklayer: "ethernet".into(),
+            linklayer: LinkLayer::Ethernet,
             leaf_qdisc: None,
             stats: None,
         }
@@ -256,7 +256,7 @@ mod tests {
         atm.rate = 1_500_000;
         atm.ceil = 1_500_000;
         atm.overhead = 24;
-        atm.linklayer = "atm".into();
+        atm.linklayer = LinkLayer::Atm;
         atm.burst = 15 * 1024;
         atm.cburst = 3000;
         atm.mpu = 64;

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use htb_core::LinkLayer;
 use htb_core::units::DisplaySize;
-use htb_ipc::{ControlAction, FilterInfo, MatchSpec, PoliceInfo};
+use htb_ipc::{ControlAction, FilterInfo, FilterKind, MatchSpec, PoliceInfo, Protocol};
 use serde_json::{Map, Value, json};
 
 use super::{Style, json_text, rate_text};
@@ -60,8 +60,8 @@ fn port_key(range: (u16, u16)) -> Option<(u32, u32)> {
 
 /// The keys `tc filter add … u32 match ip…` would have built (`pack_key`, merging keys at the
 /// same offset), and what cannot be expressed as one.
-fn u32_keys(protocol: &str, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
-    let v6 = protocol == "ipv6"
+fn u32_keys(protocol: Protocol, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
+    let v6 = protocol == Protocol::Ipv6
         || m.src
             .as_deref()
             .or(m.dst.as_deref())
@@ -155,9 +155,9 @@ fn ports_text(r: (u16, u16)) -> String {
 fn flower_keys(f: &FilterInfo) -> Vec<(String, Value)> {
     let m = &f.matcher;
     let mut keys = Vec::new();
-    match f.protocol.as_str() {
-        "ip" => keys.push(("eth_type".into(), json!("ipv4"))),
-        "ipv6" => keys.push(("eth_type".into(), json!("ipv6"))),
+    match f.protocol {
+        Protocol::Ip => keys.push(("eth_type".into(), json!("ipv4"))),
+        Protocol::Ipv6 => keys.push(("eth_type".into(), json!("ipv6"))),
         _ => {}
     }
     if let Some(v) = m.vlan {
@@ -323,8 +323,8 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
     let mut previous: Option<(&str, u32)> = None;
     let mut counts = ActionCounts::default();
     // Tables made with `divisor`: their filters are not in a prio's root table.
-    let table_of = |f: &FilterInfo| f.handle.split(':').next().unwrap_or("").to_owned();
-    let hashed: Vec<(String, String)> = list
+    let table_of = |f: &FilterInfo| f.handle.u32().table();
+    let hashed: Vec<(String, u32)> = list
         .iter()
         .filter(|f| f.hashing.divisor.is_some())
         .map(|f| (f.dev.clone(), table_of(f)))
@@ -351,7 +351,7 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             if !style.hide_parent {
                 o.insert("parent".into(), json!(f.parent));
             }
-            o.insert("protocol".into(), json!(f.protocol));
+            o.insert("protocol".into(), json!(f.protocol.name()));
             o.insert("pref".into(), json!(f.prio));
             o.insert("kind".into(), json!(f.kind));
             o.insert("chain".into(), json!(0));
@@ -362,44 +362,40 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             previous = Some((f.dev.as_str(), f.prio));
             let _ = writeln!(out, "{head}");
             items.push(Value::Object(base()));
-            if f.kind == "u32" {
+            if f.kind == FilterKind::U32 {
                 let root = list
                     .iter()
                     .filter(|g| g.dev == f.dev && g.prio == f.prio)
                     .map(table_of)
                     .find(|t| !hashed.iter().any(|(dev, h)| *dev == f.dev && h == t));
-                let ht = root.as_deref().unwrap_or("800");
-                let _ = writeln!(out, "{head}fh {ht}: ht divisor 1 ");
+                let ht = root.unwrap_or(0x800);
+                let _ = writeln!(out, "{head}fh {ht:x}: ht divisor 1 ");
                 let mut o = base();
                 o.insert(
                     "options".into(),
-                    json!({"fh": format!("{ht}:"), "ht_divisor": 1}),
+                    json!({"fh": format!("{ht:x}:"), "ht_divisor": 1}),
                 );
                 items.push(Value::Object(o));
             }
         }
         let mut o = base();
-        if let (true, Some(divisor)) = (f.kind == "u32", f.hashing.divisor) {
-            let _ = writeln!(out, "{head}fh {} ht divisor {divisor} ", f.handle);
-            o.insert(
-                "options".into(),
-                json!({"fh": f.handle, "ht_divisor": divisor}),
-            );
+        let fh = f.handle.display(f.kind).to_string();
+        if let (FilterKind::U32, Some(divisor)) = (f.kind, f.hashing.divisor) {
+            let _ = writeln!(out, "{head}fh {fh} ht divisor {divisor} ");
+            o.insert("options".into(), json!({"fh": fh, "ht_divisor": divisor}));
             items.push(Value::Object(o));
             continue;
         }
-        if f.kind == "u32" {
-            let mut parts = f.handle.split(':');
-            let ht = parts.next().unwrap_or("800");
-            let bucket = parts.next().filter(|b| !b.is_empty()).unwrap_or("0");
-            let node = parts.next().unwrap_or("800");
-            let order = u32::from_str_radix(node, 16).unwrap_or(0);
-            let mut line = format!(
-                "{head}fh {} order {order} key ht {ht} bkt {bucket}",
-                f.handle
+        if f.kind == FilterKind::U32 {
+            let h = f.handle.u32();
+            let (ht, bucket, order) = (
+                format!("{:x}", h.table()),
+                format!("{:x}", h.bucket()),
+                h.node(),
             );
-            if !f.class.is_empty() {
-                let _ = write!(line, " flowid {}", f.class);
+            let mut line = format!("{head}fh {fh} order {order} key ht {ht} bkt {bucket}");
+            if let Some(class) = f.class {
+                let _ = write!(line, " flowid {class}");
             } else if f.redirect.is_some() || f.police.is_some() {
                 // f_u32.c sets TC_U32_TERMINAL on a filter with an action.
                 line.push_str(" terminal flowid");
@@ -408,8 +404,8 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
                 let _ = write!(line, " link {link:x}:");
             }
             let _ = writeln!(out, "{line} not_in_hw ");
-            let (mut keys, other) = u32_keys(&f.protocol, &f.matcher);
-            if keys.is_empty() && other.is_empty() && f.protocol == "all" {
+            let (mut keys, other) = u32_keys(f.protocol, &f.matcher);
+            if keys.is_empty() && other.is_empty() && f.protocol == Protocol::All {
                 // A `protocol all` filter matching everything was given as `match u32 0 0`
                 // (there is no other way to say it), which tc shows.
                 keys.push(Key {
@@ -441,15 +437,15 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
                 let _ = writeln!(out, "    hash mask {:08x} at {} ", key.mask, key.at);
             }
             let mut options = json!({
-                "fh": f.handle,
+                "fh": fh,
                 "order": order,
                 "key_ht": ht,
                 "bkt": bucket,
                 "not_in_hw": true,
                 "match": matches,
             });
-            if !f.class.is_empty() {
-                options["flowid"] = json!(f.class);
+            if let Some(class) = f.class {
+                options["flowid"] = json!(class);
             }
             if let Some(link) = f.hashing.link {
                 options["link"] = json!(format!("{link:x}:"));
@@ -462,7 +458,8 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
             }
             o.insert("options".into(), options);
         } else {
-            let _ = writeln!(out, "{head}handle {} classid {} ", f.handle, f.class);
+            let class = f.class.map(|c| c.to_string()).unwrap_or_default();
+            let _ = writeln!(out, "{head}handle {fh} classid {class} ");
             let keys = flower_keys(f);
             let mut map = Map::new();
             for (k, v) in keys {
@@ -471,9 +468,8 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
                 map.insert(k, v);
             }
             let _ = writeln!(out, "  not_in_hw");
-            let handle = u32::from_str_radix(f.handle.trim_start_matches("0x"), 16).unwrap_or(0);
             let mut options =
-                json!({"handle": handle, "classid": f.class, "keys": map, "not_in_hw": true});
+                json!({"handle": f.handle.0, "classid": class, "keys": map, "not_in_hw": true});
             if let Some(actions) = actions(&mut out, f, &mut counts, style) {
                 options["actions"] = actions;
             }
@@ -490,7 +486,7 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use htb_ipc::U32Hashing;
+    use htb_ipc::{ClassId, FilterHandle, U32Hashing};
 
     #[test]
     fn filters_print_u32_keys_and_flower_lines() {
@@ -498,12 +494,12 @@ mod tests {
             police: None,
             redirect: None,
             dev: "v0".into(),
-            parent: "1:".into(),
-            protocol: "ip".into(),
+            parent: ClassId::new(0x1, 0),
+            protocol: Protocol::Ip,
             prio: 1,
-            kind: "u32".into(),
-            handle: "800::800".into(),
-            class: "1:10".into(),
+            kind: FilterKind::U32,
+            handle: FilterHandle::parse(None, "800::800").unwrap(),
+            class: Some("1:10".parse().unwrap()),
             matcher: MatchSpec {
                 dst: Some("10.201.2.0/24".into()),
                 proto: Some(17),
@@ -523,8 +519,8 @@ mod tests {
              match 14501451/fff0ffff at 20\n"
         );
         let flower = FilterInfo {
-            kind: "flower".into(),
-            handle: "0x1".into(),
+            kind: FilterKind::Flower,
+            handle: FilterHandle::parse(None, "0x1").unwrap(),
             prio: 2,
             matcher: MatchSpec {
                 dst: Some("10.201.2.0/24".into()),
@@ -556,12 +552,12 @@ mod tests {
     fn a_policer_prints_as_an_action_with_its_statistics() {
         let f = FilterInfo {
             dev: "v0".into(),
-            parent: "1:".into(),
-            protocol: "ip".into(),
+            parent: ClassId::new(0x1, 0),
+            protocol: Protocol::Ip,
             prio: 50,
-            kind: "u32".into(),
-            handle: "800::800".into(),
-            class: "1:1".into(),
+            kind: FilterKind::U32,
+            handle: FilterHandle::parse(None, "800::800").unwrap(),
+            class: Some("1:1".parse().unwrap()),
             matcher: MatchSpec::default(),
             hashing: U32Hashing::default(),
             redirect: None,
@@ -608,12 +604,12 @@ mod tests {
         // flowid 1:1 action mirred egress redirect dev ifb4r2`, as tc shows it back.
         let f = FilterInfo {
             dev: "r2".into(),
-            parent: "ffff:".into(),
-            protocol: "all".into(),
+            parent: ClassId::new(0xffff, 0),
+            protocol: Protocol::All,
             prio: 10,
-            kind: "u32".into(),
-            handle: "800::800".into(),
-            class: "1:1".into(),
+            kind: FilterKind::U32,
+            handle: FilterHandle::parse(None, "800::800").unwrap(),
+            class: Some("1:1".parse().unwrap()),
             matcher: MatchSpec::default(),
             hashing: U32Hashing::default(),
             police: None,

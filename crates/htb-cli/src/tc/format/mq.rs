@@ -104,7 +104,7 @@ mod tests {
         let tree = |major: u16| QdiscInfo {
             stab: None,
             dev: "eth1".into(),
-            handle: format!("{major:x}:"),
+            handle: ClassId::new(major, 0),
             parent: Some(ClassId::new(0x7fff, u32::from(major))),
             default_minor: 2,
             r2q: 10,

@@ -14,7 +14,7 @@ fn leaves_of<'a>(
     q: &'a QdiscInfo,
     leaves: &'a [LeafQdiscInfo],
 ) -> impl Iterator<Item = &'a LeafQdiscInfo> {
-    let major = u16::from_str_radix(q.handle.trim_end_matches(':'), 16).ok();
+    let major = Some(q.handle.major());
     leaves
         .iter()
         .filter(move |l| l.dev == q.dev && l.parent.map(ClassId::major) == major)
@@ -252,7 +252,7 @@ mod tests {
         let q = QdiscInfo {
             stab: None,
             dev: "v0".into(),
-            handle: "1:".into(),
+            handle: ClassId::new(1, 0),
             parent: None,
             default_minor: 0x20,
             r2q: 10,
@@ -292,7 +292,7 @@ mod tests {
         };
         let q = QdiscInfo {
             dev: "v0".into(),
-            handle: "1:".into(),
+            handle: ClassId::new(1, 0),
             parent: None,
             default_minor: 0x10,
             r2q: 10,
@@ -345,7 +345,7 @@ mod tests {
         let q = QdiscInfo {
             stab: None,
             dev: "v0".into(),
-            handle: "1:".into(),
+            handle: ClassId::new(1, 0),
             parent: None,
             default_minor: 0,
             r2q: 10,

@@ -3,21 +3,14 @@
 
 use std::fmt::Write as _;
 
-use htb_core::{LinkLayer, SizeSpec};
+use htb_core::SizeSpec;
 use serde_json::{Map, Value, json};
-
-fn link_layer_name(l: LinkLayer) -> &'static str {
-    match l {
-        LinkLayer::Atm => "atm",
-        _ => "ethernet",
-    }
-}
 
 /// ` linklayer ethernet overhead 34 \n` (tc's trailing space included).
 pub(super) fn text(out: &mut String, s: &SizeSpec) {
     out.push(' ');
     if let Some(l) = s.link_layer {
-        let _ = write!(out, "linklayer {} ", link_layer_name(l));
+        let _ = write!(out, "linklayer {} ", l.name());
     }
     if s.overhead != 0 {
         let _ = write!(out, "overhead {} ", s.overhead);
@@ -34,7 +27,7 @@ pub(super) fn text(out: &mut String, s: &SizeSpec) {
 pub(super) fn json(o: &mut Map<String, Value>, s: &SizeSpec) {
     let mut t = Map::new();
     if let Some(l) = s.link_layer {
-        t.insert("linklayer".into(), json!(link_layer_name(l)));
+        t.insert("linklayer".into(), json!(l.name()));
     }
     if s.overhead != 0 {
         t.insert("overhead".into(), json!(s.overhead));
