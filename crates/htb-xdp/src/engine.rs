@@ -16,12 +16,12 @@ use std::time::Duration as StdDuration;
 
 use htb_config::PortTree;
 use htb_config::filter::{Classifier, Filter};
-use htb_core::{ClassId, Instant, Scheduler, SharedBuckets};
+use htb_core::{ClassId, Instant, Scheduler};
 
-use crate::assign::{Assignment, is_subtree_top};
 use crate::crew::{Bell, Crew};
 use crate::dataplane::{Dataplane, Mode, PortSetup};
 use crate::error::{ConfigError, PlaneError, XdpError};
+use crate::fleet::Fleet;
 use crate::frame::Frame;
 use crate::links::{LINK_CHECK, LinkWatch};
 use crate::merge;
@@ -238,7 +238,7 @@ pub struct Engine {
     /// CLOCK_MONOTONIC ns when every worker was last seen passing, for the handles.
     alive: Arc<AtomicU64>,
     /// Per port, which worker serves which subtree.
-    assignments: Vec<Assignment>,
+    fleet: Fleet,
 }
 
 impl std::fmt::Debug for Engine {
@@ -248,14 +248,6 @@ impl std::fmt::Debug for Engine {
             .field("workers", &self.workers.len())
             .finish_non_exhaustive()
     }
-}
-
-/// What an operation does to the tree's shape, for the assignment of subtrees.
-enum Shape {
-    Added { port: usize, id: ClassId },
-    Deleted { port: usize, id: ClassId },
-    NewTree { port: usize },
-    Other,
 }
 
 /// Checks `config` against the interfaces before anything is attached or bound, and returns
@@ -510,6 +502,11 @@ impl Engine {
         if workers > 1 {
             tracing::info!("{workers} data-plane workers");
         }
+        let fleet = {
+            let mut planes: Vec<&mut Dataplane<FrameIo>> =
+                pool.iter_mut().map(|w| &mut w.plane).collect();
+            Fleet::new(config.ports.len(), &mut planes)
+        };
         let (jobs_tx, jobs) = mpsc::sync_channel(JOB_QUEUE);
         let stop = Arc::new(AtomicBool::new(false));
         let alive = Arc::new(AtomicU64::new(0));
@@ -521,7 +518,7 @@ impl Engine {
             workers,
         };
         let beat_every = config.liveness.map(beat_period);
-        let mut engine = Self {
+        let engine = Self {
             workers: pool,
             program,
             links: LinkWatch::new(devs, slots, io.max_mtu()),
@@ -541,13 +538,8 @@ impl Engine {
             passes_at_beat: vec![0; workers],
             beat_failed: false,
             alive,
-            assignments: (0..config.ports.len())
-                .map(|_| Assignment::new(workers))
-                .collect(),
+            fleet,
         };
-        for port in 0..config.ports.len() {
-            engine.assign_tree(port);
-        }
         Ok((engine, handle))
     }
 
@@ -701,11 +693,7 @@ impl Engine {
                 loops: plane.loops(),
                 sleeps: worker.sleeps,
                 queued: plane.queued(),
-                subtrees: self
-                    .assignments
-                    .iter()
-                    .map(|a| a.load().get(w).copied().unwrap_or(0))
-                    .sum(),
+                subtrees: self.fleet.subtrees(w),
                 handoffs: plane.handoffs(),
             });
         }
@@ -726,12 +714,6 @@ impl Engine {
             .first()
             .map(|w| w.plane.tree_majors(port))
             .unwrap_or_default()
-    }
-
-    /// Worker 0's scheduler of the root tree of the port at `index` (every worker has the
-    /// same classes): the tree whose subtrees the workers share out.
-    fn root_tree_at(&self, index: usize) -> Option<&Scheduler<Frame>> {
-        self.workers.first()?.plane.root_tree_at(index)
     }
 
     /// Names of the ports, in configuration order.
@@ -758,137 +740,9 @@ impl Engine {
     /// dropped off the data-plane thread.
     pub fn apply(&mut self, ops: Vec<PlaneOp>) -> (Vec<Result<u64, PlaneError>>, Retired) {
         let now = self.now();
-        let workers = self.workers.len();
-        let mut shapes = Vec::with_capacity(ops.len());
-        let mut copies: Vec<Vec<PlaneOp>> = (0..workers).map(|_| Vec::new()).collect();
-        let mut refused = None;
-        for op in ops {
-            let shape = self.shape_of(&op);
-            match op.per_worker(workers) {
-                Ok(ops) => {
-                    for (list, op) in copies.iter_mut().zip(ops) {
-                        list.push(op);
-                    }
-                    shapes.push(shape);
-                }
-                Err(e) => {
-                    refused = Some(PlaneError::Class(e));
-                    break;
-                }
-            }
-        }
-        let mut results: Vec<Result<u64, PlaneError>> = Vec::new();
-        let mut retired = Retired::default();
-        for (w, ops) in copies.into_iter().enumerate() {
-            let (outcome, replaced) = self.workers[w].plane.apply(now, ops);
-            retired.extend(replaced);
-            if w == 0 {
-                results = outcome;
-                continue;
-            }
-            for (total, other) in results.iter_mut().zip(outcome) {
-                match (total, other) {
-                    (Ok(n), Ok(m)) => *n += m,
-                    (Ok(_), Err(e)) => {
-                        tracing::error!("data-plane worker {w} disagrees with worker 0: {e}");
-                    }
-                    (Err(_), _) => {}
-                }
-            }
-        }
-        for (shape, result) in shapes.iter().zip(&results) {
-            if result.is_ok() {
-                self.reshape(shape);
-            }
-        }
-        if let Some(e) = refused
-            && results.iter().all(Result::is_ok)
-        {
-            results.push(Err(e));
-        }
-        (results, retired)
-    }
-
-    fn shape_of(&self, op: &PlaneOp) -> Shape {
-        let Some(port) = self
-            .workers
-            .first()
-            .and_then(|w| w.plane.port_index(op.port()))
-        else {
-            return Shape::Other;
-        };
-        match op {
-            PlaneOp::AddClass { id, .. } => Shape::Added { port, id: *id },
-            PlaneOp::DeleteClass { id, .. } => Shape::Deleted { port, id: *id },
-            PlaneOp::SetTree { .. } => Shape::NewTree { port },
-            _ => Shape::Other,
-        }
-    }
-
-    /// Brings the subtrees' owners and the shared classes up to date after an operation.
-    fn reshape(&mut self, shape: &Shape) {
-        if self.workers.len() < 2 {
-            // One worker serves everything: no owners, nothing shared.
-            return;
-        }
-        match *shape {
-            Shape::Added { port, id } => self.assign_class(port, id),
-            Shape::Deleted { port, id } => {
-                if self.assignments[port].remove(id) {
-                    for worker in &mut self.workers {
-                        worker.plane.set_owner(port, id, None);
-                    }
-                }
-            }
-            Shape::NewTree { port } => self.assign_tree(port),
-            Shape::Other => {}
-        }
-    }
-
-    /// Assigns every subtree of `port`'s tree afresh, in class-id order, and shares the
-    /// top-level classes' buckets.
-    fn assign_tree(&mut self, port: usize) {
-        self.assignments[port].clear();
-        for worker in &mut self.workers {
-            worker.plane.clear_owners(port);
-        }
-        if self.workers.len() < 2 {
-            return;
-        }
-        let mut ids: Vec<ClassId> = self
-            .root_tree_at(port)
-            .map(|s| s.class_ids().collect())
-            .unwrap_or_default();
-        ids.sort_unstable();
-        for id in ids {
-            self.assign_class(port, id);
-        }
-    }
-
-    /// A new class of `port`: shares its buckets if it is at the top of the root tree, and
-    /// assigns it a worker if it tops a subtree. (A tree under `mq` belongs to its queue's
-    /// worker whole: nothing to share or assign.)
-    fn assign_class(&mut self, port: usize, id: ClassId) {
-        let Some(htb) = self
-            .root_tree_at(port)
-            .filter(|htb| htb.config().major == id.major())
-        else {
-            return;
-        };
-        let top_level = htb.parent(id) == Some(None);
-        if !is_subtree_top(htb, id) {
-            return;
-        }
-        if top_level {
-            let buckets = Arc::new(SharedBuckets::new());
-            for worker in &mut self.workers {
-                worker.plane.share(port, id, Arc::clone(&buckets));
-            }
-        }
-        let owner = self.assignments[port].add(id);
-        for worker in &mut self.workers {
-            worker.plane.set_owner(port, id, Some(owner));
-        }
+        let mut planes: Vec<&mut Dataplane<FrameIo>> =
+            self.workers.iter_mut().map(|w| &mut w.plane).collect();
+        self.fleet.apply(&mut planes, now, ops)
     }
 
     /// Statistics of the listed classes of `port` (`None` for ids it does not have) and of

@@ -23,6 +23,7 @@ use xsk_rs::config::{BindFlags, FrameSize, LibxdpFlags, QueueSize, SocketConfig,
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 use crate::error::{ConfigError, XdpError};
+use crate::frame_pool::FramePool;
 use crate::rings::{Chunk, FrameCounts, Rings};
 
 /// UMEM and ring sizes.
@@ -277,7 +278,8 @@ pub(crate) struct FrameIo {
     channels: Vec<Channel>,
     /// Per port, the channel whose TX ring sends its frames (this worker's first socket on it).
     tx_channel: Vec<usize>,
-    free: Vec<FrameDesc>,
+    /// The frames whose home this worker is, and the rings that return the others' home.
+    pool: FramePool<FrameDesc>,
     /// Per frame index, its descriptor as last received (lengths included); every frame's
     /// address from the start, so that any worker can send any frame of a chain.
     slots: Vec<FrameDesc>,
@@ -295,18 +297,9 @@ pub(crate) struct FrameIo {
     scratch: Vec<FrameDesc>,
     /// Scratch for completed frames on their way to their homes.
     returning: Vec<FrameDesc>,
-    /// Frames whose home this worker is (`home`), and how many that is.
-    home: std::ops::Range<u32>,
-    /// Frames of every worker: `frames_per_worker` each, the last one the rest.
-    frames_per_worker: u32,
     /// Frames this worker holds as chunks (received or taken over, not yet sent, released or
     /// handed over).
     with_caller: u32,
-    /// Free frames of other workers that this one completed or dropped, on their way home:
-    /// `returns[w]` to worker `w` (`None` for this one).
-    returns: Vec<Option<rtrb::Producer<FrameDesc>>>,
-    /// Free frames of this worker coming home from the others.
-    homecoming: Vec<rtrb::Consumer<FrameDesc>>,
     ring_size: u32,
     frame_size: usize,
 }
@@ -425,47 +418,17 @@ impl FrameIo {
                 });
             }
         }
-        let total = config.frames;
-        let per_worker = total / workers as u32;
-        let home_size = |w: usize| {
-            if w + 1 == workers {
-                total - per_worker * (workers as u32 - 1)
-            } else {
-                per_worker
-            }
-        };
-        // returns[from][to]: the ring from worker `from` to worker `to`, sized for every frame
-        // whose home `to` is (so a push never fails while the frames are counted right).
-        let mut returns: Vec<Vec<Option<rtrb::Producer<FrameDesc>>>> = (0..workers)
-            .map(|_| (0..workers).map(|_| None).collect())
-            .collect();
-        let mut homecoming: Vec<Vec<rtrb::Consumer<FrameDesc>>> =
-            (0..workers).map(|_| Vec::new()).collect();
-        for (from, row) in returns.iter_mut().enumerate() {
-            for (to, slot) in row.iter_mut().enumerate() {
-                if from != to {
-                    let (producer, consumer) = rtrb::RingBuffer::new(home_size(to) as usize);
-                    *slot = Some(producer);
-                    homecoming[to].push(consumer);
-                }
-            }
-        }
+        // `free` is sorted by index, highest first: each worker's frames are at its end.
+        let pools = FramePool::shares(config.frames, workers, |home| {
+            free.split_off(free.len() - home.len())
+        });
         let mut shares = Vec::with_capacity(workers);
-        for (w, ((channels, tx_channel), (returns, homecoming))) in channels
-            .into_iter()
-            .zip(tx_channel)
-            .zip(returns.into_iter().zip(homecoming))
-            .enumerate()
-        {
-            let start = per_worker * w as u32;
-            let end = start + home_size(w);
-            // `free` is sorted by index, highest first: this worker's frames are at its end.
-            let mine = free.split_off(free.len() - (end - start) as usize);
+        for ((channels, tx_channel), pool) in channels.into_iter().zip(tx_channel).zip(pools) {
             let mut io = Self {
                 umem: umem.clone(),
                 channels,
                 tx_channel,
-                free: mine,
+                pool,
                 slots: every_frame.clone(),
                 links: Arc::clone(&links),
                 max_chain: config.max_chain(),
@@ -473,11 +436,7 @@ impl FrameIo {
                 oversized: 0,
                 scratch: Vec::new(),
                 returning: Vec::new(),
-                home: start..end,
-                frames_per_worker: per_worker.max(1),
                 with_caller: 0,
-                returns,
-                homecoming,
                 ring_size: config.ring_size,
                 frame_size: config.frame_size as usize,
             };
@@ -492,23 +451,10 @@ impl FrameIo {
         self.channels[channel].queue
     }
 
-    /// The worker whose frame `index` is.
-    fn home_of(&self, index: usize) -> usize {
-        (index / self.frames_per_worker as usize).min(self.returns.len() - 1)
-    }
-
     /// A free frame goes to its home's pool: this one's, or back through a return ring.
     fn free_frame(&mut self, desc: FrameDesc) {
-        let home = self.home_of(desc.addr() / self.frame_size);
-        match self.returns.get_mut(home).and_then(Option::as_mut) {
-            Some(ring) => {
-                if let Err(rtrb::PushError::Full(desc)) = ring.push(desc) {
-                    // Sized for all of the home's frames, so never; kept here rather than lost.
-                    self.free.push(desc);
-                }
-            }
-            None => self.free.push(desc),
-        }
+        let index = u32::try_from(desc.addr() / self.frame_size).unwrap_or(u32::MAX);
+        self.pool.put(index, desc);
     }
 
     /// The socket fd of a channel (for the XSKMAP and for polling).
@@ -754,20 +700,21 @@ impl Rings for FrameIo {
             if ch.in_tx == 0 {
                 continue;
             }
-            let start = self.free.len();
+            let free = &mut self.pool.free;
+            let start = free.len();
             let n = ch.in_tx as usize;
-            self.free.resize(start + n, FrameDesc::default());
+            free.resize(start + n, FrameDesc::default());
             // SAFETY: completion entries are frames of this UMEM the kernel finished sending;
             // they return to our pool and nowhere else.
-            let done = unsafe { ch.cq.consume(&mut self.free[start..]) };
-            self.free.truncate(start + done);
+            let done = unsafe { ch.cq.consume(&mut free[start..]) };
+            free.truncate(start + done);
             ch.in_tx -= done as u32;
             reaped += done;
-            if self.returns.len() > 1 {
+            if self.pool.shared() {
                 // Frames received by other workers go home (through a scratch list kept
                 // between calls: no allocation per reap).
                 let mut completed = std::mem::take(&mut self.returning);
-                completed.extend(self.free.drain(start..));
+                completed.extend(self.pool.free.drain(start..));
                 for desc in completed.drain(..) {
                     self.free_frame(desc);
                 }
@@ -783,27 +730,24 @@ impl Rings for FrameIo {
     /// stocked, instead of drops counted as "fill ring empty" while frames sit in the pool.
     /// Kicks the fill ring when the kernel asks (`XDP_RING_NEED_WAKEUP`, zero-copy drivers).
     fn refill(&mut self) {
-        for ring in &mut self.homecoming {
-            while let Ok(desc) = ring.pop() {
-                self.free.push(desc);
-            }
-        }
+        self.pool.welcome_home();
+        let free = &mut self.pool.free;
         for ch in &mut self.channels {
             let want = (2 * self.ring_size)
                 .saturating_sub(ch.in_fill)
                 .min(self.ring_size)
-                .min(self.free.len() as u32);
+                .min(free.len() as u32);
             if want > 0 {
                 // Reserve is all-or-nothing: ask how much room there is first.
                 // xsk_prod_nb_free may answer more than asked (all the room it knows of), and
                 // more than the free pool holds: taking that many would underflow.
                 let room = ch.fq.nb_free(want).min(want);
                 if room > 0 {
-                    let from = self.free.len() - room as usize;
+                    let from = free.len() - room as usize;
                     // SAFETY: these frames are in the free pool, owned by nobody else; after
                     // this call they belong to the kernel until they come back through RX.
-                    let n = unsafe { ch.fq.produce(&self.free[from..]) };
-                    self.free.truncate(self.free.len() - n);
+                    let n = unsafe { ch.fq.produce(&free[from..]) };
+                    free.truncate(free.len() - n);
                     ch.in_fill += n as u32;
                 }
             }
@@ -841,8 +785,8 @@ impl Rings for FrameIo {
         let in_fill = self.channels.iter().map(|c| c.in_fill).sum();
         let in_tx = self.channels.iter().map(|c| c.in_tx).sum();
         FrameCounts {
-            total: self.home.len() as u32,
-            free: self.free.len() as u32,
+            total: self.pool.home().len() as u32,
+            free: self.pool.free.len() as u32,
             in_fill,
             in_tx,
             with_caller: self.with_caller,
