@@ -30,6 +30,8 @@ mod mq_tests;
 #[cfg(test)]
 mod rtt_tests;
 #[cfg(test)]
+mod sequences;
+#[cfg(test)]
 mod sim;
 #[cfg(test)]
 mod tests;
@@ -204,6 +206,22 @@ impl Port {
         self.owners.get(&unit).copied().unwrap_or(me16)
     }
 
+    /// The worker owning the leaf `tree`'s scheduler files a frame for `class` in: the class
+    /// if it is a leaf; the default class for an inner class or one that does not exist (yet),
+    /// as `Scheduler::classify` falls back (the kernel's `htb_classify`); `me` for the direct
+    /// queue, which every worker has.
+    fn leaf_owner(&self, tree: usize, class: ClassId, me: usize, workers: usize) -> u16 {
+        let me16 = u16::try_from(me).unwrap_or(0);
+        let Some(t) = self.trees.get(tree) else {
+            return me16;
+        };
+        let leaf = match t.htb.class_info(class) {
+            Some(info) if info.level == 0 => Some(class),
+            _ => t.htb.default_class(),
+        };
+        leaf.map_or(me16, |leaf| self.owner_of(tree, leaf, me, workers))
+    }
+
     /// Filter `i`'s slot — its tree and its class's handle once the class exists, its id until
     /// then — and the worker that owns it.
     fn target(&mut self, i: usize, me: usize, workers: usize) -> (Slot, usize) {
@@ -231,7 +249,7 @@ impl Port {
         };
         match self.trees[tree].htb.handle(class) {
             Some(handle) => {
-                let owner = self.owner_of(tree, class, me, workers);
+                let owner = self.leaf_owner(tree, class, me, workers);
                 if let Ok(t16) = u16::try_from(tree) {
                     self.targets.set(
                         i,
@@ -253,7 +271,7 @@ impl Port {
                     tree: Some(tree),
                     target: Target::Class(class),
                 },
-                me,
+                usize::from(self.leaf_owner(tree, class, me, workers)),
             ),
         }
     }
@@ -873,10 +891,17 @@ impl<R: Rings> Dataplane<R> {
                 self.rings.release(frame.into_chunk());
                 continue;
             };
-            let (slot, _) = match handoff.filter {
+            let (slot, owner) = match handoff.filter {
                 Some(i) => port.target(i as usize, me, workers),
                 None => port.unclassified_slot(me, workers),
             };
+            if owner != me {
+                // Its class went while it was on its way (a batch of changes applies to every
+                // worker at once, so all agree on the new owner): on to that one, so that
+                // only a subtree's owner ever queues its frames.
+                self.hand_over(owner, egress, handoff.filter, frame);
+                continue;
+            }
             self.enqueue(egress, now, slot, frame);
         }
         taken

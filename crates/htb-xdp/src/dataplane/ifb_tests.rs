@@ -84,11 +84,11 @@ fn delivered(dp: &mut Dataplane<SimRings>, dport: u16, per_step: usize) -> f64 {
             dp.rings_mut().send(B, usize::MAX);
         }
         if i == 399 {
-            start = dp.rings().wire[B].sent_bytes;
+            start = dp.rings().wire(B).sent_bytes;
         }
     }
     assert_eq!(dp.unaccounted_frames(), 0, "every frame is in one place");
-    (dp.rings().wire[B].sent_bytes - start) as f64 * 8.0 / 0.8
+    (dp.rings().wire(B).sent_bytes - start) as f64 * 8.0 / 0.8
 }
 
 #[test]

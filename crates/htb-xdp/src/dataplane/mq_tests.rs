@@ -7,12 +7,12 @@ use std::sync::Arc;
 use htb_config::filter::{Classifier, Filter, Match};
 use htb_core::{ClassId, ClassSpec, Instant, Rate, Scheduler, SchedulerConfig};
 
-use super::sim::SimRings;
+use super::sim::{SimParcel, SimRings};
 use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, built, crews, drain, udp_frame};
 use super::{Dataplane, Mode, PortSetup};
 use crate::crew::Crew;
 use crate::frame::Frame;
-use crate::rings::{Chunk, Rings};
+use crate::rings::Rings;
 
 /// Tree `major:` of LibreQoS's shape: `major:1` at 100 Mbit/s, `major:2` (its default) and
 /// `major:10`, each 10 Mbit/s borrowing up to the root.
@@ -54,7 +54,7 @@ fn filters() -> Vec<Filter> {
 
 /// Worker `me` of `workers`, bridging a to b; port b has mq trees `1:` (class 1, TX queue 0)
 /// and `2:` (class 2, TX queue 1). Returns the other workers' crews too.
-fn plane(me: usize, workers: usize) -> (Dataplane<SimRings>, Vec<Crew<Chunk>>) {
+fn plane(me: usize, workers: usize) -> (Dataplane<SimRings>, Vec<Crew<SimParcel>>) {
     let mut crews = crews(workers);
     let crew = crews.remove(me);
     let ports = vec![
