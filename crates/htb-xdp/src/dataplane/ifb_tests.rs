@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
-use htb_config::filter::{Classifier, ControlAction, Filter, Match, Police, PoliceConfig};
+use htb_config::filter::{ControlAction, Filter, Match, Police, PoliceConfig};
 use htb_core::{ClassSpec, Duration, Instant, Rate, Scheduler, SchedulerConfig};
 
 use super::sim::SimRings;
-use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, built, class, solo_crew, udp_frame};
+use super::tests::{
+    A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, bare_port, built, class, solo_crew, udp_frame,
+};
 use super::{Dataplane, Mode, PortSetup, Progress};
 use crate::plane_op::{IngressHook, PlaneOp};
 
@@ -37,16 +39,7 @@ fn plane(rate: Rate, ingress: Option<Vec<(Filter, Option<String>)>>) -> Dataplan
         ..SchedulerConfig::default()
     });
     built(htb.add_class(Instant::ZERO, class(1), None, &ClassSpec::new(rate)));
-    let port = |name: &str, mac, peer| PortSetup {
-        name: name.into(),
-        mac,
-        peer,
-        trees: Vec::new(),
-        classifier: Arc::new(Classifier::default()),
-        rtt: false,
-        ifb: false,
-        ingress: None,
-    };
+    let port = bare_port;
     let mut a = port("a", MAC_A, Some(B));
     a.ingress = ingress.map(|f| Arc::new(IngressHook::new(f)));
     let ports = vec![

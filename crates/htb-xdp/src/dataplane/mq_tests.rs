@@ -8,7 +8,9 @@ use htb_config::filter::{Classifier, Filter, Match};
 use htb_core::{ClassId, ClassSpec, Instant, Rate, Scheduler, SchedulerConfig};
 
 use super::sim::{SimParcel, SimRings};
-use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, built, crews, drain, udp_frame};
+use super::tests::{
+    A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, bare_port, built, crews, drain, udp_frame,
+};
 use super::{Dataplane, Mode, PortSetup};
 use crate::crew::Crew;
 use crate::frame::Frame;
@@ -58,25 +60,11 @@ fn plane(me: usize, workers: usize) -> (Dataplane<SimRings>, Vec<Crew<SimParcel>
     let mut crews = crews(workers);
     let crew = crews.remove(me);
     let ports = vec![
+        bare_port("a", MAC_A, Some(B)),
         PortSetup {
-            name: "a".into(),
-            mac: MAC_A,
-            peer: Some(B),
-            trees: Vec::new(),
-            classifier: Arc::new(Classifier::default()),
-            rtt: false,
-            ifb: false,
-            ingress: None,
-        },
-        PortSetup {
-            name: "b".into(),
-            mac: MAC_B,
-            peer: Some(A),
             trees: vec![(tree(1), Some(1)), (tree(2), Some(2))],
             classifier: Arc::new(Classifier::new(filters())),
-            rtt: false,
-            ifb: false,
-            ingress: None,
+            ..bare_port("b", MAC_B, Some(A))
         },
     ];
     let rings = SimRings::new(4096, FRAME_SIZE, 256, &QUEUES, 1);

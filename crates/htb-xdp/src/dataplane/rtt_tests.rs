@@ -1,13 +1,10 @@
 //! Round trips on the data plane: a port that measures them puts each TCP round trip down to
 //! the class of the segment whose timestamp came back.
 
-use std::sync::Arc;
-
-use htb_config::filter::Classifier;
 use htb_core::{ClassId, Duration, Instant};
 
 use super::sim::SimRings;
-use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, class, solo_crew};
+use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, bare_port, class, solo_crew};
 use super::{Dataplane, Mode, PortSetup};
 use crate::rtt::tests::{ACK, tcp};
 
@@ -22,25 +19,11 @@ fn plane() -> Dataplane<SimRings> {
         .add_class(Instant::ZERO, class(0x10), None, &spec)
         .unwrap();
     let ports = vec![
+        bare_port("a", MAC_A, Some(B)),
         PortSetup {
-            name: "a".into(),
-            mac: MAC_A,
-            peer: Some(B),
-            trees: Vec::new(),
-            classifier: Arc::new(Classifier::default()),
-            rtt: false,
-            ifb: false,
-            ingress: None,
-        },
-        PortSetup {
-            name: "b".into(),
-            mac: MAC_B,
-            peer: Some(A),
             trees: vec![(tree, None)],
-            classifier: Arc::new(Classifier::default()),
             rtt: true,
-            ifb: false,
-            ingress: None,
+            ..bare_port("b", MAC_B, Some(A))
         },
     ];
     let rings = SimRings::new(4096, FRAME_SIZE, 256, &QUEUES, 1);

@@ -190,25 +190,11 @@ pub(super) fn planes(
     };
     let ports = || {
         vec![
+            bare_port("a", MAC_A, peer_a),
             PortSetup {
-                name: "a".into(),
-                mac: MAC_A,
-                peer: peer_a,
-                trees: Vec::new(),
-                classifier: Arc::new(Classifier::default()),
-                rtt: false,
-                ifb: false,
-                ingress: None,
-            },
-            PortSetup {
-                name: "b".into(),
-                mac: MAC_B,
-                peer: peer_b,
                 trees: vec![(tree_b(Instant::ZERO, 64), None)],
                 classifier: Arc::new(Classifier::new(to_5001())),
-                rtt: false,
-                ifb: false,
-                ingress: None,
+                ..bare_port("b", MAC_B, peer_b)
             },
         ]
     };
@@ -223,6 +209,20 @@ pub(super) fn planes(
         .zip(crews(workers))
         .map(|(rings, crew)| Dataplane::new(rings, mode, ports(), batch, FRAME_SIZE as u32, crew))
         .collect()
+}
+
+/// A port with nothing set up: no tree, no filters, no round trips, no ingress.
+pub(super) fn bare_port(name: &str, mac: [u8; 6], peer: Option<usize>) -> PortSetup {
+    PortSetup {
+        name: name.into(),
+        mac,
+        peer,
+        trees: Vec::new(),
+        classifier: Arc::new(Classifier::default()),
+        rtt: false,
+        ifb: false,
+        ingress: None,
+    }
 }
 
 /// The planes as the fleet takes them.
