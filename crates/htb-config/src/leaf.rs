@@ -25,8 +25,8 @@ use std::fmt;
 use std::fmt::Write as _;
 
 use htb_core::{
-    AckFilter, AtmMode, CakeSpec, DiffservMode, FlowMode, FqCodelSpec, LeafConfig, LeafKind,
-    LeafSpec, Rate, SfqSpec,
+    AckFilter, AtmMode, CakeSpec, DiffservMode, FlowMode, FqCodelSpec, LeafKind, LeafSpec, Rate,
+    SfqSpec,
 };
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -159,14 +159,7 @@ impl<'de> Deserialize<'de> for LeafSection {
     }
 }
 
-/// A leaf discipline of a class, resolved: its tc handle (if given) and parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LeafDef {
-    /// The qdisc handle's major (`10:` → 0x10), when given.
-    pub handle: Option<u16>,
-    /// Parameters with the kernel's defaults filled in.
-    pub config: LeafConfig,
-}
+pub use htb_core::LeafDef;
 
 /// Which options each kind takes.
 fn allowed(kind: LeafKind) -> &'static [&'static str] {
@@ -491,7 +484,7 @@ fn cake_toml(out: &mut String, s: &CakeSpec) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use htb_core::{Duration, FqCodelConfig, SfqConfig};
+    use htb_core::{Duration, FqCodelConfig, LeafConfig, SfqConfig};
 
     #[derive(Deserialize)]
     struct Doc {

@@ -3,14 +3,15 @@
 use std::collections::HashMap;
 
 use htb_core::{
-    ClassId, ClassSpec, Instant, LengthAdjust, Packet, Scheduler, SchedulerConfig, SizeSpec,
-    SizeTable, Warning,
+    ClassId, ClassSpec, Instant, LengthAdjust, Scheduler, SchedulerConfig, SizeSpec, SizeTable,
+    Warning,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConfigError, Located};
 use crate::leaf::{LeafDef, LeafSection};
 use crate::values::{ClassIdValue, HexMinor, LinkLayerValue, RateValue, SizeValue, TimeValue};
+use htb_core::{ClassDef, TreeSpec};
 
 /// `[qdisc]`: tc's `qdisc add ... handle 1: htb default 20 r2q 10 direct_qlen 1000`.
 #[derive(Clone, Debug, Default, Deserialize, Serialize)]
@@ -115,261 +116,191 @@ impl ClassSection {
     }
 }
 
-/// One class of a validated tree.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClassDef {
-    /// The class.
-    pub id: ClassId,
-    /// Its parent, `None` for a root class.
-    pub parent: Option<ClassId>,
-    /// Its parameters.
-    pub spec: ClassSpec,
-    /// Its own leaf queue discipline (`None`: the qdisc's default).
-    pub leaf: Option<LeafDef>,
-}
-
-/// A validated tree: scheduler settings and classes, parents before children.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TreeSpec {
-    /// Scheduler-wide settings.
-    pub config: SchedulerConfig,
-    /// Classes in an order that adds every parent before its children.
-    pub classes: Vec<ClassDef>,
-    /// What building the tree warned about (quantum clamps, …), as text.
-    pub warnings: Vec<String>,
-}
-
-/// One HTB tree of a port and where it hangs: at the port's root (htbd's own layout: one tree
-/// whose subtrees the workers share out), or under class `M:N` of tc's `mq` root (LibreQoS's
-/// layout: one independent tree per TX queue, served by the worker owning queue N−1, as the
-/// kernel's `mq_attach` binds child N to TX queue N−1).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortTree {
-    /// The tree.
-    pub tree: TreeSpec,
-    /// The minor `N` of the `mq` class it hangs under (1 for TX queue 0); `None`: the root.
-    pub mq_minor: Option<u16>,
-}
-
-impl PortTree {
-    /// A tree at the port's root.
-    #[must_use]
-    pub fn root(tree: TreeSpec) -> Self {
-        Self {
-            tree,
-            mq_minor: None,
-        }
-    }
-}
-
-impl TreeSpec {
-    /// Validates `[qdisc]` and `[[class]]` sections parsed from `text`: ids, parents, cycles,
-    /// depth, and every class's parameters (by building the tree once).
-    ///
-    /// # Errors
-    /// The first problem, located in `text`.
-    pub fn from_sections(
-        text: &str,
-        qdisc: Option<&QdiscSection>,
-        classes: &[Located<ClassSection>],
-    ) -> Result<Self, ConfigError> {
-        let default = QdiscSection::default();
-        let qdisc = qdisc.unwrap_or(&default);
-        let major = match &qdisc.handle {
-            Some(handle) => {
-                let id = handle.get_ref().0;
-                if !id.is_qdisc() {
-                    return Err(ConfigError::spanned(
-                        text,
-                        &handle.span(),
-                        format!("handle {id} must end in ':'"),
-                    ));
-                }
-                id.major()
-            }
-            None => classes
-                .first()
-                .map_or(1, |c| c.get_ref().id.get_ref().0.major()),
-        };
-        let mut config = SchedulerConfig {
-            major,
-            ..SchedulerConfig::default()
-        };
-        if let Some(default) = qdisc.default {
-            config.default_minor = default.0;
-        }
-        if let Some(r2q) = qdisc.r2q {
-            config.r2q = r2q;
-        }
-        if let Some(qlen) = qdisc.direct_qlen {
-            config.direct_qlen = qlen;
-        }
-        if let Some(burst_time) = qdisc.burst_time {
-            config.default_burst_time = burst_time.0;
-        }
-        if let Some(stab) = &qdisc.stab {
-            config.stab = Some(size_table(text, stab)?);
-        }
-        if let Some(leaf) = &qdisc.leaf {
-            let def = leaf
-                .get_ref()
-                .0
-                .resolve()
-                .map_err(|e| ConfigError::spanned(text, &leaf.span(), e.to_string()))?;
-            if def.handle.is_some() {
-                let msg = "the default leaf has no handle: give handles to classes' own leaves";
-                return Err(ConfigError::spanned(text, &leaf.span(), msg));
-            }
-            config.default_leaf = def.config;
-        }
-
-        // Index classes, refusing duplicates and foreign majors.
-        let mut index: HashMap<ClassId, usize> = HashMap::new();
-        for (i, section) in classes.iter().enumerate() {
-            let located = &section.get_ref().id;
-            let id = located.get_ref().0;
-            if id.major() != major {
-                let msg = format!("class {id} does not belong to qdisc {major:x}:");
-                return Err(ConfigError::spanned(text, &located.span(), msg));
-            }
-            if id.is_qdisc() {
-                let msg =
-                    format!("{id} is the qdisc handle; classes need a minor, like {major:x}:1");
-                return Err(ConfigError::spanned(text, &located.span(), msg));
-            }
-            if index.insert(id, i).is_some() {
+/// Validates `[qdisc]` and `[[class]]` sections parsed from `text` into a tree: ids, parents,
+/// cycles, depth, and every class's parameters (by building the tree once).
+///
+/// # Errors
+/// The first problem, located in `text`.
+pub fn tree_from_sections(
+    text: &str,
+    qdisc: Option<&QdiscSection>,
+    classes: &[Located<ClassSection>],
+) -> Result<TreeSpec, ConfigError> {
+    let default = QdiscSection::default();
+    let qdisc = qdisc.unwrap_or(&default);
+    let major = match &qdisc.handle {
+        Some(handle) => {
+            let id = handle.get_ref().0;
+            if !id.is_qdisc() {
                 return Err(ConfigError::spanned(
                     text,
-                    &located.span(),
-                    format!("class {id} is defined twice"),
+                    &handle.span(),
+                    format!("handle {id} must end in ':'"),
+                ));
+            }
+            id.major()
+        }
+        None => classes
+            .first()
+            .map_or(1, |c| c.get_ref().id.get_ref().0.major()),
+    };
+    let mut config = SchedulerConfig {
+        major,
+        ..SchedulerConfig::default()
+    };
+    if let Some(default) = qdisc.default {
+        config.default_minor = default.0;
+    }
+    if let Some(r2q) = qdisc.r2q {
+        config.r2q = r2q;
+    }
+    if let Some(qlen) = qdisc.direct_qlen {
+        config.direct_qlen = qlen;
+    }
+    if let Some(burst_time) = qdisc.burst_time {
+        config.default_burst_time = burst_time.0;
+    }
+    if let Some(stab) = &qdisc.stab {
+        config.stab = Some(size_table(text, stab)?);
+    }
+    if let Some(leaf) = &qdisc.leaf {
+        let def = leaf
+            .get_ref()
+            .0
+            .resolve()
+            .map_err(|e| ConfigError::spanned(text, &leaf.span(), e.to_string()))?;
+        if def.handle.is_some() {
+            let msg = "the default leaf has no handle: give handles to classes' own leaves";
+            return Err(ConfigError::spanned(text, &leaf.span(), msg));
+        }
+        config.default_leaf = def.config;
+    }
+
+    // Index classes, refusing duplicates and foreign majors.
+    let mut index: HashMap<ClassId, usize> = HashMap::new();
+    for (i, section) in classes.iter().enumerate() {
+        let located = &section.get_ref().id;
+        let id = located.get_ref().0;
+        if id.major() != major {
+            let msg = format!("class {id} does not belong to qdisc {major:x}:");
+            return Err(ConfigError::spanned(text, &located.span(), msg));
+        }
+        if id.is_qdisc() {
+            let msg = format!("{id} is the qdisc handle; classes need a minor, like {major:x}:1");
+            return Err(ConfigError::spanned(text, &located.span(), msg));
+        }
+        if index.insert(id, i).is_some() {
+            return Err(ConfigError::spanned(
+                text,
+                &located.span(),
+                format!("class {id} is defined twice"),
+            ));
+        }
+    }
+
+    // Parents first: a depth-first order that also finds unknown parents and cycles.
+    let parent_of = |section: &ClassSection| -> Result<Option<ClassId>, ConfigError> {
+        let Some(parent) = &section.parent else {
+            return Ok(None);
+        };
+        let pid = parent.get_ref().0;
+        if pid.major() == major && pid.is_qdisc() {
+            return Ok(None);
+        }
+        if !index.contains_key(&pid) {
+            let msg = format!("parent {pid} is not a class defined here");
+            return Err(ConfigError::spanned(text, &parent.span(), msg));
+        }
+        Ok(Some(pid))
+    };
+    let mut order = Vec::with_capacity(classes.len());
+    let mut state = vec![0u8; classes.len()]; // 0 new, 1 on the path, 2 done
+    for start in 0..classes.len() {
+        let mut path = vec![start];
+        while let Some(&i) = path.last() {
+            if state[i] == 2 {
+                path.pop();
+                continue;
+            }
+            state[i] = 1;
+            match parent_of(classes[i].get_ref())? {
+                Some(pid) if state[index[&pid]] == 1 => {
+                    let located = classes[i]
+                        .get_ref()
+                        .parent
+                        .as_ref()
+                        .map(Located::span)
+                        .unwrap_or_default();
+                    let msg = format!("parent {pid} makes a cycle");
+                    return Err(ConfigError::spanned(text, &located, msg));
+                }
+                Some(pid) if state[index[&pid]] == 0 => path.push(index[&pid]),
+                _ => {
+                    state[i] = 2;
+                    order.push(i);
+                    path.pop();
+                }
+            }
+        }
+    }
+
+    let mut defs = Vec::with_capacity(classes.len());
+    for &i in &order {
+        let section = classes[i].get_ref();
+        let id = section.id.get_ref().0;
+        let Some(spec) = section.spec() else {
+            let msg = format!("class {id} needs a rate, e.g. rate = \"10mbit\"");
+            return Err(ConfigError::spanned(text, &section.id.span(), msg));
+        };
+        let leaf = class_leaf(text, section, &config)?;
+        defs.push((
+            ClassDef {
+                id,
+                parent: parent_of(section)?,
+                spec,
+                leaf,
+            },
+            i,
+        ));
+    }
+    // Only leaves take a leaf discipline.
+    for (def, i) in &defs {
+        if def.leaf.is_some() && defs.iter().any(|(d, _)| d.parent == Some(def.id)) {
+            let section = classes[*i].get_ref();
+            let span = section
+                .leaf
+                .as_ref()
+                .map(Located::span)
+                .or_else(|| section.limit.as_ref().map(Located::span))
+                .unwrap_or_default();
+            let msg = format!(
+                "class {} has children: only a leaf class takes a leaf qdisc",
+                def.id
+            );
+            return Err(ConfigError::spanned(text, &span, msg));
+        }
+    }
+
+    // Build once: the scheduler checks depth and parameters exactly as it will at run time.
+    let mut scratch: Scheduler<u32> = Scheduler::new(config);
+    let mut warnings = Vec::new();
+    for (def, i) in &defs {
+        match scratch.add_class(Instant::ZERO, def.id, def.parent, &def.spec) {
+            Ok(change) => warnings.extend(change.warnings.iter().map(Warning::to_string)),
+            Err(e) => {
+                return Err(ConfigError::spanned(
+                    text,
+                    &classes[*i].span(),
+                    e.to_string(),
                 ));
             }
         }
-
-        // Parents first: a depth-first order that also finds unknown parents and cycles.
-        let parent_of = |section: &ClassSection| -> Result<Option<ClassId>, ConfigError> {
-            let Some(parent) = &section.parent else {
-                return Ok(None);
-            };
-            let pid = parent.get_ref().0;
-            if pid.major() == major && pid.is_qdisc() {
-                return Ok(None);
-            }
-            if !index.contains_key(&pid) {
-                let msg = format!("parent {pid} is not a class defined here");
-                return Err(ConfigError::spanned(text, &parent.span(), msg));
-            }
-            Ok(Some(pid))
-        };
-        let mut order = Vec::with_capacity(classes.len());
-        let mut state = vec![0u8; classes.len()]; // 0 new, 1 on the path, 2 done
-        for start in 0..classes.len() {
-            let mut path = vec![start];
-            while let Some(&i) = path.last() {
-                if state[i] == 2 {
-                    path.pop();
-                    continue;
-                }
-                state[i] = 1;
-                match parent_of(classes[i].get_ref())? {
-                    Some(pid) if state[index[&pid]] == 1 => {
-                        let located = classes[i]
-                            .get_ref()
-                            .parent
-                            .as_ref()
-                            .map(Located::span)
-                            .unwrap_or_default();
-                        let msg = format!("parent {pid} makes a cycle");
-                        return Err(ConfigError::spanned(text, &located, msg));
-                    }
-                    Some(pid) if state[index[&pid]] == 0 => path.push(index[&pid]),
-                    _ => {
-                        state[i] = 2;
-                        order.push(i);
-                        path.pop();
-                    }
-                }
-            }
-        }
-
-        let mut defs = Vec::with_capacity(classes.len());
-        for &i in &order {
-            let section = classes[i].get_ref();
-            let id = section.id.get_ref().0;
-            let Some(spec) = section.spec() else {
-                let msg = format!("class {id} needs a rate, e.g. rate = \"10mbit\"");
-                return Err(ConfigError::spanned(text, &section.id.span(), msg));
-            };
-            let leaf = class_leaf(text, section, &config)?;
-            defs.push((
-                ClassDef {
-                    id,
-                    parent: parent_of(section)?,
-                    spec,
-                    leaf,
-                },
-                i,
-            ));
-        }
-        // Only leaves take a leaf discipline.
-        for (def, i) in &defs {
-            if def.leaf.is_some() && defs.iter().any(|(d, _)| d.parent == Some(def.id)) {
-                let section = classes[*i].get_ref();
-                let span = section
-                    .leaf
-                    .as_ref()
-                    .map(Located::span)
-                    .or_else(|| section.limit.as_ref().map(Located::span))
-                    .unwrap_or_default();
-                let msg = format!(
-                    "class {} has children: only a leaf class takes a leaf qdisc",
-                    def.id
-                );
-                return Err(ConfigError::spanned(text, &span, msg));
-            }
-        }
-
-        // Build once: the scheduler checks depth and parameters exactly as it will at run time.
-        let mut scratch: Scheduler<u32> = Scheduler::new(config);
-        let mut warnings = Vec::new();
-        for (def, i) in &defs {
-            match scratch.add_class(Instant::ZERO, def.id, def.parent, &def.spec) {
-                Ok(change) => warnings.extend(change.warnings.iter().map(Warning::to_string)),
-                Err(e) => {
-                    return Err(ConfigError::spanned(
-                        text,
-                        &classes[*i].span(),
-                        e.to_string(),
-                    ));
-                }
-            }
-        }
-        Ok(Self {
-            config,
-            classes: defs.into_iter().map(|(d, _)| d).collect(),
-            warnings,
-        })
     }
-
-    /// Builds a scheduler holding this tree, its clock at `now`.
-    ///
-    /// # Errors
-    /// Only if the tree was altered after validation.
-    pub fn build<P: Packet>(&self, now: Instant) -> Result<Scheduler<P>, htb_core::ClassError> {
-        let mut htb = Scheduler::new(self.config);
-        htb.reserve_classes(self.classes.len());
-        for def in &self.classes {
-            let change = htb.add_class(now, def.id, def.parent, &def.spec)?;
-            debug_assert!(change.purged.is_empty(), "a fresh tree holds no packets");
-        }
-        for def in &self.classes {
-            if let Some(leaf) = &def.leaf {
-                let change = htb.set_leaf(now, def.id, Some(&leaf.config))?;
-                debug_assert!(change.purged.is_empty(), "a fresh tree holds no packets");
-            }
-        }
-        Ok(htb)
-    }
+    Ok(TreeSpec {
+        config,
+        classes: defs.into_iter().map(|(d, _)| d).collect(),
+        warnings,
+    })
 }
 
 /// A class's own leaf: `leaf = …`, or `limit = N` on the qdisc's default kind.
@@ -445,7 +376,7 @@ mod tests {
 
     fn tree(text: &str) -> Result<TreeSpec, ConfigError> {
         let doc: Doc = crate::from_toml(text)?;
-        TreeSpec::from_sections(text, doc.qdisc.as_ref(), &doc.class)
+        tree_from_sections(text, doc.qdisc.as_ref(), &doc.class)
     }
 
     #[test]

@@ -64,6 +64,7 @@ mod spec;
 mod stab;
 mod stats;
 mod time;
+mod tree_spec;
 pub mod units;
 
 pub use class_id::{ClassId, ClassIdError};
@@ -86,6 +87,7 @@ pub use spec::{
 pub use stab::{MAX_TSIZE, SizeSpec, SizeTable, SizeTableError};
 pub use stats::{ClassStats, Mode, SchedulerStats};
 pub use time::{Duration, Instant};
+pub use tree_spec::{ClassDef, LeafDef, PortTree, TreeSpec};
 
 /// A packet as the scheduler sees it: something with a length, and what the leaf queue
 /// disciplines need to know about it.

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use htb_config::filter::{Classifier, Filter, Verdict};
+use htb_classify::{Classifier, Filter, Verdict};
 use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig, SharedBuckets, Target};
 
 use crate::crew::{Crew, Handoff, HandoffCounts};

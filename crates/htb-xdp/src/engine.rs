@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration as StdDuration;
 
-use htb_config::PortTree;
-use htb_config::filter::{Classifier, Filter};
+use htb_classify::{Classifier, Filter};
+use htb_core::PortTree;
 use htb_core::{ClassId, Instant, Scheduler};
 
 use crate::crew::{Bell, Crew};

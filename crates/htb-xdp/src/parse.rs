@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use htb_config::filter::PacketInfo;
+use htb_classify::PacketInfo;
 
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
@@ -111,13 +111,13 @@ impl Parsed {
     /// The bytes u32's general keys read in `frame` (the one parsed): from the IP header on,
     /// with the transport header's place in them; empty for a frame that is not IP.
     #[must_use]
-    pub fn headers<'a>(&self, frame: &'a [u8]) -> htb_config::filter::Headers<'a> {
+    pub fn headers<'a>(&self, frame: &'a [u8]) -> htb_classify::Headers<'a> {
         match self.l3 {
-            Some(l3) => htb_config::filter::Headers {
+            Some(l3) => htb_classify::Headers {
                 network: frame.get(l3..).unwrap_or_default(),
                 transport: self.l4.map(|t| t - l3),
             },
-            None => htb_config::filter::Headers::default(),
+            None => htb_classify::Headers::default(),
         }
     }
 }

@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use htb_config::filter::Classifier;
-use htb_config::{PortTree, TreeSpec};
+use htb_classify::Classifier;
 use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig, SizeTable};
+use htb_core::{PortTree, TreeSpec};
 
 use crate::frame::Frame;
 
@@ -144,7 +144,7 @@ pub struct IngressHook {
 impl IngressHook {
     /// Compiles `filters`, each with the IFB it redirects to.
     #[must_use]
-    pub fn new(mut filters: Vec<(htb_config::filter::Filter, Option<String>)>) -> Self {
+    pub fn new(mut filters: Vec<(htb_classify::Filter, Option<String>)>) -> Self {
         // The classifier orders its filters by prio (stably) and names a match by its position
         // in that order: the redirects follow the same order.
         filters.sort_by_key(|(f, _)| f.prio);

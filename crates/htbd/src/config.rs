@@ -518,7 +518,7 @@ fn tree_filters(
 > {
     let err = |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
     let tree = if qdisc.is_some() || !classes.is_empty() {
-        Some(TreeSpec::from_sections(text, qdisc, classes)?)
+        Some(htb_config::tree_from_sections(text, qdisc, classes)?)
     } else {
         None
     };

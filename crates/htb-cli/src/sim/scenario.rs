@@ -297,7 +297,7 @@ impl Scenario {
                 format!("warmup {warmup} is not shorter than duration {duration}"),
             ));
         }
-        let tree = TreeSpec::from_sections(text, file.qdisc.as_ref(), &file.class)?;
+        let tree = htb_config::tree_from_sections(text, file.qdisc.as_ref(), &file.class)?;
         let sections: HashMap<ClassId, &ClassSection> = file
             .class
             .iter()

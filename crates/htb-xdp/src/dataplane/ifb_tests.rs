@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use htb_config::filter::{ControlAction, Filter, Match, Police, PoliceConfig};
+use htb_classify::{ControlAction, Filter, Match, Police, PoliceConfig};
 use htb_core::{ClassSpec, Duration, Instant, Rate, Scheduler, SchedulerConfig};
 
 use super::sim::SimRings;

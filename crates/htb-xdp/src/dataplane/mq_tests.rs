@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use htb_config::filter::{Classifier, Filter, Match};
+use htb_classify::{Classifier, Filter, Match};
 use htb_core::{ClassId, ClassSpec, Instant, Rate, Scheduler, SchedulerConfig};
 
 use super::sim::{SimParcel, SimRings};

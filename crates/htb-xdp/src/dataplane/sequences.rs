@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use htb_config::filter::{Classifier, ControlAction, Police, PoliceConfig};
+use htb_classify::{Classifier, ControlAction, Police, PoliceConfig};
 use htb_core::{ClassId, ClassSpec, Duration, Instant, LeafConfig, Rate, SfqConfig};
 use proptest::prelude::*;
 

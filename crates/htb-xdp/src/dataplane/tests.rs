@@ -3,8 +3,8 @@
 //! came back), and shaping at rates from 1 Mbit/s to 1 Gbit/s. The random sequences are in
 //! `sequences`.
 
-use htb_config::filter::{Classifier, Filter, Match};
-use htb_config::{ClassDef, LeafDef, PortTree, TreeSpec};
+use htb_classify::{Classifier, Filter, Match};
+use htb_core::{ClassDef, LeafDef, PortTree, TreeSpec};
 use htb_core::{
     ClassId, ClassSpec, Duration, FqCodelConfig, Instant, LeafConfig, Rate, Scheduler,
     SchedulerConfig,
