@@ -98,6 +98,11 @@ struct Kernel {
     /// Frames one packet may span (1: no multi-buffer; larger packets are truncated).
     max_chain: u32,
     places: Vec<Place>,
+    /// Frames in [`Place::Caller`] per worker, and in [`Place::Away`]: kept as frames move, so
+    /// that the counts the data plane asks for every pass cost no walk over every frame
+    /// (`check` walks them and compares).
+    held: Vec<u32>,
+    away: u32,
     channels: Vec<Channel>,
     /// Per port: whether its link is up, how many TX slots the kernel offers (`None`: the
     /// ring's free space), and what went over its wire.
@@ -111,6 +116,14 @@ impl Kernel {
         let place = &mut self.places[index as usize];
         assert_eq!(*place, from, "frame {index} is not where the rings put it");
         *place = to;
+        for (place, step) in [(from, -1i64), (to, 1)] {
+            let count = match place {
+                Place::Caller(w) => &mut self.held[w],
+                Place::Away => &mut self.away,
+                _ => continue,
+            };
+            *count = u32::try_from(i64::from(*count) + step).expect("counted once");
+        }
     }
 
     /// The frames of a packet the caller holds, first to last, checked against the chunk.
@@ -235,6 +248,8 @@ impl SimRings {
             next: vec![None; total],
             max_chain: max_chain.max(1),
             places: vec![Place::Free; total],
+            held: vec![0; workers],
+            away: 0,
             channels,
             link_up: vec![true; queues.len()],
             tx_limit: vec![None; queues.len()],
@@ -360,12 +375,7 @@ impl SimRings {
 
     /// Frames held by no worker, no ring and no pool: handed over, or on their way home.
     pub(super) fn in_transit(&self) -> usize {
-        self.kernel
-            .borrow()
-            .places
-            .iter()
-            .filter(|&&p| p == Place::Away)
-            .count()
+        self.kernel.borrow().away as usize
     }
 
     /// Checks that every frame is in at most one list, each listed frame where its list says,
@@ -404,6 +414,8 @@ impl SimRings {
             .iter()
             .filter(|&&p| p == Place::Caller(self.me))
             .count();
+        let away = k.places.iter().filter(|&&p| p == Place::Away).count();
+        assert_eq!(k.away as usize, away, "frames between workers");
         drop(k);
         assert_eq!(self.counts().with_caller as usize, caller);
         // Every TX ring holds whole packets: its last descriptor ends one.
@@ -613,11 +625,7 @@ impl Rings for SimRings {
             .iter()
             .map(|&c| (k.channels[c].fill.len() + k.channels[c].rx.len()) as u32)
             .sum();
-        let with_caller = k
-            .places
-            .iter()
-            .filter(|&&p| p == Place::Caller(self.me))
-            .count() as u32;
+        let with_caller = k.held[self.me];
         drop(k);
         FrameCounts {
             total: self.pool.home().len() as u32,
