@@ -170,6 +170,31 @@ impl fmt::Display for IpPrefix {
     }
 }
 
+/// As text, `10.0.0.0/8`: the form the control socket's wire has always carried.
+#[cfg(feature = "serde")]
+impl serde::Serialize for IpPrefix {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for IpPrefix {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = IpPrefix;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an address prefix such as \"10.0.0.0/8\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<IpPrefix, E> {
+                v.parse().map_err(|e| E::custom(format_args!("{v:?}: {e}")))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// A port or an inclusive range, `5201` or `5000-5100`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PortRange {

@@ -28,7 +28,9 @@ mod status;
 
 pub use filter_handle::{FilterHandle, FilterHandleError};
 pub use filter_kind::{FilterKind, UnknownFilterKind};
-pub use htb_classify::{ControlAction, PoliceConfig, PoliceStats, U32Handle, U32HandleError};
+pub use htb_classify::{
+    ControlAction, IpPrefix, PoliceConfig, PoliceStats, U32Handle, U32HandleError,
+};
 pub use htb_core::{
     CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec, Warning,
 };
@@ -600,10 +602,10 @@ impl U32Hashing {
 pub struct MatchSpec {
     /// Source prefix, `10.0.0.0/8`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src: Option<String>,
+    pub src: Option<IpPrefix>,
     /// Destination prefix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst: Option<String>,
+    pub dst: Option<IpPrefix>,
     /// IP protocol number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proto: Option<u8>,
@@ -1158,6 +1160,33 @@ mod tests {
             );
             assert_eq!(serde_json::from_str::<Command>(&again).unwrap(), c);
         }
+        // Prefixes as the operator wrote them (the CLI forwarded its text): a bare address is a
+        // host; written back with its length. A malformed one is refused when read.
+        let old: Command = serde_json::from_str(
+            r#"{"op":"filter_add","dev":"r2","protocol":"ip","prio":1,"kind":"u32","matcher":{"dst":"10.0.0.9","src":"192.168.0.0/16"},"class":"1:20"}"#,
+        )
+        .unwrap();
+        let Command::FilterAdd(f) = &old else {
+            panic!("{old:?}")
+        };
+        assert_eq!(
+            (
+                f.matcher.dst.map(|p| p.prefix_len()),
+                f.matcher.src.map(|p| p.prefix_len())
+            ),
+            (Some(32), Some(16))
+        );
+        assert!(
+            serde_json::to_string(&old)
+                .unwrap()
+                .contains(r#""dst":"10.0.0.9/32""#)
+        );
+        assert!(
+            serde_json::from_str::<MatchSpec>(r#"{"dst":"10.0.0.300/32"}"#)
+                .unwrap_err()
+                .to_string()
+                .contains("10.0.0.300")
+        );
         // A show's class and parent as text: `root`, a class, a qdisc.
         let show: Request = serde_json::from_str(
             r#"{"version":1,"request":{"type":"show","object":"class","class":"1:20","parent":"root"}}"#,

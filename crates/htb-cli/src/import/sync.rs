@@ -282,8 +282,8 @@ impl Running {
             .filter_map(|f| {
                 let m = &f.matcher;
                 let address = match direction {
-                    Direction::Download if m.src.is_none() => m.dst.as_deref()?,
-                    Direction::Upload if m.dst.is_none() => m.src.as_deref()?,
+                    Direction::Download if m.src.is_none() => m.dst?,
+                    Direction::Upload if m.dst.is_none() => m.src?,
                     _ => return None,
                 };
                 let bare = htb_ipc::MatchSpec {
@@ -295,7 +295,6 @@ impl Running {
                     return None;
                 }
                 let class = f.class?;
-                let address: IpPrefix = address.parse().ok()?;
                 self.is_below(class, placement.parent).then(|| Owned {
                     address: key(&address),
                     class,
@@ -954,7 +953,7 @@ mod tests {
                         handle: FilterHandle(0x8000_0800),
                         class: Some(ClassId::new(1, 0xa)),
                         matcher: MatchSpec {
-                            dst: Some("10.9.9.9/32".into()),
+                            dst: Some("10.9.9.9/32".parse().unwrap()),
                             ..MatchSpec::default()
                         },
                         hashing: htb_ipc::U32Hashing::default(),
@@ -1103,7 +1102,7 @@ mod tests {
         // The filter of 100.64.0.14 comes from the file's line 2.
         let (line, _) = actions
             .iter()
-            .find(|(_, a)| matches!(a, Action::Change(Command::FilterAdd(f)) if f.matcher.dst.as_deref() == Some("100.64.0.14/32")))
+            .find(|(_, a)| matches!(a, Action::Change(Command::FilterAdd(f)) if f.matcher.dst.map(|p| p.to_string()).as_deref() == Some("100.64.0.14/32")))
             .unwrap();
         assert_eq!(b.origin[line - 1], Origin::Csv(2));
     }

@@ -2,9 +2,7 @@
 //! selectors htbd classifies by, as typed matches; raw `u32|u16|u8 … at OFF` keys and the hash
 //! tables (`divisor`, `ht`, `link`, `hashkey`, `sample`) are read in `u32_keys`.
 
-use std::net::IpAddr;
-
-use htb_ipc::{FilterHandle, FilterSpec, HashKey, MatchSpec, Protocol, U32Handle};
+use htb_ipc::{FilterHandle, FilterSpec, HashKey, IpPrefix, MatchSpec, Protocol, U32Handle};
 
 use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
 use super::u32_keys::{self, RawKeys};
@@ -43,10 +41,10 @@ fn set_once<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn prefix(s: &str, v6: bool, what: &str) -> Result<String> {
-    let addr = s.split('/').next().unwrap_or(s);
-    match addr.parse::<IpAddr>() {
-        Ok(ip) if ip.is_ipv6() == v6 => Ok(s.to_owned()),
+/// An address prefix of the family `v6` says (`get_prefix`), parsed once, as htbd keeps it.
+pub(super) fn prefix(s: &str, v6: bool, what: &str) -> Result<IpPrefix> {
+    match s.parse::<IpPrefix>() {
+        Ok(p) if p.addr().is_ipv6() == v6 => Ok(p),
         _ => illegal(what),
     }
 }

@@ -636,7 +636,10 @@ mod tests {
             ),
             (Some(1), Some(htb_ipc::FilterHandle(0x8000_0800)), "1:30")
         );
-        assert_eq!(f.matcher.dst.as_deref(), Some("10.0.0.9/32"));
+        assert_eq!(
+            f.matcher.dst.map(|p| p.to_string()).as_deref(),
+            Some("10.0.0.9/32")
+        );
         let Command::FilterReplace(f) = change(
             "filter replace dev D parent 1: protocol ip prio 2 flower ip_proto udp dst_port 53 classid 1:20",
         ) else {
@@ -692,7 +695,7 @@ mod tests {
         assert_eq!(
             f.matcher,
             MatchSpec {
-                dst: Some("10.201.2.0/24".into()),
+                dst: Some("10.201.2.0/24".parse().unwrap()),
                 dport: Some((5201, 5201)),
                 proto: Some(17),
                 dscp: Some(46),

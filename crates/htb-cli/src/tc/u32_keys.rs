@@ -12,8 +12,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use htb_ipc::MatchSpec;
-use htb_ipc::U32Handle;
+use htb_ipc::{IpPrefix, MatchSpec, U32Handle};
 
 use super::args::{Args, Result, illegal, mask, number, usage};
 use super::f_u32::{port_range, tos_to_dscp};
@@ -125,7 +124,7 @@ impl Address {
 
     /// The keys as a prefix: `None` without keys, `Some(None)` when the mask is not leading
     /// ones (those keys stay general keys).
-    fn prefix(&self, v6: bool) -> Option<Option<String>> {
+    fn prefix(&self, v6: bool) -> Option<Option<IpPrefix>> {
         if self.mask == 0 {
             return None;
         }
@@ -133,15 +132,12 @@ impl Address {
         if self.mask.checked_shl(len).unwrap_or(0) != 0 {
             return Some(None);
         }
-        Some(Some(if v6 {
-            format!("{}/{len}", Ipv6Addr::from(self.value))
+        let addr = if v6 {
+            IpAddr::V6(Ipv6Addr::from(self.value))
         } else {
-            format!(
-                "{}/{}",
-                IpAddr::V4(Ipv4Addr::from((self.value >> 96) as u32)),
-                len
-            )
-        }))
+            IpAddr::V4(Ipv4Addr::from((self.value >> 96) as u32))
+        };
+        Some(IpPrefix::new(addr, u8::try_from(len).unwrap_or(u8::MAX)))
     }
 }
 
@@ -358,7 +354,10 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!(m.dst.as_deref(), Some("10.0.0.42/32"));
+        assert_eq!(
+            m.dst.map(|p| p.to_string()).as_deref(),
+            Some("10.0.0.42/32")
+        );
         assert_eq!(m.proto, Some(6));
         assert_eq!(m.dport, Some((80, 80)));
         let m = read(
@@ -366,14 +365,20 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!(m.src.as_deref(), Some("192.168.0.0/16"));
+        assert_eq!(
+            m.src.map(|p| p.to_string()).as_deref(),
+            Some("192.168.0.0/16")
+        );
         assert_eq!(m.sport, Some((53, 53)));
         let m = read(
             "u32 0x20010db8 0xffffffff at 24 u32 0 0xffff0000 at 28",
             true,
         )
         .unwrap();
-        assert_eq!(m.dst.as_deref(), Some("2001:db8::/48"));
+        assert_eq!(
+            m.dst.map(|p| p.to_string()).as_deref(),
+            Some("2001:db8::/48")
+        );
         let m = read("u8 0xb8 0xfc at 1", false).unwrap();
         assert_eq!(m.dscp, Some(46));
         // A word that is no field (the IPv4 fragment id) stays a general key.

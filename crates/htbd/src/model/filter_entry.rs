@@ -216,15 +216,10 @@ pub fn with_protocol(mut m: Match, protocol: Protocol) -> Result<Match, FamilyMi
 /// A wire match as the classifier's, restricted to `protocol`'s family.
 ///
 /// # Errors
-/// Malformed prefixes or ports, or a prefix of the wrong family.
+/// Empty port ranges, too many raw keys, or a prefix of the wrong family (prefixes arrive
+/// parsed, in the wire's `IpPrefix`).
 pub fn matcher(spec: &MatchSpec, protocol: Protocol) -> Result<Match, IpcError> {
     let invalid = |m: String| error(ErrorCode::Invalid, m);
-    let prefix = |s: &Option<String>| -> Result<Option<IpPrefix>, IpcError> {
-        s.as_deref()
-            .map(str::parse)
-            .transpose()
-            .map_err(|e: htb_config::filter::ParseError| invalid(e.to_string()))
-    };
     let ports = |r: Option<(u16, u16)>| -> Result<Option<PortRange>, IpcError> {
         match r {
             None => Ok(None),
@@ -259,8 +254,8 @@ pub fn matcher(spec: &MatchSpec, protocol: Protocol) -> Result<Match, IpcError> 
     })?;
     let m = Match {
         family: None,
-        src: prefix(&spec.src)?,
-        dst: prefix(&spec.dst)?,
+        src: spec.src,
+        dst: spec.dst,
         proto: spec.proto,
         sport: ports(spec.sport)?,
         dport: ports(spec.dport)?,
@@ -276,8 +271,8 @@ pub fn matcher(spec: &MatchSpec, protocol: Protocol) -> Result<Match, IpcError> 
 #[must_use]
 pub fn match_spec(m: &Match) -> MatchSpec {
     MatchSpec {
-        src: m.src.map(|p| p.to_string()),
-        dst: m.dst.map(|p| p.to_string()),
+        src: m.src,
+        dst: m.dst,
         proto: m.proto,
         sport: m.sport.map(|r| (r.first, r.last)),
         dport: m.dport.map(|r| (r.first, r.last)),

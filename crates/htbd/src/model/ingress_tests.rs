@@ -145,7 +145,7 @@ fn an_ingress_policer_needs_no_redirect() {
         kind: FilterKind::U32,
         class: Some(":1".parse().unwrap()),
         matcher: MatchSpec {
-            src: Some("0.0.0.0/0".into()),
+            src: Some("0.0.0.0/0".parse().unwrap()),
             ..MatchSpec::default()
         },
         police: Some(Box::new(police)),

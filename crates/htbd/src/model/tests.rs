@@ -699,7 +699,7 @@ fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
             prio: Some(3),
             kind: FilterKind::U32,
             matcher: MatchSpec {
-                dst: dst.map(str::to_owned),
+                dst: dst.map(|d| d.parse().unwrap()),
                 ..MatchSpec::default()
             },
             class: Some("1:20".parse().unwrap()),

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use htb_core::LinkLayer;
 use htb_core::units::DisplaySize;
-use htb_ipc::{ControlAction, FilterInfo, FilterKind, MatchSpec, PoliceInfo, Protocol};
+use htb_ipc::{ControlAction, FilterInfo, FilterKind, IpPrefix, MatchSpec, PoliceInfo, Protocol};
 use serde_json::{Map, Value, json};
 
 use super::{Style, json_text, rate_text};
@@ -21,19 +21,13 @@ struct Key {
     nexthdr: bool,
 }
 
-fn prefix_words(prefix: &str) -> Option<(IpAddr, Vec<(u32, u32)>)> {
-    let (addr, len) = prefix.split_once('/').unwrap_or((prefix, ""));
-    let addr: IpAddr = addr.parse().ok()?;
+fn prefix_words(prefix: IpPrefix) -> Option<(IpAddr, Vec<(u32, u32)>)> {
+    let addr = prefix.addr();
     let bits = match addr {
         IpAddr::V4(a) => a.octets().to_vec(),
         IpAddr::V6(a) => a.octets().to_vec(),
     };
-    let max = bits.len() * 8;
-    let len: usize = if len.is_empty() {
-        max
-    } else {
-        len.parse().ok()?
-    };
+    let len = usize::from(prefix.prefix_len());
     let words = bits
         .chunks(4)
         .enumerate()
@@ -61,11 +55,7 @@ fn port_key(range: (u16, u16)) -> Option<(u32, u32)> {
 /// The keys `tc filter add … u32 match ip…` would have built (`pack_key`, merging keys at the
 /// same offset), and what cannot be expressed as one.
 fn u32_keys(protocol: Protocol, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
-    let v6 = protocol == Protocol::Ipv6
-        || m.src
-            .as_deref()
-            .or(m.dst.as_deref())
-            .is_some_and(|p| p.contains(':'));
+    let v6 = protocol == Protocol::Ipv6 || m.src.or(m.dst).is_some_and(|p| p.addr().is_ipv6());
     let mut keys: Vec<Key> = Vec::new();
     let mut other = Vec::new();
     let mut add_key = |value: u32, mask: u32, off: u32, nexthdr: bool| {
@@ -108,10 +98,10 @@ fn u32_keys(protocol: Protocol, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
         }
     }
     for (prefix, base) in [
-        (&m.src, if v6 { 8 } else { 12 }),
-        (&m.dst, if v6 { 24 } else { 16 }),
+        (m.src, if v6 { 8 } else { 12 }),
+        (m.dst, if v6 { 24 } else { 16 }),
     ] {
-        if let Some((_, words)) = prefix.as_deref().and_then(prefix_words) {
+        if let Some((_, words)) = prefix.and_then(prefix_words) {
             for (i, (value, mask)) in words.into_iter().enumerate() {
                 add(value, mask, base + 4 * i as u32);
             }
@@ -172,11 +162,11 @@ fn flower_keys(f: &FilterInfo) -> Vec<(String, Value)> {
             json!(format!("{:#x}/0xfc", u32::from(d) << 2)),
         ));
     }
-    if let Some(p) = &m.dst {
-        keys.push(("dst_ip".into(), json!(p)));
+    if let Some(p) = m.dst {
+        keys.push(("dst_ip".into(), json!(p.to_string())));
     }
-    if let Some(p) = &m.src {
-        keys.push(("src_ip".into(), json!(p)));
+    if let Some(p) = m.src {
+        keys.push(("src_ip".into(), json!(p.to_string())));
     }
     if let Some(r) = m.dport {
         keys.push(("dst_port".into(), json!(ports_text(r))));
@@ -501,7 +491,7 @@ mod tests {
             handle: FilterHandle::parse(None, "800::800").unwrap(),
             class: Some("1:10".parse().unwrap()),
             matcher: MatchSpec {
-                dst: Some("10.201.2.0/24".into()),
+                dst: Some("10.201.2.0/24".parse().unwrap()),
                 proto: Some(17),
                 sport: Some((5200, 5215)),
                 dport: Some((5201, 5201)),
@@ -523,7 +513,7 @@ mod tests {
             handle: FilterHandle::parse(None, "0x1").unwrap(),
             prio: 2,
             matcher: MatchSpec {
-                dst: Some("10.201.2.0/24".into()),
+                dst: Some("10.201.2.0/24".parse().unwrap()),
                 proto: Some(17),
                 dport: Some((5000, 5100)),
                 ..MatchSpec::default()
