@@ -1101,9 +1101,17 @@ impl<R: Rings> Dataplane<R> {
                 results.push(Ok(0));
                 continue;
             }
-            // With several workers a deleted class's owner may be cached too.
+            // With several workers the owner of each filter's leaf is cached too: it changes
+            // when a class goes, when a leaf gets children (its frames fall to the default
+            // class) and when the default class changes.
             retarget[index] |= matches!(op, PlaneOp::SetTree { .. } | PlaneOp::SetFilters { .. })
-                || (self.crew.workers() > 1 && matches!(op, PlaneOp::DeleteClass { .. }));
+                || (self.crew.workers() > 1
+                    && matches!(
+                        op,
+                        PlaneOp::DeleteClass { .. }
+                            | PlaneOp::AddClass { .. }
+                            | PlaneOp::SetQdisc { .. }
+                    ));
             let port = &mut self.ports[index];
             let purged = port.apply(now, op);
             let dropped: Vec<Frame> = port.drain_dropped().collect();

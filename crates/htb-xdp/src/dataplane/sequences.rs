@@ -42,10 +42,12 @@ enum Control {
         on: bool,
         police: u8,
     },
-    /// With a size table of that many bytes of overhead, or none.
+    /// With a size table of that many bytes of overhead, or none; unclassified traffic to
+    /// 1:20, or to 1:10 (whose owner may be another worker).
     DirectQlen {
         qlen: u32,
         overhead: Option<i32>,
+        default_10: bool,
     },
 }
 
@@ -110,10 +112,14 @@ impl Control {
                     classifier: Arc::new(Classifier::new(filters)),
                 }
             }
-            Self::DirectQlen { qlen, overhead } => PlaneOp::SetQdisc {
+            Self::DirectQlen {
+                qlen,
+                overhead,
+                default_10,
+            } => PlaneOp::SetQdisc {
                 port,
                 major: 1,
-                default_minor: 0x20,
+                default_minor: if default_10 { 0x10 } else { 0x20 },
                 r2q: 10,
                 direct_qlen: qlen,
                 stab: overhead.map(|overhead| {
@@ -177,8 +183,13 @@ fn control() -> impl Strategy<Value = Control> {
         (1u64..10).prop_map(|mbit| Control::ChangeRate20 { mbit }),
         Just(Control::NewTree),
         (any::<bool>(), any::<u8>()).prop_map(|(on, police)| Control::Filters { on, police }),
-        (0u32..40, prop::option::of(-64i32..64))
-            .prop_map(|(qlen, overhead)| Control::DirectQlen { qlen, overhead }),
+        (0u32..40, prop::option::of(-64i32..64), any::<bool>()).prop_map(
+            |(qlen, overhead, default_10)| Control::DirectQlen {
+                qlen,
+                overhead,
+                default_10
+            }
+        ),
     ]
 }
 
