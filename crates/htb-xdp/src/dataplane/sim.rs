@@ -416,10 +416,8 @@ impl SimRings {
             .count();
         let away = k.places.iter().filter(|&&p| p == Place::Away).count();
         assert_eq!(k.away as usize, away, "frames between workers");
-        drop(k);
         assert_eq!(self.counts().with_caller as usize, caller);
         // Every TX ring holds whole packets: its last descriptor ends one.
-        let k = self.kernel.borrow();
         for ch in &k.channels {
             assert!(
                 ch.tx.back().is_none_or(|d| !d.more),
@@ -430,14 +428,18 @@ impl SimRings {
 
     /// The frames of a packet this worker holds, back to the pools (theirs or this one).
     fn free_chain(&mut self, chunk: &Chunk) {
-        let chain = self.kernel.borrow().chain(chunk);
-        for index in chain {
-            self.kernel
-                .borrow_mut()
-                .move_to(index, Place::Caller(self.me), Place::Free);
-            self.pool.put(index, index);
+        let mut k = self.kernel.borrow_mut();
+        for index in k.chain(chunk) {
+            free_frame(&mut k, &mut self.pool, index, Place::Caller(self.me));
         }
     }
+}
+
+/// A frame is free again: out of `from`, into its home's pool (this worker's, or on its way
+/// home through a return ring).
+fn free_frame(k: &mut Kernel, pool: &mut FramePool<u32>, index: u32, from: Place) {
+    k.move_to(index, from, Place::Free);
+    pool.put(index, index);
 }
 
 /// A packet on its way between workers, with its frames' bytes.
@@ -557,16 +559,10 @@ impl Rings for SimRings {
 
     fn reap(&mut self) -> usize {
         let mut n = 0;
-        for i in 0..self.channels.len() {
-            let c = self.channels[i];
-            loop {
-                let Some(index) = self.kernel.borrow_mut().channels[c].completed.pop_front() else {
-                    break;
-                };
-                self.kernel
-                    .borrow_mut()
-                    .move_to(index, Place::Completed, Place::Free);
-                self.pool.put(index, index);
+        let mut k = self.kernel.borrow_mut();
+        for &c in &self.channels {
+            while let Some(index) = k.channels[c].completed.pop_front() {
+                free_frame(&mut k, &mut self.pool, index, Place::Completed);
                 n += 1;
             }
         }
@@ -626,7 +622,6 @@ impl Rings for SimRings {
             .map(|&c| (k.channels[c].fill.len() + k.channels[c].rx.len()) as u32)
             .sum();
         let with_caller = k.held[self.me];
-        drop(k);
         FrameCounts {
             total: self.pool.home().len() as u32,
             free: self.pool.free.len() as u32,

@@ -54,28 +54,14 @@ pub(super) fn udp_frame(size: usize, src_mac: [u8; 6], ecn: u8, sport: u16, dpor
     f
 }
 
-/// Port b's tree: 1:1 at 10 Mbit/s; 1:10 (6 Mbit/s, fq_codel, what goes to UDP port 5001)
-/// and 1:20 (4 Mbit/s, pfifo 20, the default), both borrowing up to 10 Mbit/s.
-fn tree_b(now: Instant, fq_limit: u32) -> Scheduler<Frame> {
-    let mut htb = Scheduler::new(SchedulerConfig {
-        default_minor: 0x20,
-        direct_qlen: 16,
-        ..SchedulerConfig::default()
-    });
-    let ten = Rate::from_mbit(10);
-    built(htb.add_class(now, class(1), None, &ClassSpec::new(ten)));
-    add_10(&mut htb, now, fq_limit).unwrap();
-    built(htb.add_class(
-        now,
-        class(0x20),
-        Some(class(1)),
-        &ClassSpec::new(Rate::from_mbit(4)).with_ceil(ten),
-    ));
-    built(htb.set_leaf(now, class(0x20), Some(&LeafConfig::Pfifo { limit: 20 })));
-    htb
+/// Port b's tree, as each worker builds it from [`tree_b_spec`].
+fn tree_b(fq_limit: u32) -> Scheduler<Frame> {
+    tree_b_spec(fq_limit).tree.build(Instant::ZERO).unwrap()
 }
 
-/// [`tree_b`] as htbd sends a new tree: its spec, from which each worker builds its own.
+/// Port b's tree as htbd sends one, each worker building its own: 1:1 at 10 Mbit/s; 1:10
+/// (6 Mbit/s, fq_codel, what goes to UDP port 5001) and 1:20 (4 Mbit/s, pfifo 20, the
+/// default), both borrowing up to 10 Mbit/s.
 pub(super) fn tree_b_spec(fq_limit: u32) -> PortTree {
     let ten = Rate::from_mbit(10);
     let def = |minor, parent: Option<u32>, spec, leaf: Option<LeafConfig>| ClassDef {
@@ -89,7 +75,11 @@ pub(super) fn tree_b_spec(fq_limit: u32) -> PortTree {
     };
     PortTree {
         tree: TreeSpec {
-            config: *tree_b(Instant::ZERO, fq_limit).config(),
+            config: SchedulerConfig {
+                default_minor: 0x20,
+                direct_qlen: 16,
+                ..SchedulerConfig::default()
+            },
             classes: vec![
                 def(1, None, ClassSpec::new(ten), None),
                 def(
@@ -114,26 +104,6 @@ pub(super) fn tree_b_spec(fq_limit: u32) -> PortTree {
 /// A change to a tree that holds no packets yet.
 pub(super) fn built(change: Result<htb_core::Change<Frame>, htb_core::ClassError>) {
     assert!(change.unwrap().purged.is_empty());
-}
-
-fn add_10(
-    htb: &mut Scheduler<Frame>,
-    now: Instant,
-    fq_limit: u32,
-) -> Result<(), htb_core::ClassError> {
-    let added = htb.add_class(
-        now,
-        class(0x10),
-        Some(class(1)),
-        &ClassSpec::new(Rate::from_mbit(6)).with_ceil(Rate::from_mbit(10)),
-    );
-    built(Ok(added?));
-    built(Ok(htb.set_leaf(
-        now,
-        class(0x10),
-        Some(&fq_codel(fq_limit)),
-    )?));
-    Ok(())
 }
 
 pub(super) fn fq_codel(limit: u32) -> LeafConfig {
@@ -192,7 +162,7 @@ pub(super) fn planes(
         vec![
             bare_port("a", MAC_A, peer_a),
             PortSetup {
-                trees: vec![(tree_b(Instant::ZERO, 64), None)],
+                trees: vec![(tree_b(64), None)],
                 classifier: Arc::new(Classifier::new(to_5001())),
                 ..bare_port("b", MAC_B, peer_b)
             },
