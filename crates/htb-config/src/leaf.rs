@@ -33,130 +33,144 @@ use serde::{Deserialize, Serialize};
 
 use crate::values::{ClassIdValue, RateValue, SizeValue, TimeValue};
 
-/// A leaf discipline in a table: `{ kind = "sfq", perturb = 10 }`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+/// The options of `leaf = { kind = …, … }` as written, before they become the core's
+/// [`LeafSpec`]: only [`LeafSection`]'s reader sees it (TOML gives a table's keys in any order,
+/// so the kind cannot pick the options' meaning as they are read).
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LeafTable {
+struct LeafOptions {
     /// `pfifo`, `bfifo`, `sfq`, `fq_codel` or `cake`.
-    pub kind: String,
+    #[serde(default, deserialize_with = "kind_of")]
+    kind: Option<LeafKind>,
     /// The qdisc handle tc shows (`"10:"`); assigned when omitted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handle: Option<ClassIdValue>,
+    #[serde(default)]
+    handle: Option<ClassIdValue>,
     /// Packets (`bfifo`: bytes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<SizeValue>,
+    #[serde(default)]
+    limit: Option<SizeValue>,
     /// `sfq`, `fq_codel`: flows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flows: Option<u32>,
+    #[serde(default)]
+    flows: Option<u32>,
     /// `fq_codel`, `cake`: CoDel's (COBALT's) target.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<TimeValue>,
+    #[serde(default)]
+    target: Option<TimeValue>,
     /// `fq_codel`: CoDel interval.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub interval: Option<TimeValue>,
+    #[serde(default)]
+    interval: Option<TimeValue>,
     /// `sfq`, `fq_codel`: DRR quantum in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quantum: Option<SizeValue>,
+    #[serde(default)]
+    quantum: Option<SizeValue>,
     /// `fq_codel`: ECN marking (default on).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ecn: Option<bool>,
+    #[serde(default)]
+    ecn: Option<bool>,
     /// `fq_codel`: CE-marking threshold.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ce_threshold: Option<TimeValue>,
+    #[serde(default)]
+    ce_threshold: Option<TimeValue>,
     /// `fq_codel`: byte limit of the buffers held.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_limit: Option<SizeValue>,
+    #[serde(default)]
+    memory_limit: Option<SizeValue>,
     /// `fq_codel`: packets dropped at once over the limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drop_batch: Option<u32>,
+    #[serde(default)]
+    drop_batch: Option<u32>,
     /// `sfq`: seconds between hash re-keyings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub perturb: Option<u32>,
+    #[serde(default)]
+    perturb: Option<u32>,
     /// `sfq`: hash buckets.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub divisor: Option<u32>,
+    #[serde(default)]
+    divisor: Option<u32>,
     /// `sfq`: packets per flow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub depth: Option<u32>,
+    #[serde(default)]
+    depth: Option<u32>,
     /// `sfq`: drop from the head.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub headdrop: Option<bool>,
+    #[serde(default)]
+    headdrop: Option<bool>,
     /// `cake`: its shaper's rate (unlimited when left out).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bandwidth: Option<RateValue>,
+    #[serde(default)]
+    bandwidth: Option<RateValue>,
     /// `cake`: `autorate-ingress`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub autorate_ingress: Option<bool>,
+    #[serde(default)]
+    autorate_ingress: Option<bool>,
     /// `cake`: the tins (`"diffserv3"`, `"diffserv4"`, `"diffserv8"`, `"besteffort"`,
     /// `"precedence"`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub diffserv: Option<DiffservMode>,
+    #[serde(default)]
+    diffserv: Option<DiffservMode>,
     /// `cake`: the flow isolation (`"triple-isolate"`, `"dual-dsthost"`, `"flows"` …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flow_mode: Option<FlowMode>,
+    #[serde(default)]
+    flow_mode: Option<FlowMode>,
     /// `cake`: `nat`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nat: Option<bool>,
+    #[serde(default)]
+    nat: Option<bool>,
     /// `cake`: `wash`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wash: Option<bool>,
+    #[serde(default)]
+    wash: Option<bool>,
     /// `cake`: `split-gso`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub split_gso: Option<bool>,
+    #[serde(default)]
+    split_gso: Option<bool>,
     /// `cake`: `ingress`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ingress: Option<bool>,
+    #[serde(default)]
+    ingress: Option<bool>,
     /// `cake`: `"off"`, `"filter"` or `"aggressive"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ack_filter: Option<AckFilter>,
+    #[serde(default)]
+    ack_filter: Option<AckFilter>,
     /// `cake`: the buffer's byte limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memlimit: Option<SizeValue>,
+    #[serde(default)]
+    memlimit: Option<SizeValue>,
     /// `cake`: `"none"`, `"atm"` or `"ptm"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub atm: Option<AtmMode>,
+    #[serde(default)]
+    atm: Option<AtmMode>,
     /// `cake`: bytes per packet in place of the L2 header (-64 to 256).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub overhead: Option<i32>,
+    #[serde(default)]
+    overhead: Option<i32>,
     /// `cake`: `raw` (no compensation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raw: Option<bool>,
+    #[serde(default)]
+    raw: Option<bool>,
     /// `cake`: the smallest length charged (0 to 256).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mpu: Option<u32>,
+    #[serde(default)]
+    mpu: Option<u32>,
     /// `cake`: the round-trip time (CoDel's interval).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rtt: Option<TimeValue>,
+    #[serde(default)]
+    rtt: Option<TimeValue>,
     /// `cake`: the mark mask that picks tins.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fwmark: Option<u32>,
+    #[serde(default)]
+    fwmark: Option<u32>,
 }
 
-/// `leaf = "fq_codel"` (the kind with its defaults) or `leaf = { kind = …, … }`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
-pub struct LeafSection(pub LeafTable);
+/// `leaf = "fq_codel"` (the kind with its defaults) or `leaf = { kind = …, … }`, read straight
+/// into the core's resolved [`LeafDef`]: an unknown kind, an option of another kind or a value
+/// out of range is an error of the TOML reader, at the value's line and column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeafSection(pub LeafDef);
 
 impl<'de> Deserialize<'de> for LeafSection {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = LeafSection;
+            type Value = LeafOptions;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a leaf qdisc: \"fq_codel\", or a table like { kind = \"sfq\" }")
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<LeafSection, E> {
-                Ok(LeafSection(LeafTable {
-                    kind: v.to_owned(),
-                    ..LeafTable::default()
-                }))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<LeafOptions, E> {
+                Ok(LeafOptions {
+                    kind: Some(leaf_kind(v).map_err(E::custom)?),
+                    ..LeafOptions::default()
+                })
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<LeafSection, A::Error> {
-                LeafTable::deserialize(de::value::MapAccessDeserializer::new(map)).map(LeafSection)
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<LeafOptions, A::Error> {
+                LeafOptions::deserialize(de::value::MapAccessDeserializer::new(map))
             }
         }
-        d.deserialize_any(V)
+        let options = d.deserialize_any(V)?;
+        options
+            .resolve()
+            .map(LeafSection)
+            .map_err(de::Error::custom)
     }
+}
+
+/// `kind = "…"`, one of the kinds htb runs.
+fn kind_of<'de, D: Deserializer<'de>>(d: D) -> Result<Option<LeafKind>, D::Error> {
+    let name = String::deserialize(d)?;
+    leaf_kind(&name).map(Some).map_err(de::Error::custom)
 }
 
 pub use htb_core::LeafDef;
@@ -208,6 +222,9 @@ pub enum LeafSectionError {
     /// A kind that does not exist here.
     #[error("unknown leaf qdisc {0:?}: pfifo, bfifo, sfq, fq_codel or cake")]
     UnknownKind(String),
+    /// A table without `kind`.
+    #[error("a leaf table needs its kind: {{ kind = \"fq_codel\", … }}")]
+    NoKind,
     /// A value outside the range tc takes.
     #[error("{option} {value} is not within {range}")]
     OutOfRange {
@@ -272,7 +289,7 @@ fn u32_of(v: Option<SizeValue>, option: &'static str) -> Result<Option<u32>, Lea
         .transpose()
 }
 
-impl LeafTable {
+impl LeafOptions {
     fn given(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
         let mut add = |present: bool, name| {
@@ -313,11 +330,8 @@ impl LeafTable {
     }
 
     /// The options as the core's spec.
-    ///
-    /// # Errors
-    /// An unknown kind, an option the kind does not take, a value out of range.
-    pub fn spec(&self) -> Result<LeafSpec, LeafSectionError> {
-        let kind = leaf_kind(&self.kind)?;
+    fn spec(&self) -> Result<LeafSpec, LeafSectionError> {
+        let kind = self.kind.ok_or(LeafSectionError::NoKind)?;
         if let Some(option) = self
             .given()
             .into_iter()
@@ -372,10 +386,7 @@ impl LeafTable {
     }
 
     /// Resolved with the kernel's defaults, and the handle checked.
-    ///
-    /// # Errors
-    /// As [`spec`](Self::spec), a refused value, or a handle that is not a qdisc handle.
-    pub fn resolve(&self) -> Result<LeafDef, LeafSectionError> {
+    fn resolve(&self) -> Result<LeafDef, LeafSectionError> {
         let config = self.spec()?.resolve()?;
         let handle = match self.handle {
             None => None,
@@ -486,14 +497,14 @@ mod tests {
     use super::*;
     use htb_core::{Duration, FqCodelConfig, LeafConfig, SfqConfig};
 
-    #[derive(Deserialize)]
+    #[derive(Debug, Deserialize)]
     struct Doc {
         leaf: LeafSection,
     }
 
     fn parse(text: &str) -> Result<LeafDef, Box<dyn std::error::Error>> {
         let doc: Doc = toml::from_str(text)?;
-        Ok(doc.leaf.0.resolve()?)
+        Ok(doc.leaf.0)
     }
 
     #[test]
@@ -524,6 +535,26 @@ mod tests {
                 ..SfqConfig::default()
             })
         );
+    }
+
+    #[test]
+    fn a_bad_leaf_is_reported_where_it_stands() {
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)] // read for its errors
+        struct Class {
+            class: Vec<Doc>,
+        }
+        let text =
+            "[[class]]\nleaf = \"pfifo\"\n[[class]]\nleaf = { kind = \"cake\", mpu = 300 }\n";
+        let err = crate::from_toml::<Class>(text).unwrap_err();
+        assert_eq!((err.line, err.column), (4, 8), "{err}");
+        assert_eq!(err.key.as_deref(), Some("class[1].leaf"), "{err}");
+        assert!(
+            err.message.contains("mpu 300 is not within 0..256"),
+            "{err}"
+        );
+        let err = crate::from_toml::<Doc>("leaf = { limit = 5 }").unwrap_err();
+        assert!(err.message.contains("needs its kind"), "{err}");
     }
 
     #[test]

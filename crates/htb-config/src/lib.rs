@@ -26,7 +26,7 @@ pub mod values;
 
 pub use error::{ConfigError, Located, ValueError};
 pub use htb_core::{ClassDef, PortTree, TreeSpec};
-pub use leaf::{LeafDef, LeafSection, LeafSectionError, LeafTable, leaf_toml};
+pub use leaf::{LeafDef, LeafSection, LeafSectionError, leaf_toml};
 pub use tree::{ClassSection, QdiscSection, size_table, tree_from_sections};
 
 /// Parses `text` as TOML into `T`, turning any error into a [`ConfigError`] that names the

@@ -6,7 +6,7 @@ use htb_core::{
     ClassId, ClassSpec, Instant, LengthAdjust, Scheduler, SchedulerConfig, SizeSpec, SizeTable,
     Warning,
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::error::{ConfigError, Located};
 use crate::leaf::{LeafDef, LeafSection};
@@ -14,7 +14,7 @@ use crate::values::{ClassIdValue, HexMinor, LinkLayerValue, RateValue, SizeValue
 use htb_core::{ClassDef, TreeSpec};
 
 /// `[qdisc]`: tc's `qdisc add ... handle 1: htb default 20 r2q 10 direct_qlen 1000`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QdiscSection {
     /// The qdisc handle, `"1:"` (default: the major of the class ids).
@@ -48,7 +48,7 @@ pub fn size_table(text: &str, stab: &Located<SizeSpec>) -> Result<SizeTable, Con
 }
 
 /// `[[class]]`: tc's `class add ... classid 1:20 htb rate R [ceil R] ...`.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassSection {
     /// The class id, `"1:20"`.
@@ -164,11 +164,7 @@ pub fn tree_from_sections(
         config.stab = Some(size_table(text, stab)?);
     }
     if let Some(leaf) = &qdisc.leaf {
-        let def = leaf
-            .get_ref()
-            .0
-            .resolve()
-            .map_err(|e| ConfigError::spanned(text, &leaf.span(), e.to_string()))?;
+        let def = leaf.get_ref().0;
         if def.handle.is_some() {
             let msg = "the default leaf has no handle: give handles to classes' own leaves";
             return Err(ConfigError::spanned(text, &leaf.span(), msg));
@@ -315,12 +311,7 @@ fn class_leaf(
             &limit.span(),
             "give the limit inside leaf = { … } (limit alone is the default leaf's)",
         )),
-        (Some(leaf), None) => leaf
-            .get_ref()
-            .0
-            .resolve()
-            .map(Some)
-            .map_err(|e| ConfigError::spanned(text, &leaf.span(), e.to_string())),
+        (Some(leaf), None) => Ok(Some(leaf.get_ref().0)),
         (None, Some(limit)) => {
             let packets = Some(*limit.get_ref());
             let spec = match config.default_leaf.to_spec() {

@@ -356,11 +356,7 @@ fn egress_trees(
                 ),
             ));
         }
-        let mut def = root
-            .get_ref()
-            .0
-            .resolve()
-            .map_err(|e| err(root.span(), e.to_string()))?;
+        let mut def = root.get_ref().0;
         let major = *def.handle.get_or_insert(1);
         let stab = stab.map(|s| htb_config::size_table(text, s)).transpose()?;
         let carrier = crate::model::QdiscModel::classless(major, def, stab)

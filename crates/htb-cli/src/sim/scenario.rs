@@ -381,11 +381,7 @@ impl Scenario {
                         );
                         return Err(err(leaf.span(), msg));
                     }
-                    let def = leaf
-                        .get_ref()
-                        .0
-                        .resolve()
-                        .map_err(|e| err(leaf.span(), e.to_string()))?;
+                    let def = leaf.get_ref().0;
                     Some(def.config)
                 }
             };
