@@ -7,7 +7,7 @@ source scripts/setup.sh
 LAB=htbbench
 cleanup() { LAB=$LAB scripts/lab.sh down; }
 trap cleanup EXIT
-cargo build --release --quiet -p htbd -p htb-lab -p htb-xdp
+cargo build --release --quiet -p htbd -p htb-lab -p htb-xdp-gen
 target/release/htb-lab bench --lab "$LAB" "$@" &
 bench=$!
 trap 'kill -TERM $bench 2>/dev/null; exit 130' INT TERM

@@ -9,7 +9,7 @@ source scripts/setup.sh
 LAB=htbsweep
 cleanup() { LAB=$LAB scripts/lab.sh down; }
 trap cleanup EXIT
-cargo build --release --quiet -p htbd -p htb-cli -p htb-lab -p htb-xdp --bins
+cargo build --release --quiet -p htbd -p htb-cli -p htb-lab -p htb-xdp-gen --bins
 target/release/htb-lab sweep --lab "$LAB" "$@" &
 bench=$!
 trap 'kill -TERM $bench 2>/dev/null; exit 130' INT TERM

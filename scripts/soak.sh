@@ -10,7 +10,7 @@ source scripts/setup.sh
 LAB=htbsoak
 cleanup() { LAB=$LAB scripts/lab.sh down; }
 trap cleanup EXIT
-cargo build --release --quiet -p htbd -p htb-cli -p htb-lab -p htb-xdp --bins
+cargo build --release --quiet -p htbd -p htb-cli -p htb-lab -p htb-xdp-gen --bins
 target/release/htb-lab soak --lab "$LAB" --duration "${1:-1h}" "${@:2}" &
 soak=$!
 trap 'kill -TERM $soak 2>/dev/null; exit 130' INT TERM

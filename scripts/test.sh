@@ -15,7 +15,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "docs (rustdoc's link checks; the dependencies' metadata is clippy's, so this is seconds)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 step "release build of htbd, htb-cli and htb-xdp-gen (the lab tests shape up to 1 Gbit/s; a debug build cannot)"
-cargo build --release --quiet -p htbd -p htb-cli -p htb-xdp --bins
+cargo build --release --quiet -p htbd -p htb-cli -p htb-xdp-gen --bins
 # The netns lab tests are #[ignore]d (they need root and network namespaces): included here when
 # root, otherwise the summary lists them as ignored.
 LAB=()

@@ -553,7 +553,7 @@ impl Lab {
     ///
     /// # Panics
     /// When the generator cannot be started (it is built next to htbd: `cargo build --release
-    /// -p htb-xdp --bin htb-xdp-gen`).
+    /// -p htb-xdp-gen`).
     pub fn xdp_load(&self, dport: u16, rate: &str, size: usize, secs: u32) -> Load {
         let generator = gen_bin();
         let child = self

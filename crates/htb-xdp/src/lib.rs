@@ -51,4 +51,4 @@ pub use plane_op::{IngressHook, PlaneOp, Retired, new_scheduler};
 pub use program::{AttachMode, Verdicts};
 pub use rings::{Chunk, FrameCounts};
 pub use stats::{EngineStats, JobTimes, PortSnapshot, PortStats, WorkerStats, XdpCounters};
-pub use umem::{IoConfig, MAX_CHAIN, TxGenerator};
+pub use umem::{IoConfig, MAX_CHAIN, TxFrame, TxFrameError, TxSocket};

@@ -10,7 +10,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use htb_xdp::TxGenerator;
+
+mod generator;
+mod packet;
+
+use generator::TxGenerator;
+use packet::{Encap, UdpPacket, mac};
 
 #[derive(Parser)]
 #[command(name = "htb-xdp-gen", about = "AF_XDP UDP packet generator")]
@@ -45,85 +50,22 @@ struct Args {
     encap: Encap,
 }
 
-/// The encapsulations of `--encap`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Encap {
-    /// Plain IPv4.
-    None,
-    /// One 802.1Q tag, VID 100.
-    Vlan,
-    /// 802.1ad outer tag VID 100, 802.1Q inner tag VID 200.
-    Qinq,
-    /// A PPPoE session (id 0x1234), PPP protocol IPv4.
-    Pppoe,
-    /// One MPLS label (1000), bottom of stack, TTL 64.
-    Mpls,
-}
-
-impl Encap {
-    /// The bytes from the ethertype to the IP header, given the IP packet's length.
-    fn header(self, ip_len: u16) -> Vec<u8> {
-        match self {
-            Self::None => vec![0x08, 0x00],
-            Self::Vlan => vec![0x81, 0x00, 0x00, 0x64, 0x08, 0x00],
-            Self::Qinq => vec![0x88, 0xa8, 0x00, 0x64, 0x81, 0x00, 0x00, 0xc8, 0x08, 0x00],
-            Self::Pppoe => {
-                // PPPoE's length counts the PPP protocol field and the payload.
-                let [hi, lo] = (ip_len + 2).to_be_bytes();
-                vec![0x88, 0x64, 0x11, 0x00, 0x12, 0x34, hi, lo, 0x00, 0x21]
-            }
-            // Label 1000 (0x003e8): 0x003e8 << 12 | bottom of stack << 8 | TTL 64.
-            Self::Mpls => vec![0x88, 0x47, 0x00, 0x3e, 0x81, 0x40],
-        }
-    }
-}
-
-fn mac(s: &str) -> Option<[u8; 6]> {
-    let bytes: Vec<u8> = s
-        .split(':')
-        .map(|b| u8::from_str_radix(b, 16))
-        .collect::<Result<_, _>>()
-        .ok()?;
-    bytes.try_into().ok()
-}
-
-/// An Ethernet + (encapsulation +) IPv4 + UDP frame of `size` bytes (UDP checksum 0: allowed
-/// over IPv4).
-fn frame(args: &Args, src: [u8; 6], dst: [u8; 6]) -> Vec<u8> {
-    let encap_len = args.encap.header(0).len() - 2;
-    let size = args.size.max(42 + encap_len);
-    let mut f = vec![0u8; size];
-    f[0..6].copy_from_slice(&dst);
-    f[6..12].copy_from_slice(&src);
-    let ip_len = (size - 14 - encap_len) as u16;
-    f[12..14 + encap_len].copy_from_slice(&args.encap.header(ip_len));
-    let f_ip = &mut f[14 + encap_len..];
-    let ip = &mut f_ip[..20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&args.src_ip.octets());
-    ip[16..20].copy_from_slice(&args.dst_ip.octets());
-    let sum = (0..10)
-        .map(|i| u32::from(u16::from_be_bytes([ip[2 * i], ip[2 * i + 1]])))
-        .sum::<u32>();
-    let sum = (sum & 0xffff) + (sum >> 16);
-    let checksum = !((sum & 0xffff) + (sum >> 16)) as u16;
-    ip[10..12].copy_from_slice(&checksum.to_be_bytes());
-    f_ip[20..22].copy_from_slice(&9999u16.to_be_bytes());
-    f_ip[22..24].copy_from_slice(&args.dport.to_be_bytes());
-    f_ip[24..26].copy_from_slice(&(ip_len - 20).to_be_bytes());
-    f
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     let (Some(src), Some(dst)) = (mac(&args.src_mac), mac(&args.dst_mac)) else {
         eprintln!("htb-xdp-gen: MAC addresses look like 02:00:0a:c9:01:02");
         return ExitCode::from(2);
     };
-    let packet = frame(&args, src, dst);
+    let packet = UdpPacket {
+        src_mac: src,
+        dst_mac: dst,
+        src_ip: args.src_ip,
+        dst_ip: args.dst_ip,
+        dport: args.dport,
+        size: args.size,
+        encap: args.encap,
+    }
+    .bytes();
     let pps = match args.rate.as_deref().map(htb_core::units::parse_rate) {
         None => None,
         Some(Ok(rate)) => Some(rate.bits_per_sec() as f64 / (packet.len() * 8) as f64),
