@@ -134,7 +134,10 @@ mod tests {
             let ip_len = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
             assert_eq!(ip_len, 60 - ip_at, "{encap:?}");
             assert_eq!(u16::from_be_bytes([ip[22], ip[23]]), 5001);
-            assert_eq!(usize::from(u16::from_be_bytes([ip[24], ip[25]])), ip_len - 20);
+            assert_eq!(
+                usize::from(u16::from_be_bytes([ip[24], ip[25]])),
+                ip_len - 20
+            );
         }
         let pppoe = packet(Encap::Pppoe, 100);
         assert_eq!(u16::from_be_bytes([pppoe[18], pppoe[19]]), 100 - 22 + 2);

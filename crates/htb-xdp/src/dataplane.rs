@@ -280,7 +280,10 @@ impl Port {
     fn apply(&mut self, now: Instant, op: PlaneOp) -> Result<Vec<Frame>, PlaneError> {
         let tree = op.major().and_then(|major| self.tree_of(major));
         match op {
-            PlaneOp::SetFilters { classifier, .. } => {
+            PlaneOp::SetFilters {
+                filters: classifier,
+                ..
+            } => {
                 let old = std::mem::replace(&mut self.classifier, classifier);
                 self.retired.0.push(old);
                 Ok(Vec::new())
@@ -313,18 +316,12 @@ impl Port {
                 };
                 let htb = &mut self.trees[t].htb;
                 let purged = match op {
-                    PlaneOp::SetQdisc {
-                        default_minor,
-                        r2q,
-                        direct_qlen,
-                        stab,
-                        ..
-                    } => {
+                    PlaneOp::SetQdisc { config, .. } => {
                         self.unclassified = None;
-                        htb.set_default_class(default_minor);
-                        htb.set_r2q(r2q);
-                        htb.set_direct_qlen(direct_qlen);
-                        htb.set_size_table(stab);
+                        htb.set_default_class(config.default_minor);
+                        htb.set_r2q(config.r2q);
+                        htb.set_direct_qlen(config.direct_qlen);
+                        htb.set_size_table(config.stab);
                         Ok(Vec::new())
                     }
                     PlaneOp::AddClass {
@@ -1092,7 +1089,7 @@ impl<R: Rings> Dataplane<R> {
                 results.push(Err(PlaneError::NoPort(op.port().to_owned())));
                 continue;
             };
-            if let PlaneOp::SetIngress { hook, .. } = op {
+            if let PlaneOp::SetIngress { ingress: hook, .. } = op {
                 self.ports[index].ingress = hook.map(|hook| Ingress {
                     hook,
                     redirects: Vec::new(),

@@ -47,7 +47,9 @@ pub use engine::{
 pub use error::{ConfigError, PlaneError, XdpError};
 pub use frame::{FlowHasher, Frame};
 pub use netdev::{NetDev, format_mac, tx_queue_count};
-pub use plane_op::{IngressHook, PlaneOp, Retired, new_scheduler};
+pub use plane_op::{
+    Change, Compiled, IngressHook, PlaneChange, PlaneOp, Retired, Stage, Uncompiled, new_scheduler,
+};
 pub use program::{AttachMode, Verdicts};
 pub use rings::{Chunk, FrameCounts};
 pub use stats::{EngineStats, JobTimes, PortSnapshot, PortStats, WorkerStats, XdpCounters};

@@ -1,22 +1,60 @@
-//! Changes to a port's tree or filters, built by the control plane and applied by the data
-//! plane between two batches.
+//! Changes to a port's tree or filters: one enum, [`Change`], in two stages. The control
+//! plane's model builds and keeps them uncompiled ([`PlaneChange`], for undo and persistence);
+//! compiled ([`PlaneOp`]: trees built, filters compiled, off the data-plane threads), the data
+//! plane applies them between two batches.
 
+use std::fmt;
 use std::sync::Arc;
 
-use htb_classify::Classifier;
-use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig, SizeTable};
+use htb_classify::{Classifier, Filter};
+use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig};
 use htb_core::{PortTree, TreeSpec};
 
 use crate::frame::Frame;
 
-/// A change to a port's tree or filters, for [`Engine::apply`](crate::Engine::apply).
+/// What a [`Change`] carries where the control plane and the data plane differ: new trees and
+/// filters as the control plane describes them ([`Uncompiled`]), or built, ready to be swapped
+/// in between two packet batches ([`Compiled`]).
+pub trait Stage: fmt::Debug {
+    /// A new tree's schedulers, one per worker.
+    type Schedulers: fmt::Debug;
+    /// A port's filters.
+    type Filters: fmt::Debug;
+    /// A port's ingress qdisc.
+    type Ingress: fmt::Debug;
+}
+
+/// The control plane's stage: what the model accepted, cloneable, kept for undo and
+/// persistence.
+#[derive(Debug)]
+pub enum Uncompiled {}
+
+impl Stage for Uncompiled {
+    type Schedulers = ();
+    type Filters = Vec<Filter>;
+    /// Its filters, each with the IFB port its mirred action redirects to (`None`: no ingress
+    /// qdisc).
+    type Ingress = Option<Vec<(Filter, Option<String>)>>;
+}
+
+/// The data plane's stage: trees built, filters compiled, off the data-plane threads.
+#[derive(Debug)]
+pub enum Compiled {}
+
+impl Stage for Compiled {
+    type Schedulers = Vec<Scheduler<Frame>>;
+    type Filters = Arc<Classifier>;
+    type Ingress = Option<Arc<IngressHook>>;
+}
+
+/// A change to a port's trees or filters, as the control plane accepted it
+/// ([`PlaneChange`]), or compiled for [`Engine::apply`](crate::Engine::apply) ([`PlaneOp`]).
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum PlaneOp {
+pub enum Change<S: Stage> {
     /// Put in, replace or take out one of the port's trees (tc `qdisc add|del|replace` of
     /// the root htb, or of an htb under an `mq` class); frames queued in the old one are
-    /// dropped, the port's other trees are not touched. Make it with [`PlaneOp::set_tree`],
-    /// which builds one scheduler per worker off the data-plane threads.
+    /// dropped, the port's other trees are not touched.
     SetTree {
         /// Port name.
         port: String,
@@ -25,23 +63,16 @@ pub enum PlaneOp {
         /// The new tree and where it hangs (`None`: the port no longer has tree `major`), for
         /// more copies should there be more workers than schedulers.
         tree: Option<PortTree>,
-        /// One new scheduler per worker (none when the tree goes).
-        schedulers: Vec<Scheduler<Frame>>,
+        /// Compiled: one new scheduler per worker (none when the tree goes).
+        schedulers: S::Schedulers,
     },
-    /// New qdisc parameters of tree `major`; classes stay.
+    /// New qdisc parameters of tree `config.major` (default class, r2q, direct queue limit,
+    /// size table); classes stay.
     SetQdisc {
         /// Port name.
         port: String,
-        /// The tree's qdisc major.
-        major: u16,
-        /// Default class minor.
-        default_minor: u32,
-        /// Rate-to-quantum divisor.
-        r2q: u32,
-        /// Direct queue limit.
-        direct_qlen: u32,
-        /// Size table (`stab`).
-        stab: Option<SizeTable>,
+        /// The parameters.
+        config: SchedulerConfig,
     },
     /// tc `class add`.
     AddClass {
@@ -54,7 +85,7 @@ pub enum PlaneOp {
         /// Parameters.
         spec: ClassSpec,
     },
-    /// tc `class change`.
+    /// tc `class change`: new parameters; the class's leaf qdisc stays.
     ChangeClass {
         /// Port name.
         port: String,
@@ -89,23 +120,29 @@ pub enum PlaneOp {
         /// The parameters.
         leaf: LeafConfig,
     },
-    /// Replace the port's filters, compiled by the sender (compiling 100 000 filters takes
-    /// milliseconds; the data-plane thread only swaps them in).
+    /// Replace the port's filters. Compiled by the sender: compiling 100 000 filters takes
+    /// milliseconds; the data-plane thread only swaps them in.
     SetFilters {
         /// Port name.
         port: String,
-        /// The filters, compiled (once for every worker).
-        classifier: Arc<Classifier>,
+        /// The filters, in evaluation order (compiled: once for every worker).
+        filters: S::Filters,
     },
     /// Put in, replace or take out the port's ingress qdisc (tc's `ffff: ingress`) and its
     /// filters.
     SetIngress {
         /// Port name.
         port: String,
-        /// The filters and their redirects, compiled by the sender (`None`: no ingress qdisc).
-        hook: Option<Arc<IngressHook>>,
+        /// Its filters and their redirects (`None`: no ingress qdisc).
+        ingress: S::Ingress,
     },
 }
+
+/// A change as the control plane keeps it (for undo and persistence) before it is compiled.
+pub type PlaneChange = Change<Uncompiled>;
+
+/// A change compiled for the data plane ([`PlaneChange::compile`]).
+pub type PlaneOp = Change<Compiled>;
 
 /// What applied operations replaced and is costly to free: ports' old compiled filters (100 000
 /// of them take milliseconds to free, a stall if it happened between two packet batches). The
@@ -144,7 +181,7 @@ pub struct IngressHook {
 impl IngressHook {
     /// Compiles `filters`, each with the IFB it redirects to.
     #[must_use]
-    pub fn new(mut filters: Vec<(htb_classify::Filter, Option<String>)>) -> Self {
+    pub fn new(mut filters: Vec<(Filter, Option<String>)>) -> Self {
         // The classifier orders its filters by prio (stably) and names a match by its position
         // in that order: the redirects follow the same order.
         filters.sort_by_key(|(f, _)| f.prio);
@@ -153,6 +190,158 @@ impl IngressHook {
             classifier: Classifier::new(filters),
             redirects,
         }
+    }
+}
+
+impl<S: Stage> Change<S>
+where
+    S::Filters: Clone,
+    S::Ingress: Clone,
+{
+    /// A copy, with `schedulers` in place of a new tree's (they hold frames: never copied).
+    fn copy_with(&self, schedulers: S::Schedulers) -> Self {
+        match self {
+            Self::SetTree {
+                port, major, tree, ..
+            } => Self::SetTree {
+                port: port.clone(),
+                major: *major,
+                tree: tree.clone(),
+                schedulers,
+            },
+            Self::SetQdisc { port, config } => Self::SetQdisc {
+                port: port.clone(),
+                config: *config,
+            },
+            Self::AddClass {
+                port,
+                id,
+                parent,
+                spec,
+            } => Self::AddClass {
+                port: port.clone(),
+                id: *id,
+                parent: *parent,
+                spec: spec.clone(),
+            },
+            Self::ChangeClass { port, id, spec } => Self::ChangeClass {
+                port: port.clone(),
+                id: *id,
+                spec: spec.clone(),
+            },
+            Self::DeleteClass { port, id } => Self::DeleteClass {
+                port: port.clone(),
+                id: *id,
+            },
+            Self::SetLeaf { port, id, leaf } => Self::SetLeaf {
+                port: port.clone(),
+                id: *id,
+                leaf: *leaf,
+            },
+            Self::ChangeLeaf { port, id, leaf } => Self::ChangeLeaf {
+                port: port.clone(),
+                id: *id,
+                leaf: *leaf,
+            },
+            Self::SetFilters { port, filters } => Self::SetFilters {
+                port: port.clone(),
+                filters: filters.clone(),
+            },
+            Self::SetIngress { port, ingress } => Self::SetIngress {
+                port: port.clone(),
+                ingress: ingress.clone(),
+            },
+        }
+    }
+}
+
+impl Clone for PlaneChange {
+    fn clone(&self) -> Self {
+        self.copy_with(())
+    }
+}
+
+impl<S: Stage> Change<S> {
+    /// The qdisc major of the tree it changes (`None`: the port's filters).
+    #[must_use]
+    pub fn major(&self) -> Option<u16> {
+        match self {
+            Self::SetTree { major, .. } => Some(*major),
+            Self::SetQdisc { config, .. } => Some(config.major),
+            Self::AddClass { id, .. }
+            | Self::ChangeClass { id, .. }
+            | Self::DeleteClass { id, .. }
+            | Self::SetLeaf { id, .. }
+            | Self::ChangeLeaf { id, .. } => Some(id.major()),
+            Self::SetFilters { .. } | Self::SetIngress { .. } => None,
+        }
+    }
+
+    /// The port it changes.
+    #[must_use]
+    pub fn port(&self) -> &str {
+        match self {
+            Self::SetTree { port, .. }
+            | Self::SetQdisc { port, .. }
+            | Self::AddClass { port, .. }
+            | Self::ChangeClass { port, .. }
+            | Self::DeleteClass { port, .. }
+            | Self::SetLeaf { port, .. }
+            | Self::ChangeLeaf { port, .. }
+            | Self::SetFilters { port, .. }
+            | Self::SetIngress { port, .. } => port,
+        }
+    }
+}
+
+impl PlaneChange {
+    /// Puts `tree` on `port` in place of its tree `major` (`None`: takes tree `major` out).
+    #[must_use]
+    pub fn tree(port: String, major: u16, tree: Option<PortTree>) -> Self {
+        Self::SetTree {
+            port,
+            major,
+            tree,
+            schedulers: (),
+        }
+    }
+
+    /// Compiled for `workers` workers ([`EngineHandle::workers`](crate::EngineHandle::workers)):
+    /// a new tree's schedulers built, one per worker, filters compiled once. Call it off the
+    /// data-plane threads.
+    ///
+    /// # Errors
+    /// A class the tree cannot hold (only if the tree was not validated).
+    pub fn compile(self, workers: usize) -> Result<PlaneOp, htb_core::ClassError> {
+        Ok(match self {
+            Self::SetTree {
+                port, major, tree, ..
+            } => PlaneOp::set_tree(port, major, tree, workers)?,
+            Self::SetQdisc { port, config } => Change::SetQdisc { port, config },
+            Self::AddClass {
+                port,
+                id,
+                parent,
+                spec,
+            } => Change::AddClass {
+                port,
+                id,
+                parent,
+                spec,
+            },
+            Self::ChangeClass { port, id, spec } => Change::ChangeClass { port, id, spec },
+            Self::DeleteClass { port, id } => Change::DeleteClass { port, id },
+            Self::SetLeaf { port, id, leaf } => Change::SetLeaf { port, id, leaf },
+            Self::ChangeLeaf { port, id, leaf } => Change::ChangeLeaf { port, id, leaf },
+            Self::SetFilters { port, filters } => Change::SetFilters {
+                port,
+                filters: Arc::new(Classifier::new(filters)),
+            },
+            Self::SetIngress { port, ingress } => Change::SetIngress {
+                port,
+                ingress: ingress.map(|filters| Arc::new(IngressHook::new(filters))),
+            },
+        })
     }
 }
 
@@ -218,109 +407,11 @@ impl PlaneOp {
             op => {
                 let mut copies = Vec::with_capacity(workers);
                 for _ in 1..workers {
-                    copies.push(op.copy_of_change());
+                    copies.push(op.copy_with(Vec::new()));
                 }
                 copies.push(op);
                 Ok(copies)
             }
-        }
-    }
-
-    /// A copy of an operation other than [`SetTree`](Self::SetTree) (whose scheduler holds
-    /// frames and is not copied).
-    fn copy_of_change(&self) -> Self {
-        match self {
-            Self::SetTree {
-                port, major, tree, ..
-            } => Self::SetTree {
-                port: port.clone(),
-                major: *major,
-                tree: tree.clone(),
-                schedulers: Vec::new(),
-            },
-            Self::SetQdisc {
-                port,
-                major,
-                default_minor,
-                r2q,
-                direct_qlen,
-                stab,
-            } => Self::SetQdisc {
-                port: port.clone(),
-                major: *major,
-                default_minor: *default_minor,
-                r2q: *r2q,
-                direct_qlen: *direct_qlen,
-                stab: *stab,
-            },
-            Self::AddClass {
-                port,
-                id,
-                parent,
-                spec,
-            } => Self::AddClass {
-                port: port.clone(),
-                id: *id,
-                parent: *parent,
-                spec: spec.clone(),
-            },
-            Self::ChangeClass { port, id, spec } => Self::ChangeClass {
-                port: port.clone(),
-                id: *id,
-                spec: spec.clone(),
-            },
-            Self::DeleteClass { port, id } => Self::DeleteClass {
-                port: port.clone(),
-                id: *id,
-            },
-            Self::SetLeaf { port, id, leaf } => Self::SetLeaf {
-                port: port.clone(),
-                id: *id,
-                leaf: *leaf,
-            },
-            Self::ChangeLeaf { port, id, leaf } => Self::ChangeLeaf {
-                port: port.clone(),
-                id: *id,
-                leaf: *leaf,
-            },
-            Self::SetFilters { port, classifier } => Self::SetFilters {
-                port: port.clone(),
-                classifier: Arc::clone(classifier),
-            },
-            Self::SetIngress { port, hook } => Self::SetIngress {
-                port: port.clone(),
-                hook: hook.clone(),
-            },
-        }
-    }
-
-    /// The qdisc major of the tree it changes (`None`: the port's filters).
-    #[must_use]
-    pub fn major(&self) -> Option<u16> {
-        match self {
-            Self::SetTree { major, .. } | Self::SetQdisc { major, .. } => Some(*major),
-            Self::AddClass { id, .. }
-            | Self::ChangeClass { id, .. }
-            | Self::DeleteClass { id, .. }
-            | Self::SetLeaf { id, .. }
-            | Self::ChangeLeaf { id, .. } => Some(id.major()),
-            Self::SetFilters { .. } | Self::SetIngress { .. } => None,
-        }
-    }
-
-    /// The port it changes.
-    #[must_use]
-    pub fn port(&self) -> &str {
-        match self {
-            Self::SetTree { port, .. }
-            | Self::SetQdisc { port, .. }
-            | Self::AddClass { port, .. }
-            | Self::ChangeClass { port, .. }
-            | Self::DeleteClass { port, .. }
-            | Self::SetLeaf { port, .. }
-            | Self::ChangeLeaf { port, .. }
-            | Self::SetFilters { port, .. }
-            | Self::SetIngress { port, .. } => port,
         }
     }
 }

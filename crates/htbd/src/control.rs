@@ -26,7 +26,7 @@ use crate::InterfaceTrees;
 use crate::faults::Faults;
 use crate::metrics::Scrape;
 use crate::metrics::requests::{self, RequestMetrics};
-use crate::model::{Effect, Model};
+use crate::model::Model;
 use crate::persist::{Store, StoreError};
 use crate::reload;
 
@@ -306,14 +306,14 @@ impl Control {
         let mut owners = Vec::with_capacity(plan.effects.len());
         let mut ops = Vec::with_capacity(plan.effects.len());
         for (command, effect) in &plan.effects {
-            match plane_op(effect, self.engine.workers()) {
+            match effect.clone().compile(self.engine.workers()) {
                 Ok(op) => {
                     owners.push(*command);
                     ops.push(op);
                 }
                 Err(e) => {
                     self.model.revert(plan);
-                    return Err(e);
+                    return Err(internal(e.to_string()));
                 }
             }
         }
@@ -456,11 +456,11 @@ impl Control {
             }
             ops.push(PlaneOp::SetFilters {
                 port: name.clone(),
-                classifier: Arc::new(Classifier::new(filters)),
+                filters: Arc::new(Classifier::new(filters)),
             });
             ops.push(PlaneOp::SetIngress {
                 port: name.clone(),
-                hook: port.ingress_hook().map(|f| Arc::new(IngressHook::new(f))),
+                ingress: port.ingress_hook().map(|f| Arc::new(IngressHook::new(f))),
             });
             rebuild.push((name, ops));
         }
@@ -499,43 +499,4 @@ fn persist_error(e: &StoreError) -> IpcError {
         ErrorCode::Persist,
         format!("cannot save the change ({e}); nothing was changed"),
     )
-}
-
-/// An effect as the data plane's operation (a new tree is built here, off its thread).
-fn plane_op(effect: &Effect, workers: usize) -> Result<PlaneOp, IpcError> {
-    Ok(match effect.clone() {
-        Effect::SetTree { port, major, tree } => {
-            PlaneOp::set_tree(port, major, tree, workers).map_err(|e| internal(e.to_string()))?
-        }
-        Effect::SetQdisc { port, config } => PlaneOp::SetQdisc {
-            port,
-            major: config.major,
-            default_minor: config.default_minor,
-            r2q: config.r2q,
-            direct_qlen: config.direct_qlen,
-            stab: config.stab,
-        },
-        Effect::AddClass { port, def } => PlaneOp::AddClass {
-            port,
-            id: def.id,
-            parent: def.parent,
-            spec: def.spec,
-        },
-        Effect::ChangeClass { port, def } => PlaneOp::ChangeClass {
-            port,
-            id: def.id,
-            spec: def.spec,
-        },
-        Effect::DeleteClass { port, id } => PlaneOp::DeleteClass { port, id },
-        Effect::SetLeaf { port, id, leaf } => PlaneOp::SetLeaf { port, id, leaf },
-        Effect::ChangeLeaf { port, id, leaf } => PlaneOp::ChangeLeaf { port, id, leaf },
-        Effect::SetFilters { port, filters } => PlaneOp::SetFilters {
-            port,
-            classifier: Arc::new(Classifier::new(filters)),
-        },
-        Effect::SetIngress { port, filters } => PlaneOp::SetIngress {
-            port,
-            hook: filters.map(|f| Arc::new(IngressHook::new(f))),
-        },
-    })
 }

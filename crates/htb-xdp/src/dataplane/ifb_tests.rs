@@ -128,7 +128,7 @@ fn what_no_ingress_filter_takes_goes_straight_on() {
     let hook = IngressHook::new(vec![(ingress_filter(None), Some("ifb0".into()))]);
     let op = PlaneOp::SetIngress {
         port: "a".into(),
-        hook: Some(Arc::new(hook)),
+        ingress: Some(Arc::new(hook)),
     };
     assert_eq!(dp.apply(Instant::ZERO, vec![op]).0, [Ok(0)]);
     let before = dp.port_stats()[IFB].rx_packets;

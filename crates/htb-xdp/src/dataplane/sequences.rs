@@ -109,7 +109,7 @@ impl Control {
                 }
                 PlaneOp::SetFilters {
                     port,
-                    classifier: Arc::new(Classifier::new(filters)),
+                    filters: Arc::new(Classifier::new(filters)),
                 }
             }
             Self::DirectQlen {
@@ -118,19 +118,22 @@ impl Control {
                 default_10,
             } => PlaneOp::SetQdisc {
                 port,
-                major: 1,
-                default_minor: if default_10 { 0x10 } else { 0x20 },
-                r2q: 10,
-                direct_qlen: qlen,
-                stab: overhead.map(|overhead| {
-                    htb_core::SizeSpec {
-                        overhead,
-                        link_layer: Some(htb_core::LinkLayer::Atm),
-                        ..htb_core::SizeSpec::default()
-                    }
-                    .table()
-                    .unwrap()
-                }),
+                config: htb_core::SchedulerConfig {
+                    major: 1,
+                    default_minor: if default_10 { 0x10 } else { 0x20 },
+                    r2q: 10,
+                    direct_qlen: qlen,
+                    stab: overhead.map(|overhead| {
+                        htb_core::SizeSpec {
+                            overhead,
+                            link_layer: Some(htb_core::LinkLayer::Atm),
+                            ..htb_core::SizeSpec::default()
+                        }
+                        .table()
+                        .unwrap()
+                    }),
+                    ..htb_core::SchedulerConfig::default()
+                },
             },
         }
     }

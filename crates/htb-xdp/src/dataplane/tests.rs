@@ -487,7 +487,7 @@ fn replaced_filters_are_handed_back() {
     let first = Arc::new(Classifier::new(to_5001()));
     let set = |classifier: &Arc<Classifier>| PlaneOp::SetFilters {
         port: "b".into(),
-        classifier: Arc::clone(classifier),
+        filters: Arc::clone(classifier),
     };
     let (results, retired) = dp.apply(Instant::ZERO, vec![set(&first)]);
     assert_eq!(results, [Ok(0)]);

@@ -176,12 +176,7 @@ impl TxSocket {
     ///
     /// # Errors
     /// [`TxFrameError`]: another socket's frame, or more bytes than a frame holds.
-    pub fn write(
-        &mut self,
-        frame: &TxFrame,
-        bytes: &[u8],
-        more: bool,
-    ) -> Result<(), TxFrameError> {
+    pub fn write(&mut self, frame: &TxFrame, bytes: &[u8], more: bool) -> Result<(), TxFrameError> {
         self.check(frame)?;
         if bytes.len() > self.frame_room {
             return Err(TxFrameError::TooLong {

@@ -5,7 +5,7 @@ use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, Rate};
 use htb_ipc::{ErrorCode, FilterHandle, IpcError};
 
 use super::qdisc::Verb;
-use super::{Effect, Model, Step, Undo, class_error, error, of_qdisc};
+use super::{Model, PlaneChange, Step, Undo, class_error, error, of_qdisc};
 
 /// A wire class spec as the scheduler's.
 pub(super) fn class_spec(c: &htb_ipc::ClassSpec) -> Result<ClassSpec, IpcError> {
@@ -85,7 +85,11 @@ impl Model {
             let def = def.clone();
             step.warn(warnings);
             step.undo.push(Undo::ClassChanged { port, old: old_def });
-            step.effect(Effect::ChangeClass { port: name, def });
+            step.effect(PlaneChange::ChangeClass {
+                port: name,
+                id,
+                spec: def.spec,
+            });
         } else {
             let warnings = qdisc
                 .shadow
@@ -112,7 +116,12 @@ impl Model {
             qdisc.classes.insert(id, def.clone());
             step.warn(warnings);
             step.undo.push(Undo::ClassAdded { port, id });
-            step.effect(Effect::AddClass { port: name, def });
+            step.effect(PlaneChange::AddClass {
+                port: name,
+                id,
+                parent,
+                spec: def.spec,
+            });
         }
         Ok(())
     }
@@ -151,7 +160,7 @@ impl Model {
             )
         })?;
         step.undo.push(Undo::ClassDeleted { port, old });
-        step.effect(Effect::DeleteClass { port: name, id });
+        step.effect(PlaneChange::DeleteClass { port: name, id });
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use htb_ipc::{ErrorCode, IpcError};
 
 use super::filter_entry::FilterEntry;
 use super::qdisc::QdiscModel;
-use super::{Effect, Model, PortModel, Step, Undo, error};
+use super::{Model, PlaneChange, PortModel, Step, Undo, error};
 
 /// The ingress qdisc's handle major (`TC_H_INGRESS`'s `ffff:`).
 pub const INGRESS_MAJOR: u16 = 0xffff;
@@ -114,9 +114,9 @@ impl Model {
             port: step.port,
             old: Some(old),
         });
-        step.effect(Effect::SetIngress {
+        step.effect(PlaneChange::SetIngress {
             port: step.name.clone(),
-            filters: None,
+            ingress: None,
         });
         Ok(())
     }

@@ -51,7 +51,7 @@ fn sqms_ingress_lines_redirect_r2s_download_through_ifb0() {
         .effects
         .iter()
         .filter_map(|(_, e)| match e {
-            Effect::SetIngress { port, filters } => Some((port.clone(), filters.clone())),
+            PlaneChange::SetIngress { port, ingress } => Some((port.clone(), ingress.clone())),
             _ => None,
         })
         .collect();
@@ -80,7 +80,7 @@ fn sqms_ingress_lines_redirect_r2s_download_through_ifb0() {
         .unwrap();
     assert!(matches!(
         plan.effects.as_slice(),
-        [(Some(0), Effect::SetIngress { filters: None, .. })]
+        [(Some(0), PlaneChange::SetIngress { ingress: None, .. })]
     ));
     assert!(m.ports[1].ingress.is_none());
 }
@@ -194,8 +194,8 @@ fn ingress_and_tree_filters_are_sent_to_the_data_plane_apart() {
         plan.effects
             .iter()
             .map(|(_, e)| match e {
-                Effect::SetFilters { .. } => "filters",
-                Effect::SetIngress { .. } => "ingress",
+                PlaneChange::SetFilters { .. } => "filters",
+                PlaneChange::SetIngress { .. } => "ingress",
                 _ => "other",
             })
             .collect()

@@ -7,7 +7,7 @@ use htb_core::{ClassId, Instant, LeafKind};
 use htb_ipc::{ErrorCode, IpcError, LeafQdiscSpec};
 
 use super::qdisc::{QdiscModel, Verb};
-use super::{Effect, Model, Step, Undo, class_error, error};
+use super::{Model, PlaneChange, Step, Undo, class_error, error};
 
 /// The first handle the kernel picks itself (`qdisc_alloc_handle`: 8001:, 8002:, …).
 pub(super) const AUTO_HANDLE: u16 = 0x8001;
@@ -184,7 +184,7 @@ impl Model {
                     id,
                     old: current,
                 });
-                step.effect(Effect::SetLeaf {
+                step.effect(PlaneChange::SetLeaf {
                     port: name,
                     id,
                     leaf: Some(config),
@@ -209,7 +209,7 @@ impl Model {
                     id,
                     old: Some(cur),
                 });
-                step.effect(Effect::ChangeLeaf {
+                step.effect(PlaneChange::ChangeLeaf {
                     port: name,
                     id,
                     leaf: config,
@@ -269,7 +269,7 @@ impl Model {
             id,
             old: Some(current),
         });
-        step.effect(Effect::SetLeaf {
+        step.effect(PlaneChange::SetLeaf {
             port: name,
             id,
             leaf: None,

@@ -27,8 +27,9 @@ use std::collections::BTreeSet;
 
 use htb_config::filter::Filter;
 use htb_config::{ClassDef, LeafDef, PortTree};
-use htb_core::{ClassError, ClassId, Duration, Instant, LeafConfig, SchedulerConfig};
+use htb_core::{ClassError, ClassId, Duration, Instant, SchedulerConfig};
 use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
+pub use htb_xdp::PlaneChange;
 
 pub use self::filter_entry::{
     FilterEntry, FilterKind, FilterValueError, NoNodeId, Protocol, U32Parts, assign_handles,
@@ -193,87 +194,12 @@ impl PortModel {
     }
 }
 
-/// A change for the data plane (see `htb_xdp::PlaneOp`, which it becomes).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Effect {
-    /// Put in, replace or take out one tree: the one with qdisc major `major`.
-    SetTree {
-        /// Port.
-        port: String,
-        /// The tree it replaces.
-        major: u16,
-        /// The new tree and where it hangs (`None`: tree `major` goes).
-        tree: Option<PortTree>,
-    },
-    /// New qdisc parameters.
-    SetQdisc {
-        /// Port.
-        port: String,
-        /// Parameters.
-        config: SchedulerConfig,
-    },
-    /// Add a class.
-    AddClass {
-        /// Port.
-        port: String,
-        /// Class.
-        def: ClassDef,
-    },
-    /// Change a class.
-    ChangeClass {
-        /// Port.
-        port: String,
-        /// Class and its new parameters.
-        def: ClassDef,
-    },
-    /// Delete a class.
-    DeleteClass {
-        /// Port.
-        port: String,
-        /// Class.
-        id: ClassId,
-    },
-    /// Give a leaf class a new, empty leaf qdisc (`None`: the default).
-    SetLeaf {
-        /// Port.
-        port: String,
-        /// Class.
-        id: ClassId,
-        /// The leaf.
-        leaf: Option<LeafConfig>,
-    },
-    /// Change a leaf class's qdisc in place (same kind).
-    ChangeLeaf {
-        /// Port.
-        port: String,
-        /// Class.
-        id: ClassId,
-        /// New parameters.
-        leaf: LeafConfig,
-    },
-    /// Replace the filters.
-    SetFilters {
-        /// Port.
-        port: String,
-        /// In evaluation order.
-        filters: Vec<Filter>,
-    },
-    /// Put in, replace or take out the ingress qdisc and its filters.
-    SetIngress {
-        /// Port.
-        port: String,
-        /// Its filters, each with the IFB its mirred redirects to (`None`: no ingress qdisc).
-        filters: Option<Vec<(Filter, Option<String>)>>,
-    },
-}
-
 /// What an accepted batch does. Until it is applied, [`Model::revert`] takes it back.
 #[derive(Default)]
 pub struct Plan {
     /// Data-plane effects, each with the index of the command it comes from (`None`: the
     /// filter refresh at the end).
-    pub effects: Vec<(Option<usize>, Effect)>,
+    pub effects: Vec<(Option<usize>, PlaneChange)>,
     /// One result per command (warnings; dropped packets are filled in by the data plane).
     pub results: Vec<CommandResult>,
     undo: Vec<Undo>,
@@ -366,7 +292,7 @@ impl Step<'_> {
         }
     }
 
-    fn effect(&mut self, effect: Effect) {
+    fn effect(&mut self, effect: PlaneChange) {
         self.plan.effects.push((Some(self.index), effect));
     }
 
@@ -540,7 +466,7 @@ impl Model {
             };
             plan.effects.push((
                 None,
-                Effect::SetFilters {
+                PlaneChange::SetFilters {
                     port: p.name.clone(),
                     filters,
                 },
@@ -552,9 +478,9 @@ impl Model {
             if let Some(hook) = p.ingress_hook() {
                 plan.effects.push((
                     None,
-                    Effect::SetIngress {
+                    PlaneChange::SetIngress {
                         port: p.name.clone(),
-                        filters: Some(hook),
+                        ingress: Some(hook),
                     },
                 ));
             }

@@ -15,7 +15,7 @@ use htb_ipc::{ErrorCode, IpcError, MqSpec};
 
 use super::leaf::handle_major;
 use super::qdisc::{QdiscModel, Verb};
-use super::{Effect, Model, Root, Step, Undo, error};
+use super::{Model, PlaneChange, Root, Step, Undo, error};
 
 /// An `mq` root: its handle and the HTB tree under each of its classes.
 #[derive(Debug)]
@@ -169,11 +169,7 @@ impl Model {
             None => mq.trees.remove(&minor),
         };
         if let Some(old) = &old {
-            step.effect(Effect::SetTree {
-                port: step.name.clone(),
-                major: old.config.major,
-                tree: None,
-            });
+            step.effect(PlaneChange::tree(step.name.clone(), old.config.major, None));
         }
         step.undo.push(Undo::MqTree {
             port,
@@ -191,7 +187,7 @@ mod tests {
     use htb_ipc::Command;
 
     use super::*;
-    use crate::model::{Effect, PortModel};
+    use crate::model::{PlaneChange, PortModel};
 
     /// `text`'s commands as `htb-cli -b` sends them.
     fn batch(text: &str) -> Vec<Command> {
@@ -250,7 +246,7 @@ filter add dev eth1 parent 0x2: protocol ip prio 1 u32 match ip dst 100.64.0.2/3
             .effects
             .iter()
             .filter_map(|(_, e)| match e {
-                Effect::SetTree {
+                PlaneChange::SetTree {
                     major,
                     tree: Some(t),
                     ..
@@ -396,7 +392,7 @@ filter add dev eth1 parent 0x2: protocol ip prio 1 u32 match ip dst 100.64.0.2/3
             .unwrap();
         assert!(matches!(
             plan.effects.as_slice(),
-            [(_, Effect::SetQdisc { config, .. })] if config.major == 2 && config.default_minor == 3
+            [(_, PlaneChange::SetQdisc { config, .. })] if config.major == 2 && config.default_minor == 3
         ));
     }
 
@@ -412,7 +408,7 @@ filter add dev eth1 parent 0x2: protocol ip prio 1 u32 match ip dst 100.64.0.2/3
             plan.effects.first(),
             Some((
                 _,
-                Effect::SetTree {
+                PlaneChange::SetTree {
                     major: 2,
                     tree: None,
                     ..
@@ -434,7 +430,7 @@ filter add dev eth1 parent 0x2: protocol ip prio 1 u32 match ip dst 100.64.0.2/3
         let plan = m.apply(&batch("qdisc del dev eth1 root")).unwrap();
         assert!(plan.effects.iter().any(|(_, e)| matches!(
             e,
-            Effect::SetTree {
+            PlaneChange::SetTree {
                 major: 1,
                 tree: None,
                 ..

@@ -12,7 +12,7 @@ use super::FilterList;
 use super::filter_entry::FilterEntry;
 use super::leaf::handle_major;
 use super::u32_links::{LinkError, flatten};
-use super::{Effect, Model, PortModel, Root, Step, Undo, error};
+use super::{Model, PlaneChange, PortModel, Root, Step, Undo, error};
 
 /// Why a saved or configured tree does not load into the model (the parsers validated it, so
 /// only a hand-edited state file gets here).
@@ -295,7 +295,7 @@ impl Model {
                 old: qdisc.config,
             });
             set_qdisc_config(qdisc, config);
-            step.effect(Effect::SetQdisc { port: name, config });
+            step.effect(PlaneChange::SetQdisc { port: name, config });
             return Ok(());
         }
         // Under mq the other queues' qdiscs keep their handles (a new root replaces them all).
@@ -328,11 +328,7 @@ impl Model {
             None => self.set_root(step, Root::Htb(Box::new(new))),
             Some(minor) => self.set_mq_tree(step, minor, Some(new))?,
         }
-        step.effect(Effect::SetTree {
-            port: name,
-            major: config.major,
-            tree: Some(tree),
-        });
+        step.effect(PlaneChange::tree(name, config.major, Some(tree)));
         Ok(())
     }
 
@@ -342,11 +338,7 @@ impl Model {
         let port = step.port;
         let old = std::mem::replace(&mut self.ports[port].root, root);
         for (_, q) in PortModel::trees_of(&old) {
-            step.effect(Effect::SetTree {
-                port: step.name.clone(),
-                major: q.config.major,
-                tree: None,
-            });
+            step.effect(PlaneChange::tree(step.name.clone(), q.config.major, None));
         }
         step.undo.push(Undo::Root {
             port,

@@ -13,7 +13,7 @@ use htb_core::{ClassId, ClassSpec, Instant, LeafKind, Rate, SchedulerConfig};
 use htb_ipc::{ErrorCode, IpcError, LeafQdiscSpec};
 
 use super::qdisc::{QdiscModel, Verb};
-use super::{Effect, Model, Root, Step, Undo, class_error, error};
+use super::{Model, PlaneChange, Root, Step, Undo, class_error, error};
 use htb_config::PortTree;
 
 /// The rate of the one class under a root qdisc: 10 Tbit/s, more than any port carries, so
@@ -150,12 +150,12 @@ impl Model {
                 });
                 let config = SchedulerConfig { stab, ..q.config };
                 super::qdisc::set_qdisc_config(q, config);
-                step.effect(Effect::SetQdisc {
+                step.effect(PlaneChange::SetQdisc {
                     port: name.clone(),
                     config,
                 });
             }
-            step.effect(Effect::ChangeLeaf {
+            step.effect(PlaneChange::ChangeLeaf {
                 port: name,
                 id,
                 leaf: config,
@@ -179,11 +179,7 @@ impl Model {
             mq_minor: None,
         };
         self.set_root(step, Root::Leaf(Box::new(new)));
-        step.effect(Effect::SetTree {
-            port: name,
-            major,
-            tree: Some(tree),
-        });
+        step.effect(PlaneChange::tree(name, major, Some(tree)));
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! The model against tc's rules: batches all or nothing, and the saved state round trip.
 
 use super::*;
-use htb_core::{LeafKind, LeafSpec, Rate};
+use htb_core::{LeafConfig, LeafKind, LeafSpec, Rate};
 use htb_ipc::{
     ClassSpec as WireClass, FilterHandle, FilterSpec, LeafQdiscSpec, MatchSpec, QdiscSpec,
 };
@@ -188,7 +188,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
         .unwrap();
     assert!(matches!(
         plan.effects[0].1,
-        Effect::SetTree { tree: None, .. }
+        PlaneChange::SetTree { tree: None, .. }
     ));
     assert!(m.ports[1].htb().is_none());
 }
@@ -297,7 +297,7 @@ fn leaf_qdiscs_follow_tc_modify_qdisc() {
         .unwrap();
     assert!(matches!(
         plan.effects[0].1,
-        Effect::SetLeaf { leaf: Some(_), .. }
+        PlaneChange::SetLeaf { leaf: Some(_), .. }
     ));
     assert_eq!(leaf_of(&m, "1:20").unwrap().handle, Some(0x8001));
     assert_eq!(
@@ -338,7 +338,7 @@ fn leaf_qdiscs_follow_tc_modify_qdisc() {
     let plan = m
         .apply(&[leaf(Command::LeafChange, "1:20", Some(0x8001), sfq(20))])
         .unwrap();
-    assert!(matches!(plan.effects[0].1, Effect::ChangeLeaf { .. }));
+    assert!(matches!(plan.effects[0].1, PlaneChange::ChangeLeaf { .. }));
     let LeafConfig::Sfq(c) = leaf_of(&m, "1:20").unwrap().config else {
         panic!()
     };
@@ -359,7 +359,7 @@ fn leaf_qdiscs_follow_tc_modify_qdisc() {
         .unwrap();
     assert!(matches!(
         plan.effects[0].1,
-        Effect::SetLeaf {
+        PlaneChange::SetLeaf {
             leaf: Some(LeafConfig::FqCodel(_)),
             ..
         }
@@ -392,7 +392,7 @@ fn leaf_qdiscs_follow_tc_modify_qdisc() {
         .unwrap();
     assert!(matches!(
         plan.effects[0].1,
-        Effect::SetLeaf { leaf: None, .. }
+        PlaneChange::SetLeaf { leaf: None, .. }
     ));
     assert_eq!(leaf_of(&m, "1:20"), None);
     assert_eq!(
@@ -617,7 +617,7 @@ fn a_size_table_is_kept_changed_removed_and_saved_as_tc_does() {
         )])
         .unwrap();
     assert!(
-        matches!(&plan.effects[..], [(_, Effect::SetQdisc { config, .. })] if config.stab.is_some_and(|t| t.pkt_len(1500) == 33 * 53)),
+        matches!(&plan.effects[..], [(_, PlaneChange::SetQdisc { config, .. })] if config.stab.is_some_and(|t| t.pkt_len(1500) == 33 * 53)),
         "{:?}",
         plan.effects
     );
@@ -679,9 +679,9 @@ fn a_classless_root_keeps_its_size_table_through_changes_and_the_state_file() {
     // A change without the table removes it, as tc sends none.
     let plan = m.apply(&[cake(Command::LeafChange, None)]).unwrap();
     assert!(
-        plan.effects
-            .iter()
-            .any(|(_, e)| matches!(e, Effect::SetQdisc { config, .. } if config.stab.is_none())),
+        plan.effects.iter().any(
+            |(_, e)| matches!(e, PlaneChange::SetQdisc { config, .. } if config.stab.is_none())
+        ),
         "{:?}",
         plan.effects
     );
