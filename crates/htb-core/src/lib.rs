@@ -85,7 +85,7 @@ pub use spec::{
     Warning,
 };
 pub use stab::{MAX_TSIZE, SizeSpec, SizeTable, SizeTableError};
-pub use stats::{ClassStats, Mode, SchedulerStats};
+pub use stats::{ClassStats, Mode, QueueCounters, SchedulerStats};
 pub use time::{Duration, Instant};
 pub use tree_spec::{ClassDef, LeafDef, PortTree, TreeSpec};
 

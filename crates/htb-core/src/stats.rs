@@ -14,25 +14,49 @@ pub enum Mode {
     CanSend = 2,
 }
 
+/// The counters the kernel keeps for every qdisc and class (`struct gnet_stats_basic` and
+/// `struct gnet_stats_queue`): one block for the core's classes and the control socket's
+/// qdiscs, classes and leaf qdiscs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct QueueCounters {
+    /// Bytes sent (an inner class: by its whole subtree).
+    pub bytes: u64,
+    /// Packets sent.
+    pub packets: u64,
+    /// Packets dropped: a full leaf queue, AQM, or purged by a tree change.
+    pub drops: u64,
+    /// A class: transitions into [`Mode::CantSend`] (ceil exhausted), not packets. A qdisc:
+    /// its classes' sum, or the times its shaper held packets back (`cake`).
+    pub overlimits: u64,
+    /// Always 0: nothing here requeues. Kept because tc prints it.
+    pub requeues: u64,
+    /// Bytes queued (leaves only).
+    pub backlog_bytes: u64,
+    /// Packets queued (leaves only).
+    pub backlog_packets: u64,
+}
+
+impl QueueCounters {
+    /// Adds `other`'s counts (the same class on several workers, or several classes).
+    pub fn add(&mut self, other: &Self) {
+        self.bytes += other.bytes;
+        self.packets += other.packets;
+        self.drops += other.drops;
+        self.overlimits += other.overlimits;
+        self.requeues += other.requeues;
+        self.backlog_bytes += other.backlog_bytes;
+        self.backlog_packets += other.backlog_packets;
+    }
+}
+
 /// Per-class statistics, everything `tc -s class show` prints for an HTB class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClassStats {
     /// The class.
     pub id: ClassId,
-    /// Bytes sent (inner classes: by their whole subtree).
-    pub bytes: u64,
-    /// Packets sent.
-    pub packets: u64,
-    /// Packets dropped because the leaf queue was full, or purged by a tree change.
-    pub drops: u64,
-    /// Transitions into [`Mode::CantSend`] (ceil exhausted); not packets.
-    pub overlimits: u64,
-    /// Always 0: HTB classes never requeue. Kept because tc prints it.
-    pub requeues: u64,
-    /// Bytes queued (leaves only).
-    pub backlog_bytes: u64,
-    /// Packets queued (leaves only).
-    pub backlog_packets: u32,
+    /// Bytes and packets sent, drops, overlimits, backlog.
+    pub queue: QueueCounters,
     /// Packets sent on this class's own rate (leaf) or lent to its subtree (inner) (`lended`).
     pub lends: u64,
     /// Packets sent on tokens borrowed from an ancestor (`borrowed`).

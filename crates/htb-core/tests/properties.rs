@@ -289,8 +289,10 @@ impl Harness {
         );
     }
 
-    fn backlog(&self, id: ClassId) -> u32 {
-        self.htb.class_stats(id).map_or(0, |s| s.backlog_packets)
+    fn backlog(&self, id: ClassId) -> u64 {
+        self.htb
+            .class_stats(id)
+            .map_or(0, |s| s.queue.backlog_packets)
     }
 
     /// Takes back what the leaves dropped; ends the backlog period of a class they emptied.

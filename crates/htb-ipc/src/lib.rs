@@ -356,20 +356,10 @@ pub struct LeafQdiscInfo {
 /// A leaf qdisc's counters, as `tc -s qdisc show` prints them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeafQdiscStats {
-    /// Bytes sent.
-    pub bytes: u64,
-    /// Packets sent.
-    pub packets: u64,
-    /// Packets it dropped (full, over limit, AQM).
-    pub drops: u64,
-    /// Times its shaper held packets back (`cake`; 0 for the others).
-    pub overlimits: u64,
-    /// Always 0.
-    pub requeues: u64,
-    /// Bytes queued.
-    pub backlog_bytes: u64,
-    /// Packets queued.
-    pub backlog_packets: u64,
+    /// Bytes and packets sent, drops (full, over limit, AQM), overlimits (the times its shaper
+    /// held packets back: `cake`; 0 for the others), backlog.
+    #[serde(flatten)]
+    pub queue: QueueStats,
     /// `fq_codel`'s own counters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fq_codel: Option<FqCodelStats>,
@@ -404,24 +394,10 @@ pub struct QdiscInfo {
     pub stats: Option<QueueStats>,
 }
 
-/// Qdisc counters, as `tc -s qdisc show` prints them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueueStats {
-    /// Bytes sent.
-    pub bytes: u64,
-    /// Packets sent.
-    pub packets: u64,
-    /// Packets dropped (queues full, purged by changes, frame pool exhausted).
-    pub drops: u64,
-    /// Transitions of classes into "can't send".
-    pub overlimits: u64,
-    /// Always 0.
-    pub requeues: u64,
-    /// Bytes queued.
-    pub backlog_bytes: u64,
-    /// Packets queued.
-    pub backlog_packets: u64,
-}
+/// Qdisc counters, as `tc -s qdisc show` prints them: the core's counter block (drops
+/// include frames purged by changes and frames the pool ran out for; overlimits are its
+/// classes' transitions into "can't send").
+pub type QueueStats = htb_core::QueueCounters;
 
 /// An HTB class, with the parameters in effect (defaults resolved).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -469,20 +445,10 @@ pub struct ClassInfo {
 /// Class counters, as `tc -s class show` prints them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClassStats {
-    /// Bytes sent.
-    pub bytes: u64,
-    /// Packets sent.
-    pub packets: u64,
-    /// Packets dropped.
-    pub drops: u64,
-    /// Transitions into "can't send".
-    pub overlimits: u64,
-    /// Always 0.
-    pub requeues: u64,
-    /// Bytes queued.
-    pub backlog_bytes: u64,
-    /// Packets queued.
-    pub backlog_packets: u64,
+    /// Bytes and packets sent, drops, overlimits (transitions into "can't send"), backlog:
+    /// the core's counter block, its fields inline in the JSON.
+    #[serde(flatten)]
+    pub queue: QueueStats,
     /// `lended`.
     pub lended: u64,
     /// `borrowed`.
@@ -1067,6 +1033,30 @@ mod tests {
             let e = serde_json::from_str::<Request>(bad).unwrap_err();
             assert!(e.to_string().contains("unknown field"), "{bad}: {e}");
         }
+    }
+
+    /// The counters are the core's block, inline: a reply reads and writes as before it was
+    /// shared (every field at the top of `stats`).
+    #[test]
+    fn counter_blocks_keep_their_json() {
+        let text = r#"{"bytes":3000,"packets":2,"drops":1,"overlimits":4,"requeues":0,"backlog_bytes":1500,"backlog_packets":1,"lended":5,"borrowed":6,"giants":0,"tokens":-7,"ctokens":8}"#;
+        let class: ClassStats = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            (
+                class.queue.bytes,
+                class.queue.backlog_packets,
+                class.borrowed,
+                class.tokens
+            ),
+            (3000, 1, 6, -7)
+        );
+        assert_eq!(serde_json::to_string(&class).unwrap(), text);
+        let leaf = r#"{"bytes":3000,"packets":2,"drops":1,"overlimits":0,"requeues":0,"backlog_bytes":1500,"backlog_packets":1}"#;
+        let stats: LeafQdiscStats = serde_json::from_str(leaf).unwrap();
+        assert_eq!((stats.queue.drops, stats.fq_codel), (1, None));
+        assert_eq!(serde_json::to_string(&stats).unwrap(), leaf);
+        let qdisc: QueueStats = serde_json::from_str(leaf).unwrap();
+        assert_eq!(qdisc, stats.queue);
     }
 
     #[test]

@@ -94,7 +94,7 @@ fn expected(tree: &htb_config::TreeSpec, classes: &[ClassId]) -> Vec<f64> {
             report
                 .classes
                 .iter()
-                .find(|c| c.id == id.to_string())
+                .find(|c| c.id == *id)
                 .map_or(0.0, |c| c.rate_bps)
         })
         .collect()

@@ -34,7 +34,7 @@ fn run() -> i32 {
     let mut now = t0;
     let mut sent = 0u64;
     while now.as_nanos() < 1_000_000_000 {
-        while htb.class_stats(leaf).map_or(0, |s| s.backlog_packets) < 8 {
+        while htb.class_stats(leaf).map_or(0, |s| s.queue.backlog_packets) < 8 {
             if htb.enqueue(now, leaf, 1000).is_err() {
                 return 4;
             }

@@ -5,7 +5,7 @@
 //! each worker sent through it. Counters are summed; a class's buckets, mode and leaf details
 //! (fq_codel's flows) are those of the worker that sent the most through it.
 
-use htb_core::{ClassStats, LeafStats, SchedulerStats};
+use htb_core::{ClassStats, LeafStats, QueueCounters, SchedulerStats};
 
 use crate::dataplane::Dataplane;
 use crate::program::Verdicts;
@@ -141,17 +141,12 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
         // such: worker 0 for an idle class).
         let speaker = (0..classes.len())
             .rev()
-            .max_by_key(|&w| classes[w].map_or(0, |c| c.bytes))
+            .max_by_key(|&w| classes[w].map_or(0, |c| c.queue.bytes))
             .unwrap_or(0);
         let Some(mut class) = classes[speaker] else {
             continue;
         };
-        class.bytes = 0;
-        class.packets = 0;
-        class.drops = 0;
-        class.overlimits = 0;
-        class.backlog_bytes = 0;
-        class.backlog_packets = 0;
+        class.queue = QueueCounters::default();
         class.lends = 0;
         class.borrows = 0;
         for c in classes.iter().flatten() {
@@ -174,12 +169,7 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
 }
 
 fn add_class(total: &mut ClassStats, c: &ClassStats) {
-    total.bytes += c.bytes;
-    total.packets += c.packets;
-    total.drops += c.drops;
-    total.overlimits += c.overlimits;
-    total.backlog_bytes += c.backlog_bytes;
-    total.backlog_packets += c.backlog_packets;
+    total.queue.add(&c.queue);
     total.lends += c.lends;
     total.borrows += c.borrows;
 }

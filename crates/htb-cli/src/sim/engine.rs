@@ -193,7 +193,7 @@ impl Sim<'_> {
 
     fn class_bytes(&self, ids: &[ClassId]) -> Vec<u64> {
         ids.iter()
-            .map(|&id| self.htb.class_stats(id).map_or(0, |s| s.bytes))
+            .map(|&id| self.htb.class_stats(id).map_or(0, |s| s.queue.bytes))
             .collect()
     }
 }
@@ -390,14 +390,14 @@ pub fn run(scenario: &Scenario) -> Report {
                 .class_stats(id)
                 .expect("classes are never deleted by a scenario");
             ClassReport {
-                id: id.to_string(),
-                sent_bytes: s.bytes,
-                sent_packets: s.packets,
-                dropped: s.drops,
-                rate_bps: per_sec(s.bytes - warm),
+                id,
+                sent_bytes: s.queue.bytes,
+                sent_packets: s.queue.packets,
+                dropped: s.queue.drops,
+                rate_bps: per_sec(s.queue.bytes - warm),
                 lended: s.lends,
                 borrowed: s.borrows,
-                overlimits: s.overlimits,
+                overlimits: s.queue.overlimits,
             }
         })
         .collect();

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use htb_core::ClassId;
 use serde::Serialize;
 
 use crate::plot::{LineChart, Series};
@@ -9,8 +10,8 @@ use crate::plot::{LineChart, Series};
 /// Per-class results. `rate_bps` covers [warmup, duration]; counters cover the whole run.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct ClassReport {
-    /// Class id, `1:10`.
-    pub id: String,
+    /// Class id, `"1:10"` in the JSON.
+    pub id: ClassId,
     /// Bytes sent (inner classes: by their subtree).
     pub sent_bytes: u64,
     /// Packets sent.
@@ -133,7 +134,7 @@ impl Report {
             let _ = writeln!(
                 out,
                 "{:<10} {:>14} {:>14} {:>10} {:>9} {:>10} {:>10} {:>10}",
-                c.id,
+                c.id.to_string(),
                 mbit(c.rate_bps),
                 c.sent_bytes,
                 c.sent_packets,
@@ -198,7 +199,7 @@ impl Report {
             .iter()
             .enumerate()
             .map(|(i, class)| Series {
-                name: class.id.clone(),
+                name: class.id.to_string(),
                 dashed: self.inner.get(i).copied().unwrap_or(false),
                 points: self
                     .samples

@@ -45,12 +45,15 @@ pub(super) fn run(
             let key = (c.dev.clone(), c.id);
             let (bps, pps) = match previous.get(&key) {
                 Some(&(bytes, packets, _)) if round > 0 && dt > 0.0 => (
-                    format!("{:.0}", (s.bytes.saturating_sub(bytes) * 8) as f64 / dt),
-                    format!("{:.0}", s.packets.saturating_sub(packets) as f64 / dt),
+                    format!(
+                        "{:.0}",
+                        (s.queue.bytes.saturating_sub(bytes) * 8) as f64 / dt
+                    ),
+                    format!("{:.0}", s.queue.packets.saturating_sub(packets) as f64 / dt),
                 ),
                 _ => ("-".into(), "-".into()),
             };
-            previous.insert(key, (s.bytes, s.packets, s.drops));
+            previous.insert(key, (s.queue.bytes, s.queue.packets, s.queue.drops));
             text.push_str(&format!(
                 "{:<8} {:<10} {:<10} {:>12} {:>12} {:>12} {:>10} {:>9} {:>10} {:>10}\n",
                 c.dev,
@@ -61,8 +64,8 @@ pub(super) fn run(
                 super::format::rate_text(c.ceil, false),
                 bps,
                 pps,
-                s.drops,
-                format!("{}p", s.backlog_packets),
+                s.queue.drops,
+                format!("{}p", s.queue.backlog_packets),
                 s.borrowed
             ));
         }

@@ -24,7 +24,7 @@ use crate::class_id::ClassId;
 use crate::leaf::{Leaf, LeafConfig, LeafStats, LeafStore};
 use crate::rate::{TOKENS_PER_TICK_SHIFT, tokens_to_ns_ceil};
 use crate::spec::{ClassConfig, MAX_DEPTH, SchedulerConfig};
-use crate::stats::{ClassStats, SchedulerStats};
+use crate::stats::{ClassStats, QueueCounters, SchedulerStats};
 use crate::time::{Duration, Instant};
 
 /// Where an enqueued packet should go: the result of classification.
@@ -542,13 +542,15 @@ impl<P: Packet> Scheduler<P> {
         };
         Some(ClassStats {
             id,
-            bytes: c.bytes,
-            packets: c.packets,
-            drops: c.drops,
-            overlimits: c.overlimits,
-            requeues: 0,
-            backlog_bytes: queue.backlog(),
-            backlog_packets: queue.len(),
+            queue: QueueCounters {
+                bytes: c.bytes,
+                packets: c.packets,
+                drops: c.drops,
+                overlimits: c.overlimits,
+                requeues: 0,
+                backlog_bytes: queue.backlog(),
+                backlog_packets: queue.len().into(),
+            },
             lends: c.lends,
             borrows: c.borrows,
             giants: 0,

@@ -62,7 +62,7 @@ impl Driver {
 
     fn refill(&mut self) {
         for &(class, len) in &self.backlogged {
-            while self.s.class_stats(class).unwrap().backlog_packets < self.depth {
+            while self.s.class_stats(class).unwrap().queue.backlog_packets < u64::from(self.depth) {
                 self.s
                     .enqueue(Instant::from_nanos(self.now), class, len)
                     .unwrap();
@@ -90,7 +90,7 @@ impl Driver {
     }
 
     fn bytes(&self, minor: u32) -> u64 {
-        self.s.class_stats(id(minor)).unwrap().bytes
+        self.s.class_stats(id(minor)).unwrap().queue.bytes
     }
 
     /// Rate of `minor` in bit/s over [from, to] given byte counts at both ends.
@@ -184,7 +184,7 @@ fn ceil_caps_a_lone_borrower() {
     d.backlogged = vec![(id(0x10), 1000)];
     let r = steady_rates(&mut d, &[0x10], 1, 5);
     assert_close(r[0], 25e6, 0.003, "ceil");
-    assert!(d.s.class_stats(id(0x10)).unwrap().overlimits > 0);
+    assert!(d.s.class_stats(id(0x10)).unwrap().queue.overlimits > 0);
 }
 
 #[test]
@@ -279,7 +279,7 @@ fn unclassified_goes_to_default_or_direct() {
     // With a default leaf, unclassified traffic is shaped there.
     s.set_default_class(1);
     s.enqueue(now, Target::Unclassified, 100).unwrap();
-    assert_eq!(s.class_stats(id(1)).unwrap().backlog_packets, 1);
+    assert_eq!(s.class_stats(id(1)).unwrap().queue.backlog_packets, 1);
     assert_eq!(s.stats().direct_packets, 3);
     s.check().unwrap();
 }
@@ -297,7 +297,7 @@ fn inner_class_target_falls_back_to_default() {
     );
     s.set_default_class(0x20);
     s.enqueue(Instant::ZERO, id(1), 100).unwrap();
-    assert_eq!(s.class_stats(id(0x20)).unwrap().backlog_packets, 1);
+    assert_eq!(s.class_stats(id(0x20)).unwrap().queue.backlog_packets, 1);
 }
 
 #[test]
@@ -317,7 +317,7 @@ fn full_queues_hand_packets_back() {
             reason: DropReason::QueueFull(id(1))
         }
     );
-    assert_eq!(s.class_stats(id(1)).unwrap().drops, 1);
+    assert_eq!(s.class_stats(id(1)).unwrap().queue.drops, 1);
     s.set_direct_qlen(1);
     s.enqueue(Instant::ZERO, Target::Direct, 4).unwrap();
     assert_eq!(
@@ -343,7 +343,7 @@ fn adding_a_child_to_a_backlogged_leaf_purges_it() {
     s.check().unwrap();
     let info = s.class_info(id(1)).unwrap();
     assert_eq!((info.level, info.children), (7, 1));
-    assert_eq!(s.class_stats(id(1)).unwrap().drops, 3);
+    assert_eq!(s.class_stats(id(1)).unwrap().queue.drops, 3);
     assert!(s.is_empty());
 }
 
@@ -455,12 +455,15 @@ fn change_keeps_backlog_and_applies_the_new_rate() {
     d.depth = 50;
     let r = steady_rates(&mut d, &[1], 1, 3);
     assert_close(r[0], 10e6, 0.003, "before");
-    let queued = d.s.class_stats(id(1)).unwrap().backlog_packets;
+    let queued = d.s.class_stats(id(1)).unwrap().queue.backlog_packets;
     let change =
         d.s.change_class(Instant::from_nanos(d.now), id(1), &ClassSpec::new(mbit(20)))
             .unwrap();
     assert!(change.purged.is_empty());
-    assert_eq!(d.s.class_stats(id(1)).unwrap().backlog_packets, queued);
+    assert_eq!(
+        d.s.class_stats(id(1)).unwrap().queue.backlog_packets,
+        queued
+    );
     d.s.check().unwrap();
     let before = d.bytes(1);
     d.run_until(5 * SEC);
@@ -567,12 +570,12 @@ fn handles_skip_the_lookup_and_survive_deletion() {
     add(&mut s, 2, None, ClassSpec::new(mbit(1)));
     let h = s.handle(id(1)).unwrap();
     s.enqueue(Instant::ZERO, h, 10).unwrap();
-    assert_eq!(s.class_stats(id(1)).unwrap().backlog_packets, 1);
+    assert_eq!(s.class_stats(id(1)).unwrap().queue.backlog_packets, 1);
     let _ = s.delete_class(Instant::ZERO, id(1)).unwrap();
     // Slot reused by another class: the stale handle must not reach it.
     add(&mut s, 3, None, ClassSpec::new(mbit(1)));
     s.enqueue(Instant::ZERO, h, 10).unwrap();
-    assert_eq!(s.class_stats(id(3)).unwrap().backlog_packets, 0);
+    assert_eq!(s.class_stats(id(3)).unwrap().queue.backlog_packets, 0);
     assert_eq!(
         s.stats().direct_packets,
         1,
@@ -591,7 +594,7 @@ fn stats_report_tokens_in_ticks_and_rates() {
     d.backlogged = vec![(id(1), 1000)];
     d.run_until(3 * SEC);
     let st = d.s.class_stats(id(1)).unwrap();
-    assert_eq!(st.bytes, d.bytes(1));
+    assert_eq!(st.queue.bytes, d.bytes(1));
     assert_ne!(st.mode, Mode::CantSend);
     assert_eq!(
         d.s.class_info(id(1)).unwrap().config.burst,
@@ -654,7 +657,8 @@ fn drain_returns_every_queued_packet_and_leaves_a_working_tree() {
     assert!(s.is_empty());
     assert_eq!(s.next_wakeup(), None);
     s.check().unwrap();
-    let total: u64 = s.class_stats(id(2)).unwrap().drops + s.class_stats(id(3)).unwrap().drops;
+    let total: u64 =
+        s.class_stats(id(2)).unwrap().queue.drops + s.class_stats(id(3)).unwrap().queue.drops;
     assert_eq!(total + s.stats().direct_drops, drained.len() as u64);
     // Still schedules afterwards.
     s.enqueue(Instant::from_nanos(SEC), id(3), 55).unwrap();
@@ -712,9 +716,9 @@ fn a_size_table_sets_the_length_htb_charges() {
     add(&mut s, 1, None, ClassSpec::new(mbit(10)));
     s.enqueue(Instant::from_nanos(0), id(1), 100).unwrap();
     s.dequeue(Instant::from_nanos(0)).unwrap();
-    assert_eq!(s.class_stats(id(1)).unwrap().bytes, 159);
+    assert_eq!(s.class_stats(id(1)).unwrap().queue.bytes, 159);
     s.set_size_table(None);
     s.enqueue(Instant::from_nanos(0), id(1), 100).unwrap();
     s.dequeue(Instant::from_nanos(0)).unwrap();
-    assert_eq!(s.class_stats(id(1)).unwrap().bytes, 259);
+    assert_eq!(s.class_stats(id(1)).unwrap().queue.bytes, 259);
 }

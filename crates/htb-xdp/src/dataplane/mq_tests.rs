@@ -86,7 +86,7 @@ fn packets(dp: &Dataplane<SimRings>, class: &str) -> u64 {
     let id: ClassId = class.parse().unwrap();
     let snapshot = dp.class_stats("b", &[id]).unwrap();
     let stats = snapshot.classes[0].unwrap();
-    stats.packets + u64::from(stats.backlog_packets)
+    stats.queue.packets + stats.queue.backlog_packets
 }
 
 #[test]

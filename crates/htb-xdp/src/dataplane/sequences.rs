@@ -332,9 +332,9 @@ fn only_owners_queued(planes: &[Dataplane<SimRings>]) {
             let owner = owners.get(id).copied();
             if level == 0 && owner.is_some_and(|o| o != w) {
                 assert_eq!(
-                    stats.packets, 0,
+                    stats.queue.packets, 0,
                     "worker {w} sent {} packets of {id}, which worker {owner:?} owns",
-                    stats.packets
+                    stats.queue.packets
                 );
             }
         }

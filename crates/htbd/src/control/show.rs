@@ -1,7 +1,7 @@
 //! `show` requests: the model's objects with the data plane's statistics, read in chunks of
 //! [`STATS_CHUNK`] classes so that even a 100 000-class `show -s` never holds packets up long.
 
-use htb_core::ClassId;
+use htb_core::{ClassId, LeafStats};
 use htb_ipc::{
     ClassInfo, ClassStats, ErrorCode, FilterHandle, FilterInfo, IngressInfo, IpcError,
     LeafQdiscInfo, LeafQdiscStats, MqClassInfo, MqInfo, Object, Parent, QdiscInfo, QueueStats,
@@ -112,7 +112,7 @@ impl TreeStats<'_> {
         Some(rtt_stats(r))
     }
 
-    fn leaf(&self, i: usize) -> Option<htb_core::LeafStats> {
+    fn leaf(&self, i: usize) -> Option<LeafStats> {
         self.snapshot.leaves.get(self.offset + i).cloned().flatten()
     }
 
@@ -198,6 +198,29 @@ fn mq_info(dev: &str, mq: &MqModel, snapshot: Option<&PortSnapshot>) -> MqInfo {
     }
 }
 
+/// A leaf qdisc's counters: what its class sent, what the leaf holds and dropped, and
+/// `dropped_before` (frames dropped before they reached it).
+fn leaf_qdisc_stats(
+    class: Option<htb_core::ClassStats>,
+    leaf: Option<LeafStats>,
+    dropped_before: u64,
+) -> LeafQdiscStats {
+    let cake = leaf.as_ref().and_then(|l| l.cake.clone());
+    LeafQdiscStats {
+        queue: QueueStats {
+            bytes: class.map_or(0, |c| c.queue.bytes),
+            packets: class.map_or(0, |c| c.queue.packets),
+            drops: leaf.as_ref().map_or(0, |l| l.drops) + dropped_before,
+            overlimits: cake.as_ref().map_or(0, |c| u64::from(c.overlimits)),
+            requeues: 0,
+            backlog_bytes: leaf.as_ref().map_or(0, |l| l.backlog),
+            backlog_packets: leaf.as_ref().map_or(0, |l| u64::from(l.qlen)),
+        },
+        fq_codel: leaf.as_ref().and_then(|l| l.fq_codel),
+        cake,
+    }
+}
+
 /// A classless root qdisc (`qdisc cake 1: root …`): the one class of the tree that carries it
 /// is not shown, its counters are the qdisc's.
 fn show_root_leaf(dev: &str, qdisc: &QdiscModel, stats: Option<TreeStats<'_>>, shown: &mut Shown) {
@@ -205,22 +228,10 @@ fn show_root_leaf(dev: &str, qdisc: &QdiscModel, stats: Option<TreeStats<'_>>, s
         return;
     };
     let stats = stats.map(|t| {
-        let (class, leaf) = (t.class(0), t.leaf(0));
-        let cake = leaf.as_ref().and_then(|l| l.cake.clone());
-        LeafQdiscStats {
-            bytes: class.map_or(0, |c| c.bytes),
-            packets: class.map_or(0, |c| c.packets),
-            // The frame pool's drops happen before a frame reaches a qdisc: the root's.
-            drops: leaf.as_ref().map_or(0, |l| l.drops)
-                + t.snapshot.port.drops_pool
-                + t.snapshot.port.drops_police,
-            overlimits: cake.as_ref().map_or(0, |c| u64::from(c.overlimits)),
-            requeues: 0,
-            backlog_bytes: leaf.as_ref().map_or(0, |l| l.backlog),
-            backlog_packets: leaf.as_ref().map_or(0, |l| u64::from(l.qlen)),
-            fq_codel: leaf.as_ref().and_then(|l| l.fq_codel),
-            cake,
-        }
+        // The frame pool's and policers' drops happen before a frame reaches a qdisc: the
+        // root's.
+        let before = t.snapshot.port.drops_pool + t.snapshot.port.drops_police;
+        leaf_qdisc_stats(t.class(0), t.leaf(0), before)
     });
     shown.leaf_qdiscs.push(LeafQdiscInfo {
         dev: dev.to_owned(),
@@ -280,21 +291,9 @@ fn show_tree(
                     .and_then(|d| d.leaf)
                     .and_then(|l| l.handle)
                     .map(|h| ClassId::new(h, 0));
-                let stats = stats.filter(|_| show.stats).map(|t| {
-                    let (class, leaf) = (t.class(i), t.leaf(i));
-                    let cake = leaf.as_ref().and_then(|l| l.cake.clone());
-                    LeafQdiscStats {
-                        bytes: class.map_or(0, |c| c.bytes),
-                        packets: class.map_or(0, |c| c.packets),
-                        drops: leaf.as_ref().map_or(0, |l| l.drops),
-                        overlimits: cake.as_ref().map_or(0, |c| u64::from(c.overlimits)),
-                        requeues: 0,
-                        backlog_bytes: leaf.as_ref().map_or(0, |l| l.backlog),
-                        backlog_packets: leaf.as_ref().map_or(0, |l| u64::from(l.qlen)),
-                        fq_codel: leaf.as_ref().and_then(|l| l.fq_codel),
-                        cake,
-                    }
-                });
+                let stats = stats
+                    .filter(|_| show.stats)
+                    .map(|t| leaf_qdisc_stats(t.class(i), t.leaf(i), 0));
                 shown.leaf_qdiscs.push(LeafQdiscInfo {
                     dev: dev.clone(),
                     handle,
@@ -312,13 +311,7 @@ fn show_tree(
                     .ok_or_else(|| internal(format!("class {id} missing")))?;
                 let c = info.config;
                 let stats = stats.and_then(|t| t.class(i)).map(|s| ClassStats {
-                    bytes: s.bytes,
-                    packets: s.packets,
-                    drops: s.drops,
-                    overlimits: s.overlimits,
-                    requeues: s.requeues,
-                    backlog_bytes: s.backlog_bytes,
-                    backlog_packets: u64::from(s.backlog_packets),
+                    queue: s.queue,
                     lended: s.lends,
                     borrowed: s.borrows,
                     giants: s.giants,

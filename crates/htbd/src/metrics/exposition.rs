@@ -98,20 +98,20 @@ impl Collector for ScrapeCollector {
             (
                 "htb_class_bytes",
                 "Bytes sent by the class (inner classes: their subtree)",
-                |c| c.stats.bytes,
+                |c| c.stats.queue.bytes,
             ),
             ("htb_class_packets", "Packets sent by the class", |c| {
-                c.stats.packets
+                c.stats.queue.packets
             }),
             (
                 "htb_class_drops",
                 "Packets the class's leaf dropped (full, AQM) or a change purged",
-                |c| c.stats.drops,
+                |c| c.stats.queue.drops,
             ),
             (
                 "htb_class_overlimits",
                 "Times the class hit its ceil (tc's overlimits)",
-                |c| c.stats.overlimits,
+                |c| c.stats.queue.overlimits,
             ),
             (
                 "htb_class_lended_packets",
@@ -132,12 +132,12 @@ impl Collector for ScrapeCollector {
             (
                 "htb_class_backlog_bytes",
                 "Bytes queued in the class's leaf",
-                |c| c.stats.backlog_bytes,
+                |c| c.stats.queue.backlog_bytes,
             ),
             (
                 "htb_class_backlog_packets",
                 "Packets queued in the class's leaf",
-                |c| u64::from(c.stats.backlog_packets),
+                |c| c.stats.queue.backlog_packets,
             ),
         ];
         for (name, help, get) in gauges {
@@ -398,7 +398,7 @@ fn gauge(v: u64) -> ConstGauge<i64> {
 
 #[cfg(test)]
 mod tests {
-    use htb_core::{ClassId, ClassStats, Mode, SchedulerStats};
+    use htb_core::{ClassId, ClassStats, Mode, QueueCounters, SchedulerStats};
     use htb_xdp::{EngineStats, PortStats};
 
     use super::*;
@@ -414,13 +414,15 @@ mod tests {
             ceil: 10_000_000,
             stats: ClassStats {
                 id,
-                bytes,
-                packets: 7,
-                drops: 2,
-                overlimits: 3,
-                requeues: 0,
-                backlog_bytes: 1500,
-                backlog_packets: 1,
+                queue: QueueCounters {
+                    bytes,
+                    packets: 7,
+                    drops: 2,
+                    overlimits: 3,
+                    requeues: 0,
+                    backlog_bytes: 1500,
+                    backlog_packets: 1,
+                },
                 lends: 5,
                 borrows: 2,
                 giants: 0,

@@ -83,8 +83,13 @@ pub fn classes(shown: &Shown, style: Style) -> String {
         if let Some(s) = c.stats {
             sent_lines(
                 &mut out,
-                [s.bytes, s.packets, s.drops, s.overlimits],
-                [s.backlog_bytes, s.backlog_packets],
+                [
+                    s.queue.bytes,
+                    s.queue.packets,
+                    s.queue.drops,
+                    s.queue.overlimits,
+                ],
+                [s.queue.backlog_bytes, s.queue.backlog_packets],
             );
             let _ = write!(
                 out,
@@ -154,13 +159,13 @@ fn class_json(c: &ClassInfo, style: Style) -> Value {
         o.insert(
             "stats".into(),
             json!({
-                "bytes": s.bytes,
-                "packets": s.packets,
-                "drops": s.drops,
-                "overlimits": s.overlimits,
-                "requeues": s.requeues,
-                "backlog": s.backlog_bytes,
-                "qlen": s.backlog_packets,
+                "bytes": s.queue.bytes,
+                "packets": s.queue.packets,
+                "drops": s.queue.drops,
+                "overlimits": s.queue.overlimits,
+                "requeues": s.queue.requeues,
+                "backlog": s.queue.backlog_bytes,
+                "qlen": s.queue.backlog_packets,
                 "lended": s.lended,
                 "borrowed": s.borrowed,
                 "giants": s.giants,
@@ -178,7 +183,7 @@ fn class_json(c: &ClassInfo, style: Style) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use htb_ipc::ClassStats;
+    use htb_ipc::{ClassStats, QueueStats};
 
     fn class(id: &str, parent: Option<&str>, leaf: bool) -> ClassInfo {
         ClassInfo {
@@ -214,9 +219,12 @@ mod tests {
     fn class_text_is_tc_6_1s() {
         let mut root = class("1:1", None, false);
         root.stats = Some(ClassStats {
-            bytes: 1_020_260,
-            packets: 1008,
-            overlimits: 23,
+            queue: QueueStats {
+                bytes: 1_020_260,
+                packets: 1008,
+                overlimits: 23,
+                ..QueueStats::default()
+            },
             lended: 502,
             tokens: 9156,
             ctokens: 9156,
@@ -226,12 +234,15 @@ mod tests {
         leaf.rate = 2_000_000;
         leaf.ceil = 4_000_000;
         leaf.stats = Some(ClassStats {
-            bytes: 1_020_260,
-            packets: 1008,
-            drops: 3257,
-            overlimits: 993,
-            backlog_bytes: 30420,
-            backlog_packets: 30,
+            queue: QueueStats {
+                bytes: 1_020_260,
+                packets: 1008,
+                drops: 3257,
+                overlimits: 993,
+                requeues: 0,
+                backlog_bytes: 30420,
+                backlog_packets: 30,
+            },
             lended: 506,
             borrowed: 502,
             tokens: -36055,

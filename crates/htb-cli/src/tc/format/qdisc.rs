@@ -190,8 +190,13 @@ fn leaf_text(out: &mut String, l: &LeafQdiscInfo, style: Style) {
     if let Some(s) = &l.stats {
         sent_lines(
             out,
-            [s.bytes, s.packets, s.drops, s.overlimits],
-            [s.backlog_bytes, s.backlog_packets],
+            [
+                s.queue.bytes,
+                s.queue.packets,
+                s.queue.drops,
+                s.queue.overlimits,
+            ],
+            [s.queue.backlog_bytes, s.queue.backlog_packets],
         );
         out.push_str(&leaf::xstats_text(s));
     }
@@ -219,13 +224,13 @@ fn leaf_json(l: &LeafQdiscInfo, style: Style) -> Value {
         counters_json(
             &mut o,
             [
-                s.bytes,
-                s.packets,
-                s.drops,
-                s.overlimits,
-                s.requeues,
-                s.backlog_bytes,
-                s.backlog_packets,
+                s.queue.bytes,
+                s.queue.packets,
+                s.queue.drops,
+                s.queue.overlimits,
+                s.queue.requeues,
+                s.queue.backlog_bytes,
+                s.queue.backlog_packets,
             ],
         );
         leaf::xstats_json(s, &mut o);
@@ -360,11 +365,14 @@ mod tests {
             parent: Some(ClassId::new(1, 0x10)),
             config: LeafConfig::default(),
             stats: Some(LeafQdiscStats {
-                bytes: 3000,
-                packets: 2,
-                drops: 1,
-                backlog_bytes: 1500,
-                backlog_packets: 1,
+                queue: QueueStats {
+                    bytes: 3000,
+                    packets: 2,
+                    drops: 1,
+                    backlog_bytes: 1500,
+                    backlog_packets: 1,
+                    ..QueueStats::default()
+                },
                 fq_codel: Some(FqCodelStats {
                     maxpacket: 1514,
                     new_flow_count: 2,
