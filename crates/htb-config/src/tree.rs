@@ -29,11 +29,11 @@ pub struct QdiscSection {
     pub burst_time: Option<TimeValue>,
     /// The size table (tc `stab`): `{ overhead = 34, linklayer = "ethernet" }`, with `mpu`,
     /// `mtu` and `tsize` as tc takes them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub stab: Option<Located<SizeSpec>>,
     /// The queue discipline of every leaf class that has none of its own (default
     /// `fq_codel`; the kernel's default would be `pfifo`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub leaf: Option<Located<LeafSection>>,
 }
 
@@ -54,43 +54,43 @@ pub struct ClassSection {
     /// The class id, `"1:20"`.
     pub id: Located<ClassIdValue>,
     /// The parent class; omitted (or the qdisc handle `"1:"`) for a root class.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub parent: Option<Located<ClassIdValue>>,
     /// Guaranteed rate (required).
     pub rate: Option<RateValue>,
     /// Ceiling (default: rate).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub ceil: Option<RateValue>,
     /// Burst at rate (default: 1 ms of rate + mtu).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub burst: Option<SizeValue>,
     /// Burst at ceil.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub cburst: Option<SizeValue>,
     /// Priority 0 (highest) to 7.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub prio: Option<u32>,
     /// DRR quantum in bytes (default rate / r2q, clamped to 1000..200000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub quantum: Option<SizeValue>,
     /// MTU for default bursts (default 1600).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub mtu: Option<u32>,
     /// Bytes added to each packet's length (tc `overhead`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub overhead: Option<u16>,
     /// Minimum packet unit (tc `mpu`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub mpu: Option<u16>,
     /// `ethernet` or `atm`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub linklayer: Option<LinkLayerValue>,
     /// Packet limit of the class's leaf (the qdisc's default kind): shorthand for
     /// `leaf = { kind = KIND, limit = N }`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub limit: Option<Located<u32>>,
     /// The class's leaf queue discipline (default: `[qdisc] leaf`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub leaf: Option<Located<LeafSection>>,
 }
 
