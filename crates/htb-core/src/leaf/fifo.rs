@@ -15,7 +15,8 @@ pub(crate) struct Fifo {
     limit: u32,
     bytes_limit: bool,
     backlog: u64,
-    drops: u64,
+    /// 32 bits, wrapping, as the kernel's `qstats.drops`: a fifo leaf is a few words.
+    drops: u32,
 }
 
 impl Fifo {
@@ -45,7 +46,7 @@ impl Fifo {
             self.len < self.limit
         };
         if !fits {
-            self.drops += 1;
+            self.drops = self.drops.wrapping_add(1);
             return Err(packet);
         }
         pool.push_back(&mut self.packets, packet, now)?;
@@ -92,7 +93,7 @@ impl Fifo {
     }
 
     pub(crate) fn drops(&self) -> u64 {
-        self.drops
+        self.drops.into()
     }
 
     pub(crate) fn check<P: Packet>(&self, pool: &PacketPool<P>) -> Result<(), CheckError> {

@@ -64,6 +64,11 @@ pub struct LeafStore<P> {
     pub(crate) dropped: Vec<P>,
     /// Room for `sfq`'s rehash, kept between uses.
     pub(crate) scratch: Vec<(P, u64)>,
+    /// The disciplines unstarted leaves get on their first packet ([`Leaf::Unstarted`]): the
+    /// scheduler's default leaf, and each one it had before (a few: it rarely changes).
+    pub(crate) starts: Vec<LeafConfig>,
+    /// What keys `sfq`'s and `cake`'s hashes (the scheduler's seed).
+    pub(crate) seed: u64,
 }
 
 impl<P> Default for LeafStore<P> {
@@ -74,11 +79,27 @@ impl<P> Default for LeafStore<P> {
             cake: CakeStore::default(),
             dropped: Vec::new(),
             scratch: Vec::new(),
+            starts: Vec::new(),
+            seed: 0,
         }
     }
 }
 
 impl<P> LeafStore<P> {
+    /// The index of `config` among the start disciplines, added if new.
+    pub(crate) fn start_of(&mut self, config: &LeafConfig) -> u32 {
+        // The newest is the scheduler's default now: looked at first.
+        let index = self
+            .starts
+            .iter()
+            .rposition(|c| c == config)
+            .unwrap_or_else(|| {
+                self.starts.push(*config);
+                self.starts.len() - 1
+            });
+        index as u32
+    }
+
     /// Preallocates room for `packets` queued packets and `drops` packets dropped at once,
     /// so that no enqueue or dequeue allocates until the backlog exceeds it.
     pub fn reserve(&mut self, packets: usize, drops: usize) {
@@ -148,12 +169,21 @@ pub struct LeafStats {
     pub cake: Option<alloc::boxed::Box<CakeStats>>,
 }
 
-/// One leaf qdisc.
+/// One leaf qdisc. The flow-queueing kinds live in a box of their own, so that a leaf class
+/// costs its scheduler a few words, and a leaf of the scheduler's default kind costs no
+/// allocation until its first packet ([`Unstarted`](Self::Unstarted)): a million idle classes
+/// hold no million fq_codel records.
 #[derive(Clone, Debug)]
 pub(crate) enum Leaf {
+    /// A leaf whose discipline is made on its first packet: `store.starts[start]`, with its
+    /// flows keyed by `key` (the class slot).
+    Unstarted {
+        start: u32,
+        key: u32,
+    },
     Fifo(Fifo),
-    Sfq(Sfq),
-    FqCodel(FqCodel),
+    Sfq(alloc::boxed::Box<Sfq>),
+    FqCodel(alloc::boxed::Box<FqCodel>),
     Cake(alloc::boxed::Box<Cake>),
 }
 
@@ -169,10 +199,30 @@ impl Leaf {
         match *config {
             LeafConfig::Pfifo { limit } => Self::Fifo(Fifo::new(limit, false)),
             LeafConfig::Bfifo { limit } => Self::Fifo(Fifo::new(limit, true)),
-            LeafConfig::Sfq(c) => Self::Sfq(Sfq::new(c, key, seed, now.as_nanos())),
-            LeafConfig::FqCodel(c) => Self::FqCodel(FqCodel::new(c, key)),
+            LeafConfig::Sfq(c) => Self::Sfq(alloc::boxed::Box::new(Sfq::new(
+                c,
+                key,
+                seed,
+                now.as_nanos(),
+            ))),
+            LeafConfig::FqCodel(c) => Self::FqCodel(alloc::boxed::Box::new(FqCodel::new(c, key))),
             LeafConfig::Cake(c) => Self::Cake(alloc::boxed::Box::new(Cake::new(c, key, seed))),
         }
+    }
+
+    /// A leaf of discipline `config` that is made on its first packet; `key` identifies it in
+    /// the flow table (the class slot).
+    pub(crate) fn unstarted<P>(store: &mut LeafStore<P>, config: &LeafConfig, key: u32) -> Self {
+        Self::Unstarted {
+            start: store.start_of(config),
+            key,
+        }
+    }
+
+    /// The discipline an unstarted leaf gets, made now (for its first packet, or its
+    /// statistics).
+    fn started<P>(store: &LeafStore<P>, start: u32, key: u32, now: Instant) -> Self {
+        Self::new(&store.starts[start as usize], key, store.seed, now)
     }
 
     /// What an inner class holds in its leaf slot: nothing, for no memory.
@@ -189,8 +239,12 @@ impl Leaf {
         packet: P,
         now: Instant,
     ) -> Result<(), P> {
+        if let Self::Unstarted { start, key } = *self {
+            *self = Self::started(store, start, key, now);
+        }
         let now = now.as_nanos();
         match self {
+            Self::Unstarted { .. } => Err(packet),
             Self::Fifo(q) => q.enqueue(&mut store.packets, packet, now),
             Self::Sfq(q) => q.enqueue(store, packet, now),
             Self::FqCodel(q) => q.enqueue(store, packet, now),
@@ -208,6 +262,7 @@ impl Leaf {
         now: Instant,
     ) -> Option<P> {
         match self {
+            Self::Unstarted { .. } => None,
             Self::Fifo(q) => q.dequeue(&mut store.packets),
             Self::Sfq(q) => q.dequeue(store, now.as_nanos()),
             Self::FqCodel(q) => q.dequeue(store, now.as_nanos()),
@@ -219,6 +274,7 @@ impl Leaf {
     #[inline]
     pub(crate) fn len(&self) -> u32 {
         match self {
+            Self::Unstarted { .. } => 0,
             Self::Fifo(q) => q.len(),
             Self::Sfq(q) => q.len(),
             Self::FqCodel(q) => q.len(),
@@ -236,6 +292,7 @@ impl Leaf {
     #[inline]
     pub(crate) fn backlog(&self) -> u64 {
         match self {
+            Self::Unstarted { .. } => 0,
             Self::Fifo(q) => q.backlog(),
             Self::Sfq(q) => q.backlog(),
             Self::FqCodel(q) => q.backlog(),
@@ -246,6 +303,7 @@ impl Leaf {
     /// Every packet out through `out`, every flow freed (`qdisc_reset`).
     pub(crate) fn purge<P: Packet>(&mut self, store: &mut LeafStore<P>, mut out: impl FnMut(P)) {
         match self {
+            Self::Unstarted { .. } => {}
             Self::Fifo(q) => q.purge(&mut store.packets, &mut out),
             Self::Sfq(q) => q.purge(store, &mut out),
             Self::FqCodel(q) => q.purge(store, &mut out),
@@ -255,7 +313,9 @@ impl Leaf {
 
     /// New parameters of the same kind, applied in place (`qdisc change`); packets over new
     /// limits go to the drop list. Returns `false` (and changes nothing) when the kind
-    /// differs or `fq_codel`'s flow count would change: the caller replaces the leaf instead.
+    /// differs, `fq_codel`'s flow count would change, or the leaf is not started: the caller
+    /// replaces the leaf instead (an unstarted one holds nothing to keep, and its discipline
+    /// is the default's, shared).
     pub(crate) fn reconfigure<P: Packet>(
         &mut self,
         store: &mut LeafStore<P>,
@@ -276,8 +336,9 @@ impl Leaf {
     }
 
     /// Parameters in effect.
-    pub(crate) fn config(&self) -> LeafConfig {
+    pub(crate) fn config<P>(&self, store: &LeafStore<P>) -> LeafConfig {
         match self {
+            Self::Unstarted { start, .. } => store.starts[*start as usize],
             Self::Fifo(q) if q.bytes_limit() => LeafConfig::Bfifo { limit: q.limit() },
             Self::Fifo(q) => LeafConfig::Pfifo { limit: q.limit() },
             Self::Sfq(q) => LeafConfig::Sfq(q.config()),
@@ -290,6 +351,16 @@ impl Leaf {
     /// lists and ownership); returns how many flow records it holds.
     pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>) -> Result<usize, CheckError> {
         match self {
+            Self::Unstarted { start, .. } => {
+                if (*start as usize) < store.starts.len() {
+                    Ok(0)
+                } else {
+                    Err(CheckError(alloc::format!(
+                        "an unstarted leaf names start discipline {start} of {}",
+                        store.starts.len()
+                    )))
+                }
+            }
             Self::Fifo(q) => q.check(&store.packets).map(|()| 0),
             Self::Sfq(q) => q.check(store),
             Self::FqCodel(q) => q.check(store),
@@ -297,16 +368,19 @@ impl Leaf {
         }
     }
 
-    /// Statistics.
-    pub(crate) fn stats(&self) -> LeafStats {
+    /// Statistics (an unstarted leaf's: those of a new one).
+    pub(crate) fn stats<P>(&self, store: &LeafStore<P>) -> LeafStats {
         let (drops, fq_codel, cake) = match self {
+            Self::Unstarted { start, key } => {
+                return Self::started(store, *start, *key, Instant::ZERO).stats(store);
+            }
             Self::Fifo(q) => (q.drops(), None, None),
             Self::Sfq(q) => (q.drops(), None, None),
             Self::FqCodel(q) => (q.drops(), Some(q.stats()), None),
             Self::Cake(q) => (q.drops(), None, Some(alloc::boxed::Box::new(q.stats()))),
         };
         LeafStats {
-            config: self.config(),
+            config: self.config(store),
             qlen: self.len(),
             backlog: self.backlog(),
             drops,

@@ -141,7 +141,7 @@ fn fifos_tail_drop_at_their_packet_or_byte_limit() {
     }
     assert_eq!(b.refused.iter().map(|p| p.id).collect::<Vec<_>>(), [2]);
     assert_eq!(b.leaf.backlog(), 2400);
-    assert_eq!(b.leaf.stats().drops, 1);
+    assert_eq!(b.leaf.stats(&b.store).drops, 1);
     b.assert_conserved();
 }
 
@@ -156,7 +156,7 @@ fn fq_codel_serves_a_new_sparse_flow_before_a_bulk_flow() {
     b.pop(MS);
     b.push(2, 100, false, MS);
     assert_eq!(b.pop(MS).unwrap().flow, 2, "the sparse flow jumps ahead");
-    let s = b.leaf.stats().fq_codel.unwrap();
+    let s = b.leaf.stats(&b.store).fq_codel.unwrap();
     // Flow 2 stays on the new list, empty, until a dequeue finds it so.
     assert_eq!(
         (s.new_flow_count, s.new_flows_len, s.old_flows_len),
@@ -264,7 +264,7 @@ fn fq_codel_over_limit_drops_half_the_fattest_flow_from_its_head() {
     // Half of flow 1's 90 000 bytes: 45 packets from its head.
     let dropped: Vec<u32> = b.store.dropped.iter().map(|p| p.id).collect();
     assert_eq!(dropped, (0..45).collect::<Vec<_>>());
-    let s = b.leaf.stats();
+    let s = b.leaf.stats(&b.store);
     assert_eq!(
         (s.drops, s.fq_codel.unwrap().drop_overlimit, s.qlen),
         (45, 45, 56)
@@ -287,7 +287,7 @@ fn fq_codel_memory_limit_counts_buffers() {
     for _ in 0..11 {
         b.push(1, 1000, false, 0);
     }
-    let s = b.leaf.stats().fq_codel.unwrap();
+    let s = b.leaf.stats(&b.store).fq_codel.unwrap();
     // 11 000 > 10 000 bytes: half of the flow's 11 000 bytes goes, six packets.
     assert_eq!((s.drop_overmemory, s.drop_overlimit), (6, 6));
     assert_eq!(s.memory_usage, 5000);
@@ -314,11 +314,14 @@ fn standing_queue(ect: bool, ms: u64) -> (usize, usize, Bench) {
 fn fq_codel_controls_a_standing_queue_by_dropping_or_marking() {
     let (drops, marks, mut b) = standing_queue(false, 1000);
     assert!(drops > 5 && marks == 0, "{drops} drops, {marks} marks");
-    assert_eq!(b.leaf.stats().drops as usize, drops);
+    assert_eq!(b.leaf.stats(&b.store).drops as usize, drops);
     b.assert_conserved();
     let (drops, marks, mut b) = standing_queue(true, 1000);
     assert!(drops == 0 && marks > 5, "{drops} drops, {marks} marks");
-    assert_eq!(b.leaf.stats().fq_codel.unwrap().ecn_mark as usize, marks);
+    assert_eq!(
+        b.leaf.stats(&b.store).fq_codel.unwrap().ecn_mark as usize,
+        marks
+    );
     b.assert_conserved();
 }
 
@@ -483,6 +486,6 @@ fn ce_threshold_marks_early() {
     }
     let p = b.pop(MS).unwrap();
     assert!(p.ce);
-    assert_eq!(b.leaf.stats().fq_codel.unwrap().ce_mark, 1);
+    assert_eq!(b.leaf.stats(&b.store).fq_codel.unwrap().ce_mark, 1);
     b.assert_conserved();
 }

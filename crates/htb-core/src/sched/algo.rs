@@ -213,7 +213,7 @@ impl<P: Packet> Scheduler<P> {
     fn set_mode(&mut self, cl: ClassIdx, new_mode: Mode) {
         let class = &mut self.classes[cl as usize];
         if new_mode == Mode::CantSend {
-            class.overlimits += 1;
+            class.overlimits = class.overlimits.wrapping_add(1);
             self.stats.overlimits += 1;
         }
         let old_mode = class.mode;
@@ -504,14 +504,14 @@ impl<P: Packet> Scheduler<P> {
             let mut rate_cost = 0;
             if class.level >= level {
                 if class.level == level {
-                    class.lends += 1;
+                    class.lends = class.lends.wrapping_add(1);
                 }
                 rate_cost = class.rate_cost.cost(charged);
                 let toks = class.tokens.saturating_add(diff).min(class.buffer) - rate_cost;
                 class.tokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             } else {
                 // Classes below the lender borrowed: their rate bucket only catches up.
-                class.borrows += 1;
+                class.borrows = class.borrows.wrapping_add(1);
                 class.tokens = class.tokens.saturating_add(diff);
             }
             let ceil_cost = class.ceil_cost.cost(charged);

@@ -73,7 +73,7 @@ impl<P: Packet> Scheduler<P> {
 
         let mut class = Self::fresh_class(id, parent_slot, &config, self.now);
         class.prio_node = self.prio_nodes.alloc(slot, id.minor(), false);
-        let queue = Leaf::new(&self.config.default_leaf, slot, self.config.seed, self.now);
+        let queue = Leaf::unstarted(&mut self.store, &self.config.default_leaf, slot);
         if slot as usize == self.classes.len() {
             self.classes.push(class);
             self.queues.push(queue);
@@ -315,7 +315,8 @@ impl<P: Packet> Scheduler<P> {
         let count = (purged.len() - before) as u64;
         self.qlen -= count;
         self.backlog -= bytes;
-        self.classes[slot as usize].drops += count;
+        let class = &mut self.classes[slot as usize];
+        class.drops = class.drops.wrapping_add(count as u32);
         self.stats.drops += count;
     }
 
@@ -337,8 +338,10 @@ impl<P: Packet> Scheduler<P> {
         let mut change = Change::new();
         self.purge_leaf(slot, &mut change.purged);
         self.deactivate(slot);
-        let config = leaf.copied().unwrap_or(self.config.default_leaf);
-        self.queues[slot as usize] = Leaf::new(&config, slot, self.config.seed, self.now);
+        self.queues[slot as usize] = match leaf {
+            Some(config) => Leaf::new(config, slot, self.config.seed, self.now),
+            None => Leaf::unstarted(&mut self.store, &self.config.default_leaf, slot),
+        };
         Ok(change)
     }
 
@@ -451,6 +454,6 @@ impl<P: Packet> Scheduler<P> {
         class.deficit = [0; MAX_DEPTH];
         // A leaf again, with a new default leaf qdisc (`htb_parent_to_leaf`'s `new_q`).
         self.queues[slot as usize] =
-            Leaf::new(&self.config.default_leaf, slot, self.config.seed, now);
+            Leaf::unstarted(&mut self.store, &self.config.default_leaf, slot);
     }
 }

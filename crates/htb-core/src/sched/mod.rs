@@ -186,7 +186,10 @@ impl<P: Packet> Scheduler<P> {
             free_inner: Vec::new(),
             default_leaf: NO_CLASS,
             direct: VecDeque::new(),
-            store: LeafStore::default(),
+            store: LeafStore {
+                seed: config.seed,
+                ..LeafStore::default()
+            },
             now: Instant::ZERO,
             qlen: 0,
             backlog: 0,
@@ -312,7 +315,7 @@ impl<P: Packet> Scheduler<P> {
                 if self.queues[slot].is_empty() {
                     self.deactivate(leaf);
                 }
-                self.classes[slot].drops += 1;
+                self.classes[slot].drops = self.classes[slot].drops.wrapping_add(1);
                 self.stats.drops += 1;
                 Err(Dropped {
                     packet,
@@ -371,7 +374,8 @@ impl<P: Packet> Scheduler<P> {
         self.backlog = self.backlog - before.1 + bytes;
         let dropped = u64::from(expected.saturating_sub(qlen));
         if dropped > 0 {
-            self.classes[leaf as usize].drops += dropped;
+            let class = &mut self.classes[leaf as usize];
+            class.drops = class.drops.wrapping_add(dropped as u32);
             self.stats.drops += dropped;
         }
     }
@@ -523,7 +527,7 @@ impl<P: Packet> Scheduler<P> {
                 quantum: class.quantum as u32,
                 adjust: class.adjust,
             },
-            leaf: (class.level == 0).then(|| queue.config()),
+            leaf: (class.level == 0).then(|| queue.config(&self.store)),
         })
     }
 
@@ -545,14 +549,14 @@ impl<P: Packet> Scheduler<P> {
             queue: QueueCounters {
                 bytes: c.bytes,
                 packets: c.packets,
-                drops: c.drops,
-                overlimits: c.overlimits,
+                drops: c.drops.into(),
+                overlimits: c.overlimits.into(),
                 requeues: 0,
                 backlog_bytes: queue.backlog(),
                 backlog_packets: queue.len().into(),
             },
-            lends: c.lends,
-            borrows: c.borrows,
+            lends: c.lends.into(),
+            borrows: c.borrows.into(),
             giants: 0,
             tokens: ticks(c.tokens),
             ctokens: ticks(c.ctokens),
@@ -569,7 +573,7 @@ impl<P: Packet> Scheduler<P> {
         if slot == NO_CLASS || self.classes[slot as usize].level != 0 {
             return None;
         }
-        Some(self.queues[slot as usize].stats())
+        Some(self.queues[slot as usize].stats(&self.store))
     }
 
     /// `(id, bytes sent, packets sent)` of every class, in no particular order: what a rate

@@ -722,3 +722,42 @@ fn a_size_table_sets_the_length_htb_charges() {
     s.dequeue(Instant::from_nanos(0)).unwrap();
     assert_eq!(s.class_stats(id(1)).unwrap().queue.bytes, 259);
 }
+
+/// A leaf of the default discipline is made on its first packet: until then it reports the
+/// discipline it will be, a later default does not change it, and changing it gives it one of
+/// its own.
+#[test]
+fn default_leaves_start_on_their_first_packet_with_the_default_they_were_given() {
+    let codel = LeafConfig::FqCodel(crate::leaf::FqCodelConfig::default());
+    let mut s: Scheduler<u32> = Scheduler::new(SchedulerConfig {
+        default_leaf: codel,
+        ..SchedulerConfig::default()
+    });
+    add(&mut s, 1, None, ClassSpec::new(mbit(100)));
+    add(&mut s, 0x10, Some(1), ClassSpec::new(mbit(10)));
+    s.set_default_leaf(LeafConfig::Pfifo { limit: 5 });
+    add(&mut s, 0x20, Some(1), ClassSpec::new(mbit(10)));
+    let config = |s: &Scheduler<u32>, minor| s.class_info(id(minor)).unwrap().leaf;
+    assert_eq!(config(&s, 0x10), Some(codel));
+    assert_eq!(config(&s, 0x20), Some(LeafConfig::Pfifo { limit: 5 }));
+    // An idle fq_codel reports what a new one does.
+    let idle = s.leaf_stats(id(0x10)).unwrap();
+    assert_eq!((idle.qlen, idle.drops, idle.config), (0, 0, codel));
+    assert!(idle.fq_codel.is_some());
+    // Its first packet makes it an fq_codel, not the default now.
+    s.enqueue(Instant::ZERO, id(0x10), 1500).unwrap();
+    s.check().unwrap();
+    let busy = s.leaf_stats(id(0x10)).unwrap();
+    assert_eq!((busy.qlen, busy.config), (1, codel));
+    assert_eq!(busy.fq_codel.unwrap().new_flow_count, 1);
+    // Changing an unstarted leaf gives it its own discipline.
+    let small = LeafConfig::Pfifo { limit: 2 };
+    let change = s.change_leaf(Instant::ZERO, id(0x20), &small).unwrap();
+    assert!(change.purged.is_empty());
+    s.check().unwrap();
+    assert_eq!(config(&s, 0x20), Some(small));
+    for packet in 0..3 {
+        let _ = s.enqueue(Instant::ZERO, id(0x20), 100 + packet);
+    }
+    assert_eq!(s.leaf_stats(id(0x20)).unwrap().qlen, 2, "its own limit");
+}
