@@ -25,6 +25,7 @@ mod filter_handle;
 mod filter_kind;
 mod protocol;
 mod status;
+mod tagged;
 
 pub use filter_handle::{FilterHandle, FilterHandleError};
 pub use filter_kind::{FilterKind, UnknownFilterKind};
@@ -38,6 +39,7 @@ pub use protocol::{Protocol, UnknownProtocol};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 pub use status::{FrameStatus, PortStatus, Status, WorkerStatus, XdpVerdicts};
+pub use tagged::deserialize_commands;
 
 /// Version of this protocol; bumped on any incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -57,7 +59,8 @@ pub const SOCKET_ENV: &str = "HTBD_SOCKET";
 pub struct Request {
     /// [`PROTOCOL_VERSION`] of the sender.
     pub version: u32,
-    /// What is asked.
+    /// What is asked (a batch's commands read without serde's buffering: `tagged`).
+    #[serde(deserialize_with = "tagged::request_body")]
     pub request: RequestBody,
 }
 
@@ -650,12 +653,7 @@ pub enum Command {
     /// `class replace`: add or change.
     ClassReplace(ClassSpec),
     /// `class del`.
-    ClassDelete {
-        /// Interface.
-        dev: String,
-        /// `1:20` (`:20`: of the interface's qdisc).
-        id: ClassId,
-    },
+    ClassDelete(ClassDelete),
     /// `filter add`.
     FilterAdd(FilterSpec),
     /// `filter change … pref P handle H …`: the filter at that prio and handle gets the new
@@ -687,19 +685,7 @@ pub enum Command {
         kind: Option<LeafKind>,
     },
     /// `filter del`: one filter (`handle`), all at a priority (`prio`), or all.
-    FilterDelete {
-        /// Interface.
-        dev: String,
-        /// The qdisc whose filters (`1:`; `None`: the interface's only HTB qdisc).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        parent: Option<ClassId>,
-        /// Only at this priority.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        prio: Option<u32>,
-        /// Only this handle (needs `prio`, as in tc).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        handle: Option<FilterHandle>,
-    },
+    FilterDelete(FilterDelete),
 }
 
 impl Command {
@@ -709,14 +695,44 @@ impl Command {
         match self {
             Self::QdiscAdd(q) | Self::QdiscChange(q) | Self::QdiscReplace(q) => &q.dev,
             Self::MqAdd(m) | Self::MqReplace(m) => &m.dev,
-            Self::QdiscDelete { dev } | Self::ClassDelete { dev, .. } => dev,
-            Self::IngressAdd { dev } | Self::IngressDelete { dev } => dev,
-            Self::FilterDelete { dev, .. } | Self::LeafDelete { dev, .. } => dev,
+            Self::QdiscDelete { dev } | Self::IngressAdd { dev } | Self::IngressDelete { dev } => {
+                dev
+            }
+            Self::ClassDelete(c) => &c.dev,
+            Self::FilterDelete(f) => &f.dev,
+            Self::LeafDelete { dev, .. } => dev,
             Self::LeafAdd(l) | Self::LeafChange(l) | Self::LeafReplace(l) => &l.dev,
             Self::ClassAdd(c) | Self::ClassChange(c) | Self::ClassReplace(c) => &c.dev,
             Self::FilterAdd(f) | Self::FilterChange(f) | Self::FilterReplace(f) => &f.dev,
         }
     }
+}
+
+/// `class del dev D classid C`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassDelete {
+    /// Interface.
+    pub dev: String,
+    /// `1:20` (`:20`: of the interface's qdisc).
+    pub id: ClassId,
+}
+
+/// `filter del dev D [parent 1:] [prio P [handle H KIND]]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterDelete {
+    /// Interface.
+    pub dev: String,
+    /// The qdisc whose filters (`1:`; `None`: the interface's only HTB qdisc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ClassId>,
+    /// Only at this priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prio: Option<u32>,
+    /// Only this handle (needs `prio`, as in tc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<FilterHandle>,
 }
 
 /// `qdisc … dev D root handle 1: htb default 20 r2q 10 direct_qlen 1000`, or
@@ -1035,6 +1051,62 @@ mod tests {
         }
     }
 
+    /// A batch's commands read without serde's buffering (`tagged`) come out as the derived
+    /// reader reads them, whatever the order of the keys, and are refused where it refuses.
+    #[test]
+    fn batches_read_fast_as_the_derived_reader_reads_them() {
+        let commands = [
+            r#"{"op":"class_add","dev":"r2","id":"1:20","parent":"1:1","rate":10000000,"ceil":100000000}"#,
+            r#"{"op":"class_change","dev":"r2","id":":20","rate":5000000,"linklayer":"adsl"}"#,
+            r#"{"op":"class_replace","dev":"r2","id":"1:20","parent":"root","rate":1}"#,
+            r#"{"op":"class_delete","dev":"r2","id":"1:20"}"#,
+            r#"{"op":"filter_add","dev":"r2","parent":"1:","protocol":"ip","prio":1,"kind":"u32","handle":"800::801","matcher":{"dst":"10.0.0.1"},"class":"1:20"}"#,
+            r#"{"op":"filter_change","dev":"r2","protocol":"ip","prio":3,"kind":"flower","handle":"3","matcher":{},"class":"1:20"}"#,
+            r#"{"op":"filter_replace","dev":"r2","protocol":"all","prio":5,"kind":"u32","handle":"2:","matcher":{},"hashing":{"divisor":256}}"#,
+            r#"{"op":"filter_delete","dev":"r2","prio":1,"handle":"800::801"}"#,
+            r#"{"op":"filter_delete","dev":"r2"}"#,
+            r#"{"op":"qdisc_add","dev":"r2","handle":"1:","default_minor":32}"#,
+            r#"{"op":"leaf_add","dev":"r2","parent":"1:10","leaf":{"kind":"sfq","perturb":10}}"#,
+            r#"{"dev":"r2","op":"class_delete","id":"1:20"}"#,
+            r#"{"dev":"r2","op":"qdisc_delete"}"#,
+        ];
+        let list = format!("[{}]", commands.join(","));
+        let derived: Vec<Command> = serde_json::from_str(&list).unwrap();
+        for kind in ["apply", "stage"] {
+            let request =
+                format!(r#"{{"version":1,"request":{{"type":"{kind}","commands":{list}}}}}"#);
+            let fast: Request = serde_json::from_str(&request).unwrap();
+            let (RequestBody::Apply { commands } | RequestBody::Stage { commands }) = fast.request
+            else {
+                panic!("{kind}: {:?}", fast.request)
+            };
+            assert_eq!(commands, derived, "{kind}");
+        }
+        // The type after the commands, and the other requests: the derived reader.
+        let late: Request = serde_json::from_str(&format!(
+            r#"{{"version":1,"request":{{"commands":{list},"type":"apply"}}}}"#
+        ))
+        .unwrap();
+        assert!(matches!(late.request, RequestBody::Apply { commands } if commands.len() == 13));
+        let ping: Request =
+            serde_json::from_str(r#"{"version":1,"request":{"type":"ping"}}"#).unwrap();
+        assert_eq!(ping.request, RequestBody::Ping {});
+        // Refused as the derived reader refuses.
+        for bad in [
+            r#"{"type":"stage","commands":[],"extra":1}"#,
+            r#"{"type":"stage"}"#,
+            r#"{"type":"apply","commands":[],"commands":[]}"#,
+            r#"{"type":"apply","commands":[{"op":"class_delete","dev":"r2","id":"1:20","rate":1}]}"#,
+            r#"{"type":"apply","commands":[{"op":"filter_add","dev":"r2","protocol":"ip","kind":"u32","matcher":{},"flowid":"1:1"}]}"#,
+            r#"{"type":"apply","commands":[{"op":"class_remove","dev":"r2","id":"1:20"}]}"#,
+            r#"{"type":"apply","commands":[{"op":"class_add","dev":"r2","id":"1:x","rate":1}]}"#,
+            r#"{"type":"apply","commands":[{"dev":"r2","id":"1:20"}]}"#,
+        ] {
+            let text = format!(r#"{{"version":1,"request":{bad}}}"#);
+            assert!(serde_json::from_str::<Request>(&text).is_err(), "{bad}");
+        }
+    }
+
     /// The counters are the core's block, inline: a reply reads and writes as before it was
     /// shared (every field at the top of `stats`).
     #[test]
@@ -1084,7 +1156,7 @@ mod tests {
             matches!(&commands[1], Command::ClassAdd(c) if c.parent == Some(ClassId::new(1, 0)))
         );
         assert!(
-            matches!(&commands[2], Command::ClassDelete { id, .. } if *id == ClassId::new(1, 0x20))
+            matches!(&commands[2], Command::ClassDelete(ClassDelete { id, .. }) if *id == ClassId::new(1, 0x20))
         );
         assert!(matches!(&commands[3], Command::ClassChange(c) if c.id == ClassId::new(0, 0x20)));
         // Written back as they were (`:20` as `0:20`, which reads back the same).
@@ -1139,7 +1211,7 @@ mod tests {
             let c: Command = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
             let handle = match &c {
                 Command::FilterAdd(f) => f.handle,
-                Command::FilterDelete { handle, .. } => *handle,
+                Command::FilterDelete(FilterDelete { handle, .. }) => *handle,
                 _ => None,
             };
             assert_eq!(handle, Some(FilterHandle(word)), "{line}");
@@ -1259,12 +1331,12 @@ mod tests {
                     ceil: Some(100_000_000),
                     ..ClassSpec::default()
                 }),
-                Command::FilterDelete {
+                Command::FilterDelete(FilterDelete {
                     dev: "r2".into(),
                     parent: None,
                     prio: Some(1),
                     handle: None,
-                },
+                }),
             ],
         });
         let mut wire = Vec::new();

@@ -477,10 +477,10 @@ mod tests {
     use super::*;
 
     fn delete(minor: u32) -> htb_ipc::Command {
-        htb_ipc::Command::ClassDelete {
+        htb_ipc::Command::ClassDelete(htb_ipc::ClassDelete {
             dev: "r2".into(),
             id: htb_core::ClassId::new(1, minor),
-        }
+        })
     }
 
     /// Staged commands go in front of the next batch's, in order, once; a stage over the cap

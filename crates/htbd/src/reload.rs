@@ -365,12 +365,12 @@ fn differences(
             .iter()
             .any(|f| f.class.is_some_and(|c| gone.contains(&c)));
     if filters_change {
-        out.push(Command::FilterDelete {
+        out.push(Command::FilterDelete(htb_ipc::FilterDelete {
             dev: dev.to_owned(),
             parent: Some(ClassId::new(major, 0)),
             prio: None,
             handle: None,
-        });
+        }));
     }
     // Children before parents: the model's tree order (parents first), reversed.
     for def in q
@@ -380,10 +380,10 @@ fn differences(
         .rev()
         .filter(|d| gone.contains(&d.id))
     {
-        out.push(Command::ClassDelete {
+        out.push(Command::ClassDelete(htb_ipc::ClassDelete {
             dev: dev.to_owned(),
             id: def.id,
-        });
+        }));
     }
     for def in &tree.classes {
         let kept = q.classes.get(&def.id).filter(|_| !gone.contains(&def.id));

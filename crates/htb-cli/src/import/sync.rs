@@ -996,7 +996,7 @@ mod tests {
                     assert_eq!(have.parent, c.parent, "{}", at("parent"));
                     (have.rate, have.ceil) = (c.rate, c.ceil.unwrap());
                 }
-                Command::ClassDelete { id, .. } => {
+                Command::ClassDelete(htb_ipc::ClassDelete { id, .. }) => {
                     assert!(
                         !r.filters.iter().any(|f| f.class == Some(id)),
                         "{}",
@@ -1028,7 +1028,7 @@ mod tests {
                         hashing: f.hashing,
                     });
                 }
-                Command::FilterDelete { prio, handle, .. } => {
+                Command::FilterDelete(htb_ipc::FilterDelete { prio, handle, .. }) => {
                     let before = r.filters.len();
                     r.filters
                         .retain(|f| !(Some(f.prio) == prio && Some(f.handle) == handle));

@@ -475,7 +475,7 @@ mod tests {
         ));
         assert!(matches!(
             change("cl del dev D classid 1:10"),
-            Command::ClassDelete { .. }
+            Command::ClassDelete(htb_ipc::ClassDelete { .. })
         ));
     }
 
@@ -776,12 +776,12 @@ mod tests {
         );
         assert_eq!(
             change("filter del dev D parent 1: prio 1 handle 800::800 u32"),
-            Command::FilterDelete {
+            Command::FilterDelete(htb_ipc::FilterDelete {
                 dev: "D".into(),
                 parent: Some(htb_core::ClassId::new(1, 0)),
                 prio: Some(1),
                 handle: Some(htb_ipc::FilterHandle(0x8000_0800))
-            }
+            })
         );
     }
 

@@ -63,7 +63,10 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         return usage("Must specify classid (classid MAJ:MIN).");
     };
     if verb == Verb::Delete {
-        return Ok(Action::Change(Command::ClassDelete { dev, id }));
+        return Ok(Action::Change(Command::ClassDelete(htb_ipc::ClassDelete {
+            dev,
+            id,
+        })));
     }
     let Some(mut spec) = spec else {
         return usage("Must specify the class kind: ... htb rate RATE");

@@ -149,12 +149,14 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             if spec.handle.is_some() && spec.prio.is_none() {
                 return usage("Error: a filter handle needs its prio (pref N handle H)");
             }
-            Ok(Action::Change(Command::FilterDelete {
-                dev,
-                parent: spec.parent,
-                prio: spec.prio,
-                handle: spec.handle,
-            }))
+            Ok(Action::Change(Command::FilterDelete(
+                htb_ipc::FilterDelete {
+                    dev,
+                    parent: spec.parent,
+                    prio: spec.prio,
+                    handle: spec.handle,
+                },
+            )))
         }
         _ => {
             if !kind_given {

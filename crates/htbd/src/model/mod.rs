@@ -570,7 +570,7 @@ impl Model {
             Command::ClassAdd(c) => self.class_set(step, c, Verb::Add),
             Command::ClassChange(c) => self.class_set(step, c, Verb::Change),
             Command::ClassReplace(c) => self.class_set(step, c, Verb::Replace),
-            Command::ClassDelete { id, .. } => self.class_delete(step, *id),
+            Command::ClassDelete(htb_ipc::ClassDelete { id, .. }) => self.class_delete(step, *id),
             Command::LeafAdd(l) => self.leaf_set(step, l, Verb::Add),
             Command::LeafChange(l) => self.leaf_set(step, l, Verb::Change),
             Command::LeafReplace(l) => self.leaf_set(step, l, Verb::Replace),
@@ -583,12 +583,12 @@ impl Model {
             Command::FilterAdd(f) => self.filter_add(step, f),
             Command::FilterChange(f) => self.filter_change(step, f, false),
             Command::FilterReplace(f) => self.filter_change(step, f, true),
-            Command::FilterDelete {
+            Command::FilterDelete(htb_ipc::FilterDelete {
                 parent,
                 prio,
                 handle,
                 ..
-            } => self.filter_delete(step, parent.map(ClassId::major), *prio, *handle),
+            }) => self.filter_delete(step, parent.map(ClassId::major), *prio, *handle),
         }
     }
 

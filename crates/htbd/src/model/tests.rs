@@ -70,10 +70,10 @@ fn a_refused_batch_changes_nothing() {
         .apply(&[
             class(Command::ClassAdd, "1:30", "1:1", 5),
             class(Command::ClassChange, "1:20", "1:1", 20),
-            Command::ClassDelete {
+            Command::ClassDelete(htb_ipc::ClassDelete {
                 dev: "r2".into(),
                 id: "1:1".parse().unwrap(),
-            },
+            }),
         ])
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::InUse);
@@ -119,10 +119,10 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
     assert_eq!(
         code(
             &mut m,
-            Command::ClassDelete {
+            Command::ClassDelete(htb_ipc::ClassDelete {
                 dev: "r2".into(),
                 id: "1:20".parse().unwrap()
-            }
+            })
         ),
         ErrorCode::InUse,
         "a filter points at it"
@@ -162,25 +162,25 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
         "no room below prio 1: one above the highest"
     );
     // Deleting one u32 filter by handle, then a whole prio.
-    m.apply(&[Command::FilterDelete {
+    m.apply(&[Command::FilterDelete(htb_ipc::FilterDelete {
         dev: "r2".into(),
         parent: None,
         prio: Some(1),
         handle: Some(FilterHandle(0x8000_0801)),
-    }])
+    })])
     .unwrap();
     assert_eq!(m.ports[1].htb().unwrap().filters.len(), 2);
-    m.apply(&[Command::FilterDelete {
+    m.apply(&[Command::FilterDelete(htb_ipc::FilterDelete {
         dev: "r2".into(),
         parent: None,
         prio: Some(1),
         handle: None,
-    }])
+    })])
     .unwrap();
-    m.apply(&[Command::ClassDelete {
+    m.apply(&[Command::ClassDelete(htb_ipc::ClassDelete {
         dev: "r2".into(),
         id: "1:20".parse().unwrap(),
-    }])
+    })])
     .unwrap();
     // Deleting the qdisc takes everything.
     let plan = m
@@ -498,10 +498,10 @@ fn class_ids_without_a_major_take_the_qdiscs() {
     );
     // 1:20, found by its short id, still has its filter.
     let e = m
-        .apply(&[Command::ClassDelete {
+        .apply(&[Command::ClassDelete(htb_ipc::ClassDelete {
             dev: "r2".into(),
             id: ":20".parse().unwrap(),
-        }])
+        })])
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::InUse, "{e:?}");
 }

@@ -15,6 +15,7 @@ use super::{JOURNAL, META_PREFIX, SNAPSHOT, StoreError, io_error};
 #[serde(deny_unknown_fields)]
 pub(super) struct JournalLine {
     pub(super) seq: u64,
+    #[serde(deserialize_with = "htb_ipc::deserialize_commands")]
     pub(super) commands: Vec<Command>,
 }
 

@@ -28,10 +28,10 @@ fn reopen(dir: &Path) -> Result<(Store, Saved), StoreError> {
 }
 
 fn batch(id: &str) -> Vec<Command> {
-    vec![Command::ClassDelete {
+    vec![Command::ClassDelete(htb_ipc::ClassDelete {
         dev: "r2".into(),
         id: id.parse().unwrap(),
-    }]
+    })]
 }
 
 /// The batches a fresh load of `dir` would apply: the snapshot's (as recorded in the test's
@@ -55,7 +55,7 @@ fn state_of(batches: &[Vec<Command>]) -> String {
     batches
         .iter()
         .map(|b| match &b[0] {
-            Command::ClassDelete { id, .. } => format!("applied {id}\n"),
+            Command::ClassDelete(htb_ipc::ClassDelete { id, .. }) => format!("applied {id}\n"),
             _ => unreachable!(),
         })
         .collect()

@@ -1,0 +1,172 @@
+//! Reading the requests that carry a batch of commands without serde's buffering.
+//!
+//! `RequestBody` and `Command` are internally tagged (`"type"`, `"op"`). serde's derived reader
+//! for such an enum cannot know the variant before it has read the tag, so it first copies the
+//! whole object into a buffer of its own (`Content`) and reads the variant from that. For a
+//! `stage` or `apply` request it does that twice: the whole list, then each command. With a
+//! million subscribers that copy was the largest cost of an import in htbd (more than the
+//! model's own work).
+//!
+//! Every writer of this crate puts the tag first (serde writes it first). When it comes first,
+//! the readers here read it, then the rest of the object straight into the variant's own
+//! struct, with that struct's checks (`deny_unknown_fields` among them). Any other order, and
+//! every other variant, goes through the derived reader, so what is accepted and what is
+//! refused does not change.
+
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+use crate::{ClassDelete, ClassSpec, Command, FilterDelete, FilterSpec, RequestBody};
+
+/// `Request.request`.
+pub(crate) fn request_body<'de, D: Deserializer<'de>>(d: D) -> Result<RequestBody, D::Error> {
+    d.deserialize_map(BodyVisitor)
+}
+
+struct BodyVisitor;
+
+impl<'de> Visitor<'de> for BodyVisitor {
+    type Value = RequestBody;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a request object with its \"type\"")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestBody, A::Error> {
+        let Some(key) = map.next_key::<String>()? else {
+            return derived(Map::new());
+        };
+        if key != "type" {
+            let first = map.next_value::<Value>()?;
+            return derived(rest(map, key, first)?);
+        }
+        let kind = map.next_value::<String>()?;
+        if kind != "apply" && kind != "stage" {
+            return derived(rest(map, key, Value::String(kind))?);
+        }
+        let mut commands = None;
+        while let Some(field) = map.next_key::<String>()? {
+            if field != "commands" {
+                return Err(de::Error::unknown_field(&field, &["commands"]));
+            }
+            if commands.is_some() {
+                return Err(de::Error::duplicate_field("commands"));
+            }
+            commands = Some(map.next_value_seed(Commands)?);
+        }
+        let commands = commands.ok_or_else(|| de::Error::missing_field("commands"))?;
+        Ok(if kind == "apply" {
+            RequestBody::Apply { commands }
+        } else {
+            RequestBody::Stage { commands }
+        })
+    }
+}
+
+/// A list of commands (a request's, a journal line's), each read as `tagged` says: for
+/// `#[serde(deserialize_with = "htb_ipc::deserialize_commands")]`.
+///
+/// # Errors
+/// As the derived reader of `Vec<Command>`.
+pub fn deserialize_commands<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Command>, D::Error> {
+    Commands.deserialize(d)
+}
+
+/// A list of commands, each read by [`CommandSeed`].
+struct Commands;
+
+impl<'de> DeserializeSeed<'de> for Commands {
+    type Value = Vec<Command>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Vec<Command>, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Commands {
+    type Value = Vec<Command>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of commands")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Command>, A::Error> {
+        let mut commands = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+        while let Some(command) = seq.next_element_seed(CommandSeed)? {
+            commands.push(command);
+        }
+        Ok(commands)
+    }
+}
+
+/// One command: the variants a large batch is made of read directly, the others derived.
+struct CommandSeed;
+
+impl<'de> DeserializeSeed<'de> for CommandSeed {
+    type Value = Command;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Command, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for CommandSeed {
+    type Value = Command;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a command object with its \"op\"")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Command, A::Error> {
+        let Some(key) = map.next_key::<String>()? else {
+            return derived(Map::new());
+        };
+        if key != "op" {
+            let first = map.next_value::<Value>()?;
+            return derived(rest(map, key, first)?);
+        }
+        let op = map.next_value::<String>()?;
+        let fields = MapAccessDeserializer::new(map);
+        Ok(match op.as_str() {
+            "class_add" => Command::ClassAdd(ClassSpec::deserialize(fields)?),
+            "class_change" => Command::ClassChange(ClassSpec::deserialize(fields)?),
+            "class_replace" => Command::ClassReplace(ClassSpec::deserialize(fields)?),
+            "class_delete" => Command::ClassDelete(ClassDelete::deserialize(fields)?),
+            "filter_add" => Command::FilterAdd(FilterSpec::deserialize(fields)?),
+            "filter_change" => Command::FilterChange(FilterSpec::deserialize(fields)?),
+            "filter_replace" => Command::FilterReplace(FilterSpec::deserialize(fields)?),
+            "filter_delete" => Command::FilterDelete(FilterDelete::deserialize(fields)?),
+            _ => {
+                let mut object = Map::<String, Value>::deserialize(fields)?;
+                object.insert(key, Value::String(op));
+                return derived(object);
+            }
+        })
+    }
+}
+
+/// The object whose first entry was `key: first`, the rest still in `map`.
+fn rest<'de, A: MapAccess<'de>>(
+    mut map: A,
+    key: String,
+    first: Value,
+) -> Result<Map<String, Value>, A::Error> {
+    let mut object = Map::new();
+    object.insert(key, first);
+    while let Some(key) = map.next_key::<String>()? {
+        let value = map.next_value::<Value>()?;
+        if object.insert(key.clone(), value).is_some() {
+            return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+        }
+    }
+    Ok(object)
+}
+
+/// `object` read by the derived reader of `T`.
+fn derived<T: de::DeserializeOwned, E: de::Error>(object: Map<String, Value>) -> Result<T, E> {
+    T::deserialize(Value::Object(object)).map_err(E::custom)
+}
