@@ -210,7 +210,8 @@ pub struct Page {
 pub struct Response {
     /// [`PROTOCOL_VERSION`] of the daemon.
     pub version: u32,
-    /// The answer.
+    /// The answer (a page of `show` read without serde's buffering: `tagged`).
+    #[serde(deserialize_with = "tagged::reply_result")]
     pub result: Result<ReplyBody, IpcError>,
 }
 
@@ -1104,6 +1105,58 @@ mod tests {
         ] {
             let text = format!(r#"{{"version":1,"request":{bad}}}"#);
             assert!(serde_json::from_str::<Request>(&text).is_err(), "{bad}");
+        }
+    }
+
+    /// Answers read without buffering (`tagged`) come out as they were written, and as the
+    /// derived reader reads them.
+    #[test]
+    fn answers_read_fast_as_written() {
+        let class = r#"{"dev":"r2","id":"1:20","parent":"1:1","level":0,"leaf":true,"prio":0,"quantum":1500,"rate":1000000,"ceil":2000000,"burst":1600,"cburst":1600,"buffer_ns":1,"cbuffer_ns":1,"overhead":0,"mpu":0,"linklayer":"ethernet","stats":{"bytes":3000,"packets":2,"drops":1,"overlimits":4,"requeues":0,"backlog_bytes":1500,"backlog_packets":1,"lended":5,"borrowed":6,"giants":0,"tokens":-7,"ctokens":8}}"#;
+        let texts = [
+            format!(
+                r#"{{"version":1,"result":{{"Ok":{{"type":"shown","classes":[{class},{class}],"next":40000}}}}}}"#
+            ),
+            r#"{"version":1,"result":{"Ok":{"type":"applied","results":[{},{"dropped_packets":3},{}]}}}"#.to_owned(),
+            r#"{"version":1,"result":{"Ok":{"type":"pong","daemon":"0.1.0","pid":7}}}"#.to_owned(),
+            r#"{"version":1,"result":{"Ok":{"type":"staged","commands":12}}}"#.to_owned(),
+            r#"{"version":1,"result":{"Err":{"code":"invalid","message":"no","command":3}}}"#
+                .to_owned(),
+        ];
+        for text in &texts {
+            let response: Response =
+                serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let again = serde_json::to_string(&response).unwrap();
+            assert_eq!(serde_json::from_str::<Response>(&again).unwrap(), response);
+            let value: serde_json::Value = serde_json::from_str(text).unwrap();
+            let derived: Result<ReplyBody, IpcError> =
+                serde_json::from_value(value["result"].clone()).unwrap();
+            assert_eq!(response.result, derived, "{text}");
+        }
+        let Ok(ReplyBody::Shown(shown)) =
+            serde_json::from_str::<Response>(&texts[0]).unwrap().result
+        else {
+            panic!("not shown")
+        };
+        assert_eq!((shown.classes.len(), shown.next), (2, Some(40000)));
+        assert_eq!(shown.classes[1].stats.unwrap().borrowed, 6);
+        // The type last, an unknown answer field, and a malformed result.
+        let late: Response = serde_json::from_str(
+            r#"{"version":1,"result":{"Ok":{"results":[{}],"type":"applied","later":1}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            late.result,
+            Ok(ReplyBody::Applied {
+                results: vec![CommandResult::default()]
+            })
+        );
+        for bad in [
+            r#"{"version":1,"result":{"Maybe":{}}}"#,
+            r#"{"version":1,"result":{"Ok":{"type":"applied"}}}"#,
+            r#"{"version":1,"result":{"Ok":{"type":"shown","classes":[{"dev":"r2"}]}}}"#,
+        ] {
+            assert!(serde_json::from_str::<Response>(bad).is_err(), "{bad}");
         }
     }
 

@@ -1,11 +1,12 @@
-//! Reading the requests that carry a batch of commands without serde's buffering.
+//! Reading the messages that carry many items without serde's buffering: a batch's commands,
+//! a page of `show`, a batch's results.
 //!
-//! `RequestBody` and `Command` are internally tagged (`"type"`, `"op"`). serde's derived reader
-//! for such an enum cannot know the variant before it has read the tag, so it first copies the
-//! whole object into a buffer of its own (`Content`) and reads the variant from that. For a
-//! `stage` or `apply` request it does that twice: the whole list, then each command. With a
-//! million subscribers that copy was the largest cost of an import in htbd (more than the
-//! model's own work).
+//! `RequestBody`, `Command` and `ReplyBody` are internally tagged (`"type"`, `"op"`). serde's
+//! derived reader for such an enum cannot know the variant before it has read the tag, so it
+//! first copies the whole object into a buffer of its own (`Content`) and reads the variant
+//! from that. For a `stage` or `apply` request it does that twice: the whole list, then each
+//! command. With a million subscribers that copy was the largest cost of an import in htbd
+//! (more than the model's own work), and in htb-cli of reading the running state.
 //!
 //! Every writer of this crate puts the tag first (serde writes it first). When it comes first,
 //! the readers here read it, then the rest of the object straight into the variant's own
@@ -20,7 +21,10 @@ use serde::de::value::MapAccessDeserializer;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use crate::{ClassDelete, ClassSpec, Command, FilterDelete, FilterSpec, RequestBody};
+use crate::{
+    ClassDelete, ClassSpec, Command, CommandResult, FilterDelete, FilterSpec, IpcError, ReplyBody,
+    RequestBody, Shown,
+};
 
 /// `Request.request`.
 pub(crate) fn request_body<'de, D: Deserializer<'de>>(d: D) -> Result<RequestBody, D::Error> {
@@ -146,6 +150,91 @@ impl<'de> Visitor<'de> for CommandSeed {
                 return derived(object);
             }
         })
+    }
+}
+
+/// `Response.result`: serde's `{"Ok": …}` or `{"Err": …}`, the answer read by [`ReplySeed`].
+pub(crate) fn reply_result<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Result<ReplyBody, IpcError>, D::Error> {
+    d.deserialize_map(ResultVisitor)
+}
+
+struct ResultVisitor;
+
+impl<'de> Visitor<'de> for ResultVisitor {
+    type Value = Result<ReplyBody, IpcError>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("{\"Ok\": an answer} or {\"Err\": an error}")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        const VARIANTS: &[&str] = &["Ok", "Err"];
+        let Some(key) = map.next_key::<String>()? else {
+            return Err(de::Error::invalid_length(0, &self));
+        };
+        let result = match key.as_str() {
+            "Ok" => Ok(map.next_value_seed(ReplySeed)?),
+            "Err" => Err(map.next_value::<IpcError>()?),
+            other => return Err(de::Error::unknown_variant(other, VARIANTS)),
+        };
+        if map.next_key::<de::IgnoredAny>()?.is_some() {
+            return Err(de::Error::invalid_length(2, &self));
+        }
+        Ok(result)
+    }
+}
+
+/// An answer: `shown` and `applied` read directly, the others derived.
+struct ReplySeed;
+
+impl<'de> DeserializeSeed<'de> for ReplySeed {
+    type Value = ReplyBody;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<ReplyBody, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ReplySeed {
+    type Value = ReplyBody;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an answer object with its \"type\"")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReplyBody, A::Error> {
+        let Some(key) = map.next_key::<String>()? else {
+            return derived(Map::new());
+        };
+        if key != "type" {
+            let first = map.next_value::<Value>()?;
+            return derived(rest(map, key, first)?);
+        }
+        let kind = map.next_value::<String>()?;
+        match kind.as_str() {
+            "shown" => Ok(ReplyBody::Shown(Shown::deserialize(
+                MapAccessDeserializer::new(map),
+            )?)),
+            "applied" => {
+                // As the derived reader: unknown fields are passed over (answers may grow).
+                let mut results = None;
+                while let Some(field) = map.next_key::<String>()? {
+                    if field == "results" {
+                        if results.is_some() {
+                            return Err(de::Error::duplicate_field("results"));
+                        }
+                        results = Some(map.next_value::<Vec<CommandResult>>()?);
+                    } else {
+                        map.next_value::<de::IgnoredAny>()?;
+                    }
+                }
+                let results = results.ok_or_else(|| de::Error::missing_field("results"))?;
+                Ok(ReplyBody::Applied { results })
+            }
+            _ => derived(rest(map, key, Value::String(kind))?),
+        }
     }
 }
 
