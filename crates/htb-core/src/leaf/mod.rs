@@ -371,9 +371,15 @@ impl Leaf {
     /// Statistics (an unstarted leaf's: those of a new one).
     pub(crate) fn stats<P>(&self, store: &LeafStore<P>) -> LeafStats {
         let (drops, fq_codel, cake) = match self {
-            Self::Unstarted { start, key } => {
-                return Self::started(store, *start, *key, Instant::ZERO).stats(store);
-            }
+            // A new fifo, sfq or fq_codel counts nothing yet (a scrape asks a million of
+            // them: no leaf is made for it); a new cake's tins have their parameters.
+            Self::Unstarted { start, key } => match store.starts[*start as usize] {
+                LeafConfig::Cake(_) => {
+                    return Self::started(store, *start, *key, Instant::ZERO).stats(store);
+                }
+                LeafConfig::FqCodel(_) => (0, Some(FqCodelStats::default()), None),
+                _ => (0, None, None),
+            },
             Self::Fifo(q) => (q.drops(), None, None),
             Self::Sfq(q) => (q.drops(), None, None),
             Self::FqCodel(q) => (q.drops(), Some(q.stats()), None),

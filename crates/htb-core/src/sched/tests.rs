@@ -740,10 +740,24 @@ fn default_leaves_start_on_their_first_packet_with_the_default_they_were_given()
     let config = |s: &Scheduler<u32>, minor| s.class_info(id(minor)).unwrap().leaf;
     assert_eq!(config(&s, 0x10), Some(codel));
     assert_eq!(config(&s, 0x20), Some(LeafConfig::Pfifo { limit: 5 }));
-    // An idle fq_codel reports what a new one does.
+    // An idle leaf reports what a new one does.
     let idle = s.leaf_stats(id(0x10)).unwrap();
+    let new = Leaf::new(&codel, 0, 0, Instant::ZERO).stats(&s.store);
+    assert_eq!(idle, new);
     assert_eq!((idle.qlen, idle.drops, idle.config), (0, 0, codel));
-    assert!(idle.fq_codel.is_some());
+    for config in [
+        LeafConfig::Pfifo { limit: 5 },
+        LeafConfig::Sfq(crate::leaf::SfqConfig::default()),
+        LeafConfig::Cake(crate::leaf::CakeConfig::default()),
+    ] {
+        let mut fresh: Scheduler<u32> = Scheduler::new(SchedulerConfig {
+            default_leaf: config,
+            ..SchedulerConfig::default()
+        });
+        add(&mut fresh, 1, None, ClassSpec::new(mbit(100)));
+        let made = Leaf::new(&config, 1, 0, Instant::ZERO).stats(&fresh.store);
+        assert_eq!(fresh.leaf_stats(id(1)).unwrap(), made, "{config:?}");
+    }
     // Its first packet makes it an fq_codel, not the default now.
     s.enqueue(Instant::ZERO, id(0x10), 1500).unwrap();
     s.check().unwrap();
