@@ -27,7 +27,7 @@ use crate::faults::Faults;
 use crate::metrics::Scrape;
 use crate::metrics::requests::{self, RequestMetrics};
 use crate::model::Model;
-use crate::persist::{Store, StoreError};
+use crate::persist::{Encoded, Store, StoreError};
 use crate::reload;
 
 /// Who sent a request (from `SO_PEERCRED`).
@@ -317,10 +317,18 @@ impl Control {
                 }
             }
         }
-        let batch = commands.to_vec();
+        // Encoded here, from the request's own commands: a copy of a million subscribers'
+        // batch for the writing thread cost more than the encoding.
+        let batch = match Encoded::new(commands) {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.model.revert(plan);
+                return Err(internal(format!("cannot encode the batch: {e}")));
+            }
+        };
         let appended = self
             .on_store(move |store| {
-                let appended = store.append(&batch)?;
+                let appended = store.append_encoded(&batch)?;
                 Ok::<_, StoreError>((appended, store.wants_compaction()))
             })
             .await;

@@ -26,7 +26,6 @@ use htb_ipc::Command;
 
 mod saved;
 
-use self::saved::JournalLine;
 pub use self::saved::{Journal, Saved, SnapshotMeta, parse_journal, trees_hash};
 
 /// Batches in the journal that trigger a new snapshot.
@@ -91,6 +90,20 @@ fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
         what,
         path: path.to_owned(),
         source,
+    }
+}
+
+/// A batch's commands as the journal writes them (JSON), for [`Store::append_encoded`].
+#[derive(Debug)]
+pub struct Encoded(Vec<u8>);
+
+impl Encoded {
+    /// Encodes `batch`.
+    ///
+    /// # Errors
+    /// serde_json's (none for these types).
+    pub fn new(batch: &[Command]) -> Result<Self, serde_json::Error> {
+        serde_json::to_vec(batch).map(Self)
     }
 }
 
@@ -219,19 +232,30 @@ impl Store {
     /// # Errors
     /// The write or sync failed; the batch must not be applied.
     pub fn append(&mut self, batch: &[Command]) -> Result<Appended, StoreError> {
+        let encoded = Encoded::new(batch)
+            .map_err(|e| io_error("encode a batch for", &self.dir.join(JOURNAL))(e.into()))?;
+        self.append_encoded(&encoded)
+    }
+
+    /// As [`append`](Self::append), the batch encoded already (by the caller's thread: a
+    /// million subscribers' batch is not copied to be written on another).
+    ///
+    /// # Errors
+    /// As [`append`](Self::append).
+    pub fn append_encoded(&mut self, batch: &Encoded) -> Result<Appended, StoreError> {
         if let Some(why) = &self.poisoned {
             return Err(StoreError::Poisoned(why.clone()));
         }
         let seq = self.next_seq;
-        let mut line = serde_json::to_vec(&JournalLine {
-            seq,
-            commands: batch.to_vec(),
-        })
-        .map_err(|e| io_error("encode a batch for", &self.dir.join(JOURNAL))(e.into()))?;
-        line.push(b'\n');
+        // A `JournalLine` as serde writes one (`{"seq":N,"commands":[…]}`), around the
+        // commands' encoding.
+        let head = format!("{{\"seq\":{seq},\"commands\":");
+        let tail = b"}\n";
         let written = self
             .journal
-            .write_all(&line)
+            .write_all(head.as_bytes())
+            .and_then(|()| self.journal.write_all(&batch.0))
+            .and_then(|()| self.journal.write_all(tail))
             .and_then(|()| self.journal.sync_data());
         if let Err(e) = written {
             let path = self.dir.join(JOURNAL);
@@ -239,7 +263,7 @@ impl Store {
             return Err(io_error("append to", &path)(e));
         }
         let start = self.end;
-        self.end += line.len() as u64;
+        self.end += (head.len() + batch.0.len() + tail.len()) as u64;
         self.next_seq += 1;
         self.batches += 1;
         Ok(Appended { seq, start })

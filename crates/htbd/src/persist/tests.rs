@@ -90,6 +90,25 @@ fn journal_survives_reopen_and_a_torn_tail_is_cut_off() {
     assert_eq!(saved.torn_line, None);
 }
 
+/// The journal's lines are written around the commands' own encoding: each is exactly what
+/// serde writes for a `JournalLine`, and reads back as one.
+#[test]
+fn journal_lines_are_journal_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = reopen(dir.path()).unwrap();
+    let two = [batch("1:10"), batch("1:20")].concat();
+    let _ = store.append(&batch("1:10")).unwrap();
+    let _ = store.append_encoded(&Encoded::new(&two).unwrap()).unwrap();
+    drop(store);
+    let text = std::fs::read_to_string(dir.path().join(JOURNAL)).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for (line, (seq, commands)) in lines.iter().zip([(1, batch("1:10")), (2, two.clone())]) {
+        let expected = serde_json::to_string(&saved::JournalLine { seq, commands }).unwrap();
+        assert_eq!(*line, expected);
+    }
+    assert_eq!(loaded(dir.path()), vec![batch("1:10"), two]);
+}
+
 #[test]
 fn a_damaged_line_before_the_end_stops_the_load_with_its_line_number() {
     let dir = tempfile::tempdir().unwrap();
