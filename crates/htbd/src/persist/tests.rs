@@ -100,7 +100,7 @@ fn journal_lines_are_journal_lines() {
     let _ = store.append(&batch("1:10")).unwrap();
     let _ = store.append_encoded(&Encoded::new(&two).unwrap()).unwrap();
     drop(store);
-    let text = std::fs::read_to_string(dir.path().join(JOURNAL)).unwrap();
+    let text = fs::read_to_string(dir.path().join(JOURNAL)).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     for (line, (seq, commands)) in lines.iter().zip([(1, batch("1:10")), (2, two.clone())]) {
         let expected = serde_json::to_string(&saved::JournalLine { seq, commands }).unwrap();
