@@ -41,16 +41,12 @@ impl<'de> Visitor<'de> for BodyVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RequestBody, A::Error> {
-        let Some(key) = map.next_key::<String>()? else {
-            return derived(Map::new());
+        let kind = match leading_tag(&mut map, "type")? {
+            Ok(kind) => kind,
+            Err(body) => return Ok(body),
         };
-        if key != "type" {
-            let first = map.next_value::<Value>()?;
-            return derived(rest(map, key, first)?);
-        }
-        let kind = map.next_value::<String>()?;
         if kind != "apply" && kind != "stage" {
-            return derived(rest(map, key, Value::String(kind))?);
+            return derived_variant(map, "type", kind);
         }
         let mut commands = None;
         while let Some(field) = map.next_key::<String>()? {
@@ -126,30 +122,23 @@ impl<'de> Visitor<'de> for CommandSeed {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Command, A::Error> {
-        let Some(key) = map.next_key::<String>()? else {
-            return derived(Map::new());
+        let op = match leading_tag(&mut map, "op")? {
+            Ok(op) => op,
+            Err(command) => return Ok(command),
         };
-        if key != "op" {
-            let first = map.next_value::<Value>()?;
-            return derived(rest(map, key, first)?);
-        }
-        let op = map.next_value::<String>()?;
-        let fields = MapAccessDeserializer::new(map);
-        Ok(match op.as_str() {
-            "class_add" => Command::ClassAdd(ClassSpec::deserialize(fields)?),
-            "class_change" => Command::ClassChange(ClassSpec::deserialize(fields)?),
-            "class_replace" => Command::ClassReplace(ClassSpec::deserialize(fields)?),
-            "class_delete" => Command::ClassDelete(ClassDelete::deserialize(fields)?),
-            "filter_add" => Command::FilterAdd(FilterSpec::deserialize(fields)?),
-            "filter_change" => Command::FilterChange(FilterSpec::deserialize(fields)?),
-            "filter_replace" => Command::FilterReplace(FilterSpec::deserialize(fields)?),
-            "filter_delete" => Command::FilterDelete(FilterDelete::deserialize(fields)?),
-            _ => {
-                let mut object = Map::<String, Value>::deserialize(fields)?;
-                object.insert(key, Value::String(op));
-                return derived(object);
-            }
-        })
+        // The rest of the object, read straight into the variant's struct.
+        let read: fn(MapAccessDeserializer<A>) -> Result<Command, A::Error> = match op.as_str() {
+            "class_add" => |f| ClassSpec::deserialize(f).map(Command::ClassAdd),
+            "class_change" => |f| ClassSpec::deserialize(f).map(Command::ClassChange),
+            "class_replace" => |f| ClassSpec::deserialize(f).map(Command::ClassReplace),
+            "class_delete" => |f| ClassDelete::deserialize(f).map(Command::ClassDelete),
+            "filter_add" => |f| FilterSpec::deserialize(f).map(Command::FilterAdd),
+            "filter_change" => |f| FilterSpec::deserialize(f).map(Command::FilterChange),
+            "filter_replace" => |f| FilterSpec::deserialize(f).map(Command::FilterReplace),
+            "filter_delete" => |f| FilterDelete::deserialize(f).map(Command::FilterDelete),
+            _ => return derived_variant(map, "op", op),
+        };
+        read(MapAccessDeserializer::new(map))
     }
 }
 
@@ -205,14 +194,10 @@ impl<'de> Visitor<'de> for ReplySeed {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ReplyBody, A::Error> {
-        let Some(key) = map.next_key::<String>()? else {
-            return derived(Map::new());
+        let kind = match leading_tag(&mut map, "type")? {
+            Ok(kind) => kind,
+            Err(reply) => return Ok(reply),
         };
-        if key != "type" {
-            let first = map.next_value::<Value>()?;
-            return derived(rest(map, key, first)?);
-        }
-        let kind = map.next_value::<String>()?;
         match kind.as_str() {
             "shown" => Ok(ReplyBody::Shown(Shown::deserialize(
                 MapAccessDeserializer::new(map),
@@ -233,9 +218,36 @@ impl<'de> Visitor<'de> for ReplySeed {
                 let results = results.ok_or_else(|| de::Error::missing_field("results"))?;
                 Ok(ReplyBody::Applied { results })
             }
-            _ => derived(rest(map, key, Value::String(kind))?),
+            _ => derived_variant(map, "type", kind),
         }
     }
+}
+
+/// Reads an object's first entry. When its key is `tag`, gives back the tag's value (the
+/// variant), the rest of the object still in `map`; otherwise the whole object read by `T`'s
+/// derived reader, which finds the tag wherever it is.
+fn leading_tag<'de, A: MapAccess<'de>, T: de::DeserializeOwned>(
+    map: &mut A,
+    tag: &str,
+) -> Result<Result<String, T>, A::Error> {
+    let Some(key) = map.next_key::<String>()? else {
+        return derived(Map::new()).map(Err);
+    };
+    if key != tag {
+        let first = map.next_value::<Value>()?;
+        return derived(rest(map, key, first)?).map(Err);
+    }
+    map.next_value::<String>().map(Ok)
+}
+
+/// The object whose first entry was `tag: variant`, the rest still in `map`, read by `T`'s
+/// derived reader (a variant that is not read directly).
+fn derived_variant<'de, A: MapAccess<'de>, T: de::DeserializeOwned>(
+    map: A,
+    tag: &str,
+    variant: String,
+) -> Result<T, A::Error> {
+    derived(rest(map, tag.to_owned(), Value::String(variant))?)
 }
 
 /// The object whose first entry was `key: first`, the rest still in `map`.
