@@ -25,25 +25,63 @@ pub(crate) enum Color {
     Unlinked,
 }
 
+/// Which child of a node: the kernel writes each balancing case twice, once per side
+/// (`__rb_insert`, `____rb_erase_color`); here each case is written once over a side and its
+/// mirror.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Left = 0,
+    Right = 1,
+}
+
+impl Side {
+    fn mirror(self) -> Self {
+        match self {
+            Side::Left => Side::Right,
+            Side::Right => Side::Left,
+        }
+    }
+}
+
 /// A node's links. Lives inside the owner's slot of some arena.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Links {
     parent: NodeId,
-    left: NodeId,
-    right: NodeId,
+    /// Left and right child, indexed by [`Side`].
+    children: [NodeId; 2],
     color: Color,
 }
 
 impl Links {
     pub(crate) const UNLINKED: Self = Self {
         parent: NIL,
-        left: NIL,
-        right: NIL,
+        children: [NIL, NIL],
         color: Color::Unlinked,
     };
 
     pub(crate) fn is_linked(&self) -> bool {
         self.color != Color::Unlinked
+    }
+
+    fn child(&self, side: Side) -> NodeId {
+        self.children[side as usize]
+    }
+
+    fn left(&self) -> NodeId {
+        self.child(Side::Left)
+    }
+
+    fn right(&self) -> NodeId {
+        self.child(Side::Right)
+    }
+
+    /// The side of this node that `child` hangs on (right when it is not its left child).
+    fn side_of(&self, child: NodeId) -> Side {
+        if self.left() == child {
+            Side::Left
+        } else {
+            Side::Right
+        }
     }
 }
 
@@ -130,22 +168,20 @@ impl RbTree {
                 parent = cur;
                 let (links, k) = pool.node(cur);
                 go_left = key < k;
-                cur = if go_left { links.left } else { links.right };
+                cur = links.child(if go_left { Side::Left } else { Side::Right });
             }
             (parent, go_left, false, false)
         };
         *pool.links_mut(node) = Links {
             parent,
-            left: NIL,
-            right: NIL,
+            children: [NIL, NIL],
             color: Color::Red,
         };
         if parent == NIL {
             self.root = node;
-        } else if go_left {
-            pool.links_mut(parent).left = node;
         } else {
-            pool.links_mut(parent).right = node;
+            let side = if go_left { Side::Left } else { Side::Right };
+            Self::set_child(pool, parent, side, node);
         }
         if leftmost {
             self.first = node;
@@ -174,29 +210,24 @@ impl RbTree {
         let mut removed_color = z.color;
         let x;
         let x_parent;
-        if z.left == NIL {
-            x = z.right;
+        if z.left() == NIL || z.right() == NIL {
+            // At most one child: it takes the node's place.
+            x = if z.left() == NIL { z.right() } else { z.left() };
             x_parent = z.parent;
-            self.transplant(pool, node, z.right);
-        } else if z.right == NIL {
-            x = z.left;
-            x_parent = z.parent;
-            self.transplant(pool, node, z.left);
+            self.transplant(pool, node, x);
         } else {
-            let y = Self::minimum(pool, z.right);
+            let y = Self::extreme(pool, z.right(), Side::Left);
             removed_color = pool.links(y).color;
-            x = pool.links(y).right;
+            x = pool.links(y).right();
             if pool.links(y).parent == node {
                 x_parent = y;
             } else {
                 x_parent = pool.links(y).parent;
                 self.transplant(pool, y, x);
-                pool.links_mut(y).right = z.right;
-                pool.links_mut(z.right).parent = y;
+                Self::set_child(pool, y, Side::Right, z.right());
             }
             self.transplant(pool, node, y);
-            pool.links_mut(y).left = z.left;
-            pool.links_mut(z.left).parent = y;
+            Self::set_child(pool, y, Side::Left, z.left());
             pool.links_mut(y).color = z.color;
         }
         if removed_color == Color::Black {
@@ -208,32 +239,24 @@ impl RbTree {
 
     /// In-order successor of `node`, or [`NIL`] (`rb_next`).
     pub(crate) fn next<P: NodePool + ?Sized>(pool: &P, node: NodeId) -> NodeId {
-        let links = pool.links(node);
-        if links.right != NIL {
-            return Self::minimum(pool, links.right);
-        }
-        let mut child = node;
-        let mut parent = links.parent;
-        while parent != NIL && pool.links(parent).right == child {
-            child = parent;
-            parent = pool.links(parent).parent;
-        }
-        parent
+        Self::step(pool, node, Side::Right)
     }
 
     /// In-order predecessor of `node`, or [`NIL`] (`rb_prev`).
     pub(crate) fn prev<P: NodePool + ?Sized>(pool: &P, node: NodeId) -> NodeId {
+        Self::step(pool, node, Side::Left)
+    }
+
+    /// The in-order neighbour of `node` towards `side`: the nearest node of its subtree on
+    /// that side, else the first ancestor it is not on that side of.
+    fn step<P: NodePool + ?Sized>(pool: &P, node: NodeId, side: Side) -> NodeId {
         let links = pool.links(node);
-        if links.left != NIL {
-            let mut n = links.left;
-            while pool.links(n).right != NIL {
-                n = pool.links(n).right;
-            }
-            return n;
+        if links.child(side) != NIL {
+            return Self::extreme(pool, links.child(side), side.mirror());
         }
         let mut child = node;
         let mut parent = links.parent;
-        while parent != NIL && pool.links(parent).left == child {
+        while parent != NIL && pool.links(parent).child(side) == child {
             child = parent;
             parent = pool.links(parent).parent;
         }
@@ -247,10 +270,10 @@ impl RbTree {
         while node != NIL {
             let (links, k) = pool.node(node);
             if key > k {
-                node = links.right;
+                node = links.right();
             } else if key < k {
                 best = node;
-                node = links.left;
+                node = links.left();
             } else {
                 return node;
             }
@@ -286,14 +309,10 @@ impl RbTree {
         }
         let mut count = 0usize;
         Self::check_subtree(pool, self.root, None, None, &mut count, 0)?;
-        if self.first != Self::minimum(pool, self.root) {
+        if self.first != Self::extreme(pool, self.root, Side::Left) {
             return Err(TreeFault::StaleFirst);
         }
-        let mut max = self.root;
-        while pool.links(max).right != NIL {
-            max = pool.links(max).right;
-        }
-        if self.last != max {
+        if self.last != Self::extreme(pool, self.root, Side::Right) {
             return Err(TreeFault::StaleLast);
         }
         Ok(count)
@@ -324,7 +343,7 @@ impl RbTree {
         if lower.is_some_and(|l| key < l) || upper.is_some_and(|u| key > u) {
             return Err(TreeFault::Order(node));
         }
-        for child in [links.left, links.right] {
+        for child in links.children {
             if child != NIL {
                 if pool.links(child).parent != node {
                     return Err(TreeFault::ParentLink(child));
@@ -334,17 +353,18 @@ impl RbTree {
                 }
             }
         }
-        let left = Self::check_subtree(pool, links.left, lower, Some(key), count, depth + 1)?;
-        let right = Self::check_subtree(pool, links.right, Some(key), upper, count, depth + 1)?;
+        let left = Self::check_subtree(pool, links.left(), lower, Some(key), count, depth + 1)?;
+        let right = Self::check_subtree(pool, links.right(), Some(key), upper, count, depth + 1)?;
         if left != right {
             return Err(TreeFault::BlackHeight(node));
         }
         Ok(left + u32::from(links.color == Color::Black))
     }
 
-    fn minimum<P: NodePool + ?Sized>(pool: &P, mut node: NodeId) -> NodeId {
-        while pool.links(node).left != NIL {
-            node = pool.links(node).left;
+    /// The last node of the subtree at `node` going towards `side` (the minimum for left).
+    fn extreme<P: NodePool + ?Sized>(pool: &P, mut node: NodeId, side: Side) -> NodeId {
+        while pool.links(node).child(side) != NIL {
+            node = pool.links(node).child(side);
         }
         node
     }
@@ -363,43 +383,37 @@ impl RbTree {
         }
     }
 
+    /// Hangs `child` (possibly [`NIL`]) on `side` of `node` and points it back at `node`.
+    fn set_child<P: NodePool + ?Sized>(pool: &mut P, node: NodeId, side: Side, child: NodeId) {
+        pool.links_mut(node).children[side as usize] = child;
+        if child != NIL {
+            pool.links_mut(child).parent = node;
+        }
+    }
+
     /// Replaces the subtree at `old` by the one at `new` in `old`'s parent.
     fn transplant<P: NodePool + ?Sized>(&mut self, pool: &mut P, old: NodeId, new: NodeId) {
         let parent = pool.links(old).parent;
         if parent == NIL {
             self.root = new;
-        } else if pool.links(parent).left == old {
-            pool.links_mut(parent).left = new;
+            if new != NIL {
+                pool.links_mut(new).parent = NIL;
+            }
         } else {
-            pool.links_mut(parent).right = new;
-        }
-        if new != NIL {
-            pool.links_mut(new).parent = parent;
+            let side = pool.links(parent).side_of(old);
+            Self::set_child(pool, parent, side, new);
         }
     }
 
-    fn rotate_left<P: NodePool + ?Sized>(&mut self, pool: &mut P, x: NodeId) {
-        let y = pool.links(x).right;
-        let y_left = pool.links(y).left;
-        pool.links_mut(x).right = y_left;
-        if y_left != NIL {
-            pool.links_mut(y_left).parent = x;
-        }
+    /// Rotates `x` down towards `side`: its child on the other side takes its place
+    /// (`side == Left` is the textbook left rotation).
+    fn rotate<P: NodePool + ?Sized>(&mut self, pool: &mut P, x: NodeId, side: Side) {
+        let up = side.mirror();
+        let y = pool.links(x).child(up);
+        let inner = pool.links(y).child(side);
+        Self::set_child(pool, x, up, inner);
         self.transplant(pool, x, y);
-        pool.links_mut(y).left = x;
-        pool.links_mut(x).parent = y;
-    }
-
-    fn rotate_right<P: NodePool + ?Sized>(&mut self, pool: &mut P, x: NodeId) {
-        let y = pool.links(x).left;
-        let y_right = pool.links(y).right;
-        pool.links_mut(x).left = y_right;
-        if y_right != NIL {
-            pool.links_mut(y_right).parent = x;
-        }
-        self.transplant(pool, x, y);
-        pool.links_mut(y).right = x;
-        pool.links_mut(x).parent = y;
+        Self::set_child(pool, y, side, x);
     }
 
     fn insert_fixup<P: NodePool + ?Sized>(&mut self, pool: &mut P, mut z: NodeId) {
@@ -408,44 +422,26 @@ impl RbTree {
             if parent == NIL || pool.links(parent).color != Color::Red {
                 break;
             }
-            // A red parent is never the root, so the grandparent exists.
+            // A red parent is never the root, so the grandparent exists. `side` is the
+            // parent's side of the grandparent; every case below mirrors for the other side.
             let grand = pool.links(parent).parent;
-            if pool.links(grand).left == parent {
-                let uncle = pool.links(grand).right;
-                if Self::color(pool, uncle) == Color::Red {
-                    Self::set_color(pool, parent, Color::Black);
-                    Self::set_color(pool, uncle, Color::Black);
-                    Self::set_color(pool, grand, Color::Red);
-                    z = grand;
-                } else {
-                    let mut parent = parent;
-                    if pool.links(parent).right == z {
-                        z = parent;
-                        self.rotate_left(pool, z);
-                        parent = pool.links(z).parent;
-                    }
-                    Self::set_color(pool, parent, Color::Black);
-                    Self::set_color(pool, grand, Color::Red);
-                    self.rotate_right(pool, grand);
-                }
+            let side = pool.links(grand).side_of(parent);
+            let uncle = pool.links(grand).child(side.mirror());
+            if Self::color(pool, uncle) == Color::Red {
+                Self::set_color(pool, parent, Color::Black);
+                Self::set_color(pool, uncle, Color::Black);
+                Self::set_color(pool, grand, Color::Red);
+                z = grand;
             } else {
-                let uncle = pool.links(grand).left;
-                if Self::color(pool, uncle) == Color::Red {
-                    Self::set_color(pool, parent, Color::Black);
-                    Self::set_color(pool, uncle, Color::Black);
-                    Self::set_color(pool, grand, Color::Red);
-                    z = grand;
-                } else {
-                    let mut parent = parent;
-                    if pool.links(parent).left == z {
-                        z = parent;
-                        self.rotate_right(pool, z);
-                        parent = pool.links(z).parent;
-                    }
-                    Self::set_color(pool, parent, Color::Black);
-                    Self::set_color(pool, grand, Color::Red);
-                    self.rotate_left(pool, grand);
+                let mut parent = parent;
+                if pool.links(parent).child(side.mirror()) == z {
+                    z = parent;
+                    self.rotate(pool, z, side);
+                    parent = pool.links(z).parent;
                 }
+                Self::set_color(pool, parent, Color::Black);
+                Self::set_color(pool, grand, Color::Red);
+                self.rotate(pool, grand, side.mirror());
             }
         }
         let root = self.root;
@@ -461,64 +457,38 @@ impl RbTree {
         mut parent: NodeId,
     ) {
         while x != self.root && Self::color(pool, x) == Color::Black {
-            if pool.links(parent).left == x {
-                let mut w = pool.links(parent).right;
-                if Self::color(pool, w) == Color::Red {
-                    Self::set_color(pool, w, Color::Black);
-                    Self::set_color(pool, parent, Color::Red);
-                    self.rotate_left(pool, parent);
-                    w = pool.links(parent).right;
-                }
-                let (wl, wr) = (pool.links(w).left, pool.links(w).right);
-                if Self::color(pool, wl) == Color::Black && Self::color(pool, wr) == Color::Black {
-                    Self::set_color(pool, w, Color::Red);
-                    x = parent;
-                    parent = pool.links(x).parent;
-                } else {
-                    if Self::color(pool, wr) == Color::Black {
-                        Self::set_color(pool, wl, Color::Black);
-                        Self::set_color(pool, w, Color::Red);
-                        self.rotate_right(pool, w);
-                        w = pool.links(parent).right;
-                    }
-                    let parent_color = pool.links(parent).color;
-                    Self::set_color(pool, w, parent_color);
-                    Self::set_color(pool, parent, Color::Black);
-                    let wr = pool.links(w).right;
-                    Self::set_color(pool, wr, Color::Black);
-                    self.rotate_left(pool, parent);
-                    x = self.root;
-                    break;
-                }
+            // `side` is x's side of its parent, `far` its sibling's; each case mirrors.
+            let side = pool.links(parent).side_of(x);
+            let far = side.mirror();
+            let mut w = pool.links(parent).child(far);
+            if Self::color(pool, w) == Color::Red {
+                Self::set_color(pool, w, Color::Black);
+                Self::set_color(pool, parent, Color::Red);
+                self.rotate(pool, parent, side);
+                w = pool.links(parent).child(far);
+            }
+            let (near_nephew, far_nephew) = (pool.links(w).child(side), pool.links(w).child(far));
+            if Self::color(pool, near_nephew) == Color::Black
+                && Self::color(pool, far_nephew) == Color::Black
+            {
+                Self::set_color(pool, w, Color::Red);
+                x = parent;
+                parent = pool.links(x).parent;
             } else {
-                let mut w = pool.links(parent).left;
-                if Self::color(pool, w) == Color::Red {
-                    Self::set_color(pool, w, Color::Black);
-                    Self::set_color(pool, parent, Color::Red);
-                    self.rotate_right(pool, parent);
-                    w = pool.links(parent).left;
-                }
-                let (wl, wr) = (pool.links(w).left, pool.links(w).right);
-                if Self::color(pool, wl) == Color::Black && Self::color(pool, wr) == Color::Black {
+                if Self::color(pool, far_nephew) == Color::Black {
+                    Self::set_color(pool, near_nephew, Color::Black);
                     Self::set_color(pool, w, Color::Red);
-                    x = parent;
-                    parent = pool.links(x).parent;
-                } else {
-                    if Self::color(pool, wl) == Color::Black {
-                        Self::set_color(pool, wr, Color::Black);
-                        Self::set_color(pool, w, Color::Red);
-                        self.rotate_left(pool, w);
-                        w = pool.links(parent).left;
-                    }
-                    let parent_color = pool.links(parent).color;
-                    Self::set_color(pool, w, parent_color);
-                    Self::set_color(pool, parent, Color::Black);
-                    let wl = pool.links(w).left;
-                    Self::set_color(pool, wl, Color::Black);
-                    self.rotate_right(pool, parent);
-                    x = self.root;
-                    break;
+                    self.rotate(pool, w, far);
+                    w = pool.links(parent).child(far);
                 }
+                let parent_color = pool.links(parent).color;
+                Self::set_color(pool, w, parent_color);
+                Self::set_color(pool, parent, Color::Black);
+                let far_nephew = pool.links(w).child(far);
+                Self::set_color(pool, far_nephew, Color::Black);
+                self.rotate(pool, parent, side);
+                x = self.root;
+                break;
             }
         }
         Self::set_color(pool, x, Color::Black);

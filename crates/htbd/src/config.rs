@@ -641,6 +641,26 @@ pub fn parse_state(text: &str) -> Result<Vec<InterfaceTrees>, ConfigError> {
         .collect()
 }
 
+/// Where an optional key's value stands (the file's start when it is absent).
+fn span_of<T>(value: Option<&Located<T>>) -> std::ops::Range<usize> {
+    value.map(Located::span).unwrap_or_default()
+}
+
+/// The value at `value` if `ok` accepts it; else `message`, at the value's line and column.
+fn accepted<T: Copy>(
+    text: &str,
+    value: &Located<T>,
+    ok: impl FnOnce(T) -> bool,
+    message: impl FnOnce(T) -> String,
+) -> Result<T, ConfigError> {
+    let v = *value.get_ref();
+    if ok(v) {
+        Ok(v)
+    } else {
+        Err(ConfigError::spanned(text, &value.span(), message(v)))
+    }
+}
+
 impl DaemonConfig {
     /// Parses and validates a config.
     ///
@@ -686,42 +706,41 @@ impl DaemonConfig {
             io.frames = frames;
             io.frames_default = false;
         }
+        let power_of_two = |v: u32, range: std::ops::RangeInclusive<u32>| {
+            v.is_power_of_two() && range.contains(&v)
+        };
         if let Some(size) = &daemon.frame_size {
-            let v = *size.get_ref();
-            if !v.is_power_of_two() || !(2048..=65536).contains(&v) {
-                return Err(err(
-                    size.span(),
-                    format!("frame_size {v} must be a power of two from 2048 to 65536"),
-                ));
-            }
-            io.frame_size = v;
+            io.frame_size = accepted(
+                text,
+                size,
+                |v| power_of_two(v, 2048..=65536),
+                |v| format!("frame_size {v} must be a power of two from 2048 to 65536"),
+            )?;
         }
         if let Some(size) = &daemon.ring_size {
-            let v = *size.get_ref();
-            if !v.is_power_of_two() || !(64..=32768).contains(&v) {
-                return Err(err(
-                    size.span(),
-                    format!("ring_size {v} must be a power of two from 64 to 32768"),
-                ));
-            }
-            io.ring_size = v;
+            io.ring_size = accepted(
+                text,
+                size,
+                |v| power_of_two(v, 64..=32768),
+                |v| format!("ring_size {v} must be a power of two from 64 to 32768"),
+            )?;
         }
         io.zero_copy = daemon.zero_copy.unwrap_or(false);
-        if let Some(p) = &daemon.realtime
-            && !(1..=99).contains(p.get_ref())
-        {
-            return Err(err(
-                p.span(),
-                format!("realtime priority {} must be 1 to 99", p.get_ref()),
-            ));
+        if let Some(p) = &daemon.realtime {
+            accepted(
+                text,
+                p,
+                |p| (1..=99).contains(&p),
+                |p| format!("realtime priority {p} must be 1 to 99"),
+            )?;
         }
-        if let Some(w) = &daemon.workers
-            && !(1..=64).contains(w.get_ref())
-        {
-            return Err(err(
-                w.span(),
-                format!("workers = {} must be 1 to 64", w.get_ref()),
-            ));
+        if let Some(w) = &daemon.workers {
+            accepted(
+                text,
+                w,
+                |w| (1..=64).contains(&w),
+                |w| format!("workers = {w} must be 1 to 64"),
+            )?;
         }
         let cpus = daemon
             .cpus
@@ -863,14 +882,8 @@ impl DaemonConfig {
                 .filter_map(|f| f.redirect.as_ref());
             for to in redirects {
                 if !interfaces.iter().any(|t| t.ifb && t.name == *to) {
-                    let span = section
-                        .get_ref()
-                        .ingress
-                        .as_ref()
-                        .map(Located::span)
-                        .unwrap_or_default();
                     return Err(err(
-                        span,
+                        span_of(section.get_ref().ingress.as_ref()),
                         format!(
                             "interface {}: ingress redirects to {to}, which is not an IFB port here (add [[interface]] name = \"{to}\" type = \"ifb\")",
                             trees.name
@@ -894,14 +907,8 @@ impl DaemonConfig {
                     .find(|p| p.name == peer)
                     .and_then(|p| p.peer.as_deref());
                 if back != Some(port.name.as_str()) {
-                    let span = section
-                        .get_ref()
-                        .peer
-                        .as_ref()
-                        .map(Located::span)
-                        .unwrap_or_default();
                     return Err(err(
-                        span,
+                        span_of(section.get_ref().peer.as_ref()),
                         format!(
                             "{} and {peer} must both be listed, naming each other as peer",
                             port.name

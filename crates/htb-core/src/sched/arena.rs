@@ -118,52 +118,32 @@ impl Level {
     };
 }
 
-/// A class's node in its level's wait queue (`pq_node` + `pq_key`); index = class slot.
+/// A node of one of the scheduler's trees, in an arena slot: its links, its key, and whom it
+/// stands for. Both kinds of node are this one record, so one [`NodePool`] serves them.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct WaitNode {
+pub(crate) struct TreeSlot<K, O> {
     pub(crate) links: Links,
-    /// When the class's mode may next change, ns.
-    pub(crate) key: u64,
+    pub(crate) key: K,
+    pub(crate) owner: O,
 }
+
+/// A class's node in its level's wait queue (`pq_node` + `pq_key`); index = class slot, key =
+/// when the class's mode may next change, ns.
+pub(crate) type WaitNode = TreeSlot<u64, ()>;
 
 impl WaitNode {
     pub(crate) const UNLINKED: Self = Self {
         links: Links::UNLINKED,
         key: 0,
+        owner: (),
     };
 }
 
-impl NodePool for Chunked<WaitNode> {
-    type Key = u64;
-    #[inline]
-    fn links(&self, node: NodeId) -> &Links {
-        &self[node as usize].links
-    }
-    #[inline]
-    fn links_mut(&mut self, node: NodeId) -> &mut Links {
-        &mut self[node as usize].links
-    }
-    #[inline]
-    fn key(&self, node: NodeId) -> u64 {
-        self[node as usize].key
-    }
-    #[inline]
-    fn node(&self, node: NodeId) -> (&Links, u64) {
-        let n = &self[node as usize];
-        (&n.links, n.key)
-    }
-}
-
 /// A class's node in a row or feed (`node[prio]`), keyed by class minor.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PrioNode {
-    pub(crate) links: Links,
-    pub(crate) key: u32,
-    pub(crate) owner: ClassIdx,
-}
+pub(crate) type PrioNode = TreeSlot<u32, ClassIdx>;
 
-impl NodePool for Chunked<PrioNode> {
-    type Key = u32;
+impl<K: Ord + Copy + core::fmt::Debug, O> NodePool for Chunked<TreeSlot<K, O>> {
+    type Key = K;
     #[inline]
     fn links(&self, node: NodeId) -> &Links {
         &self[node as usize].links
@@ -173,11 +153,11 @@ impl NodePool for Chunked<PrioNode> {
         &mut self[node as usize].links
     }
     #[inline]
-    fn key(&self, node: NodeId) -> u32 {
+    fn key(&self, node: NodeId) -> K {
         self[node as usize].key
     }
     #[inline]
-    fn node(&self, node: NodeId) -> (&Links, u32) {
+    fn node(&self, node: NodeId) -> (&Links, K) {
         let n = &self[node as usize];
         (&n.links, n.key)
     }

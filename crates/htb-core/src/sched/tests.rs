@@ -18,6 +18,10 @@ fn id(minor: u32) -> ClassId {
     ClassId::new(1, minor)
 }
 
+fn kbit(k: u64) -> Rate {
+    Rate::from_kbit(k)
+}
+
 fn mbit(m: u64) -> Rate {
     Rate::from_mbit(m)
 }
@@ -37,6 +41,20 @@ fn add(s: &mut Scheduler<u32>, minor: u32, parent: Option<u32>, spec: ClassSpec)
         .unwrap();
     assert!(change.purged.is_empty());
     s.check().unwrap();
+}
+
+/// A class spec of `rate` and `ceil`.
+fn spec(rate: Rate, ceil: Rate) -> ClassSpec {
+    ClassSpec::new(rate).with_ceil(ceil)
+}
+
+/// A scheduler holding `classes` (minor, parent minor, spec), added in order.
+fn tree(classes: &[(u32, Option<u32>, ClassSpec)]) -> Scheduler<u32> {
+    let mut s = htb();
+    for (minor, parent, spec) in classes {
+        add(&mut s, *minor, *parent, spec.clone());
+    }
+    s
 }
 
 /// Drives the scheduler with always-backlogged classes: before every dequeue each listed class
@@ -124,7 +142,7 @@ fn steady_rates(d: &mut Driver, minors: &[u32], warmup: u64, end: u64) -> Vec<f6
 fn single_class_is_shaped_to_its_rate() {
     for (rate, len) in [
         (mbit(10), 1500u32),
-        (Rate::from_kbit(180), 64),
+        (kbit(180), 64),
         (Rate::from_gbit(1), 9000),
     ] {
         let mut s = htb();
@@ -141,24 +159,11 @@ fn children_borrow_spare_bandwidth_of_the_parent() {
     // 1:1 100mbit; 1:10 rate 30 ceil 100; 1:11 rate 10 ceil 100: both backlogged, each gets
     // its rate and the spare 60 is shared by quantum (equal quanta: 200000 both) → 60/60/..:
     // 30 + 30 and 10 + 30.
-    let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(100)));
-    add(
-        &mut s,
-        0x10,
-        Some(1),
-        ClassSpec::new(mbit(30))
-            .with_ceil(mbit(100))
-            .with_quantum(1500),
-    );
-    add(
-        &mut s,
-        0x11,
-        Some(1),
-        ClassSpec::new(mbit(10))
-            .with_ceil(mbit(100))
-            .with_quantum(1500),
-    );
+    let s = tree(&[
+        (1, None, ClassSpec::new(mbit(100))),
+        (0x10, Some(1), spec(mbit(30), mbit(100)).with_quantum(1500)),
+        (0x11, Some(1), spec(mbit(10), mbit(100)).with_quantum(1500)),
+    ]);
     let mut d = Driver::new(s);
     d.backlogged = vec![(id(0x10), 1500), (id(0x11), 1500)];
     let r = steady_rates(&mut d, &[0x10, 0x11, 1], 1, 6);
@@ -172,14 +177,10 @@ fn children_borrow_spare_bandwidth_of_the_parent() {
 
 #[test]
 fn ceil_caps_a_lone_borrower() {
-    let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(100)));
-    add(
-        &mut s,
-        0x10,
-        Some(1),
-        ClassSpec::new(mbit(10)).with_ceil(mbit(25)),
-    );
+    let s = tree(&[
+        (1, None, ClassSpec::new(mbit(100))),
+        (0x10, Some(1), spec(mbit(10), mbit(25))),
+    ]);
     let mut d = Driver::new(s);
     d.backlogged = vec![(id(0x10), 1000)];
     let r = steady_rates(&mut d, &[0x10], 1, 5);
@@ -189,19 +190,10 @@ fn ceil_caps_a_lone_borrower() {
 
 #[test]
 fn a_root_class_cannot_borrow_from_another_root() {
-    let mut s = htb();
-    add(
-        &mut s,
-        1,
-        None,
-        ClassSpec::new(mbit(10)).with_ceil(mbit(100)),
-    );
-    add(
-        &mut s,
-        2,
-        None,
-        ClassSpec::new(mbit(10)).with_ceil(mbit(100)),
-    );
+    let s = tree(&[
+        (1, None, spec(mbit(10), mbit(100))),
+        (2, None, spec(mbit(10), mbit(100))),
+    ]);
     let mut d = Driver::new(s);
     d.backlogged = vec![(id(1), 1500)];
     let r = steady_rates(&mut d, &[1], 1, 4);
@@ -212,20 +204,11 @@ fn a_root_class_cannot_borrow_from_another_root() {
 #[test]
 fn strict_priority_for_spare_bandwidth() {
     // Guaranteed rates are served first; the spare goes to prio 0 before prio 1.
-    let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(100)));
-    add(
-        &mut s,
-        0x10,
-        Some(1),
-        ClassSpec::new(mbit(20)).with_ceil(mbit(100)).with_prio(1),
-    );
-    add(
-        &mut s,
-        0x11,
-        Some(1),
-        ClassSpec::new(mbit(20)).with_ceil(mbit(100)).with_prio(0),
-    );
+    let s = tree(&[
+        (1, None, ClassSpec::new(mbit(100))),
+        (0x10, Some(1), spec(mbit(20), mbit(100)).with_prio(1)),
+        (0x11, Some(1), spec(mbit(20), mbit(100)).with_prio(0)),
+    ]);
     let mut d = Driver::new(s);
     d.backlogged = vec![(id(0x10), 1500), (id(0x11), 1500)];
     let r = steady_rates(&mut d, &[0x10, 0x11], 1, 5);
@@ -235,24 +218,11 @@ fn strict_priority_for_spare_bandwidth() {
 
 #[test]
 fn drr_shares_spare_by_bytes_not_packets() {
-    let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(50)));
-    add(
-        &mut s,
-        0x10,
-        Some(1),
-        ClassSpec::new(Rate::from_kbit(100))
-            .with_ceil(mbit(50))
-            .with_quantum(3000),
-    );
-    add(
-        &mut s,
-        0x11,
-        Some(1),
-        ClassSpec::new(Rate::from_kbit(100))
-            .with_ceil(mbit(50))
-            .with_quantum(3000),
-    );
+    let s = tree(&[
+        (1, None, ClassSpec::new(mbit(50))),
+        (0x10, Some(1), spec(kbit(100), mbit(50)).with_quantum(3000)),
+        (0x11, Some(1), spec(kbit(100), mbit(50)).with_quantum(3000)),
+    ]);
     let mut d = Driver::new(s);
     d.backlogged = vec![(id(0x10), 64), (id(0x11), 1500)];
     d.depth = 64;
@@ -286,9 +256,10 @@ fn unclassified_goes_to_default_or_direct() {
 
 #[test]
 fn inner_class_target_falls_back_to_default() {
-    let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
-    add(&mut s, 0x20, Some(1), ClassSpec::new(mbit(1)));
+    let mut s = tree(&[
+        (1, None, ClassSpec::new(mbit(1))),
+        (0x20, Some(1), ClassSpec::new(mbit(1))),
+    ]);
     s.enqueue(Instant::ZERO, id(1), 100).unwrap();
     assert_eq!(
         s.stats().direct_packets,
@@ -349,9 +320,10 @@ fn adding_a_child_to_a_backlogged_leaf_purges_it() {
 
 #[test]
 fn deleting_the_last_child_makes_the_parent_a_leaf_again() {
-    let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
-    add(&mut s, 2, Some(1), ClassSpec::new(mbit(1)));
+    let mut s = tree(&[
+        (1, None, ClassSpec::new(mbit(1))),
+        (2, Some(1), ClassSpec::new(mbit(1))),
+    ]);
     s.enqueue(Instant::ZERO, id(2), 1000).unwrap();
     s.enqueue(Instant::ZERO, id(2), 1000).unwrap();
     assert_eq!(
@@ -480,12 +452,7 @@ fn change_rescales_debt_so_a_raised_class_recovers_at_once() {
     // 1 kbit with a 1500 B packet sent: ~12 s of debt at the old rate. Raised to 100 Mbit,
     // the 1500 B debt is 120 µs: the next packet leaves almost immediately.
     let mut s = htb();
-    add(
-        &mut s,
-        1,
-        None,
-        ClassSpec::new(Rate::from_kbit(1)).with_burst(1500),
-    );
+    add(&mut s, 1, None, ClassSpec::new(kbit(1)).with_burst(1500));
     s.enqueue(Instant::ZERO, id(1), 1500).unwrap();
     s.enqueue(Instant::ZERO, id(1), 1500).unwrap();
     assert_eq!(s.dequeue(Instant::ZERO), Some(1500));
@@ -510,22 +477,13 @@ fn change_rescales_debt_so_a_raised_class_recovers_at_once() {
 
 #[test]
 fn prio_change_moves_an_active_leaf() {
-    let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(100)));
-    add(
-        &mut s,
-        2,
-        Some(1),
-        ClassSpec::new(mbit(1)).with_ceil(mbit(100)),
-    );
-    add(
-        &mut s,
-        3,
-        Some(1),
-        ClassSpec::new(mbit(1)).with_ceil(mbit(100)).with_prio(1),
-    );
+    let mut s = tree(&[
+        (1, None, ClassSpec::new(mbit(100))),
+        (2, Some(1), spec(mbit(1), mbit(100))),
+        (3, Some(1), spec(mbit(1), mbit(100)).with_prio(1)),
+    ]);
     s.enqueue(Instant::ZERO, id(2), 100).unwrap();
-    let spec = ClassSpec::new(mbit(1)).with_ceil(mbit(100)).with_prio(3);
+    let spec = spec(mbit(1), mbit(100)).with_prio(3);
     assert!(
         s.change_class(Instant::ZERO, id(2), &spec)
             .unwrap()
@@ -565,9 +523,10 @@ fn next_wakeup_is_none_when_idle_and_exact_when_throttled() {
 
 #[test]
 fn handles_skip_the_lookup_and_survive_deletion() {
-    let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
-    add(&mut s, 2, None, ClassSpec::new(mbit(1)));
+    let mut s = tree(&[
+        (1, None, ClassSpec::new(mbit(1))),
+        (2, None, ClassSpec::new(mbit(1))),
+    ]);
     let h = s.handle(id(1)).unwrap();
     s.enqueue(Instant::ZERO, h, 10).unwrap();
     assert_eq!(s.class_stats(id(1)).unwrap().queue.backlog_packets, 1);
@@ -616,9 +575,7 @@ fn many_events_are_processed_in_bounded_batches() {
             &mut s,
             m,
             Some(1),
-            ClassSpec::new(Rate::from_kbit(8))
-                .with_burst(100)
-                .with_cburst(100),
+            ClassSpec::new(kbit(8)).with_burst(100).with_cburst(100),
         );
         // The burst sends one, the debt allowance a second, the third must wait.
         for _ in 0..3 {
@@ -640,10 +597,11 @@ fn many_events_are_processed_in_bounded_batches() {
 
 #[test]
 fn drain_returns_every_queued_packet_and_leaves_a_working_tree() {
-    let mut s = htb();
-    add(&mut s, 1, None, ClassSpec::new(mbit(1)));
-    add(&mut s, 2, Some(1), ClassSpec::new(Rate::from_kbit(8)));
-    add(&mut s, 3, Some(1), ClassSpec::new(mbit(1)));
+    let mut s = tree(&[
+        (1, None, ClassSpec::new(mbit(1))),
+        (2, Some(1), ClassSpec::new(kbit(8))),
+        (3, Some(1), ClassSpec::new(mbit(1))),
+    ]);
     for len in [100, 200] {
         s.enqueue(Instant::ZERO, id(2), len).unwrap();
         s.enqueue(Instant::ZERO, id(3), len + 1).unwrap();

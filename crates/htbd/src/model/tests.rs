@@ -62,6 +62,16 @@ fn base() -> Model {
     m
 }
 
+/// `m`'s state file, which must contain `line`, read back into a model that saves the same
+/// file.
+fn saved_and_read_back(m: &Model, line: &str) -> Model {
+    let text = m.to_toml();
+    assert!(text.contains(line), "{line} not in:\n{text}");
+    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
+    assert_eq!(back.to_toml(), text);
+    back
+}
+
 #[test]
 fn a_refused_batch_changes_nothing() {
     let mut m = base();
@@ -93,48 +103,30 @@ fn a_refused_batch_changes_nothing() {
 #[test]
 fn tc_rules_for_classes_filters_and_qdiscs() {
     let mut m = base();
-    let code = |m: &mut Model, c: Command| m.apply(&[c]).unwrap_err().code;
-    assert_eq!(code(&mut m, qdisc_add("r2")), ErrorCode::Exists);
-    assert_eq!(code(&mut m, qdisc_add("eth9")), ErrorCode::NoDevice);
-    assert_eq!(
-        code(&mut m, class(Command::ClassAdd, "1:20", "1:1", 1)),
-        ErrorCode::Exists
-    );
-    assert_eq!(
-        code(&mut m, class(Command::ClassChange, "1:99", "1:1", 1)),
-        ErrorCode::NotFound
-    );
-    assert_eq!(
-        code(&mut m, class(Command::ClassAdd, "1:30", "1:9", 1)),
-        ErrorCode::NotFound
-    );
-    assert_eq!(
-        code(&mut m, class(Command::ClassAdd, "1:30", "1:1", 0)),
-        ErrorCode::Invalid
-    );
-    assert_eq!(
-        code(&mut m, class(Command::ClassAdd, "2:30", "1:1", 1)),
-        ErrorCode::Invalid
-    );
-    assert_eq!(
-        code(
-            &mut m,
+    use ErrorCode::{Exists, InUse, Invalid, NoDevice, NotFound};
+    let refused = [
+        (Exists, qdisc_add("r2")),
+        (NoDevice, qdisc_add("eth9")),
+        (Exists, class(Command::ClassAdd, "1:20", "1:1", 1)),
+        (NotFound, class(Command::ClassChange, "1:99", "1:1", 1)),
+        (NotFound, class(Command::ClassAdd, "1:30", "1:9", 1)),
+        (Invalid, class(Command::ClassAdd, "1:30", "1:1", 0)),
+        (Invalid, class(Command::ClassAdd, "2:30", "1:1", 1)),
+        // A filter points at it.
+        (
+            InUse,
             Command::ClassDelete(htb_ipc::ClassDelete {
                 dev: "r2".into(),
-                id: "1:20".parse().unwrap()
-            })
+                id: "1:20".parse().unwrap(),
+            }),
         ),
-        ErrorCode::InUse,
-        "a filter points at it"
-    );
-    assert_eq!(
-        code(&mut m, filter("1:99", 1, None, "u32")),
-        ErrorCode::NotFound
-    );
-    assert_eq!(
-        code(&mut m, filter("1:20", 1, Some(1), "flower")),
-        ErrorCode::Invalid
-    );
+        (NotFound, filter("1:99", 1, None, "u32")),
+        (Invalid, filter("1:20", 1, Some(1), "flower")),
+    ];
+    for (want, command) in refused {
+        let what = format!("{command:?}");
+        assert_eq!(m.apply(&[command]).unwrap_err().code, want, "{what}");
+    }
     // Replace adds, then changes.
     m.apply(&[class(Command::ClassReplace, "1:30", "1:1", 1)])
         .unwrap();
@@ -240,14 +232,10 @@ fn the_state_file_round_trips_through_the_config_parser() {
         ..FilterSpec::default()
     })])
     .unwrap();
-    let text = m.to_toml();
-    assert!(
-        text.contains(r#"raw = ["05000000/0f00ffc0 at 0", "00100000/00ff0000 at 32"]"#),
-        "{text}"
+    let back = saved_and_read_back(
+        &m,
+        r#"raw = ["05000000/0f00ffc0 at 0", "00100000/00ff0000 at 32"]"#,
     );
-    let trees = crate::config::parse_state(&text).unwrap();
-    let back = Model::from_trees(trees, &|_| 4).unwrap();
-    assert_eq!(back.to_toml(), text);
     let q = back.ports[1].htb().unwrap();
     assert_eq!(q.config.default_minor, 0x20);
     let f = q.filters.first().unwrap();
@@ -472,9 +460,7 @@ fn leaves_survive_the_state_file() {
         ),
     ])
     .unwrap();
-    let text = m.to_toml();
-    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
-    assert_eq!(back.to_toml(), text);
+    let back = saved_and_read_back(&m, "");
     assert_eq!(leaf_of(&back, "1:20"), leaf_of(&m, "1:20"));
     assert_eq!(leaf_of(&back, "1:30"), leaf_of(&m, "1:30"));
 }
@@ -599,15 +585,10 @@ fn a_size_table_is_kept_changed_removed_and_saved_as_tc_does() {
     let table = |m: &Model| m.ports[1].htb().unwrap().config.stab;
     assert_eq!(table(&m).unwrap().pkt_len(1500), 1534);
     // Saved and read back, the same table; the state file says it as the config does.
-    let text = m.to_toml();
-    assert!(
-        text.contains(
-            "stab = { overhead = 34, mpu = 0, mtu = 0, tsize = 0, linklayer = \"ethernet\" }"
-        ),
-        "{text}"
+    let back = saved_and_read_back(
+        &m,
+        "stab = { overhead = 34, mpu = 0, mtu = 0, tsize = 0, linklayer = \"ethernet\" }",
     );
-    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
-    assert_eq!(back.to_toml(), text);
     assert_eq!(table(&back), table(&m));
     // `qdisc change` with another table takes it; its effect carries it to the data plane.
     let plan = m
@@ -672,10 +653,7 @@ fn a_classless_root_keeps_its_size_table_through_changes_and_the_state_file() {
         panic!("no classless root");
     };
     assert_eq!(q.config.stab.unwrap().spec().tsize, 512);
-    let text = m.to_toml();
-    assert!(text.contains("[interface.qdisc]\nstab = "), "{text}");
-    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
-    assert_eq!(back.to_toml(), text);
+    saved_and_read_back(&m, "[interface.qdisc]\nstab = ");
     // A change without the table removes it, as tc sends none.
     let plan = m.apply(&[cake(Command::LeafChange, None)]).unwrap();
     assert!(
@@ -716,10 +694,7 @@ fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
         .find(|f| f.protocol == Protocol::Arp)
         .unwrap();
     assert!(f.matcher.arp);
-    let text = m.to_toml();
-    assert!(text.contains("protocol = \"arp\""), "{text}");
-    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
-    assert_eq!(back.to_toml(), text);
+    saved_and_read_back(&m, "protocol = \"arp\"");
 }
 
 #[test]
@@ -765,15 +740,10 @@ fn a_policed_filter_keeps_its_policer_through_the_state_file_and_other_changes()
     m.apply(&[filter("1:20", 5203, Some(4), "u32")]).unwrap();
     assert!(std::ptr::eq(&*police(&m), &*before));
     // The state file keeps its options; read back, the same filter.
-    let text = m.to_toml();
-    assert!(
-        text.contains(
-            "police = { rate = 5000000, burst = 20000, overhead = 0, mpu = 0, exceed = \"drop\", conform = \"pass\" }"
-        ),
-        "{text}"
+    let back = saved_and_read_back(
+        &m,
+        "police = { rate = 5000000, burst = 20000, overhead = 0, mpu = 0, exceed = \"drop\", conform = \"pass\" }",
     );
-    let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
-    assert_eq!(back.to_toml(), text);
     assert_eq!(police(&back), before);
     // A policer on a filter that does not classify, or one tc refuses, changes nothing.
     let before = m.to_toml();

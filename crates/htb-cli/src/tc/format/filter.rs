@@ -478,6 +478,32 @@ mod tests {
     use super::*;
     use htb_ipc::{ClassId, FilterHandle, U32Hashing};
 
+    /// A u32 filter `800::800` on `dev` under `parent_major:` sending to 1:1, matching all.
+    fn u32_to_1_1(dev: &str, parent_major: u16, protocol: Protocol, prio: u32) -> FilterInfo {
+        FilterInfo {
+            dev: dev.into(),
+            parent: ClassId::new(parent_major, 0),
+            protocol,
+            prio,
+            kind: FilterKind::U32,
+            handle: FilterHandle::parse(None, "800::800").unwrap(),
+            class: Some("1:1".parse().unwrap()),
+            matcher: MatchSpec::default(),
+            hashing: U32Hashing::default(),
+            police: None,
+            redirect: None,
+        }
+    }
+
+    /// `filter show -j` of `list`, parsed.
+    fn shown_json(list: &[FilterInfo]) -> Value {
+        let style = Style {
+            json: true,
+            ..Style::default()
+        };
+        serde_json::from_str(&filters(list, style)).unwrap()
+    }
+
     #[test]
     fn filters_print_u32_keys_and_flower_lines() {
         let u32_filter = FilterInfo {
@@ -527,30 +553,13 @@ mod tests {
              filter parent 1: protocol ip pref 2 flower chain 0 handle 0x1 classid 1:10 \n  \
              eth_type ipv4\n  ip_proto udp\n  dst_ip 10.201.2.0/24\n  dst_port 5000-5100\n  not_in_hw\n"
         );
-        let json: Value = serde_json::from_str(&filters(
-            &[flower],
-            Style {
-                json: true,
-                ..Style::default()
-            },
-        ))
-        .unwrap();
+        let json = shown_json(&[flower]);
         assert_eq!(json[1]["options"]["keys"]["dst_port"], "5000-5100");
     }
 
     #[test]
     fn a_policer_prints_as_an_action_with_its_statistics() {
         let f = FilterInfo {
-            dev: "v0".into(),
-            parent: ClassId::new(0x1, 0),
-            protocol: Protocol::Ip,
-            prio: 50,
-            kind: FilterKind::U32,
-            handle: FilterHandle::parse(None, "800::800").unwrap(),
-            class: Some("1:1".parse().unwrap()),
-            matcher: MatchSpec::default(),
-            hashing: U32Hashing::default(),
-            redirect: None,
             police: Some(PoliceInfo {
                 config: htb_ipc::PoliceConfig {
                     rate: Some(htb_core::Rate::from_kbit(2048)),
@@ -566,6 +575,7 @@ mod tests {
                     drops: 3,
                 }),
             }),
+            ..u32_to_1_1("v0", 1, Protocol::Ip, 50)
         };
         let text = filters(std::slice::from_ref(&f), Style::default());
         assert!(
@@ -574,14 +584,7 @@ mod tests {
             ),
             "{text}"
         );
-        let json: Value = serde_json::from_str(&filters(
-            &[f],
-            Style {
-                json: true,
-                ..Style::default()
-            },
-        ))
-        .unwrap();
+        let json = shown_json(&[f]);
         let action = &json[2]["options"]["actions"][0];
         assert_eq!(action["kind"], "police");
         assert_eq!(action["control_action"]["type"], "drop");
@@ -593,17 +596,8 @@ mod tests {
         // sqm-scripts' `filter add dev r2 parent ffff: protocol all prio 10 u32 match u32 0 0
         // flowid 1:1 action mirred egress redirect dev ifb4r2`, as tc shows it back.
         let f = FilterInfo {
-            dev: "r2".into(),
-            parent: ClassId::new(0xffff, 0),
-            protocol: Protocol::All,
-            prio: 10,
-            kind: FilterKind::U32,
-            handle: FilterHandle::parse(None, "800::800").unwrap(),
-            class: Some("1:1".parse().unwrap()),
-            matcher: MatchSpec::default(),
-            hashing: U32Hashing::default(),
-            police: None,
             redirect: Some("ifb4r2".into()),
+            ..u32_to_1_1("r2", 0xffff, Protocol::All, 10)
         };
         let text = filters(std::slice::from_ref(&f), Style::default());
         assert!(
@@ -612,14 +606,7 @@ mod tests {
             ),
             "{text}"
         );
-        let json: Value = serde_json::from_str(&filters(
-            &[f],
-            Style {
-                json: true,
-                ..Style::default()
-            },
-        ))
-        .unwrap();
+        let json = shown_json(&[f]);
         let action = &json[2]["options"]["actions"][0];
         assert_eq!(
             (&action["kind"], &action["to_dev"], &action["direction"]),

@@ -7,70 +7,79 @@ use core::fmt;
 use crate::rate::Rate;
 use crate::time::Duration;
 
-/// How DSCP maps to tins (`TCA_CAKE_DIFFSERV_MODE`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(rename_all = "kebab-case")
-)]
-#[non_exhaustive]
-pub enum DiffservMode {
-    /// Three tins: Bulk (CS1, LE), Best Effort, Voice (CS7, CS6, EF, VA, TOS4). The default.
-    #[default]
-    Diffserv3,
-    /// Four tins: Bulk, Best Effort, Video (AF4x, AF3x, CS3, AF2x, TOS4, CS2), Voice (CS7, CS6,
-    /// EF, VA, CS5, CS4).
-    Diffserv4,
-    /// Eight tins (`cake_config_diffserv8`).
-    Diffserv8,
-    /// One tin: DSCP ignored.
-    Besteffort,
-    /// Eight tins by the IP precedence (the DSCP's top three bits).
-    Precedence,
+/// An option of `cake` that is one of a set of tc keywords: the enum and its keyword table in
+/// one place (`q_cake.c` keeps them as string arrays beside the kernel's numbers).
+macro_rules! keyword_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $($(#[$variant_meta:meta])* $variant:ident => $keyword:literal,)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        #[cfg_attr(
+            feature = "serde",
+            derive(serde::Serialize, serde::Deserialize),
+            serde(rename_all = "kebab-case")
+        )]
+        #[non_exhaustive]
+        pub enum $name {
+            $($(#[$variant_meta])* $variant,)+
+        }
+
+        impl $name {
+            /// tc's keyword.
+            #[must_use]
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $keyword,)+
+                }
+            }
+        }
+    };
 }
 
-impl DiffservMode {
-    /// tc's keyword.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Diffserv3 => "diffserv3",
-            Self::Diffserv4 => "diffserv4",
-            Self::Diffserv8 => "diffserv8",
-            Self::Besteffort => "besteffort",
-            Self::Precedence => "precedence",
-        }
+keyword_enum! {
+    /// How DSCP maps to tins (`TCA_CAKE_DIFFSERV_MODE`).
+    pub enum DiffservMode {
+        /// Three tins: Bulk (CS1, LE), Best Effort, Voice (CS7, CS6, EF, VA, TOS4). The default.
+        #[default]
+        Diffserv3 => "diffserv3",
+        /// Four tins: Bulk, Best Effort, Video (AF4x, AF3x, CS3, AF2x, TOS4, CS2), Voice (CS7, CS6,
+        /// EF, VA, CS5, CS4).
+        Diffserv4 => "diffserv4",
+        /// Eight tins (`cake_config_diffserv8`).
+        Diffserv8 => "diffserv8",
+        /// One tin: DSCP ignored.
+        Besteffort => "besteffort",
+        /// Eight tins by the IP precedence (the DSCP's top three bits).
+        Precedence => "precedence",
     }
 }
 
-/// What a flow is to `cake`'s fairness (`TCA_CAKE_FLOW_MODE`): bit 0 the source host, bit 1
-/// the destination host, bit 2 the 5-tuple (`CAKE_FLOW_SRC_IP`, `_DST_IP`, `_FLOWS`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(rename_all = "kebab-case")
-)]
-#[non_exhaustive]
-pub enum FlowMode {
-    /// Every packet in one queue.
-    Flowblind,
-    /// One queue per source address.
-    Srchost,
-    /// One queue per destination address.
-    Dsthost,
-    /// One queue per address pair.
-    Hosts,
-    /// One queue per 5-tuple.
-    Flows,
-    /// Flows, fair first between source hosts.
-    DualSrchost,
-    /// Flows, fair first between destination hosts.
-    DualDsthost,
-    /// Flows, fair between source hosts and between destination hosts. The default.
-    #[default]
-    TripleIsolate,
+keyword_enum! {
+    /// What a flow is to `cake`'s fairness (`TCA_CAKE_FLOW_MODE`): bit 0 the source host, bit 1
+    /// the destination host, bit 2 the 5-tuple (`CAKE_FLOW_SRC_IP`, `_DST_IP`, `_FLOWS`).
+    pub enum FlowMode {
+        /// Every packet in one queue.
+        Flowblind => "flowblind",
+        /// One queue per source address.
+        Srchost => "srchost",
+        /// One queue per destination address.
+        Dsthost => "dsthost",
+        /// One queue per address pair.
+        Hosts => "hosts",
+        /// One queue per 5-tuple.
+        Flows => "flows",
+        /// Flows, fair first between source hosts.
+        DualSrchost => "dual-srchost",
+        /// Flows, fair first between destination hosts.
+        DualDsthost => "dual-dsthost",
+        /// Flows, fair between source hosts and between destination hosts. The default.
+        #[default]
+        TripleIsolate => "triple-isolate",
+    }
 }
 
 impl FlowMode {
@@ -89,21 +98,6 @@ impl FlowMode {
         }
     }
 
-    /// tc's keyword.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Flowblind => "flowblind",
-            Self::Srchost => "srchost",
-            Self::Dsthost => "dsthost",
-            Self::Hosts => "hosts",
-            Self::Flows => "flows",
-            Self::DualSrchost => "dual-srchost",
-            Self::DualDsthost => "dual-dsthost",
-            Self::TripleIsolate => "triple-isolate",
-        }
-    }
-
     /// `cake_dsrc`: flows are fair between source hosts.
     pub(crate) fn dual_src(self) -> bool {
         self.bits() & 5 == 5
@@ -115,63 +109,29 @@ impl FlowMode {
     }
 }
 
-/// `cake`'s ACK filter (`TCA_CAKE_ACK_FILTER`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(rename_all = "kebab-case")
-)]
-#[non_exhaustive]
-pub enum AckFilter {
-    /// `no-ack-filter` (the default).
-    #[default]
-    Off,
-    /// `ack-filter`: a queued pure ACK goes once two newer ones make it redundant.
-    Filter,
-    /// `ack-filter-aggressive`: once one newer ACK does.
-    Aggressive,
-}
-
-impl AckFilter {
-    /// tc's keyword.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Off => "no-ack-filter",
-            Self::Filter => "ack-filter",
-            Self::Aggressive => "ack-filter-aggressive",
-        }
+keyword_enum! {
+    /// `cake`'s ACK filter (`TCA_CAKE_ACK_FILTER`).
+    pub enum AckFilter {
+        /// `no-ack-filter` (the default).
+        #[default]
+        Off => "no-ack-filter",
+        /// `ack-filter`: a queued pure ACK goes once two newer ones make it redundant.
+        Filter => "ack-filter",
+        /// `ack-filter-aggressive`: once one newer ACK does.
+        Aggressive => "ack-filter-aggressive",
     }
 }
 
-/// Link-layer cell framing `cake` compensates for (`TCA_CAKE_ATM`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(rename_all = "kebab-case")
-)]
-#[non_exhaustive]
-pub enum AtmMode {
-    /// `noatm`.
-    #[default]
-    None,
-    /// `atm`: 48-byte payloads in 53-byte cells (ADSL).
-    Atm,
-    /// `ptm`: one byte in 65 (VDSL2's 64b/65b coding).
-    Ptm,
-}
-
-impl AtmMode {
-    /// tc's keyword.
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::None => "noatm",
-            Self::Atm => "atm",
-            Self::Ptm => "ptm",
-        }
+keyword_enum! {
+    /// Link-layer cell framing `cake` compensates for (`TCA_CAKE_ATM`).
+    pub enum AtmMode {
+        /// `noatm`.
+        #[default]
+        None => "noatm",
+        /// `atm`: 48-byte payloads in 53-byte cells (ADSL).
+        Atm => "atm",
+        /// `ptm`: one byte in 65 (VDSL2's 64b/65b coding).
+        Ptm => "ptm",
     }
 }
 
