@@ -37,8 +37,8 @@ enum Side {
 impl Side {
     fn mirror(self) -> Self {
         match self {
-            Side::Left => Side::Right,
-            Side::Right => Side::Left,
+            Self::Left => Self::Right,
+            Self::Right => Self::Left,
         }
     }
 }
