@@ -17,6 +17,8 @@
 //!
 //! Writes `target/htb-bench/classify.json`.
 
+#[path = "support/subscribers.rs"]
+mod subscribers;
 #[path = "support/mod.rs"]
 mod support;
 
@@ -27,7 +29,7 @@ use support::{Samples, quick};
 
 use criterion::{BenchmarkId, Criterion};
 use htb_config::filter::{
-    Classifier, Filter, Headers, IpPrefix, Match, PacketInfo, PortRange, RawKey, RawKeys,
+    Classifier, Filter, Headers, Match, PacketInfo, PortRange, RawKey, RawKeys,
 };
 use htb_core::ClassId;
 
@@ -40,17 +42,7 @@ fn subscriber(i: u32) -> Ipv4Addr {
 }
 
 fn subscriber_filters(n: u32) -> Vec<Filter> {
-    (0..n)
-        .map(|i| Filter {
-            police: None,
-            prio: 5,
-            matcher: Match {
-                dst: IpPrefix::new(IpAddr::V4(subscriber(i)), 32),
-                ..Match::default()
-            },
-            class: ClassId::new(1, 0x10 + i),
-        })
-        .collect()
+    subscribers::subscriber_filters(n, subscriber)
 }
 
 /// An IPv4 + TCP header of a 1 500-byte segment with PSH and ACK set (wondershaper's ACK

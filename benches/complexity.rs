@@ -458,30 +458,30 @@ fn summarize(runs: &[Run], memory: &[Memory]) {
     let (median, worst) = median_worst(&ratios);
     let cake = hotpath_ratios(runs, "cake", "fq_codel");
     let (cake_median, cake_worst) = median_worst(&cake);
+    let listed = |ratios: &[(usize, usize, f64)]| {
+        ratios
+            .iter()
+            .map(|(n, k, r)| serde_json::json!({"leaves": n, "backlogged": k, "ratio": r}))
+            .collect::<Vec<_>>()
+    };
+    let idle_bytes = |leaf: &str| {
+        memory
+            .iter()
+            .find(|m| m.leaf == leaf)
+            .map(|m| m.idle_bytes_per_class)
+    };
     let json = serde_json::json!({
         "runs": runs,
         "memory_100k_classes": memory,
         "goals": {
-            "hotpath_fq_codel_over_pfifo": ratios
-                .iter()
-                .map(|(n, k, r)| serde_json::json!({"leaves": n, "backlogged": k, "ratio": r}))
-                .collect::<Vec<_>>(),
+            "hotpath_fq_codel_over_pfifo": listed(&ratios),
             "hotpath_fq_codel_over_pfifo_median": median,
             "hotpath_fq_codel_over_pfifo_worst": worst,
-            "idle_fq_codel_leaf_bytes": memory
-                .iter()
-                .find(|m| m.leaf == "fq_codel")
-                .map(|m| m.idle_bytes_per_class),
-            "hotpath_cake_over_fq_codel": cake
-                .iter()
-                .map(|(n, k, r)| serde_json::json!({"leaves": n, "backlogged": k, "ratio": r}))
-                .collect::<Vec<_>>(),
+            "idle_fq_codel_leaf_bytes": idle_bytes("fq_codel"),
+            "hotpath_cake_over_fq_codel": listed(&cake),
             "hotpath_cake_over_fq_codel_median": cake_median,
             "hotpath_cake_over_fq_codel_worst": cake_worst,
-            "idle_cake_leaf_bytes": memory
-                .iter()
-                .find(|m| m.leaf == "cake")
-                .map(|m| m.idle_bytes_per_class),
+            "idle_cake_leaf_bytes": idle_bytes("cake"),
         },
     });
     std::fs::write(

@@ -11,15 +11,16 @@
 //! Writes `target/htb-bench/encap.json`: ns per frame for plain IPv4, 802.1Q, QinQ, PPPoE (with
 //! and without a VLAN tag) and MPLS, and each as a share of plain IPv4's frames/s.
 
+#[path = "support/subscribers.rs"]
+mod subscribers;
 #[path = "support/mod.rs"]
 mod support;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::time::Instant as WallInstant;
 
 use criterion::{BenchmarkId, Criterion};
-use htb_config::filter::{Classifier, Filter, IpPrefix, Match};
-use htb_core::ClassId;
+use htb_config::filter::Classifier;
 use htb_xdp::parse::parse;
 use support::{Samples, quick};
 
@@ -71,19 +72,7 @@ fn frame(encap: &[u8], i: u32) -> Vec<u8> {
 
 fn main() {
     let mut criterion: Criterion = support::criterion();
-    let classifier = Classifier::new(
-        (0..SUBSCRIBERS)
-            .map(|i| Filter {
-                police: None,
-                prio: 5,
-                matcher: Match {
-                    dst: IpPrefix::new(IpAddr::V4(subscriber(i)), 32),
-                    ..Match::default()
-                },
-                class: ClassId::new(1, 0x10 + i),
-            })
-            .collect(),
-    );
+    let classifier = Classifier::new(subscribers::subscriber_filters(SUBSCRIBERS, subscriber));
     let mut group = criterion.benchmark_group("encap");
     let mut runs: Vec<(&str, f64)> = Vec::new();
     for (name, encap) in FORMS {

@@ -345,20 +345,17 @@ impl PoliceSection {
 
 #[cfg(test)]
 mod tests {
-    use std::net::{IpAddr, Ipv4Addr};
+    use std::net::Ipv4Addr;
 
     use super::*;
 
+    /// A UDP packet to 10.201.2.2:5201, with nothing else a filter could look at.
     fn packet() -> PacketInfo {
         PacketInfo {
-            vlan: None,
-            src: Some(IpAddr::V4(Ipv4Addr::new(10, 201, 1, 2))),
-            dst: Some(IpAddr::V4(Ipv4Addr::new(10, 201, 2, 2))),
+            dst: Some(Ipv4Addr::new(10, 201, 2, 2).into()),
             proto: Some(17),
-            sport: Some(40000),
             dport: Some(5201),
-            dscp: Some(46),
-            arp: false,
+            ..PacketInfo::default()
         }
     }
 

@@ -10,9 +10,20 @@ use crate::{Lab, N1, N2};
 /// UDP payload per datagram; with UDP, IPv4 and Ethernet headers a frame is 42 bytes more.
 pub const DATAGRAM: u32 = 1400;
 
+/// The L2 length of the lab's UDP frames (payload, UDP, IPv4 and Ethernet headers).
+pub const FRAME: u32 = DATAGRAM + 42;
+
+/// A shell script of the repository's `tests/scripts/` (real operators' scripts the lab runs).
+#[must_use]
+pub fn script(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/scripts")
+        .join(name)
+}
+
 /// L2 bytes of `payload` bytes of full datagrams.
 fn l2(payload: f64) -> f64 {
-    payload * f64::from(DATAGRAM + 42) / f64::from(DATAGRAM)
+    payload * f64::from(FRAME) / f64::from(DATAGRAM)
 }
 
 /// One flow to run.

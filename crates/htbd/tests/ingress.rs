@@ -7,9 +7,7 @@
 //! Needs root and network namespaces, so it is `#[ignore]`d; `scripts/test.sh` includes it as
 //! root.
 
-use std::path::PathBuf;
-
-use htb_lab::traffic::{DATAGRAM, FlowSpec, udp_flows, udp_flows_down};
+use htb_lab::traffic::{FRAME as FRAME_LEN, FlowSpec, script, udp_flows, udp_flows_down};
 use htb_lab::{Htbd, Lab, assert_within};
 
 /// Router mode, r1 and r2 unshaped, and the IFB the script redirects to: the script builds
@@ -23,17 +21,11 @@ fn config(ifb: &str) -> String {
 }
 
 /// The L2 length of the lab's UDP frames.
-const FRAME: f64 = DATAGRAM as f64 + 42.0;
+const FRAME: f64 = FRAME_LEN as f64;
 
 /// Seconds each measurement runs, and the first ones it leaves out.
 const SECS: u32 = 5;
 const WARMUP: f64 = 1.5;
-
-fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/scripts")
-        .join(name)
-}
 
 /// One direction's class: its device and id, the L2 rate HTB's arithmetic gives it, and what
 /// is offered.

@@ -6,28 +6,20 @@
 //! them as root. The kernel here has no sfq or fq_codel: its classes keep pfifo where a script
 //! gives those (which does not change a saturated class's rate).
 
-use std::path::PathBuf;
-
 use htb_lab::shaper::apply_tc;
-use htb_lab::traffic::{DATAGRAM, FlowSpec, udp_flows};
+use htb_lab::traffic::{FRAME as FRAME_LEN, FlowSpec, script, udp_flows};
 use htb_lab::{Htbd, Lab, R, assert_within};
 
 /// Router mode with no tree on either port: the script builds them.
 const NO_TREES: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
      [[interface]]\nname = \"r1\"\n\n[[interface]]\nname = \"r2\"\n";
 
-/// The L2 length of the lab's UDP frames (payload, UDP, IPv4 and Ethernet headers).
-const FRAME: f64 = DATAGRAM as f64 + 42.0;
+/// The L2 length of the lab's UDP frames.
+const FRAME: f64 = FRAME_LEN as f64;
 
 /// Seconds each measurement runs, and the first ones it leaves out.
 const SECS: u32 = 5;
 const WARMUP: f64 = 1.5;
-
-fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/scripts")
-        .join(name)
-}
 
 /// The batch's commands as `tc` command lines (continuations joined, comments dropped).
 fn tc_lines(text: &str) -> Vec<String> {

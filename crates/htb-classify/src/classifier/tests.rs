@@ -10,14 +10,13 @@ use crate::raw_key::{Headers, RawKey, RawKeys};
 
 fn packet() -> PacketInfo {
     PacketInfo {
-        vlan: None,
-        src: Some(IpAddr::V4(Ipv4Addr::new(10, 201, 1, 2))),
-        dst: Some(IpAddr::V4(Ipv4Addr::new(10, 201, 2, 2))),
+        src: Some(Ipv4Addr::new(10, 201, 1, 2).into()),
+        dst: Some(Ipv4Addr::new(10, 201, 2, 2).into()),
         proto: Some(17),
         sport: Some(40000),
         dport: Some(5201),
         dscp: Some(46),
-        arp: false,
+        ..PacketInfo::default()
     }
 }
 
