@@ -119,6 +119,38 @@ impl Workload {
     }
 }
 
+/// The root class of every workload.
+const ROOT: ClassId = ClassId::new(1, 1);
+
+impl Workload {
+    /// A scheduler of `config` with room for `classes`, holding the root 1:1 at `root_rate`;
+    /// its packets are `len` bytes.
+    fn rooted(config: SchedulerConfig, classes: usize, root_rate: Rate, len: u32) -> Self {
+        let mut htb = Scheduler::new(config);
+        htb.reserve_classes(classes);
+        let _ = htb
+            .add_class(Instant::ZERO, ROOT, None, &ClassSpec::new(root_rate))
+            .unwrap();
+        Self {
+            htb,
+            leaves: Vec::new(),
+            now: Instant::ZERO,
+            len,
+        }
+    }
+
+    /// Adds class `id` under `parent`; a leaf is also one of the classes packets go to.
+    fn add(&mut self, id: ClassId, parent: ClassId, spec: &ClassSpec, leaf: bool) {
+        let _ = self
+            .htb
+            .add_class(Instant::ZERO, id, Some(parent), spec)
+            .unwrap();
+        if leaf {
+            self.leaves.push(self.htb.handle(id).unwrap());
+        }
+    }
+}
+
 /// Seed 000: root + n leaves at 8 kbit.
 fn devik_tree(n: usize, ceil_is_root: bool) -> Workload {
     let root_rate = if n >= 5000 {
@@ -126,28 +158,15 @@ fn devik_tree(n: usize, ceil_is_root: bool) -> Workload {
     } else {
         Rate::from_mbit(30)
     };
-    let mut htb = Scheduler::new(SchedulerConfig::default());
-    htb.reserve_classes(n + 1);
-    let root = ClassId::new(1, 1);
-    let _ = htb
-        .add_class(Instant::ZERO, root, None, &ClassSpec::new(root_rate))
-        .unwrap();
-    let mut leaves = Vec::with_capacity(n);
+    let mut w = Workload::rooted(SchedulerConfig::default(), n + 1, root_rate, 1000);
     for i in 0..n {
-        let id = ClassId::new(1, 0x10 + i as u32);
         let mut spec = ClassSpec::new(Rate::from_kbit(8));
         if ceil_is_root {
             spec = spec.with_ceil(root_rate);
         }
-        let _ = htb.add_class(Instant::ZERO, id, Some(root), &spec).unwrap();
-        leaves.push(htb.handle(id).unwrap());
+        w.add(ClassId::new(1, 0x10 + i as u32), ROOT, &spec, true);
     }
-    Workload {
-        htb,
-        leaves,
-        now: Instant::ZERO,
-        len: 1000,
-    }
+    w
 }
 
 /// n leaves under √n sites under one root, every class able to borrow.
@@ -156,67 +175,33 @@ fn sites_tree(n: usize) -> Workload {
     let root_rate = Rate::from_gbit(10);
     let site_rate = Rate::from_bits_per_sec(root_rate.bits_per_sec() / sites as u64);
     let leaf_rate = Rate::from_bits_per_sec((root_rate.bits_per_sec() / n as u64 / 2).max(1));
-    let mut htb = Scheduler::new(SchedulerConfig::default());
-    htb.reserve_classes(n + sites + 1);
-    let root = ClassId::new(1, 1);
-    let _ = htb
-        .add_class(Instant::ZERO, root, None, &ClassSpec::new(root_rate))
-        .unwrap();
+    let mut w = Workload::rooted(SchedulerConfig::default(), n + sites + 1, root_rate, 1500);
+    let site = |i: usize| ClassId::new(1, 2 + (i % sites) as u32);
     for s in 0..sites {
-        let site = ClassId::new(1, 2 + s as u32);
         let spec = ClassSpec::new(site_rate).with_ceil(root_rate);
-        let _ = htb
-            .add_class(Instant::ZERO, site, Some(root), &spec)
-            .unwrap();
+        w.add(site(s), ROOT, &spec, false);
     }
-    let mut leaves = Vec::with_capacity(n);
     for i in 0..n {
-        let id = ClassId::new(1, 0x100000 + i as u32);
-        let site = ClassId::new(1, 2 + (i % sites) as u32);
         let spec = ClassSpec::new(leaf_rate).with_ceil(site_rate);
-        let _ = htb.add_class(Instant::ZERO, id, Some(site), &spec).unwrap();
-        leaves.push(htb.handle(id).unwrap());
+        w.add(ClassId::new(1, 0x100000 + i as u32), site(i), &spec, true);
     }
-    Workload {
-        htb,
-        leaves,
-        now: Instant::ZERO,
-        len: 1500,
-    }
+    w
 }
 
 /// n leaves at rates nothing reaches, under `leaf`: every enqueue/dequeue pair is pure
 /// scheduling overhead.
 fn unthrottled_tree(n: usize, leaf: LeafConfig) -> Workload {
-    let mut htb = Scheduler::new(SchedulerConfig {
+    let config = SchedulerConfig {
         default_leaf: leaf,
         ..SchedulerConfig::default()
-    });
-    htb.reserve_classes(n + 1);
-    let root = ClassId::new(1, 1);
+    };
     let fast = Rate::from_gbit(1_000_000);
-    let _ = htb
-        .add_class(Instant::ZERO, root, None, &ClassSpec::new(fast))
-        .unwrap();
-    let mut leaves = Vec::with_capacity(n);
+    let mut w = Workload::rooted(config, n + 1, fast, 1500);
+    let spec = ClassSpec::new(fast).with_quantum(1500);
     for i in 0..n {
-        let id = ClassId::new(1, 0x10 + i as u32);
-        let _ = htb
-            .add_class(
-                Instant::ZERO,
-                id,
-                Some(root),
-                &ClassSpec::new(fast).with_quantum(1500),
-            )
-            .unwrap();
-        leaves.push(htb.handle(id).unwrap());
+        w.add(ClassId::new(1, 0x10 + i as u32), ROOT, &spec, true);
     }
-    Workload {
-        htb,
-        leaves,
-        now: Instant::ZERO,
-        len: 1500,
-    }
+    w
 }
 
 fn log_points(n: usize) -> Vec<usize> {

@@ -53,6 +53,9 @@
 
 extern crate alloc;
 
+#[macro_use]
+mod keyword;
+
 mod class_id;
 mod error;
 mod estimator;

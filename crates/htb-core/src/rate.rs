@@ -137,31 +137,15 @@ impl fmt::Display for Rate {
     }
 }
 
-/// How the wire length of a packet is computed from its length (kernel `psched_l2t_ns`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(rename_all = "lowercase")
-)]
-#[non_exhaustive]
-pub enum LinkLayer {
-    /// Length as is.
-    #[default]
-    Ethernet,
-    /// ATM cells: `ceil(len / 48) * 53` (tc `linklayer atm` / `adsl`).
-    #[cfg_attr(feature = "serde", serde(alias = "adsl"))]
-    Atm,
-}
-
-impl LinkLayer {
-    /// The name tc prints (`linklayer ethernet`, `linklayer atm`).
-    #[must_use]
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Ethernet => "ethernet",
-            Self::Atm => "atm",
-        }
+keyword_enum! {
+    /// How the wire length of a packet is computed from its length (kernel `psched_l2t_ns`).
+    pub enum LinkLayer {
+        /// Length as is.
+        #[default]
+        Ethernet => "ethernet",
+        /// ATM cells: `ceil(len / 48) * 53` (tc `linklayer atm` / `adsl`).
+        #[cfg_attr(feature = "serde", serde(alias = "adsl"))]
+        Atm => "atm",
     }
 }
 
@@ -327,20 +311,20 @@ mod tests {
 
     #[test]
     fn length_adjust_mirrors_psched_l2t_ns() {
-        let eth = LengthAdjust {
-            overhead: 24,
-            mpu: 64,
-            link_layer: LinkLayer::Ethernet,
-        };
-        assert_eq!(eth.charged_len(10), 64);
-        assert_eq!(eth.charged_len(100), 124);
-        let atm = LengthAdjust {
-            overhead: 0,
-            mpu: 0,
-            link_layer: LinkLayer::Atm,
-        };
-        assert_eq!(atm.charged_len(48), 53);
-        assert_eq!(atm.charged_len(49), 106);
+        // (overhead, mpu, link layer, packet length, charged length)
+        for (overhead, mpu, link_layer, len, charged) in [
+            (24, 64, LinkLayer::Ethernet, 10, 64),
+            (24, 64, LinkLayer::Ethernet, 100, 124),
+            (0, 0, LinkLayer::Atm, 48, 53),
+            (0, 0, LinkLayer::Atm, 49, 106),
+        ] {
+            let adjust = LengthAdjust {
+                overhead,
+                mpu,
+                link_layer,
+            };
+            assert_eq!(adjust.charged_len(len), charged, "{adjust:?} {len}");
+        }
     }
 
     #[test]

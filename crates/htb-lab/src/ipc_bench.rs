@@ -108,6 +108,23 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// `changes` changes since `start`, at what rate, and the median and 99th percentile of their
+/// `latencies` (sorted here) under `key`.
+fn summary(changes: usize, start: Instant, latencies: &mut [f64], key: &str) -> Value {
+    let total = start.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let mut report = json!({
+        "changes": changes,
+        "seconds": total,
+        "changes_per_s": changes as f64 / total,
+    });
+    report[key] = json!({
+        "p50": percentile(latencies, 0.5),
+        "p99": percentile(latencies, 0.99),
+    });
+    report
+}
+
 /// Seconds of UDP flow around each phase (which starts one second in).
 const FLOW_SECS: u32 = 6;
 
@@ -153,18 +170,9 @@ fn one_per_request(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
             other => anyhow::bail!("change {n} refused: {other:?}"),
         }
     }
-    let total = start.elapsed().as_secs_f64();
-    latencies.sort_by(f64::total_cmp);
-    Ok(json!({
-        "changes": changes,
-        "seconds": total,
-        "changes_per_s": changes as f64 / total,
-        "apply_latency_us": {
-            "p50": percentile(&latencies, 0.5),
-            "p99": percentile(&latencies, 0.99),
-            "max": latencies.last().copied().unwrap_or(0.0),
-        },
-    }))
+    let mut report = summary(changes, start, &mut latencies, "apply_latency_us");
+    report["apply_latency_us"]["max"] = json!(latencies.last().copied().unwrap_or(0.0));
+    Ok(report)
 }
 
 fn one_batch(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
@@ -207,14 +215,12 @@ fn one_process_each(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
         latencies.push(t0.elapsed().as_secs_f64() * 1e6);
         anyhow::ensure!(status.success(), "{line} failed");
     }
-    let total = start.elapsed().as_secs_f64();
-    latencies.sort_by(f64::total_cmp);
-    Ok(json!({
-        "changes": changes,
-        "seconds": total,
-        "changes_per_s": changes as f64 / total,
-        "process_latency_us": {"p50": percentile(&latencies, 0.5), "p99": percentile(&latencies, 0.99)},
-    }))
+    Ok(summary(
+        changes,
+        start,
+        &mut latencies,
+        "process_latency_us",
+    ))
 }
 
 /// Runs the benchmark; writes and returns the JSON.

@@ -59,39 +59,30 @@ pub(crate) fn engine_stats<'a>(
     stats
 }
 
+/// Adds each named counter of `from` to the same counter of `total`.
+macro_rules! add_counters {
+    ($total:expr, $from:expr; $($counter:ident),+ $(,)?) => {
+        $($total.$counter += $from.$counter;)+
+    };
+}
+
 fn add_port(total: &mut PortStats, port: &PortStats) {
-    total.rx_packets += port.rx_packets;
-    total.rx_bytes += port.rx_bytes;
-    total.tx_packets += port.tx_packets;
-    total.tx_bytes += port.tx_bytes;
-    total.drops_queue += port.drops_queue;
-    total.drops_no_egress += port.drops_no_egress;
-    total.drops_pool += port.drops_pool;
-    total.drops_police += port.drops_police;
-    total.drops_purged += port.drops_purged;
+    add_counters!(
+        total, port;
+        rx_packets, rx_bytes, tx_packets, tx_bytes, drops_queue, drops_no_egress, drops_pool,
+        drops_police, drops_purged,
+    );
     let (t, x) = (&mut total.xdp, &port.xdp);
-    t.rx_dropped += x.rx_dropped;
-    t.rx_ring_full += x.rx_ring_full;
-    t.rx_fill_ring_empty += x.rx_fill_ring_empty;
-    t.rx_invalid += x.rx_invalid;
-    t.tx_invalid += x.tx_invalid;
+    add_counters!(t, x; rx_dropped, rx_ring_full, rx_fill_ring_empty, rx_invalid, tx_invalid);
 }
 
 fn add_scheduler(total: &mut SchedulerStats, s: &SchedulerStats) {
-    total.qlen += s.qlen;
-    total.backlog_bytes += s.backlog_bytes;
-    total.direct_qlen += s.direct_qlen;
-    total.direct_packets += s.direct_packets;
-    total.direct_packets_sent += s.direct_packets_sent;
-    total.direct_bytes_sent += s.direct_bytes_sent;
-    total.direct_drops += s.direct_drops;
-    total.packets_sent += s.packets_sent;
-    total.bytes_sent += s.bytes_sent;
-    total.drops += s.drops;
-    total.overlimits += s.overlimits;
-    total.events += s.events;
-    total.event_budget_exhausted += s.event_budget_exhausted;
-    total.internal_faults += s.internal_faults;
+    add_counters!(
+        total, s;
+        qlen, backlog_bytes, direct_qlen, direct_packets, direct_packets_sent, direct_bytes_sent,
+        direct_drops, packets_sent, bytes_sent, drops, overlimits, events, event_budget_exhausted,
+        internal_faults,
+    );
 }
 
 /// One port's snapshots from every worker (same classes, same order) as one.
@@ -170,12 +161,9 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
 
 fn add_class(total: &mut ClassStats, c: &ClassStats) {
     total.queue.add(&c.queue);
-    total.lends += c.lends;
-    total.borrows += c.borrows;
+    add_counters!(total, c; lends, borrows);
 }
 
 fn add_leaf(total: &mut LeafStats, l: &LeafStats) {
-    total.qlen += l.qlen;
-    total.backlog += l.backlog;
-    total.drops += l.drops;
+    add_counters!(total, l; qlen, backlog, drops);
 }

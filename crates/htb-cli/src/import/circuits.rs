@@ -249,9 +249,7 @@ mod tests {
     use super::super::shaped_devices::read;
     use super::*;
 
-    const HEADER: &str = "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,\
-                          IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,\
-                          Upload Max Mbps,Comment\n";
+    const HEADER: &str = concat!(super::super::shaped_devices::libreqos_header!(), "\n");
 
     fn circuits(rows: &str) -> Result<Vec<Circuit>, CircuitError> {
         group(read(&format!("{HEADER}{rows}")).unwrap())

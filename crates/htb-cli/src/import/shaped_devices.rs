@@ -54,6 +54,22 @@ pub struct CircuitRates {
     pub upload_max: u64,
 }
 
+/// LibreQoS's header row, in its order (without the optional `sqm` column), as a literal
+/// (tests build their files with `concat!`).
+macro_rules! libreqos_header {
+    () => {
+        concat!(
+            "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,",
+            "Download Min Mbps,Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment"
+        )
+    };
+}
+#[cfg(test)]
+pub(crate) use libreqos_header;
+
+/// LibreQoS's header row (named in the error for a missing column).
+const LIBREQOS_HEADER: &str = libreqos_header!();
+
 const CIRCUIT_ID: &str = "Circuit ID";
 const CIRCUIT_NAME: &str = "Circuit Name";
 const DEVICE_ID: &str = "Device ID";
@@ -98,9 +114,7 @@ impl Columns {
                     line,
                     column: "header".into(),
                     message: format!(
-                        "no \"{name}\" column (LibreQoS's header is: Circuit ID,Circuit Name,\
-                         Device ID,Device Name,Parent Node,MAC,IPv4,IPv6,Download Min Mbps,\
-                         Upload Min Mbps,Download Max Mbps,Upload Max Mbps,Comment)"
+                        "no \"{name}\" column (LibreQoS's header is: {LIBREQOS_HEADER})"
                     ),
                 })?;
         }
@@ -303,9 +317,7 @@ pub(super) fn mbps_to_bits(text: &str) -> Result<u64, &'static str> {
 mod tests {
     use super::*;
 
-    const HEADER: &str = "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,\
-                          IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,\
-                          Upload Max Mbps,Comment\n";
+    const HEADER: &str = concat!(libreqos_header!(), "\n");
 
     #[test]
     fn libreqos_rows_read_with_decimal_rates_lists_and_comments() {

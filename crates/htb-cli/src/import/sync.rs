@@ -886,9 +886,7 @@ mod tests {
     use super::*;
     use crate::tc::parse::parse_batch;
 
-    const HEADER: &str = "Circuit ID,Circuit Name,Device ID,Device Name,Parent Node,MAC,IPv4,\
-                          IPv6,Download Min Mbps,Upload Min Mbps,Download Max Mbps,\
-                          Upload Max Mbps,Comment,sqm\n";
+    const HEADER: &str = concat!(super::super::shaped_devices::libreqos_header!(), ",sqm\n");
 
     fn circuits(rows: &str) -> Vec<Circuit> {
         group(read(&format!("{HEADER}{rows}")).unwrap()).unwrap()

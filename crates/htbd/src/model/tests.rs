@@ -32,7 +32,12 @@ fn class(op: fn(WireClass) -> Command, id: &str, parent: &str, mbit: u64) -> Com
 }
 
 fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
-    Command::FilterAdd(FilterSpec {
+    Command::FilterAdd(filter_spec(class, dport, prio, kind))
+}
+
+/// An IP filter on r2's `1:` sending UDP/TCP port `dport` to `class`.
+fn filter_spec(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> FilterSpec {
+    FilterSpec {
         dev: "r2".into(),
         parent: Some(ClassId::new(1, 0)),
         protocol: Protocol::parse("ip").unwrap(),
@@ -45,7 +50,7 @@ fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
         },
         class: class.parse().ok(),
         ..FilterSpec::default()
-    })
+    }
 }
 
 fn base() -> Model {
@@ -359,24 +364,11 @@ fn leaf_qdiscs_follow_tc_modify_qdisc() {
     );
     // del: back to the default leaf; the default cannot be deleted.
     assert_eq!(
-        code(
-            &mut m,
-            Command::LeafDelete {
-                dev: "r2".into(),
-                parent: "1:20".parse().unwrap(),
-                handle: Some(ClassId::new(0x99, 0)),
-                kind: None,
-            }
-        ),
+        code(&mut m, delete_1_20_leaf(Some(ClassId::new(0x99, 0)), None)),
         ErrorCode::Invalid
     );
     let plan = m
-        .apply(&[Command::LeafDelete {
-            dev: "r2".into(),
-            parent: "1:20".parse().unwrap(),
-            handle: None,
-            kind: Some(LeafKind::FqCodel),
-        }])
+        .apply(&[delete_1_20_leaf(None, Some(LeafKind::FqCodel))])
         .unwrap();
     assert!(matches!(
         plan.effects[0].1,
@@ -384,15 +376,7 @@ fn leaf_qdiscs_follow_tc_modify_qdisc() {
     ));
     assert_eq!(leaf_of(&m, "1:20"), None);
     assert_eq!(
-        code(
-            &mut m,
-            Command::LeafDelete {
-                dev: "r2".into(),
-                parent: "1:20".parse().unwrap(),
-                handle: None,
-                kind: None,
-            }
-        ),
+        code(&mut m, delete_1_20_leaf(None, None)),
         ErrorCode::NotFound,
         "Cannot delete qdisc with handle of zero"
     );
@@ -431,6 +415,16 @@ fn a_refused_batch_restores_leaves_and_a_parent_loses_its_leaf() {
             .code,
         ErrorCode::Invalid
     );
+}
+
+/// `qdisc del dev r2 parent 1:20 [handle H] [KIND]`.
+fn delete_1_20_leaf(handle: Option<ClassId>, kind: Option<LeafKind>) -> Command {
+    Command::LeafDelete {
+        dev: "r2".into(),
+        parent: "1:20".parse().unwrap(),
+        handle,
+        kind,
+    }
 }
 
 fn leaf_delete(op: LeafQdiscSpec) -> Command {
@@ -671,17 +665,12 @@ fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
     let mut m = base();
     let arp = |dst: Option<&str>| {
         Command::FilterAdd(FilterSpec {
-            dev: "r2".into(),
-            parent: Some(ClassId::new(1, 0)),
-            protocol: Protocol::parse("arp").unwrap(),
-            prio: Some(3),
-            kind: FilterKind::U32,
+            protocol: Protocol::Arp,
             matcher: MatchSpec {
                 dst: dst.map(|d| d.parse().unwrap()),
                 ..MatchSpec::default()
             },
-            class: Some("1:20".parse().unwrap()),
-            ..FilterSpec::default()
+            ..filter_spec("1:20", 0, Some(3), "u32")
         })
     };
     let e = m.apply(&[arp(Some("10.0.0.0/8"))]).unwrap_err();
@@ -702,23 +691,13 @@ fn a_policed_filter_keeps_its_policer_through_the_state_file_and_other_changes()
     let mut m = base();
     let policed = |exceed| {
         Command::FilterAdd(FilterSpec {
-            dev: "r2".into(),
-            parent: Some(ClassId::new(1, 0)),
-            protocol: Protocol::parse("ip").unwrap(),
-            prio: Some(1),
-            kind: FilterKind::U32,
-            matcher: MatchSpec {
-                dport: Some((5202, 5202)),
-                ..MatchSpec::default()
-            },
-            class: Some("1:20".parse().unwrap()),
             police: Some(Box::new(htb_ipc::PoliceConfig {
                 rate: Some(Rate::from_mbit(5)),
                 burst: 20_000,
                 exceed,
                 ..htb_ipc::PoliceConfig::default()
             })),
-            ..FilterSpec::default()
+            ..filter_spec("1:20", 5202, Some(1), "u32")
         })
     };
     m.apply(&[policed(htb_ipc::ControlAction::Drop)]).unwrap();
@@ -768,17 +747,8 @@ fn protocol_all_shares_a_prio_with_ip_as_unprotocoled_u32_lines_do_in_the_kernel
     let mut m = base();
     let at5 = |protocol: &str, dport: u16| {
         Command::FilterAdd(FilterSpec {
-            dev: "r2".into(),
-            parent: Some(ClassId::new(1, 0)),
             protocol: Protocol::parse(protocol).unwrap(),
-            prio: Some(5),
-            kind: FilterKind::U32,
-            matcher: MatchSpec {
-                dport: Some((dport, dport)),
-                ..MatchSpec::default()
-            },
-            class: Some("1:20".parse().unwrap()),
-            ..FilterSpec::default()
+            ..filter_spec("1:20", dport, Some(5), "u32")
         })
     };
     m.apply(&[at5("all", 1), at5("ip", 2), at5("all", 3)])

@@ -7,39 +7,6 @@ use core::fmt;
 use crate::rate::Rate;
 use crate::time::Duration;
 
-/// An option of `cake` that is one of a set of tc keywords: the enum and its keyword table in
-/// one place (`q_cake.c` keeps them as string arrays beside the kernel's numbers).
-macro_rules! keyword_enum {
-    (
-        $(#[$meta:meta])*
-        pub enum $name:ident {
-            $($(#[$variant_meta:meta])* $variant:ident => $keyword:literal,)+
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-        #[cfg_attr(
-            feature = "serde",
-            derive(serde::Serialize, serde::Deserialize),
-            serde(rename_all = "kebab-case")
-        )]
-        #[non_exhaustive]
-        pub enum $name {
-            $($(#[$variant_meta])* $variant,)+
-        }
-
-        impl $name {
-            /// tc's keyword.
-            #[must_use]
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Self::$variant => $keyword,)+
-                }
-            }
-        }
-    };
-}
-
 keyword_enum! {
     /// How DSCP maps to tins (`TCA_CAKE_DIFFSERV_MODE`).
     pub enum DiffservMode {
