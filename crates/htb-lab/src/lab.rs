@@ -496,6 +496,18 @@ impl Lab {
         self.udp_flow_sized(port, rate, secs, 1400)
     }
 
+    /// Starts a TCP flow node-1 → node-2:`port` for `secs` with a `window` socket buffer (e.g.
+    /// "256K"), in the background; its stdout is iperf3's JSON report.
+    pub fn tcp_flow(&self, port: u16, secs: u32, window: &str) -> Child {
+        self.cmd(N1, "iperf3")
+            .args(["-c", self.n2_ip, "-p", &port.to_string(), "-w", window])
+            .args(["-t", &secs.to_string(), "-J"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("iperf3 -c")
+    }
+
     /// As [`udp_flow`](Self::udp_flow), with `len`-byte datagrams (8972 fill a 9000-byte MTU).
     pub fn udp_flow_sized(&self, port: u16, rate: &str, secs: u32, len: usize) -> Child {
         self.cmd(N1, "iperf3")

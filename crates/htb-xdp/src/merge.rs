@@ -13,6 +13,13 @@ use crate::rings::{FrameCounts, Rings};
 use crate::stats::{EngineStats, PortSnapshot, PortStats};
 use crate::umem::FrameIo;
 
+/// Adds each named counter of `from` to the same counter of `total`.
+macro_rules! add_counters {
+    ($total:expr, $from:expr; $($counter:ident),+ $(,)?) => {
+        $($total.$counter += $from.$counter;)+
+    };
+}
+
 /// Every port's counters, the frames and the passes, summed over the workers' planes.
 pub(crate) fn engine_stats<'a>(
     planes: impl Iterator<Item = &'a Dataplane<FrameIo>>,
@@ -44,12 +51,7 @@ pub(crate) fn engine_stats<'a>(
             }
         }
         let f = plane.frames();
-        frames.total += f.total;
-        frames.free += f.free;
-        frames.in_fill += f.in_fill;
-        frames.in_tx += f.in_tx;
-        frames.with_caller += f.with_caller;
-        frames.packets_held += f.packets_held;
+        add_counters!(frames, f; total, free, in_fill, in_tx, with_caller, packets_held);
         stats.queued += plane.queued();
         stats.loops += plane.loops();
     }
@@ -57,13 +59,6 @@ pub(crate) fn engine_stats<'a>(
         frames.total - frames.free - frames.in_fill - frames.in_tx - frames.with_caller;
     stats.frames = frames;
     stats
-}
-
-/// Adds each named counter of `from` to the same counter of `total`.
-macro_rules! add_counters {
-    ($total:expr, $from:expr; $($counter:ident),+ $(,)?) => {
-        $($total.$counter += $from.$counter;)+
-    };
 }
 
 fn add_port(total: &mut PortStats, port: &PortStats) {

@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use htb_lab::{Htbd, Lab, N1, N2, assert_within, cli_bin};
@@ -246,23 +246,7 @@ fn rate_change_under_load(workers: u32) {
     assert_eq!(htbd.status().workers.len(), workers as usize);
     let stats = htbd.class_stats("r2", "1:10");
     let _server = lab.iperf_server(N2, 5201);
-    let client = lab
-        .cmd(N1, "iperf3")
-        .args([
-            "-c",
-            "10.201.2.2",
-            "-p",
-            "5201",
-            "-t",
-            "9",
-            "-w",
-            "256K",
-            "-J",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let client = lab.tcp_flow(5201, 9, "256K");
     // One-second intervals of L2 bytes at node-2.
     let mut rates = Vec::new();
     let sample = || {

@@ -320,26 +320,7 @@ fn a_changed_file_syncs_only_its_changes_and_untouched_circuits_lose_nothing() {
     // Under a steady flow through the lab circuit (3 of its 5 Mbit/s), the sync goes in.
     let before = htbd.class_stats("r2", "1:100");
     let _server = lab.iperf_server(htb_lab::N2, 5201);
-    let client = lab
-        .cmd(N1, "iperf3")
-        .args([
-            "-c",
-            "10.201.2.2",
-            "-p",
-            "5201",
-            "-u",
-            "-b",
-            "3M",
-            "-l",
-            "1200",
-            "-t",
-            "6",
-            "-J",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let client = lab.udp_flow_sized(5201, "3M", 6, 1200);
     std::thread::sleep(std::time::Duration::from_secs(2));
     let started = std::time::Instant::now();
     let out = import(&htbd, &file2);

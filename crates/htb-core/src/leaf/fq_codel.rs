@@ -309,12 +309,7 @@ impl FqCodel {
     pub(crate) fn purge<P: Packet>(&mut self, store: &mut LeafStore<P>, out: &mut impl FnMut(P)) {
         for list in [&mut self.new_flows, &mut self.old_flows, &mut self.dormant] {
             while let Some(idx) = list.front() {
-                let flow = store.flows.get_mut(idx);
-                while let Some((packet, _)) = store.packets.pop_front(&mut flow.packets) {
-                    out(packet);
-                }
-                flow.len = 0;
-                flow.backlog = 0;
+                store.empty_flow(idx, out);
                 list.remove(&mut store.flows, idx);
                 store.flows.free(&mut self.index, idx);
             }

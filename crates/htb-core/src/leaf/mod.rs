@@ -86,6 +86,18 @@ impl<P> Default for LeafStore<P> {
 }
 
 impl<P> LeafStore<P> {
+    /// Hands every packet of flow `idx` to `out` and leaves the flow empty, still allocated
+    /// and linked (the `*_reset` of `sfq` and `fq_codel`, one flow).
+    pub(crate) fn empty_flow(&mut self, idx: u32, out: &mut impl FnMut(P)) -> &mut flows::Flow {
+        let flow = self.flows.get_mut(idx);
+        while let Some((packet, _)) = self.packets.pop_front(&mut flow.packets) {
+            out(packet);
+        }
+        flow.len = 0;
+        flow.backlog = 0;
+        flow
+    }
+
     /// The index of `config` among the start disciplines, added if new.
     pub(crate) fn start_of(&mut self, config: &LeafConfig) -> u32 {
         // The newest is the scheduler's default now: looked at first.

@@ -373,12 +373,7 @@ impl Sfq {
     pub(crate) fn purge<P: Packet>(&mut self, store: &mut LeafStore<P>, out: &mut impl FnMut(P)) {
         while self.tail != NONE {
             let idx = store.flows.get(self.tail).next;
-            let flow = store.flows.get_mut(idx);
-            while let Some((packet, _)) = store.packets.pop_front(&mut flow.packets) {
-                out(packet);
-            }
-            flow.len = 0;
-            flow.backlog = 0;
+            let flow = store.empty_flow(idx, out);
             let next = flow.next;
             flow.next = NONE;
             if idx == self.tail {

@@ -180,13 +180,9 @@ fn mq_info(dev: &str, mq: &MqModel, snapshot: Option<&PortSnapshot>) -> MqInfo {
             drops: snapshot.port.drops_pool + snapshot.port.drops_police,
             ..QueueStats::default()
         };
+        // `gnet_stats_add_queue` adds every counter, requeues included.
         for c in classes.iter().filter_map(|c| c.stats) {
-            sum.bytes += c.bytes;
-            sum.packets += c.packets;
-            sum.drops += c.drops;
-            sum.overlimits += c.overlimits;
-            sum.backlog_bytes += c.backlog_bytes;
-            sum.backlog_packets += c.backlog_packets;
+            sum.add(&c);
         }
         sum
     });
