@@ -18,12 +18,8 @@ step "lints"
 cargo clippy --workspace --all-targets -- -D warnings
 step "docs (rustdoc's link checks; the dependencies' metadata is clippy's, so this is seconds)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
-step "dependency licences, bans and sources (cargo-deny, where installed: scripts/deny.sh installs it)"
-if command -v cargo-deny >/dev/null; then
-    scripts/deny.sh
-else
-    echo "cargo-deny is not installed: skipped (building it takes ~5 minutes on 2 cores; run scripts/deny.sh)"
-fi
+step "dependency licences, bans and sources (cargo-deny; the advisories need GitHub: scripts/deny.sh --advisories)"
+scripts/deny.sh
 step "release build of htbd, htb-cli and htb-xdp-gen (the lab tests shape up to 1 Gbit/s; a debug build cannot)"
 cargo build --release --quiet -p htbd -p htb-cli -p htb-xdp-gen --bins
 # The netns lab tests are #[ignore]d (they need root and network namespaces): included here when
