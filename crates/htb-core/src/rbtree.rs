@@ -19,10 +19,10 @@ pub(crate) const NIL: NodeId = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Color {
-    Red,
-    Black,
+    Red = 0,
+    Black = 1,
     /// Not in any tree (`RB_EMPTY_NODE`).
-    Unlinked,
+    Unlinked = 2,
 }
 
 /// Which child of a node: the kernel writes each balancing case twice, once per side
@@ -43,24 +43,67 @@ impl Side {
     }
 }
 
-/// A node's links. Lives inside the owner's slot of some arena.
+/// A node's links. Lives inside the owner's slot of some arena. The color rides in the parent
+/// word's top two bits, so the record is three words: a wait-queue node (links and a 64-bit
+/// time) is 20 bytes, not 24, on every class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Links {
-    parent: NodeId,
+    /// The parent's index in the low 30 bits ([`PARENT_BITS`] set: none), the [`Color`] in the
+    /// top two.
+    parent_color: u32,
     /// Left and right child, indexed by [`Side`].
     children: [NodeId; 2],
-    color: Color,
 }
 
+/// The parent index's bits in [`Links::parent_color`]: all of them set is [`NIL`].
+const PARENT_BITS: u32 = (1 << 30) - 1;
+
+/// Every node of a pool must have an index below this ([`Links`] keeps 30 bits of it).
+pub(crate) const MAX_NODES: u32 = PARENT_BITS;
+
 impl Links {
-    pub(crate) const UNLINKED: Self = Self {
-        parent: NIL,
-        children: [NIL, NIL],
-        color: Color::Unlinked,
-    };
+    pub(crate) const UNLINKED: Self = Self::new(NIL, Color::Unlinked);
+
+    const fn new(parent: NodeId, color: Color) -> Self {
+        Self {
+            parent_color: (parent & PARENT_BITS) | ((color as u32) << 30),
+            children: [NIL, NIL],
+        }
+    }
 
     pub(crate) fn is_linked(&self) -> bool {
-        self.color != Color::Unlinked
+        self.color() != Color::Unlinked
+    }
+
+    #[inline]
+    fn parent(&self) -> NodeId {
+        match self.parent_color & PARENT_BITS {
+            PARENT_BITS => NIL,
+            parent => parent,
+        }
+    }
+
+    #[inline]
+    fn set_parent(&mut self, parent: NodeId) {
+        debug_assert!(
+            parent == NIL || parent < MAX_NODES,
+            "node {parent} past MAX_NODES"
+        );
+        self.parent_color = (self.parent_color & !PARENT_BITS) | (parent & PARENT_BITS);
+    }
+
+    #[inline]
+    fn color(&self) -> Color {
+        match self.parent_color >> 30 {
+            0 => Color::Red,
+            1 => Color::Black,
+            _ => Color::Unlinked,
+        }
+    }
+
+    #[inline]
+    fn set_color(&mut self, color: Color) {
+        self.parent_color = (self.parent_color & PARENT_BITS) | ((color as u32) << 30);
     }
 
     fn child(&self, side: Side) -> NodeId {
@@ -172,11 +215,7 @@ impl RbTree {
             }
             (parent, go_left, false, false)
         };
-        *pool.links_mut(node) = Links {
-            parent,
-            children: [NIL, NIL],
-            color: Color::Red,
-        };
+        *pool.links_mut(node) = Links::new(parent, Color::Red);
         if parent == NIL {
             self.root = node;
         } else {
@@ -207,28 +246,28 @@ impl RbTree {
             self.last = Self::prev(pool, node);
         }
         let z = *pool.links(node);
-        let mut removed_color = z.color;
+        let mut removed_color = z.color();
         let x;
         let x_parent;
         if z.left() == NIL || z.right() == NIL {
             // At most one child: it takes the node's place.
             x = if z.left() == NIL { z.right() } else { z.left() };
-            x_parent = z.parent;
+            x_parent = z.parent();
             self.transplant(pool, node, x);
         } else {
             let y = Self::extreme(pool, z.right(), Side::Left);
-            removed_color = pool.links(y).color;
+            removed_color = pool.links(y).color();
             x = pool.links(y).right();
-            if pool.links(y).parent == node {
+            if pool.links(y).parent() == node {
                 x_parent = y;
             } else {
-                x_parent = pool.links(y).parent;
+                x_parent = pool.links(y).parent();
                 self.transplant(pool, y, x);
                 Self::set_child(pool, y, Side::Right, z.right());
             }
             self.transplant(pool, node, y);
             Self::set_child(pool, y, Side::Left, z.left());
-            pool.links_mut(y).color = z.color;
+            pool.links_mut(y).set_color(z.color());
         }
         if removed_color == Color::Black {
             self.erase_fixup(pool, x, x_parent);
@@ -255,10 +294,10 @@ impl RbTree {
             return Self::extreme(pool, links.child(side), side.mirror());
         }
         let mut child = node;
-        let mut parent = links.parent;
+        let mut parent = links.parent();
         while parent != NIL && pool.links(parent).child(side) == child {
             child = parent;
-            parent = pool.links(parent).parent;
+            parent = pool.links(parent).parent();
         }
         parent
     }
@@ -301,10 +340,10 @@ impl RbTree {
             };
         }
         let root = pool.links(self.root);
-        if root.parent != NIL {
+        if root.parent() != NIL {
             return Err(TreeFault::RootHasParent);
         }
-        if root.color == Color::Red {
+        if root.color() == Color::Red {
             return Err(TreeFault::RedRoot);
         }
         let mut count = 0usize;
@@ -336,7 +375,7 @@ impl RbTree {
         }
         *count += 1;
         let links = *pool.links(node);
-        if links.color == Color::Unlinked {
+        if links.color() == Color::Unlinked {
             return Err(TreeFault::UnlinkedInTree(node));
         }
         let key = pool.key(node);
@@ -345,10 +384,10 @@ impl RbTree {
         }
         for child in links.children {
             if child != NIL {
-                if pool.links(child).parent != node {
+                if pool.links(child).parent() != node {
                     return Err(TreeFault::ParentLink(child));
                 }
-                if links.color == Color::Red && pool.links(child).color == Color::Red {
+                if links.color() == Color::Red && pool.links(child).color() == Color::Red {
                     return Err(TreeFault::RedRedEdge(child));
                 }
             }
@@ -358,7 +397,7 @@ impl RbTree {
         if left != right {
             return Err(TreeFault::BlackHeight(node));
         }
-        Ok(left + u32::from(links.color == Color::Black))
+        Ok(left + u32::from(links.color() == Color::Black))
     }
 
     /// The last node of the subtree at `node` going towards `side` (the minimum for left).
@@ -373,13 +412,13 @@ impl RbTree {
         if node == NIL {
             Color::Black
         } else {
-            pool.links(node).color
+            pool.links(node).color()
         }
     }
 
     fn set_color<P: NodePool + ?Sized>(pool: &mut P, node: NodeId, color: Color) {
         if node != NIL {
-            pool.links_mut(node).color = color;
+            pool.links_mut(node).set_color(color);
         }
     }
 
@@ -387,17 +426,17 @@ impl RbTree {
     fn set_child<P: NodePool + ?Sized>(pool: &mut P, node: NodeId, side: Side, child: NodeId) {
         pool.links_mut(node).children[side as usize] = child;
         if child != NIL {
-            pool.links_mut(child).parent = node;
+            pool.links_mut(child).set_parent(node);
         }
     }
 
     /// Replaces the subtree at `old` by the one at `new` in `old`'s parent.
     fn transplant<P: NodePool + ?Sized>(&mut self, pool: &mut P, old: NodeId, new: NodeId) {
-        let parent = pool.links(old).parent;
+        let parent = pool.links(old).parent();
         if parent == NIL {
             self.root = new;
             if new != NIL {
-                pool.links_mut(new).parent = NIL;
+                pool.links_mut(new).set_parent(NIL);
             }
         } else {
             let side = pool.links(parent).side_of(old);
@@ -418,13 +457,13 @@ impl RbTree {
 
     fn insert_fixup<P: NodePool + ?Sized>(&mut self, pool: &mut P, mut z: NodeId) {
         loop {
-            let parent = pool.links(z).parent;
-            if parent == NIL || pool.links(parent).color != Color::Red {
+            let parent = pool.links(z).parent();
+            if parent == NIL || pool.links(parent).color() != Color::Red {
                 break;
             }
             // A red parent is never the root, so the grandparent exists. `side` is the
             // parent's side of the grandparent; every case below mirrors for the other side.
-            let grand = pool.links(parent).parent;
+            let grand = pool.links(parent).parent();
             let side = pool.links(grand).side_of(parent);
             let uncle = pool.links(grand).child(side.mirror());
             if Self::color(pool, uncle) == Color::Red {
@@ -437,7 +476,7 @@ impl RbTree {
                 if pool.links(parent).child(side.mirror()) == z {
                     z = parent;
                     self.rotate(pool, z, side);
-                    parent = pool.links(z).parent;
+                    parent = pool.links(z).parent();
                 }
                 Self::set_color(pool, parent, Color::Black);
                 Self::set_color(pool, grand, Color::Red);
@@ -473,7 +512,7 @@ impl RbTree {
             {
                 Self::set_color(pool, w, Color::Red);
                 x = parent;
-                parent = pool.links(x).parent;
+                parent = pool.links(x).parent();
             } else {
                 if Self::color(pool, far_nephew) == Color::Black {
                     Self::set_color(pool, near_nephew, Color::Black);
@@ -481,7 +520,7 @@ impl RbTree {
                     self.rotate(pool, w, far);
                     w = pool.links(parent).child(far);
                 }
-                let parent_color = pool.links(parent).color;
+                let parent_color = pool.links(parent).color();
                 Self::set_color(pool, w, parent_color);
                 Self::set_color(pool, parent, Color::Black);
                 let far_nephew = pool.links(w).child(far);

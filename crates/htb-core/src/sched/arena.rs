@@ -17,6 +17,12 @@ use crate::time::Instant;
 pub(crate) type ClassIdx = u32;
 /// "No class" (no parent, not found).
 pub(crate) const NO_CLASS: ClassIdx = u32::MAX;
+
+/// Class slots a scheduler can hold: 119 304 647. Tree nodes keep 30-bit indices
+/// ([`MAX_NODES`](crate::rbtree::MAX_NODES)), and a class has at most one single row node and
+/// one block of [`MAX_DEPTH`] feed nodes allocated at once (a leaf that became inner and back
+/// keeps both in the free lists).
+pub(crate) const MAX_CLASSES: u32 = crate::rbtree::MAX_NODES / (MAX_DEPTH as u32 + 1);
 /// "Not an inner class".
 pub(crate) const NO_INNER: u32 = u32::MAX;
 
@@ -120,7 +126,10 @@ impl Level {
 
 /// A node of one of the scheduler's trees, in an arena slot: its links, its key, and whom it
 /// stands for. Both kinds of node are this one record, so one [`NodePool`] serves them.
+/// Packed to 4-byte alignment: a wait node's 64-bit key follows its three-word links with no
+/// padding (20 bytes, not 24, per class).
 #[derive(Clone, Copy, Debug)]
+#[repr(Rust, packed(4))]
 pub(crate) struct TreeSlot<K, O> {
     pub(crate) links: Links,
     pub(crate) key: K,
@@ -233,7 +242,7 @@ mod size_tests {
             "Leaf is {} bytes",
             size_of::<crate::leaf::Leaf>()
         );
-        assert_eq!(size_of::<WaitNode>(), 24);
-        assert_eq!(size_of::<PrioNode>(), 24);
+        assert_eq!(size_of::<WaitNode>(), 20);
+        assert_eq!(size_of::<PrioNode>(), 20);
     }
 }

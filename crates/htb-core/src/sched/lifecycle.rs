@@ -4,7 +4,7 @@
 use alloc::vec::Vec;
 
 use super::Scheduler;
-use super::arena::{Class, ClassIdx, InnerState, NO_CLASS, NO_INNER, WaitNode};
+use super::arena::{Class, ClassIdx, InnerState, MAX_CLASSES, NO_CLASS, NO_INNER, WaitNode};
 use crate::Packet;
 use crate::class_id::ClassId;
 use crate::error::ClassError;
@@ -63,7 +63,7 @@ impl<P: Packet> Scheduler<P> {
             Some(slot) => slot,
             None => u32::try_from(self.classes.len())
                 .ok()
-                .filter(|&s| s < NO_CLASS - 1)
+                .filter(|&s| s < MAX_CLASSES)
                 .ok_or(ClassError::TooManyClasses)?,
         };
 
@@ -427,7 +427,7 @@ impl<P: Packet> Scheduler<P> {
         class.level = level;
         class.deficit = [0; MAX_DEPTH];
         // An inner class holds no packets: its leaf goes (`qdisc_put` of the child qdisc).
-        self.queues[slot as usize] = Leaf::placeholder();
+        self.queues[slot as usize] = Leaf::Vacant;
         self.refresh_default();
     }
 

@@ -176,7 +176,7 @@ impl<P: Packet> Scheduler<P> {
             },
             classes: Chunked::new(),
             // A leaf's copy may allocate (`cake`'s): new chunks hold empty fifos.
-            queues: Chunked::with_filler(Leaf::vacant()),
+            queues: Chunked::with_filler(Leaf::Vacant),
             wait_nodes: Chunked::new(),
             prio_nodes: PrioNodes::default(),
             inner: Chunked::new(),
