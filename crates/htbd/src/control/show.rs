@@ -80,6 +80,20 @@ impl Window {
         }
     }
 
+    /// The items of `list` in the window, pulled only as far as the first one after it (which
+    /// marks that more follow).
+    fn take<T>(&mut self, list: impl Iterator<Item = T>) -> Vec<T> {
+        let mut taken = Vec::new();
+        for item in list {
+            if self.admit() {
+                taken.push(item);
+            } else if self.more {
+                break;
+            }
+        }
+        taken
+    }
+
     /// Whether this is the first page (or no paging): what precedes the list comes with it.
     fn first(&self) -> bool {
         self.from == 0
@@ -128,14 +142,16 @@ impl TreeStats<'_> {
 
 /// The classes of `qdisc` whose counters a `show` of `object` prints: for `qdisc show` its leaf
 /// classes that have a leaf qdisc (all of them with `invisible`), for `class show` those the
-/// show selects.
+/// show selects that fall in `window` (a page of a million classes walks the classes before it
+/// and stops after it, instead of listing all of them per page).
 fn tree_ids(
     show: &Show,
     object: Object,
     qdisc: &QdiscModel,
     only: Option<ClassId>,
-) -> Result<Vec<ClassId>, IpcError> {
-    Ok(match object {
+    window: &mut Window,
+) -> Vec<ClassId> {
+    match object {
         Object::Qdisc => qdisc
             .classes
             .values()
@@ -146,16 +162,17 @@ fn tree_ids(
         Object::Class => {
             // `parent root` and `parent 1:` (the qdisc) both ask for the root classes.
             let parent = show.parent.map(|p| p.id().filter(|id| !id.is_qdisc()));
-            qdisc
-                .classes
-                .values()
-                .filter(|d| only.is_none_or(|o| o == d.id))
-                .filter(|d| parent.is_none_or(|p| p == d.parent))
-                .map(|d| d.id)
-                .collect()
+            window.take(
+                qdisc
+                    .classes
+                    .values()
+                    .filter(|d| only.is_none_or(|o| o == d.id))
+                    .filter(|d| parent.is_none_or(|p| p == d.parent))
+                    .map(|d| d.id),
+            )
         }
         Object::Filter => Vec::new(),
-    })
+    }
 }
 
 /// `mq`'s line and its classes, each with its tree's totals from `snapshot` (`-s`).
@@ -424,22 +441,15 @@ impl Control {
                 .collect();
             // A classless root shows as one qdisc, with its one class's counters.
             let classless = matches!(port.root, Root::Leaf(_));
+            // A paged class show: only the window's classes are looked up and counted.
             let ids: Vec<Vec<ClassId>> = trees
                 .iter()
                 .map(|(_, q)| match (classless, object) {
-                    (true, Object::Qdisc) => Ok(vec![ClassId::new(q.config.major, 1)]),
-                    (true, _) => Ok(Vec::new()),
-                    (false, _) => tree_ids(show, object, q, only_class),
+                    (true, Object::Qdisc) => vec![ClassId::new(q.config.major, 1)],
+                    (true, _) => Vec::new(),
+                    (false, _) => tree_ids(show, object, q, only_class, &mut window),
                 })
-                .collect::<Result<Vec<_>, _>>()?;
-            // A paged class show: only the window's classes are looked up and counted.
-            let ids: Vec<Vec<ClassId>> = if object == Object::Class {
-                ids.into_iter()
-                    .map(|list| list.into_iter().filter(|_| window.admit()).collect())
-                    .collect()
-            } else {
-                ids
-            };
+                .collect();
             // One copy of the port's counters serves every tree and the mq line: what they
             // print adds up.
             let snapshot = match object {
@@ -636,5 +646,23 @@ mod tests {
             "a limit of 0 is 1"
         );
         assert!(Window::new(page(0, 3)).first() && !Window::new(page(3, 3)).first());
+    }
+
+    /// A page taken from lists (one per tree) pulls no item past the one after the window,
+    /// and pages across the lists' boundary as over one list.
+    #[test]
+    fn a_page_stops_pulling_after_its_window() {
+        let pulled = std::cell::Cell::new(0);
+        let list = |range: std::ops::Range<u64>| range.inspect(|_| pulled.set(pulled.get() + 1));
+        let mut window = Window::new(Some(htb_ipc::Page { from: 3, limit: 2 }));
+        assert_eq!(window.take(list(0..1_000_000)), [3, 4]);
+        assert_eq!(pulled.get(), 6, "3 skipped, 2 taken, 1 to know more follow");
+        assert_eq!(window.take(list(0..10)), Vec::<u64>::new());
+        assert_eq!(pulled.get(), 7, "a later tree: one pulled, then stop");
+        assert_eq!(window.next(), Some(5));
+        // Across two trees of 3: items 2 (first tree's last) and 0 of the second.
+        let mut window = Window::new(Some(htb_ipc::Page { from: 2, limit: 2 }));
+        let (a, b) = (window.take(0..3), window.take(10..13));
+        assert_eq!((a, b, window.next()), (vec![2], vec![10], Some(4)));
     }
 }
