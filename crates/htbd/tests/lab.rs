@@ -225,25 +225,7 @@ fn borrowing(workers: u32) {
     ];
     let _s1 = lab.iperf_server(N2, 5201);
     let _s2 = lab.iperf_server(N2, 5202);
-    let second = lab
-        .cmd(N1, "iperf3")
-        .args([
-            "-c",
-            "10.201.2.2",
-            "-p",
-            "5202",
-            "-u",
-            "-b",
-            "150M",
-            "-l",
-            "1400",
-            "-t",
-            "5",
-            "-J",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let second = lab.udp_flow(5202, "150M", 5);
     let first = lab.iperf(N1, "10.201.2.2", 5201, 5, Some("150M"), false);
     let second: serde_json::Value =
         serde_json::from_slice(&second.wait_with_output().unwrap().stdout).unwrap();
