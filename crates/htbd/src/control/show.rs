@@ -361,18 +361,10 @@ fn show_tree(
         }
         Object::Filter => {
             let wanted = show.prio.zip(show.handle);
-            for f in &qdisc.filters {
-                if let Some((prio, handle)) = wanted
-                    && (f.prio != prio || handle.0 != f.handle)
-                {
-                    continue;
-                }
-                if !window.admit() {
-                    if window.more {
-                        break;
-                    }
-                    continue;
-                }
+            let selected = (&qdisc.filters).into_iter().filter(|f| {
+                wanted.is_none_or(|(prio, handle)| f.prio == prio && handle.0 == f.handle)
+            });
+            for f in window.take(selected) {
                 shown.filters.push(FilterInfo {
                     dev: dev.clone(),
                     parent: ClassId::new(qdisc.config.major, 0),
