@@ -13,6 +13,7 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use super::codel::{self, CodelParams, CodelQueue, CodelStats};
+use super::counts::QueueCounts;
 use super::flows::{Flow, FlowList, FlowTable, LeafFlows, ListTag};
 use super::pool::{PacketList, PacketPool};
 use super::spec::FqCodelConfig;
@@ -31,14 +32,13 @@ pub(crate) struct FqCodel {
     new_flows: FlowList,
     old_flows: FlowList,
     dormant: FlowList,
-    len: u32,
-    backlog: u64,
+    /// Packets and bytes held, packets dropped.
+    pub(crate) counts: QueueCounts,
     memory_usage: u32,
     codel: CodelStats,
     drop_overlimit: u32,
     drop_overmemory: u32,
     new_flow_count: u32,
-    drops: u64,
 }
 
 /// `reciprocal_scale(hash, flows)`: a bucket in `0..flows` from a 32-bit hash.
@@ -54,10 +54,8 @@ struct Served<'a, P> {
     flow_len: &'a mut u32,
     flow_backlog: &'a mut u32,
     dropped: &'a mut Vec<P>,
-    len: &'a mut u32,
-    backlog: &'a mut u64,
+    counts: &'a mut QueueCounts,
     memory_usage: &'a mut u32,
-    drops: &'a mut u64,
 }
 
 impl<P: Packet> CodelQueue<P> for Served<'_, P> {
@@ -67,18 +65,17 @@ impl<P: Packet> CodelQueue<P> for Served<'_, P> {
         let len = packet.len_bytes();
         *self.flow_len -= 1;
         *self.flow_backlog -= len;
-        *self.len -= 1;
-        *self.backlog -= u64::from(len);
+        self.counts.remove(len);
         *self.memory_usage = self.memory_usage.saturating_sub(packet.truesize());
         Some((packet, enqueued))
     }
 
     fn backlog(&self) -> u64 {
-        *self.backlog
+        self.counts.backlog
     }
 
     fn drop(&mut self, packet: P) {
-        *self.drops += 1;
+        self.counts.drops += 1;
         self.dropped.push(packet);
     }
 }
@@ -92,14 +89,12 @@ impl FqCodel {
             new_flows: FlowList::new(ListTag::New),
             old_flows: FlowList::new(ListTag::Old),
             dormant: FlowList::new(ListTag::Dormant),
-            len: 0,
-            backlog: 0,
+            counts: QueueCounts::default(),
             memory_usage: 0,
             codel: CodelStats::default(),
             drop_overlimit: 0,
             drop_overmemory: 0,
             new_flow_count: 0,
-            drops: 0,
         }
     }
 
@@ -139,12 +134,12 @@ impl FqCodel {
             if flow.len == 0 && flow.list == ListTag::Unlinked {
                 store.flows.free(&mut self.index, idx);
             }
-            self.drops += 1;
+            self.counts.drops += 1;
             return Err(packet);
         }
         flow.len += 1;
         flow.backlog = flow.backlog.saturating_add(len);
-        self.backlog += u64::from(len);
+        self.counts.backlog += u64::from(len);
         if flow.list == ListTag::Unlinked {
             flow.deficit = self.config.quantum as i32;
             self.new_flows.push_back(&mut store.flows, idx);
@@ -152,15 +147,15 @@ impl FqCodel {
         }
         self.memory_usage = self.memory_usage.saturating_add(truesize);
         let memory_limited = self.memory_usage > self.config.memory_limit;
-        self.len += 1;
-        if self.len <= self.config.limit && !memory_limited {
+        self.counts.len += 1;
+        if self.counts.len <= self.config.limit && !memory_limited {
             return Ok(());
         }
         // fq_codel_drop is a linear search for the fattest flow: rather than one packet, drop
         // half its backlog (at most drop_batch packets) to amortize it.
-        let before = self.len;
+        let before = self.counts.len;
         self.drop_from_fattest(store);
-        let dropped = before - self.len;
+        let dropped = before - self.counts.len;
         self.drop_overlimit = self.drop_overlimit.wrapping_add(dropped);
         if memory_limited {
             self.drop_overmemory = self.drop_overmemory.wrapping_add(dropped);
@@ -205,10 +200,10 @@ impl FqCodel {
         flow.state.count = flow.state.count.wrapping_add(count);
         flow.len -= count;
         flow.backlog -= len;
-        self.backlog -= u64::from(len);
+        self.counts.backlog -= u64::from(len);
         self.memory_usage = self.memory_usage.saturating_sub(mem);
-        self.len -= count;
-        self.drops += u64::from(count);
+        self.counts.len -= count;
+        self.counts.drops += u64::from(count);
     }
 
     /// `fq_codel_dequeue`.
@@ -245,10 +240,8 @@ impl FqCodel {
                     flow_len: len,
                     flow_backlog: backlog,
                     dropped: &mut store.dropped,
-                    len: &mut self.len,
-                    backlog: &mut self.backlog,
+                    counts: &mut self.counts,
                     memory_usage: &mut self.memory_usage,
-                    drops: &mut self.drops,
                 };
                 codel::dequeue(&mut served, vars, &params, &mut self.codel, now)
             };
@@ -314,8 +307,7 @@ impl FqCodel {
                 store.flows.free(&mut self.index, idx);
             }
         }
-        self.len = 0;
-        self.backlog = 0;
+        self.counts.emptied();
         self.memory_usage = 0;
     }
 
@@ -330,10 +322,10 @@ impl FqCodel {
     ) {
         debug_assert_eq!(config.flows, self.config.flows);
         self.config = config;
-        while self.len > self.config.limit || self.memory_usage > self.config.memory_limit {
+        while self.counts.len > self.config.limit || self.memory_usage > self.config.memory_limit {
             match self.dequeue(store, now) {
                 Some(packet) => {
-                    self.drops += 1;
+                    self.counts.drops += 1;
                     store.dropped.push(packet);
                 }
                 None => break,
@@ -344,19 +336,6 @@ impl FqCodel {
     pub(crate) fn config(&self) -> FqCodelConfig {
         self.config
     }
-
-    pub(crate) fn len(&self) -> u32 {
-        self.len
-    }
-
-    pub(crate) fn backlog(&self) -> u64 {
-        self.backlog
-    }
-
-    pub(crate) fn drops(&self) -> u64 {
-        self.drops
-    }
-
     pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>) -> Result<usize, CheckError> {
         let flows = &store.flows;
         let (mut len, mut bytes, mut records) = (0u32, 0u64, 0usize);
@@ -392,10 +371,10 @@ impl FqCodel {
             }
             records += on_list as usize;
         }
-        if (len, bytes) != (self.len, self.backlog) {
+        if (len, bytes) != (self.counts.len, self.counts.backlog) {
             return Err(CheckError(format!(
                 "fq_codel flows hold {len} packets / {bytes} B, counters say {} / {}",
-                self.len, self.backlog
+                self.counts.len, self.counts.backlog
             )));
         }
         let chained = store.flows.check_leaf(&self.index)?;

@@ -18,6 +18,7 @@
 
 mod cake;
 mod codel;
+mod counts;
 mod fifo;
 mod flows;
 mod fq_codel;
@@ -286,9 +287,9 @@ impl Leaf {
         match self {
             Self::Unstarted { .. } | Self::Vacant => 0,
             Self::Fifo(q) => q.len(),
-            Self::Sfq(q) => q.len(),
-            Self::FqCodel(q) => q.len(),
-            Self::Cake(q) => q.len(),
+            Self::Sfq(q) => q.counts.len,
+            Self::FqCodel(q) => q.counts.len,
+            Self::Cake(q) => q.counts.len,
         }
     }
 
@@ -304,9 +305,9 @@ impl Leaf {
         match self {
             Self::Unstarted { .. } | Self::Vacant => 0,
             Self::Fifo(q) => q.backlog(),
-            Self::Sfq(q) => q.backlog(),
-            Self::FqCodel(q) => q.backlog(),
-            Self::Cake(q) => q.backlog(),
+            Self::Sfq(q) => q.counts.backlog,
+            Self::FqCodel(q) => q.counts.backlog,
+            Self::Cake(q) => q.counts.backlog,
         }
     }
 
@@ -394,9 +395,13 @@ impl Leaf {
             },
             Self::Vacant => (0, None, None),
             Self::Fifo(q) => (q.drops(), None, None),
-            Self::Sfq(q) => (q.drops(), None, None),
-            Self::FqCodel(q) => (q.drops(), Some(q.stats()), None),
-            Self::Cake(q) => (q.drops(), None, Some(alloc::boxed::Box::new(q.stats()))),
+            Self::Sfq(q) => (q.counts.drops, None, None),
+            Self::FqCodel(q) => (q.counts.drops, Some(q.stats()), None),
+            Self::Cake(q) => (
+                q.counts.drops,
+                None,
+                Some(alloc::boxed::Box::new(q.stats())),
+            ),
         };
         LeafStats {
             config: self.config(store),

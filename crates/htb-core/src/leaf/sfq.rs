@@ -14,6 +14,7 @@ use alloc::format;
 use alloc::vec::Vec;
 
 use super::LeafStore;
+use super::counts::QueueCounts;
 use super::flows::LeafFlows;
 use super::pool::NONE;
 use super::spec::SfqConfig;
@@ -52,8 +53,8 @@ pub(crate) struct Sfq {
     index: LeafFlows,
     /// The flow served last in the round (`q->tail`); the ring links through `Flow::next`.
     tail: u32,
-    len: u32,
-    backlog: u64,
+    /// Packets and bytes held, packets dropped.
+    pub(crate) counts: QueueCounts,
     /// Flows holding packets (`flows` at most).
     active: u32,
     perturbation: u32,
@@ -61,7 +62,6 @@ pub(crate) struct Sfq {
     random: u64,
     /// Order of depth changes, for the choice of the flow to drop from.
     stamp: u32,
-    drops: u64,
 }
 
 impl Sfq {
@@ -73,14 +73,12 @@ impl Sfq {
             config,
             index: LeafFlows::new(key),
             tail: NONE,
-            len: 0,
-            backlog: 0,
+            counts: QueueCounts::default(),
             active: 0,
             perturbation,
             next_perturb: Self::perturb_deadline(&config, now),
             random,
             stamp: 0,
-            drops: 0,
         }
     }
 
@@ -119,7 +117,7 @@ impl Sfq {
         let idx = match store.flows.find(&self.index, bucket) {
             Some(idx) => idx,
             None if self.active >= self.config.flows => {
-                self.drops += 1;
+                self.counts.drops += 1;
                 return Err(packet);
             }
             None => {
@@ -132,7 +130,7 @@ impl Sfq {
         if flow.len >= self.config.depth {
             // congestion_drop: the flow is at its depth.
             if !self.config.headdrop {
-                self.drops += 1;
+                self.counts.drops += 1;
                 return Err(packet);
             }
             let Some((head, _)) = store.packets.pop_front(&mut flow.packets) else {
@@ -140,16 +138,15 @@ impl Sfq {
             };
             let head_len = head.len_bytes();
             store.dropped.push(head);
-            self.drops += 1;
+            self.counts.drops += 1;
             flow.backlog = flow.backlog - head_len + len;
-            self.backlog = self.backlog - u64::from(head_len) + u64::from(len);
+            self.counts.backlog = self.counts.backlog - u64::from(head_len) + u64::from(len);
             return match store.packets.push_back(&mut flow.packets, packet, now) {
                 Ok(()) => Ok(()),
                 Err(packet) => {
                     flow.backlog -= len;
                     flow.len -= 1;
-                    self.backlog -= u64::from(len);
-                    self.len -= 1;
+                    self.counts.remove(len);
                     Err(packet)
                 }
             };
@@ -159,19 +156,19 @@ impl Sfq {
                 store.flows.free(&mut self.index, idx);
                 self.active -= 1;
             }
-            self.drops += 1;
+            self.counts.drops += 1;
             return Err(packet);
         }
         flow.backlog += len;
         flow.len += 1;
         let new_flow = flow.len == 1;
-        self.backlog += u64::from(len);
+        self.counts.backlog += u64::from(len);
         self.touch(store, idx);
         if new_flow {
             self.link_at_end(store, idx);
         }
-        self.len += 1;
-        if self.len > self.config.limit {
+        self.counts.len += 1;
+        if self.counts.len > self.config.limit {
             self.drop_one(store);
         }
         Ok(())
@@ -241,9 +238,8 @@ impl Sfq {
         let len = packet.len_bytes();
         flow.len -= 1;
         flow.backlog -= len;
-        self.backlog -= u64::from(len);
-        self.len -= 1;
-        self.drops += 1;
+        self.counts.remove(len);
+        self.counts.drops += 1;
         store.dropped.push(packet);
         if depth > 1 {
             self.touch(store, victim);
@@ -272,8 +268,7 @@ impl Sfq {
         let len = packet.len_bytes();
         flow.len -= 1;
         flow.backlog -= len;
-        self.len -= 1;
-        self.backlog -= u64::from(len);
+        self.counts.remove(len);
         if flow.len == 0 {
             let next = flow.next;
             if next == a {
@@ -329,8 +324,7 @@ impl Sfq {
         }
         self.tail = NONE;
         self.active = 0;
-        self.len = 0;
-        self.backlog = 0;
+        self.counts.emptied();
         for (packet, enqueued) in held.drain(..) {
             self.reinsert(store, packet, enqueued);
         }
@@ -346,7 +340,7 @@ impl Sfq {
                 store.flows.alloc(&mut self.index, bucket)
             }
             _ => {
-                self.drops += 1;
+                self.counts.drops += 1;
                 store.dropped.push(packet);
                 return;
             }
@@ -354,15 +348,14 @@ impl Sfq {
         let len = packet.len_bytes();
         let flow = store.flows.get_mut(idx);
         if let Err(packet) = store.packets.push_back(&mut flow.packets, packet, enqueued) {
-            self.drops += 1;
+            self.counts.drops += 1;
             store.dropped.push(packet);
             return;
         }
         flow.len += 1;
         flow.backlog += len;
         let new_flow = flow.len == 1;
-        self.len += 1;
-        self.backlog += u64::from(len);
+        self.counts.add(len);
         self.touch(store, idx);
         if new_flow {
             self.link_at_end(store, idx);
@@ -384,8 +377,7 @@ impl Sfq {
             store.flows.free(&mut self.index, idx);
         }
         self.active = 0;
-        self.len = 0;
-        self.backlog = 0;
+        self.counts.emptied();
     }
 
     /// `sfq_change` on a live instance (the kernel only runs it at creation): the new
@@ -403,10 +395,10 @@ impl Sfq {
         }
         self.next_perturb = Self::perturb_deadline(&config, now);
         self.rehash(store);
-        while self.len > self.config.limit {
-            let before = self.len;
+        while self.counts.len > self.config.limit {
+            let before = self.counts.len;
             self.drop_one(store);
-            if self.len == before {
+            if self.counts.len == before {
                 break;
             }
         }
@@ -415,19 +407,6 @@ impl Sfq {
     pub(crate) fn config(&self) -> SfqConfig {
         self.config
     }
-
-    pub(crate) fn len(&self) -> u32 {
-        self.len
-    }
-
-    pub(crate) fn backlog(&self) -> u64 {
-        self.backlog
-    }
-
-    pub(crate) fn drops(&self) -> u64 {
-        self.drops
-    }
-
     pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>) -> Result<usize, CheckError> {
         let (mut len, mut bytes, mut flows) = (0u32, 0u64, 0u32);
         if self.tail != NONE {
@@ -459,16 +438,16 @@ impl Sfq {
                 }
             }
         }
-        if (len, bytes, flows) != (self.len, self.backlog, self.active) {
+        if (len, bytes, flows) != (self.counts.len, self.counts.backlog, self.active) {
             return Err(CheckError(format!(
                 "sfq ring holds {len} packets / {bytes} B in {flows} flows, counters say {} / {} / {}",
-                self.len, self.backlog, self.active
+                self.counts.len, self.counts.backlog, self.active
             )));
         }
-        if self.len > self.config.limit {
+        if self.counts.len > self.config.limit {
             return Err(CheckError(format!(
                 "sfq holds {} packets over its limit {}",
-                self.len, self.config.limit
+                self.counts.len, self.config.limit
             )));
         }
         let chained = store.flows.check_leaf(&self.index)?;

@@ -25,6 +25,7 @@ use alloc::vec::Vec;
 use self::hash::{FlowSet, Hashes, NO_HOST, QUEUES, Slots};
 use self::tins::{RateNs, Tin};
 use super::LeafStore;
+use super::counts::QueueCounts;
 use super::flows::{FlowTable, LeafFlows, ListTag};
 use crate::rate::Rate;
 use crate::time::Duration;
@@ -185,8 +186,8 @@ pub(crate) struct Cake {
     flow_index: LeafFlows,
     host_index: LeafFlows,
     tins: Vec<Tin>,
-    len: u32,
-    backlog: u64,
+    /// Packets and bytes held, packets dropped.
+    pub(crate) counts: QueueCounts,
     /// The rate in effect (bytes/s): the bandwidth, or `autorate-ingress`'s estimate.
     rate_bps: u64,
     rate: RateNs,
@@ -197,7 +198,6 @@ pub(crate) struct Cake {
     buffer_max_used: u32,
     buffer_limit: u32,
     overlimits: u32,
-    drops: u64,
     /// `autorate-ingress`'s state, only while it is on.
     autorate: Option<alloc::boxed::Box<Autorate>>,
     avg_netoff: u32,
@@ -234,8 +234,7 @@ impl Cake {
             flow_index: LeafFlows::new(key),
             host_index: LeafFlows::new(key),
             tins: Vec::new(),
-            len: 0,
-            backlog: 0,
+            counts: QueueCounts::default(),
             rate_bps: config.bandwidth.bytes_per_sec(),
             rate: RateNs::default(),
             time_next_packet: 0,
@@ -245,7 +244,6 @@ impl Cake {
             buffer_max_used: 0,
             buffer_limit: 0,
             overlimits: 0,
-            drops: 0,
             autorate: None,
             avg_netoff: 0,
             min_netlen: u16::MAX,
@@ -405,7 +403,7 @@ impl Cake {
         mut packet: P,
         now: u64,
     ) -> Result<(), P> {
-        if self.len == 0 {
+        if self.counts.len == 0 {
             // An idle leaf frees its queues that came to rest (a busy one does in dequeue).
             self.trim_decaying(store, now);
         }
@@ -432,7 +430,7 @@ impl Cake {
         let b = &mut self.tins[tin];
         if b.tin_backlog == 0 {
             b.time_next_packet = b.time_next_packet.max(now);
-            if self.len == 0 {
+            if self.counts.len == 0 {
                 if self.time_next_packet < now {
                     self.failsafe_next_packet = now;
                     self.time_next_packet = now;
@@ -450,7 +448,7 @@ impl Cake {
             if flow.state.set == FlowSet::None {
                 slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).free_queue(idx);
             }
-            self.drops += 1;
+            self.counts.drops += 1;
             return Err(packet);
         }
         flow.len += 1;
@@ -474,7 +472,7 @@ impl Cake {
                 let b = &mut self.tins[tin];
                 b.ack_drops = b.ack_drops.wrapping_add(1);
                 b.bytes += u64::from(ack_len);
-                self.drops += 1;
+                self.counts.drops += 1;
                 if self.config.ingress {
                     let charged = self.charged(&ack);
                     self.advance_shaper(tin, charged, now, true);
@@ -482,7 +480,7 @@ impl Cake {
                 store.dropped.push(ack);
             }
             None => {
-                self.len += 1;
+                self.counts.len += 1;
                 self.buffer_used = self.buffer_used.saturating_add(truesize);
             }
         }
@@ -490,7 +488,7 @@ impl Cake {
         b.packets = b.packets.wrapping_add(1);
         b.bytes += u64::from(len) - u64::from(ack_len);
         b.tin_backlog = (b.tin_backlog + len) - ack_len;
-        self.backlog = (self.backlog + u64::from(len)) - u64::from(ack_len);
+        self.counts.backlog = (self.counts.backlog + u64::from(len)) - u64::from(ack_len);
         if let Some(mut a) = self.autorate.take() {
             a.avg_window_bytes += u64::from(len) - u64::from(ack_len);
             if a.estimate(now) {
@@ -527,12 +525,12 @@ impl Cake {
         }
 
         self.buffer_max_used = self.buffer_max_used.max(self.buffer_used);
-        let before = self.len;
-        while self.buffer_used > self.buffer_limit && self.len > 0 {
+        let before = self.counts.len;
+        while self.buffer_used > self.buffer_limit && self.counts.len > 0 {
             self.drop_longest(store, now);
         }
         let b = &mut self.tins[tin];
-        b.drop_overlimit = b.drop_overlimit.wrapping_add(before - self.len);
+        b.drop_overlimit = b.drop_overlimit.wrapping_add(before - self.counts.len);
         Ok(())
     }
 
@@ -568,9 +566,8 @@ impl Cake {
         b.tin_backlog -= len;
         b.tin_dropped = b.tin_dropped.wrapping_add(1);
         self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
-        self.backlog -= u64::from(len);
-        self.len -= 1;
-        self.drops += 1;
+        self.counts.remove(len);
+        self.counts.drops += 1;
         if self.config.ingress {
             let charged = self.charged(&packet);
             self.advance_shaper(tin, charged, now, true);
@@ -651,7 +648,7 @@ impl Cake {
         let mode = self.config.flow_mode;
         let mut first_flow = true;
         'begin: loop {
-            if self.len == 0 {
+            if self.counts.len == 0 {
                 return None;
             }
             if self.time_next_packet > now && self.failsafe_next_packet > now {
@@ -707,9 +704,9 @@ impl Cake {
                     flow.backlog -= len;
                     let b = &mut self.tins[tin];
                     b.tin_backlog -= len;
-                    self.backlog -= u64::from(len);
+                    self.counts.backlog -= u64::from(len);
                     self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
-                    self.len -= 1;
+                    self.counts.len -= 1;
                     let bulk = if self.config.ingress {
                         u32::from(b.bulk_flow_count)
                     } else {
@@ -738,7 +735,7 @@ impl Cake {
                         self.tins[tin].tin_deficit -= charged as i32;
                     }
                     self.tins[tin].tin_dropped = self.tins[tin].tin_dropped.wrapping_add(1);
-                    self.drops += 1;
+                    self.counts.drops += 1;
                     store.dropped.push(packet);
                     if self.config.ingress {
                         continue 'retry;
@@ -836,22 +833,9 @@ impl Cake {
 
     /// When the shaper lets the next packet go, while it holds packets back.
     pub(crate) fn throttled_until(&self) -> Option<u64> {
-        (self.len > 0 && self.rate.ns != 0)
+        (self.counts.len > 0 && self.rate.ns != 0)
             .then(|| self.time_next_packet.min(self.failsafe_next_packet))
     }
-
-    pub(crate) fn len(&self) -> u32 {
-        self.len
-    }
-
-    pub(crate) fn backlog(&self) -> u64 {
-        self.backlog
-    }
-
-    pub(crate) fn drops(&self) -> u64 {
-        self.drops
-    }
-
     pub(crate) fn config(&self) -> CakeConfig {
         self.config
     }
@@ -873,9 +857,9 @@ impl Cake {
             let tin = (store.cake.flows.get(idx).bucket / QUEUES) as usize;
             let flow = store.cake.flows.get_mut(idx);
             while let Some((packet, _)) = store.packets.pop_front(&mut flow.packets) {
-                self.backlog -= u64::from(packet.len_bytes());
+                self.counts.backlog -= u64::from(packet.len_bytes());
                 self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
-                self.len -= 1;
+                self.counts.len -= 1;
                 out(packet);
             }
             flow.len = 0;
@@ -918,7 +902,7 @@ impl Cake {
             // Under the old parameters: their flow mode says which host slots count.
             let mut dropped = Vec::new();
             self.clear_tins(store, count, &mut |p| dropped.push(p));
-            self.drops += dropped.len() as u64;
+            self.counts.drops += dropped.len() as u64;
             store.dropped.extend(dropped);
             self.tins.truncate(count);
         } else {
@@ -934,7 +918,7 @@ impl Cake {
         }
         self.cur_tin = 0;
         self.configure_rates();
-        while self.buffer_used > self.buffer_limit && self.len > 0 {
+        while self.buffer_used > self.buffer_limit && self.counts.len > 0 {
             self.drop_longest(store, now);
         }
     }
@@ -1051,10 +1035,10 @@ impl Cake {
                 )));
             }
         }
-        if (len, bytes) != (self.len, self.backlog) {
+        if (len, bytes) != (self.counts.len, self.counts.backlog) {
             return Err(CheckError(format!(
                 "cake queues hold {len} packets / {bytes} B, counters say {} / {}",
-                self.len, self.backlog
+                self.counts.len, self.counts.backlog
             )));
         }
         let hosts = &store.cake.hosts;
