@@ -55,6 +55,8 @@ extern crate alloc;
 
 #[macro_use]
 mod keyword;
+#[macro_use]
+mod newtype;
 
 mod class_id;
 mod error;

@@ -37,30 +37,23 @@ pub(crate) const fn tokens_to_ns_ceil(tokens: i64) -> u64 {
     }
 }
 
-/// A data rate in bits per second.
-///
-/// Any value from 1 bit/s to `u64::MAX` bit/s is accepted by the conversions; a class refuses
-/// a rate of zero.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(transparent)
-)]
-pub struct Rate {
-    bits_per_sec: u64,
+u64_newtype! {
+    /// A data rate in bits per second.
+    ///
+    /// Any value from 1 bit/s to `u64::MAX` bit/s is accepted by the conversions; a class
+    /// refuses a rate of zero.
+    pub struct Rate { bits_per_sec }
+    /// Zero bits per second (not a valid class rate).
+    ZERO;
+    /// The highest representable rate.
+    MAX;
+    /// A rate of `bits_per_sec` bit/s.
+    fn from_bits_per_sec;
+    /// The rate in bit/s.
+    fn bits_per_sec;
 }
 
 impl Rate {
-    /// Zero bits per second (not a valid class rate).
-    pub const ZERO: Self = Self { bits_per_sec: 0 };
-
-    /// A rate of `bits_per_sec` bit/s.
-    #[must_use]
-    pub const fn from_bits_per_sec(bits_per_sec: u64) -> Self {
-        Self { bits_per_sec }
-    }
-
     /// A rate of `bytes_per_sec` byte/s (saturating).
     #[must_use]
     pub const fn from_bytes_per_sec(bytes_per_sec: u64) -> Self {
@@ -91,12 +84,6 @@ impl Rate {
         Self {
             bits_per_sec: gbit.saturating_mul(1_000_000_000),
         }
-    }
-
-    /// The rate in bit/s.
-    #[must_use]
-    pub const fn bits_per_sec(self) -> u64 {
-        self.bits_per_sec
     }
 
     /// The rate in whole bytes per second (rounded down), the unit tc and the kernel use.

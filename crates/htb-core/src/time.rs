@@ -9,41 +9,33 @@
 use core::fmt;
 use core::ops::{Add, AddAssign, Sub};
 
-/// A point on the scheduler's clock, in nanoseconds since an origin chosen by the caller.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Instant {
-    nanos: u64,
+u64_newtype! {
+    /// A point on the scheduler's clock, in nanoseconds since an origin chosen by the caller.
+    pub struct Instant { nanos }
+    /// The clock's origin.
+    ZERO;
+    /// The latest representable instant.
+    MAX;
+    /// An instant `nanos` nanoseconds after the origin.
+    fn from_nanos;
+    /// Nanoseconds since the origin.
+    fn as_nanos;
 }
 
-/// A span of time in nanoseconds (on the wire: an integer of nanoseconds).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(transparent)
-)]
-pub struct Duration {
-    nanos: u64,
+u64_newtype! {
+    /// A span of time in nanoseconds (on the wire: an integer of nanoseconds).
+    pub struct Duration { nanos }
+    /// No time.
+    ZERO;
+    /// The longest representable span.
+    MAX;
+    /// A span of `nanos` nanoseconds.
+    fn from_nanos;
+    /// The span in nanoseconds.
+    fn as_nanos;
 }
 
 impl Instant {
-    /// The clock's origin.
-    pub const ZERO: Self = Self { nanos: 0 };
-    /// The latest representable instant.
-    pub const MAX: Self = Self { nanos: u64::MAX };
-
-    /// An instant `nanos` nanoseconds after the origin.
-    #[must_use]
-    pub const fn from_nanos(nanos: u64) -> Self {
-        Self { nanos }
-    }
-
-    /// Nanoseconds since the origin.
-    #[must_use]
-    pub const fn as_nanos(self) -> u64 {
-        self.nanos
-    }
-
     /// Time elapsed from `earlier` to `self`, or zero if `earlier` is later.
     #[must_use]
     pub const fn saturating_since(self, earlier: Self) -> Duration {
@@ -54,17 +46,6 @@ impl Instant {
 }
 
 impl Duration {
-    /// No time.
-    pub const ZERO: Self = Self { nanos: 0 };
-    /// The longest representable span.
-    pub const MAX: Self = Self { nanos: u64::MAX };
-
-    /// A span of `nanos` nanoseconds.
-    #[must_use]
-    pub const fn from_nanos(nanos: u64) -> Self {
-        Self { nanos }
-    }
-
     /// A span of `micros` microseconds (saturating).
     #[must_use]
     pub const fn from_micros(micros: u64) -> Self {
@@ -89,12 +70,6 @@ impl Duration {
         }
     }
 
-    /// The span in nanoseconds.
-    #[must_use]
-    pub const fn as_nanos(self) -> u64 {
-        self.nanos
-    }
-
     /// The smaller of two spans.
     #[must_use]
     pub const fn min(self, other: Self) -> Self {
@@ -106,27 +81,28 @@ impl Duration {
     }
 }
 
-impl Add<Duration> for Instant {
-    type Output = Self;
-    fn add(self, rhs: Duration) -> Self {
-        Self {
-            nanos: self.nanos.saturating_add(rhs.nanos),
+/// `impl $op<Duration> for $lhs`, saturating instead of wrapping or panicking.
+macro_rules! saturating_op {
+    ($op:ident, $method:ident, $lhs:ident, $saturating:ident) => {
+        impl $op<Duration> for $lhs {
+            type Output = Self;
+            fn $method(self, rhs: Duration) -> Self {
+                Self {
+                    nanos: self.nanos.$saturating(rhs.nanos),
+                }
+            }
         }
-    }
+    };
 }
+
+saturating_op!(Add, add, Instant, saturating_add);
+saturating_op!(Sub, sub, Instant, saturating_sub);
+saturating_op!(Add, add, Duration, saturating_add);
+saturating_op!(Sub, sub, Duration, saturating_sub);
 
 impl AddAssign<Duration> for Instant {
     fn add_assign(&mut self, rhs: Duration) {
         *self = *self + rhs;
-    }
-}
-
-impl Sub<Duration> for Instant {
-    type Output = Self;
-    fn sub(self, rhs: Duration) -> Self {
-        Self {
-            nanos: self.nanos.saturating_sub(rhs.nanos),
-        }
     }
 }
 
@@ -135,24 +111,6 @@ impl Sub for Instant {
     /// Saturating: an earlier `self` gives [`Duration::ZERO`].
     fn sub(self, rhs: Self) -> Duration {
         self.saturating_since(rhs)
-    }
-}
-
-impl Add for Duration {
-    type Output = Self;
-    fn add(self, rhs: Self) -> Self {
-        Self {
-            nanos: self.nanos.saturating_add(rhs.nanos),
-        }
-    }
-}
-
-impl Sub for Duration {
-    type Output = Self;
-    fn sub(self, rhs: Self) -> Self {
-        Self {
-            nanos: self.nanos.saturating_sub(rhs.nanos),
-        }
     }
 }
 
