@@ -34,40 +34,24 @@ fn assert_rate(json: &Value, id: &str, expected_bps: f64) {
 }
 
 fn example(name: &str) -> String {
-    std::fs::read_to_string(format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+    read(&format!("examples/{name}"))
+}
+
+/// A scenario of these tests alone, from `tests/scenarios/`.
+fn scenario(name: &str) -> String {
+    read(&format!("tests/scenarios/{name}"))
+}
+
+fn read(path: &str) -> String {
+    let path = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// The HTB manual's sharing hierarchy, 1:1 100 kB/s = 1:2 {1:10 30, 1:11 10} + 1:12 60, with
 /// each leaf idle in turn.
 #[test]
 fn manual_sharing_hierarchy_each_leaf_idle_in_turn() {
-    let tree = r#"
-duration = "30s"
-warmup = "5s"
-[[class]]
-id = "1:1"
-rate = "100kbps"
-[[class]]
-id = "1:2"
-parent = "1:1"
-rate = "40kbps"
-ceil = "100kbps"
-[[class]]
-id = "1:10"
-parent = "1:2"
-rate = "30kbps"
-ceil = "100kbps"
-[[class]]
-id = "1:11"
-parent = "1:2"
-rate = "10kbps"
-ceil = "100kbps"
-[[class]]
-id = "1:12"
-parent = "1:1"
-rate = "60kbps"
-ceil = "100kbps"
-"#;
+    let tree = scenario("manual-sharing.toml");
     let kb = 8000.0;
     // (active leaves, expected kB/s of 1:10, 1:11, 1:12)
     let cases: [(&[&str], [f64; 3]); 4] = [
@@ -102,36 +86,7 @@ ceil = "100kbps"
 /// with it the share of the spare.
 #[test]
 fn seed_004_one_level_inheritance() {
-    let (json, _) = simulate(
-        r#"
-duration = "20s"
-warmup = "5s"
-link = "100mbit"
-[qdisc]
-leaf = "pfifo"
-[[class]]
-id = "1:1"
-rate = "30mbit"
-[[class]]
-id = "1:2"
-parent = "1:1"
-rate = "10mbit"
-ceil = "30mbit"
-[[class]]
-id = "1:3"
-parent = "1:1"
-rate = "15mbit"
-ceil = "30mbit"
-[[flow]]
-class = "1:2"
-packet = 512
-rate = "13mbit"
-[[flow]]
-class = "1:3"
-packet = 1500
-rate = "26mbit"
-"#,
-    );
+    let (json, _) = simulate(&scenario("seed-004-one-level.toml"));
     // 5 Mbit/s spare shared by quantum (rate/r2q: 125000 and 187500 bytes, 2:3).
     assert_rate(&json, "1:1", 30e6);
     assert_rate(&json, "1:2", 12e6);
@@ -197,35 +152,7 @@ fn strict_priority_within_a_level() {
 /// DRR shares spare bandwidth by bytes: 64-byte and 1500-byte packets get equal rates.
 #[test]
 fn drr_is_byte_fair_across_packet_sizes() {
-    let (json, _) = simulate(
-        r#"
-duration = "6s"
-warmup = "1s"
-[[class]]
-id = "1:1"
-rate = "50mbit"
-[[class]]
-id = "1:10"
-parent = "1:1"
-rate = "5mbit"
-ceil = "50mbit"
-quantum = 3000
-[[class]]
-id = "1:11"
-parent = "1:1"
-rate = "5mbit"
-ceil = "50mbit"
-quantum = 3000
-[[flow]]
-class = "1:10"
-packet = 64
-rate = "max"
-[[flow]]
-class = "1:11"
-packet = 1500
-rate = "max"
-"#,
-    );
+    let (json, _) = simulate(&scenario("drr-packet-sizes.toml"));
     assert_rate(&json, "1:10", 25e6);
     assert_rate(&json, "1:11", 25e6);
 }
@@ -282,27 +209,12 @@ fn live_rate_change_sweep() {
 /// queue, unshaped.
 #[test]
 fn unclassified_traffic_with_and_without_default() {
-    let tree = r#"
-duration = "5s"
-warmup = "1s"
-link = "100mbit"
-[[class]]
-id = "1:1"
-rate = "100mbit"
-[[class]]
-id = "1:20"
-parent = "1:1"
-rate = "10mbit"
-[[flow]]
-class = "unclassified"
-packet = 1500
-rate = "max"
-"#;
+    let tree = scenario("unclassified.toml");
     let (json, _) = simulate(&format!("{tree}[qdisc]\ndefault = \"20\"\n"));
     assert_rate(&json, "1:20", 10e6);
     assert_eq!(json["direct"]["sent_packets"], 0);
 
-    let (json, _) = simulate(tree);
+    let (json, _) = simulate(&tree);
     assert_eq!(class_rate(&json, "1:20"), 0.0);
     let direct = json["direct"]["sent_bytes"].as_f64().unwrap();
     // Unshaped: the whole 100 Mbit/s link for 5 s.

@@ -187,26 +187,9 @@ mod tests {
 
     #[test]
     fn nft_chains_on_forwarding_hooks_with_rules_or_drop_are_bypassed() {
-        let ruleset = serde_json::json!({"nftables": [
-            {"metainfo": {"version": "1.0.6"}},
-            {"table": {"family": "inet", "name": "filter", "handle": 1}},
-            {"chain": {"family": "inet", "table": "filter", "name": "input", "handle": 1,
-                       "type": "filter", "hook": "input", "prio": 0, "policy": "drop"}},
-            {"chain": {"family": "inet", "table": "filter", "name": "forward", "handle": 2,
-                       "type": "filter", "hook": "forward", "prio": 0, "policy": "accept"}},
-            {"chain": {"family": "inet", "table": "filter", "name": "quiet", "handle": 3,
-                       "type": "filter", "hook": "forward", "prio": 10, "policy": "accept"}},
-            {"chain": {"family": "ip", "table": "nat", "name": "post", "handle": 4,
-                       "type": "nat", "hook": "postrouting", "prio": 100, "policy": "accept"}},
-            {"chain": {"family": "ip6", "table": "f", "name": "fw", "handle": 5,
-                       "type": "filter", "hook": "forward", "prio": 0, "policy": "drop"}},
-            {"chain": {"family": "bridge", "table": "b", "name": "fw", "handle": 6,
-                       "type": "filter", "hook": "forward", "prio": 0, "policy": "drop"}},
-            {"rule": {"family": "inet", "table": "filter", "chain": "input", "handle": 7}},
-            {"rule": {"family": "inet", "table": "filter", "chain": "forward", "handle": 8}},
-            {"rule": {"family": "inet", "table": "filter", "chain": "forward", "handle": 9}},
-            {"rule": {"family": "ip", "table": "nat", "chain": "post", "handle": 10}}
-        ]});
+        // `nft -j list ruleset` of a host with chains on the forwarding hooks.
+        let ruleset: Value =
+            serde_json::from_str(include_str!("../testdata/nft-ruleset.json")).expect("fixture");
         assert_eq!(
             bypassed_nft_chains(&ruleset),
             [

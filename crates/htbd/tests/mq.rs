@@ -14,25 +14,7 @@ const NO_TREES: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstat
 /// per queue; each tree's root is 30 Mbit/s, each circuit may take all of it. htbd steers by
 /// filters where LibreQoS steers by its XDP map: UDP port 5201 to queue 0's circuit, 5202 to
 /// queue 1's.
-const BATCH: &str = "\
-qdisc replace dev r2 root handle 7FFF: mq
-qdisc add dev r2 parent 7FFF:0x1 handle 0x1: htb default 2
-class add dev r2 parent 0x1: classid 0x1:1 htb rate 30mbit ceil 30mbit quantum 1514
-qdisc add dev r2 parent 0x1:1 handle 0x9001: fq_codel
-class add dev r2 parent 0x1:1 classid 0x1:2 htb rate 7mbit ceil 29mbit prio 5 quantum 1514
-qdisc add dev r2 parent 0x1:2 handle 0x9002: fq_codel
-qdisc add dev r2 parent 7FFF:0x2 handle 0x2: htb default 2
-class add dev r2 parent 0x2: classid 0x2:1 htb rate 30mbit ceil 30mbit quantum 1514
-qdisc add dev r2 parent 0x2:1 handle 0x9003: fq_codel
-class add dev r2 parent 0x2:1 classid 0x2:2 htb rate 7mbit ceil 29mbit prio 5 quantum 1514
-qdisc add dev r2 parent 0x2:2 handle 0x9004: fq_codel
-class add dev r2 parent 0x1:1 classid 0x1:3 htb rate 10mbit ceil 30mbit prio 3 quantum 1514
-qdisc add dev r2 parent 0x1:3 fq_codel
-class add dev r2 parent 0x2:1 classid 0x2:3 htb rate 10mbit ceil 30mbit prio 3 quantum 1514
-qdisc add dev r2 parent 0x2:3 fq_codel
-filter add dev r2 parent 0x1: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 5201 0xffff flowid 0x1:3
-filter add dev r2 parent 0x2: protocol ip prio 1 u32 match ip protocol 17 0xff match ip dport 5202 0xffff flowid 0x2:3
-";
+const BATCH: &str = include_str!("../testdata/libreqos-mq.batch");
 
 fn bytes(htbd: &Htbd, class: &str) -> u64 {
     htbd.class_stats("r2", class)["bytes"].as_u64().unwrap_or(0)

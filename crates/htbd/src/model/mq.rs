@@ -11,9 +11,8 @@
 use std::collections::BTreeMap;
 
 use htb_core::ClassId;
-use htb_ipc::{ErrorCode, IpcError, MqSpec};
+use htb_ipc::{ErrorCode, IpcError};
 
-use super::leaf::handle_major;
 use super::qdisc::{QdiscModel, Verb};
 use super::{Model, PlaneChange, Root, Step, Undo, error};
 
@@ -73,16 +72,14 @@ impl Model {
         matches!(&self.ports[port].root, Root::Mq(mq) if mq.handle == class.major())
     }
 
-    /// `qdisc add|replace dev D root [handle H:] mq`.
+    /// `qdisc add|replace dev D root [handle H:] mq`, with `H` if given.
     pub(super) fn mq_set(
         &mut self,
         step: &mut Step<'_>,
-        spec: &MqSpec,
+        handle: Option<u16>,
         verb: Verb,
     ) -> Result<(), IpcError> {
-        let (port, name) = (step.port, step.name.clone());
-        let handle = handle_major(spec.handle)?;
-        let p = &self.ports[port];
+        let p = &self.ports[step.port];
         match (&p.root, verb) {
             (Root::None, _) => {}
             // Replacing an mq by the same one keeps it and its trees (the kernel would refuse
@@ -104,7 +101,10 @@ impl Model {
                 };
                 return Err(error(
                     ErrorCode::Exists,
-                    format!("{name} has a root qdisc ({what}) already; use replace"),
+                    format!(
+                        "{} has a root qdisc ({what}) already; use replace",
+                        step.name
+                    ),
                 ));
             }
         }
@@ -183,23 +183,9 @@ impl Model {
 
 #[cfg(test)]
 mod tests {
-    use htb_cli::tc::parse::{Action, parse_batch};
-    use htb_ipc::Command;
-
     use super::*;
+    use crate::model::tests::batch;
     use crate::model::{PlaneChange, PortModel};
-
-    /// `text`'s commands as `htb-cli -b` sends them.
-    fn batch(text: &str) -> Vec<Command> {
-        parse_batch(text)
-            .unwrap_or_else(|(line, e)| panic!("line {line}: {}", e.0))
-            .into_iter()
-            .map(|(_, action)| match action {
-                Action::Change(c) => c,
-                other => panic!("not a change: {other:?}"),
-            })
-            .collect()
-    }
 
     fn port(queues: u16) -> Model {
         Model {
@@ -209,31 +195,14 @@ mod tests {
 
     /// LibreQoS's `mq_setup` for two queues, as its source writes the lines (fq_codel as the
     /// sqm), then one circuit per queue, with a filter each (LibreQoS steers by its XDP map;
-    /// htbd by the filters).
-    const LIBREQOS: &str = "\
-qdisc replace dev eth1 root handle 7FFF: mq
-qdisc add dev eth1 parent 7FFF:0x1 handle 0x1: htb default 2
-class add dev eth1 parent 0x1: classid 0x1:1 htb rate 1000mbit ceil 1000mbit quantum 1514
-qdisc add dev eth1 parent 0x1:1 handle 0x9001: fq_codel
-class add dev eth1 parent 0x1:1 classid 0x1:2 htb rate 249mbit ceil 999mbit prio 5 quantum 1514
-qdisc add dev eth1 parent 0x1:2 handle 0x9002: fq_codel
-qdisc add dev eth1 parent 7FFF:0x2 handle 0x2: htb default 2
-class add dev eth1 parent 0x2: classid 0x2:1 htb rate 1000mbit ceil 1000mbit quantum 1514
-qdisc add dev eth1 parent 0x2:1 handle 0x9003: fq_codel
-class add dev eth1 parent 0x2:1 classid 0x2:2 htb rate 249mbit ceil 999mbit prio 5 quantum 1514
-qdisc add dev eth1 parent 0x2:2 handle 0x9004: fq_codel
-class add dev eth1 parent 0x1:1 classid 0x1:3 htb rate 25mbit ceil 50mbit prio 3 quantum 1514
-qdisc add dev eth1 parent 0x1:3 fq_codel
-class add dev eth1 parent 0x2:1 classid 0x2:3 htb rate 25mbit ceil 50mbit prio 3 quantum 1514
-qdisc add dev eth1 parent 0x2:3 fq_codel
-filter add dev eth1 parent 0x1: protocol ip prio 1 u32 match ip dst 100.64.0.1/32 flowid 0x1:3
-filter add dev eth1 parent 0x2: protocol ip prio 1 u32 match ip dst 100.64.0.2/32 flowid 0x2:3
-";
-
+    /// htbd by the filters): the lab test's batch (`tests/mq.rs`), on this model's port.
+    fn libreqos() -> String {
+        include_str!("../../testdata/libreqos-mq.batch").replace(" dev r2 ", " dev eth1 ")
+    }
     #[test]
     fn libreqos_mq_batch_builds_one_tree_per_queue() {
         let mut m = port(2);
-        let plan = m.apply(&batch(LIBREQOS)).unwrap();
+        let plan = m.apply(&batch(&libreqos())).unwrap();
         let Root::Mq(mq) = &m.ports[0].root else {
             panic!("no mq root")
         };
@@ -317,7 +286,7 @@ filter add dev eth1 parent 0x2: protocol ip prio 1 u32 match ip dst 100.64.0.2/3
     #[test]
     fn mq_follows_the_kernels_rules() {
         let mut m = port(2);
-        m.apply(&batch(LIBREQOS)).unwrap();
+        m.apply(&batch(&libreqos())).unwrap();
         let refused = |m: &mut Model, line: &str| {
             let before = m.to_toml();
             let e = m.apply(&batch(line)).unwrap_err();
@@ -399,7 +368,7 @@ filter add dev eth1 parent 0x2: protocol ip prio 1 u32 match ip dst 100.64.0.2/3
     #[test]
     fn a_tree_goes_alone_and_a_refused_batch_brings_the_old_root_back() {
         let mut m = port(2);
-        m.apply(&batch(LIBREQOS)).unwrap();
+        m.apply(&batch(&libreqos())).unwrap();
         // Deleting queue 2's tree leaves queue 1's, its classes and filters.
         let plan = m
             .apply(&batch("qdisc del dev eth1 parent 7fff:2 handle 2:"))
@@ -442,7 +411,7 @@ filter add dev eth1 parent 0x2: protocol ip prio 1 u32 match ip dst 100.64.0.2/3
     #[test]
     fn an_mq_root_survives_the_state_file() {
         let mut m = port(2);
-        m.apply(&batch(LIBREQOS)).unwrap();
+        m.apply(&batch(&libreqos())).unwrap();
         let text = m.to_toml();
         assert!(text.contains("mq = \"7fff:\""), "{text}");
         assert!(
