@@ -7,7 +7,7 @@ use htb_core::{ClassId, Instant, LeafKind};
 use htb_ipc::{ErrorCode, IpcError, LeafQdiscSpec};
 
 use super::qdisc::{QdiscModel, Verb};
-use super::{Model, PlaneChange, Step, Undo, class_error, error};
+use super::{Model, Step, class_error, error};
 
 /// The first handle the kernel picks itself (`qdisc_alloc_handle`: 8001:, 8002:, …).
 pub(super) const AUTO_HANDLE: u16 = 0x8001;
@@ -179,16 +179,7 @@ impl Model {
                         config,
                     }),
                 )?;
-                step.undo.push(Undo::Leaf {
-                    port,
-                    id,
-                    old: current,
-                });
-                step.effect(PlaneChange::SetLeaf {
-                    port: name,
-                    id,
-                    leaf: Some(config),
-                });
+                step.leaf_set(id, current, Some(config));
             }
             Graft::Change(cur) => {
                 let config = l.leaf.resolve_change(&cur.config).map_err(invalid)?;
@@ -204,16 +195,7 @@ impl Model {
                         config,
                     }),
                 )?;
-                step.undo.push(Undo::Leaf {
-                    port,
-                    id,
-                    old: Some(cur),
-                });
-                step.effect(PlaneChange::ChangeLeaf {
-                    port: name,
-                    id,
-                    leaf: config,
-                });
+                step.leaf_reconfigured(id, cur, config);
             }
         }
         Ok(())
@@ -227,7 +209,7 @@ impl Model {
         handle: Option<ClassId>,
         kind: Option<LeafKind>,
     ) -> Result<(), IpcError> {
-        let (port, name) = (step.port, step.name.clone());
+        let port = step.port;
         if self.is_mq_class(port, id) {
             if kind.is_some() {
                 return Err(error(
@@ -264,16 +246,7 @@ impl Model {
             .set_leaf(Instant::ZERO, id, None)
             .map_err(class_error)?;
         record_leaf(qdisc, id, None)?;
-        step.undo.push(Undo::Leaf {
-            port,
-            id,
-            old: Some(current),
-        });
-        step.effect(PlaneChange::SetLeaf {
-            port: name,
-            id,
-            leaf: None,
-        });
+        step.leaf_set(id, Some(current), None);
         Ok(())
     }
 }

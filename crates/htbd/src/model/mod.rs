@@ -296,6 +296,25 @@ impl Step<'_> {
         self.plan.effects.push((Some(self.index), effect));
     }
 
+    /// Class `id`'s leaf set to `leaf` (none: removed); the undo brings `old` back.
+    fn leaf_set(&mut self, id: ClassId, old: Option<LeafDef>, leaf: Option<htb_core::LeafConfig>) {
+        self.leaf_undo(id, old);
+        let port = self.name.clone();
+        self.effect(PlaneChange::SetLeaf { port, id, leaf });
+    }
+
+    /// Class `id`'s leaf given new parameters in place; the undo brings `old` back.
+    fn leaf_reconfigured(&mut self, id: ClassId, old: LeafDef, leaf: htb_core::LeafConfig) {
+        self.leaf_undo(id, Some(old));
+        let port = self.name.clone();
+        self.effect(PlaneChange::ChangeLeaf { port, id, leaf });
+    }
+
+    fn leaf_undo(&mut self, id: ClassId, old: Option<LeafDef>) {
+        let port = self.port;
+        self.undo.push(Undo::Leaf { port, id, old });
+    }
+
     fn warn(&mut self, warnings: impl IntoIterator<Item = htb_core::Warning>) {
         self.plan.results[self.index].warnings.extend(warnings);
     }
@@ -565,8 +584,10 @@ impl Model {
             Command::QdiscDelete { .. } => self.qdisc_delete(step),
             Command::IngressAdd { .. } => self.ingress_add(step),
             Command::IngressDelete { .. } => self.ingress_delete(step),
-            Command::MqAdd(m) => self.mq_set(step, m, Verb::Add),
-            Command::MqReplace(m) => self.mq_set(step, m, Verb::Replace),
+            Command::MqAdd(m) => self.mq_set(step, leaf::handle_major(m.handle)?, Verb::Add),
+            Command::MqReplace(m) => {
+                self.mq_set(step, leaf::handle_major(m.handle)?, Verb::Replace)
+            }
             Command::ClassAdd(c) => self.class_set(step, c, Verb::Add),
             Command::ClassChange(c) => self.class_set(step, c, Verb::Change),
             Command::ClassReplace(c) => self.class_set(step, c, Verb::Replace),

@@ -195,7 +195,6 @@ fn kind_mismatch(current: LeafKind, asked: LeafKind) -> IpcError {
 
 #[cfg(test)]
 mod tests {
-    use htb_cli::tc::parse::{Action, parse_batch};
     use htb_core::LeafConfig;
     use htb_ipc::Command;
 
@@ -204,14 +203,7 @@ mod tests {
 
     /// The lines' commands as `htb-cli -b` sends them.
     fn commands(lines: &[&str]) -> Vec<Command> {
-        parse_batch(&lines.join("\n"))
-            .unwrap_or_else(|(line, e)| panic!("line {line}: {}", e.0))
-            .into_iter()
-            .map(|(_, action)| match action {
-                Action::Change(c) => c,
-                other => panic!("not a change: {other:?}"),
-            })
-            .collect()
+        crate::model::tests::batch(&lines.join("\n"))
     }
 
     fn model() -> Model {

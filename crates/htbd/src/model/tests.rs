@@ -6,6 +6,19 @@ use htb_ipc::{
     ClassSpec as WireClass, FilterHandle, FilterSpec, LeafQdiscSpec, MatchSpec, QdiscSpec,
 };
 
+/// `text`'s commands as `htb-cli -b` sends them (the model's tests of mq and root leaves
+/// use it too).
+pub(super) fn batch(text: &str) -> Vec<Command> {
+    htb_cli::tc::parse::parse_batch(text)
+        .unwrap_or_else(|(line, e)| panic!("line {line}: {}", e.0))
+        .into_iter()
+        .map(|(_, action)| match action {
+            htb_cli::tc::parse::Action::Change(c) => c,
+            other => panic!("not a change: {other:?}"),
+        })
+        .collect()
+}
+
 fn model() -> Model {
     Model {
         ports: vec![PortModel::new("r1", 4), PortModel::new("r2", 4)],
