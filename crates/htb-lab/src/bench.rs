@@ -153,6 +153,30 @@ pub(crate) fn pps_64_median(lab: &Lab, reps: usize, flows: &[(u32, &str)]) -> (f
 /// The usual flood: one generator on queue 0 to 10.201.3.1 (the sink).
 pub(crate) const ONE_FLOOD: &[(u32, &str)] = &[(0, "10.201.3.1")];
 
+/// A figure of a report that a goal compares, `(name, field, over, under)`: the ratio `name`
+/// is `rows[over][field] / rows[under][field]`.
+pub(crate) type Ratio = (&'static str, &'static str, &'static str, &'static str);
+
+/// Packets per second, a row's throughput.
+pub(crate) const PPS: &str = "pps";
+/// Machine CPU nanoseconds per packet.
+pub(crate) const CPU_NS: &str = "cpu_ns_per_packet";
+
+/// `{name: ratio}` for each of `table` over `rows` (keyed by configuration); a missing figure
+/// counts 0 and a zero divisor 1, so a ratio is always a number.
+pub(crate) fn ratios(rows: &serde_json::Map<String, Value>, table: &[Ratio]) -> Value {
+    let figure = |row: &str, field: &str| rows.get(row).and_then(|r| r[field].as_f64());
+    table
+        .iter()
+        .map(|&(name, field, over, under)| {
+            let over = figure(over, field).unwrap_or(0.0);
+            let under = figure(under, field).unwrap_or(0.0).max(1.0);
+            (name.to_string(), Value::from(over / under))
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 /// Writes `report` as `out/name` (pretty JSON), creating `out`, and says so.
 pub(crate) fn write_report(
     out: &std::path::Path,

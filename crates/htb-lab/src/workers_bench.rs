@@ -22,8 +22,20 @@ use anyhow::bail;
 use serde_json::{Value, json};
 
 use crate::Lab;
-use crate::bench::{blackhole_sink, pps_64_median, write_report};
+use crate::bench::{CPU_NS, PPS, Ratio, blackhole_sink, pps_64_median, ratios, write_report};
 use crate::shaper::{Installed, Shaper, install, uninstall};
+
+/// The report's ratios: scaling with a second worker, aligned and crossed, and htbd against
+/// the kernel in throughput and CPU per packet.
+#[rustfmt::skip]
+const RATIOS: &[Ratio] = &[
+    ("htbd_2_workers_over_1", PPS, "htbd_2_workers_aligned", "htbd_1_worker"),
+    ("htbd_2_workers_crossed_over_1", PPS, "htbd_2_workers_crossed", "htbd_1_worker"),
+    ("htbd_1_worker_over_kernel_htb", PPS, "htbd_1_worker", "kernel_htb"),
+    ("htbd_2_workers_over_kernel_htb", PPS, "htbd_2_workers_aligned", "kernel_htb"),
+    ("cpu_per_packet_htbd_1_worker_over_kernel_htb", CPU_NS, "htbd_1_worker", "kernel_htb"),
+    ("cpu_per_packet_htbd_2_workers_over_kernel_htb", CPU_NS, "htbd_2_workers_aligned", "kernel_htb"),
+];
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -120,18 +132,9 @@ pub fn run(options: &WorkersBenchOptions) -> anyhow::Result<Value> {
             json!({"handed_over": handed, "received": received}),
         )?;
     }
-    let pps = |k: &str| rows[k]["pps"].as_f64().unwrap_or(0.0);
-    let ns = |k: &str| rows[k]["cpu_ns_per_packet"].as_f64().unwrap_or(0.0);
     let report = json!({
+        "ratios": ratios(&rows, RATIOS),
         "configurations": rows,
-        "ratios": {
-            "htbd_2_workers_over_1": pps("htbd_2_workers_aligned") / pps("htbd_1_worker"),
-            "htbd_2_workers_crossed_over_1": pps("htbd_2_workers_crossed") / pps("htbd_1_worker"),
-            "htbd_1_worker_over_kernel_htb": pps("htbd_1_worker") / pps("kernel_htb"),
-            "htbd_2_workers_over_kernel_htb": pps("htbd_2_workers_aligned") / pps("kernel_htb"),
-            "cpu_per_packet_htbd_1_worker_over_kernel_htb": ns("htbd_1_worker") / ns("kernel_htb").max(1.0),
-            "cpu_per_packet_htbd_2_workers_over_kernel_htb": ns("htbd_2_workers_aligned") / ns("kernel_htb").max(1.0),
-        },
     });
     println!(
         "ratios: {}",
