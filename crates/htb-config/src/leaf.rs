@@ -28,8 +28,8 @@ use htb_core::{
     AckFilter, AtmMode, CakeSpec, DiffservMode, FlowMode, FqCodelSpec, LeafKind, LeafSpec, Rate,
     SfqSpec,
 };
+use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
-use serde::{Deserialize, Serialize};
 
 use crate::values::{ClassIdValue, RateValue, SizeValue, TimeValue};
 
@@ -397,99 +397,51 @@ impl LeafOptions {
     }
 }
 
+/// The options the core's serde form gives in nanoseconds, and the config file takes as
+/// times (`"5ms"`; a bare integer there is tc's microseconds).
+const TIME_OPTIONS: [&str; 4] = ["target", "interval", "ce_threshold", "rtt"];
+
 /// A leaf as an inline TOML table that [`LeafSection`] reads back to the same [`LeafDef`]
-/// (what saved states write): every option given.
+/// (what saved states write): every option given, but an unlimited cake's bandwidth.
+///
+/// The options are the core's [`LeafSpec`] in its own serde form, whose field names are the
+/// config file's keys, so an option added to the core is written without a change here.
 #[must_use]
 pub fn leaf_toml(def: &LeafDef) -> String {
+    let mut spec = def.config.to_spec();
+    if let LeafSpec::Cake(c) = &mut spec
+        && c.bandwidth == Some(Rate::ZERO)
+    {
+        c.bandwidth = None;
+    }
     let mut out = format!("{{ kind = \"{}\"", def.config.kind().name());
     if let Some(h) = def.handle {
         let _ = write!(out, ", handle = \"{h:x}:\"");
     }
-    let mut num = |key: &str, v: Option<u32>| {
-        if let Some(v) = v {
-            let _ = write!(out, ", {key} = {v}");
-        }
+    let options = match serde_json::to_value(spec) {
+        Ok(serde_json::Value::Object(options)) => options,
+        _ => serde_json::Map::new(),
     };
-    match def.config.to_spec() {
-        LeafSpec::Pfifo { limit } | LeafSpec::Bfifo { limit } => num("limit", limit),
-        LeafSpec::Sfq(s) => {
-            num("limit", s.limit);
-            num("quantum", s.quantum);
-            num("perturb", s.perturb);
-            num("divisor", s.divisor);
-            num("flows", s.flows);
-            num("depth", s.depth);
-            if s.headdrop {
-                out.push_str(", headdrop = true");
+    for (key, value) in options {
+        match value {
+            serde_json::Value::Null => {}
+            serde_json::Value::String(_) if key == "kind" => {}
+            serde_json::Value::Number(n) if TIME_OPTIONS.contains(&key.as_str()) => {
+                let nanos = n.as_u64().unwrap_or(u64::MAX);
+                let _ = write!(
+                    out,
+                    ", {key} = \"{}\"",
+                    htb_core::Duration::from_nanos(nanos)
+                );
+            }
+            // Numbers, booleans and keywords are written alike in JSON and TOML.
+            value => {
+                let _ = write!(out, ", {key} = {value}");
             }
         }
-        LeafSpec::FqCodel(s) => {
-            num("limit", s.limit);
-            num("flows", s.flows);
-            num("quantum", s.quantum);
-            num("memory_limit", s.memory_limit);
-            num("drop_batch", s.drop_batch);
-            let mut time = |key: &str, v: Option<htb_core::Duration>| {
-                if let Some(v) = v {
-                    let _ = write!(out, ", {key} = \"{v}\"");
-                }
-            };
-            time("target", s.target);
-            time("interval", s.interval);
-            time("ce_threshold", s.ce_threshold);
-            if let Some(ecn) = s.ecn {
-                let _ = write!(out, ", ecn = {ecn}");
-            }
-        }
-        LeafSpec::Cake(s) => cake_toml(&mut out, &s),
     }
     out.push_str(" }");
     out
-}
-
-/// The word an enum is written as in the config file.
-fn serde_name<T: Serialize>(v: &T) -> Option<String> {
-    toml::Value::try_from(v)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-}
-
-/// A cake's options, every one given but an unlimited bandwidth.
-fn cake_toml(out: &mut String, s: &CakeSpec) {
-    if let Some(rate) = s.bandwidth.filter(|r| *r != Rate::ZERO) {
-        let _ = write!(out, ", bandwidth = {}", rate.bits_per_sec());
-    }
-    let mut word = |key: &str, v: Option<String>| {
-        if let Some(v) = v {
-            let _ = write!(out, ", {key} = \"{v}\"");
-        }
-    };
-    word("diffserv", s.diffserv.and_then(|v| serde_name(&v)));
-    word("flow_mode", s.flow_mode.and_then(|v| serde_name(&v)));
-    word("ack_filter", s.ack_filter.and_then(|v| serde_name(&v)));
-    word("atm", s.atm.and_then(|v| serde_name(&v)));
-    word("rtt", s.rtt.map(|t| t.to_string()));
-    word("target", s.target.map(|t| t.to_string()));
-    let mut flag = |key: &str, v: Option<bool>| {
-        if let Some(v) = v {
-            let _ = write!(out, ", {key} = {v}");
-        }
-    };
-    flag("autorate_ingress", s.autorate_ingress);
-    flag("nat", s.nat);
-    flag("wash", s.wash);
-    flag("split_gso", s.split_gso);
-    flag("ingress", s.ingress);
-    flag("raw", Some(s.raw));
-    let mut num = |key: &str, v: Option<i64>| {
-        if let Some(v) = v {
-            let _ = write!(out, ", {key} = {v}");
-        }
-    };
-    num("memlimit", s.memlimit.map(i64::from));
-    num("overhead", s.overhead.map(i64::from));
-    num("mpu", s.mpu.map(i64::from));
-    num("fwmark", s.fwmark.map(i64::from));
 }
 
 #[cfg(test)]
@@ -625,5 +577,22 @@ mod tests {
             let again = parse(&format!("leaf = {}", leaf_toml(&def))).unwrap();
             assert_eq!(again, def, "{text} → {}", leaf_toml(&def));
         }
+    }
+}
+#[test]
+fn tmp_print() {
+    for text in [
+        "leaf = \"pfifo\"",
+        "leaf = \"fq_codel\"",
+        "leaf = \"sfq\"",
+        "leaf = \"cake\"",
+        "leaf = { kind = \"cake\", bandwidth = \"20mbit\", diffserv = \"diffserv4\", flow_mode = \"dual-dsthost\", atm = \"ptm\", overhead = -4, rtt = \"50ms\" }",
+    ] {
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            leaf: LeafSection,
+        }
+        let d: Doc = toml::from_str(text).unwrap();
+        println!("{}", leaf_toml(&d.leaf.0));
     }
 }
