@@ -610,8 +610,24 @@ fn bounds(htb: &Scheduler<Pkt>, ids: &[ClassId], id: ClassId) -> (Bound, Bound) 
     )
 }
 
+/// The first moment a class sent more than its ceil allows.
+struct CeilExceeded {
+    at_ns: u64,
+    by_bytes: f64,
+}
+
+impl std::fmt::Display for CeilExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "at {} ns the class exceeded ceil by {:.0} bytes",
+            self.at_ns, self.by_bytes
+        )
+    }
+}
+
 /// Token bucket of `depth` bytes refilled at `ceil`: must never go below zero.
-fn ceil_respected(sends: &[(u64, u32)], ceil_bps: f64, depth: f64) -> Result<(), String> {
+fn ceil_respected(sends: &[(u64, u32)], ceil_bps: f64, depth: f64) -> Result<(), CeilExceeded> {
     let mut credit = depth;
     let mut last = 0u64;
     for &(t, len) in sends {
@@ -619,10 +635,10 @@ fn ceil_respected(sends: &[(u64, u32)], ceil_bps: f64, depth: f64) -> Result<(),
         last = t;
         credit -= f64::from(len);
         if credit < -1.0 {
-            return Err(format!(
-                "at {t} ns the class exceeded ceil by {:.0} bytes",
-                -credit
-            ));
+            return Err(CeilExceeded {
+                at_ns: t,
+                by_bytes: -credit,
+            });
         }
     }
     Ok(())

@@ -122,6 +122,11 @@ pub struct PortStatus {
 }
 
 /// The XDP program's verdicts (`enum verdict` in its C source).
+///
+/// The same fields as `htb_xdp::Verdicts`, which `duplicates` lists as a pair: the wire crate
+/// must not depend on the engine (htb-cli reads this one), so htbd copies the engine's counts
+/// here, and its test `the_wire_carries_every_verdict_under_its_own_name` fails when the two
+/// differ in a field, its name or its order.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct XdpVerdicts {
     /// Sent to htbd.

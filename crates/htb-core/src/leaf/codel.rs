@@ -29,6 +29,10 @@ pub(crate) struct CodelParams {
     pub(crate) ce_threshold: Option<u64>,
 }
 
+// `CodelVars` and `CodelStats` are plain structs of the same shape, which `duplicates` lists as
+// a pair: they mirror the kernel's `struct codel_vars` (per flow) and `struct codel_stats` (per
+// qdisc), which hold different things for different owners.
+
 /// Per-flow CoDel state (`struct codel_vars`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct CodelVars {

@@ -108,7 +108,8 @@ impl FqCodel {
         }
     }
 
-    /// `fq_codel_enqueue`.
+    /// `fq_codel_enqueue`. Its signature is `Sfq::enqueue`'s, which `duplicates` lists as a
+    /// pair: `Leaf::enqueue` calls each kind the same way; the bodies have nothing in common.
     #[inline]
     pub(crate) fn enqueue<P: Packet>(
         &mut self,

@@ -72,6 +72,11 @@ impl fmt::Display for LeafKind {
     }
 }
 
+// `FqCodelSpec`, `SfqSpec` and `CakeSpec` share their serde header and fields of one shape
+// (`pub limit: Option<u32>`), which `duplicates` lists as a pair: each is one qdisc's option
+// block, a field per tc keyword with its own default documented, and a macro over them would
+// hide those docs and the fields from rustdoc's and the reader's view.
+
 /// `fq_codel`'s options (`tc qdisc … fq_codel [limit PACKETS] [flows N] [target TIME]
 /// [interval TIME] [quantum BYTES] [ecn|noecn] [ce_threshold TIME] [memory_limit BYTES]
 /// [drop_batch N]`).
@@ -225,6 +230,8 @@ pub struct SfqConfig {
     pub headdrop: bool,
 }
 
+// A struct literal of defaults, the same shape as `SchedulerConfig`'s `Default`, which
+// `duplicates` lists as a pair: the values are sfq's own.
 impl Default for SfqConfig {
     /// `sfq_init`'s defaults.
     fn default() -> Self {
