@@ -31,6 +31,10 @@ pub struct Status {
     /// The longest one since the start, in µs: the longest stall changes caused.
     #[serde(default)]
     pub longest_job_us: u64,
+    /// The most CPU time one took since the start, in µs: the job's own work, without time
+    /// the host or the kernel took the CPU away meanwhile (which `longest_job_us` counts).
+    #[serde(default)]
+    pub longest_job_cpu_us: u64,
     /// Per data-plane worker (`loops`, `sleeps` and the frames above are their sums).
     #[serde(default)]
     pub workers: Vec<WorkerStatus>,

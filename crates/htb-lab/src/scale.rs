@@ -125,40 +125,61 @@ fn longest_gap(arrivals: &[f64], from: f64, to: f64) -> (f64, usize) {
 struct Step {
     from: f64,
     to: f64,
-    /// `(jobs, longest µs)` before and after.
-    jobs: ((u64, u64), (u64, u64)),
+    /// htbd's job counters before and after.
+    jobs: (Jobs, Jobs),
 }
 
-/// htbd's control-job counters (`htb-cli -j status`): jobs run, longest µs since the start.
-fn jobs(htbd: &Htbd) -> (u64, u64) {
+/// htbd's control-job counters (`htb-cli -j status`).
+#[derive(Clone, Copy, Debug)]
+struct Jobs {
+    /// Jobs run.
+    count: u64,
+    /// The longest since the start, µs of wall time (what forwarding waited).
+    longest_us: u64,
+    /// The most CPU time one took since the start, µs (the job's own work).
+    longest_cpu_us: u64,
+}
+
+fn jobs(htbd: &Htbd) -> Jobs {
     let status = htbd.status();
-    (status.jobs, status.longest_job_us)
+    Jobs {
+        count: status.jobs,
+        longest_us: status.longest_job_us,
+        longest_cpu_us: status.longest_job_cpu_us,
+    }
+}
+
+/// A longest-since-the-start figure over a step: the new one if the step beat the one before
+/// it, else "at most" the old one (no job of the step ran longer).
+fn longest_in_step(before: u64, after: u64) -> Value {
+    if after > before {
+        json!(after)
+    } else {
+        json!(format!("<= {before}"))
+    }
 }
 
 fn window(arrivals: &[f64], name: &str, step: &Step) -> Value {
     let (gap, packets) = longest_gap(arrivals, step.from, step.to);
     let expected = (step.to - step.from) * f64::from(PPS);
-    let ((jobs0, longest0), (jobs1, longest1)) = step.jobs;
-    // The longest job is kept since the start: a step that did not beat it ran none longer.
-    let longest = if longest1 > longest0 {
-        json!(longest1)
-    } else {
-        json!(format!("<= {longest0}"))
-    };
+    let (before, after) = step.jobs;
+    let longest = longest_in_step(before.longest_us, after.longest_us);
+    let longest_cpu = longest_in_step(before.longest_cpu_us, after.longest_cpu_us);
     eprintln!(
         "{name}: {:.1} ms; longest gap at node-2 {:.3} ms over {packets} packets ({expected:.0} \
-         expected); {} data-plane jobs, longest {longest} µs",
+         expected); {} data-plane jobs, longest {longest} µs ({longest_cpu} µs of CPU)",
         (step.to - step.from) * 1e3,
         gap * 1e3,
-        jobs1 - jobs0
+        after.count - before.count
     );
     json!({
         "seconds": step.to - step.from,
         "longest_gap_ms": gap * 1e3,
         "packets": packets,
         "packets_expected": expected,
-        "dataplane_jobs": jobs1 - jobs0,
+        "dataplane_jobs": after.count - before.count,
         "longest_dataplane_job_us": longest,
+        "longest_dataplane_job_cpu_us": longest_cpu,
     })
 }
 

@@ -660,12 +660,14 @@ impl Engine {
         self.with_all_workers(seats, |engine| {
             let mut job = Some(first);
             while let Some(next) = job.take().or_else(|| engine.jobs.try_recv().ok()) {
-                let started = sys::monotonic_ns();
+                let (started, cpu_started) = (sys::monotonic_ns(), sys::thread_cpu_ns());
                 next(engine);
                 let took = sys::monotonic_ns().saturating_sub(started);
+                let cpu = sys::thread_cpu_ns().saturating_sub(cpu_started);
                 engine.jobs_run.count += 1;
                 engine.jobs_run.total_ns += took;
                 engine.jobs_run.longest_ns = engine.jobs_run.longest_ns.max(took);
+                engine.jobs_run.longest_cpu_ns = engine.jobs_run.longest_cpu_ns.max(cpu);
             }
         });
     }

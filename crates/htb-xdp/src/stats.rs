@@ -96,6 +96,10 @@ pub struct JobTimes {
     pub total_ns: u64,
     /// The longest one, in ns, since the start.
     pub longest_ns: u64,
+    /// The most CPU time one took, in ns, since the start: its own work, without what the
+    /// host (a VM's stolen time) or the kernel took from the thread meanwhile, which
+    /// `longest_ns` includes.
+    pub longest_cpu_ns: u64,
 }
 
 /// One port's statistics, from [`Engine::class_stats`](crate::Engine::class_stats).

@@ -59,6 +59,7 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
         jobs: stats.jobs.count,
         jobs_us: stats.jobs.total_ns / 1000,
         longest_job_us: stats.jobs.longest_ns / 1000,
+        longest_job_cpu_us: stats.jobs.longest_cpu_ns / 1000,
         workers: stats
             .workers
             .iter()

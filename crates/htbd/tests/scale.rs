@@ -64,8 +64,8 @@ fn assert_shaped(lab: &Lab, htbd: &Htbd, when: &str) {
 fn assert_no_long_job(htbd: &Htbd, during: &str) {
     let status = htbd.status();
     eprintln!(
-        "after {during}: {} data-plane jobs, the longest {} µs",
-        status.jobs, status.longest_job_us
+        "after {during}: {} data-plane jobs, the longest {} µs ({} µs of CPU at most)",
+        status.jobs, status.longest_job_us, status.longest_job_cpu_us
     );
     assert!(
         status.longest_job_us <= STALL_BOUND_US,

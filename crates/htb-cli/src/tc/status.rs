@@ -65,7 +65,7 @@ pub(super) fn format(s: &Status) -> String {
     text.push_str(&format!(
         "xdp: redirected {}; to the kernel: not_ip {} malformed {} ttl {} fib {} no_neigh {} \
          unmanaged {} not_port {} no_socket {} not_ours {} stale {} ip_options {} too_big {}\n\
-         data plane: {} passes, {} sleeps; {} control jobs, {} µs in all, longest {} µs\n",
+         data plane: {} passes, {} sleeps; {} control jobs, {} µs in all, longest {} µs ({} µs of CPU at most)\n",
         v.redirected,
         v.pass_not_ip,
         v.pass_malformed,
@@ -83,7 +83,8 @@ pub(super) fn format(s: &Status) -> String {
         s.sleeps,
         s.jobs,
         s.jobs_us,
-        s.longest_job_us
+        s.longest_job_us,
+        s.longest_job_cpu_us
     ));
     if s.frames.between_workers > 0 || s.workers.len() > 1 {
         text.push_str(&format!(

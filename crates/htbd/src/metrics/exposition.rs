@@ -384,6 +384,12 @@ impl ScrapeCollector {
         )?;
         single(
             encoder,
+            "htb_dataplane_longest_job_cpu_seconds",
+            "The most CPU time one control job took since the start (its own work, without time the host took the CPU away)",
+            &ConstGauge::new(e.jobs.longest_cpu_ns as f64 / 1e9),
+        )?;
+        single(
+            encoder,
             "htb_scrape_gather_seconds",
             "Time this scrape took to gather the data plane's statistics",
             &ConstGauge::new(self.0.gather_seconds),
