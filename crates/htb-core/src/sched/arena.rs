@@ -3,8 +3,6 @@
 //! `ClassIdx` (an arena slot) is not `ClassId` (the user's `1:20`): slots are reused after a
 //! class is deleted, ids are what users see.
 
-use alloc::vec::Vec;
-
 use super::chunked::Chunked;
 use crate::class_id::ClassId;
 use crate::rate::{LengthAdjust, Rate, TokenCost};
@@ -176,8 +174,10 @@ impl<K: Ord + Copy + core::fmt::Debug, O> NodePool for Chunked<TreeSlot<K, O>> {
 #[derive(Debug, Default)]
 pub(crate) struct PrioNodes {
     pub(crate) nodes: Chunked<PrioNode>,
-    free_single: Vec<NodeId>,
-    free_block: Vec<NodeId>,
+    /// Freed nodes, chunked: a `Vec` would double (copy itself) on the data-plane thread as a
+    /// mass delete frees a million of them.
+    free_single: Chunked<NodeId>,
+    free_block: Chunked<NodeId>,
 }
 
 impl PrioNodes {
@@ -220,7 +220,6 @@ impl PrioNodes {
 
     pub(crate) fn reserve(&mut self, classes: usize) {
         self.nodes.reserve(classes);
-        self.free_single.reserve(classes);
     }
 }
 

@@ -137,7 +137,8 @@ pub struct Scheduler<P: Packet> {
     inner: Chunked<InnerState>,
     levels: [Level; MAX_DEPTH],
     ids: IdMap,
-    free_classes: Vec<ClassIdx>,
+    /// Freed class slots, chunked so that a mass delete's million never moves.
+    free_classes: Chunked<ClassIdx>,
     free_inner: Vec<u32>,
     /// The default class's slot if it exists and is a leaf, else [`NO_CLASS`].
     default_leaf: ClassIdx,
@@ -182,7 +183,7 @@ impl<P: Packet> Scheduler<P> {
             inner: Chunked::new(),
             levels: [Level::EMPTY; MAX_DEPTH],
             ids: IdMap::default(),
-            free_classes: Vec::new(),
+            free_classes: Chunked::new(),
             free_inner: Vec::new(),
             default_leaf: NO_CLASS,
             direct: VecDeque::new(),
