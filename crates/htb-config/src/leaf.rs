@@ -619,20 +619,3 @@ mod tests {
         }
     }
 }
-#[test]
-fn tmp_print() {
-    for text in [
-        "leaf = \"pfifo\"",
-        "leaf = \"fq_codel\"",
-        "leaf = \"sfq\"",
-        "leaf = \"cake\"",
-        "leaf = { kind = \"cake\", bandwidth = \"20mbit\", diffserv = \"diffserv4\", flow_mode = \"dual-dsthost\", atm = \"ptm\", overhead = -4, rtt = \"50ms\" }",
-    ] {
-        #[derive(serde::Deserialize)]
-        struct Doc {
-            leaf: LeafSection,
-        }
-        let d: Doc = toml::from_str(text).unwrap();
-        println!("{}", leaf_toml(&d.leaf.0));
-    }
-}
