@@ -140,7 +140,6 @@ impl FqCodel {
         }
         flow.len += 1;
         flow.backlog = flow.backlog.saturating_add(len);
-        self.counts.backlog += u64::from(len);
         if flow.list == ListTag::Unlinked {
             flow.deficit = self.config.quantum as i32;
             self.new_flows.push_back(&mut store.flows, idx);
@@ -148,7 +147,7 @@ impl FqCodel {
         }
         self.memory_usage = self.memory_usage.saturating_add(truesize);
         let memory_limited = self.memory_usage > self.config.memory_limit;
-        self.counts.len += 1;
+        self.counts.add(len);
         if self.counts.len <= self.config.limit && !memory_limited {
             return Ok(());
         }

@@ -162,12 +162,11 @@ impl Sfq {
         flow.backlog += len;
         flow.len += 1;
         let new_flow = flow.len == 1;
-        self.counts.backlog += u64::from(len);
         self.touch(store, idx);
         if new_flow {
             self.link_at_end(store, idx);
         }
-        self.counts.len += 1;
+        self.counts.add(len);
         if self.counts.len > self.config.limit {
             self.drop_one(store);
         }

@@ -704,9 +704,8 @@ impl Cake {
                     flow.backlog -= len;
                     let b = &mut self.tins[tin];
                     b.tin_backlog -= len;
-                    self.counts.backlog -= u64::from(len);
+                    self.counts.remove(len);
                     self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
-                    self.counts.len -= 1;
                     let bulk = if self.config.ingress {
                         u32::from(b.bulk_flow_count)
                     } else {
@@ -857,9 +856,8 @@ impl Cake {
             let tin = (store.cake.flows.get(idx).bucket / QUEUES) as usize;
             let flow = store.cake.flows.get_mut(idx);
             while let Some((packet, _)) = store.packets.pop_front(&mut flow.packets) {
-                self.counts.backlog -= u64::from(packet.len_bytes());
+                self.counts.remove(packet.len_bytes());
                 self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
-                self.counts.len -= 1;
                 out(packet);
             }
             flow.len = 0;
