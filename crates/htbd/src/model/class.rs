@@ -101,11 +101,7 @@ impl Model {
             if let Some(parent_def) = parent.and_then(|p| qdisc.classes.get_mut(&p))
                 && let Some(leaf) = parent_def.leaf.take()
             {
-                step.undo.push(Undo::Leaf {
-                    port,
-                    id: parent_def.id,
-                    old: Some(leaf),
-                });
+                step.leaf_undo(parent_def.id, Some(leaf));
             }
             let def = ClassDef {
                 id,

@@ -310,6 +310,7 @@ impl Step<'_> {
         self.effect(PlaneChange::ChangeLeaf { port, id, leaf });
     }
 
+    /// Class `id`'s leaf is about to change: the undo brings `old` back.
     fn leaf_undo(&mut self, id: ClassId, old: Option<LeafDef>) {
         let port = self.port;
         self.undo.push(Undo::Leaf { port, id, old });

@@ -137,11 +137,7 @@ impl Model {
             if let Some(def) = q.classes.get_mut(&id) {
                 def.leaf = Some(new);
             }
-            step.undo.push(Undo::Leaf {
-                port,
-                id,
-                old: Some(cur),
-            });
+            step.leaf_undo(id, Some(cur));
             // The size table goes with every change, as tc sends it (none: removed).
             if q.config.stab != stab {
                 step.undo.push(Undo::QdiscConfig {
