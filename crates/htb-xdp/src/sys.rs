@@ -129,27 +129,24 @@ pub(crate) fn page_size() -> u32 {
 /// The calling thread's CPU time in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`): what a control job
 /// itself cost, without the time the host or a higher-priority task took the CPU away.
 pub(crate) fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, exclusively borrowed `timespec` on the stack;
-    // CLOCK_THREAD_CPUTIME_ID exists on every Linux htbd runs on, so the call cannot fail.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
-    debug_assert_eq!(rc, 0);
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock of the XDP program's `bpf_ktime_get_ns`, which
 /// the data plane's heartbeat is compared against (`std::time::Instant` hides its value).
 pub(crate) fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `clock`'s reading in nanoseconds.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, exclusively borrowed `timespec` on the stack; CLOCK_MONOTONIC
-    // always exists on Linux, so the call cannot fail.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &raw mut ts) };
+    // SAFETY: `ts` is a valid, exclusively borrowed `timespec` on the stack; both clocks
+    // passed here exist on every Linux htbd runs on, so the call cannot fail.
+    let rc = unsafe { libc::clock_gettime(clock, &raw mut ts) };
     debug_assert_eq!(rc, 0);
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
