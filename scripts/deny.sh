@@ -11,4 +11,7 @@ if [ "${1:-}" = "--advisories" ]; then
     checks+=(advisories)
     offline=()
 fi
+# cargo-deny reads the metadata of every platform's dependencies (windows-sys …), which a build
+# on Linux never downloads: fetch them first, or the offline check fails on a fresh machine.
+cargo fetch --locked --quiet
 cargo deny "${offline[@]}" check "${checks[@]}"

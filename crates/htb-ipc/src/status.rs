@@ -59,6 +59,18 @@ pub struct WorkerStatus {
     pub taken_in: u64,
     /// Frames dropped because the ring to their worker was full.
     pub handoff_drops: u64,
+    /// Passes that ended more than 200 µs after they were due (the scheduler's wake-up, or
+    /// the end of the previous pass when there was more to do): the worker was kept from
+    /// forwarding — by the host (a VM's stolen time), the kernel, other threads on its CPU or
+    /// a control job. A class loses what it could have sent meanwhile beyond its burst.
+    #[serde(default)]
+    pub late_passes: u64,
+    /// How late they ended, in all, in µs.
+    #[serde(default)]
+    pub late_us: u64,
+    /// The latest one since the start, in µs.
+    #[serde(default)]
+    pub longest_late_us: u64,
 }
 
 /// Where the UMEM's frames are. `free + in_fill + in_tx + held + between_workers = total`;
@@ -81,6 +93,14 @@ pub struct FrameStatus {
     /// serves their class, or going back to their worker's pool).
     #[serde(default)]
     pub between_workers: u32,
+}
+
+impl Status {
+    /// Late time summed over the workers, in µs (see [`WorkerStatus::late_us`]).
+    #[must_use]
+    pub fn late_us(&self) -> u64 {
+        self.workers.iter().map(|w| w.late_us).sum()
+    }
 }
 
 impl FrameStatus {

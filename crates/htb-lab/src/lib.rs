@@ -9,6 +9,7 @@ pub mod filter_bench;
 pub mod ipc_bench;
 mod lab;
 pub mod latency;
+mod premise;
 pub mod scale;
 pub mod shaper;
 pub mod soak;

@@ -697,6 +697,7 @@ impl Engine {
                 queued: plane.queued(),
                 subtrees: self.fleet.subtrees(w),
                 handoffs: plane.handoffs(),
+                late: worker.late,
             });
         }
         stats

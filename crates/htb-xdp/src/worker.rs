@@ -21,6 +21,7 @@ use htb_core::Instant;
 use crate::crew::Bell;
 use crate::dataplane::{Dataplane, Progress};
 use crate::rings::Rings;
+use crate::stats::Lateness;
 use crate::sys;
 use crate::umem::FrameIo;
 
@@ -63,6 +64,12 @@ pub(crate) struct Worker {
     /// Passes so far, read by the engine's liveness beat.
     pub(crate) passes: Arc<AtomicU64>,
     tx_retry: StdDuration,
+    /// When the next pass is due: right after this one when there is more to do, at the
+    /// timeout of the sleep otherwise; `None` while it sleeps with no deadline (a frame or a
+    /// bell wakes it, and when that came is not known).
+    due: Option<Instant>,
+    /// Passes that ended well after they were due.
+    pub(crate) late: Lateness,
 }
 
 impl std::fmt::Debug for Worker {
@@ -84,6 +91,8 @@ impl Worker {
             sleeps: 0,
             passes: Arc::new(AtomicU64::new(0)),
             tx_retry: TX_RETRY,
+            due: None,
+            late: Lateness::default(),
         }
     }
 
@@ -112,7 +121,14 @@ impl Worker {
     /// One pass, then a sleep when there is nothing to do (at most `at_most`).
     pub(crate) fn step(&mut self, pace: &Pace, at_most: Option<StdDuration>) {
         self.passes.fetch_add(1, Ordering::Relaxed);
-        match self.plane.poll(pace.now()) {
+        let progress = self.plane.poll(pace.now());
+        let ended = pace.now();
+        if let Some(due) = self.due {
+            self.late.note((ended - due).as_nanos());
+        }
+        // More to do unless it sleeps below, which sets its own deadline.
+        self.due = Some(ended);
+        match progress {
             Progress::Moved => self.tx_retry = TX_RETRY,
             // Frames the kernel would not send, and nothing else moved: kick again later,
             // backing off, rather than spin on a link that is down.
@@ -159,6 +175,7 @@ impl Worker {
             events: libc::POLLIN,
             revents: 0,
         });
+        self.due = timeout.map(|t| now + htb_core::Duration::from_nanos(duration_ns(t)));
         self.sleeps += 1;
         let woke = sys::wait_readable(&mut fds, timeout);
         bell.set_asleep(false);
@@ -172,6 +189,11 @@ impl Worker {
             Err(e) => tracing::warn!("ppoll failed: {e}"),
         }
     }
+}
+
+/// `d` in ns, saturating.
+fn duration_ns(d: StdDuration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The engine's side of a worker running on its own thread.

@@ -26,6 +26,7 @@
 //! | `htb_dataplane_jobs_total`, `htb_dataplane_job_seconds_total` | counter | |
 //! | `htb_dataplane_longest_job_seconds` | gauge | |
 //! | `htb_dataplane_longest_job_cpu_seconds` | gauge | |
+//! | `htb_dataplane_late_seconds_total` | counter | |
 //! | `htb_ipc_requests_total` | counter | `request` (`ping`, `show`, `apply`, `status`), `outcome` (`ok`, `error`) |
 //! | `htb_ipc_request_duration_seconds` | histogram | `request` |
 //! | `htb_scrape_gather_seconds` | gauge | |

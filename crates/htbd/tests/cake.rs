@@ -287,7 +287,7 @@ fn cake_at_the_root_shapes_udp_at_its_bandwidth() {
         "20mbit",
         "besteffort",
     ]);
-    let load = lab.udp_load(5201, "30M", 6);
+    let load = htbd.with_the_cpu("cake at 20 Mbit/s", 0.01, || lab.udp_load(5201, "30M", 6));
     load.assert_saturates("30 Mbit/s UDP into a 20 Mbit/s cake", 20e6);
     let shown = htbd.cli_ok(&["-s", "qdisc", "show", "dev", "r2"]);
     eprintln!("{shown}");

@@ -68,9 +68,11 @@ fn shaped_by_inner_ip(lab: &Lab, htbd: &Htbd, encap: &str) {
         });
         (t, stats)
     };
-    let (t0, before) = snapshot();
-    std::thread::sleep(Duration::from_secs(SECS - 3));
-    let (t1, after) = snapshot();
+    let ((t0, before), (t1, after)) = htbd.with_the_cpu(encap, 0.01, || {
+        let first = snapshot();
+        std::thread::sleep(Duration::from_secs(SECS - 3));
+        (first, snapshot())
+    });
     let secs = (t1 - t0).as_secs_f64();
     let rate =
         |i: usize| (counter(&after[i], "bytes") - counter(&before[i], "bytes")) as f64 * 8.0 / secs;

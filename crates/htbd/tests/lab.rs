@@ -10,7 +10,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use htb_lab::{Htbd, Lab, Load, N1, N2, R, assert_within, htbd_fails};
+use htb_lab::{Htbd, Lab, Load, N1, N2, R, Reaped, assert_within, htbd_fails};
 
 /// r1 unshaped; r2 with `tree` (TOML of [interface.qdisc] / classes / filters).
 fn router_config(tree: &str) -> String {
@@ -266,7 +266,9 @@ fn two_workers_share_the_root_rate_within_1_percent() {
         htbd.class_stats("r2", "1:20"),
     ];
     // Each subscriber alone could take the whole 100 Mbit/s (its ceil): 2 × 80 Mbit/s offered.
-    let load = lab.udp_loads(&[(5201, "80M"), (5202, "80M")], 5);
+    let load = htbd.with_the_cpu("two workers under one root", 0.01, || {
+        lab.udp_loads(&[(5201, "80M"), (5202, "80M")], 5)
+    });
     load.assert_saturates("1:10 + 1:20 under a shared 1:1", 100e6);
     htbd.assert_class_saturated("r2", "1:10", &before[0]);
     htbd.assert_class_saturated("r2", "1:20", &before[1]);
@@ -286,6 +288,33 @@ fn two_workers_share_the_root_rate_within_1_percent() {
         0.01,
     );
     assert_workers(&htbd, 2);
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn a_stalled_data_plane_counts_as_kept_from_forwarding() {
+    // The rate tests' premise (`Htbd::with_the_cpu`) rests on this count: htbd stopped for
+    // 150 ms under load shows about 150 ms more of it, and a window around the stall fails
+    // the premise.
+    let lab = Lab::up("htbt", "router");
+    let htbd = Htbd::start(&lab, &one_class("20mbit", 1));
+    let _server = lab.iperf_server(N2, 5201);
+    let client = Reaped(lab.udp_flow(5201, "30M", 4));
+    std::thread::sleep(Duration::from_secs(1));
+    let before = htbd.status();
+    htbd.signal("STOP");
+    std::thread::sleep(Duration::from_millis(150));
+    htbd.signal("CONT");
+    std::thread::sleep(Duration::from_millis(500));
+    let after = htbd.status();
+    drop(client);
+    let late = after.late_us() - before.late_us();
+    let longest = after.workers[0].longest_late_us;
+    eprintln!("kept from forwarding {late} µs, the latest pass {longest} µs late");
+    assert!(
+        (150_000..400_000).contains(&late) && longest >= 150_000,
+        "a 150 ms stop under load counted {late} µs late (the latest pass {longest} µs)"
+    );
 }
 
 #[test]

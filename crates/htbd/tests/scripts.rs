@@ -78,7 +78,7 @@ fn kernel_and_htbd_agree(name: &str, file: &str, flows: &[Flow], offered_bps: f6
     // htbd: the file as it is, through htb-cli -b.
     let htbd = Htbd::start(&lab, NO_TREES);
     htbd.cli_ok(&["-b", path.to_str().unwrap()]);
-    let ours = udp_flows(&lab, &specs, SECS, WARMUP);
+    let ours = htbd.with_the_cpu(file, 0.01, || udp_flows(&lab, &specs, SECS, WARMUP));
     for ((flow, k), h) in flows.iter().zip(&kernel).zip(&ours) {
         let what = format!("{file}: port {} in {}", flow.port, flow.class);
         eprintln!(

@@ -86,6 +86,16 @@ pub(super) fn format(s: &Status) -> String {
         s.longest_job_us,
         s.longest_job_cpu_us
     ));
+    let late = |passes: u64, us: u64, longest: u64| {
+        format!("{passes} late passes (over 200 µs late), {us} µs in all, the latest {longest} µs")
+    };
+    let (passes, longest) = s.workers.iter().fold((0, 0), |(p, l), w| {
+        (p + w.late_passes, l.max(w.longest_late_us))
+    });
+    text.push_str(&format!(
+        "kept from forwarding: {}\n",
+        late(passes, s.late_us(), longest)
+    ));
     if s.frames.between_workers > 0 || s.workers.len() > 1 {
         text.push_str(&format!(
             "frames between workers: {}\n",
@@ -99,8 +109,15 @@ pub(super) fn format(s: &Status) -> String {
                 .map_or_else(|| "any CPU".to_owned(), |c| format!("CPU {c}"));
             text.push_str(&format!(
                 "worker {i} ({cpu}): {} passes, {} sleeps, {} queued, {} subtrees; frames handed \
-                 to other workers {}, taken from them {}, dropped at a full handoff ring {}\n",
-                w.loops, w.sleeps, w.queued, w.subtrees, w.handed_out, w.taken_in, w.handoff_drops
+                 to other workers {}, taken from them {}, dropped at a full handoff ring {}; {}\n",
+                w.loops,
+                w.sleeps,
+                w.queued,
+                w.subtrees,
+                w.handed_out,
+                w.taken_in,
+                w.handoff_drops,
+                late(w.late_passes, w.late_us, w.longest_late_us)
             ));
         }
     }
@@ -155,9 +172,17 @@ mod tests {
                     loops: 5,
                     subtrees: 2,
                     handed_out: 9,
+                    late_passes: 2,
+                    late_us: 3100,
+                    longest_late_us: 2800,
                     ..htb_ipc::WorkerStatus::default()
                 },
-                htb_ipc::WorkerStatus::default(),
+                htb_ipc::WorkerStatus {
+                    late_passes: 1,
+                    late_us: 400,
+                    longest_late_us: 400,
+                    ..htb_ipc::WorkerStatus::default()
+                },
             ],
             ..status
         };
@@ -167,6 +192,14 @@ mod tests {
                 "worker 0 (CPU 0): 5 passes, 0 sleeps, 0 queued, 2 subtrees; frames handed \
                  to other workers 9"
             ) && text.contains("worker 1 (any CPU)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "kept from forwarding: 3 late passes (over 200 µs late), 3500 µs in all, the \
+                 latest 2800 µs\n"
+            ) && text
+                .contains("2 late passes (over 200 µs late), 3100 µs in all, the latest 2800 µs\n"),
             "{text}"
         );
     }

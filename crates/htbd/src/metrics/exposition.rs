@@ -390,6 +390,12 @@ impl ScrapeCollector {
         )?;
         single(
             encoder,
+            "htb_dataplane_late_seconds",
+            "How late data-plane passes ended beyond 200 µs after they were due, summed over the workers: time the host, the kernel or a control job kept them from forwarding",
+            &ConstCounter::new(e.workers.iter().map(|w| w.late.total_ns).sum::<u64>() as f64 / 1e9),
+        )?;
+        single(
+            encoder,
             "htb_scrape_gather_seconds",
             "Time this scrape took to gather the data plane's statistics",
             &ConstGauge::new(self.0.gather_seconds),
