@@ -24,7 +24,7 @@ impl Htbd {
     /// half that share of the time it took, and returns that run's result.
     ///
     /// # Panics
-    /// When no run of [`ATTEMPTS`] was clean: the test fails saying so, since its rates would
+    /// When none of four runs was clean: the test fails saying so, since its rates would
     /// measure the host.
     pub fn with_the_cpu<T>(&self, what: &str, tolerance: f64, mut measure: impl FnMut() -> T) -> T {
         let share = tolerance / 2.0;
