@@ -285,13 +285,16 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
         }
     };
     let mut client = client;
-    let (lines, commands): (Vec<usize>, Vec<_>) = actions
-        .into_iter()
-        .filter_map(|(line, action)| match action {
-            Action::Change(c) => Some((line, c)),
-            _ => None,
-        })
-        .unzip();
+    let (mut lines, mut commands) = (
+        Vec::with_capacity(actions.len()),
+        Vec::with_capacity(actions.len()),
+    );
+    for (line, action) in actions {
+        if let Action::Change(c) = action {
+            lines.push(line);
+            commands.push(c);
+        }
+    }
     if commands.is_empty() {
         return Ok(summary);
     }
