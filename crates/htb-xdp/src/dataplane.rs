@@ -19,6 +19,7 @@ use crate::plane_op::{IngressHook, PlaneOp, Retired};
 use crate::rings::{Chunk, FrameCounts, Rings};
 use crate::rtt::{ClassRtt, RttTracker};
 use crate::stats::{PortSnapshot, PortStats};
+use crate::sys;
 
 mod target_cache;
 
@@ -495,6 +496,10 @@ pub(crate) struct Dataplane<R: Rings> {
 /// Frames taken from other workers per pass, at most: the rest wait for the next pass, so that
 /// a flood handed over does not keep this worker from sending.
 const INBOUND_PER_PASS: usize = 256;
+
+/// A control operation taking more CPU than this on the data plane is logged at debug level
+/// (a job of them should stay under 1 ms).
+const SLOW_OPERATION_NS: u64 = 200_000;
 
 impl<R: Rings> std::fmt::Debug for Dataplane<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1081,7 +1086,10 @@ impl<R: Rings> Dataplane<R> {
         // handle is stale and falls back to its id.)
         let mut retarget = vec![false; self.ports.len()];
         let mut results = Vec::with_capacity(ops.len());
+        // Each operation's CPU time, when debugging: which one makes a job long.
+        let timed = tracing::enabled!(tracing::Level::DEBUG);
         for op in ops {
+            let started = timed.then(|| (op.kind(), sys::thread_cpu_ns()));
             if results.last().is_some_and(Result::is_err) {
                 break;
             }
@@ -1111,6 +1119,16 @@ impl<R: Rings> Dataplane<R> {
                     ));
             let port = &mut self.ports[index];
             let purged = port.apply(now, op);
+            if let Some((kind, started)) = started {
+                let took = sys::thread_cpu_ns().saturating_sub(started);
+                if took > SLOW_OPERATION_NS {
+                    tracing::debug!(
+                        "data-plane operation {kind} on {} took {} µs of CPU",
+                        port.name,
+                        took / 1000
+                    );
+                }
+            }
             let dropped: Vec<Frame> = port.drain_dropped().collect();
             results.push(match purged {
                 Ok(frames) => {

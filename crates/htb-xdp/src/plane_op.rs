@@ -277,6 +277,22 @@ impl<S: Stage> Change<S> {
         }
     }
 
+    /// What it does, as tc's words say it (for logs).
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::SetTree { .. } => "qdisc replace",
+            Self::SetQdisc { .. } => "qdisc change",
+            Self::AddClass { .. } => "class add",
+            Self::ChangeClass { .. } => "class change",
+            Self::DeleteClass { .. } => "class del",
+            Self::SetLeaf { .. } => "leaf qdisc replace",
+            Self::ChangeLeaf { .. } => "leaf qdisc change",
+            Self::SetFilters { .. } => "filters replace",
+            Self::SetIngress { .. } => "ingress replace",
+        }
+    }
+
     /// The port it changes.
     #[must_use]
     pub fn port(&self) -> &str {
