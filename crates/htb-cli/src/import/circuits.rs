@@ -88,26 +88,34 @@ pub struct Circuit {
 /// Devices of one circuit that disagree on the plan or parent node; addresses that overlap
 /// across circuits; no device.
 pub fn group(devices: Vec<ShapedDevice>) -> Result<Vec<Circuit>, CircuitError> {
-    let mut circuits: Vec<Circuit> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut circuits: Vec<Circuit> = Vec::with_capacity(devices.len());
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(devices.len());
     for d in devices {
         let id = if d.circuit_id.is_empty() {
             format!("device:{}", d.device_id)
         } else {
-            d.circuit_id.clone()
+            d.circuit_id
         };
-        let at = *index.entry(id.clone()).or_insert_with(|| {
+        let Some(&at) = index.get(&id) else {
+            // A new circuit takes the device's fields (a million-circuit file copied each).
+            index.insert(id.clone(), circuits.len());
+            let mut addresses = Vec::with_capacity(d.addresses.len());
+            for a in d.addresses {
+                if !addresses.iter().any(|(b, _)| *b == a) {
+                    addresses.push((a, d.line));
+                }
+            }
             circuits.push(Circuit {
                 id,
-                name: d.circuit_name.clone(),
-                node: d.parent_node.clone(),
+                name: d.circuit_name,
+                node: d.parent_node,
                 rates: d.rates,
-                addresses: Vec::new(),
+                addresses,
                 line: d.line,
-                sqm: d.sqm.clone(),
+                sqm: d.sqm,
             });
-            circuits.len() - 1
-        });
+            continue;
+        };
         let c = &mut circuits[at];
         let mismatch = |what| CircuitError::Mismatch {
             line: d.line,
@@ -141,7 +149,8 @@ pub fn group(devices: Vec<ShapedDevice>) -> Result<Vec<Circuit>, CircuitError> {
 /// Prefixes nest or are disjoint, so after sorting by (family, first address, length) an
 /// overlap is always with the widest prefix still open: one sweep, O(n log n).
 fn check_overlaps(circuits: &[Circuit]) -> Result<(), CircuitError> {
-    let mut all: Vec<(Family, u128, u128, usize, IpPrefix, u64)> = Vec::new();
+    let mut all: Vec<(Family, u128, u128, usize, IpPrefix, u64)> =
+        Vec::with_capacity(circuits.iter().map(|c| c.addresses.len()).sum());
     for (i, c) in circuits.iter().enumerate() {
         for &(p, line) in &c.addresses {
             let host_bits = u32::from(p.family().bits() - p.prefix_len());

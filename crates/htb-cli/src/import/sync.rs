@@ -471,7 +471,13 @@ pub fn batch(
             .or_else(|| node_ids.get(name))
             .copied()
     };
+    // Sized for a first import (a comment, a class and a filter per circuit and port, about 80
+    // bytes a line): a million circuits' 240 MB grown by doubling were copied into fresh pages
+    // again and again.
+    let lines = circuits.len() * devs.len() * 3;
     let mut out = Batch {
+        text: String::with_capacity(lines * 80),
+        origin: Vec::with_capacity(lines),
         circuit_ids: circuit_ids.clone(),
         ..Batch::default()
     };
