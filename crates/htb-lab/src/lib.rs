@@ -10,6 +10,7 @@ pub mod ipc_bench;
 mod lab;
 pub mod latency;
 mod premise;
+pub use premise::with_the_host;
 pub mod scale;
 pub mod shaper;
 pub mod soak;

@@ -69,7 +69,7 @@ fn kernel_and_htbd_agree(name: &str, file: &str, flows: &[Flow], offered_bps: f6
     for note in notes {
         eprintln!("  note: {note}");
     }
-    let kernel = udp_flows(&lab, &specs, SECS, WARMUP);
+    let kernel = htb_lab::with_the_host(file, 0.01, || udp_flows(&lab, &specs, SECS, WARMUP));
     for dev in ["r1", "r2"] {
         let _ = lab.exec(R, &["tc", "qdisc", "del", "dev", dev, "root"]);
     }
