@@ -733,7 +733,11 @@ impl Htbd {
             .args(args)
             .args(wrapper.first().map(|_| bin.to_str().unwrap()))
             .args(["--config", path.to_str().unwrap()])
-            .env("RUST_LOG", "info")
+            // `HTBD_LOG` (e.g. `info,htb_xdp=debug`) for a diagnostic run; tests read info.
+            .env(
+                "RUST_LOG",
+                std::env::var("HTBD_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())

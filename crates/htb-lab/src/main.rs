@@ -116,6 +116,9 @@ enum Command {
         /// Namespace prefix of the lab.
         #[arg(long, default_value = "htbscale")]
         lab: String,
+        /// Data-plane workers (each holds every class today: RSS grows with them).
+        #[arg(long, default_value_t = 1)]
+        workers: u32,
     },
     /// Forwarding against cores: 1 … N pinned generators, htbd with as many pinned workers,
     /// kernel HTB with one root and kernel mq + HTB per queue; 64 and 1514-byte frames.
@@ -293,10 +296,12 @@ fn main() -> ExitCode {
             out,
             subscribers,
             lab,
+            workers,
         } => htb_lab::scale::run(&htb_lab::scale::ScaleOptions {
             out,
             subscribers,
             lab,
+            workers,
         })
         .map(|_| ()),
         Command::BenchIpc { out, changes, lab } => {

@@ -37,6 +37,8 @@ pub struct ScaleOptions {
     pub subscribers: u32,
     /// Namespace prefix.
     pub lab: String,
+    /// Data-plane workers (the lab gets as many queues per veth).
+    pub workers: u32,
 }
 
 /// The flow's rate: one packet per 50 µs.
@@ -188,8 +190,15 @@ fn window(arrivals: &[f64], name: &str, step: &Step) -> Value {
 /// # Errors
 /// The lab or a tool failed, or a premise did not hold (the flow did not arrive).
 pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
-    let lab = Lab::try_up(&options.lab, "router").map_err(|e| anyhow::anyhow!("{e}"))?;
-    let htbd = Htbd::start(&lab, CONFIG);
+    let workers = options.workers.max(1);
+    let lab = Lab::try_up_with_queues(&options.lab, "router", workers)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let config = CONFIG.replacen(
+        "realtime = 1\n",
+        &format!("realtime = 1\nworkers = {workers}\n"),
+        1,
+    );
+    let htbd = Htbd::start(&lab, &config);
     let csv = htbd.dir().join("ShapedDevices.csv");
     std::fs::write(&csv, shaped_devices("", options.subscribers))?;
     let rss_before = rss_kib(htbd.pid());
@@ -364,6 +373,7 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
     }
     let report = json!({
         "subscribers": options.subscribers,
+        "workers": workers,
         "flow_pps": PPS,
         "baseline": base,
         "cpu_load_only": window(&arrivals, "CPU load only", &load_window),

@@ -10,14 +10,16 @@
 //! index, and a subtree never moves while it exists. A new tree (`qdisc replace`, a restart)
 //! is assigned afresh in class-id order, so the same tree always maps the same way.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use htb_core::{ClassId, Packet, Scheduler};
 
 /// One port's subtrees and their workers.
 #[derive(Debug, Default)]
 pub(crate) struct Assignment {
-    owner: HashMap<ClassId, u16>,
+    /// A B-tree: it grows on the data-plane thread, where a hash map's doubling rehashed every
+    /// subtree in one job.
+    owner: BTreeMap<ClassId, u16>,
     /// Subtrees per worker.
     load: Vec<u32>,
 }
@@ -35,7 +37,7 @@ impl Assignment {
     /// No subtrees, for `workers` workers.
     pub(crate) fn new(workers: usize) -> Self {
         Self {
-            owner: HashMap::new(),
+            owner: BTreeMap::new(),
             load: vec![0; workers.max(1)],
         }
     }
