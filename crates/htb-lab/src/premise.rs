@@ -38,6 +38,42 @@ fn stolen() -> Duration {
     TICK * ticks
 }
 
+/// Runs `measure` until the time lost to the shaper during it (`lost`, a running count, over
+/// `cpus` CPUs) was at most `tolerance` of the time it took, and returns that run's result;
+/// `lost_how` says what the count is, for the report.
+fn until_clean<T>(
+    what: &str,
+    tolerance: f64,
+    (lost, cpus, lost_how): (impl Fn() -> Duration, f64, &str),
+    mut measure: impl FnMut() -> T,
+) -> T {
+    let mut seen = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        let before = lost();
+        let started = Instant::now();
+        let result = measure();
+        let took = started.elapsed().as_secs_f64();
+        let ms = lost().saturating_sub(before).as_secs_f64() * 1e3 / cpus;
+        let share = ms / 1e3 / took;
+        eprintln!(
+            "{what}: {lost_how} {ms:.1} ms of {took:.1} s ({:.3} %, {:.3} % allowed)",
+            share * 100.0,
+            tolerance * 100.0
+        );
+        if share <= tolerance {
+            return result;
+        }
+        eprintln!("{what}: premise failed on attempt {attempt}: measuring again");
+        seen.push(format!("{ms:.1} ms"));
+    }
+    panic!(
+        "{what}: premise failed: in each of {ATTEMPTS} measurements {lost_how} more than {:.3} % \
+         of the time ({}), so none measures the shaper",
+        tolerance * 100.0,
+        seen.join(", ")
+    );
+}
+
 /// Runs `measure` (a rate measurement of the kernel's shaping, to be checked within
 /// `tolerance`) until the host stole at most that share of the time it took from this VM's
 /// CPUs, on average over them (the kernel forwards on whichever CPU runs the softirq), and
@@ -45,38 +81,10 @@ fn stolen() -> Duration {
 ///
 /// # Panics
 /// When none of four runs was clean.
-pub fn with_the_host<T>(what: &str, tolerance: f64, mut measure: impl FnMut() -> T) -> T {
-    let share = tolerance;
+pub fn with_the_host<T>(what: &str, tolerance: f64, measure: impl FnMut() -> T) -> T {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let mut seen = Vec::new();
-    for attempt in 1..=ATTEMPTS {
-        let before = stolen();
-        let started = Instant::now();
-        let result = measure();
-        let took = started.elapsed();
-        let stole = stolen().saturating_sub(before);
-        let kept = stole.as_secs_f64() / cpus as f64 / took.as_secs_f64();
-        eprintln!(
-            "{what}: the host stole {:.0} ms of {:.1} s from {cpus} CPUs ({:.3} % of each, {:.3} % \
-             allowed)",
-            stole.as_secs_f64() * 1e3,
-            took.as_secs_f64(),
-            kept * 100.0,
-            share * 100.0
-        );
-        if kept <= share {
-            return result;
-        }
-        eprintln!("{what}: premise failed on attempt {attempt}: measuring again");
-        seen.push(format!("{:.0} ms", stole.as_secs_f64() * 1e3));
-    }
-    panic!(
-        "{what}: premise failed: in each of {ATTEMPTS} measurements the host stole more than \
-         {:.3} % of the time from this VM's CPUs on average ({} in all), so none measures the \
-         shaper",
-        share * 100.0,
-        seen.join(", ")
-    );
+    let how = format!("the host stole from each of this VM's {cpus} CPUs");
+    until_clean(what, tolerance, (stolen, cpus as f64, &how), measure)
 }
 
 impl Htbd {
@@ -87,36 +95,43 @@ impl Htbd {
     /// # Panics
     /// When none of four runs was clean: the test fails saying so, since its rates would
     /// measure the host.
-    pub fn with_the_cpu<T>(&self, what: &str, tolerance: f64, mut measure: impl FnMut() -> T) -> T {
-        let share = tolerance;
-        let mut seen = Vec::new();
-        for attempt in 1..=ATTEMPTS {
-            let before = self.status().late_us();
-            let started = Instant::now();
-            let result = measure();
-            let took = started.elapsed();
-            let late = Duration::from_micros(self.status().late_us().saturating_sub(before));
-            let kept = late.as_secs_f64() / took.as_secs_f64();
-            eprintln!(
-                "{what}: the data plane was kept from forwarding {:.1} ms of {:.1} s ({:.3} %, \
-                 {:.3} % allowed)",
-                late.as_secs_f64() * 1e3,
-                took.as_secs_f64(),
-                kept * 100.0,
-                share * 100.0
-            );
-            if kept <= share {
-                return result;
-            }
-            eprintln!("{what}: premise failed on attempt {attempt}: measuring again");
-            seen.push(format!("{:.1} ms", late.as_secs_f64() * 1e3));
-        }
-        panic!(
-            "{what}: premise failed: in each of {ATTEMPTS} measurements the data plane was kept \
-             from forwarding (by the host, the kernel or other threads) for more than {:.3} % of \
-             the time ({}), so none measures the shaper",
-            share * 100.0,
-            seen.join(", ")
-        );
+    pub fn with_the_cpu<T>(&self, what: &str, tolerance: f64, measure: impl FnMut() -> T) -> T {
+        let late = || Duration::from_micros(self.status().late_us());
+        let how = "the data plane was kept from forwarding";
+        until_clean(what, tolerance, (late, 1.0, how), measure)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    use super::until_clean;
+
+    /// A measurement of 20 ms that loses `lost_ms[attempt]` to stalls; returns its attempt.
+    fn measured(lost_ms: &[u64]) -> u32 {
+        let (lost, attempt) = (Cell::new(Duration::ZERO), Cell::new(0));
+        let count = || lost.get();
+        until_clean("test", 0.01, (count, 1.0, "lost"), || {
+            std::thread::sleep(Duration::from_millis(20));
+            let n = attempt.get();
+            lost.set(lost.get() + Duration::from_millis(lost_ms[n as usize]));
+            attempt.set(n + 1);
+            n
+        })
+    }
+
+    #[test]
+    fn a_stalled_measurement_is_taken_again_and_a_clean_one_kept() {
+        // 10 of 20 ms lost (50 %), then 5 (25 %), then none: the third is the result.
+        assert_eq!(measured(&[10, 5, 0, 0]), 2);
+        assert_eq!(measured(&[0, 10, 10, 10]), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "premise failed: in each of 4 measurements lost more than")]
+    fn four_stalled_measurements_fail_the_test() {
+        measured(&[10, 10, 10, 10]);
     }
 }
