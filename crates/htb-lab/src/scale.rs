@@ -140,6 +140,9 @@ struct Jobs {
     longest_us: u64,
     /// The most CPU time one took since the start, µs (the job's own work).
     longest_cpu_us: u64,
+    /// How late the workers' passes ended in all, µs (`htb-cli status`'s "kept from
+    /// forwarding": jobs they waited for, and the host's and the kernel's interruptions).
+    late_us: u64,
 }
 
 fn jobs(htbd: &Htbd) -> Jobs {
@@ -148,6 +151,7 @@ fn jobs(htbd: &Htbd) -> Jobs {
         count: status.jobs,
         longest_us: status.longest_job_us,
         longest_cpu_us: status.longest_job_cpu_us,
+        late_us: status.late_us(),
     }
 }
 
@@ -169,10 +173,12 @@ fn window(arrivals: &[f64], name: &str, step: &Step) -> Value {
     let longest_cpu = longest_in_step(before.longest_cpu_us, after.longest_cpu_us);
     eprintln!(
         "{name}: {:.1} ms; longest gap at node-2 {:.3} ms over {packets} packets ({expected:.0} \
-         expected); {} data-plane jobs, longest {longest} µs ({longest_cpu} µs of CPU)",
+         expected); {} data-plane jobs, longest {longest} µs ({longest_cpu} µs of CPU); the \
+         workers kept from forwarding {:.1} ms",
         (step.to - step.from) * 1e3,
         gap * 1e3,
-        after.count - before.count
+        after.count - before.count,
+        (after.late_us - before.late_us) as f64 / 1e3
     );
     json!({
         "seconds": step.to - step.from,
@@ -182,6 +188,7 @@ fn window(arrivals: &[f64], name: &str, step: &Step) -> Value {
         "dataplane_jobs": after.count - before.count,
         "longest_dataplane_job_us": longest,
         "longest_dataplane_job_cpu_us": longest_cpu,
+        "dataplane_kept_from_forwarding_ms": (after.late_us - before.late_us) as f64 / 1e3,
     })
 }
 
