@@ -96,43 +96,43 @@ pub fn group(devices: Vec<ShapedDevice>) -> Result<Vec<Circuit>, CircuitError> {
         } else {
             d.circuit_id
         };
-        let Some(&at) = index.get(&id) else {
-            // A new circuit takes the device's fields (a million-circuit file copied each).
-            index.insert(id.clone(), circuits.len());
-            let mut addresses = Vec::with_capacity(d.addresses.len());
-            for a in d.addresses {
-                if !addresses.iter().any(|(b, _)| *b == a) {
-                    addresses.push((a, d.line));
+        let at = match index.get(&id) {
+            Some(&at) => {
+                let c = &circuits[at];
+                let mismatch = |what| CircuitError::Mismatch {
+                    line: d.line,
+                    device: d.device_id.clone(),
+                    circuit: c.id.clone(),
+                    what,
+                    first_line: c.line,
+                };
+                if c.rates != d.rates {
+                    return Err(mismatch("Download/Upload Min/Max Mbps"));
                 }
+                if c.sqm != d.sqm {
+                    return Err(mismatch("sqm"));
+                }
+                if c.node != d.parent_node {
+                    return Err(mismatch("Parent Node"));
+                }
+                at
             }
-            circuits.push(Circuit {
-                id,
-                name: d.circuit_name,
-                node: d.parent_node,
-                rates: d.rates,
-                addresses,
-                line: d.line,
-                sqm: d.sqm,
-            });
-            continue;
+            None => {
+                // A new circuit takes the device's fields (a million-circuit file copied each).
+                index.insert(id.clone(), circuits.len());
+                circuits.push(Circuit {
+                    id,
+                    name: d.circuit_name,
+                    node: d.parent_node,
+                    rates: d.rates,
+                    addresses: Vec::with_capacity(d.addresses.len()),
+                    line: d.line,
+                    sqm: d.sqm,
+                });
+                circuits.len() - 1
+            }
         };
         let c = &mut circuits[at];
-        let mismatch = |what| CircuitError::Mismatch {
-            line: d.line,
-            device: d.device_id.clone(),
-            circuit: c.id.clone(),
-            what,
-            first_line: c.line,
-        };
-        if c.rates != d.rates {
-            return Err(mismatch("Download/Upload Min/Max Mbps"));
-        }
-        if c.sqm != d.sqm {
-            return Err(mismatch("sqm"));
-        }
-        if c.node != d.parent_node {
-            return Err(mismatch("Parent Node"));
-        }
         for a in d.addresses {
             if !c.addresses.iter().any(|(b, _)| *b == a) {
                 c.addresses.push((a, d.line));
