@@ -117,6 +117,12 @@ impl Control {
         }
     }
 
+    /// `n` units of data-plane work per job divided among the workers, at least one: every
+    /// worker applies each operation to (and gives the statistics of) its own copy of the trees.
+    fn per_worker(&self, n: usize) -> usize {
+        (n / self.engine.workers().max(1)).max(1)
+    }
+
     /// The control socket's request counters, shared with the metrics endpoint.
     #[must_use]
     pub fn request_metrics(&self) -> RequestMetrics {
@@ -354,7 +360,7 @@ impl Control {
         // whole: they are answered, and other requests served, only after its last slice.
         let mut outcomes = Vec::with_capacity(ops.len());
         let mut rest = ops.into_iter();
-        let slice_len = (PLANE_SLICE / self.engine.workers().max(1)).max(1);
+        let slice_len = self.per_worker(PLANE_SLICE);
         loop {
             let slice: Vec<PlaneOp> = rest.by_ref().take(slice_len).collect();
             if slice.is_empty() {

@@ -580,7 +580,7 @@ impl Control {
     /// `dev`'s scheduler and port counters and the statistics of `ids`, copied
     /// [`STATS_CHUNK`] classes per data-plane job (over the number of workers).
     async fn snapshot(&self, dev: &str, ids: &[ClassId]) -> Result<PortSnapshot, IpcError> {
-        let mut chunks = ids.chunks((STATS_CHUNK / self.engine.workers().max(1)).max(1));
+        let mut chunks = ids.chunks(self.per_worker(STATS_CHUNK));
         let first = chunks.next().unwrap_or_default();
         let mut snapshot = self.snapshot_job(dev, first.to_vec()).await?;
         for chunk in chunks {
