@@ -67,6 +67,7 @@ mod rbtree;
 mod sched;
 mod spec;
 mod stab;
+mod stall;
 mod stats;
 mod time;
 mod tree_spec;
@@ -90,6 +91,7 @@ pub use spec::{
     Warning,
 };
 pub use stab::{MAX_TSIZE, SizeSpec, SizeTable, SizeTableError};
+pub use stall::StallLog;
 pub use stats::{ClassStats, Mode, QueueCounters, SchedulerStats};
 pub use time::{Duration, Instant};
 pub use tree_spec::{ClassDef, LeafDef, PortTree, TreeSpec};

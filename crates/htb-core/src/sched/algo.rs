@@ -3,6 +3,7 @@
 use super::Scheduler;
 use super::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, Row};
 use super::chunked::Chunked;
+use super::credit::refill;
 use crate::Packet;
 use crate::rate::{TOKENS_PER_NS, tokens_to_ns_ceil};
 use crate::rbtree::{NIL, NodeId, RbTree};
@@ -498,6 +499,13 @@ impl<P: Packet> Scheduler<P> {
                 // What the other workers sent counts too (their paid debts).
                 self.pull_shared(cl);
             }
+            // Stall credit (`credit.rs`). A shared class's buckets were just pulled from the
+            // shared ones, which hold its credit themselves (`shared.rs`): no cap here.
+            let credit = if shared {
+                (i64::MAX, i64::MAX)
+            } else {
+                self.stall_credit.at(self.classes[cl as usize].t_c, now)
+            };
             let class = &mut self.classes[cl as usize];
             let diff = Self::elapsed_tokens(class, now);
             let charged = class.adjust.charged_len(len);
@@ -507,7 +515,7 @@ impl<P: Packet> Scheduler<P> {
                     class.lends = class.lends.wrapping_add(1);
                 }
                 rate_cost = class.rate_cost.cost(charged);
-                let toks = class.tokens.saturating_add(diff).min(class.buffer) - rate_cost;
+                let toks = refill(class.tokens, diff, class.buffer, rate_cost, credit) - rate_cost;
                 class.tokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             } else {
                 // Classes below the lender borrowed: their rate bucket only catches up.
@@ -515,7 +523,7 @@ impl<P: Packet> Scheduler<P> {
                 class.tokens = class.tokens.saturating_add(diff);
             }
             let ceil_cost = class.ceil_cost.cost(charged);
-            let toks = class.ctokens.saturating_add(diff).min(class.cbuffer) - ceil_cost;
+            let toks = refill(class.ctokens, diff, class.cbuffer, ceil_cost, credit) - ceil_cost;
             class.ctokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             class.t_c = now;
             if class.level > 0 {

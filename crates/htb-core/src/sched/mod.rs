@@ -4,6 +4,7 @@ mod algo;
 mod arena;
 mod check;
 mod chunked;
+mod credit;
 mod id_map;
 mod lifecycle;
 mod shared;
@@ -153,6 +154,8 @@ pub struct Scheduler<P: Packet> {
     shared: Vec<SharedSlot>,
     /// Leaves that held their packets back (a shaping `cake`), out of the round until then.
     throttled: Vec<(Instant, ClassIdx)>,
+    /// Stalls of the driver, credited to the classes they cost ([`credit_stall`](Self::credit_stall)).
+    stall_credit: credit::StallCredit,
 }
 
 impl<P: Packet> fmt::Debug for Scheduler<P> {
@@ -197,6 +200,7 @@ impl<P: Packet> Scheduler<P> {
             stats: SchedulerStats::default(),
             shared: Vec::new(),
             throttled: Vec::new(),
+            stall_credit: credit::StallCredit::default(),
         }
     }
 
@@ -603,6 +607,27 @@ impl<P: Packet> Scheduler<P> {
         self.now
     }
 
+    /// Tells the scheduler that its driver could not serve it from `from` to `to` (the host
+    /// took the CPU, a control job held the data plane): each class whose buckets the next
+    /// charge carries across that span may rise above its burst by the part of the span it
+    /// covers, up to `at_most`, so a full class still sends its rate over the stall (see
+    /// `sched/credit.rs`). No call, no credit: the kernel's behaviour.
+    ///
+    /// Classes whose buckets other schedulers share are credited only what their shared
+    /// buckets lost while no scheduler sharing them paid in (see `sched/shared.rs`).
+    pub fn credit_stall(&mut self, from: Instant, to: Instant, at_most: Duration) {
+        self.stall_credit.record(from, to, at_most);
+        if !self.shared.is_empty() {
+            self.credit_shared(from, to.min(from + at_most));
+        }
+    }
+
+    /// The longest stall credit a class has been given room for (zero: none reported).
+    #[must_use]
+    pub fn longest_stall_credit(&self) -> Duration {
+        self.stall_credit.longest()
+    }
+
     fn advance_clock(&mut self, now: Instant) {
         if now > self.now {
             self.now = now;
@@ -668,5 +693,7 @@ impl<P: Packet> Scheduler<P> {
     }
 }
 
+#[cfg(test)]
+mod credit_tests;
 #[cfg(test)]
 mod tests;

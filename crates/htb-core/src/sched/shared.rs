@@ -18,6 +18,12 @@
 //! since the schedulers' common epoch: at time `t` it holds `min(depth, t - E)` tokens.
 //! Charging `c` is `E = max(E, t - depth) + c`: one number per bucket, updated with one
 //! compare-and-swap, so no lock.
+//!
+//! Stall credit (`credit.rs`) works on a bonus beside each bucket: when a worker reports a
+//! stall in which no worker paid into the buckets, what they lost to their depth in it is
+//! granted as a bonus, which covers the bucket's debt as its class catches up. A bonus not
+//! spent on time (the class went idle) lapses. Two workers stalled together grant the same span once:
+//! a grant raises the bonus to it, never adds.
 
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicI64, Ordering};
@@ -39,6 +45,12 @@ pub struct SharedBuckets {
     rate_empty: AtomicI64,
     /// When the ceil bucket was last empty.
     ceil_empty: AtomicI64,
+    /// When a worker last paid into them (or a bonus was granted), in token units.
+    paid_at: AtomicI64,
+    /// Stall credit for the rate bucket not spent yet, in token units.
+    rate_bonus: AtomicI64,
+    /// Stall credit for the ceil bucket not spent yet.
+    ceil_bonus: AtomicI64,
 }
 
 /// "Empty long ago": a full bucket, whatever its depth.
@@ -57,6 +69,66 @@ impl SharedBuckets {
         Self {
             rate_empty: AtomicI64::new(LONG_AGO),
             ceil_empty: AtomicI64::new(LONG_AGO),
+            paid_at: AtomicI64::new(LONG_AGO),
+            rate_bonus: AtomicI64::new(0),
+            ceil_bonus: AtomicI64::new(0),
+        }
+    }
+
+    /// The bonus of `bucket` at `now`: what is left of it unless it lapsed (nothing paid for
+    /// longer than `hold`, the longest credit, since it was granted or last spent from).
+    fn bonus(&self, bucket: &AtomicI64, now: i64, hold: i64) -> i64 {
+        let bonus = bucket.load(Ordering::Acquire);
+        if bonus > 0 && now.saturating_sub(self.paid_at.load(Ordering::Acquire)) <= hold {
+            bonus
+        } else {
+            0
+        }
+    }
+
+    /// Covers the debt of the bucket emptied at `empty` (what it owes beyond being empty at
+    /// `now`) from its bonus, while the bonus has not lapsed. The bucket is charged first and
+    /// the bonus only covers its debt, so that the bucket keeps earning while its class
+    /// catches up: spending the bonus first would leave the bucket full, capped at its depth,
+    /// losing what it earned meanwhile.
+    fn cover_debt(&self, empty: &AtomicI64, bonus: &AtomicI64, now: i64, hold: i64) {
+        if self.bonus(bonus, now, hold) == 0 {
+            return;
+        }
+        let debt = empty.load(Ordering::Acquire).saturating_sub(now);
+        if debt <= 0 {
+            return;
+        }
+        if let Ok(before) = bonus.fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+            (b > 0).then(|| b - b.min(debt))
+        }) {
+            empty.fetch_sub(before.min(debt), Ordering::AcqRel);
+        }
+    }
+
+    /// A stall from `from` to `to` (token units) of a worker sharing these buckets: if no
+    /// worker paid in since it began, grants what each bucket (of `depth` and `cdepth`) lost to
+    /// its depth in it as a bonus.
+    fn grant(&self, (from, to): (i64, i64), depth: i64, cdepth: i64) {
+        if self.paid_at.load(Ordering::Acquire) > from {
+            return;
+        }
+        let mut granted = false;
+        for (empty, bonus, depth) in [
+            (&self.rate_empty, &self.rate_bonus, depth),
+            (&self.ceil_empty, &self.ceil_bonus, cdepth),
+        ] {
+            // The bucket was full from `E + depth` on: what it earned beyond that is lost.
+            let full = empty.load(Ordering::Acquire).saturating_add(depth);
+            let lost = to.saturating_sub(full.max(from)).clamp(0, to - from);
+            if lost > 0 {
+                bonus.fetch_max(lost, Ordering::AcqRel);
+                granted = true;
+            }
+        }
+        if granted {
+            // The bonus lapses `hold` after this unless spent from.
+            self.paid_at.fetch_max(to, Ordering::AcqRel);
         }
     }
 
@@ -143,9 +215,9 @@ impl<P: Packet> Scheduler<P> {
     /// Pays every debt to the shared buckets at the latest `now` seen: call it after each
     /// batch of dequeues, so the other workers see this one's sending within a batch.
     pub fn flush_shared(&mut self) {
-        let now = now_tokens(self.now);
+        let (now, hold) = (now_tokens(self.now), self.stall_credit.hold());
         for slot in &mut self.shared {
-            Self::pay(&self.classes[slot.class as usize], slot, now);
+            Self::pay(&self.classes[slot.class as usize], slot, now, hold);
         }
     }
 
@@ -161,16 +233,36 @@ impl<P: Packet> Scheduler<P> {
                 &self.classes[slot as usize],
                 &mut entry,
                 now_tokens(self.now),
+                self.stall_credit.hold(),
             );
         }
         self.classes[slot as usize].shared = false;
     }
 
-    fn pay(class: &super::arena::Class, slot: &mut SharedSlot, now: i64) {
-        SharedBuckets::charge(&slot.buckets.rate_empty, now, class.buffer, slot.debt_rate);
-        SharedBuckets::charge(&slot.buckets.ceil_empty, now, class.cbuffer, slot.debt_ceil);
+    fn pay(class: &super::arena::Class, slot: &mut SharedSlot, now: i64, hold: i64) {
+        let b = &slot.buckets;
+        SharedBuckets::charge(&b.rate_empty, now, class.buffer, slot.debt_rate);
+        SharedBuckets::charge(&b.ceil_empty, now, class.cbuffer, slot.debt_ceil);
+        if slot.debt_rate != 0 || slot.debt_ceil != 0 {
+            b.cover_debt(&b.rate_empty, &b.rate_bonus, now, hold);
+            b.cover_debt(&b.ceil_empty, &b.ceil_bonus, now, hold);
+            b.paid_at.fetch_max(now, Ordering::AcqRel);
+        }
         slot.debt_rate = 0;
         slot.debt_ceil = 0;
+    }
+
+    /// A stall of this scheduler's driver from `from` to `to`: each shared class's buckets
+    /// get what they lost in it, if no other worker used them meanwhile.
+    pub(super) fn credit_shared(&self, from: Instant, to: Instant) {
+        for slot in &self.shared {
+            let class = &self.classes[slot.class as usize];
+            slot.buckets.grant(
+                (now_tokens(from), now_tokens(to)),
+                class.buffer,
+                class.cbuffer,
+            );
+        }
     }
 
     fn shared_index(&self, slot: ClassIdx) -> Option<usize> {
@@ -183,19 +275,14 @@ impl<P: Packet> Scheduler<P> {
         let Some(at) = self.shared_index(slot) else {
             return;
         };
-        let now = now_tokens(self.now);
+        let (now, hold) = (now_tokens(self.now), self.stall_credit.hold());
         let entry = &self.shared[at];
+        let b = &entry.buckets;
         let class = &mut self.classes[slot as usize];
-        let rate = SharedBuckets::level(
-            entry.buckets.rate_empty.load(Ordering::Acquire),
-            now,
-            class.buffer,
-        );
-        let ceil = SharedBuckets::level(
-            entry.buckets.ceil_empty.load(Ordering::Acquire),
-            now,
-            class.cbuffer,
-        );
+        let rate = SharedBuckets::level(b.rate_empty.load(Ordering::Acquire), now, class.buffer)
+            .saturating_add(b.bonus(&b.rate_bonus, now, hold));
+        let ceil = SharedBuckets::level(b.ceil_empty.load(Ordering::Acquire), now, class.cbuffer)
+            .saturating_add(b.bonus(&b.ceil_bonus, now, hold));
         class.tokens = rate.saturating_sub(entry.debt_rate).max(1 - MBUFFER);
         class.ctokens = ceil.saturating_sub(entry.debt_ceil).max(1 - MBUFFER);
         class.t_c = self.now;
@@ -207,13 +294,13 @@ impl<P: Packet> Scheduler<P> {
         let Some(at) = self.shared_index(slot) else {
             return;
         };
-        let now = now_tokens(self.now);
+        let (now, hold) = (now_tokens(self.now), self.stall_credit.hold());
         let class = &self.classes[slot as usize];
         let entry = &mut self.shared[at];
         entry.debt_rate = entry.debt_rate.saturating_add(rate);
         entry.debt_ceil = entry.debt_ceil.saturating_add(ceil);
         if entry.debt_rate >= class.buffer / 8 || entry.debt_ceil >= class.cbuffer / 8 {
-            Self::pay(class, entry, now);
+            Self::pay(class, entry, now, hold);
         }
     }
 }
