@@ -35,6 +35,8 @@ mod sequences;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
+mod stall_tests;
+#[cfg(test)]
 mod tests;
 
 /// How frames find their egress port.
@@ -661,6 +663,16 @@ impl<R: Rings> Dataplane<R> {
             (true, _) => Progress::Moved,
             (false, true) => Progress::TxStuck,
             (false, false) => Progress::Idle,
+        }
+    }
+
+    /// This worker was kept from serving its schedulers from `from` to `to`: each credits the
+    /// classes the stall cost, up to `at_most` (`Scheduler::credit_stall`).
+    pub(crate) fn credit_stall(&mut self, from: Instant, to: Instant, at_most: htb_core::Duration) {
+        for port in &mut self.ports {
+            for tree in &mut port.trees {
+                tree.htb.credit_stall(from, to, at_most);
+            }
         }
     }
 

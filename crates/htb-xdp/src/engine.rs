@@ -32,7 +32,7 @@ use crate::rings::Rings;
 use crate::stats::{EngineStats, JobTimes, PortSnapshot, WorkerStats};
 use crate::sys;
 use crate::umem::{FrameIo, IoConfig};
-use crate::worker::{Pace, Seat, Worker};
+use crate::worker::{Pace, Seat, Worker, duration_ns};
 
 /// With liveness off: how often the workers' passes are checked for
 /// [`EngineHandle::since_all_workers_passed`] (each worker then passes at least every half of
@@ -106,6 +106,10 @@ pub struct EngineConfig {
     pub workers: Option<usize>,
     /// Worker `i` runs pinned to `cpus[i]`; empty: not pinned.
     pub cpus: Vec<usize>,
+    /// Stall credit: when a worker was kept from forwarding (its pass began late), each class
+    /// it serves is given back what it could have sent meanwhile beyond its burst, up to this
+    /// much of its rate per stall (`Scheduler::credit_stall`). `None`: none, as the kernel.
+    pub stall_credit: Option<StdDuration>,
 }
 
 impl EngineConfig {
@@ -239,6 +243,8 @@ pub struct Engine {
     alive: Arc<AtomicU64>,
     /// Per port, which worker serves which subtree.
     fleet: Fleet,
+    /// The most a class is given back per stall of its worker (`None`: no stall credit).
+    stall_credit: Option<htb_core::Duration>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -424,6 +430,16 @@ impl Engine {
         let (devs, io) = validate(config)?;
         let queues: Vec<u32> = devs.iter().map(|d| d.rx_queues).collect();
         let workers = config.worker_count(&queues)?;
+        // A page the data plane touches must not be reclaimed and faulted back in under
+        // traffic (a VM may page cold memory out proactively, and a fault there costs
+        // hundreds of µs): lock what is resident and whatever is touched from now on.
+        match sys::lock_memory() {
+            Ok(()) => tracing::info!("memory locked (pages stay resident once touched)"),
+            Err(e) => tracing::warn!(
+                "cannot lock memory ({e}): the data plane may stall on page faults under memory \
+                 pressure (raise RLIMIT_MEMLOCK or grant CAP_IPC_LOCK)"
+            ),
+        }
         let epoch = std::time::Instant::now();
         let mut per_worker: Vec<Vec<PortSetup>> = (0..workers).map(|_| Vec::new()).collect();
         for (i, port) in config.ports.iter().enumerate() {
@@ -488,6 +504,9 @@ impl Engine {
         }
         let crews = Crew::new_set(&bells);
         let batch = config.batch.clamp(1, config.io.ring_size as usize);
+        let stall_credit = config
+            .stall_credit
+            .map(|c| htb_core::Duration::from_nanos(duration_ns(c)));
         let mut pool = Vec::with_capacity(workers);
         for (w, (((io, setups), crew), waker)) in shares
             .into_iter()
@@ -497,7 +516,12 @@ impl Engine {
             .enumerate()
         {
             let plane = Dataplane::new(io, config.mode, setups, batch, config.io.frame_size, crew);
-            pool.push(Worker::new(plane, waker, config.cpus.get(w).copied()));
+            pool.push(Worker::new(
+                plane,
+                waker,
+                config.cpus.get(w).copied(),
+                stall_credit,
+            ));
         }
         if workers > 1 {
             tracing::info!("{workers} data-plane workers");
@@ -530,6 +554,7 @@ impl Engine {
                 wake_every: Some(beat_every.map_or(WITNESS_EVERY / 2, |b| b / 2)),
                 realtime: config.realtime,
             },
+            stall_credit,
             jobs,
             stop,
             jobs_run: JobTimes::default(),
@@ -687,6 +712,7 @@ impl Engine {
             self.program.verdicts(),
         );
         stats.jobs = self.jobs_run;
+        stats.stall_credit = self.stall_credit;
         for (w, worker) in self.workers.iter().enumerate() {
             let plane = &worker.plane;
             stats.sleeps += worker.sleeps;
@@ -697,7 +723,7 @@ impl Engine {
                 queued: plane.queued(),
                 subtrees: self.fleet.subtrees(w),
                 handoffs: plane.handoffs(),
-                late: worker.late,
+                stalls: worker.watch.log,
             });
         }
         stats

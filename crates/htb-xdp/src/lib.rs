@@ -34,6 +34,7 @@ mod plane_op;
 mod program;
 mod rings;
 pub mod rtt;
+mod stall_watch;
 mod stats;
 mod sys;
 mod umem;

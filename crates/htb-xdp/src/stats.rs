@@ -67,6 +67,8 @@ pub struct EngineStats {
     pub jobs: JobTimes,
     /// Per data-plane worker.
     pub workers: Vec<WorkerStats>,
+    /// The most stall credit a class gets per stall of its worker (`None`: none).
+    pub stall_credit: Option<htb_core::Duration>,
 }
 
 /// One data-plane worker's counters.
@@ -84,38 +86,15 @@ pub struct WorkerStats {
     pub subtrees: u32,
     /// Frames it handed to other workers and took from them.
     pub handoffs: HandoffCounts,
-    /// Passes that ended well after they were due.
-    pub late: Lateness,
-}
-
-/// Passes of a worker that ended more than [`Lateness::FLOOR_NS`] after they were due: after
-/// the scheduler's wake-up it slept until, or after the previous pass when there was more to
-/// do. The time between is time the worker was kept from forwarding — the host (a VM's stolen
-/// time), the kernel, other threads on its CPU, or a control job it was parked for — and a
-/// class loses what it could have sent meanwhile beyond its burst. Lab measurements read it to
-/// prove that the data plane had the CPU.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Lateness {
-    /// Passes that ended late.
-    pub passes: u64,
-    /// How late they ended, in all, in ns.
-    pub total_ns: u64,
-    /// The latest one, in ns, since the start.
-    pub longest_ns: u64,
-}
-
-impl Lateness {
-    /// Lateness below this is a pass's own work and the timer's wake-up latency, not a stall.
-    pub const FLOOR_NS: u64 = 200_000;
-
-    /// Notes a pass that ended `late_ns` after it was due.
-    pub(crate) fn note(&mut self, late_ns: u64) {
-        if late_ns > Self::FLOOR_NS {
-            self.passes += 1;
-            self.total_ns += late_ns;
-            self.longest_ns = self.longest_ns.max(late_ns);
-        }
-    }
+    /// When it was kept from forwarding: each pass that began more than
+    /// [`StallLog::FLOOR`](htb_core::StallLog::FLOOR) after it was due (the scheduler's wake-up
+    /// it slept until, or the start of the previous pass when there was more to do). The time
+    /// between is time the worker was kept from forwarding — the host (a VM's stolen time), the
+    /// kernel, other threads on its CPU, a control job it was parked for, or a pass of its own
+    /// that took that long — and a class loses what it could have sent meanwhile beyond its
+    /// burst, unless stall credit gives it back. Lab measurements bound what a class owed with
+    /// it.
+    pub stalls: htb_core::StallLog,
 }
 
 /// Control jobs (changes, statistics copies) run on the data-plane thread: while one runs,
@@ -147,25 +126,4 @@ pub struct PortSnapshot {
     pub leaves: Vec<Option<htb_core::LeafStats>>,
     /// Per requested class, its TCP round trips (`None`: none measured).
     pub rtt: Vec<Option<crate::rtt::ClassRtt>>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Lateness;
-
-    #[test]
-    fn lateness_counts_only_passes_past_the_floor() {
-        let mut late = Lateness::default();
-        for ns in [0, 50_000, Lateness::FLOOR_NS, 3_000_000, 250_000] {
-            late.note(ns);
-        }
-        assert_eq!(
-            late,
-            Lateness {
-                passes: 2,
-                total_ns: 3_250_000,
-                longest_ns: 3_000_000,
-            }
-        );
-    }
 }

@@ -32,6 +32,20 @@ pub(crate) fn set_max_tx_budget(fd: RawFd, budget: u32) -> io::Result<()> {
     }
 }
 
+/// Locks the process's memory: every page resident now, and every page once it is first
+/// touched (`mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT)`), so that none is reclaimed and
+/// faulted back in on the packet path. `MCL_ONFAULT` keeps memory that is reserved but never
+/// touched (thread stacks, allocator arenas) out of the resident set.
+pub(crate) fn lock_memory() -> io::Result<()> {
+    // SAFETY: mlockall takes flags only and touches no memory of ours.
+    let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Sets this thread's timer slack: how late the kernel may fire its timers to batch wake-ups.
 /// The default (50 µs) would blur the shaper's ns-precision wake-ups.
 pub(crate) fn set_timer_slack(slack: Duration) -> io::Result<()> {

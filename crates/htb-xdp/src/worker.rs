@@ -21,7 +21,7 @@ use htb_core::Instant;
 use crate::crew::Bell;
 use crate::dataplane::{Dataplane, Progress};
 use crate::rings::Rings;
-use crate::stats::Lateness;
+use crate::stall_watch::StallWatch;
 use crate::sys;
 use crate::umem::FrameIo;
 
@@ -64,12 +64,8 @@ pub(crate) struct Worker {
     /// Passes so far, read by the engine's liveness beat.
     pub(crate) passes: Arc<AtomicU64>,
     tx_retry: StdDuration,
-    /// When the next pass is due: right after this one when there is more to do, at the
-    /// timeout of the sleep otherwise; `None` while it sleeps with no deadline (a frame or a
-    /// bell wakes it, and when that came is not known).
-    due: Option<Instant>,
-    /// Passes that ended well after they were due.
-    pub(crate) late: Lateness,
+    /// When passes are due, and the stalls.
+    pub(crate) watch: StallWatch,
 }
 
 impl std::fmt::Debug for Worker {
@@ -82,8 +78,14 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    /// A worker running `plane`, woken through `waker` (the other end of its bell).
-    pub(crate) fn new(plane: Dataplane<FrameIo>, waker: UnixStream, cpu: Option<usize>) -> Self {
+    /// A worker running `plane`, woken through `waker` (the other end of its bell), giving its
+    /// classes up to `stall_credit` back per stall.
+    pub(crate) fn new(
+        plane: Dataplane<FrameIo>,
+        waker: UnixStream,
+        cpu: Option<usize>,
+        stall_credit: Option<htb_core::Duration>,
+    ) -> Self {
         Self {
             plane,
             waker,
@@ -91,8 +93,7 @@ impl Worker {
             sleeps: 0,
             passes: Arc::new(AtomicU64::new(0)),
             tx_retry: TX_RETRY,
-            due: None,
-            late: Lateness::default(),
+            watch: StallWatch::new(stall_credit),
         }
     }
 
@@ -121,13 +122,11 @@ impl Worker {
     /// One pass, then a sleep when there is nothing to do (at most `at_most`).
     pub(crate) fn step(&mut self, pace: &Pace, at_most: Option<StdDuration>) {
         self.passes.fetch_add(1, Ordering::Relaxed);
-        let progress = self.plane.poll(pace.now());
-        let ended = pace.now();
-        if let Some(due) = self.due {
-            self.late.note((ended - due).as_nanos());
+        let now = pace.now();
+        if let Some(stall) = self.watch.pass_begins(now) {
+            self.plane.credit_stall(stall.from, stall.to, stall.at_most);
         }
-        // More to do unless it sleeps below, which sets its own deadline.
-        self.due = Some(ended);
+        let progress = self.plane.poll(now);
         match progress {
             Progress::Moved => self.tx_retry = TX_RETRY,
             // Frames the kernel would not send, and nothing else moved: kick again later,
@@ -175,7 +174,8 @@ impl Worker {
             events: libc::POLLIN,
             revents: 0,
         });
-        self.due = timeout.map(|t| now + htb_core::Duration::from_nanos(duration_ns(t)));
+        self.watch
+            .sleeps_until(timeout.map(|t| now + htb_core::Duration::from_nanos(duration_ns(t))));
         self.sleeps += 1;
         let woke = sys::wait_readable(&mut fds, timeout);
         bell.set_asleep(false);
@@ -192,7 +192,7 @@ impl Worker {
 }
 
 /// `d` in ns, saturating.
-fn duration_ns(d: StdDuration) -> u64 {
+pub(crate) fn duration_ns(d: StdDuration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
