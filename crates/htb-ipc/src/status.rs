@@ -38,6 +38,10 @@ pub struct Status {
     /// Per data-plane worker (`loops`, `sleeps` and the frames above are their sums).
     #[serde(default)]
     pub workers: Vec<WorkerStatus>,
+    /// The most a class is given back per stall of its worker, in µs (`daemon.stall_credit`;
+    /// 0: no stall credit).
+    #[serde(default)]
+    pub stall_credit_us: u64,
 }
 
 /// One data-plane worker.
@@ -59,18 +63,15 @@ pub struct WorkerStatus {
     pub taken_in: u64,
     /// Frames dropped because the ring to their worker was full.
     pub handoff_drops: u64,
-    /// Passes that ended more than 200 µs after they were due (the scheduler's wake-up, or
-    /// the end of the previous pass when there was more to do): the worker was kept from
-    /// forwarding — by the host (a VM's stolen time), the kernel, other threads on its CPU or
-    /// a control job. A class loses what it could have sent meanwhile beyond its burst.
+    /// Passes that began more than 200 µs after they were due (the scheduler's wake-up, or
+    /// the start of the previous pass when there was more to do): the worker was kept from
+    /// forwarding — by the host (a VM's stolen time), the kernel, other threads on its CPU, a
+    /// control job or a long pass of its own. A class loses what it could have sent meanwhile
+    /// beyond its burst, unless stall credit (`stall_credit_us`) gives it back. Logged by
+    /// length, so that a measurement can bound what its classes owed
+    /// ([`StallLog::beyond`](htb_core::StallLog::beyond)).
     #[serde(default)]
-    pub late_passes: u64,
-    /// How late they ended, in all, in µs.
-    #[serde(default)]
-    pub late_us: u64,
-    /// The latest one since the start, in µs.
-    #[serde(default)]
-    pub longest_late_us: u64,
+    pub stalls: htb_core::StallLog,
 }
 
 /// Where the UMEM's frames are. `free + in_fill + in_tx + held + between_workers = total`;
@@ -96,10 +97,18 @@ pub struct FrameStatus {
 }
 
 impl Status {
-    /// Late time summed over the workers, in µs (see [`WorkerStatus::late_us`]).
+    /// Every worker's stalls together (see [`WorkerStatus::stalls`]).
+    #[must_use]
+    pub fn stalls(&self) -> htb_core::StallLog {
+        self.workers
+            .iter()
+            .fold(htb_core::StallLog::default(), |all, w| all.plus(&w.stalls))
+    }
+
+    /// Time the workers were kept from forwarding, summed over them, in µs.
     #[must_use]
     pub fn late_us(&self) -> u64 {
-        self.workers.iter().map(|w| w.late_us).sum()
+        self.stalls().total().as_nanos() / 1_000
     }
 }
 

@@ -79,6 +79,7 @@ struct DaemonSection {
     xdp_mode: Option<Located<String>>,
     zero_copy: Option<bool>,
     liveness_timeout: Option<Located<TimeValue>>,
+    stall_credit: Option<Located<TimeValue>>,
     netfilter: Option<Located<String>>,
     metrics: Option<Located<String>>,
     workers: Option<Located<usize>>,
@@ -793,6 +794,7 @@ impl DaemonConfig {
                 }
             }
         };
+        let stall_credit = stall_credit(text, daemon.stall_credit.as_ref())?;
         let netfilter = match &daemon.netfilter {
             None => NetfilterPolicy::Refuse,
             Some(v) => match v.get_ref().as_str() {
@@ -939,10 +941,38 @@ impl DaemonConfig {
                 liveness,
                 workers: daemon.workers.map(|w| *w.get_ref()),
                 cpus,
+                stall_credit,
             },
             netfilter,
             metrics,
         })
+    }
+}
+
+/// The most stall credit a class may get per stall of its worker; longer would outlast the
+/// liveness fail-open's default, after which the kernel forwards anyway.
+const MAX_STALL_CREDIT_NS: u64 = 100_000_000;
+
+/// `daemon.stall_credit`: 10 ms by default (a VM's host takes a few ms at a time), `"0s"`
+/// turns it off.
+fn stall_credit(
+    text: &str,
+    value: Option<&Located<TimeValue>>,
+) -> Result<Option<std::time::Duration>, ConfigError> {
+    let Some(t) = value else {
+        return Ok(Some(std::time::Duration::from_millis(10)));
+    };
+    match t.get_ref().0.as_nanos() {
+        0 => Ok(None),
+        ns if ns <= MAX_STALL_CREDIT_NS => Ok(Some(std::time::Duration::from_nanos(ns))),
+        _ => Err(ConfigError::spanned(
+            text,
+            &t.span(),
+            format!(
+                "stall_credit {} must be at most 100ms (or 0s: off)",
+                t.get_ref().0
+            ),
+        )),
     }
 }
 
@@ -1106,6 +1136,30 @@ classid = "1:20"
             .to_string();
         assert!(
             e.starts_with("line 3, column 20: daemon.liveness_timeout: liveness_timeout 10us must be 1ms to 10s"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn stall_credit_defaults_to_10_ms_and_turns_off_with_zero() {
+        let credit = |line: &str| {
+            DaemonConfig::parse(&LAB.replace("[daemon]\n", &format!("[daemon]\n{line}\n")))
+                .map(|c| c.engine.stall_credit)
+        };
+        assert_eq!(
+            credit("").unwrap(),
+            Some(std::time::Duration::from_millis(10))
+        );
+        assert_eq!(
+            credit("stall_credit = \"4ms\"").unwrap(),
+            Some(std::time::Duration::from_millis(4))
+        );
+        assert_eq!(credit("stall_credit = \"0s\"").unwrap(), None);
+        let e = credit("stall_credit = \"1s\"").unwrap_err().to_string();
+        assert!(
+            e.starts_with(
+                "line 3, column 16: daemon.stall_credit: stall_credit 1s must be at most 100ms"
+            ),
             "{e}"
         );
     }

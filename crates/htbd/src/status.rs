@@ -72,11 +72,10 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
                 handed_out: w.handoffs.handed_out,
                 taken_in: w.handoffs.taken_in,
                 handoff_drops: w.handoffs.dropped,
-                late_passes: w.late.passes,
-                late_us: w.late.total_ns / 1000,
-                longest_late_us: w.late.longest_ns / 1000,
+                stalls: w.stalls,
             })
             .collect(),
+        stall_credit_us: stats.stall_credit.map_or(0, |c| c.as_nanos() / 1000),
     }
 }
 

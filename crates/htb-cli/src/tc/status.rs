@@ -86,15 +86,24 @@ pub(super) fn format(s: &Status) -> String {
         s.longest_job_us,
         s.longest_job_cpu_us
     ));
-    let late = |passes: u64, us: u64, longest: u64| {
-        format!("{passes} late passes (over 200 µs late), {us} µs in all, the latest {longest} µs")
+    let late = |stalls: &htb_core::StallLog| {
+        format!(
+            "{} late passes (over 200 µs late), {} µs in all, the latest {} µs",
+            stalls.count(),
+            stalls.total().as_nanos() / 1000,
+            stalls.longest().as_nanos() / 1000
+        )
     };
-    let (passes, longest) = s.workers.iter().fold((0, 0), |(p, l), w| {
-        (p + w.late_passes, l.max(w.longest_late_us))
-    });
+    let credit = match s.stall_credit_us {
+        0 => "no stall credit".to_owned(),
+        us => format!(
+            "stall credit up to {} per stall",
+            htb_core::Duration::from_micros(us)
+        ),
+    };
     text.push_str(&format!(
-        "kept from forwarding: {}\n",
-        late(passes, s.late_us(), longest)
+        "kept from forwarding: {} ({credit})\n",
+        late(&s.stalls())
     ));
     if s.frames.between_workers > 0 || s.workers.len() > 1 {
         text.push_str(&format!(
@@ -117,7 +126,7 @@ pub(super) fn format(s: &Status) -> String {
                 w.handed_out,
                 w.taken_in,
                 w.handoff_drops,
-                late(w.late_passes, w.late_us, w.longest_late_us)
+                late(&w.stalls)
             ));
         }
     }
@@ -165,6 +174,13 @@ mod tests {
             !text.contains("worker"),
             "one worker: no worker lines\n{text}"
         );
+        let stalls = |us: &[u64]| {
+            let mut log = htb_core::StallLog::default();
+            for &u in us {
+                log.note(htb_core::Duration::from_micros(u));
+            }
+            log
+        };
         let two = Status {
             workers: vec![
                 htb_ipc::WorkerStatus {
@@ -172,18 +188,15 @@ mod tests {
                     loops: 5,
                     subtrees: 2,
                     handed_out: 9,
-                    late_passes: 2,
-                    late_us: 3100,
-                    longest_late_us: 2800,
+                    stalls: stalls(&[2800, 300]),
                     ..htb_ipc::WorkerStatus::default()
                 },
                 htb_ipc::WorkerStatus {
-                    late_passes: 1,
-                    late_us: 400,
-                    longest_late_us: 400,
+                    stalls: stalls(&[400]),
                     ..htb_ipc::WorkerStatus::default()
                 },
             ],
+            stall_credit_us: 10_000,
             ..status
         };
         let text = format(&two);
@@ -197,7 +210,7 @@ mod tests {
         assert!(
             text.contains(
                 "kept from forwarding: 3 late passes (over 200 µs late), 3500 µs in all, the \
-                 latest 2800 µs\n"
+                 latest 2800 µs (stall credit up to 10ms per stall)\n"
             ) && text
                 .contains("2 late passes (over 200 µs late), 3100 µs in all, the latest 2800 µs\n"),
             "{text}"

@@ -391,8 +391,14 @@ impl ScrapeCollector {
         single(
             encoder,
             "htb_dataplane_late_seconds",
-            "How late data-plane passes ended beyond 200 µs after they were due, summed over the workers: time the host, the kernel or a control job kept them from forwarding",
-            &ConstCounter::new(e.workers.iter().map(|w| w.late.total_ns).sum::<u64>() as f64 / 1e9),
+            "How late data-plane passes began beyond 200 µs after they were due, summed over the workers: time the host, the kernel, a control job or a long pass kept them from forwarding",
+            &ConstCounter::new(
+                e.workers
+                    .iter()
+                    .map(|w| w.stalls.total().as_nanos())
+                    .sum::<u64>() as f64
+                    / 1e9,
+            ),
         )?;
         single(
             encoder,
