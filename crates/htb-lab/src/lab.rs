@@ -7,6 +7,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::owed::Counted;
+
 /// One lab at a time in this process: labs measure rates, so they must not share two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -108,6 +110,8 @@ pub struct Lab {
     /// Node-2's address: what the traffic helpers send to.
     n2_ip: &'static str,
     anchors: Mutex<Vec<(String, Reaped)>>,
+    /// Imitated stalls for the lab's lifetime (`HTB_LAB_STALLS`).
+    stalls: Option<crate::stalls::Injector>,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -179,6 +183,19 @@ impl Lab {
         if let Some(reason) = unavailable() {
             return Err(LabError::Unavailable(reason));
         }
+        let stalls = match crate::stalls::from_env() {
+            Ok(None) => None,
+            Ok(Some(pattern)) => {
+                let injector = crate::stalls::Injector::start(pattern, &crate::stalls::cpus())
+                    .map_err(|e| LabError::Unavailable(e.to_string()))?;
+                eprintln!(
+                    "{}: imitating a noisy host, every CPU taken for {pattern}",
+                    crate::stalls::ENV
+                );
+                Some(injector)
+            }
+            Err(e) => return Err(LabError::Unavailable(e.to_string())),
+        };
         let name = name.to_owned();
         let out = run(Command::new(repo().join("scripts/lab.sh"))
             .args(["up", mode])
@@ -200,6 +217,7 @@ impl Lab {
             name,
             n2_ip,
             anchors: Mutex::new(Vec::new()),
+            stalls,
             _serial: serial,
         })
     }
@@ -236,6 +254,12 @@ impl Lab {
             rtts.quantile(1.0)
         );
         prompt
+    }
+
+    /// The stalls imitated in this lab (`HTB_LAB_STALLS`), if any.
+    #[must_use]
+    pub fn imitated_stalls(&self) -> Option<crate::stalls::Pattern> {
+        self.stalls.as_ref().map(crate::stalls::Injector::pattern)
     }
 
     /// Node-2's address (IPv6 in a lab built by [`up_ipv6`](Self::up_ipv6)).
@@ -555,7 +579,7 @@ impl Lab {
     /// The L2 rate arriving at node-2 while node-1 offers UDP at `offered` (see
     /// [`udp_load`](Self::udp_load)), in bit/s.
     pub fn udp_rate_at_n2(&self, port: u16, offered: &str, secs: u32) -> f64 {
-        self.udp_load(port, offered, secs).delivered_bps
+        self.udp_load(port, offered, secs).delivered_bps()
     }
 
     /// Offers `size`-byte UDP frames from node-1 to node-2:`dport` paced at `rate` (L2, e.g.
@@ -592,40 +616,58 @@ impl Lab {
         load
     }
 
-    /// Waits `skip`, then measures node-1's L2 send rate and node-2's L2 receive rate over
-    /// `window`.
+    /// Waits `skip`, then counts node-1's L2 bytes sent and node-2's received over `window`.
+    /// The clock is read on both sides of each pair of counter reads, so that the window's
+    /// length is known within what reading them took (a stall of this process between a
+    /// counter and the clock cannot pass for the shaper's).
     pub fn measure_load(&self, skip: Duration, window: Duration) -> Load {
         std::thread::sleep(skip);
-        let (s0, r0, t0) = (
-            self.tx_counters(N1, "eth0").0,
-            self.rx_counters(N2, "eth0").0,
-            Instant::now(),
-        );
+        let read = || {
+            let before = Instant::now();
+            let counters = (self.tx_counters(N1, "eth0").0, self.rx_counters(N2, "eth0").0);
+            (before, counters, Instant::now())
+        };
+        crate::accounted::window_edge();
+        let (a0, (s0, r0), b0) = read();
         std::thread::sleep(window);
-        let (s1, r1, t1) = (
-            self.tx_counters(N1, "eth0").0,
-            self.rx_counters(N2, "eth0").0,
-            Instant::now(),
-        );
-        let secs = (t1 - t0).as_secs_f64();
+        let (a1, (s1, r1), b1) = read();
+        crate::accounted::window_edge();
+        let (shortest, longest) = ((a1 - b0).as_secs_f64(), (b1 - a0).as_secs_f64());
+        let counted = |bytes: u64| Counted {
+            bytes: bytes as f64,
+            shortest,
+            longest,
+        };
         Load {
-            offered_bps: (s1 - s0) as f64 * 8.0 / secs,
-            delivered_bps: (r1 - r0) as f64 * 8.0 / secs,
+            offered: counted(s1 - s0),
+            delivered: counted(r1 - r0),
         }
     }
 }
 
-/// What crossed the router in a measurement window: L2 bit/s sent by node-1 and received by
+/// What crossed the router in a measurement window: L2 bytes sent by node-1 and received by
 /// node-2 (which also counts whatever else node-2 receives, such as ARP: negligible).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Load {
-    /// node-1's eth0 send rate.
-    pub offered_bps: f64,
-    /// node-2's eth0 receive rate.
-    pub delivered_bps: f64,
+    /// node-1's eth0 sent.
+    pub offered: Counted,
+    /// node-2's eth0 received.
+    pub delivered: Counted,
 }
 
 impl Load {
+    /// node-1's send rate, bit/s.
+    #[must_use]
+    pub fn offered_bps(&self) -> f64 {
+        self.offered.bps()
+    }
+
+    /// node-2's receive rate, bit/s.
+    #[must_use]
+    pub fn delivered_bps(&self) -> f64 {
+        self.delivered.bps()
+    }
+
     /// Proves the premise of a shaping measurement: the generator offered at least 1.1× the
     /// class's `rate`. Otherwise the window measured the generator, not the shaper, and the
     /// test fails saying so instead of passing or failing by luck.
@@ -635,15 +677,15 @@ impl Load {
     pub fn assert_saturates(&self, what: &str, rate_bps: f64) {
         eprintln!(
             "{what}: offered {:.3} Mbit/s ({:.2}× the class), delivered {:.3} Mbit/s",
-            self.offered_bps / 1e6,
-            self.offered_bps / rate_bps,
-            self.delivered_bps / 1e6
+            self.offered_bps() / 1e6,
+            self.offered_bps() / rate_bps,
+            self.delivered_bps() / 1e6
         );
         assert!(
-            self.offered_bps >= 1.1 * rate_bps,
+            self.offered_bps() >= 1.1 * rate_bps,
             "{what}: premise failed: the generator offered only {:.1} Mbit/s for a {:.1} Mbit/s \
              class (needs 1.1×), so this window would measure the generator, not the shaper",
-            self.offered_bps / 1e6,
+            self.offered_bps() / 1e6,
             rate_bps / 1e6
         );
     }
@@ -819,8 +861,7 @@ impl Htbd {
     /// # Panics
     /// When htb-cli fails or answers something else.
     pub fn status(&self) -> htb_ipc::Status {
-        let out = self.cli_ok(&["-j", "status"]);
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("htb-cli -j status: {e}: {out}"))
+        status_at(&self.socket())
     }
 
     /// Counters of class `id` on `dev` (tc's `-s -j class show` object: `stats.drops`,
@@ -924,6 +965,24 @@ impl Drop for Htbd {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// The status of the htbd listening on `socket` (`htb-cli -j status`).
+///
+/// # Panics
+/// When htb-cli fails or answers something else.
+pub(crate) fn status_at(socket: &Path) -> htb_ipc::Status {
+    let out = run(Command::new(cli_bin())
+        .arg("--socket")
+        .arg(socket)
+        .args(["-j", "status"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "htb-cli -j status: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("htb-cli -j status: {e}: {text}"))
 }
 
 /// `config` with `@SOCKET@` and `@STATE@` replaced by paths in `dir`.

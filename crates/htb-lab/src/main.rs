@@ -19,7 +19,37 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum StallsCommand {
+    /// Spin a thread on every CPU and report how much of the time each lost in gaps over
+    /// 200 µs: what this machine's host (or an injector) takes away now.
+    Probe {
+        /// Seconds to measure.
+        #[arg(default_value_t = 10.0)]
+        seconds: f64,
+    },
+    /// Imitate a noisy host: take every CPU (or those given) for STALL every PERIOD at
+    /// SCHED_FIFO 99 (needs root), e.g. `inject 4/50` for 4 ms every 50 ms. Runs the lab tests
+    /// beside it to see what a noisy machine does to them (`HTB_LAB_STALLS=4/50` does the same
+    /// for each lab a test builds).
+    Inject {
+        /// STALL/PERIOD in ms.
+        pattern: htb_lab::stalls::Pattern,
+        /// How long, in seconds.
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        /// CPUs to take (default: all).
+        #[arg(long, value_delimiter = ',')]
+        cpus: Vec<usize>,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
+    /// Measure, or imitate, a noisy host's CPU stalls.
+    Stalls {
+        #[command(subcommand)]
+        what: StallsCommand,
+    },
     /// Same tree, same UDP flows through htbd and through kernel HTB; per-class table and chart.
     Demo {
         /// htbd config (router mode on the lab's r1/r2).
@@ -198,6 +228,7 @@ fn parse_bps(text: &str) -> Result<f64, htb_core::units::UnitError> {
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
+        Command::Stalls { what } => stalls(what),
         Command::Demo {
             config,
             seconds,
@@ -316,4 +347,40 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `htb-lab stalls …`.
+fn stalls(what: StallsCommand) -> anyhow::Result<()> {
+    use htb_lab::stalls;
+    match what {
+        StallsCommand::Probe { seconds } => {
+            let taken = stalls::probe(seconds)?;
+            for t in &taken {
+                println!(
+                    "cpu {}: {:.2} % of {seconds} s taken in {} gaps over 200 µs, longest {:.2} ms",
+                    t.cpu,
+                    t.share * 100.0,
+                    t.gaps,
+                    t.longest.as_secs_f64() * 1e3
+                );
+            }
+            let worst = taken.iter().map(|t| t.share).fold(0.0, f64::max);
+            println!("worst cpu: {:.2} % taken", worst * 100.0);
+        }
+        StallsCommand::Inject {
+            pattern,
+            seconds,
+            cpus,
+        } => {
+            let cpus = if cpus.is_empty() { stalls::cpus() } else { cpus };
+            let injector = stalls::Injector::start(pattern, &cpus)?;
+            eprintln!(
+                "htb-lab stalls: taking CPU(s) {cpus:?} for {pattern} for {seconds} s (Ctrl-C ends it)"
+            );
+            std::thread::sleep(Duration::from_secs(seconds));
+            let taken = injector.stop();
+            println!("htb-lab stalls: {taken} stalls of {pattern} taken");
+        }
+    }
+    Ok(())
 }

@@ -126,7 +126,7 @@ fn udp(
     for mut g in generators {
         let _ = g.0.wait();
     }
-    (load.offered_bps, load.delivered_bps)
+    (load.offered_bps(), load.delivered_bps())
 }
 
 /// TCP from iperf3 with `streams` streams to node-2; returns node-2's L2 receive rate, bit/s.
@@ -146,7 +146,7 @@ fn tcp(lab: &Lab, streams: u32, secs: u32) -> f64 {
         Duration::from_secs(u64::from(secs).saturating_sub(3).max(1)),
     );
     let _ = client.0.wait();
-    load.delivered_bps
+    load.delivered_bps()
 }
 
 /// Installs `shaper` with `config`, runs `measure_it`, removes the shaper. With htbd, also

@@ -109,6 +109,17 @@ fn flows_between(
                 .expect("iperf3 -c")
         })
         .collect();
+    // The stalls that count are those of the receivers' window (after the warm-up, until
+    // half a second before the end): its edges, on the clients' clock.
+    let started = std::time::Instant::now();
+    let at = |secs: f64| {
+        let wait = Duration::from_secs_f64(secs).saturating_sub(started.elapsed());
+        std::thread::sleep(wait);
+    };
+    at(warmup);
+    crate::accounted::window_edge();
+    at(f64::from(secs) - 0.5);
+    crate::accounted::window_edge();
     for mut c in clients {
         let _ = c.wait();
     }

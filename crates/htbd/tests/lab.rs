@@ -5,12 +5,13 @@
 //! counts them as ignored where they cannot run, and `scripts/test.sh` runs them with
 //! `--include-ignored` as root (where a lab that cannot be built fails the test). Each rate
 //! measurement proves its premise: the generator offered at least 1.1× the class's rate, and the
-//! class dropped or hit its limit in the window.
+//! class dropped or hit its limit in the window; and it judges the shaper by what the class
+//! owed in that window, given the data plane's stalls (`htb_lab::owed`).
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use htb_lab::{Htbd, Lab, Load, N1, N2, R, Reaped, assert_within, htbd_fails};
+use htb_lab::{Counted, Htbd, Lab, N1, N2, Promise, R, Reaped, assert_owed, htbd_fails};
 
 /// r1 unshaped; r2 with `tree` (TOML of [interface.qdisc] / classes / filters).
 fn router_config(tree: &str) -> String {
@@ -51,11 +52,14 @@ fn assert_workers(htbd: &Htbd, workers: usize) {
     }
 }
 
-/// Received UDP payload of an iperf3 run, as L2 bit/s (1400-byte datagrams + 42 bytes of headers).
-fn udp_l2_bps(report: &serde_json::Value) -> f64 {
+/// What an iperf3 UDP receiver counted, as L2 bytes (1400-byte datagrams + 42 bytes of
+/// headers) over its own measured time.
+fn udp_l2_received(report: &serde_json::Value) -> Counted {
     let received = &report["end"]["sum_received"];
-    received["bytes"].as_f64().unwrap() * 1442.0 / 1400.0 * 8.0
-        / received["seconds"].as_f64().unwrap()
+    Counted::exact(
+        received["bytes"].as_f64().unwrap() * 1442.0 / 1400.0,
+        received["seconds"].as_f64().unwrap(),
+    )
 }
 
 /// What an iperf3 UDP client sent, as L2 bit/s.
@@ -155,23 +159,17 @@ fn accuracy(workers: u32) {
     for (rate, bps) in [("10mbit", 10e6), ("100mbit", 100e6), ("500mbit", 500e6)] {
         let config = one_class(rate, workers);
         let htbd = Htbd::start(&lab, &config);
-        let before = htbd.class_stats("r2", "1:1");
-        let load: Load = if bps < 500e6 {
-            lab.udp_load(5201, &format!("{:.0}", bps * 1.2), 6)
-        } else {
-            lab.xdp_load(5201, "600mbit", 1442, 6)
-        };
-        load.assert_saturates(&format!("class at {rate}"), bps);
-        htbd.assert_class_saturated("r2", "1:1", &before);
+        let what = format!("class at {rate}, L2 at node-2's veth");
+        htbd.assert_shapes(&what, ("r2", "1:1"), &Promise::class(bps), 0.02, || {
+            if bps < 500e6 {
+                lab.udp_load(5201, &format!("{:.0}", bps * 1.2), 6)
+            } else {
+                lab.xdp_load(5201, "600mbit", 1442, 6)
+            }
+        });
         assert_workers(&htbd, workers as usize);
         drop(htbd);
         std::thread::sleep(Duration::from_millis(300));
-        assert_within(
-            &format!("class at {rate}, L2 at node-2's veth"),
-            load.delivered_bps,
-            bps,
-            0.02,
-        );
     }
 }
 
@@ -206,15 +204,12 @@ fn borrowing(workers: u32) {
         );
     }
     // 1:20 idle: 1:10 borrows its share and runs at the parent's 100 Mbit/s.
-    let before = htbd.class_stats("r2", "1:10");
-    let alone = lab.udp_load(5201, "150M", 4);
-    alone.assert_saturates("1:10 alone", 100e6);
-    htbd.assert_class_saturated("r2", "1:10", &before);
-    assert_within(
+    htbd.assert_shapes(
         "1:10 alone (borrowing 1:20's idle share)",
-        alone.delivered_bps,
-        100e6,
+        ("r2", "1:10"),
+        &Promise::class(100e6),
         0.03,
+        || lab.udp_load(5201, "150M", 4),
     );
     // Both busy: each gets its rate. The first phase's flow must be gone first: its backlog
     // (fq_codel holds up to 10 240 packets of an unresponsive flood) would share 1:10.
@@ -225,10 +220,13 @@ fn borrowing(workers: u32) {
     ];
     let _s1 = lab.iperf_server(N2, 5201);
     let _s2 = lab.iperf_server(N2, 5202);
-    let second = lab.udp_flow(5202, "150M", 5);
-    let first = lab.iperf(N1, "10.201.2.2", 5201, 5, Some("150M"), false);
-    let second: serde_json::Value =
-        serde_json::from_slice(&second.wait_with_output().unwrap().stdout).unwrap();
+    let ((first, second), stalls) = htbd.accounted(|| {
+        let second = lab.udp_flow(5202, "150M", 5);
+        let first = lab.iperf(N1, "10.201.2.2", 5201, 5, Some("150M"), false);
+        let second: serde_json::Value =
+            serde_json::from_slice(&second.wait_with_output().unwrap().stdout).unwrap();
+        (first, second)
+    });
     for (report, class, rate) in [(&first, "1:10", 30e6), (&second, "1:20", 70e6)] {
         let offered = udp_l2_sent_bps(report);
         eprintln!("{class}: offered {:.1} Mbit/s", offered / 1e6);
@@ -239,8 +237,14 @@ fn borrowing(workers: u32) {
     }
     htbd.assert_class_saturated("r2", "1:10", &before[0]);
     htbd.assert_class_saturated("r2", "1:20", &before[1]);
-    assert_within("1:10 with 1:20 busy", udp_l2_bps(&first), 30e6, 0.05);
-    assert_within("1:20 with 1:10 busy", udp_l2_bps(&second), 70e6, 0.05);
+    // The receivers' windows include iperf3's start and end, when the other flow may not run
+    // yet or any more: 5 % covers those moments, not the shaper.
+    for (report, what, rate) in [
+        (&first, "1:10 with 1:20 busy", 30e6),
+        (&second, "1:20 with 1:10 busy", 70e6),
+    ] {
+        assert_owed(what, &udp_l2_received(report), &Promise::class(rate), &stalls, 0.05);
+    }
     assert_workers(&htbd, workers as usize);
 }
 
@@ -266,9 +270,7 @@ fn two_workers_share_the_root_rate_within_1_percent() {
         htbd.class_stats("r2", "1:20"),
     ];
     // Each subscriber alone could take the whole 100 Mbit/s (its ceil): 2 × 80 Mbit/s offered.
-    let load = htbd.with_the_cpu("two workers under one root", 0.01, || {
-        lab.udp_loads(&[(5201, "80M"), (5202, "80M")], 5)
-    });
+    let (load, stalls) = htbd.accounted(|| lab.udp_loads(&[(5201, "80M"), (5202, "80M")], 5));
     load.assert_saturates("1:10 + 1:20 under a shared 1:1", 100e6);
     htbd.assert_class_saturated("r2", "1:10", &before[0]);
     htbd.assert_class_saturated("r2", "1:20", &before[1]);
@@ -281,10 +283,11 @@ fn two_workers_share_the_root_rate_within_1_percent() {
         a > 0 && b > 0,
         "both subscribers were served: 1:10 {a} B, 1:20 {b} B"
     );
-    assert_within(
+    assert_owed(
         "two workers' subscribers together under 1:1",
-        load.delivered_bps,
-        100e6,
+        &load.delivered,
+        &Promise::class(100e6),
+        &stalls,
         0.01,
     );
     assert_workers(&htbd, 2);
@@ -292,10 +295,9 @@ fn two_workers_share_the_root_rate_within_1_percent() {
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
-fn a_stalled_data_plane_counts_as_kept_from_forwarding() {
-    // The rate tests' premise (`Htbd::with_the_cpu`) rests on this count: htbd stopped for
-    // 150 ms under load shows about 150 ms more of it. (The retry itself is unit-tested in
-    // htb-lab's `premise.rs`.)
+fn a_stalled_data_plane_logs_the_stall_it_was_kept_from_forwarding() {
+    // The rate checks' accounting (`Htbd::accounted`, `htb_lab::owed`) rests on this log:
+    // htbd stopped for 150 ms under load logs one stall of about that length.
     let lab = Lab::up("htbt", "router");
     let htbd = Htbd::start(&lab, &one_class("20mbit", 1));
     let _server = lab.iperf_server(N2, 5201);
@@ -308,13 +310,64 @@ fn a_stalled_data_plane_counts_as_kept_from_forwarding() {
     std::thread::sleep(Duration::from_millis(500));
     let after = htbd.status();
     drop(client);
-    let late = after.late_us() - before.late_us();
-    let longest = after.workers[0].stalls.longest().as_nanos() / 1_000;
-    eprintln!("kept from forwarding {late} µs, the latest pass {longest} µs late");
+    let stalls = after.workers[0].stalls.since(&before.workers[0].stalls);
+    let (late, longest) = (
+        stalls.total().as_nanos() / 1_000,
+        stalls.longest().as_nanos() / 1_000,
+    );
+    eprintln!(
+        "kept from forwarding {late} µs in {} stalls, the longest {longest} µs",
+        stalls.count()
+    );
     assert!(
         (150_000..400_000).contains(&late) && longest >= 150_000,
-        "a 150 ms stop under load counted {late} µs late (the latest pass {longest} µs)"
+        "a 150 ms stop under load logged {late} µs (the longest stall {longest} µs)"
     );
+}
+
+/// A shaper 2 % off fails a 1 % check whatever the host does: the accounting excuses what
+/// the stalls cost, not more. Class 1:1 runs at 98 Mbit/s, with stall credit and without,
+/// and one window is judged as if the class were 100 Mbit/s (it must fail, and not as a
+/// premise failure) and as the 98 it is (it must pass). Run it with `HTB_LAB_STALLS=4/50` to
+/// see it hold on a noisy host.
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn a_class_2_percent_off_fails_the_check_whatever_the_stalls() {
+    let lab = Lab::up("htbt", "router");
+    if let Some(pattern) = lab.imitated_stalls() {
+        eprintln!("with imitated stalls of {pattern}");
+    }
+    for credit in ["10ms", "0s"] {
+        let config = one_class("98mbit", 1).replace(
+            "realtime = 1\n",
+            &format!("realtime = 1\nstall_credit = \"{credit}\"\n"),
+        );
+        let htbd = Htbd::start(&lab, &config);
+        let before = htbd.class_stats("r2", "1:1");
+        let (load, stalls) = htbd.accounted(|| lab.udp_load(5201, "120M", 6));
+        load.assert_saturates("a 98 Mbit/s class", 98e6);
+        htbd.assert_class_saturated("r2", "1:1", &before);
+        let as_configured = htb_lab::owed::judge(
+            &format!("98 Mbit/s judged as 98 (stall credit {credit})"),
+            &load.delivered,
+            &Promise::class(98e6),
+            &stalls,
+            0.01,
+        );
+        let off = htb_lab::owed::judge(
+            &format!("98 Mbit/s judged as 100 (stall credit {credit})"),
+            &load.delivered,
+            &Promise::class(100e6),
+            &stalls,
+            0.01,
+        );
+        eprintln!("{}\n{}", as_configured.clone().unwrap_or_else(|e| e), off.clone().unwrap_or_else(|e| e));
+        assert!(as_configured.is_ok(), "the right rate must pass: {as_configured:?}");
+        let off = off.expect_err("a class 2 % off passed a 1 % check");
+        assert!(!off.contains("premise failed"), "{off}");
+        drop(htbd);
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
 
 #[test]
@@ -326,15 +379,12 @@ fn unclassified_traffic_goes_to_the_default_class() {
                 [[interface.class]]\nid = \"1:30\"\nparent = \"1:1\"\nrate = \"20mbit\"\n\
                 [[interface.filter]]\nmatch = { dport = \"5201\" }\nclassid = \"1:10\"\n";
     let htbd = Htbd::start(&lab, &router_config(tree));
-    let before = htbd.class_stats("r2", "1:30");
-    let load = lab.udp_load(5999, "40M", 4);
-    load.assert_saturates("default class 1:30", 20e6);
-    htbd.assert_class_saturated("r2", "1:30", &before);
-    assert_within(
+    htbd.assert_shapes(
         "unmatched port → default class 1:30",
-        load.delivered_bps,
-        20e6,
+        ("r2", "1:30"),
+        &Promise::class(20e6),
         0.02,
+        || lab.udp_load(5999, "40M", 4),
     );
 }
 
@@ -349,15 +399,12 @@ fn malformed_frames_do_not_disturb_forwarding() {
         10,
         "forwarding after malformed input"
     );
-    let before = htbd.class_stats("r2", "1:1");
-    let load = lab.udp_load(5201, "150M", 5);
-    load.assert_saturates("after malformed input", 100e6);
-    htbd.assert_class_saturated("r2", "1:1", &before);
-    assert_within(
+    htbd.assert_shapes(
         "shaping after malformed input",
-        load.delivered_bps,
-        100e6,
+        ("r2", "1:1"),
+        &Promise::class(100e6),
         0.02,
+        || lab.udp_load(5201, "150M", 5),
     );
     htbd.wait_for_log("htbd running", Duration::from_secs(1));
     assert!(!htbd.log_text().contains("panicked"), "{}", htbd.log_text());
@@ -486,11 +533,13 @@ fn kill_9_fails_open_within_a_second_and_restart_resumes_shaping() {
     assert!(unshaped > 40e6, "the kernel forwards unshaped: {unshaped}");
     drop(htbd);
     let htbd = Htbd::start(&lab, &one_class("20mbit", 1));
-    let before = htbd.class_stats("r2", "1:1");
-    let load = lab.udp_load(5201, "60M", 5);
-    load.assert_saturates("after restart", 20e6);
-    htbd.assert_class_saturated("r2", "1:1", &before);
-    assert_within("shaping after restart", load.delivered_bps, 20e6, 0.02);
+    htbd.assert_shapes(
+        "shaping after restart",
+        ("r2", "1:1"),
+        &Promise::class(20e6),
+        0.02,
+        || lab.udp_load(5201, "60M", 5),
+    );
 }
 
 #[test]
