@@ -32,7 +32,7 @@ fn stolen() -> Duration {
 /// What a measurement's window edges note, for the accounting around it.
 enum Mark {
     /// htbd's status (its workers' stall logs).
-    Htbd(htb_ipc::Status),
+    Htbd(Box<htb_ipc::Status>),
     /// The host's stolen time, summed over the CPUs.
     Host(Duration),
 }
@@ -56,7 +56,7 @@ thread_local! {
 impl Source {
     fn mark(&self) -> Mark {
         match self {
-            Self::Htbd(socket) => Mark::Htbd(crate::lab::status_at(socket)),
+            Self::Htbd(socket) => Mark::Htbd(Box::new(crate::lab::status_at(socket))),
             Self::Host => Mark::Host(stolen()),
         }
     }
@@ -66,7 +66,7 @@ impl Source {
 /// reads): inside [`Htbd::accounted`] or [`host_accounted`], the stalls are then those
 /// between the edges rather than over the whole measurement (which includes its warm-up and
 /// wind-down). Elsewhere it does nothing.
-pub(crate) fn window_edge() {
+pub fn window_edge() {
     let source = WINDOW.with(|w| {
         w.borrow().as_ref().map(|w| match &w.source {
             Source::Htbd(socket) => Source::Htbd(socket.clone()),
@@ -95,7 +95,9 @@ fn around<T>(source: Source, measure: impl FnOnce() -> T) -> (T, Mark, Mark) {
     });
     let result = measure();
     let window = WINDOW.with(|w| w.borrow_mut().take());
-    let (source, mut edges) = window.map(|w| (w.source, w.edges)).unwrap_or((Source::Host, Vec::new()));
+    let (source, mut edges) = window
+        .map(|w| (w.source, w.edges))
+        .unwrap_or((Source::Host, Vec::new()));
     if edges.len() >= 2 {
         let last = edges.pop().unwrap_or_else(|| source.mark());
         let first = edges.swap_remove(0);
@@ -184,5 +186,31 @@ impl Htbd {
         self.assert_class_saturated(dev, id, &before);
         crate::owed::assert_owed(what, &load.delivered, promise, &stalls, tolerance);
         load
+    }
+}
+
+impl Htbd {
+    /// Class `id` of `dev`'s byte counter over `window` (two `class show -s` snapshots): the
+    /// window's length is known within the time each snapshot took to answer, since the
+    /// counters are read at some instant inside it.
+    ///
+    /// # Panics
+    /// When the class does not exist or htb-cli fails.
+    pub fn class_bytes_over(&self, dev: &str, id: &str, window: Duration) -> crate::Counted {
+        let read = || {
+            let before = std::time::Instant::now();
+            let bytes = self.class_stats(dev, id)["bytes"].as_u64().unwrap_or(0);
+            (before, bytes, std::time::Instant::now())
+        };
+        window_edge();
+        let (a0, b0, c0) = read();
+        std::thread::sleep(window);
+        let (a1, b1, c1) = read();
+        window_edge();
+        crate::Counted {
+            bytes: b1.saturating_sub(b0) as f64,
+            shortest: (a1 - c0).as_secs_f64(),
+            longest: (c1 - a0).as_secs_f64(),
+        }
     }
 }

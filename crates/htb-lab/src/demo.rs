@@ -175,8 +175,8 @@ pub fn run(options: &DemoOptions) -> anyhow::Result<Vec<ClassRow>> {
                     class: class.to_string(),
                     port,
                     expected_bps,
-                    htbd_bps: h.mean_bps,
-                    kernel_bps: k.mean_bps,
+                    htbd_bps: h.mean_bps(),
+                    kernel_bps: k.mean_bps(),
                     htbd_series: h.series,
                     kernel_series: k.series,
                 }

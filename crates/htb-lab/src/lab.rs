@@ -624,7 +624,10 @@ impl Lab {
         std::thread::sleep(skip);
         let read = || {
             let before = Instant::now();
-            let counters = (self.tx_counters(N1, "eth0").0, self.rx_counters(N2, "eth0").0);
+            let counters = (
+                self.tx_counters(N1, "eth0").0,
+                self.rx_counters(N2, "eth0").0,
+            );
             (before, counters, Instant::now())
         };
         crate::accounted::window_edge();
@@ -1013,20 +1016,4 @@ pub fn wait_line(child: &mut Child, needle: &str) -> bool {
         .lines()
         .map_while(Result::ok)
         .any(|l| l.contains(needle))
-}
-
-/// Asserts that `measured` is within `tolerance` (relative) of `target`.
-pub fn assert_within(what: &str, measured: f64, target: f64, tolerance: f64) {
-    let err = (measured - target) / target;
-    eprintln!(
-        "{what}: {:.3} Mbit/s for {:.3} Mbit/s ({:+.2} %)",
-        measured / 1e6,
-        target / 1e6,
-        err * 100.0
-    );
-    assert!(
-        err.abs() <= tolerance,
-        "{what}: {measured:.0} bit/s is {:+.2} % off {target:.0}",
-        err * 100.0
-    );
 }

@@ -215,8 +215,8 @@ impl LeafCounters {
 pub struct Saturated {
     /// The pings' RTTs.
     pub rtts: Rtts,
-    /// L2 bit/s node-2 received while the pings ran (the class's delivered rate).
-    pub delivered_bps: f64,
+    /// L2 bytes node-2 received while the pings ran (the class's delivery).
+    pub delivered: crate::owed::Counted,
     /// TCP retransmissions of the whole iperf3 run.
     pub retransmits: u64,
     /// The leaf's counters over the ping window (none when nothing shapes).
@@ -228,7 +228,7 @@ impl Saturated {
     #[must_use]
     pub fn to_json(&self) -> Value {
         let mut v = self.rtts.summary();
-        v["delivered_bps"] = json!(self.delivered_bps);
+        v["delivered_bps"] = json!(self.delivered.bps());
         v["tcp_retransmits"] = json!(self.retransmits);
         if let Some(leaf) = self.leaf {
             v["leaf_packets"] = json!(leaf.packets);
@@ -281,15 +281,29 @@ pub fn ping_marked_through_tcp_load(
         .expect("iperf3 -c");
     std::thread::sleep(warmup);
     let leaf0 = LeafCounters::read(lab, installed);
-    let (rx0, t0) = (lab.rx_counters(N2, "eth0").0, Instant::now());
+    crate::accounted::window_edge();
+    let (a0, rx0, b0) = (
+        Instant::now(),
+        lab.rx_counters(N2, "eth0").0,
+        Instant::now(),
+    );
     let rtts = Pinger::start_marked(lab, pings, 0.1, tos).finish();
-    let (rx1, t1) = (lab.rx_counters(N2, "eth0").0, Instant::now());
+    let (a1, rx1, b1) = (
+        Instant::now(),
+        lab.rx_counters(N2, "eth0").0,
+        Instant::now(),
+    );
+    crate::accounted::window_edge();
     let leaf1 = LeafCounters::read(lab, installed);
     let out = client.wait_with_output().expect("iperf3 -c");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     Saturated {
         rtts,
-        delivered_bps: (rx1 - rx0) as f64 * 8.0 / (t1 - t0).as_secs_f64(),
+        delivered: crate::owed::Counted {
+            bytes: (rx1 - rx0) as f64,
+            shortest: (a1 - b0).as_secs_f64(),
+            longest: (b1 - a0).as_secs_f64(),
+        },
         retransmits: report["end"]["sum_sent"]["retransmits"]
             .as_u64()
             .unwrap_or(0),
@@ -386,14 +400,14 @@ pub fn bench(lab: &Lab, quick: bool) -> anyhow::Result<(Value, String)> {
             run.rtts.quantile(0.99),
             run.rtts.quantile(1.0),
             run.rtts.loss_pct(),
-            run.delivered_bps / 1e6,
+            run.delivered.bps() / 1e6,
             leaf.drops,
             leaf.ecn_mark
         );
         let mut value = run.to_json();
         value["rate_bps"] = json!(case.rate_bps);
         value["delivered_error_pct"] =
-            json!((run.delivered_bps - case.rate_bps) / case.rate_bps * 100.0);
+            json!((run.delivered.bps() - case.rate_bps) / case.rate_bps * 100.0);
         results.insert(case.key.clone(), value);
         if !case.ecn {
             series.push(Series {

@@ -2,17 +2,17 @@
 //! htbd use it, and so do `htb-lab demo` (htbd against the kernel's HTB, side by side) and
 //! `htb-lab bench`.
 
+mod accounted;
 pub mod bench;
 pub mod cores;
 pub mod demo;
 pub mod filter_bench;
 pub mod ipc_bench;
-mod accounted;
-pub use accounted::host_accounted;
+pub use accounted::{host_accounted, window_edge};
 mod lab;
 pub mod latency;
 pub mod owed;
-pub use owed::{Counted, Promise, Stalls, assert_owed};
+pub use owed::{Counted, Promise, Stalls, assert_filled, assert_owed};
 pub mod scale;
 pub mod shaper;
 pub mod soak;
@@ -22,8 +22,8 @@ pub mod traffic;
 pub mod workers_bench;
 
 pub use lab::{
-    Htbd, Lab, LabError, Load, N1, N2, R, Reaped, assert_within, cli_bin, gen_bin, htbd_bin,
-    htbd_fails, unavailable, wait_line,
+    Htbd, Lab, LabError, Load, N1, N2, R, Reaped, cli_bin, gen_bin, htbd_bin, htbd_fails,
+    unavailable, wait_line,
 };
 
 /// The machine a benchmark ran on, for its report: CPUs, CPU model and kernel.

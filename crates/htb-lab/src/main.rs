@@ -372,7 +372,11 @@ fn stalls(what: StallsCommand) -> anyhow::Result<()> {
             seconds,
             cpus,
         } => {
-            let cpus = if cpus.is_empty() { stalls::cpus() } else { cpus };
+            let cpus = if cpus.is_empty() {
+                stalls::cpus()
+            } else {
+                cpus
+            };
             let injector = stalls::Injector::start(pattern, &cpus)?;
             eprintln!(
                 "htb-lab stalls: taking CPU(s) {cpus:?} for {pattern} for {seconds} s (Ctrl-C ends it)"

@@ -36,7 +36,7 @@ pub const MAX_LOST_SHARE: f64 = 0.10;
 const PACKET: f64 = 9018.0;
 
 /// Bytes counted over a window whose length lies between `shortest` and `longest` seconds.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Counted {
     /// Bytes (L2) counted.
     pub bytes: f64,
@@ -269,6 +269,40 @@ pub fn assert_owed(
     }
 }
 
+/// Proves that traffic kept a class full in a window: it delivered at least `share` of the
+/// least the class owed. A premise for measurements whose figure is not the rate itself (a
+/// share between hosts, a ping's delay) but needs the class full: TCP flows fill a class, yet
+/// not every instant of it.
+///
+/// # Panics
+/// When the class delivered less: the measurement would not show what a full class does.
+pub fn assert_filled(
+    what: &str,
+    counted: &Counted,
+    promise: &Promise,
+    stalls: &Stalls,
+    share: f64,
+) {
+    let owed = Owed::of(promise, counted, stalls);
+    let filled = counted.bytes / owed.low.max(1.0);
+    eprintln!(
+        "{what}: {:.3} Mbit/s, {:.1} % of the least the class owed ({:.3} Mbit/s over \
+         {:.3} s, the data plane kept from forwarding {:.1} ms)",
+        counted.bps() / 1e6,
+        filled * 100.0,
+        owed.low * 8.0 / counted.longest.max(1e-9) / 1e6,
+        counted.shortest,
+        stalls.kept().as_secs_f64() * 1e3
+    );
+    assert!(
+        filled >= share,
+        "{what}: premise failed: the traffic filled {:.1} % of what the class owed (needs \
+         {:.0} %), so the window does not show a full class",
+        filled * 100.0,
+        share * 100.0
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,7 +347,16 @@ mod tests {
         let no_credit = stalled(&[4; 100], 0);
         assert!(judge("-5 %", &counted(0.95), &promise, &no_credit, 0.01).is_ok());
         // A class 2 % off loses its stalls on top: 0.98 × 0.942 is beyond 1 %.
-        assert!(judge("2 % off", &counted(0.98 * 0.942), &promise, &no_credit, 0.01).is_err());
+        assert!(
+            judge(
+                "2 % off",
+                &counted(0.98 * 0.942),
+                &promise,
+                &no_credit,
+                0.01
+            )
+            .is_err()
+        );
         // With 10 ms of credit the same stalls excuse nothing but a last catch-up (4 ms).
         let credit = stalled(&[4; 100], 10);
         assert!(judge("-5 %", &counted(0.95), &promise, &credit, 0.01).is_err());

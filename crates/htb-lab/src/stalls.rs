@@ -201,10 +201,7 @@ impl Injector {
 
     fn halt(&mut self) -> u64 {
         self.stop.store(true, Ordering::SeqCst);
-        self.threads
-            .drain(..)
-            .map(|t| t.join().unwrap_or(0))
-            .sum()
+        self.threads.drain(..).map(|t| t.join().unwrap_or(0)).sum()
     }
 }
 
@@ -316,7 +313,10 @@ mod tests {
         let p: Pattern = "4/50".parse().unwrap();
         assert_eq!(p.stall, Duration::from_millis(4));
         assert_eq!(p.period, Duration::from_millis(50));
-        assert_eq!("0.5ms/20ms".parse::<Pattern>().unwrap().stall, Duration::from_micros(500));
+        assert_eq!(
+            "0.5ms/20ms".parse::<Pattern>().unwrap().stall,
+            Duration::from_micros(500)
+        );
         assert_eq!(p.to_string(), "4 ms every 50 ms");
         for bad in ["4", "50/4", "0/50", "x/50", "4/50/6", "-1/50"] {
             let e = bad.parse::<Pattern>().unwrap_err().to_string();

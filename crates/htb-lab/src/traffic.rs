@@ -40,8 +40,16 @@ pub struct FlowSpec {
 pub struct FlowResult {
     /// `(interval end in s, L2 bit/s)` every 0.5 s.
     pub series: Vec<(f64, f64)>,
-    /// Mean L2 rate over the measurement window.
-    pub mean_bps: f64,
+    /// L2 bytes over the measurement window, on the receiver's clock.
+    pub counted: crate::owed::Counted,
+}
+
+impl FlowResult {
+    /// The mean L2 rate over the measurement window.
+    #[must_use]
+    pub fn mean_bps(&self) -> f64 {
+        self.counted.bps()
+    }
 }
 
 /// Runs `flows` at once for `secs` seconds; the mean excludes the first `warmup` seconds and
@@ -146,11 +154,7 @@ fn flows_between(
                     time += end - start;
                 }
             }
-            result.mean_bps = if time > 0.0 {
-                l2(bytes) * 8.0 / time
-            } else {
-                0.0
-            };
+            result.counted = crate::owed::Counted::exact(l2(bytes), time);
             result
         })
         .collect()

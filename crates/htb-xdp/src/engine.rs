@@ -256,6 +256,24 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// Whether this process may lock all the memory it will ever use: `RLIMIT_MEMLOCK` is
+/// unlimited (`/proc/self/limits`) or it holds `CAP_IPC_LOCK` (bit 14 of `CapEff` in
+/// `/proc/self/status`), which lifts the limit.
+fn memlock_unbounded() -> bool {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let unlimited = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))
+        .is_some_and(|l| l.split_whitespace().nth(3) == Some("unlimited"));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let ipc_lock = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 14) != 0);
+    unlimited || ipc_lock
+}
+
 /// Checks `config` against the interfaces before anything is attached or bound, and returns
 /// them with the UMEM settings to use: multi-buffer on when an MTU needs it.
 fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> {
@@ -433,12 +451,22 @@ impl Engine {
         // A page the data plane touches must not be reclaimed and faulted back in under
         // traffic (a VM may page cold memory out proactively, and a fault there costs
         // hundreds of µs): lock what is resident and whatever is touched from now on.
-        match sys::lock_memory() {
-            Ok(()) => tracing::info!("memory locked (pages stay resident once touched)"),
-            Err(e) => tracing::warn!(
-                "cannot lock memory ({e}): the data plane may stall on page faults under memory \
-                 pressure (raise RLIMIT_MEMLOCK or grant CAP_IPC_LOCK)"
-            ),
+        // Only where nothing bounds it: with a finite RLIMIT_MEMLOCK, MCL_FUTURE would make
+        // every allocation past the limit fail.
+        if !memlock_unbounded() {
+            tracing::info!(
+                "memory not locked: RLIMIT_MEMLOCK is finite and CAP_IPC_LOCK is not held (the \
+                 data plane may stall on page faults under memory pressure; the systemd unit \
+                 sets LimitMEMLOCK=infinity)"
+            );
+        } else {
+            match sys::lock_memory() {
+                Ok(()) => tracing::info!("memory locked (pages stay resident once touched)"),
+                Err(e) => tracing::warn!(
+                    "cannot lock memory ({e}): the data plane may stall on page faults under \
+                     memory pressure"
+                ),
+            }
         }
         let epoch = std::time::Instant::now();
         let mut per_worker: Vec<Vec<PortSetup>> = (0..workers).map(|_| Vec::new()).collect();

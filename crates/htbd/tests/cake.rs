@@ -5,14 +5,15 @@
 //!
 //! Every test needs root and network namespaces, so each is `#[ignore]`d; `scripts/test.sh`
 //! includes them as root. Each measurement proves its premise (the class was full, the flows
-//! ran) before its figure is judged.
+//! ran, the ACKs were more than the upstream carries) before its figure is judged, and a rate
+//! is judged by what the shaper owed in its window (`htb_lab::owed`).
 
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use htb_lab::latency::{Saturated, ping_marked_through_tcp_load, set_tcp_ecn};
 use htb_lab::shaper::Installed;
-use htb_lab::{Htbd, Lab, N1, N2, R, assert_within};
+use htb_lab::{Htbd, Lab, N1, N2, Promise, R, assert_filled, assert_owed};
 use serde_json::Value;
 
 /// Router mode, r2 shaped by one class `1:10` of `rate` with leaf `leaf` (a TOML value).
@@ -89,6 +90,9 @@ fn host_b_share(lab: &Lab, leaf: &str) -> f64 {
             (host_b, tcp_client(lab, &src, dst, 5301 + i, 14, 4))
         })
         .collect();
+    // The clients' report leaves out their first 4 s (slow start): so does the window.
+    let (load, stalls) =
+        htbd.accounted(|| lab.measure_load(Duration::from_millis(4500), Duration::from_secs(9)));
     let (mut a, mut b) = (0.0, 0.0);
     for (host_b, child) in clients {
         let bps = goodput(child);
@@ -100,10 +104,12 @@ fn host_b_share(lab: &Lab, leaf: &str) -> f64 {
     }
     // Premise: the class was full, and the flows filled it.
     htbd.assert_class_saturated("r2", "1:10", &before);
-    assert!(
-        a + b >= 0.9 * 20e6,
-        "the nine flows carried {:.2} Mbit/s of 20",
-        (a + b) / 1e6
+    assert_filled(
+        &format!("{leaf}: nine flows through 20 Mbit/s"),
+        &load.delivered,
+        &Promise::class(20e6),
+        &stalls,
+        0.95,
     );
     let share = b / (a + b);
     eprintln!(
@@ -151,14 +157,16 @@ fn cake_diffserv4_keeps_an_ef_ping_under_3_ms_in_a_full_class() {
     let before = htbd.class_stats("r2", "1:10");
     let installed = Installed::Htbd(Box::new(htbd));
     // EF: DSCP 46, TOS byte 0xb8.
-    let run: Saturated = ping_marked_through_tcp_load(
-        &lab,
-        &installed,
-        5201,
-        Duration::from_secs(4),
-        150,
-        Some(0xb8),
-    );
+    let (run, stalls): (Saturated, _) = installed.htbd().expect("htbd").accounted(|| {
+        ping_marked_through_tcp_load(
+            &lab,
+            &installed,
+            5201,
+            Duration::from_secs(4),
+            150,
+            Some(0xb8),
+        )
+    });
     let htbd = installed.htbd().expect("htbd");
     eprintln!("{}", run.to_json());
     htbd.assert_class_saturated("r2", "1:10", &before);
@@ -168,10 +176,12 @@ fn cake_diffserv4_keeps_an_ef_ping_under_3_ms_in_a_full_class() {
         run.rtts.received()
     );
     // Best effort keeps the class: the four flows' L2 rate at node-2 (pings are 0.1 %).
-    assert!(
-        run.delivered_bps >= 0.95 * 10e6,
-        "best effort got {:.3} Mbit/s of 10",
-        run.delivered_bps / 1e6
+    assert_filled(
+        "best effort beside the EF pings",
+        &run.delivered,
+        &Promise::class(10e6),
+        &stalls,
+        0.95,
     );
     let p95 = run.rtts.quantile(0.95);
     assert!(p95 <= 3.0, "EF ping p95 {p95:.2} ms");
@@ -183,13 +193,25 @@ fn cake_diffserv4_keeps_an_ef_ping_under_3_ms_in_a_full_class() {
     );
 }
 
+/// The upstream the ACKs share: thin enough that a download's ACKs are several times what it
+/// carries even when the download is slowed (a delayed ACK per two segments is about 2.1 Mbit/s
+/// of ACKs at 100 Mbit/s, 1 Mbit/s at 50).
+const UPSTREAM: (&str, f64) = ("500kbit", 500e3);
+
 /// A download node-2 → node-1 (`iperf3 -R`) through r1's 100 Mbit/s class, whose ACKs go up
-/// through r2's 1 Mbit/s class: a delayed ACK per two segments is about 2.1 Mbit/s of ACKs,
-/// twice what the upstream carries. (At 50 Mbit/s they are 1.07 Mbit/s, barely over it: the
-/// filter then has little to do, about 11 % of the ACKs in this lab.) Returns the download's
-/// goodput, the leaf's counters and the class's.
-fn download_through_thin_upstream(lab: &Lab, leaf: &str) -> (f64, Value, Value) {
-    let mut config = one_class("1mbit", leaf);
+/// through r2's thin [`UPSTREAM`] class.
+struct Download {
+    /// node-1's L2 receive rate (the download) and send rate (its ACKs) over the window after
+    /// slow start, with htbd's stalls meanwhile.
+    load: htb_lab::Load,
+    stalls: htb_lab::Stalls,
+    /// The leaf's counters and the upstream class's, after the run.
+    leaf: Value,
+    class: Value,
+}
+
+fn download_through_thin_upstream(lab: &Lab, leaf: &str) -> Download {
+    let mut config = one_class(UPSTREAM.0, leaf);
     // The download itself at 100 Mbit/s: r1's egress towards node-1.
     config = config.replace(
         "[[interface]]\nname = \"r1\"\n",
@@ -198,51 +220,89 @@ fn download_through_thin_upstream(lab: &Lab, leaf: &str) -> (f64, Value, Value) 
     );
     let htbd = Htbd::start(lab, &config);
     let _server = lab.iperf_server(N2, 5401);
-    let out = lab
+    let client = lab
         .cmd(N1, "iperf3")
-        .args([
-            "-c",
-            "10.201.2.2",
-            "-p",
-            "5401",
-            "-R",
-            "-t",
-            "12",
-            "-O",
-            "3",
-            "-J",
-        ])
+        .args(["-c", "10.201.2.2", "-p", "5401", "-R", "-t", "12", "-J"])
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
+        .spawn()
         .expect("iperf3 -R");
+    // After slow start, for 8 s: node-1's receive side is the download, its send side the
+    // ACKs offered to the upstream.
+    let (load, stalls) = htbd.accounted(|| {
+        std::thread::sleep(Duration::from_millis(3500));
+        let read = || {
+            let before = std::time::Instant::now();
+            let (down, up) = (lab.rx_counters(N1, "eth0").0, lab.tx_counters(N1, "eth0").0);
+            (before, down, up, std::time::Instant::now())
+        };
+        htb_lab::window_edge();
+        let (a0, d0, u0, b0) = read();
+        std::thread::sleep(Duration::from_secs(8));
+        let (a1, d1, u1, b1) = read();
+        htb_lab::window_edge();
+        let counted = |bytes: u64| htb_lab::Counted {
+            bytes: bytes as f64,
+            shortest: (a1 - b0).as_secs_f64(),
+            longest: (b1 - a0).as_secs_f64(),
+        };
+        htb_lab::Load {
+            offered: counted(u1 - u0),
+            delivered: counted(d1 - d0),
+        }
+    });
+    let out = client.wait_with_output().expect("iperf3 -R");
     let report = json(&String::from_utf8_lossy(&out.stdout));
-    let bps = report["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("iperf3 report without a receiver sum: {report}"));
-    (bps, leaf_stats(&htbd), htbd.class_stats("r2", "1:10"))
+    assert!(
+        report["end"]["sum_received"]["bits_per_second"].is_number(),
+        "premise failed: the download did not run: {}",
+        report["error"]
+    );
+    Download {
+        load,
+        stalls,
+        leaf: leaf_stats(&htbd),
+        class: htbd.class_stats("r2", "1:10"),
+    }
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn cake_ack_filter_drops_most_acks_of_a_download_without_slowing_it() {
     let lab = Lab::up("htbcc", "router");
-    let (plain, plain_leaf, plain_class) = download_through_thin_upstream(&lab, "\"cake\"");
-    let (filtered, leaf, _) =
+    let plain = download_through_thin_upstream(&lab, "\"cake\"");
+    let filtered =
         download_through_thin_upstream(&lab, "{ kind = \"cake\", ack_filter = \"filter\" }");
-    let tins = leaf["tins"].as_array().cloned().unwrap_or_default();
+    let tins = filtered.leaf["tins"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let ack_drops: u64 = tins.iter().filter_map(|t| t["ack_drops"].as_u64()).sum();
-    let sent = leaf["packets"].as_u64().unwrap_or(0);
+    let sent = filtered.leaf["packets"].as_u64().unwrap_or(0);
+    let mbit = |bps: f64| bps / 1e6;
     eprintln!(
-        "download {:.2} Mbit/s without the filter ({} ACKs sent up), {:.2} Mbit/s with it \
-         ({sent} sent, {ack_drops} filtered)",
-        plain / 1e6,
-        plain_leaf["packets"],
-        filtered / 1e6
+        "download {:.2} Mbit/s without the filter ({:.3} Mbit/s of ACKs offered up, {} sent), \
+         {:.2} Mbit/s with it ({:.3} Mbit/s of ACKs offered, {sent} sent, {ack_drops} filtered)",
+        mbit(plain.load.delivered_bps()),
+        mbit(plain.load.offered_bps()),
+        plain.leaf["packets"],
+        mbit(filtered.load.delivered_bps()),
+        mbit(filtered.load.offered_bps()),
     );
-    // Premise: the ACKs were more than the upstream carries (it sent at its rate).
+    // Premise: with the filter, the download's ACKs were at least twice what the upstream
+    // carries (so the filter had work); without it, the upstream was full (the download then
+    // slows to the ACKs the upstream carries).
     assert!(
-        plain_class["overlimits"].as_u64().unwrap_or(0) > 0,
-        "the upstream was not full: {plain_class}"
+        filtered.load.offered_bps() >= 2.0 * UPSTREAM.1,
+        "premise failed: the download's ACKs were {:.3} Mbit/s, less than twice the {:.3} \
+         Mbit/s upstream, so there was little for the filter to do",
+        mbit(filtered.load.offered_bps()),
+        mbit(UPSTREAM.1)
+    );
+    assert!(
+        plain.class["overlimits"].as_u64().unwrap_or(0) > 0,
+        "premise failed: the upstream was not full: {}",
+        plain.class
     );
     let ratio = ack_drops as f64 / (ack_drops + sent) as f64;
     assert!(
@@ -250,18 +310,20 @@ fn cake_ack_filter_drops_most_acks_of_a_download_without_slowing_it() {
         "{ack_drops} of {} ACKs filtered",
         ack_drops + sent
     );
-    // Dropping redundant ACKs costs the download nothing (here it gains: without the filter
-    // it waits for ACKs stuck in the upstream's queue).
-    assert!(
-        filtered >= 0.98 * plain,
-        "download {:.2} Mbit/s with the filter, {:.2} without",
-        filtered / 1e6,
-        plain / 1e6
+    // Dropping redundant ACKs costs the download nothing: with the filter it fills its
+    // 100 Mbit/s class (without, it may wait for ACKs stuck in the upstream's queue).
+    assert_filled(
+        "the download with the ACK filter",
+        &filtered.load.delivered,
+        &Promise::class(100e6),
+        &filtered.stalls,
+        0.85,
     );
     assert!(
-        filtered >= 0.8 * 100e6,
-        "download {:.2} Mbit/s with the filter",
-        filtered / 1e6
+        filtered.load.delivered_bps() >= 0.95 * plain.load.delivered_bps(),
+        "download {:.2} Mbit/s with the filter, {:.2} without",
+        mbit(filtered.load.delivered_bps()),
+        mbit(plain.load.delivered_bps())
     );
 }
 
@@ -287,15 +349,17 @@ fn cake_at_the_root_shapes_udp_at_its_bandwidth() {
         "20mbit",
         "besteffort",
     ]);
-    let load = htbd.with_the_cpu("cake at 20 Mbit/s", 0.01, || lab.udp_load(5201, "30M", 6));
+    let (load, stalls) = htbd.accounted(|| lab.udp_load(5201, "30M", 6));
     load.assert_saturates("30 Mbit/s UDP into a 20 Mbit/s cake", 20e6);
     let shown = htbd.cli_ok(&["-s", "qdisc", "show", "dev", "r2"]);
     eprintln!("{shown}");
     assert!(shown.starts_with("qdisc cake 1: root bandwidth 20Mbit besteffort"));
-    assert_within(
+    // cake's shaper has no burst: a packet at a time.
+    assert_owed(
         "cake bandwidth 20mbit at the root, L2 at node-2",
-        load.delivered_bps,
-        20e6,
+        &load.delivered,
+        &Promise::class(20e6).with_burst(1514.0),
+        &stalls,
         0.01,
     );
 }

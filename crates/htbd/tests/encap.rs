@@ -5,12 +5,13 @@
 //!
 //! Needs root and network namespaces, so it is `#[ignore]`d (see `lab.rs`). Each measurement
 //! proves its premise: both subscribers' generators offered more than their class, and each
-//! class dropped or hit its limit.
+//! class dropped or hit its limit; the two classes' sum at node-2 is judged by what they owed
+//! in the window (`htb_lab::owed`), and each one's share of it by their rates.
 
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use htb_lab::{Htbd, Lab, N1, R, Reaped, assert_within, gen_bin};
+use htb_lab::{Htbd, Lab, N1, Promise, R, Reaped, assert_owed, gen_bin};
 
 /// Two subscribers (by inner destination) at 8 and 24 Mbit/s, and a default class that should
 /// see none of their traffic.
@@ -49,36 +50,53 @@ fn counter(stats: &serde_json::Value, key: &str) -> u64 {
     stats[key].as_u64().unwrap_or(0)
 }
 
-/// Each subscriber's class carries its rate of `encap` frames, within 1 %; the default class
-/// none of them.
+/// Each subscriber's class carries its rate of `encap` frames: the two together within 1 % of
+/// what they owed, each its share of that within 1 %; the default class none of them.
 fn shaped_by_inner_ip(lab: &Lab, htbd: &Htbd, encap: &str) {
     let _a = generator(lab, 0, encap, "100.64.0.10", "12mbit");
     let _b = generator(lab, 1, encap, "100.64.0.20", "36mbit");
     std::thread::sleep(Duration::from_millis(1500));
     // Every class's counters from one `class show`, so that all are read at one instant.
     let snapshot = || {
-        let t = Instant::now();
         let out = htbd.cli_ok(&["-s", "-j", "class", "show", "dev", "r2"]);
         let list: serde_json::Value = serde_json::from_str(&out).expect("class show -j");
-        let stats = ["1:10", "1:20", "1:99"].map(|id| {
+        ["1:10", "1:20", "1:99"].map(|id| {
             list.as_array()
                 .and_then(|l| l.iter().find(|c| c["handle"] == id))
                 .map(|c| c["stats"].clone())
                 .unwrap_or_else(|| panic!("no class {id}: {out}"))
-        });
-        (t, stats)
+        })
     };
-    let ((t0, before), (t1, after)) = htbd.with_the_cpu(encap, 0.01, || {
-        let first = snapshot();
-        std::thread::sleep(Duration::from_secs(SECS - 3));
-        (first, snapshot())
-    });
-    let secs = (t1 - t0).as_secs_f64();
-    let rate =
-        |i: usize| (counter(&after[i], "bytes") - counter(&before[i], "bytes")) as f64 * 8.0 / secs;
-    for (i, (id, target)) in [("1:10", 8e6), ("1:20", 24e6)].into_iter().enumerate() {
+    let before = snapshot();
+    let (load, stalls) =
+        htbd.accounted(|| lab.measure_load(Duration::ZERO, Duration::from_secs(SECS - 3)));
+    let after = snapshot();
+    load.assert_saturates(&format!("{encap}: both subscribers"), 32e6);
+    let sent = |i: usize| (counter(&after[i], "bytes") - counter(&before[i], "bytes")) as f64;
+    let both = Promise::class(8e6).rate_bps + Promise::class(24e6).rate_bps;
+    let bursts = Promise::class(8e6).burst_bytes + Promise::class(24e6).burst_bytes;
+    assert_owed(
+        &format!("{encap}: classes 1:10 and 1:20 together, L2 at node-2"),
+        &load.delivered,
+        &Promise::class(both).with_burst(bursts),
+        &stalls,
+        0.01,
+    );
+    for (i, (id, rate)) in [("1:10", 8e6), ("1:20", 24e6)].into_iter().enumerate() {
         htbd.assert_class_saturated("r2", id, &before[i]);
-        assert_within(&format!("{encap}: class {id}"), rate(i), target, 0.01);
+        let share = sent(i) / (sent(0) + sent(1));
+        let want = rate / both;
+        eprintln!(
+            "{encap}: class {id} had {:.2} % of the bytes, its rate {:.2} %",
+            share * 100.0,
+            want * 100.0
+        );
+        assert!(
+            (share - want).abs() / want <= 0.01,
+            "{encap}: class {id} had {:.2} % of the two classes' bytes, not {:.2} %",
+            share * 100.0,
+            want * 100.0
+        );
     }
     let stray = counter(&after[2], "packets") - counter(&before[2], "packets");
     assert_eq!(

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use htb_lab::{Htbd, Lab, N1, assert_within};
+use htb_lab::{Counted, Htbd, Lab, N1, Promise, assert_owed};
 use serde_json::Value;
 
 /// Router mode; both ports have an HTB tree with the circuits' parent 1:1, a node class 1:2
@@ -167,16 +167,20 @@ fn a_shaped_devices_csv_is_imported_in_one_batch_and_shapes_both_directions() {
 
     // Download: node-1 → node-2 through r2, shaped by the lab circuit's 5 Mbit/s.
     assert_eq!(lab.ping(N1, "10.201.2.2", 1, "0.2"), 1);
-    let before = htbd.class_stats("r2", "1:100");
-    let down = lab.udp_rate_at_n2(5201, "20M", 5);
-    htbd.assert_class_saturated("r2", "1:100", &before);
-    assert_within("download shaped by the circuit (5 Mbit/s)", down, 5e6, 0.03);
+    htbd.assert_shapes(
+        "download shaped by the circuit (5 Mbit/s)",
+        ("r2", "1:100"),
+        &Promise::class(5e6),
+        0.03,
+        || lab.udp_load(5201, "20M", 5),
+    );
 
     // Upload: node-2 → node-1 through r1 (iperf3 -R), shaped by its 3 Mbit/s; the class
     // counted the flow and hit its limit.
     let before = htbd.class_stats("r1", "1:100");
     let _server = lab.iperf_server(N1, 5202);
-    let report = lab.iperf("n2", "10.201.1.2", 5202, 5, Some("20M"), false);
+    let (report, stalls) =
+        htbd.accounted(|| lab.iperf("n2", "10.201.1.2", 5202, 5, Some("20M"), false));
     htbd.assert_class_saturated("r1", "1:100", &before);
     let after = htbd.class_stats("r1", "1:100");
     let sent = after["packets"].as_u64().unwrap() - before["packets"].as_u64().unwrap();
@@ -184,15 +188,18 @@ fn a_shaped_devices_csv_is_imported_in_one_batch_and_shapes_both_directions() {
         sent > 1000,
         "the upload flow went to 1:100 on r1: {sent} packets"
     );
-    // iperf3's receiver rate is UDP payload; the class shapes frames (1442 bytes per 1400).
-    let received = report["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .or_else(|| report["end"]["sum"]["bits_per_second"].as_f64())
-        .unwrap_or_else(|| panic!("no receiver rate in {report}"));
-    assert_within(
+    // iperf3's receiver counts UDP payload; the class shapes frames (1442 bytes per 1400).
+    // Its window includes the flow's start, hence 5 %.
+    let received = &report["end"]["sum_received"];
+    let (Some(bytes), Some(secs)) = (received["bytes"].as_f64(), received["seconds"].as_f64())
+    else {
+        panic!("no receiver sum in {report}");
+    };
+    assert_owed(
         "upload shaped by the circuit (3 Mbit/s)",
-        received * 1442.0 / 1400.0,
-        3e6,
+        &Counted::exact(bytes * 1442.0 / 1400.0, secs),
+        &Promise::class(3e6),
+        &stalls,
         0.05,
     );
 

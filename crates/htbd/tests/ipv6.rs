@@ -10,7 +10,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use htb_lab::{Htbd, Lab, N1, N2, R, Reaped, assert_within};
+use htb_lab::{Htbd, Lab, N1, N2, Promise, R, Reaped, assert_owed};
 
 /// r2 (router) or both ports (bridge): class 1:10 at 10 Mbit/s for node-2's IPv6 address, the
 /// rest to 1:99.
@@ -63,20 +63,15 @@ fn assert_reachable(lab: &Lab) {
 /// UDP and TCP over IPv6 through class 1:10 (10 Mbit/s): UDP within 1 %, TCP within 2 %, the
 /// default class untouched by either.
 fn udp_and_tcp_are_shaped(lab: &Lab, htbd: &Htbd, mode: &str) {
-    let before = htbd.class_stats("r2", "1:10");
     let stray = htbd.class_stats("r2", "1:99")["packets"]
         .as_u64()
         .unwrap_or(0);
-    let load = htbd.with_the_cpu(&format!("{mode}: IPv6 UDP"), 0.01, || {
-        lab.udp_load(5201, "15M", 6)
-    });
-    load.assert_saturates(&format!("{mode}: IPv6 UDP"), 10e6);
-    htbd.assert_class_saturated("r2", "1:10", &before);
-    assert_within(
+    htbd.assert_shapes(
         &format!("{mode}: IPv6 UDP through a 10 Mbit/s class"),
-        load.delivered_bps,
-        10e6,
+        ("r2", "1:10"),
+        &Promise::class(10e6),
         0.01,
+        || lab.udp_load(5201, "15M", 6),
     );
     lab.wait_drained(htbd, "r2");
     let before = htbd.class_stats("r2", "1:10");
@@ -89,13 +84,15 @@ fn udp_and_tcp_are_shaped(lab: &Lab, htbd: &Htbd, mode: &str) {
         .spawn()
         .map(Reaped)
         .expect("iperf3 -c");
-    let load = lab.measure_load(Duration::from_secs(2), Duration::from_secs(4));
+    let (load, stalls) =
+        htbd.accounted(|| lab.measure_load(Duration::from_secs(2), Duration::from_secs(4)));
     drop(client);
     htbd.assert_class_saturated("r2", "1:10", &before);
-    assert_within(
+    assert_owed(
         &format!("{mode}: IPv6 TCP through a 10 Mbit/s class"),
-        load.delivered_bps,
-        10e6,
+        &load.delivered,
+        &Promise::class(10e6),
+        &stalls,
         0.02,
     );
     // Whatever reached the default class is ND and the like, not the flows: a handful.

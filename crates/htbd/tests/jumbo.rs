@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use htb_lab::{Htbd, Lab, N1, N2, R, assert_within, htbd_fails};
+use htb_lab::{Counted, Htbd, Lab, N1, N2, Promise, R, assert_filled, htbd_fails};
 
 const MTU: u32 = 9000;
 /// iperf3's UDP payload that fills a 9000-byte IP packet (less 20 + 8 bytes of headers).
@@ -46,34 +46,41 @@ fn mtu_9000_udp_is_shaped_within_1_percent_and_tcp_fills_the_class() {
             Duration::from_secs(5),
         );
         let before = htbd.class_stats("r2", "1:1");
-        let load = htbd.with_the_cpu(&format!("MTU 9000 at {rate}"), 0.01, || {
-            lab.udp_loads_sized(&[(5201, &format!("{:.0}", bps * 1.2))], 6, DATAGRAM)
-        });
-        load.assert_saturates(&format!("MTU 9000, class at {rate}"), bps);
-        htbd.assert_class_saturated("r2", "1:1", &before);
+        // htbd's default burst: 1 ms of the rate and a (jumbo) MTU.
+        let promise = Promise::class(bps).with_burst(bps / 8.0 * 1e-3 + 9018.0);
+        htbd.assert_shapes(
+            &format!("MTU 9000 UDP, class at {rate}, L2 at node-2's veth"),
+            ("r2", "1:1"),
+            &promise,
+            0.01,
+            || lab.udp_loads_sized(&[(5201, &format!("{:.0}", bps * 1.2))], 6, DATAGRAM),
+        );
         let size = mean_packet(&htbd, &before);
         assert!(
             size > 8000.0,
             "premise failed: the class sent {size:.0}-byte packets on average, not jumbo frames"
         );
-        assert_within(
-            &format!("MTU 9000 UDP, class at {rate}, L2 at node-2's veth"),
-            load.delivered_bps,
-            bps,
-            0.01,
-        );
 
         // TCP at MSS 8948 through chained frames: one stream's goodput over the whole run
-        // (slow start and CoDel's control included, as in lab.rs's TCP checks) is at least
-        // 85 % of the class and never above it.
+        // (slow start and CoDel's control included, as in lab.rs's TCP checks) fills at least
+        // 85 % of what the class owed and is never above the class.
         let _server = lab.iperf_server(N2, 5202);
-        let tcp = lab.iperf(N1, "10.201.2.2", 5202, 4, None, false);
-        let goodput = tcp["end"]["sum_received"]["bits_per_second"]
-            .as_f64()
-            .unwrap_or_else(|| panic!("iperf3 TCP: {tcp}"));
-        eprintln!("MTU 9000 TCP through {rate}: {:.2} Mbit/s", goodput / 1e6);
+        let (tcp, stalls) = htbd.accounted(|| lab.iperf(N1, "10.201.2.2", 5202, 4, None, false));
+        let received = &tcp["end"]["sum_received"];
+        let (Some(bytes), Some(secs)) = (received["bytes"].as_f64(), received["seconds"].as_f64())
+        else {
+            panic!("iperf3 TCP: {tcp}");
+        };
+        let goodput = bytes * 8.0 / secs;
+        assert_filled(
+            &format!("MTU 9000 TCP through {rate} (goodput)"),
+            &Counted::exact(bytes, secs),
+            &promise,
+            &stalls,
+            0.85,
+        );
         assert!(
-            (0.85 * bps..1.001 * bps).contains(&goodput),
+            goodput < 1.001 * bps,
             "MTU 9000 TCP through a {rate} class: {goodput} bit/s"
         );
         let status = htbd.status();

@@ -243,7 +243,13 @@ fn borrowing(workers: u32) {
         (&first, "1:10 with 1:20 busy", 30e6),
         (&second, "1:20 with 1:10 busy", 70e6),
     ] {
-        assert_owed(what, &udp_l2_received(report), &Promise::class(rate), &stalls, 0.05);
+        assert_owed(
+            what,
+            &udp_l2_received(report),
+            &Promise::class(rate),
+            &stalls,
+            0.05,
+        );
     }
     assert_workers(&htbd, workers as usize);
 }
@@ -361,8 +367,15 @@ fn a_class_2_percent_off_fails_the_check_whatever_the_stalls() {
             &stalls,
             0.01,
         );
-        eprintln!("{}\n{}", as_configured.clone().unwrap_or_else(|e| e), off.clone().unwrap_or_else(|e| e));
-        assert!(as_configured.is_ok(), "the right rate must pass: {as_configured:?}");
+        eprintln!(
+            "{}\n{}",
+            as_configured.clone().unwrap_or_else(|e| e),
+            off.clone().unwrap_or_else(|e| e)
+        );
+        assert!(
+            as_configured.is_ok(),
+            "the right rate must pass: {as_configured:?}"
+        );
         let off = off.expect_err("a class 2 % off passed a 1 % check");
         assert!(!off.contains("premise failed"), "{off}");
         drop(htbd);

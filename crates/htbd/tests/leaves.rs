@@ -12,7 +12,7 @@ use std::time::Duration;
 use htb_lab::latency::{Saturated, ping_through_tcp_load, set_tcp_ecn};
 use htb_lab::shaper::{Installed, Shaper, install, one_class_tree};
 use htb_lab::traffic::{FlowSpec, udp_flows};
-use htb_lab::{Htbd, Lab, assert_within};
+use htb_lab::{Htbd, Lab, Promise, assert_owed};
 use serde_json::Value;
 
 /// htbd shaping r2 to one 10 Mbit/s class with its default leaf, four TCP flows through it,
@@ -21,14 +21,17 @@ fn saturated_10_mbit(lab: &Lab) -> (Installed, Saturated) {
     let installed = install(lab, Shaper::Htbd, &one_class_tree("10mbit", None)).expect("htbd");
     let htbd = installed.htbd().expect("htbd");
     let before = htbd.class_stats("r2", "1:10");
-    let run = ping_through_tcp_load(lab, &installed, 5201, Duration::from_secs(4), 150);
+    let (run, stalls) = htbd
+        .accounted(|| ping_through_tcp_load(lab, &installed, 5201, Duration::from_secs(4), 150));
     eprintln!("{}", run.to_json());
-    // Premise: the four flows kept the class full (it hit its rate, and delivered it).
+    // Premise: the four flows kept the class full (it hit its rate, and delivered what it
+    // owed).
     htbd.assert_class_saturated("r2", "1:10", &before);
-    assert_within(
+    assert_owed(
         "10 Mbit/s class under 4 TCP flows, L2 at node-2",
-        run.delivered_bps,
-        10e6,
+        &run.delivered,
+        &Promise::class(10e6),
+        &stalls,
         0.03,
     );
     assert!(
@@ -131,7 +134,7 @@ fn tc_leaf_lines_of_real_scripts_run_and_shape() {
             offered_bps: 13e6,
         })
         .collect();
-    let results = udp_flows(&lab, &flows, 7, 2.0);
+    let (results, stalls) = htbd.accounted(|| udp_flows(&lab, &flows, 7, 2.0));
     let leaves = json(&tc(&htbd, "-s -j qdisc show dev r2"));
     for (result, (class, kind)) in results.iter().zip([
         ("1:10", "sfq"),
@@ -149,10 +152,11 @@ fn tc_leaf_lines_of_real_scripts_run_and_shape() {
             leaf["drops"].as_u64().unwrap_or(0) > 0,
             "{kind} leaf of {class} never overflowed: {leaf}"
         );
-        assert_within(
+        assert_owed(
             &format!("class {class} under {kind}"),
-            result.mean_bps,
-            10e6,
+            &result.counted,
+            &Promise::class(10e6),
+            &stalls,
             0.03,
         );
     }

@@ -4,7 +4,7 @@
 //! Needs root and network namespaces, so each test is `#[ignore]`d; `scripts/test.sh` includes
 //! them as root.
 
-use htb_lab::{Htbd, Lab, assert_within};
+use htb_lab::{Htbd, Lab, Promise, assert_owed};
 
 /// Router mode, two workers, no tree on either port: the batch builds r2's.
 const NO_TREES: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\
@@ -49,9 +49,7 @@ fn libreqos_mq_batch_shapes_each_queues_tree_on_its_own() {
     // together (one root shared by the queues would give 30).
     let before = [htbd.class_stats("r2", "1:3"), htbd.class_stats("r2", "2:3")];
     let (b1, b2) = (bytes(&htbd, "1:3"), bytes(&htbd, "2:3"));
-    let load = htbd.with_the_cpu("two trees", 0.01, || {
-        lab.udp_loads(&[(5201, "45M"), (5202, "45M")], 7)
-    });
+    let (load, stalls) = htbd.accounted(|| lab.udp_loads(&[(5201, "45M"), (5202, "45M")], 7));
     load.assert_saturates("two trees of 30 Mbit/s", 60e6);
     htbd.assert_class_saturated("r2", "1:3", &before[0]);
     htbd.assert_class_saturated("r2", "2:3", &before[1]);
@@ -63,10 +61,13 @@ fn libreqos_mq_batch_shapes_each_queues_tree_on_its_own() {
         "each tree gets its own 30 Mbit/s: 1:3 had {:.1} % of the bytes",
         share * 100.0
     );
-    assert_within(
+    // Two trees of 30 Mbit/s: their rates and bursts add up.
+    let tree = Promise::class(30e6);
+    assert_owed(
         "queue 0's and queue 1's trees together",
-        load.delivered_bps,
-        60e6,
+        &load.delivered,
+        &Promise::class(60e6).with_burst(2.0 * tree.burst_bytes),
+        &stalls,
         0.01,
     );
     let status = htbd.status();
@@ -106,16 +107,11 @@ fn libreqos_mq_batch_shapes_each_queues_tree_on_its_own() {
     htbd.cli_ok(&[
         "qdisc", "del", "dev", "r2", "parent", "7fff:2", "handle", "2:",
     ]);
-    let default_before = htbd.class_stats("r2", "1:2");
-    let load = htbd.with_the_cpu("queue 0's tree alone", 0.01, || {
-        lab.udp_loads(&[(5201, "45M"), (5202, "45M")], 5)
-    });
-    load.assert_saturates("queue 0's tree alone", 30e6);
-    htbd.assert_class_saturated("r2", "1:2", &default_before);
-    assert_within(
+    htbd.assert_shapes(
         "queue 0's tree, the only one left",
-        load.delivered_bps,
-        30e6,
+        ("r2", "1:2"),
+        &Promise::class(30e6),
         0.01,
+        || lab.udp_loads(&[(5201, "45M"), (5202, "45M")], 5),
     );
 }

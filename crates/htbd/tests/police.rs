@@ -7,7 +7,7 @@
 //! them as root.
 
 use htb_lab::traffic::{FlowSpec, udp_flows};
-use htb_lab::{Htbd, Lab, assert_within};
+use htb_lab::{Htbd, Lab, Promise, assert_owed};
 use serde_json::Value;
 
 const NO_TREES: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\n\
@@ -62,7 +62,7 @@ fn a_policer_passes_its_rate_and_drops_or_hands_on_the_rest() {
             offered_bps: 20e6,
         },
     ];
-    let got = htbd.with_the_cpu("two policers", 0.01, || udp_flows(&lab, &flows, 7, 2.0));
+    let (got, stalls) = htbd.accounted(|| udp_flows(&lab, &flows, 7, 2.0));
     // Premise: both policers were over their rate (else the generator set the rate).
     for prio in [1, 2] {
         let s = police_stats(&htbd, prio);
@@ -76,8 +76,22 @@ fn a_policer_passes_its_rate_and_drops_or_hands_on_the_rest() {
     }
     // Drop: the policer's rate. Continue: the rate through 1:10, the rest through the default
     // class's 3 Mbit/s.
-    assert_within("5201, police … drop", got[0].mean_bps, 5e6, 0.01);
-    assert_within("5202, police … continue", got[1].mean_bps, 8e6, 0.01);
+    // The policer's burst (20 KB) is 33 ms of its rate: longer than a stall.
+    let policer = Promise::class(5e6).with_burst(20_480.0);
+    assert_owed(
+        "5201, police … drop",
+        &got[0].counted,
+        &policer,
+        &stalls,
+        0.01,
+    );
+    assert_owed(
+        "5202, police … continue",
+        &got[1].counted,
+        &Promise::class(8e6),
+        &stalls,
+        0.01,
+    );
     // The drops show where the kernel counts them: the policer's and the root qdisc's.
     let dropped = police_stats(&htbd, 1)["stats"]["drops"]
         .as_u64()

@@ -5,7 +5,7 @@
 //! its data-plane jobs (`htb-cli status`) bounds the longest stall throughout. Needs root and network namespaces, so the test is `#[ignore]`d;
 //! `scripts/test.sh` includes it as root.
 
-use htb_lab::{Htbd, Lab, N1, assert_within};
+use htb_lab::{Htbd, Lab, N1, Promise};
 
 /// Router mode; r2 (towards node-2: the download direction) has the circuits' parent 1:1 and
 /// the default 1:99.
@@ -50,14 +50,12 @@ fn import(htbd: &Htbd, file: &std::path::Path) -> String {
 
 /// node-2's download through its circuit's class: at its plan, and the class was full.
 fn assert_shaped(lab: &Lab, htbd: &Htbd, when: &str) {
-    let before = htbd.class_stats("r2", "1:100");
-    let down = lab.udp_rate_at_n2(5201, "10M", 3);
-    htbd.assert_class_saturated("r2", "1:100", &before);
-    assert_within(
+    htbd.assert_shapes(
         &format!("node-2's download {when}"),
-        down,
-        PLAN_MBIT * 1e6,
+        ("r2", "1:100"),
+        &Promise::class(PLAN_MBIT * 1e6),
         0.03,
+        || lab.udp_load(5201, "10M", 3),
     );
 }
 
