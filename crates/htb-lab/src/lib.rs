@@ -16,6 +16,7 @@ pub use owed::{Counted, Promise, Stalls, assert_filled, assert_owed};
 pub mod scale;
 pub mod shaper;
 pub mod soak;
+pub mod stall_bench;
 pub mod stalls;
 pub mod sweep;
 pub mod traffic;

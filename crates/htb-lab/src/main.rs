@@ -41,6 +41,24 @@ enum StallsCommand {
         #[arg(long, value_delimiter = ',')]
         cpus: Vec<usize>,
     },
+    /// One full class at 10, 100 and 500 Mbit/s through htbd with stall credit, without, and
+    /// the kernel's HTB, while every CPU is taken for STALL every PERIOD: the rates, and the
+    /// bursts the credit sends downstream. Writes stalls.json, stalls.svg and
+    /// stalls-trace.svg.
+    Bench {
+        /// STALL/PERIOD in ms.
+        #[arg(long, default_value = "4/50")]
+        pattern: htb_lab::stalls::Pattern,
+        /// Seconds each point is measured over.
+        #[arg(long, default_value_t = 10)]
+        seconds: u32,
+        /// Output directory.
+        #[arg(long, default_value = "target/htb-bench")]
+        out: PathBuf,
+        /// Namespace prefix of the lab.
+        #[arg(long, default_value = "htbstall")]
+        lab: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -384,6 +402,19 @@ fn stalls(what: StallsCommand) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_secs(seconds));
             let taken = injector.stop();
             println!("htb-lab stalls: {taken} stalls of {pattern} taken");
+        }
+        StallsCommand::Bench {
+            pattern,
+            seconds,
+            out,
+            lab,
+        } => {
+            htb_lab::stall_bench::run(&htb_lab::stall_bench::StallBenchOptions {
+                out,
+                pattern,
+                seconds,
+                lab,
+            })?;
         }
     }
     Ok(())

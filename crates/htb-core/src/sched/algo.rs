@@ -508,6 +508,7 @@ impl<P: Packet> Scheduler<P> {
             };
             let class = &mut self.classes[cl as usize];
             let diff = Self::elapsed_tokens(class, now);
+            let backlogged = class.activity != 0;
             let charged = class.adjust.charged_len(len);
             let mut rate_cost = 0;
             if class.level >= level {
@@ -515,7 +516,7 @@ impl<P: Packet> Scheduler<P> {
                     class.lends = class.lends.wrapping_add(1);
                 }
                 rate_cost = class.rate_cost.cost(charged);
-                let toks = refill(class.tokens, diff, class.buffer, rate_cost, credit) - rate_cost;
+                let toks = refill(class.tokens, diff, class.buffer, backlogged, credit) - rate_cost;
                 class.tokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             } else {
                 // Classes below the lender borrowed: their rate bucket only catches up.
@@ -523,7 +524,7 @@ impl<P: Packet> Scheduler<P> {
                 class.tokens = class.tokens.saturating_add(diff);
             }
             let ceil_cost = class.ceil_cost.cost(charged);
-            let toks = refill(class.ctokens, diff, class.cbuffer, ceil_cost, credit) - ceil_cost;
+            let toks = refill(class.ctokens, diff, class.cbuffer, backlogged, credit) - ceil_cost;
             class.ctokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             class.t_c = now;
             if class.level > 0 {

@@ -8,9 +8,9 @@
 //! driver that knows when it was kept away does: it reports each stall
 //! ([`Scheduler::credit_stall`](super::Scheduler::credit_stall)), and a bucket charged across
 //! one may rise above its depth by the part of the stall it spans. While its class is still
-//! catching up (backlogged, or charged again within the longest credit), the bucket may stay
-//! above its depth, up to that credit; it then spends down to its depth by sending, or is capped
-//! there again once its class goes idle. A class thus sends its rate over any window its
+//! catching up (backlogged: packets queued, or children borrowing), the bucket may stay above
+//! its depth, up to that credit; it then spends down to its depth by sending, or is capped
+//! there again once its class runs dry. A class thus sends its rate over any window its
 //! driver was stalled in, at the price of a burst of up to the credit after each stall.
 
 use crate::rate::TOKEN_SHIFT;
@@ -102,24 +102,25 @@ impl StallCredit {
     }
 }
 
-/// A bucket of `depth` holding `toks` before a charge of `cost` that adds `diff`: its new level
-/// before the cost, given `credit` of stall time spanned since its last charge and `hold`, the
-/// most it may be above its depth. A charge across a stall may raise it by the credit (on top
-/// of credit not spent yet); after that it stays above its depth only while its class catches
-/// up, which is while it spends faster than it earns (`cost > diff`: it sends above its rate,
-/// draining what the stall held back). Without credit, `min(toks + diff, depth)` as the kernel.
+/// A bucket of `depth` holding `toks` before a charge that adds `diff`: its new level before
+/// the charge's cost, given `credit` of stall time spanned since its last charge and `hold`,
+/// the most it may be above its depth. A charge across a stall may raise it by the credit (on
+/// top of credit not spent yet); after that it stays above its depth only while its class is
+/// `backlogged` (a leaf with packets queued, an inner class with children borrowing from it):
+/// it is catching up on what the stall held back, and keeps earning meanwhile. A class that ran
+/// dry is capped at its depth again. Without credit, `min(toks + diff, depth)` as the kernel.
 #[inline]
 pub(super) fn refill(
     toks: i64,
     diff: i64,
     depth: i64,
-    cost: i64,
+    backlogged: bool,
     (credit, hold): (i64, i64),
 ) -> i64 {
     let excess = toks.saturating_sub(depth).max(0);
     let extra = if credit > 0 {
         credit.saturating_add(excess).min(hold)
-    } else if excess > 0 && cost > diff {
+    } else if excess > 0 && backlogged {
         hold
     } else {
         0
@@ -141,8 +142,8 @@ mod tests {
     fn no_stall_no_credit_and_the_kernels_cap() {
         let credit = StallCredit::default();
         assert_eq!(credit.at(at(0), at(100)), (0, 0));
-        assert_eq!(refill(0, 50 * MS, MS, MS / 10, (0, 0)), MS);
-        assert_eq!(refill(3 * MS, MS / 100, MS, MS / 10, (0, 0)), MS);
+        assert_eq!(refill(0, 50 * MS, MS, true, (0, 0)), MS);
+        assert_eq!(refill(3 * MS, MS / 100, MS, true, (0, 0)), MS);
     }
 
     #[test]
@@ -159,7 +160,7 @@ mod tests {
         assert_eq!(credit.at(at(14), at(15)).0, 0);
         // A bucket of 1 ms, empty before a 4 ms stall: 4 ms of credit, not 1.
         let c = credit.at(at(10), at(14));
-        assert_eq!(refill(0, 4 * MS, MS, MS / 10, c), 4 * MS);
+        assert_eq!(refill(0, 4 * MS, MS, true, c), 4 * MS);
     }
 
     #[test]
@@ -177,18 +178,18 @@ mod tests {
         let mut credit = StallCredit::default();
         credit.record(at(10), at(14), Duration::from_millis(10));
         let c = credit.at(at(14), Instant::from_nanos(14_010_000));
-        // 3 ms above a 1 ms depth, charged 10 µs later for a packet worth 20 µs of its rate
-        // (it sends at twice its rate): kept, with what the 10 µs earned.
-        assert_eq!(refill(3 * MS, MS / 100, MS, MS / 50, c), 3 * MS + MS / 100);
-        // Sending slower than its rate (the backlog is gone): capped at the depth as the kernel.
-        assert_eq!(refill(3 * MS, MS / 100, MS, MS / 200, c), MS);
+        // 3 ms above a 1 ms depth, charged 10 µs later with packets still queued: kept, with
+        // what the 10 µs earned.
+        assert_eq!(refill(3 * MS, MS / 100, MS, true, c), 3 * MS + MS / 100);
+        // Its queue ran dry: capped at the depth as the kernel.
+        assert_eq!(refill(3 * MS, MS / 100, MS, false, c), MS);
         // Never above the depth plus the longest stall.
-        assert_eq!(refill(4 * MS, 2 * MS, MS, 3 * MS, c), 5 * MS);
+        assert_eq!(refill(4 * MS, 2 * MS, MS, true, c), 5 * MS);
         // A second stall in the middle of catching up adds its credit to what is left.
         let mut credit = StallCredit::default();
         credit.record(at(10), at(14), Duration::from_millis(10));
         credit.record(at(20), at(22), Duration::from_millis(10));
         let c = credit.at(at(19), at(22));
-        assert_eq!(refill(2 * MS, 3 * MS, MS, MS / 10, c), 4 * MS);
+        assert_eq!(refill(2 * MS, 3 * MS, MS, true, c), 4 * MS);
     }
 }
