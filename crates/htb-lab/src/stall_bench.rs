@@ -269,7 +269,7 @@ pub fn run(options: &StallBenchOptions) -> anyhow::Result<Value> {
             let (result, packets) = measure(&lab, who, (rate, bps), options)?;
             errors[i]
                 .points
-                .push((bps / 1e6, result["error_pct"].as_f64().unwrap_or(0.0)));
+                .push((bps / 1e6, result["error_pct"].as_f64().unwrap_or(0.0).abs()));
             if bps == 100e6 && who != Who::Kernel {
                 trace.push(Series {
                     name: format!("{} at 100 Mbit/s", who.label()),
@@ -296,7 +296,7 @@ pub fn run(options: &StallBenchOptions) -> anyhow::Result<Value> {
             options.pattern
         ),
         x_label: "class rate (Mbit/s, log scale)".into(),
-        y_label: "delivered − rate (%)".into(),
+        y_label: "|delivered − rate| (% of the rate)".into(),
         x_log: true,
         series: errors,
     }
