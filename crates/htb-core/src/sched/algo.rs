@@ -3,7 +3,7 @@
 use super::Scheduler;
 use super::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, Row};
 use super::chunked::Chunked;
-use super::credit::refill;
+use super::credit::cap;
 use crate::Packet;
 use crate::rate::{TOKENS_PER_NS, tokens_to_ns_ceil};
 use crate::rbtree::{NIL, NodeId, RbTree};
@@ -492,6 +492,9 @@ impl<P: Packet> Scheduler<P> {
     /// buckets of the lender and above; counts lends/borrows and updates modes.
     pub(super) fn charge_class(&mut self, cl: ClassIdx, level: u8, len: u32) {
         let now = self.now;
+        // Stall credit (`credit.rs`) raises the buckets' caps once the driver has reported a
+        // stall; until then the caps are the kernel's, at no cost.
+        let credited = self.stall_credit.hold() != 0;
         let mut cl = cl;
         while cl != NO_CLASS {
             let shared = self.classes[cl as usize].shared;
@@ -499,16 +502,24 @@ impl<P: Packet> Scheduler<P> {
                 // What the other workers sent counts too (their paid debts).
                 self.pull_shared(cl);
             }
-            // Stall credit (`credit.rs`). A shared class's buckets were just pulled from the
-            // shared ones, which hold its credit themselves (`shared.rs`): no cap here.
-            let credit = if shared {
-                (i64::MAX, i64::MAX)
-            } else {
-                self.stall_credit.at(self.classes[cl as usize].t_c, now)
+            // A shared class's buckets were just pulled from the shared ones, which hold its
+            // credit themselves (`shared.rs`): no cap here.
+            let caps = match (credited, shared) {
+                (false, _) => None,
+                (true, true) => Some((i64::MAX, i64::MAX)),
+                (true, false) => {
+                    let class = &self.classes[cl as usize];
+                    let credit = self.stall_credit.at(class.t_c, now);
+                    let backlogged = class.activity != 0;
+                    Some((
+                        cap(class.tokens, class.buffer, backlogged, credit),
+                        cap(class.ctokens, class.cbuffer, backlogged, credit),
+                    ))
+                }
             };
             let class = &mut self.classes[cl as usize];
+            let (rate_cap, ceil_cap) = caps.unwrap_or((class.buffer, class.cbuffer));
             let diff = Self::elapsed_tokens(class, now);
-            let backlogged = class.activity != 0;
             let charged = class.adjust.charged_len(len);
             let mut rate_cost = 0;
             if class.level >= level {
@@ -516,7 +527,7 @@ impl<P: Packet> Scheduler<P> {
                     class.lends = class.lends.wrapping_add(1);
                 }
                 rate_cost = class.rate_cost.cost(charged);
-                let toks = refill(class.tokens, diff, class.buffer, backlogged, credit) - rate_cost;
+                let toks = class.tokens.saturating_add(diff).min(rate_cap) - rate_cost;
                 class.tokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             } else {
                 // Classes below the lender borrowed: their rate bucket only catches up.
@@ -524,7 +535,7 @@ impl<P: Packet> Scheduler<P> {
                 class.tokens = class.tokens.saturating_add(diff);
             }
             let ceil_cost = class.ceil_cost.cost(charged);
-            let toks = refill(class.ctokens, diff, class.cbuffer, backlogged, credit) - ceil_cost;
+            let toks = class.ctokens.saturating_add(diff).min(ceil_cap) - ceil_cost;
             class.ctokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             class.t_c = now;
             if class.level > 0 {

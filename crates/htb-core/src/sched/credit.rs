@@ -102,21 +102,15 @@ impl StallCredit {
     }
 }
 
-/// A bucket of `depth` holding `toks` before a charge that adds `diff`: its new level before
-/// the charge's cost, given `credit` of stall time spanned since its last charge and `hold`,
-/// the most it may be above its depth. A charge across a stall may raise it by the credit (on
-/// top of credit not spent yet); after that it stays above its depth only while its class is
-/// `backlogged` (a leaf with packets queued, an inner class with children borrowing from it):
-/// it is catching up on what the stall held back, and keeps earning meanwhile. A class that ran
-/// dry is capped at its depth again. Without credit, `min(toks + diff, depth)` as the kernel.
+/// The cap of a bucket of `depth` holding `toks` at a charge, given `credit` of stall time
+/// spanned since its last charge and `hold`, the most it may be above its depth: a charge
+/// across a stall may raise it by the credit (on top of credit not spent yet); after that it
+/// stays above its depth only while its class is `backlogged` (a leaf with packets queued, an
+/// inner class with children borrowing from it), catching up on what the stall held back and
+/// earning meanwhile. A class that ran dry is capped at its depth again, as the kernel caps
+/// every bucket (`min(toks + diff, buffer)`).
 #[inline]
-pub(super) fn refill(
-    toks: i64,
-    diff: i64,
-    depth: i64,
-    backlogged: bool,
-    (credit, hold): (i64, i64),
-) -> i64 {
+pub(super) fn cap(toks: i64, depth: i64, backlogged: bool, (credit, hold): (i64, i64)) -> i64 {
     let excess = toks.saturating_sub(depth).max(0);
     let extra = if credit > 0 {
         credit.saturating_add(excess).min(hold)
@@ -125,7 +119,14 @@ pub(super) fn refill(
     } else {
         0
     };
-    toks.saturating_add(diff).min(depth.saturating_add(extra))
+    depth.saturating_add(extra)
+}
+
+/// `toks + diff` under [`cap`]: the bucket's level before a charge's cost.
+#[cfg(test)]
+fn refill(toks: i64, diff: i64, depth: i64, backlogged: bool, credit: (i64, i64)) -> i64 {
+    toks.saturating_add(diff)
+        .min(cap(toks, depth, backlogged, credit))
 }
 
 #[cfg(test)]
