@@ -495,6 +495,10 @@ impl<P: Packet> Scheduler<P> {
         // Stall credit (`credit.rs`) raises the buckets' caps once the driver has reported a
         // stall; until then the caps are the kernel's, at no cost.
         let credited = self.stall_credit.hold() != 0;
+        // Whether the sending leaf still has packets queued: then its ancestors have backlog
+        // below them too (their own `activity` shows only children borrowing from them, which
+        // a leaf spending its own credited rate is not).
+        let leaf_backlogged = credited && self.classes[cl as usize].activity != 0;
         let mut cl = cl;
         while cl != NO_CLASS {
             let shared = self.classes[cl as usize].shared;
@@ -510,7 +514,7 @@ impl<P: Packet> Scheduler<P> {
                 (true, false) => {
                     let class = &self.classes[cl as usize];
                     let credit = self.stall_credit.at(class.t_c, now);
-                    let backlogged = class.activity != 0;
+                    let backlogged = leaf_backlogged || class.activity != 0;
                     Some((
                         cap(class.tokens, class.buffer, backlogged, credit),
                         cap(class.ctokens, class.cbuffer, backlogged, credit),

@@ -8,7 +8,7 @@
 //! driver that knows when it was kept away does: it reports each stall
 //! ([`Scheduler::credit_stall`](super::Scheduler::credit_stall)), and a bucket charged across
 //! one may rise above its depth by the part of the stall it spans. While its class is still
-//! catching up (backlogged: packets queued, or children borrowing), the bucket may stay above
+//! catching up (backlogged: packets queued below it), the bucket may stay above
 //! its depth, up to that credit; it then spends down to its depth by sending, or is capped
 //! there again once its class runs dry. A class thus sends its rate over any window its
 //! driver was stalled in, at the price of a burst of up to the credit after each stall.
@@ -105,9 +105,9 @@ impl StallCredit {
 /// The cap of a bucket of `depth` holding `toks` at a charge, given `credit` of stall time
 /// spanned since its last charge and `hold`, the most it may be above its depth: a charge
 /// across a stall may raise it by the credit (on top of credit not spent yet); after that it
-/// stays above its depth only while its class is `backlogged` (a leaf with packets queued, an
-/// inner class with children borrowing from it), catching up on what the stall held back and
-/// earning meanwhile. A class that ran dry is capped at its depth again, as the kernel caps
+/// stays above its depth only while its class is `backlogged` (a leaf with packets queued; an
+/// inner class charged by such a leaf, or with children borrowing from it), catching up on what
+/// the stall held back and earning meanwhile. A class that ran dry is capped at its depth again, as the kernel caps
 /// every bucket (`min(toks + diff, buffer)`).
 #[inline]
 pub(super) fn cap(toks: i64, depth: i64, backlogged: bool, (credit, hold): (i64, i64)) -> i64 {

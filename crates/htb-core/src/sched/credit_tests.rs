@@ -110,10 +110,16 @@ fn stalled(now: u64, (first, period, stall): (u64, u64, u64)) -> bool {
     period > 0 && now >= first && (now - first) % period < stall
 }
 
-/// Bytes `class` (rate `rate`, under a root of `root`) sent over `secs` of virtual time with
-/// stalls `(first, period, length)` and stall credit `credit`, after a second of warm-up.
+/// Bytes class 1:10 at `rate`, alone under a root of the same rate, sent per second over `secs`
+/// of virtual time with stalls `(first, period, length)` and stall credit `credit`, after a
+/// second of warm-up.
 fn run(rate: u64, stalls: (u64, u64, u64), credit: Option<u64>, secs: u64) -> f64 {
-    let mut w = Worker::new(tree(rate, [rate, 1_000]), 10, 2_000_000_000, credit);
+    run_tree(tree(rate, [rate, 1_000]), stalls, credit, secs)
+}
+
+/// As [`run`], through `tree`'s class 1:10.
+fn run_tree(tree: Scheduler<u32>, stalls: (u64, u64, u64), credit: Option<u64>, secs: u64) -> f64 {
+    let mut w = Worker::new(tree, 10, 2_000_000_000, credit);
     let mut now = 0;
     let mut start = 0;
     while now < (secs + 1) * SEC {
@@ -158,6 +164,23 @@ fn a_full_class_loses_its_stalls_beyond_its_burst_without_credit_and_nothing_wit
             err(credited)
         );
     }
+}
+
+#[test]
+fn a_class_borrowing_its_parents_rate_keeps_it_through_stalls() {
+    // 1:10 at 30 Mbit/s borrows the rest of its 100 Mbit/s parent: after a stall it first
+    // spends the rate its own bucket earned meanwhile, not borrowing, and the parent must keep
+    // its credit through that.
+    let root = 100_000_000u64;
+    let stalls = (3 * MS, 50 * MS, 4 * MS);
+    let got = run_tree(tree(root, [30_000_000, 1_000]), stalls, Some(10 * MS), 5);
+    let err = (got - root as f64) / root as f64;
+    assert!(err.abs() < 0.001, "borrowing through stalls: {err:+.5}");
+    let without = run_tree(tree(root, [30_000_000, 1_000]), stalls, None, 5);
+    assert!(
+        (without - root as f64) / (root as f64) < -0.03,
+        "without credit: {without}"
+    );
 }
 
 #[test]
