@@ -55,8 +55,11 @@ else
 fi
 step "unit, property, simulation, CLI and netns lab tests (every one, failures or not)"
 tests_log="$logs/cargo-test.log"
+# Every rate check of the lab tests, passed or failed, with its raw and accounted error.
+rates_log="$logs/rates.log"
+: >"$rates_log"
 HTBD_BIN="$PWD/target/release/htbd" HTB_CLI_BIN="$PWD/target/release/htb-cli" \
-    HTB_XDP_GEN_BIN="$PWD/target/release/htb-xdp-gen" \
+    HTB_XDP_GEN_BIN="$PWD/target/release/htb-xdp-gen" HTB_LAB_REPORT="$PWD/$rates_log" \
     cargo test --workspace --no-fail-fast -- "${LAB[@]}" 2>&1 | tee "$tests_log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || failed_steps+=("tests")
 step "fuzz targets, 3 s each, unoptimized and without ASan to build fast (long runs: scripts/fuzz.sh SECONDS)"
@@ -67,6 +70,10 @@ step "htb-core builds and runs in a #![no_std] program"
 check "no_std" bash -c 'cd crates/htb-nostd-check && cargo run --release --quiet && echo "no_std program: ok"'
 
 step "summary"
+if [ -s "$rates_log" ]; then
+    echo "rate checks ($(wc -l <"$rates_log"), each judged by what its class owed in its window):"
+    sed 's/^/  /' "$rates_log"
+fi
 scripts/test-summary.sh "$tests_log"
 tests_ok=$?
 if ((${#failed_steps[@]} == 0)) && ((tests_ok == 0)); then
