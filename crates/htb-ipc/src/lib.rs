@@ -21,12 +21,14 @@
 
 use std::io::{self, Read, Write};
 
+mod explain;
 mod filter_handle;
 mod filter_kind;
 mod protocol;
 mod status;
 mod tagged;
 
+pub use explain::{Direction, Explain, Explanation, Outcome, PortExplanation};
 pub use filter_handle::{FilterHandle, FilterHandleError};
 pub use filter_kind::{FilterKind, UnknownFilterKind};
 pub use htb_classify::{
@@ -102,6 +104,9 @@ pub enum RequestBody {
         /// In order, after those staged before.
         commands: Vec<Command>,
     },
+    /// Which filter and class packets to and from an address take: answered with
+    /// [`ReplyBody::Explained`].
+    Explain(Explain),
 }
 
 /// What `show` lists.
@@ -247,6 +252,8 @@ pub enum ReplyBody {
     },
     /// To [`RequestBody::Status`].
     Status(Status),
+    /// To [`RequestBody::Explain`].
+    Explained(Explanation),
     /// To [`RequestBody::Stage`].
     Staged {
         /// Commands staged on this connection so far.
@@ -594,6 +601,52 @@ pub struct MatchSpec {
     /// u32's general keys (words at offsets) that no field above expresses, at most four.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub raw: Vec<RawKeySpec>,
+}
+
+impl MatchSpec {
+    /// In words, as `htb-cli explain` and the console say it: `dst 10.0.3.7/32 proto 6 dport
+    /// 443` (`everything` for an empty match).
+    #[must_use]
+    pub fn words(&self) -> String {
+        let m = self;
+        let range = |(a, b): (u16, u16)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        };
+        let mut words = Vec::new();
+        if let Some(p) = m.src {
+            words.push(format!("src {}/{}", p.addr(), p.prefix_len()));
+        }
+        if let Some(p) = m.dst {
+            words.push(format!("dst {}/{}", p.addr(), p.prefix_len()));
+        }
+        if let Some(p) = m.proto {
+            words.push(format!("proto {p}"));
+        }
+        if let Some(r) = m.sport {
+            words.push(format!("sport {}", range(r)));
+        }
+        if let Some(r) = m.dport {
+            words.push(format!("dport {}", range(r)));
+        }
+        if let Some(d) = m.dscp {
+            words.push(format!("dscp {d}"));
+        }
+        if let Some(v) = m.vlan {
+            words.push(format!("vlan {v}"));
+        }
+        if !m.raw.is_empty() {
+            words.push(format!("{} u32 keys", m.raw.len()));
+        }
+        if words.is_empty() {
+            "everything".into()
+        } else {
+            words.join(" ")
+        }
+    }
 }
 
 /// One u32 key (`struct tc_u32_key`): the big-endian word at byte `at` of the network header

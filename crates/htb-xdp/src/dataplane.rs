@@ -1079,6 +1079,16 @@ impl<R: Rings> Dataplane<R> {
         self.ports.iter().map(|p| p.name.clone()).collect()
     }
 
+    /// Where `port` sends `frame` ([`crate::explain`]): its own classifier, then its trees'
+    /// default classes. `None`: no such port.
+    #[must_use]
+    pub(crate) fn explain(&self, port: &str, frame: &[u8]) -> Option<crate::explain::Classified> {
+        let p = self.port(port)?;
+        let defaults: Vec<Option<ClassId>> =
+            p.trees.iter().map(|t| t.htb.default_class()).collect();
+        Some(crate::explain::classify(&p.classifier, &defaults, frame))
+    }
+
     /// The filters of `port`, in evaluation order.
     #[must_use]
     pub(crate) fn filters(&self, port: &str) -> Option<&[Filter]> {

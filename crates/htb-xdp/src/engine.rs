@@ -815,6 +815,13 @@ impl Engine {
         Some(merge::snapshots(snapshots?))
     }
 
+    /// Where `port` sends `frame` ([`crate::explain`]), by the classifier its workers run (one
+    /// compiled copy, shared). `None`: no such port.
+    #[must_use]
+    pub fn explain(&self, port: &str, frame: &[u8]) -> Option<crate::explain::Classified> {
+        self.workers.first()?.plane.explain(port, frame)
+    }
+
     /// Which worker serves each subtree of `port`, by the class at its top.
     #[must_use]
     pub fn subtree_owners(&self, port: &str) -> HashMap<ClassId, usize> {

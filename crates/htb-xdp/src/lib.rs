@@ -23,6 +23,7 @@ mod crew;
 mod dataplane;
 mod engine;
 mod error;
+pub mod explain;
 mod fleet;
 mod frame;
 mod frame_pool;

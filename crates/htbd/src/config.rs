@@ -6,7 +6,9 @@
 //! socket = "/run/htbd/htbd.sock"    # control socket
 //! state_dir = "/var/lib/htbd"  # live changes persist here
 //! log = "info"
-//! metrics = "127.0.0.1:9469"   # optional: Prometheus metrics over HTTP (off by default)
+//! http = "127.0.0.1:9469"      # optional: console, JSON API, /metrics, /health (off by default;
+//!                              # `metrics = …` is its older name)
+//! http_token = "/etc/htbd/http.token"  # required off loopback: requests carry this token
 //!
 //! [[interface]]
 //! name = "r2"
@@ -81,7 +83,9 @@ struct DaemonSection {
     liveness_timeout: Option<Located<TimeValue>>,
     stall_credit: Option<Located<TimeValue>>,
     netfilter: Option<Located<String>>,
-    metrics: Option<Located<String>>,
+    #[serde(alias = "metrics")]
+    http: Option<Located<String>>,
+    http_token: Option<Located<PathBuf>>,
     workers: Option<Located<usize>>,
     cpus: Option<Located<Vec<usize>>>,
 }
@@ -155,8 +159,17 @@ pub struct DaemonConfig {
     pub engine: EngineConfig,
     /// Router mode with netfilter rules that its fast path would bypass: refuse or run.
     pub netfilter: NetfilterPolicy,
-    /// Where Prometheus scrapes `/metrics` (`None`: not served).
-    pub metrics: Option<std::net::SocketAddr>,
+    /// The HTTP listener: console, API, `/metrics`, `/health` (`None`: not served).
+    pub http: Option<HttpConfig>,
+}
+
+/// `[daemon] http` and `http_token`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    /// The file holding the token requests for data must carry (required off loopback).
+    pub token: Option<PathBuf>,
 }
 
 /// One interface's trees and filters.
@@ -808,18 +821,40 @@ impl DaemonConfig {
                 }
             },
         };
-        let metrics = match &daemon.metrics {
-            None => None,
-            Some(v) => Some(v.get_ref().parse().map_err(|_| {
-                err(
-                    v.span(),
-                    format!(
-                        "metrics {:?} is not an address and port such as \"127.0.0.1:9469\" \
-                         or \"[::1]:9469\"",
-                        v.get_ref()
-                    ),
-                )
-            })?),
+        let http = match &daemon.http {
+            None => {
+                if let Some(t) = &daemon.http_token {
+                    return Err(err(
+                        t.span(),
+                        "http_token without http: nothing listens".into(),
+                    ));
+                }
+                None
+            }
+            Some(v) => {
+                let addr: std::net::SocketAddr = v.get_ref().parse().map_err(|_| {
+                    err(
+                        v.span(),
+                        format!(
+                            "http {:?} is not an address and port such as \"127.0.0.1:9469\" \
+                             or \"[::1]:9469\"",
+                            v.get_ref()
+                        ),
+                    )
+                })?;
+                let token = daemon.http_token.as_ref().map(|t| t.get_ref().clone());
+                if token.is_none() && !addr.ip().is_loopback() {
+                    return Err(err(
+                        v.span(),
+                        format!(
+                            "http {addr} is reachable from other hosts: set http_token to a file \
+                             holding a token (e.g. `head -c 24 /dev/urandom | base64 > \
+                             /etc/htbd/http.token`), or listen on 127.0.0.1"
+                        ),
+                    ));
+                }
+                Some(HttpConfig { addr, token })
+            }
         };
         if file.interface.is_empty() {
             return Err(ConfigError::at(
@@ -944,7 +979,7 @@ impl DaemonConfig {
                 stall_credit,
             },
             netfilter,
-            metrics,
+            http,
         })
     }
 }
@@ -1081,21 +1116,44 @@ classid = "1:20"
     }
 
     #[test]
-    fn metrics_are_off_by_default_and_need_an_address_and_port() {
-        let metrics = |line: &str| {
-            DaemonConfig::parse(&LAB.replace("[daemon]\n", &format!("[daemon]\n{line}\n")))
-                .map(|c| c.metrics)
+    fn http_is_off_by_default_and_needs_a_token_off_loopback() {
+        let http = |line: &str| {
+            DaemonConfig::parse(&format!("[daemon]\n{line}\n[[interface]]\nname = \"r1\"\n"))
+                .map(|c| c.http)
         };
-        assert_eq!(metrics("").unwrap(), None);
+        assert_eq!(http("").unwrap(), None);
+        let local = HttpConfig {
+            addr: "127.0.0.1:9469".parse().unwrap(),
+            token: None,
+        };
         assert_eq!(
-            metrics("metrics = \"127.0.0.1:9469\"").unwrap(),
-            Some("127.0.0.1:9469".parse().unwrap())
+            http("http = \"127.0.0.1:9469\"").unwrap(),
+            Some(local.clone())
         );
-        let e = metrics("metrics = \"localhost\"").unwrap_err().to_string();
+        // The older name.
+        assert_eq!(http("metrics = \"127.0.0.1:9469\"").unwrap(), Some(local));
+        let e = http("http = \"localhost\"").unwrap_err().to_string();
         assert!(
-            e.contains("line 3, column 11") && e.contains("not an address and port"),
+            e.contains("not an address and port") && e.contains("line 2"),
             "{e}"
         );
+        let e = http("http = \"0.0.0.0:9469\"").unwrap_err().to_string();
+        assert!(e.contains("set http_token") && e.contains("line 2"), "{e}");
+        assert_eq!(
+            http("http = \"10.0.0.1:9469\"\nhttp_token = \"/etc/htbd/t\"")
+                .unwrap()
+                .unwrap()
+                .token,
+            Some(PathBuf::from("/etc/htbd/t"))
+        );
+        let e = http("http_token = \"/etc/htbd/t\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http_token without http"), "{e}");
+        let e = http("http = \"127.0.0.1:1\"\nmetrics = \"127.0.0.1:2\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("duplicate"), "{e}");
     }
 
     #[test]

@@ -12,7 +12,11 @@
 //! Disk I/O (`fdatasync`, compaction) runs on a blocking thread, so that a slow disk holds up
 //! the changes waiting behind it but not the clients being read or accepted.
 
+mod explain;
+mod query;
 mod show;
+
+pub use query::{ClassKey, Query};
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
@@ -55,6 +59,8 @@ pub enum Call {
     },
     /// A Prometheus scrape: every port's and class's statistics.
     Metrics(oneshot::Sender<Result<Scrape, IpcError>>),
+    /// A read for the web console.
+    Query(Query),
 }
 
 /// What a reload changed.
@@ -158,6 +164,10 @@ impl Control {
                     let _ = reply.send(self.scrape().await);
                     false
                 }
+                Call::Query(query) => {
+                    self.query(query).await;
+                    false
+                }
             };
             if changed {
                 crate::service::status(&self.model);
@@ -204,6 +214,7 @@ impl Control {
                 .on_engine(|engine| engine.stats())
                 .await
                 .map(|stats| ReplyBody::Status(crate::status::status(&stats))),
+            RequestBody::Explain(ask) => self.explain(&ask).await.map(ReplyBody::Explained),
             // The connection keeps what it stages (crate::ipc); only its Apply comes here.
             RequestBody::Stage { .. } => Err(IpcError::new(
                 ErrorCode::BadRequest,

@@ -21,10 +21,11 @@ pub mod signals;
 pub mod startup;
 mod status;
 pub mod tc_export;
+pub mod web;
 
 use std::thread::JoinHandle;
 
-pub use config::{DaemonConfig, InterfaceTree, InterfaceTrees, parse_state};
+pub use config::{DaemonConfig, HttpConfig, InterfaceTree, InterfaceTrees, parse_state};
 use htb_xdp::{Engine, EngineConfig, EngineHandle, Mode, XdpError};
 
 /// Why the daemon could not start or run.
@@ -44,6 +45,9 @@ pub enum DaemonError {
          run sysctl -w net.ipv4.ip_forward=1, and set it in /etc/sysctl.d/ to keep it"
     )]
     Forwarding,
+    /// The HTTP listener's token file is not usable.
+    #[error("[daemon] http_token: {0}")]
+    Token(#[from] web::auth::TokenError),
     /// The saved state cannot be used.
     #[error(transparent)]
     Store(#[from] persist::StoreError),
@@ -221,13 +225,20 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     // The lock first: a second htbd on this state_dir stops here, before touching anything.
     let (mut store, saved) = persist::Store::open(&config.state_dir)?;
     let mut socket = ipc::Socket::bind(&config.socket, policy.gid())?;
-    let metrics = config
-        .metrics
-        .map(|addr| {
-            metrics::http::bind(addr).map_err(|source| DaemonError::Io {
-                what: format!("cannot serve metrics on {addr} ([daemon] metrics)"),
+    let http = config
+        .http
+        .as_ref()
+        .map(|http| {
+            let token = http
+                .token
+                .as_deref()
+                .map(web::auth::Token::read)
+                .transpose()?;
+            let listener = web::server::bind(http.addr).map_err(|source| DaemonError::Io {
+                what: format!("cannot listen on {} ([daemon] http)", http.addr),
                 source,
-            })
+            })?;
+            Ok::<_, DaemonError>((listener, token))
         })
         .transpose()?;
 
@@ -308,31 +319,42 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
         let watchdog = tokio::spawn(service::watchdog(engine.clone()));
         let hang = tokio::spawn(async move { hang_faults.hang_data_plane(engine).await });
         let policy = std::sync::Arc::new(policy);
-        let exporter = metrics.map(|listener| {
+        let exporter = http.map(|(listener, token)| {
             tracing::info!(
-                "metrics at http://{0}/metrics, health at http://{0}/health",
+                "console at http://{0}/ (metrics at /metrics, health at /health){1}",
                 listener
                     .local_addr()
-                    .map_or_else(|e| e.to_string(), |a| a.to_string())
-            );
-            let serving = metrics::http::serve(
-                listener,
-                calls_tx.clone(),
-                requests,
-                dataplane.handle.clone(),
-                stop.clone(),
-            );
-            tokio::spawn(async move {
-                if let Err(e) = serving.await {
-                    tracing::error!("metrics endpoint stopped: {e}");
+                    .map_or_else(|e| e.to_string(), |a| a.to_string()),
+                if token.is_some() {
+                    ", token required"
+                } else {
+                    ""
                 }
-            })
+            );
+            let liveness_of = dataplane.handle.clone();
+            let web = std::sync::Arc::new(web::Web {
+                calls: calls_tx.clone(),
+                requests,
+                liveness: std::sync::Arc::new(move || liveness_of.since_all_workers_passed()),
+                token,
+                history: std::sync::Arc::default(),
+                rates: std::sync::Mutex::default(),
+            });
+            let sampler = tokio::spawn(web::sampler::run(std::sync::Arc::clone(&web)));
+            let serving = web::server::serve(listener, web, stop.clone());
+            let server = tokio::spawn(async move {
+                if let Err(e) = serving.await {
+                    tracing::error!("http listener stopped: {e}");
+                }
+            });
+            (server, sampler)
         });
         let server = ipc::serve(&mut socket, policy, calls_tx.clone(), stop);
         let signals = signals::handle(&options.config_path, calls_tx, stop_tx);
         let (served, handled) = tokio::join!(server, signals);
-        if let Some(exporter) = exporter {
-            exporter.abort();
+        if let Some((server, sampler)) = exporter {
+            server.abort();
+            sampler.abort();
         }
         watchdog.abort();
         hang.abort();

@@ -1,11 +1,11 @@
-//! Prometheus metrics (`[daemon] metrics = "127.0.0.1:9469"`, off by default): `GET /metrics`
+//! Prometheus metrics (`[daemon] http = "127.0.0.1:9469"`, off by default): `GET /metrics`
 //! answers in the OpenMetrics text format, encoded with the `prometheus-client` crate.
 //!
 //! A scrape is one call to the control task ([`Scrape`], gathered like `class show -s`: the
 //! data plane copies the statistics of [`STATS_CHUNK`](crate::control) classes per job, between
 //! two packet batches, so a scrape of 100 000 classes never stops forwarding for more than one
-//! chunk's copy), then encoded on a blocking thread ([`exposition`]) and sent by a small HTTP
-//! server ([`http`]). Requests on the control socket are counted and timed as they are served
+//! chunk's copy), then encoded on a blocking thread ([`exposition`]) and sent by the HTTP
+//! listener ([`crate::web`]). Requests on the control socket are counted and timed as they are served
 //! ([`requests`]).
 //!
 //! | metric | type | labels |
@@ -27,12 +27,11 @@
 //! | `htb_dataplane_longest_job_seconds` | gauge | |
 //! | `htb_dataplane_longest_job_cpu_seconds` | gauge | |
 //! | `htb_dataplane_late_seconds_total` | counter | |
-//! | `htb_ipc_requests_total` | counter | `request` (`ping`, `show`, `apply`, `status`), `outcome` (`ok`, `error`) |
+//! | `htb_ipc_requests_total` | counter | `request` (`ping`, `show`, `apply`, `status`, `stage`, `explain`), `outcome` (`ok`, `error`) |
 //! | `htb_ipc_request_duration_seconds` | histogram | `request` |
 //! | `htb_scrape_gather_seconds` | gauge | |
 
 pub mod exposition;
-pub mod http;
 pub mod requests;
 
 use htb_core::{ClassId, ClassStats, SchedulerStats};

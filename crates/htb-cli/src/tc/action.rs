@@ -19,6 +19,8 @@ pub enum Action {
     Monitor(Monitor),
     /// The data plane's counters.
     Status,
+    /// Which filter and class packets to and from an address take.
+    Explain(htb_ipc::Explain),
     /// Print usage.
     Help(&'static str),
     /// Print the version.

@@ -6,6 +6,7 @@
 
 mod action;
 pub mod args;
+mod explain;
 mod f_flower;
 mod f_u32;
 pub mod format;
@@ -103,6 +104,7 @@ fn run(invocation: Invocation, out: &mut impl Write, err: &mut impl Write) -> u8
         Action::Change(command) => apply(&mut client, vec![command], err).map(|_| ()),
         Action::Monitor(m) => monitor::run(&mut client, &m, out),
         Action::Status => status::run(&mut client, &options, out),
+        Action::Explain(ask) => explain::run(&mut client, &options, ask, out),
         Action::Help(_) | Action::Version => Ok(()),
     };
     match result {
@@ -187,7 +189,11 @@ fn batch(options: &Options, out: &mut impl Write, err: &mut impl Write) -> u8 {
                 commands.push(c);
             }
             Action::Show(s) => shows.push(s),
-            Action::Monitor(_) | Action::Status | Action::Help(_) | Action::Version => {}
+            Action::Monitor(_)
+            | Action::Status
+            | Action::Explain(_)
+            | Action::Help(_)
+            | Action::Version => {}
         }
     }
     let mut client = match Client::connect(

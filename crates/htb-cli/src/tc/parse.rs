@@ -172,6 +172,8 @@ pub fn parse_command(words: &[String]) -> Result<Action> {
             None => Ok(Action::Status),
             Some(w) => usage(format!("What is \"{w}\"? Usage: htb-cli status")),
         }
+    } else if o == "explain" {
+        super::explain::parse(args).map(Action::Explain)
     } else if matches(o, "help") {
         Ok(Action::Help(USAGE))
     } else {
@@ -272,7 +274,12 @@ pub fn parse_batch(text: &str) -> std::result::Result<Vec<(usize, Action)>, (usi
             continue;
         }
         let action = parse_command(&words).map_err(|e| (start, e))?;
-        if let Action::Monitor(_) | Action::Status | Action::Help(_) | Action::Version = action {
+        if let Action::Monitor(_)
+        | Action::Status
+        | Action::Explain(_)
+        | Action::Help(_)
+        | Action::Version = action
+        {
             return Err((
                 start,
                 UsageError("only qdisc, class and filter commands can be batched".into()),

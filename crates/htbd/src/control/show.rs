@@ -127,6 +127,19 @@ impl TreeStats<'_> {
         Some(rtt_stats(r))
     }
 
+    /// Class `i`'s counters as `class show -s` lists them.
+    fn class_info_stats(&self, i: usize) -> Option<ClassStats> {
+        self.class(i).map(|s| ClassStats {
+            queue: s.queue,
+            lended: s.lends,
+            borrowed: s.borrows,
+            giants: s.giants,
+            tokens: s.tokens,
+            ctokens: s.ctokens,
+            rtt: self.rtt(i),
+        })
+    }
+
     fn leaf(&self, i: usize) -> Option<LeafStats> {
         self.snapshot.leaves.get(self.offset + i).cloned().flatten()
     }
@@ -212,9 +225,18 @@ fn mq_info(dev: &str, mq: &MqModel, snapshot: Option<&PortSnapshot>) -> MqInfo {
     }
 }
 
+/// The `k`-th requested class's counters in `snapshot`, as the wire carries them.
+pub(super) fn class_stats(snapshot: &PortSnapshot, k: usize) -> Option<ClassStats> {
+    TreeStats {
+        snapshot,
+        offset: 0,
+    }
+    .class_info_stats(k)
+}
+
 /// A leaf qdisc's counters: what its class sent, what the leaf holds and dropped, and
 /// `dropped_before` (frames dropped before they reached it).
-fn leaf_qdisc_stats(
+pub(super) fn leaf_qdisc_stats(
     class: Option<htb_core::ClassStats>,
     leaf: Option<LeafStats>,
     dropped_before: u64,
@@ -324,15 +346,7 @@ fn show_tree(
                     .class_info(*id)
                     .ok_or_else(|| internal(format!("class {id} missing")))?;
                 let c = info.config;
-                let stats = stats.and_then(|t| t.class(i)).map(|s| ClassStats {
-                    queue: s.queue,
-                    lended: s.lends,
-                    borrowed: s.borrows,
-                    giants: s.giants,
-                    tokens: s.tokens,
-                    ctokens: s.ctokens,
-                    rtt: stats.and_then(|t| t.rtt(i)),
-                });
+                let stats = stats.and_then(|t| t.class_info_stats(i));
                 shown.classes.push(ClassInfo {
                     dev: dev.clone(),
                     id: *id,
@@ -579,7 +593,11 @@ impl Control {
 
     /// `dev`'s scheduler and port counters and the statistics of `ids`, copied
     /// [`STATS_CHUNK`] classes per data-plane job (over the number of workers).
-    async fn snapshot(&self, dev: &str, ids: &[ClassId]) -> Result<PortSnapshot, IpcError> {
+    pub(super) async fn snapshot(
+        &self,
+        dev: &str,
+        ids: &[ClassId],
+    ) -> Result<PortSnapshot, IpcError> {
         let mut chunks = ids.chunks(self.per_worker(STATS_CHUNK));
         let first = chunks.next().unwrap_or_default();
         let mut snapshot = self.snapshot_job(dev, first.to_vec()).await?;

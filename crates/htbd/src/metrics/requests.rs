@@ -24,6 +24,8 @@ pub enum Request {
     status,
     /// Commands staged for a connection's next batch.
     stage,
+    /// `explain`.
+    explain,
 }
 
 impl Request {
@@ -36,6 +38,7 @@ impl Request {
             RequestBody::Apply { .. } => Self::apply,
             RequestBody::Status {} => Self::status,
             RequestBody::Stage { .. } => Self::stage,
+            RequestBody::Explain(_) => Self::explain,
         }
     }
 }

@@ -1,0 +1,98 @@
+//! "Why this class?" (`htb-cli explain 10.0.3.7`): a packet to and from an address, classified
+//! by each port's own compiled classifier (the one its data plane runs), with the class it
+//! leads to and that class's path to the root, or where HTB's default sends it.
+
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ClassId, MatchSpec};
+
+/// What to explain: packets between `addr` and `peer` (each way), on `dev` or every port.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Explain {
+    /// The address asked about (a subscriber's).
+    pub addr: IpAddr,
+    /// The other end (`None`: the unspecified address of `addr`'s family, which only
+    /// filters without that side match).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<IpAddr>,
+    /// Only this port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    /// IP protocol (`None`: UDP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proto: Option<u8>,
+    /// The port on `addr`'s side (`None`: 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr_port: Option<u16>,
+    /// The port on the peer's side (`None`: 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_port: Option<u16>,
+}
+
+/// Which way the explained packet goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// From the peer to the address (a subscriber's download on its downstream port).
+    ToAddr,
+    /// From the address to the peer (its upload).
+    FromAddr,
+}
+
+/// Where a port sends the packet.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The first matching filter (in prio order) leads to `class`.
+    Filter {
+        /// Its prio.
+        prio: u32,
+        /// What it matches.
+        matcher: MatchSpec,
+        /// Its class.
+        class: ClassId,
+        /// It has a policer, which may drop the packet or pass it on to the next filter
+        /// when over its rate.
+        policed: bool,
+    },
+    /// No filter matched: the HTB qdisc's default class.
+    Default {
+        /// The class.
+        class: ClassId,
+    },
+    /// No filter matched and the default class does not exist: the direct queue, sent
+    /// unshaped (the kernel's `direct_packets_stat`).
+    Direct,
+    /// No filter matched under `mq`: the default class of the tree of the TX queue the frame
+    /// lands on.
+    MqDefault {
+        /// Each tree's default class.
+        classes: Vec<ClassId>,
+    },
+    /// The port has no HTB tree: forwarded unshaped (or by its classless root qdisc).
+    Unshaped,
+}
+
+/// One port's answer for one direction.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortExplanation {
+    /// The port.
+    pub dev: String,
+    /// Which way.
+    pub direction: Direction,
+    /// Where it goes.
+    pub outcome: Outcome,
+    /// The class's path, from it up to its root class (empty without a class).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path: Vec<ClassId>,
+}
+
+/// The answer to [`Explain`]: per port, both directions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// In port order, to the address first.
+    pub ports: Vec<PortExplanation>,
+}
