@@ -2,12 +2,15 @@
 # Installs what building and testing htb needs, skipping whatever is already there:
 # Debian packages (clang/llvm/libelf/zlib/m4/pkg-config/make build the XDP program and libxdp;
 # iproute2/iputils-ping/ethtool/iperf3 run the network-namespace lab (tcpdump times packets in bench-scale), nftables gives a lab test
-# netfilter rules, systemd's systemd-analyze checks the service unit) and a Rust toolchain with
+# netfilter rules, systemd's systemd-analyze checks the service unit; chromium and
+# chromium-driver run the browser tests of the web console, prometheus a real Prometheus server
+# scraping htbd) and a Rust toolchain with
 # a nightly and cargo-fuzz for the fuzz targets, and cargo-deny for the dependency checks.
 set -euo pipefail
 
 PACKAGES=(clang llvm libelf-dev zlib1g-dev m4 pkg-config make libbpf-dev
-          iproute2 iputils-ping ethtool iperf3 nftables systemd curl ca-certificates tcpdump)
+          iproute2 iputils-ping ethtool iperf3 nftables systemd curl ca-certificates tcpdump
+          chromium chromium-driver prometheus)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

@@ -18,6 +18,8 @@ pub const N1: &str = "n1";
 pub const R: &str = "r";
 /// node-2, the receiver's side (10.201.2.2).
 pub const N2: &str = "n2";
+/// The router's address on the [management link](Lab::management_link).
+pub const MANAGEMENT_IP: &str = "10.254.0.2";
 
 /// The project's root: `HTB_REPO`, else where this binary was built from, else the current
 /// directory (a binary carried to another machine finds its tree there, not at the build path).
@@ -266,6 +268,63 @@ impl Lab {
     #[must_use]
     pub fn n2_ip(&self) -> &'static str {
         self.n2_ip
+    }
+
+    /// A management link from this (the host's) namespace to the router's: a veth pair,
+    /// `NAME-mg` here with 10.254.0.1/30 and `mg0` in the router with [`MANAGEMENT_IP`], for
+    /// clients that run here (a browser, a Prometheus server) to reach htbd's HTTP listener as
+    /// an operator's network would. It goes with the router's namespace.
+    ///
+    /// # Panics
+    /// When the link cannot be made.
+    pub fn management_link(&self) -> &'static str {
+        let host = format!("{}-mg", self.name);
+        // A link left by a killed run.
+        let _ = run(Command::new("ip").args(["link", "del", &host]));
+        let steps: [Vec<String>; 5] = [
+            [
+                "link",
+                "add",
+                &host,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "mg0",
+                "netns",
+                &self.ns(R),
+            ]
+            .map(String::from)
+            .to_vec(),
+            ["addr", "add", "10.254.0.1/30", "dev", &host]
+                .map(String::from)
+                .to_vec(),
+            ["link", "set", &host, "up"].map(String::from).to_vec(),
+            [
+                "-n",
+                &self.ns(R),
+                "addr",
+                "add",
+                &format!("{MANAGEMENT_IP}/30"),
+                "dev",
+                "mg0",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ["-n", &self.ns(R), "link", "set", "mg0", "up"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for step in steps {
+            let out = run(Command::new("ip").args(&step));
+            assert!(
+                out.status.success(),
+                "ip {}: {}",
+                step.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        MANAGEMENT_IP
     }
 
     /// The full namespace name of `n1`, `r` or `n2`.

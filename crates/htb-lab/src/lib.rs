@@ -13,6 +13,7 @@ mod lab;
 pub mod latency;
 pub mod owed;
 pub use owed::{Counted, Promise, Stalls, assert_filled, assert_owed};
+pub mod prometheus_server;
 pub mod scale;
 pub mod shaper;
 pub mod soak;
@@ -20,11 +21,12 @@ pub mod stall_bench;
 pub mod stalls;
 pub mod sweep;
 pub mod traffic;
+pub mod webdriver;
 pub mod workers_bench;
 
 pub use lab::{
-    Htbd, Lab, LabError, Load, N1, N2, R, Reaped, cli_bin, gen_bin, htbd_bin, htbd_fails,
-    unavailable, wait_line,
+    Htbd, Lab, LabError, Load, MANAGEMENT_IP, N1, N2, R, Reaped, cli_bin, gen_bin, htbd_bin,
+    htbd_fails, unavailable, wait_line,
 };
 
 /// The machine a benchmark ran on, for its report: CPUs, CPU model and kernel.
