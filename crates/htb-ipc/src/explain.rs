@@ -76,6 +76,49 @@ pub enum Outcome {
     Unshaped,
 }
 
+impl Outcome {
+    /// The class the packet goes to (under `mq`: the first tree's default), if any.
+    #[must_use]
+    pub fn class(&self) -> Option<ClassId> {
+        match self {
+            Self::Filter { class, .. } | Self::Default { class } => Some(*class),
+            Self::MqDefault { classes } => classes.first().copied(),
+            Self::Direct | Self::Unshaped => None,
+        }
+    }
+
+    /// In words, as `htb-cli explain` and the console say it: `filter pref 1 (dst
+    /// 10.0.3.7/32) -> class 1:10`, `no filter matches -> default class 1:20`, …
+    #[must_use]
+    pub fn words(&self) -> String {
+        match self {
+            Self::Filter {
+                prio,
+                matcher,
+                class,
+                policed,
+            } => format!(
+                "filter pref {prio} ({}) -> class {class}{}",
+                matcher.words(),
+                if *policed { " (policed)" } else { "" }
+            ),
+            Self::Default { class } => format!("no filter matches -> default class {class}"),
+            Self::Direct => {
+                "no filter matches, no default class -> direct queue (unshaped)".to_owned()
+            }
+            Self::MqDefault { classes } => format!(
+                "no filter matches -> the default class of its TX queue's tree ({})",
+                classes
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Self::Unshaped => "no HTB tree -> unshaped".to_owned(),
+        }
+    }
+}
+
 /// One port's answer for one direction.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortExplanation {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::webdriver::free_port;
+use crate::webdriver::{free_port, loopback_agent};
 
 /// The server.
 pub const PROMETHEUS: &str = "/usr/bin/prometheus";
@@ -109,16 +109,11 @@ impl Prometheus {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| PrometheusError::Start(e.to_string()))?;
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(10)))
-            .build()
-            .into();
         let mut prometheus = Self {
             child,
             base: format!("http://127.0.0.1:{port}"),
             target,
-            agent,
+            agent: loopback_agent(Duration::from_secs(10)),
             _dir: dir,
         };
         let started = Instant::now();

@@ -77,6 +77,16 @@ pub struct Element<'a> {
     id: String,
 }
 
+/// An HTTP client for a server this lab started on loopback: error statuses are answers (a
+/// WebDriver or PromQL error comes in the body), each exchange within `timeout`.
+pub(crate) fn loopback_agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into()
+}
+
 /// A free TCP port on loopback (bound, then released for the child to take).
 pub fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -106,15 +116,10 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| BrowserError::Start(e.to_string()))?;
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
         let mut browser = Self {
             driver,
             base: format!("http://127.0.0.1:{port}"),
-            agent,
+            agent: loopback_agent(Duration::from_secs(60)),
         };
         let started = Instant::now();
         loop {

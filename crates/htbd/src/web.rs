@@ -68,6 +68,13 @@ impl Web {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// The counters lists last saw (one lock for a whole list).
+    pub(crate) fn rates(&self) -> std::sync::MutexGuard<'_, rates::RateMemo> {
+        self.rates
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Every route.

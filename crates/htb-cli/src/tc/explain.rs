@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::net::IpAddr;
 
-use htb_ipc::{Direction, Explain, Explanation, Outcome, ReplyBody, RequestBody};
+use htb_ipc::{Direction, Explain, Explanation, ReplyBody, RequestBody};
 
 use super::args::{Args, Result, illegal, usage};
 use super::parse::Options;
@@ -82,12 +82,7 @@ pub(super) fn run(
         return Err(ClientError::Unexpected);
     };
     let text = if options.json {
-        let json = if options.pretty {
-            serde_json::to_string_pretty(&explained)
-        } else {
-            serde_json::to_string(&explained)
-        };
-        json.map_err(|_| ClientError::Unexpected)? + "\n"
+        super::format::json(&explained, options.pretty).map_err(|_| ClientError::Unexpected)?
     } else {
         format(addr, &explained)
     };
@@ -104,31 +99,7 @@ pub(super) fn format(addr: IpAddr, e: &Explanation) -> String {
             Direction::ToAddr => format!("to {addr}"),
             Direction::FromAddr => format!("from {addr}"),
         };
-        let what = match &p.outcome {
-            Outcome::Filter {
-                prio,
-                matcher,
-                class,
-                policed,
-            } => format!(
-                "filter pref {prio} ({}) -> class {class}{}",
-                matcher.words(),
-                if *policed { " (policed)" } else { "" }
-            ),
-            Outcome::Default { class } => format!("no filter matches -> default class {class}"),
-            Outcome::Direct => {
-                "no filter matches, no default class -> direct queue (unshaped)".to_owned()
-            }
-            Outcome::MqDefault { classes } => format!(
-                "no filter matches -> the default class of its TX queue's tree ({})",
-                classes
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            Outcome::Unshaped => "no HTB tree -> unshaped".to_owned(),
-        };
+        let what = p.outcome.words();
         text.push_str(&format!("dev {} {way}: {what}", p.dev));
         if p.path.len() > 1 {
             let path: Vec<String> = p.path.iter().map(ToString::to_string).collect();
@@ -180,7 +151,7 @@ mod tests {
                 htb_ipc::PortExplanation {
                     dev: "r2".into(),
                     direction: Direction::ToAddr,
-                    outcome: Outcome::Filter {
+                    outcome: htb_ipc::Outcome::Filter {
                         prio: 1,
                         matcher: htb_ipc::MatchSpec::default(),
                         class: ClassId::new(1, 0x10),
@@ -191,7 +162,7 @@ mod tests {
                 htb_ipc::PortExplanation {
                     dev: "r2".into(),
                     direction: Direction::FromAddr,
-                    outcome: Outcome::Default {
+                    outcome: htb_ipc::Outcome::Default {
                         class: ClassId::new(1, 0x20),
                     },
                     path: vec![ClassId::new(1, 0x20)],
@@ -199,7 +170,7 @@ mod tests {
                 htb_ipc::PortExplanation {
                     dev: "r1".into(),
                     direction: Direction::ToAddr,
-                    outcome: Outcome::Unshaped,
+                    outcome: htb_ipc::Outcome::Unshaped,
                     path: vec![],
                 },
             ],

@@ -18,12 +18,7 @@ pub(super) fn run(
         return Err(ClientError::Unexpected);
     };
     let text = if options.json {
-        let json = if options.pretty {
-            serde_json::to_string_pretty(&status)
-        } else {
-            serde_json::to_string(&status)
-        };
-        json.map_err(|_| ClientError::Unexpected)? + "\n"
+        super::format::json(&status, options.pretty).map_err(|_| ClientError::Unexpected)?
     } else {
         format(&status)
     };

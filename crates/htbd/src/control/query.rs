@@ -70,12 +70,7 @@ impl Control {
         let Some(config) = qdisc.class_info(*id).and_then(|c| c.leaf) else {
             return Ok(None);
         };
-        let handle = qdisc
-            .classes
-            .get(id)
-            .and_then(|d| d.leaf)
-            .and_then(|l| l.handle)
-            .map(|h| ClassId::new(h, 0));
+        let handle = qdisc.leaf_handle(*id);
         let snapshot = self.snapshot(dev, &[*id]).await?;
         let stats = leaf_qdisc_stats(
             snapshot.classes.first().copied().flatten(),

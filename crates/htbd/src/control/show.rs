@@ -321,12 +321,7 @@ fn show_tree(
                 let Some(config) = qdisc.class_info(class).and_then(|c| c.leaf) else {
                     continue;
                 };
-                let handle = qdisc
-                    .classes
-                    .get(&class)
-                    .and_then(|d| d.leaf)
-                    .and_then(|l| l.handle)
-                    .map(|h| ClassId::new(h, 0));
+                let handle = qdisc.leaf_handle(class);
                 let stats = stats
                     .filter(|_| show.stats)
                     .map(|t| leaf_qdisc_stats(t.class(i), t.leaf(i), 0));
@@ -364,12 +359,7 @@ fn show_tree(
                     overhead: c.adjust.overhead,
                     mpu: c.adjust.mpu,
                     linklayer: c.adjust.link_layer,
-                    leaf_qdisc: qdisc
-                        .classes
-                        .get(id)
-                        .and_then(|d| d.leaf)
-                        .and_then(|l| l.handle)
-                        .map(|h| ClassId::new(h, 0)),
+                    leaf_qdisc: qdisc.leaf_handle(*id),
                     stats,
                 });
             }

@@ -142,6 +142,13 @@ impl QdiscModel {
         }
     }
 
+    /// The handle of class `id`'s own leaf qdisc (tc's `leaf 10:`), if it was given one.
+    #[must_use]
+    pub fn leaf_handle(&self, id: ClassId) -> Option<ClassId> {
+        let handle = self.classes.get(&id)?.leaf?.handle?;
+        Some(ClassId::new(handle, 0))
+    }
+
     /// Resolved parameters and place of a class, with its leaf's (what `class show` and
     /// `qdisc show` print).
     #[must_use]

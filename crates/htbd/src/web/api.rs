@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::Web;
 use super::history::{ClassKey, Series};
-use super::rates::Rates;
+use super::rates::{RateMemo, Rates};
 use crate::control::{Call, Query as ControlQuery};
 use crate::metrics::exposition;
 
@@ -57,7 +57,7 @@ impl IntoResponse for ApiError {
 }
 
 /// Sends a query to the control task and waits for its answer.
-async fn ask<T>(
+pub(crate) async fn ask<T>(
     web: &Web,
     query: impl FnOnce(oneshot::Sender<Result<T, IpcError>>) -> ControlQuery,
 ) -> Result<T, ApiError> {
@@ -202,15 +202,11 @@ pub struct ClassView {
 }
 
 impl ClassView {
-    fn new(web: &Web, info: ClassInfo, at: Instant) -> Self {
+    fn new(memo: &mut RateMemo, info: ClassInfo, at: Instant) -> Self {
         let key = (info.dev.clone(), info.id);
-        let rates = info.stats.and_then(|s| {
-            let mut memo = web
-                .rates
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            memo.see(&key, at, s.queue.bytes, s.queue.packets, s.queue.drops)
-        });
+        let rates = info
+            .stats
+            .and_then(|s| memo.see(&key, at, s.queue.bytes, s.queue.packets, s.queue.drops));
         let utilisation = rates
             .filter(|_| info.ceil > 0)
             .map(|r| r.bps as f64 / info.ceil as f64);
@@ -262,11 +258,13 @@ pub async fn classes(
     };
     let shown = ask(&web, |tx| ControlQuery::Show(show, tx)).await?;
     let at = Instant::now();
+    let mut memo = web.rates();
     let mut classes: Vec<ClassView> = shown
         .classes
         .into_iter()
-        .map(|c| ClassView::new(&web, c, at))
+        .map(|c| ClassView::new(&mut memo, c, at))
         .collect();
+    drop(memo);
     let total = classes.len();
     let key = |c: &ClassView| {
         let r = c.rates.unwrap_or_default();
@@ -351,11 +349,12 @@ pub async fn class(
     if !params.day {
         history.minutes.clear();
     }
+    let mut memo = web.rates();
     Ok(Json(ClassPage {
-        class: ClassView::new(&web, info, at),
+        class: ClassView::new(&mut memo, info, at),
         path: path
             .into_iter()
-            .map(|p| ClassView::new(&web, p, at))
+            .map(|p| ClassView::new(&mut memo, p, at))
             .collect(),
         leaf,
         history,
@@ -426,19 +425,18 @@ pub async fn search(
         };
         let explained = ask_explain(&web, question).await?;
         for e in explained.ports {
-            let (class, what) = describe(&e.outcome);
             let way = match e.direction {
                 htb_ipc::Direction::ToAddr => "packets to it",
                 htb_ipc::Direction::FromAddr => "packets from it",
             };
             // A port that sends everything unshaped says nothing about the address.
-            if class.is_none() && matches!(e.outcome, htb_ipc::Outcome::Unshaped) {
+            if matches!(e.outcome, htb_ipc::Outcome::Unshaped) {
                 continue;
             }
             found.push(Found {
                 dev: e.dev,
-                class,
-                why: format!("the data plane: {way} {what}"),
+                class: e.outcome.class(),
+                why: format!("the data plane: {way}: {}", e.outcome.words()),
             });
         }
         let show = Show {
@@ -485,52 +483,6 @@ async fn ask_explain(
     question: htb_ipc::Explain,
 ) -> Result<htb_ipc::Explanation, ApiError> {
     ask(web, |tx| ControlQuery::Explain(question, tx)).await
-}
-
-/// An outcome's class and its sentence (`takes filter prio 1 (dst 10.0.3.7/32) to 1:10`).
-#[must_use]
-pub fn describe(outcome: &htb_ipc::Outcome) -> (Option<ClassId>, String) {
-    use htb_ipc::Outcome;
-    match outcome {
-        Outcome::Filter {
-            prio,
-            matcher,
-            class,
-            policed,
-        } => (
-            Some(*class),
-            format!(
-                "take filter prio {prio} ({}) to {class}{}",
-                matcher.words(),
-                if *policed {
-                    ", through its policer"
-                } else {
-                    ""
-                }
-            ),
-        ),
-        Outcome::Default { class } => (
-            Some(*class),
-            format!("match no filter: the default class {class}"),
-        ),
-        Outcome::Direct => (
-            None,
-            "match no filter and the default class does not exist: the direct queue, unshaped"
-                .into(),
-        ),
-        Outcome::MqDefault { classes } => (
-            classes.first().copied(),
-            format!(
-                "match no filter: the default class of their TX queue's tree ({})",
-                classes
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        ),
-        Outcome::Unshaped => (None, "leave unshaped (no HTB tree)".into()),
-    }
 }
 
 /// `/api/v1/explain`'s parameters (as `htb-cli explain`'s).

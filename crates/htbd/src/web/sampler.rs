@@ -6,11 +6,10 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::oneshot;
-
 use super::Web;
+use super::api::{ApiError, ask};
 use super::history::Sample;
-use crate::control::{Call, Query};
+use crate::control::Query;
 
 /// Time between samples.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -36,19 +35,9 @@ pub async fn run(web: Arc<Web>) {
 
 /// One round; `false` once htbd is stopping.
 async fn once(web: &Web) -> bool {
-    let (tx, rx) = oneshot::channel();
-    if web
-        .calls
-        .send(Call::Query(Query::Status(tx)))
-        .await
-        .is_err()
-    {
-        return false;
-    }
-    let Ok(status) = rx.await else { return false };
-    let at_ms = unix_ms();
-    match status {
+    match ask(web, Query::Status).await {
         Ok(status) => {
+            let at_ms = unix_ms();
             let mut history = web.history();
             for p in &status.ports {
                 history.port(
@@ -70,25 +59,16 @@ async fn once(web: &Web) -> bool {
                 );
             }
         }
+        Err(ApiError::Stopping) => return false,
         Err(e) => tracing::debug!("console sampler: status failed: {e}"),
     }
     let tracked = web.history().tracked();
     if tracked.is_empty() {
         return true;
     }
-    let (tx, rx) = oneshot::channel();
-    if web
-        .calls
-        .send(Call::Query(Query::Sample(tracked.clone(), tx)))
-        .await
-        .is_err()
-    {
-        return false;
-    }
-    let Ok(sampled) = rx.await else { return false };
-    let at_ms = unix_ms();
-    match sampled {
+    match ask(web, |tx| Query::Sample(tracked.clone(), tx)).await {
         Ok(stats) => {
+            let at_ms = unix_ms();
             let mut history = web.history();
             for (key, stats) in tracked.iter().zip(stats) {
                 let sample = stats.map(|s| Sample {
@@ -103,6 +83,7 @@ async fn once(web: &Web) -> bool {
                 history.class(key, sample);
             }
         }
+        Err(ApiError::Stopping) => return false,
         Err(e) => tracing::debug!("console sampler: class counters failed: {e}"),
     }
     true

@@ -56,15 +56,21 @@ pub fn rate_text(bits: u64, iec: bool) -> String {
 }
 
 fn json_text(items: Vec<Value>, style: Style) -> String {
-    let value = Value::Array(items);
-    let mut text = if style.pretty {
-        serde_json::to_string_pretty(&value)
+    json(&Value::Array(items), style.pretty).unwrap_or_default()
+}
+
+/// `value` as `-j` prints it (`-p`: pretty), with a newline.
+///
+/// # Errors
+/// `value` cannot be serialized.
+pub fn json(value: &impl serde::Serialize, pretty: bool) -> serde_json::Result<String> {
+    let mut text = if pretty {
+        serde_json::to_string_pretty(value)
     } else {
-        serde_json::to_string(&value)
-    }
-    .unwrap_or_default();
+        serde_json::to_string(value)
+    }?;
     text.push('\n');
-    text
+    Ok(text)
 }
 
 /// The two statistics lines qdiscs and classes share (`print_tcstats2_attr`); nothing here
