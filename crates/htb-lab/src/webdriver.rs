@@ -66,6 +66,8 @@ type Result<T> = std::result::Result<T, BrowserError>;
 #[derive(Debug)]
 pub struct Browser {
     driver: Child,
+    /// Chromium's profile and `TMPDIR` (dropped after the driver: fields drop in order).
+    _scratch: tempfile::TempDir,
     base: String,
     agent: ureq::Agent,
 }
@@ -110,14 +112,20 @@ impl Browser {
             }
         }
         let port = free_port().map_err(|e| BrowserError::Start(e.to_string()))?;
+        // Chromium's profile and scratch directories in one of ours, gone with the browser
+        // (left in /tmp, a run's would pile up there).
+        let scratch = tempfile::tempdir().map_err(|e| BrowserError::Start(e.to_string()))?;
         let driver = Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            .env("TMPDIR", scratch.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| BrowserError::Start(e.to_string()))?;
+        let profile = scratch.path().join("profile");
         let mut browser = Self {
             driver,
+            _scratch: scratch,
             base: format!("http://127.0.0.1:{port}"),
             agent: loopback_agent(Duration::from_secs(60)),
         };
@@ -144,7 +152,8 @@ impl Browser {
                 "goog:chromeOptions": {
                     "binary": CHROMIUM,
                     "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                             "--disable-dev-shm-usage", "--window-size=1280,900"],
+                             "--disable-dev-shm-usage", "--window-size=1280,900",
+                             format!("--user-data-dir={}", profile.display())],
                 },
             }}})),
         )?;
@@ -349,6 +358,16 @@ impl Element<'_> {
     pub fn click(&self) -> Result<()> {
         self.browser
             .request("POST", &self.path("click"), Some(json!({})))
+            .map(drop)
+    }
+
+    /// Empties it (an input's value).
+    ///
+    /// # Errors
+    /// [`BrowserError`].
+    pub fn clear(&self) -> Result<()> {
+        self.browser
+            .request("POST", &self.path("clear"), Some(json!({})))
             .map(drop)
     }
 
