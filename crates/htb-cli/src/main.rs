@@ -133,7 +133,7 @@ fn import(import: &Import) -> ExitCode {
         let c = summary.changes;
         eprintln!(
             "htb-cli: {} {} circuits (classes {first}..{last}): {} classes added, {} changed, \
-             {} deleted; {} filters added, {} deleted; {} leaf qdiscs set",
+             {} deleted; {} filters added, {} deleted; {} leaf qdiscs set; {} labels set",
             if import.dry_run {
                 "would sync"
             } else {
@@ -145,7 +145,8 @@ fn import(import: &Import) -> ExitCode {
             c.deleted,
             c.filters_added,
             c.filters_deleted,
-            c.leaves
+            c.leaves,
+            c.labels
         );
         if let Some(t) = summary.applied_in {
             eprintln!(

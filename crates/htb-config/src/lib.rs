@@ -20,12 +20,14 @@
 
 mod error;
 pub mod filter;
+pub mod label;
 pub mod leaf;
 mod tree;
 pub mod values;
 
 pub use error::{ConfigError, Located, ValueError};
 pub use htb_core::{ClassDef, PortTree, TreeSpec};
+pub use label::{ClassLabel, label_toml};
 pub use leaf::{LeafDef, LeafSection, LeafSectionError, leaf_toml};
 pub use tree::{ClassSection, QdiscSection, size_table, tree_from_sections};
 

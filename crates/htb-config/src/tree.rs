@@ -92,6 +92,10 @@ pub struct ClassSection {
     /// The class's leaf queue discipline (default: `[qdisc] leaf`).
     #[serde(default)]
     pub leaf: Option<Located<LeafSection>>,
+    /// Who it shapes: `label = { name = "Ann", circuit = "17", devices = [{ id = "a", mac =
+    /// "…", addresses = ["10.0.3.7"] }] }` (not tc's; the console and `class show -d` show it).
+    #[serde(default)]
+    pub label: Option<crate::ClassLabel>,
 }
 
 impl ClassSection {

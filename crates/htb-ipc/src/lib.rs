@@ -34,6 +34,7 @@ pub use filter_kind::{FilterKind, UnknownFilterKind};
 pub use htb_classify::{
     ControlAction, IpPrefix, PoliceConfig, PoliceStats, U32Handle, U32HandleError,
 };
+pub use htb_config::label::{ClassLabel, Device, LabelError, LabelFields, LabelText, MacAddr};
 pub use htb_core::{
     CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec, Warning,
 };
@@ -448,6 +449,9 @@ pub struct ClassInfo {
     /// The handle of its own leaf qdisc (tc's `leaf 10:`), if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leaf_qdisc: Option<ClassId>,
+    /// Who it shapes ([`Command::ClassLabel`]), if it has a label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<ClassLabel>,
     /// Counters, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<ClassStats>,
@@ -740,6 +744,10 @@ pub enum Command {
     },
     /// `filter del`: one filter (`handle`), all at a priority (`prio`), or all.
     FilterDelete(FilterDelete),
+    /// `class label dev D classid C [name N] [circuit ID] …` (htbd's, not tc's): who the
+    /// class shapes, or no label when `label` is `None`. It changes nothing the data plane
+    /// does; the label goes with the class when it is deleted.
+    ClassLabel(LabelSpec),
 }
 
 impl Command {
@@ -753,6 +761,7 @@ impl Command {
                 dev
             }
             Self::ClassDelete(c) => &c.dev,
+            Self::ClassLabel(l) => &l.dev,
             Self::FilterDelete(f) => &f.dev,
             Self::LeafDelete { dev, .. } => dev,
             Self::LeafAdd(l) | Self::LeafChange(l) | Self::LeafReplace(l) => &l.dev,
@@ -770,6 +779,20 @@ pub struct ClassDelete {
     pub dev: String,
     /// `1:20` (`:20`: of the interface's qdisc).
     pub id: ClassId,
+}
+
+/// `class label dev D classid C [name N] [circuit ID] [comment T] [device ID [name N] [mac M]
+/// [address A]…]…`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelSpec {
+    /// Interface.
+    pub dev: String,
+    /// The class (`:20`: of the interface's qdisc).
+    pub id: ClassId,
+    /// Its label; `None` takes it away.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<ClassLabel>,
 }
 
 /// `filter del dev D [parent 1:] [prio P [handle H KIND]]`.

@@ -22,8 +22,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::{Map, Value};
 
 use crate::{
-    ClassDelete, ClassSpec, Command, CommandResult, FilterDelete, FilterSpec, IpcError, ReplyBody,
-    RequestBody, Shown,
+    ClassDelete, ClassSpec, Command, CommandResult, FilterDelete, FilterSpec, IpcError, LabelSpec,
+    ReplyBody, RequestBody, Shown,
 };
 
 /// `Request.request`.
@@ -136,6 +136,7 @@ impl<'de> Visitor<'de> for CommandSeed {
             "filter_change" => |f| FilterSpec::deserialize(f).map(Command::FilterChange),
             "filter_replace" => |f| FilterSpec::deserialize(f).map(Command::FilterReplace),
             "filter_delete" => |f| FilterDelete::deserialize(f).map(Command::FilterDelete),
+            "class_label" => |f| LabelSpec::deserialize(f).map(Command::ClassLabel),
             _ => return derived_variant(map, "op", op),
         };
         read(MapAccessDeserializer::new(map))

@@ -41,12 +41,14 @@
 //! Everything is checked before anything on the system is touched; errors name the key, line
 //! and column.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use htb_config::filter::FilterSection;
 use htb_config::values::ClassIdValue;
 use htb_config::values::TimeValue;
 use htb_config::{ClassSection, ConfigError, Located, PortTree, QdiscSection, TreeSpec};
+use htb_core::ClassId;
 use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
 
@@ -197,6 +199,17 @@ pub struct InterfaceTree {
     pub tree: PortTree,
     /// Its filters, with handles, in evaluation order ([`FilterEntry::order`]).
     pub filters: Vec<FilterEntry>,
+    /// Its classes' labels (`label = { … }`).
+    pub labels: BTreeMap<ClassId, htb_config::ClassLabel>,
+}
+
+/// The labels of `classes` (whose ids the tree's parse has checked).
+fn labels_of(classes: &[Located<ClassSection>]) -> BTreeMap<ClassId, htb_config::ClassLabel> {
+    classes
+        .iter()
+        .map(Located::get_ref)
+        .filter_map(|c| Some((c.id.get_ref().0, c.label.clone()?)))
+        .collect()
 }
 
 impl InterfaceTrees {
@@ -382,6 +395,7 @@ fn egress_trees(
                 trees: vec![InterfaceTree {
                     tree: PortTree::root(carrier.tree()),
                     filters: Vec::new(),
+                    labels: BTreeMap::new(),
                 }],
                 root_leaf: Some(def),
                 ifb: false,
@@ -412,6 +426,7 @@ fn egress_trees(
             .map(|tree| InterfaceTree {
                 tree: PortTree::root(tree),
                 filters,
+                labels: labels_of(&iface.class),
             })
             .into_iter()
             .collect();
@@ -490,6 +505,7 @@ fn egress_trees(
                 mq_minor: Some(minor),
             },
             filters,
+            labels: labels_of(&t.class),
         });
         flat.extend(tree_flat);
     }
@@ -1053,7 +1069,7 @@ classid = "1:20"
         let r2 = &c.engine.ports[1];
         assert_eq!(r2.trees[0].tree.config.default_minor, 0x20);
         assert_eq!(r2.trees[0].mq_minor, None);
-        assert_eq!(r2.filters[0].class, htb_core::ClassId::new(1, 0x20));
+        assert_eq!(r2.filters[0].class, ClassId::new(1, 0x20));
         assert_eq!(r2.filters[0].matcher.dport.map(|p| p.first), Some(5201));
     }
 
@@ -1241,6 +1257,15 @@ classid = "1:20"
         );
         let e = error(&LAB.replace("mode = \"router\"", "mode = \"switch\""));
         assert!(e.starts_with("line 3, column 8: daemon.mode:"), "{e}");
+        let e = error(&LAB.replace(
+            "ceil = \"100mbit\"",
+            "ceil = \"100mbit\"\nlabel = { name = \"Ann\", devices = [{ id = \"a\", mac = \"00:11\" }] }",
+        ));
+        assert!(
+            e.starts_with("line 22, column 54: interface[1].class[1].label:")
+                && e.contains("\"00:11\" is not a MAC address"),
+            "{e}"
+        );
         let e = error(&LAB.replace("name = \"r1\"", "name = \"r1\"\npeer = \"r2\""));
         assert!(e.contains("peer is for mode = \"bridge\" only"), "{e}");
         let e = error(

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use htb_config::{ClassDef, LeafDef, TreeSpec};
+use htb_config::{ClassDef, LeafDef};
 use htb_core::{ClassId, SchedulerConfig};
 use htb_ipc::{
     ClassSpec, Command, ErrorCode, FilterHandle, FilterSpec, IpcError, LeafQdiscSpec, MqSpec,
@@ -64,9 +64,10 @@ pub fn matches(model: &Model, target: &[InterfaceTrees]) -> bool {
                 && ingress_matches(port, want)
                 && mq_handle(port) == want.mq
                 && have.len() == want.trees.len()
-                && have.iter().zip(&want.trees).all(|((minor, q), w)| {
-                    *minor == w.tree.mq_minor && qdisc_matches(q, &w.tree.tree, &w.filters)
-                })
+                && have
+                    .iter()
+                    .zip(&want.trees)
+                    .all(|((minor, q), w)| *minor == w.tree.mq_minor && qdisc_matches(q, w))
         })
 }
 
@@ -134,7 +135,8 @@ fn mq_handle(port: &PortModel) -> Option<u16> {
     }
 }
 
-fn qdisc_matches(q: &QdiscModel, tree: &TreeSpec, filters: &[FilterEntry]) -> bool {
+fn qdisc_matches(q: &QdiscModel, want: &InterfaceTree) -> bool {
+    let (tree, filters) = (&want.tree.tree, &want.filters);
     let c = (&q.config, &tree.config);
     c.0.major == c.1.major
         && c.0.default_minor == c.1.default_minor
@@ -151,6 +153,7 @@ fn qdisc_matches(q: &QdiscModel, tree: &TreeSpec, filters: &[FilterEntry]) -> bo
             })
         })
         && q.filters.holds_exactly(filters)
+        && q.labels == want.labels
 }
 
 fn leaf_matches(have: Option<&LeafDef>, want: Option<&LeafDef>) -> bool {
@@ -220,7 +223,7 @@ fn port_commands(
                 None,
                 &t.tree.tree.config,
             )));
-            add_everything(dev, &t.tree.tree, &t.filters, out);
+            add_everything(dev, t, out);
             return Ok(());
         }
     }
@@ -269,7 +272,7 @@ fn port_commands(
             let tree = &t.tree.tree;
             check_fixed(dev, &SchedulerConfig::default(), &tree.config)?;
             out.push(Command::QdiscReplace(qdisc_spec(dev, None, &tree.config)));
-            add_everything(dev, tree, &t.filters, out);
+            add_everything(dev, t, out);
         }
         (have, Some(t)) => tree_commands(dev, None, have, t, out)?,
     }
@@ -293,23 +296,24 @@ fn tree_commands(
         None => {
             check_fixed(dev, &SchedulerConfig::default(), &tree.config)?;
             out.push(Command::QdiscAdd(qdisc_spec(dev, parent, &tree.config)));
-            add_everything(dev, tree, &want.filters, out);
+            add_everything(dev, want, out);
         }
         Some(q) if q.config.major != tree.config.major => {
             // Another handle is another qdisc: `qdisc replace` builds it empty.
             check_fixed(dev, &q.config, &tree.config)?;
             out.push(Command::QdiscReplace(qdisc_spec(dev, parent, &tree.config)));
-            add_everything(dev, tree, &want.filters, out);
+            add_everything(dev, want, out);
         }
         Some(q) => {
             check_fixed(dev, &q.config, &tree.config)?;
-            differences(dev, parent, q, tree, &want.filters, out);
+            differences(dev, parent, q, want, out);
         }
     }
     Ok(())
 }
 
-fn add_everything(dev: &str, tree: &TreeSpec, filters: &[FilterEntry], out: &mut Vec<Command>) {
+fn add_everything(dev: &str, want: &InterfaceTree, out: &mut Vec<Command>) {
+    let (tree, filters) = (&want.tree.tree, &want.filters);
     for def in &tree.classes {
         out.push(Command::ClassAdd(class_spec(dev, tree.config.major, def)));
         if let Some(leaf) = &def.leaf {
@@ -321,16 +325,29 @@ fn add_everything(dev: &str, tree: &TreeSpec, filters: &[FilterEntry], out: &mut
             .iter()
             .map(|f| filter_add(dev, tree.config.major, f)),
     );
+    out.extend(
+        want.labels
+            .iter()
+            .map(|(&id, label)| label_set(dev, id, Some(label.clone()))),
+    );
+}
+
+fn label_set(dev: &str, id: ClassId, label: Option<htb_config::ClassLabel>) -> Command {
+    Command::ClassLabel(htb_ipc::LabelSpec {
+        dev: dev.to_owned(),
+        id,
+        label,
+    })
 }
 
 fn differences(
     dev: &str,
     parent: Option<ClassId>,
     q: &QdiscModel,
-    tree: &TreeSpec,
-    filters: &[FilterEntry],
+    want_tree: &InterfaceTree,
     out: &mut Vec<Command>,
 ) {
+    let (tree, filters) = (&want_tree.tree.tree, &want_tree.filters);
     let major = tree.config.major;
     let c = (&q.config, &tree.config);
     if (c.0.default_minor, c.0.r2q, c.0.direct_qlen, c.0.stab)
@@ -425,6 +442,14 @@ fn differences(
     }
     if filters_change {
         out.extend(filters.iter().map(|f| filter_add(dev, major, f)));
+    }
+    // Labels: a class that went took its label along.
+    for def in &tree.classes {
+        let have = q.labels.get(&def.id).filter(|_| !gone.contains(&def.id));
+        let wanted = want_tree.labels.get(&def.id);
+        if have != wanted {
+            out.push(label_set(dev, def.id, wanted.cloned()));
+        }
     }
 }
 

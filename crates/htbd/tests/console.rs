@@ -1,6 +1,6 @@
 //! The operator's console against a live htbd in the netns lab, with real clients: headless
 //! Chromium (Debian's `chromium` and `chromium-driver`, over WebDriver) loads every page,
-//! searches a subscriber by address, follows its live throughput while a class is shaped, and
+//! searches a subscriber by address, name and MAC, follows its live throughput while a class is shaped, and
 //! saves screenshots; a real Prometheus server (Debian's `prometheus`) scrapes `/metrics` with
 //! the token. htbd listens on the router's management address (a veth from the host), so the
 //! listener is not on loopback and every request for data needs the token.
@@ -18,7 +18,8 @@ use htb_lab::{Htbd, Lab, N2};
 const TOKEN: &str = "lab-console-token-0123456789";
 const PORT: u16 = 9480;
 
-/// A 100 Mbit/s root; the subscriber 10.201.2.2 in 1:10 at 20 Mbit/s; everything else in 1:20.
+/// A 100 Mbit/s root; the subscriber 10.201.2.2 in 1:10 at 20 Mbit/s, labelled as LibreQoS's
+/// import labels a circuit; everything else in 1:20.
 fn config(http: &str, token: &std::path::Path) -> String {
     format!(
         "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\
@@ -27,6 +28,8 @@ fn config(http: &str, token: &std::path::Path) -> String {
          [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"20\"\n\
          [[interface.class]]\nid = \"1:1\"\nrate = \"100mbit\"\n\
          [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"20mbit\"\nceil = \"20mbit\"\n\
+         label = {{ name = \"Ann O'Neil\", circuit = \"C-17\", devices = [{{ id = \"D-1\", name = \"Ann's router\", \
+         mac = \"00:1a:2b:3c:4d:5e\", addresses = [\"10.201.2.2/32\"] }}] }}\n\
          [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"10mbit\"\nceil = \"100mbit\"\n\
          [[interface.filter]]\nprio = 1\nmatch = {{ dst = \"10.201.2.2/32\" }}\nclassid = \"1:10\"\n",
         token.display()
@@ -131,6 +134,39 @@ fn the_console_shows_a_shaped_subscriber_live_and_prometheus_scrapes_it() {
         .wait_for("#results", |t| t.contains("1:10"), Duration::from_secs(5))
         .expect("the subscriber found by address");
     assert!(found.contains("dst 10.201.2.2/32"), "{found}");
+    browser.find("#results a").unwrap().click().unwrap();
+    let label = browser
+        .wait_for("#label", |t| t.contains("C-17"), Duration::from_secs(5))
+        .expect("the subscriber's label on its page");
+    assert!(label.contains("Ann O'Neil"), "{label}");
+    let devices = browser.find("#devices").unwrap().text().unwrap();
+    assert!(
+        devices.contains("00:1a:2b:3c:4d:5e") && devices.contains("10.201.2.2/32"),
+        "{devices}"
+    );
+
+    // Search by name (part of it, any case) and by MAC: the label's class.
+    for q in ["ann o'", "00:1A:2B:3C:4D:5E"] {
+        let search = browser.find("#search").unwrap();
+        search.clear().unwrap();
+        search.send_keys(q).unwrap();
+        browser
+            .find("#search-form button")
+            .unwrap()
+            .click()
+            .unwrap();
+        let found = browser
+            .wait_for(
+                "#results",
+                |t| t.contains("Ann O'Neil") || t.contains("Nothing found"),
+                Duration::from_secs(5),
+            )
+            .expect("search results");
+        assert!(
+            found.contains("1:10") && found.contains("Ann O'Neil"),
+            "{q}: {found}"
+        );
+    }
     browser.screenshot(&shots.join("search.png")).unwrap();
     browser.find("#results a").unwrap().click().unwrap();
 
@@ -234,6 +270,30 @@ fn the_console_shows_a_shaped_subscriber_live_and_prometheus_scrapes_it() {
         "Prometheus's drops against the CLI's"
     );
     eprintln!("at rest: {drops} drops on the page ({page_drops}), in Prometheus and the CLI");
+
+    // A label given live with htb-cli: searchable at once, shown by `class show -d`.
+    htbd.cli_ok(&[
+        "class",
+        "label",
+        "dev",
+        "r2",
+        "classid",
+        "1:20",
+        "name",
+        "Guest Wi-Fi",
+        "comment",
+        "everyone else",
+    ]);
+    let (code, body) = curl(&["-H", &bearer, &format!("{base}/api/v1/search?q=guest")]);
+    assert!(
+        code == 200 && body.contains("\"class\":\"1:20\"") && body.contains("Guest Wi-Fi"),
+        "{code} {body}"
+    );
+    let shown = htbd.cli_ok(&["-d", "class", "show", "dev", "r2", "classid", "1:20"]);
+    assert!(
+        shown.contains(" label name \"Guest Wi-Fi\" comment \"everyone else\""),
+        "{shown}"
+    );
 
     // "Why this class?" from the data plane's classifier: a matched address, one that only the
     // default class takes, and, once that class is gone, one that goes to the direct queue.

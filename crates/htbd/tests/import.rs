@@ -125,11 +125,12 @@ fn a_shaped_devices_csv_is_imported_in_one_batch_and_shapes_both_directions() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(&format!(
-            "synced {} circuits (classes 1:100..1:{:x}): {} classes added, 0 changed, 0 deleted; {} filters added, 0 deleted",
+            "synced {} circuits (classes 1:100..1:{:x}): {} classes added, 0 changed, 0 deleted; {} filters added, 0 deleted; 0 leaf qdiscs set; {} labels set",
             CIRCUITS + 1,
             0x100 + CIRCUITS,
             2 * (CIRCUITS + 1),
-            2 * (2 + CIRCUITS + 2 * (CIRCUITS / 100))
+            2 * (2 + CIRCUITS + 2 * (CIRCUITS / 100)),
+            2 * (CIRCUITS + 1)
         )),
         "{err}"
     );
@@ -157,7 +158,28 @@ fn a_shaped_devices_csv_is_imported_in_one_batch_and_shapes_both_directions() {
         );
         let sub = all.iter().find(|c| c["handle"] == "1:101").unwrap();
         assert_eq!(sub["parent"], "1:1", "{dev}: {sub}");
+        // The circuit's label: its name, id and both devices with their addresses.
+        let label = &lab_class["label"];
+        assert_eq!(
+            (&label["name"], &label["circuit"], &label["comment"]),
+            (
+                &Value::from("Lab, node-2"),
+                &Value::from("lab"),
+                &Value::from("the lab's subscriber")
+            ),
+            "{dev}: {lab_class}"
+        );
+        assert_eq!(label["devices"][1]["name"], "node-2 v6", "{dev}: {label}");
+        assert_eq!(
+            label["devices"][1]["addresses"][0], "fd00:201:2::/64",
+            "{dev}: {label}"
+        );
     }
+    let shown = htbd.cli_ok(&["-d", "class", "show", "dev", "r2", "classid", "1:101"]);
+    assert!(
+        shown.contains(" label name \"Subscriber 0\" circuit \"c0\" device \"d0\" name \"cpe-0\""),
+        "{shown}"
+    );
     let filters = htbd.cli_ok(&["filter", "show", "dev", "r1"]);
     assert!(
         filters.contains("match 0ac90202/ffffffff at 12") && filters.contains("flowid 1:100"),
@@ -273,7 +295,8 @@ fn a_changed_file_syncs_only_its_changes_and_untouched_circuits_lose_nothing() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success()
-            && err.contains("0 classes added, 0 changed, 0 deleted; 0 filters added, 0 deleted"),
+            && err.contains("0 classes added, 0 changed, 0 deleted; 0 filters added, 0 deleted")
+            && err.contains("0 labels set"),
         "{err}"
     );
 
@@ -319,6 +342,11 @@ fn a_changed_file_syncs_only_its_changes_and_untouched_circuits_lose_nothing() {
     assert_eq!(batch.matches("class change").count(), 100, "{batch}");
     assert_eq!(batch.matches("class del").count(), 2 * 5, "{batch}");
     assert_eq!(batch.matches("class add").count(), 2 * 5, "{batch}");
+    assert_eq!(
+        batch.matches("class label").count(),
+        2 * 5,
+        "only the new circuits' labels: {batch}"
+    );
     assert!(
         !batch.contains("10.201.2.2"),
         "the lab circuit is untouched:\n{batch}"

@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use htb_config::filter::{Family, IpPrefix};
 use htb_core::ClassId;
 
+use htb_config::label::{self, ClassLabel, Device, LabelFields, LabelText};
+
 use super::shaped_devices::{CircuitRates, ShapedDevice};
 
 /// Why the devices do not make a consistent set of circuits.
@@ -80,6 +82,33 @@ pub struct Circuit {
     pub line: u64,
     /// Its leaf qdisc as tc's words (the `sqm` column); empty: htbd's default.
     pub sqm: String,
+    /// Its label's parts: names, devices with their MACs and addresses, comment.
+    pub label: LabelFields,
+}
+
+impl Circuit {
+    /// Its label, as both its classes carry it (the file's texts made valid ones, at most
+    /// [`label::DEVICES_MAX`] devices of [`label::ADDRESSES_MAX`] addresses: the label
+    /// names the circuit, its filters shape every address).
+    #[must_use]
+    pub fn label(&self) -> Option<ClassLabel> {
+        let mut fields = self.label.clone();
+        fields.devices.truncate(label::DEVICES_MAX);
+        for d in &mut fields.devices {
+            d.addresses.truncate(label::ADDRESSES_MAX);
+        }
+        ClassLabel::new(fields).ok()
+    }
+}
+
+/// A device row's part of its circuit's label.
+fn label_device(d: &ShapedDevice) -> Option<Device> {
+    Some(Device {
+        id: LabelText::lossy(&d.device_id)?,
+        name: LabelText::lossy(&d.device_name),
+        mac: d.mac,
+        addresses: d.addresses.clone(),
+    })
 }
 
 /// Groups devices into circuits, in the order circuits first appear.
@@ -91,6 +120,9 @@ pub fn group(devices: Vec<ShapedDevice>) -> Result<Vec<Circuit>, CircuitError> {
     let mut circuits: Vec<Circuit> = Vec::with_capacity(devices.len());
     let mut index: HashMap<String, usize> = HashMap::with_capacity(devices.len());
     for d in devices {
+        // The label's parts first: the rest of the row moves into its circuit.
+        let (device, comment) = (label_device(&d), LabelText::lossy(&d.comment));
+        let circuit = LabelText::lossy(&d.circuit_id);
         let id = if d.circuit_id.is_empty() {
             format!("device:{}", d.device_id)
         } else {
@@ -120,8 +152,15 @@ pub fn group(devices: Vec<ShapedDevice>) -> Result<Vec<Circuit>, CircuitError> {
             None => {
                 // A new circuit takes the device's fields (a million-circuit file copied each).
                 index.insert(id.clone(), circuits.len());
+                let label = LabelFields {
+                    name: LabelText::lossy(&d.circuit_name),
+                    circuit,
+                    comment: None,
+                    devices: Vec::new(),
+                };
                 circuits.push(Circuit {
                     id,
+                    label,
                     name: d.circuit_name,
                     node: d.parent_node,
                     rates: d.rates,
@@ -133,6 +172,10 @@ pub fn group(devices: Vec<ShapedDevice>) -> Result<Vec<Circuit>, CircuitError> {
             }
         };
         let c = &mut circuits[at];
+        if c.label.comment.is_none() {
+            c.label.comment = comment;
+        }
+        c.label.devices.extend(device);
         for a in d.addresses {
             if !c.addresses.iter().any(|(b, _)| *b == a) {
                 c.addresses.push((a, d.line));

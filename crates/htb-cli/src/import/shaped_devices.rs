@@ -30,6 +30,12 @@ pub struct ShapedDevice {
     pub circuit_name: String,
     /// `Device ID`.
     pub device_id: String,
+    /// `Device Name` (empty when the file has no such column).
+    pub device_name: String,
+    /// `MAC`, when given.
+    pub mac: Option<htb_ipc::MacAddr>,
+    /// `Comment` (free text; an unquoted comma in it is kept).
+    pub comment: String,
     /// `Parent Node`: the node (site, access point) the circuit hangs under; may be empty.
     pub parent_node: String,
     /// `IPv4` and `IPv6` together, in the order given.
@@ -83,9 +89,13 @@ const UPLOAD_MAX: &str = "Upload Max Mbps";
 
 /// The optional column naming a circuit's leaf qdisc (LibreQoS's per-circuit SQM override).
 const SQM: &str = "sqm";
+/// Optional columns kept in the circuit's label.
+const DEVICE_NAME: &str = "Device Name";
+const MAC: &str = "MAC";
+const COMMENT: &str = "Comment";
 
-/// The columns htb needs; `sqm` is read when present, the others (`Device Name`, `MAC`,
-/// `Comment`) are ignored.
+/// The columns htb needs; `sqm` is read when present, and so are `Device Name`, `MAC` and
+/// `Comment`, kept in each circuit's label.
 const REQUIRED: [&str; 10] = [
     CIRCUIT_ID,
     CIRCUIT_NAME,
@@ -100,8 +110,15 @@ const REQUIRED: [&str; 10] = [
 ];
 
 /// Where each required column (and `sqm`, if the file has it) is in a row, and how many
-/// columns the header has.
-struct Columns([usize; REQUIRED.len()], Option<usize>, usize);
+/// columns the header has; then where the optional label columns are.
+struct Columns([usize; REQUIRED.len()], Option<usize>, usize, LabelColumns);
+
+/// Where `Device Name`, `MAC` and `Comment` are, if the file has them.
+struct LabelColumns {
+    device_name: Option<usize>,
+    mac: Option<usize>,
+    comment: Option<usize>,
+}
 
 impl Columns {
     fn find(header: &csv::StringRecord, line: u64) -> Result<Self, CsvError> {
@@ -118,10 +135,43 @@ impl Columns {
                     ),
                 })?;
         }
-        let sqm = header
-            .iter()
-            .position(|h| h.trim().eq_ignore_ascii_case(SQM));
-        Ok(Self(at, sqm, header.len()))
+        let optional = |name: &str| {
+            header
+                .iter()
+                .position(|h| h.trim().eq_ignore_ascii_case(name))
+        };
+        let labels = LabelColumns {
+            device_name: optional(DEVICE_NAME),
+            mac: optional(MAC),
+            comment: optional(COMMENT),
+        };
+        Ok(Self(at, optional(SQM), header.len(), labels))
+    }
+
+    /// How many fields a row has past the header's: an unquoted comma in `Comment`.
+    fn overflow(&self, row: &csv::StringRecord) -> usize {
+        row.len().saturating_sub(self.2)
+    }
+
+    /// An optional column's field ("" when missing); one after `Comment` is moved along by
+    /// the commas in it.
+    fn optional<'r>(&self, row: &'r csv::StringRecord, at: Option<usize>) -> &'r str {
+        let shift = match (at, self.3.comment) {
+            (Some(i), Some(c)) if i > c => self.overflow(row),
+            _ => 0,
+        };
+        at.and_then(|i| row.get(i + shift)).map_or("", str::trim)
+    }
+
+    /// `Comment`, with the fields its unquoted commas made joined back.
+    fn comment(&self, row: &csv::StringRecord) -> String {
+        let Some(at) = self.3.comment else {
+            return String::new();
+        };
+        let parts: Vec<&str> = (at..=at + self.overflow(row))
+            .filter_map(|i| row.get(i))
+            .collect();
+        parts.join(",").trim().to_owned()
     }
 
     /// The `sqm` field of a row (empty when the file has no such column or the row is short).
@@ -237,11 +287,21 @@ fn device(c: &Columns, row: &csv::StringRecord, line: u64) -> Result<ShapedDevic
     }
     let sqm = c.sqm(row);
     check_sqm(sqm).map_err(|why| err(SQM, format!("\"{sqm}\": {why}")))?;
+    let mac = match c.optional(row, c.3.mac) {
+        "" => None,
+        text => Some(
+            text.parse()
+                .map_err(|e: htb_ipc::LabelError| err(MAC, e.to_string()))?,
+        ),
+    };
     Ok(ShapedDevice {
         line,
         circuit_id: field(CIRCUIT_ID)?.to_owned(),
         circuit_name: field(CIRCUIT_NAME)?.to_owned(),
         device_id: field(DEVICE_ID)?.to_owned(),
+        device_name: c.optional(row, c.3.device_name).to_owned(),
+        mac,
+        comment: c.comment(row),
         parent_node: field(PARENT_NODE)?.to_owned(),
         addresses,
         rates,

@@ -27,7 +27,10 @@ use std::fmt::Write as _;
 
 use htb_config::filter::{Family, IpPrefix};
 use htb_core::{ClassId, LeafConfig};
-use htb_ipc::{ClassInfo, FilterHandle, FilterInfo, FilterKind, LeafQdiscInfo};
+use htb_ipc::{
+    ClassInfo, ClassLabel, FilterHandle, FilterInfo, FilterKind, LabelFields, LabelText,
+    LeafQdiscInfo,
+};
 
 use super::circuits::{Circuit, Direction, Placement};
 use super::network::{self, Node};
@@ -83,6 +86,8 @@ pub struct Changes {
     pub filters_deleted: usize,
     /// Leaf qdiscs added, replaced or deleted.
     pub leaves: usize,
+    /// Labels set or taken away.
+    pub labels: usize,
 }
 
 /// The batch and, per line, where it comes from.
@@ -106,6 +111,46 @@ impl Batch {
     }
 }
 
+/// A node's label: its name.
+fn node_label(name: &str) -> Option<ClassLabel> {
+    ClassLabel::new(LabelFields {
+        name: LabelText::lossy(name),
+        ..LabelFields::default()
+    })
+    .ok()
+}
+
+/// `label` as `class label`'s words. A text holding both kinds of quote, which a batch line
+/// cannot carry, has its `"` written as `'`.
+fn label_words(label: &ClassLabel) -> String {
+    if let Some(words) = label.words() {
+        return words;
+    }
+    let fix = |t: &Option<LabelText>| {
+        t.as_ref()
+            .and_then(|t| LabelText::lossy(&t.as_str().replace('"', "'")))
+    };
+    let f = label.fields();
+    let fields = LabelFields {
+        name: fix(&f.name),
+        circuit: fix(&f.circuit),
+        comment: fix(&f.comment),
+        devices: f
+            .devices
+            .iter()
+            .map(|d| htb_ipc::Device {
+                id: fix(&Some(d.id.clone())).unwrap_or_else(|| d.id.clone()),
+                name: fix(&d.name),
+                ..d.clone()
+            })
+            .collect(),
+    };
+    ClassLabel::new(fields)
+        .ok()
+        .and_then(|l| l.words())
+        .unwrap_or_default()
+}
+
 /// A prefix as a key (`IpPrefix` keeps the address as written).
 type AddressKey = (bool, u128, u8);
 
@@ -123,7 +168,10 @@ struct Want {
     sqm: String,
     origin: Origin,
     /// What a comment above its `class add` says (`circuit "ID" NAME`).
-    label: String,
+    comment: String,
+    /// Its label in htbd (`class label`): the circuit's names, devices and addresses, or the
+    /// node's name.
+    label: Option<ClassLabel>,
 }
 
 /// Where an address's filter goes: the hash table's bucket, or the prio's root table.
@@ -474,7 +522,7 @@ pub fn batch(
     // Sized for a first import (a comment, a class and a filter per circuit and port, about 80
     // bytes a line): a million circuits' 240 MB grown by doubling were copied into fresh pages
     // again and again.
-    let lines = circuits.len() * devs.len() * 3;
+    let lines = circuits.len() * devs.len() * 4;
     let mut out = Batch {
         text: String::with_capacity(lines * 80),
         origin: Vec::with_capacity(lines),
@@ -502,7 +550,8 @@ pub fn batch(
                     ceil,
                     sqm: String::new(),
                     origin: Origin::Node(node.name.clone()),
-                    label: format!("node \"{}\"", flat(&node.name)),
+                    comment: format!("node \"{}\"", flat(&node.name)),
+                    label: node_label(&node.name),
                 },
             );
             order.push(id);
@@ -522,7 +571,8 @@ pub fn batch(
                     ceil,
                     sqm: c.sqm.clone(),
                     origin: Origin::Csv(c.line),
-                    label: format!("circuit \"{}\" {}", flat(&c.id), flat(&c.name)),
+                    comment: format!("circuit \"{}\" {}", flat(&c.id), flat(&c.name)),
+                    label: c.label(),
                 },
             );
             order.push(id);
@@ -674,7 +724,7 @@ fn port_batch(
             None => {
                 out.line(
                     w.origin.clone(),
-                    format_args!("# {} ({})", w.label, w.origin),
+                    format_args!("# {} ({})", w.comment, w.origin),
                 );
                 out.line(w.origin.clone(), format_args!("{}", class_line("add")));
                 out.changes.added += 1;
@@ -712,6 +762,15 @@ fn port_batch(
                     }
                 }
             }
+        }
+        let have_label = kept.and_then(|h| h.label.as_ref());
+        if have_label != w.label.as_ref() {
+            let words = w.label.as_ref().map(label_words).unwrap_or_default();
+            out.line(
+                w.origin.clone(),
+                format_args!("class label dev {dev} classid {id} {words}"),
+            );
+            out.changes.labels += 1;
         }
     }
     let key_word = match direction {
@@ -930,6 +989,7 @@ mod tests {
             mpu: 0,
             linklayer: LinkLayer::Ethernet,
             leaf_qdisc: None,
+            label: None,
             stats: None,
         }
     }
@@ -1052,6 +1112,10 @@ mod tests {
                 Command::LeafDelete { parent, .. } => {
                     r.leaves.retain(|x| x.parent != Some(parent));
                 }
+                Command::ClassLabel(l) => {
+                    let have = r.classes.iter_mut().find(|k| k.id == l.id);
+                    have.unwrap_or_else(|| panic!("{}", at("no class"))).label = l.label;
+                }
                 other => panic!("{}: {other:?}", at("unexpected")),
             }
         }
@@ -1070,13 +1134,16 @@ mod tests {
         let lines: Vec<&str> = b.text.lines().collect();
         assert_eq!(lines.len(), b.origin.len());
         assert_eq!(
-            &lines[..3],
+            &lines[..4],
             [
                 "# circuit \"1\" Circle St (line 2)",
                 "class add dev lan0 parent 1:a classid 1:100 htb rate 1000000bit ceil 155000000bit",
+                "class label dev lan0 classid 1:100 name \"Circle St\" circuit \"1\" device \"1\" \
+                 name \"D1\" address 100.64.0.1/32 address 100.64.0.14/32 address fd00:1::/56",
                 "# circuit \"2\" Marconi (line 3)",
             ]
         );
+        assert_eq!(b.changes.labels, 6, "each circuit's class on each port");
         assert!(
             b.text
                 .contains("qdisc add dev lan0 parent 1:101 fq_codel\n")
@@ -1247,9 +1314,21 @@ mod tests {
             "2 is not re-added: {text}"
         );
         assert!(
-            !text.contains("100.64.0.1/"),
+            !text
+                .lines()
+                .any(|l| l.starts_with("filter") && l.contains("100.64.0.1/")),
             "untouched filters stay: {text}"
         );
+        // Circuit 1's label follows its addresses; 2's gains one; 4's is new; 3's goes with
+        // its class.
+        assert!(
+            text.contains(
+                "class label dev lan0 classid 1:100 name \"Circle St\" circuit \"1\" device \"1\" \
+                 name \"D1\" address 100.64.0.1/32 address fd00:1::/56\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(b.changes.labels, 6, "{text}");
         assert_eq!(
             (
                 b.changes.added,

@@ -6,6 +6,7 @@
 
 mod action;
 pub mod args;
+mod class_label;
 mod explain;
 mod f_flower;
 mod f_u32;

@@ -210,27 +210,33 @@ fn monitor(words: &[String]) -> Result<Action> {
 }
 
 /// Splits a batch-file line into words (tc's `makeargs`: whitespace, double quotes, `#`
-/// comments).
+/// comments; a word that begins with `'` runs to the next `'`, as iproute2 reads it, so that
+/// a name holding `"` can be written).
 #[must_use]
 pub fn split_line(line: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut word = String::new();
-    let mut quoted = false;
+    let mut quote: Option<char> = None;
     let mut any = false;
     for ch in line.chars() {
-        match ch {
-            '"' => {
-                quoted = !quoted;
+        match (ch, quote) {
+            ('"', None | Some('"')) => {
+                quote = if quote.is_some() { None } else { Some('"') };
                 any = true;
             }
-            '#' if !quoted => break,
-            c if c.is_whitespace() && !quoted => {
+            ('\'', None) if !any => {
+                quote = Some('\'');
+                any = true;
+            }
+            ('\'', Some('\'')) => quote = None,
+            ('#', None) => break,
+            (c, None) if c.is_whitespace() => {
                 if any {
                     words.push(std::mem::take(&mut word));
                     any = false;
                 }
             }
-            c => {
+            (c, _) => {
                 word.push(c);
                 any = true;
             }
@@ -976,6 +982,10 @@ mod tests {
         assert_eq!(
             split_line("class \"add\" dev  D # comment"),
             ["class", "add", "dev", "D"]
+        );
+        assert_eq!(
+            split_line("name 'say \"hi\" #1' x O'Neil \"it's\""),
+            ["name", "say \"hi\" #1", "x", "O'Neil", "it's"]
         );
     }
 }

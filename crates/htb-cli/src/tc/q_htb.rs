@@ -22,6 +22,7 @@ Usage: htb-cli class [ add | del | change | replace | show ] dev STRING
        [ classid CLASSID ] [ root | parent CLASSID ] htb rate R1 [ burst B1 ] [ mpu B ]
        [ overhead O ] [ prio P ] [ ceil R2 ] [ cburst B2 ] [ mtu MTU ] [ quantum Q ]
        [ linklayer { ethernet | atm | adsl } ]
+       htb-cli class label dev STRING classid CLASSID [ name TEXT ] ... (see class label help)
  rate     rate allocated to this class (class can still borrow)
  burst    max bytes burst which can be accumulated during idle period {computed}
  mpu      minimum packet size used in rate computations

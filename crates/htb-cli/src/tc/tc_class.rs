@@ -1,4 +1,5 @@
-//! `class add|change|replace|del|show` (iproute2 `tc/tc_class.c`): HTB classes.
+//! `class add|change|replace|del|show` (iproute2 `tc/tc_class.c`): HTB classes (and htbd's
+//! `class label`, in [`super::class_label`]).
 
 use htb_ipc::{Command, Object, Parent, Show};
 
@@ -8,6 +9,9 @@ use super::q_htb;
 
 /// Parses the words after `class`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {
+    if words.first().is_some_and(|w| w == "label") {
+        return super::class_label::parse(&words[1..]);
+    }
     let verb = verb(words.first(), "class")?;
     let mut a = Args::new(words.get(1..).unwrap_or_default());
     let mut dev = None;

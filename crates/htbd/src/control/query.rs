@@ -29,6 +29,16 @@ pub enum Query {
         htb_ipc::Explain,
         oneshot::Sender<Result<htb_ipc::Explanation, IpcError>>,
     ),
+    /// The labelled classes whose label mentions a text (lower case), at most `limit`: port,
+    /// class and the label's title.
+    Labels {
+        /// What to look for.
+        text: String,
+        /// How many to return at most.
+        limit: usize,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Result<Vec<(ClassKey, String)>, IpcError>>,
+    },
     /// The counters of classes, in order (`None`: no such class any more).
     Sample(
         Vec<ClassKey>,
@@ -59,7 +69,27 @@ impl Control {
             Query::Sample(classes, reply) => {
                 let _ = reply.send(self.sample(&classes).await);
             }
+            Query::Labels { text, limit, reply } => {
+                let _ = reply.send(Ok(self.labels(&text, limit)));
+            }
         }
+    }
+
+    /// The classes whose labels mention `text`, in port and class order.
+    fn labels(&self, text: &str, limit: usize) -> Vec<(ClassKey, String)> {
+        let mut found = Vec::new();
+        for port in &self.model.ports {
+            for (_, qdisc) in port.trees() {
+                let hits = qdisc.labels.iter().filter(|(_, l)| l.mentions(text));
+                for (id, label) in hits.take(limit - found.len()) {
+                    found.push(((port.name.clone(), *id), label.title().to_owned()));
+                }
+                if found.len() == limit {
+                    return found;
+                }
+            }
+        }
+        found
     }
 
     async fn leaf(&self, (dev, id): &ClassKey) -> Result<Option<LeafQdiscInfo>, IpcError> {

@@ -360,6 +360,7 @@ fn show_tree(
                     mpu: c.adjust.mpu,
                     linklayer: c.adjust.link_layer,
                     leaf_qdisc: qdisc.leaf_handle(*id),
+                    label: qdisc.labels.get(id).cloned(),
                     stats,
                 });
             }

@@ -1,6 +1,6 @@
 //! The `class add|change|replace|del` commands.
 
-use htb_config::ClassDef;
+use htb_config::{ClassDef, ClassLabel};
 use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, Rate};
 use htb_ipc::{ErrorCode, FilterHandle, IpcError};
 
@@ -156,7 +156,42 @@ impl Model {
             )
         })?;
         step.undo.push(Undo::ClassDeleted { port, old });
+        // Its label goes with it (after, so that an undo restores the class first).
+        if let Some(label) = qdisc.labels.remove(&id) {
+            step.undo.push(Undo::Label {
+                port,
+                id,
+                old: Some(label),
+            });
+        }
         step.effect(PlaneChange::DeleteClass { port: name, id });
+        Ok(())
+    }
+
+    /// `class label`: who class `id` shapes (`None`: no label). The data plane is not told.
+    pub(super) fn class_label(
+        &mut self,
+        step: &mut Step<'_>,
+        id: ClassId,
+        label: Option<ClassLabel>,
+    ) -> Result<(), IpcError> {
+        let port = step.port;
+        let qdisc = self.tree_mut(port, Some(id.major()).filter(|&m| m != 0))?;
+        let id = of_qdisc(id, qdisc.config.major);
+        if !qdisc.classes.contains_key(&id) {
+            return Err(error(
+                ErrorCode::NotFound,
+                format!(
+                    "class {id} does not exist on {}: add it before labelling it",
+                    step.name
+                ),
+            ));
+        }
+        let old = match label {
+            Some(label) => qdisc.labels.insert(id, label),
+            None => qdisc.labels.remove(&id),
+        };
+        step.undo.push(Undo::Label { port, id, old });
         Ok(())
     }
 }

@@ -260,6 +260,12 @@ enum Undo {
         port: usize,
         old: Option<Box<QdiscModel>>,
     },
+    /// Class `id`'s label before the step.
+    Label {
+        port: usize,
+        id: ClassId,
+        old: Option<htb_config::ClassLabel>,
+    },
     /// The filter with this `(prio, handle)` was added to tree `major`.
     FilterAdded {
         port: usize,
@@ -382,7 +388,7 @@ impl Model {
             // size table its config gave).
             let root_stab = i.trees.first().and_then(|t| t.tree.tree.config.stab);
             for t in i.trees.into_iter().filter(|_| i.root_leaf.is_none()) {
-                let q = QdiscModel::from_tree(&t.tree.tree, t.filters).map_err(at)?;
+                let q = QdiscModel::from_tree(&t.tree.tree, t.filters, t.labels).map_err(at)?;
                 trees.push((t.tree.mq_minor, q));
             }
             port.root = match (i.mq, i.root_leaf) {
@@ -593,6 +599,7 @@ impl Model {
             Command::ClassChange(c) => self.class_set(step, c, Verb::Change),
             Command::ClassReplace(c) => self.class_set(step, c, Verb::Replace),
             Command::ClassDelete(htb_ipc::ClassDelete { id, .. }) => self.class_delete(step, *id),
+            Command::ClassLabel(l) => self.class_label(step, l.id, l.label.clone()),
             Command::LeafAdd(l) => self.leaf_set(step, l, Verb::Add),
             Command::LeafChange(l) => self.leaf_set(step, l, Verb::Change),
             Command::LeafReplace(l) => self.leaf_set(step, l, Verb::Replace),
@@ -667,6 +674,13 @@ impl Model {
                         def.leaf = old;
                     }
                     r
+                }),
+                Undo::Label { port, id, old } => self.with_tree(port, id.major(), |q| {
+                    match old {
+                        Some(label) => q.labels.insert(id, label),
+                        None => q.labels.remove(&id),
+                    };
+                    Ok(())
                 }),
                 Undo::Ingress { port, old } => {
                     self.ports[port].ingress = old;

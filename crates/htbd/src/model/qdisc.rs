@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use htb_config::filter::Filter;
-use htb_config::{ClassDef, PortTree, TreeSpec};
+use htb_config::{ClassDef, ClassLabel, PortTree, TreeSpec};
 use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig};
 use htb_ipc::{ErrorCode, IpcError};
 
@@ -31,7 +31,7 @@ pub enum TreeError {
         handle: u16,
     },
     /// A filter names a class the tree lacks.
-    #[error("a filter targets class {0}, which does not exist")]
+    #[error("a filter or label names class {0}, which does not exist")]
     NoSuchClass(ClassId),
     /// A tree under an `mq` class the port has no TX queue for.
     #[error("mq class {mq:x}:{minor:x} has a tree, but the interface has {queues} TX queue(s)")]
@@ -63,6 +63,8 @@ pub struct QdiscModel {
     pub classes: BTreeMap<ClassId, ClassDef>,
     /// Filters in evaluation order (prio, then handle).
     pub filters: FilterList,
+    /// Who classes shape, for those with a label (`class label`).
+    pub labels: BTreeMap<ClassId, ClassLabel>,
     pub(super) shadow: Scheduler<u32>,
 }
 
@@ -74,16 +76,21 @@ impl QdiscModel {
             config,
             classes: BTreeMap::new(),
             filters: FilterList::default(),
+            labels: BTreeMap::new(),
             shadow: Scheduler::new(config),
         }
     }
 
-    /// A qdisc holding a validated tree and filters.
+    /// A qdisc holding a validated tree, filters and labels.
     ///
     /// # Errors
-    /// A class or leaf the tree cannot hold, a leaf handle used twice, or a filter targeting a
-    /// missing class.
-    pub fn from_tree(tree: &TreeSpec, filters: Vec<FilterEntry>) -> Result<Self, TreeError> {
+    /// A class or leaf the tree cannot hold, a leaf handle used twice, or a filter or label
+    /// naming a missing class.
+    pub fn from_tree(
+        tree: &TreeSpec,
+        filters: Vec<FilterEntry>,
+        labels: BTreeMap<ClassId, ClassLabel>,
+    ) -> Result<Self, TreeError> {
         let mut model = Self::new(tree.config);
         model.shadow.reserve_classes(tree.classes.len());
         for def in &tree.classes {
@@ -115,7 +122,11 @@ impl QdiscModel {
         {
             return Err(TreeError::NoSuchClass(class));
         }
+        if let Some(class) = labels.keys().find(|c| !model.classes.contains_key(c)) {
+            return Err(TreeError::NoSuchClass(*class));
+        }
         model.filters = filters.into_iter().collect();
+        model.labels = labels;
         Ok(model)
     }
 

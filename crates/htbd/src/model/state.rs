@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use htb_config::{LeafDef, leaf_toml};
+use htb_config::{LeafDef, label_toml, leaf_toml};
 use htb_core::{LeafConfig, LinkLayer, Rate};
 use htb_ipc::FilterHandle;
 
@@ -149,6 +149,9 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
         }
         if let Some(leaf) = &def.leaf {
             let _ = writeln!(out, "leaf = {}", leaf_toml(leaf));
+        }
+        if let Some(label) = qdisc.labels.get(&def.id) {
+            let _ = writeln!(out, "label = {}", label_toml(label));
         }
     }
     filters_toml(out, table, &qdisc.filters);

@@ -774,3 +774,56 @@ fn protocol_all_shares_a_prio_with_ip_as_unprotocoled_u32_lines_do_in_the_kernel
         e.message
     );
 }
+
+fn label_of(m: &Model, class: &str) -> Option<String> {
+    let q = m.ports[1].htb().unwrap();
+    q.labels
+        .get(&class.parse().unwrap())
+        .map(|l| l.title().to_owned())
+}
+
+#[test]
+fn labels_are_kept_saved_undone_and_leave_with_their_class() {
+    let mut m = base();
+    m.apply(&batch(
+        "class label dev r2 classid 1:20 name \"Ann O'Neil\" circuit 17 device a mac 00:11:22:33:44:55 address 10.0.3.7",
+    ))
+    .unwrap();
+    assert_eq!(label_of(&m, "1:20").as_deref(), Some("Ann O'Neil"));
+    // Kept through a class change and the state file.
+    m.apply(&[class(Command::ClassChange, "1:20", "1:1", 20)])
+        .unwrap();
+    let back = saved_and_read_back(&m, "name = \"Ann O'Neil\" }");
+    assert_eq!(label_of(&back, "1:20").as_deref(), Some("Ann O'Neil"));
+    // A class that does not exist takes no label.
+    let e = m
+        .apply(&batch("class label dev r2 classid 1:99 name x"))
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotFound, "{e}");
+    // A refused batch brings the label back: relabelled, then the class deleted, then a
+    // refused command.
+    let before = m.to_toml();
+    let e = m
+        .apply(&batch(
+            "class label dev r2 classid 1:20 name Bob\n\
+             filter del dev r2 parent 1: prio 1\n\
+             class del dev r2 classid 1:20\n\
+             class del dev r2 classid 1:77",
+        ))
+        .unwrap_err();
+    assert_eq!(e.command, Some(3), "{e}");
+    assert_eq!(m.to_toml(), before);
+    // Deleted with its class: a new 1:20 has none.
+    m.apply(&batch(
+        "filter del dev r2 parent 1: prio 1\nclass del dev r2 classid 1:20\n\
+         class add dev r2 parent 1:1 classid 1:20 htb rate 1mbit",
+    ))
+    .unwrap();
+    assert_eq!(label_of(&m, "1:20"), None);
+    // Taken away by a label without words.
+    m.apply(&batch(
+        "class label dev r2 classid 1:20 name Eve\nclass label dev r2 classid 1:20",
+    ))
+    .unwrap();
+    assert_eq!(label_of(&m, "1:20"), None);
+}

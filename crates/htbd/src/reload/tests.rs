@@ -314,3 +314,40 @@ fn an_ingress_redirect_comes_and_goes_with_the_file() {
     .unwrap_err();
     assert!(e.message.contains("restart"), "{e}");
 }
+
+#[test]
+fn labels_come_change_and_go_with_the_file_and_leave_with_their_class() {
+    let labelled = BASE.replace(
+        "id = \"1:30\"\nparent = \"1:1\"\nrate = \"20mbit\"\n",
+        "id = \"1:30\"\nparent = \"1:1\"\nrate = \"20mbit\"\n\
+         label = { name = \"Ann\", circuit = \"17\", devices = [{ id = \"a\", mac = \"00:11:22:33:44:55\", addresses = [\"10.0.3.7\"] }] }\n",
+    );
+    let is_label = |c: &Command| matches!(c, Command::ClassLabel(_));
+    let commands = reload(BASE, &labelled);
+    assert_eq!(commands.len(), 1, "only the label: {commands:#?}");
+    assert!(is_label(&commands[0]));
+    // Renamed: one label command.
+    let renamed = labelled.replace("\"Ann\"", "\"Ann B\"");
+    let commands = reload(&labelled, &renamed);
+    assert!(
+        commands.len() == 1 && is_label(&commands[0]),
+        "{commands:#?}"
+    );
+    // Gone from the file: taken away.
+    let commands = reload(&renamed, BASE);
+    let Some(Command::ClassLabel(l)) = commands.first() else {
+        panic!("{commands:#?}")
+    };
+    assert_eq!((commands.len(), &l.label), (1, &None));
+    // Its class gone: the class delete takes it, no label command.
+    let without_30 = labelled
+        .replace("default = \"30\"", "default = \"20\"")
+        .split("[[interface.class]]\nid = \"1:30\"")
+        .next()
+        .unwrap()
+        .to_owned()
+        + "[[interface.filter]]\nprio = 1\nmatch = { dport = \"5201\" }\nclassid = \"1:10\"\n\
+           [[interface.filter]]\nprio = 2\nmatch = { dport = \"5202\" }\nclassid = \"1:20\"\n";
+    let commands = reload(&labelled, &without_30);
+    assert!(!commands.iter().any(is_label), "{commands:#?}");
+}

@@ -364,7 +364,8 @@ pub async fn class(
 /// `/api/v1/search`'s parameter.
 #[derive(Debug, Deserialize)]
 pub struct SearchParams {
-    /// A class id (`1:10`), an address (`10.0.3.7`, `2001:db8::7`) or a prefix.
+    /// A class id (`1:10`), an address (`10.0.3.7`, `2001:db8::7`) or a prefix; anything else
+    /// is looked for in the classes' labels (name, circuit id, device, MAC, comment).
     pub q: String,
 }
 
@@ -376,15 +377,19 @@ pub struct Found {
     /// The class (`None`: packets go unshaped, which `why` says).
     pub class: Option<ClassId>,
     /// Why it was found: `class id`, or the filter that names the address (`prio 1 handle
-    /// 800::1 dst 10.0.3.0/24`).
+    /// 800::1 dst 10.0.3.0/24`), or the label that mentions the text.
     pub why: String,
+    /// The class's label's title (its subscriber's name), when found by its label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// `GET /api/v1/search?q=10.0.3.7`: classes by id, or the classes whose filters name an
-/// address (a source or destination prefix holding it), first by prio.
+/// address (a source or destination prefix holding it), first by prio, or the classes whose
+/// labels mention the text (`?q=ann`, a circuit id, a MAC).
 ///
 /// # Errors
-/// [`ApiError`]: a query that is neither.
+/// [`ApiError`]: an empty query.
 pub async fn search(
     State(web): State<Arc<Web>>,
     Query(params): Query<SearchParams>,
@@ -402,17 +407,9 @@ pub async fn search(
             dev: c.dev,
             class: Some(c.id),
             why: "class id".into(),
+            name: c.label.map(|l| l.title().to_owned()),
         }));
-    } else {
-        let addr: IpAddr = q
-            .split('/')
-            .next()
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| {
-                ApiError::BadRequest(format!(
-                    "{q:?} is neither a class id (1:10) nor an address (10.0.3.7, 2001:db8::7)"
-                ))
-            })?;
+    } else if let Some(addr) = q.split('/').next().and_then(|a| a.parse::<IpAddr>().ok()) {
         // First where the data plane sends packets to and from it, then every filter that
         // names it.
         let question = htb_ipc::Explain {
@@ -437,6 +434,7 @@ pub async fn search(
                 dev: e.dev,
                 class: e.outcome.class(),
                 why: format!("the data plane: {way}: {}", e.outcome.words()),
+                name: None,
             });
         }
         let show = Show {
@@ -461,12 +459,32 @@ pub async fn search(
                         prefix.addr(),
                         prefix.prefix_len()
                     ),
+                    name: None,
                 });
             }
             if found.len() >= SEARCH_LIMIT {
                 break;
             }
         }
+    } else {
+        if q.is_empty() {
+            return Err(ApiError::BadRequest(
+                "search for a class id (1:10), an address (10.0.3.7) or a name".into(),
+            ));
+        }
+        let text = q.to_lowercase();
+        let hits = ask(&web, |reply| ControlQuery::Labels {
+            text,
+            limit: SEARCH_LIMIT,
+            reply,
+        })
+        .await?;
+        found.extend(hits.into_iter().map(|((dev, class), title)| Found {
+            dev,
+            class: Some(class),
+            why: format!("its label mentions {q:?}"),
+            name: Some(title),
+        }));
     }
     found.truncate(SEARCH_LIMIT);
     let mut history = web.history();

@@ -80,6 +80,13 @@ pub fn classes(shown: &Shown, style: Style) -> String {
             );
         }
         out.push('\n');
+        // htbd's own line: who the class shapes, in `class label`'s words.
+        if let Some(label) = c.label.as_ref().filter(|_| style.details) {
+            let words = label
+                .words()
+                .unwrap_or_else(|| format!("name {}", label.title()));
+            let _ = writeln!(out, " label {words}");
+        }
         if let Some(s) = c.stats {
             sent_lines(
                 &mut out,
@@ -155,6 +162,9 @@ fn class_json(c: &ClassInfo, style: Style) -> Value {
         o.insert("mpu_ceil".into(), json!(c.mpu));
         o.insert("level".into(), json!(c.level));
     }
+    if let Some(label) = &c.label {
+        o.insert("label".into(), json!(label));
+    }
     if let Some(s) = c.stats {
         o.insert(
             "stats".into(),
@@ -198,6 +208,7 @@ mod tests {
             ceil: 8_000_000,
             burst: 1600,
             cburst: 1600,
+            label: None,
             buffer_ns: 1_280_000,
             cbuffer_ns: 1_280_000,
             overhead: 0,

@@ -123,12 +123,29 @@ async function overview() {
   }
 }
 
+// A label's title, as htbd's ClassLabel::title picks it.
+function title(l) {
+  const d = (l.devices || [])[0];
+  return l.name || l.circuit || (d && (d.name || d.id)) || l.comment || "";
+}
+
+// Who a class shapes: its label's circuit, devices, MACs and addresses.
+function labelSection(l) {
+  if (!l) return "";
+  const rows = (l.devices || []).map(d => `<tr><td>${esc(d.id)}</td><td>${esc(d.name || "")}</td>
+    <td>${esc(d.mac || "")}</td><td>${(d.addresses || []).map(esc).join("<br>")}</td></tr>`).join("");
+  return `<h2>Subscriber</h2><p id="label">${l.name ? `<b>${esc(l.name)}</b>` : ""}
+      ${l.circuit ? ` · circuit ${esc(l.circuit)}` : ""}${l.comment ? ` · ${esc(l.comment)}` : ""}</p>
+    ${rows ? `<table id="devices"><tr><th>device</th><th>name</th><th>MAC</th><th>addresses</th></tr>${rows}</table>` : ""}`;
+}
+
 function classRow(dev, c) {
   const r = c.rates;
   const util = c.utilisation === null || c.utilisation === undefined ? 0 : Math.min(1, c.utilisation);
   const st = c.stats || {};
   const drill = c.leaf ? "" : ` <a href="#/tree/${enc(dev)}/${enc(c.id)}" title="children">▸</a>`;
-  return `<tr data-class="${esc(c.id)}"><td><a href="#/class/${enc(dev)}/${enc(c.id)}">${esc(c.id)}</a>${drill}</td>
+  const name = c.label ? ` <span class="name">${esc(title(c.label))}</span>` : "";
+  return `<tr data-class="${esc(c.id)}"><td><a href="#/class/${enc(dev)}/${enc(c.id)}">${esc(c.id)}</a>${drill}${name}</td>
     <td>${bits(c.rate)}</td><td>${bits(c.ceil)}</td>
     <td class="bps" data-bps="${r ? r.bps : ""}">${r ? bits(r.bps) + "/s" : "–"}</td>
     <td><span class="util"><span style="width:${(util * 100).toFixed(1)}%"></span></span>${r ? (util * 100).toFixed(1) + " %" : ""}</td>
@@ -159,7 +176,8 @@ async function classPage(dev, id, span) {
   const bps = last ? last[1][0] * 8 : (c.rates ? c.rates.bps : null);
   const crumbs = p.path.map(a => `<a href="#/class/${enc(dev)}/${enc(a.id)}">${esc(a.id)}</a>`).join(" › ");
   const leaf = p.leaf ? `<h2>Leaf qdisc</h2><pre id="leaf">${esc(JSON.stringify(p.leaf, null, 2))}</pre>` : "";
-  view.innerHTML = `<h1>${esc(dev)} class ${esc(c.id)}</h1>
+  const who = c.label ? ` <span class="name" id="class-name">${esc(title(c.label))}</span>` : "";
+  view.innerHTML = `<h1>${esc(dev)} class ${esc(c.id)}${who}</h1>
     <p class="crumbs">${esc(dev)} › ${crumbs}${crumbs ? " › " : ""}<b>${esc(c.id)}</b>
       ${c.leaf ? "" : ` · <a href="#/tree/${enc(dev)}/${enc(c.id)}">children</a>`}</p>
     <div class="cards">
@@ -174,6 +192,7 @@ async function classPage(dev, id, span) {
     </div>
     <p>Charts: ${day ? `<a href="#/class/${enc(dev)}/${enc(c.id)}">last 10 minutes</a> · <b>last day</b>`
       : `<b>last 10 minutes</b> · <a id="day" href="#/class/${enc(dev)}/${enc(c.id)}/day">last day</a>`}</p>
+    ${labelSection(c.label)}
     <div id="class-charts"></div>${leaf}
     <p class="muted">History from the moment this class was first viewed or found (10 minutes a second, a day a minute).</p>`;
   const box = document.getElementById("class-charts");
@@ -193,9 +212,9 @@ async function search(q) {
   document.getElementById("search").value = q;
   const found = await api("search?q=" + enc(q));
   view.innerHTML = `<h1>Search: ${esc(q)}</h1>` + (found.length === 0
-    ? `<p id="results" class="muted">Nothing found: no class with that id, and no port shapes that address.</p>`
-    : `<table id="results"><tr><th>port</th><th>class</th><th>why</th></tr>` + found.map(f =>
-      `<tr><td>${esc(f.dev)}</td><td>${f.class ? `<a href="#/class/${enc(f.dev)}/${enc(f.class)}">${esc(f.class)}</a>` : "–"}</td><td>${esc(f.why)}</td></tr>`).join("") + "</table>");
+    ? `<p id="results" class="muted">Nothing found: no class with that id or a label that mentions it, and no port shapes that address.</p>`
+    : `<table id="results"><tr><th>port</th><th>class</th><th>name</th><th>why</th></tr>` + found.map(f =>
+      `<tr><td>${esc(f.dev)}</td><td>${f.class ? `<a href="#/class/${enc(f.dev)}/${enc(f.class)}">${esc(f.class)}</a>` : "–"}</td><td>${esc(f.name || "")}</td><td>${esc(f.why)}</td></tr>`).join("") + "</table>");
 }
 
 // ---- routing and refresh ----

@@ -1,0 +1,478 @@
+//! A class's label: who it shapes. A subscriber's circuit as LibreQoS's `ShapedDevices.csv`
+//! lists it (circuit id and name, each device's id, name, MAC and addresses, a comment), or
+//! just a name for a class an operator made by hand ("uplink", "voip"). tc has no such thing;
+//! htbd keeps it with the class (the config's `label = { … }`, `htb-cli class label`) so that
+//! the console and `class show -d` can say whose class it is, and a search can find it.
+//!
+//! One type for the config file, the wire and the state file: each text is checked once, as it
+//! is read (length, no control characters), so a label that exists is a valid one.
+
+use std::fmt;
+
+use htb_classify::IpPrefix;
+use serde::{Deserialize, Serialize};
+
+/// The longest text a label holds (a name, an id, a comment), in bytes.
+pub const TEXT_MAX: usize = 256;
+/// The most devices a label lists.
+pub const DEVICES_MAX: usize = 64;
+/// The most addresses a device lists.
+pub const ADDRESSES_MAX: usize = 64;
+
+/// Why a label's part is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LabelError {
+    /// A text past [`TEXT_MAX`] bytes.
+    #[error("{len} bytes is too long for a label's text (at most {TEXT_MAX})")]
+    TooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// A text with a control character (a newline, say).
+    #[error("a label's text may not hold control characters ({0:?})")]
+    Control(String),
+    /// An empty text.
+    #[error("a label's text may not be empty")]
+    Empty,
+    /// Not `aa:bb:cc:dd:ee:ff`.
+    #[error("{0:?} is not a MAC address (aa:bb:cc:dd:ee:ff)")]
+    Mac(String),
+    /// Too many devices or addresses.
+    #[error("a label lists at most {DEVICES_MAX} devices of {ADDRESSES_MAX} addresses each")]
+    TooMany,
+    /// Nothing in it.
+    #[error("a label needs a name, a circuit, a comment or a device")]
+    Nothing,
+}
+
+/// A label's text: 1 to [`TEXT_MAX`] bytes, no control characters.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct LabelText(Box<str>);
+
+impl LabelText {
+    /// `text` made a label's text, for files that may hold anything (a CSV's free text):
+    /// control characters become spaces, the ends are trimmed, and a text past [`TEXT_MAX`]
+    /// is cut at a character's edge. `None` when nothing is left.
+    #[must_use]
+    pub fn lossy(text: &str) -> Option<Self> {
+        let mut out: String = text
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let mut end = out.trim_end().len().min(TEXT_MAX);
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        let out = out.trim();
+        (!out.is_empty()).then(|| Self(out.into()))
+    }
+
+    /// The text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for LabelText {
+    type Error = LabelError;
+
+    fn try_from(text: String) -> Result<Self, LabelError> {
+        if text.is_empty() {
+            return Err(LabelError::Empty);
+        }
+        if text.len() > TEXT_MAX {
+            return Err(LabelError::TooLong { len: text.len() });
+        }
+        if text.chars().any(char::is_control) {
+            return Err(LabelError::Control(text));
+        }
+        Ok(Self(text.into_boxed_str()))
+    }
+}
+
+impl std::str::FromStr for LabelText {
+    type Err = LabelError;
+
+    fn from_str(text: &str) -> Result<Self, LabelError> {
+        Self::try_from(text.to_owned())
+    }
+}
+
+impl From<LabelText> for String {
+    fn from(text: LabelText) -> Self {
+        text.0.into()
+    }
+}
+
+impl fmt::Display for LabelText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A MAC address, written `aa:bb:cc:dd:ee:ff` (`-` also read, as LibreQoS's files may have it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct MacAddr(pub [u8; 6]);
+
+impl std::str::FromStr for MacAddr {
+    type Err = LabelError;
+
+    fn from_str(text: &str) -> Result<Self, LabelError> {
+        let bad = || LabelError::Mac(text.to_owned());
+        let mut out = [0u8; 6];
+        let mut parts = text.split([':', '-']);
+        for byte in &mut out {
+            let part = parts.next().ok_or_else(bad)?;
+            if part.len() != 2 {
+                return Err(bad());
+            }
+            *byte = u8::from_str_radix(part, 16).map_err(|_| bad())?;
+        }
+        if parts.next().is_some() {
+            return Err(bad());
+        }
+        Ok(Self(out))
+    }
+}
+
+impl TryFrom<String> for MacAddr {
+    type Error = LabelError;
+
+    fn try_from(text: String) -> Result<Self, LabelError> {
+        text.parse()
+    }
+}
+
+impl From<MacAddr> for String {
+    fn from(mac: MacAddr) -> Self {
+        mac.to_string()
+    }
+}
+
+impl fmt::Display for MacAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+/// One device of a circuit (a row of `ShapedDevices.csv`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Device {
+    /// `Device ID`.
+    pub id: LabelText,
+    /// `Device Name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<LabelText>,
+    /// `MAC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<MacAddr>,
+    /// `IPv4` and `IPv6`: its addresses and prefixes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<IpPrefix>,
+}
+
+/// Who a class shapes (see the module's text). Built checked: [`ClassLabel::new`], or read
+/// from the config, the wire or the state file, which refuse what `new` refuses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "LabelFields", into = "LabelFields")]
+pub struct ClassLabel(LabelFields);
+
+/// A label's parts, unchecked as a whole (each text is checked).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabelFields {
+    /// A subscriber's name (`Circuit Name`), or what a hand-made class is for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<LabelText>,
+    /// `Circuit ID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit: Option<LabelText>,
+    /// `Comment`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<LabelText>,
+    /// The circuit's devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<Device>,
+}
+
+impl TryFrom<LabelFields> for ClassLabel {
+    type Error = LabelError;
+
+    fn try_from(fields: LabelFields) -> Result<Self, LabelError> {
+        Self::new(fields)
+    }
+}
+
+impl From<ClassLabel> for LabelFields {
+    fn from(label: ClassLabel) -> Self {
+        label.0
+    }
+}
+
+impl ClassLabel {
+    /// A label of these parts.
+    ///
+    /// # Errors
+    /// Nothing in it, or too many devices or addresses.
+    pub fn new(fields: LabelFields) -> Result<Self, LabelError> {
+        let empty = fields.name.is_none()
+            && fields.circuit.is_none()
+            && fields.comment.is_none()
+            && fields.devices.is_empty();
+        if empty {
+            return Err(LabelError::Nothing);
+        }
+        let too_many = fields.devices.len() > DEVICES_MAX
+            || fields
+                .devices
+                .iter()
+                .any(|d| d.addresses.len() > ADDRESSES_MAX);
+        if too_many {
+            return Err(LabelError::TooMany);
+        }
+        Ok(Self(fields))
+    }
+
+    /// Its parts.
+    #[must_use]
+    pub fn fields(&self) -> &LabelFields {
+        &self.0
+    }
+
+    /// The name, else the circuit id, else the first device's name or id: what a page shows.
+    #[must_use]
+    pub fn title(&self) -> &str {
+        let f = &self.0;
+        f.name
+            .as_ref()
+            .or(f.circuit.as_ref())
+            .or_else(|| f.devices.first().map(|d| d.name.as_ref().unwrap_or(&d.id)))
+            .or(f.comment.as_ref())
+            .map_or("", LabelText::as_str)
+    }
+
+    /// Whether `query` (already lower case) is part of its name, circuit id, comment, a
+    /// device's id or name, or is a device's MAC address.
+    #[must_use]
+    pub fn mentions(&self, query: &str) -> bool {
+        let f = &self.0;
+        let has = |t: &Option<LabelText>| {
+            t.as_ref()
+                .is_some_and(|t| folded_contains(t.as_str(), query))
+        };
+        let mac: Option<MacAddr> = query.parse().ok();
+        has(&f.name)
+            || has(&f.circuit)
+            || has(&f.comment)
+            || f.devices.iter().any(|d| {
+                folded_contains(d.id.as_str(), query)
+                    || has(&d.name)
+                    || (mac.is_some() && d.mac == mac)
+            })
+    }
+
+    /// As the words of `htb-cli class label` take it (`name "Ann" circuit "17" device "a"
+    /// mac … address …`), each text quoted; `None` when a text holds both kinds of quote,
+    /// which tc's batch line cannot carry.
+    #[must_use]
+    pub fn words(&self) -> Option<String> {
+        use fmt::Write as _;
+        let f = &self.0;
+        let mut out = String::new();
+        let text = |out: &mut String, key: &str, t: &LabelText| -> Option<()> {
+            let t = t.as_str();
+            let quote = if !t.contains('"') {
+                '"'
+            } else if !t.contains('\'') {
+                '\''
+            } else {
+                return None;
+            };
+            let _ = write!(out, " {key} {quote}{t}{quote}");
+            Some(())
+        };
+        for (key, t) in [("name", &f.name), ("circuit", &f.circuit)] {
+            if let Some(t) = t {
+                text(&mut out, key, t)?;
+            }
+        }
+        if let Some(t) = &f.comment {
+            text(&mut out, "comment", t)?;
+        }
+        for d in &f.devices {
+            text(&mut out, "device", &d.id)?;
+            if let Some(n) = &d.name {
+                text(&mut out, "name", n)?;
+            }
+            if let Some(mac) = d.mac {
+                let _ = write!(out, " mac {mac}");
+            }
+            for a in &d.addresses {
+                let _ = write!(out, " address {a}");
+            }
+        }
+        Some(out.trim_start().to_owned())
+    }
+}
+
+/// Whether `needle` (lower case) is in `hay`, ignoring case: without allocating when the
+/// needle is ASCII (a search runs over every label of 100 000 subscribers).
+fn folded_contains(hay: &str, needle: &str) -> bool {
+    if needle.is_ascii() {
+        let (h, n) = (hay.as_bytes(), needle.as_bytes());
+        n.is_empty() || h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
+    } else {
+        hay.to_lowercase().contains(needle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(s: &str) -> LabelText {
+        s.parse().unwrap()
+    }
+
+    fn ann() -> ClassLabel {
+        ClassLabel::new(LabelFields {
+            name: Some(text("Ann O'Neil")),
+            circuit: Some(text("C-17")),
+            comment: None,
+            devices: vec![Device {
+                id: text("D-1"),
+                name: Some(text("Ann's router")),
+                mac: Some("00:1A:2b:3c:4d:5e".parse().unwrap()),
+                addresses: vec![
+                    "10.0.3.7".parse().unwrap(),
+                    "2001:db8::/64".parse().unwrap(),
+                ],
+            }],
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn texts_and_macs_are_checked_as_read() {
+        assert_eq!(
+            serde_json::from_str::<LabelText>("\"a\\nb\"")
+                .unwrap_err()
+                .to_string(),
+            "a label's text may not hold control characters (\"a\\nb\")"
+        );
+        assert!(serde_json::from_str::<LabelText>("\"\"").is_err());
+        let long = format!("\"{}\"", "x".repeat(TEXT_MAX + 1));
+        assert!(serde_json::from_str::<LabelText>(&long).is_err());
+        assert_eq!(
+            "00-1a-2B-3c-4d-5e".parse::<MacAddr>().unwrap().to_string(),
+            "00:1a:2b:3c:4d:5e"
+        );
+        for bad in [
+            "00:1a:2b:3c:4d",
+            "00:1a:2b:3c:4d:5e:6f",
+            "0:1a:2b:3c:4d:5e",
+            "zz:1a:2b:3c:4d:5e",
+        ] {
+            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
+        }
+        let empty = serde_json::from_str::<ClassLabel>("{}").unwrap_err();
+        assert!(empty.to_string().contains("needs a name"), "{empty}");
+        assert!(serde_json::from_str::<ClassLabel>(r#"{"name":"a","size":1}"#).is_err());
+    }
+
+    #[test]
+    fn lossy_texts_are_valid_ones() {
+        assert_eq!(
+            LabelText::lossy(" Two\nlines ").unwrap().as_str(),
+            "Two lines"
+        );
+        assert_eq!(LabelText::lossy(" \t "), None);
+        let long = "é".repeat(TEXT_MAX);
+        let cut = LabelText::lossy(&long).unwrap();
+        assert!(cut.as_str().len() <= TEXT_MAX);
+        assert_eq!(cut.as_str().parse::<LabelText>().unwrap(), cut);
+    }
+
+    #[test]
+    fn round_trips_through_json_and_toml() {
+        let label = ann();
+        let json = serde_json::to_string(&label).unwrap();
+        assert_eq!(serde_json::from_str::<ClassLabel>(&json).unwrap(), label);
+        #[derive(Serialize, Deserialize)]
+        struct Doc {
+            label: ClassLabel,
+        }
+        let toml_text = toml::to_string(&Doc {
+            label: label.clone(),
+        })
+        .unwrap();
+        assert_eq!(
+            toml::from_str::<Doc>(&toml_text).unwrap().label,
+            label,
+            "{toml_text}"
+        );
+    }
+
+    #[test]
+    fn searches_and_words() {
+        let label = ann();
+        assert_eq!(label.title(), "Ann O'Neil");
+        for q in ["ann o", "c-17", "d-1", "router", "00:1a:2b:3c:4d:5e"] {
+            assert!(label.mentions(q), "{q}");
+        }
+        assert!(!label.mentions("bob"));
+        assert!(folded_contains("Zoë Müller", "zoë m") && !folded_contains("ab", "abc"));
+        assert_eq!(
+            label.words().unwrap(),
+            "name \"Ann O'Neil\" circuit \"C-17\" device \"D-1\" name \"Ann's router\" \
+             mac 00:1a:2b:3c:4d:5e address 10.0.3.7/32 address 2001:db8::/64"
+        );
+        let both = ClassLabel::new(LabelFields {
+            name: Some(text("say \"it's\"")),
+            ..LabelFields::default()
+        })
+        .unwrap();
+        assert_eq!(both.words(), None);
+        let single = ClassLabel::new(LabelFields {
+            name: Some(text("the \"big\" one")),
+            ..LabelFields::default()
+        })
+        .unwrap();
+        assert_eq!(single.words().unwrap(), "name 'the \"big\" one'");
+    }
+}
+
+/// `label` as the config's inline table (the state file writes it so).
+#[must_use]
+pub fn label_toml(label: &ClassLabel) -> String {
+    // A label is strings and arrays of them: it always has a TOML form.
+    toml::Value::try_from(label).map_or_else(|_| "{}".into(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod toml_tests {
+    use super::*;
+
+    #[test]
+    fn the_inline_table_reads_back() {
+        let label: ClassLabel = serde_json::from_str(
+            r#"{"name":"Ann \"A\"","circuit":"C-17","devices":[{"id":"D-1","mac":"00:1a:2b:3c:4d:5e","addresses":["10.0.3.7/32"]},{"id":"D-2"}]}"#,
+        )
+        .unwrap();
+        let text = label_toml(&label);
+        assert!(!text.contains('\n'), "{text}");
+        #[derive(Deserialize)]
+        struct Doc {
+            label: ClassLabel,
+        }
+        let doc: Doc = toml::from_str(&format!("label = {text}\n")).unwrap();
+        assert_eq!(doc.label, label, "{text}");
+    }
+}
