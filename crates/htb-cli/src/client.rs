@@ -12,9 +12,37 @@ use htb_ipc::{
 /// Commands per message of a large batch (some 20 MB, a third of the message limit).
 pub const STAGE_CHUNK: usize = 100_000;
 
+/// What a message of a large batch may weigh ([`weight`]): a third of the message limit.
+const STAGE_BYTES: usize = 20 << 20;
+
+/// About what `command` takes in a message: a label its texts and addresses, any other command
+/// under 200 bytes (tc's words typed).
+fn weight(command: &Command) -> usize {
+    match command {
+        Command::ClassLabel(l) => 200 + l.label.as_ref().map_or(0, htb_ipc::ClassLabel::encoded_len),
+        _ => 200,
+    }
+}
+
+/// How many of `commands` go in the next message: at most [`STAGE_CHUNK`] and
+/// [`STAGE_BYTES`] (at least one).
+fn chunk_len(commands: &[Command]) -> usize {
+    let mut bytes = 0;
+    commands
+        .iter()
+        .take(STAGE_CHUNK)
+        .take_while(|c| {
+            bytes += weight(c);
+            bytes <= STAGE_BYTES
+        })
+        .count()
+        .max(1)
+}
+
 /// Classes or filters per page of a show: a class with statistics is under 1 kB of the
-/// answer, so a page stays far below the 64 MiB message limit.
-pub const SHOW_PAGE: u32 = 20_000;
+/// answer and its label under 2 kB more (`htb_config::label::LABEL_MAX_BYTES`), so a page stays
+/// far below the 64 MiB message limit.
+pub const SHOW_PAGE: u32 = 10_000;
 
 /// Why a request did not get an answer.
 #[derive(Debug, thiserror::Error)]
@@ -134,16 +162,20 @@ impl Client {
         })
     }
 
-    /// Applies `commands` as one atomic batch. A batch over [`STAGE_CHUNK`] commands goes in
-    /// several messages: all but the last are staged on this connection
+    /// Applies `commands` as one atomic batch. A batch over [`STAGE_CHUNK`] commands (or some
+    /// 20 MB) goes in several messages: all but the last are staged on this connection
     /// ([`RequestBody::Stage`]), and the last one's `Apply` runs them all.
     ///
     /// # Errors
     /// As [`call`](Self::call); a refusal's command index counts over the whole batch.
     pub fn apply(&mut self, mut commands: Vec<Command>) -> Result<ReplyBody, ClientError> {
         let mut staged = false;
-        while commands.len() > STAGE_CHUNK {
-            let rest = commands.split_off(STAGE_CHUNK);
+        loop {
+            let n = chunk_len(&commands);
+            if commands.len() <= n {
+                break;
+            }
+            let rest = commands.split_off(n);
             let chunk = std::mem::replace(&mut commands, rest);
             let request = RequestBody::Stage { commands: chunk };
             // The first message may reconnect; the rest must reach the same connection.
@@ -213,5 +245,42 @@ impl Client {
         }
         let response: Response = read_frame(&mut self.stream)?;
         response.result.map_err(ClientError::Daemon)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn label(name_len: usize) -> Command {
+        let name = "n".repeat(name_len);
+        let label: htb_ipc::ClassLabel =
+            serde_json::from_value(serde_json::json!({ "name": name })).unwrap();
+        Command::ClassLabel(htb_ipc::LabelSpec {
+            dev: "eth0".into(),
+            id: htb_ipc::ClassId::new(1, 1),
+            label: Some(label),
+        })
+    }
+
+    /// A message of a staged batch holds at most 100 000 commands and about 20 MB, whatever
+    /// its labels weigh (each staged message is checked against its real size too).
+    #[test]
+    fn batches_are_cut_by_count_and_by_weight() {
+        let delete = Command::ClassDelete(htb_ipc::ClassDelete {
+            dev: "eth0".into(),
+            id: htb_ipc::ClassId::new(1, 1),
+        });
+        assert_eq!(chunk_len(&vec![delete; 250_000]), STAGE_CHUNK);
+        let heavy = vec![label(250); 100_000];
+        let n = chunk_len(&heavy);
+        assert!(n < STAGE_CHUNK && n > 10_000, "{n}");
+        let json = serde_json::to_vec(&heavy[..n]).unwrap();
+        assert!(json.len() <= STAGE_BYTES, "{} bytes", json.len());
+        assert!(
+            json.len() * 3 > STAGE_BYTES,
+            "the estimate is not far off: {} bytes",
+            json.len()
+        );
     }
 }

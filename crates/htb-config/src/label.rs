@@ -18,6 +18,9 @@ pub const TEXT_MAX: usize = 256;
 pub const DEVICES_MAX: usize = 64;
 /// The most addresses a device lists.
 pub const ADDRESSES_MAX: usize = 64;
+/// The most a label may weigh on the wire ([`ClassLabel::encoded_len`]), so that a page of a
+/// `class show` (20 000 classes) and a staged batch stay far below the 64 MiB message limit.
+pub const LABEL_MAX_BYTES: usize = 2048;
 
 /// Why a label's part is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -41,6 +44,9 @@ pub enum LabelError {
     /// Too many devices or addresses.
     #[error("a label lists at most {DEVICES_MAX} devices of {ADDRESSES_MAX} addresses each")]
     TooMany,
+    /// Too much in all.
+    #[error("a label may hold at most {LABEL_MAX_BYTES} bytes of texts and addresses ({0})")]
+    TooBig(usize),
     /// Nothing in it.
     #[error("a label needs a name, a circuit, a comment or a device")]
     Nothing,
@@ -114,7 +120,8 @@ impl fmt::Display for LabelText {
     }
 }
 
-/// A MAC address, written `aa:bb:cc:dd:ee:ff` (`-` also read, as LibreQoS's files may have it).
+/// A MAC address, written `aa:bb:cc:dd:ee:ff`; read also with `-`, in Cisco's `aabb.ccdd.eeff`
+/// and as 12 bare hex digits, as operators' files have them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct MacAddr(pub [u8; 6]);
@@ -124,7 +131,24 @@ impl std::str::FromStr for MacAddr {
 
     fn from_str(text: &str) -> Result<Self, LabelError> {
         let bad = || LabelError::Mac(text.to_owned());
+        // Only hex digits and separators (`from_str_radix` would take a sign).
+        if !text
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() || ":-.".contains(c))
+        {
+            return Err(bad());
+        }
         let mut out = [0u8; 6];
+        let digits: String = text.chars().filter(|c| *c != '.').collect();
+        let dotted = text.len() == 14 && text.split('.').all(|p| p.len() == 4);
+        if dotted || (text.len() == 12 && !text.contains([':', '-'])) {
+            let digits = if dotted { digits.as_str() } else { text };
+            for (i, byte) in out.iter_mut().enumerate() {
+                let pair = digits.get(2 * i..2 * i + 2).ok_or_else(bad)?;
+                *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+            }
+            return Ok(Self(out));
+        }
         let mut parts = text.split([':', '-']);
         for byte in &mut out {
             let part = parts.next().ok_or_else(bad)?;
@@ -237,7 +261,25 @@ impl ClassLabel {
         if too_many {
             return Err(LabelError::TooMany);
         }
-        Ok(Self(fields))
+        let label = Self(fields);
+        match label.encoded_len() {
+            n if n > LABEL_MAX_BYTES => Err(LabelError::TooBig(n)),
+            _ => Ok(label),
+        }
+    }
+
+    /// About what it takes as JSON, at most (texts, addresses, keys and quotes).
+    #[must_use]
+    pub fn encoded_len(&self) -> usize {
+        let f = &self.0;
+        let text = |t: &Option<LabelText>| t.as_ref().map_or(0, |t| t.as_str().len() * 2 + 16);
+        text(&f.name)
+            + text(&f.circuit)
+            + text(&f.comment)
+            + f.devices
+                .iter()
+                .map(|d| d.id.as_str().len() * 2 + 16 + text(&d.name) + 32 + 48 * d.addresses.len())
+                .sum::<usize>()
     }
 
     /// Its parts.
@@ -370,10 +412,22 @@ mod tests {
         assert!(serde_json::from_str::<LabelText>("\"\"").is_err());
         let long = format!("\"{}\"", "x".repeat(TEXT_MAX + 1));
         assert!(serde_json::from_str::<LabelText>(&long).is_err());
-        assert_eq!(
-            "00-1a-2B-3c-4d-5e".parse::<MacAddr>().unwrap().to_string(),
-            "00:1a:2b:3c:4d:5e"
-        );
+        for written in ["00-1a-2B-3c-4d-5e", "001a.2b3c.4d5e", "001A2B3C4D5E"] {
+            assert_eq!(
+                written.parse::<MacAddr>().unwrap().to_string(),
+                "00:1a:2b:3c:4d:5e",
+                "{written}"
+            );
+        }
+        for bad in [
+            "001a.2b3c.4d5",
+            "001a2b3c4d5g",
+            "001a2b3c4d5e7f",
+            "+1a2b3c4d5e6",
+            "+1:1a:2b:3c:4d:5e",
+        ] {
+            assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
+        }
         for bad in [
             "00:1a:2b:3c:4d",
             "00:1a:2b:3c:4d:5e:6f",
@@ -385,6 +439,15 @@ mod tests {
         let empty = serde_json::from_str::<ClassLabel>("{}").unwrap_err();
         assert!(empty.to_string().contains("needs a name"), "{empty}");
         assert!(serde_json::from_str::<ClassLabel>(r#"{"name":"a","size":1}"#).is_err());
+        // Sixteen devices of long texts weigh too much.
+        let device = format!(
+            r#"{{"id":"{}","name":"{}"}}"#,
+            "d".repeat(60),
+            "n".repeat(60)
+        );
+        let heavy = format!(r#"{{"devices":[{}]}}"#, vec![device; 16].join(","));
+        let e = serde_json::from_str::<ClassLabel>(&heavy).unwrap_err();
+        assert!(e.to_string().contains("at most 2048 bytes"), "{e}");
     }
 
     #[test]

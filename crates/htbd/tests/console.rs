@@ -284,6 +284,12 @@ fn the_console_shows_a_shaped_subscriber_live_and_prometheus_scrapes_it() {
         "comment",
         "everyone else",
     ]);
+    // A number is a circuit id's part, not a class handle.
+    let (code, body) = curl(&["-H", &bearer, &format!("{base}/api/v1/search?q=17")]);
+    assert!(
+        code == 200 && body.contains("\"class\":\"1:10\"") && body.contains("Ann O'Neil"),
+        "{code} {body}"
+    );
     let (code, body) = curl(&["-H", &bearer, &format!("{base}/api/v1/search?q=guest")]);
     assert!(
         code == 200 && body.contains("\"class\":\"1:20\"") && body.contains("Guest Wi-Fi"),

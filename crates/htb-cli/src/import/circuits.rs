@@ -87,9 +87,9 @@ pub struct Circuit {
 }
 
 impl Circuit {
-    /// Its label, as both its classes carry it (the file's texts made valid ones, at most
-    /// [`label::DEVICES_MAX`] devices of [`label::ADDRESSES_MAX`] addresses: the label
-    /// names the circuit, its filters shape every address).
+    /// Its label, as both its classes carry it (the file's texts made valid ones, and as
+    /// many devices and addresses as a label holds: the label names the circuit, its filters
+    /// shape every address).
     #[must_use]
     pub fn label(&self) -> Option<ClassLabel> {
         let mut fields = self.label.clone();
@@ -97,14 +97,30 @@ impl Circuit {
         for d in &mut fields.devices {
             d.addresses.truncate(label::ADDRESSES_MAX);
         }
-        ClassLabel::new(fields).ok()
+        loop {
+            match ClassLabel::new(fields.clone()) {
+                Ok(label) => return Some(label),
+                Err(label::LabelError::TooBig(_)) if !fields.devices.is_empty() => {
+                    // The last device's addresses first, then the device.
+                    let last = fields.devices.len() - 1;
+                    if fields.devices[last].addresses.pop().is_none() {
+                        fields.devices.pop();
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
     }
 }
 
-/// A device row's part of its circuit's label.
+/// A device row's part of its circuit's label (a device without an id is known by its name,
+/// else by its line).
 fn label_device(d: &ShapedDevice) -> Option<Device> {
+    let id = LabelText::lossy(&d.device_id)
+        .or_else(|| LabelText::lossy(&d.device_name))
+        .or_else(|| LabelText::lossy(&format!("line {}", d.line)))?;
     Some(Device {
-        id: LabelText::lossy(&d.device_id)?,
+        id,
         name: LabelText::lossy(&d.device_name),
         mac: d.mac,
         addresses: d.addresses.clone(),

@@ -288,7 +288,13 @@ fn device(c: &Columns, row: &csv::StringRecord, line: u64) -> Result<ShapedDevic
     let sqm = c.sqm(row);
     check_sqm(sqm).map_err(|why| err(SQM, format!("\"{sqm}\": {why}")))?;
     let mac = match c.optional(row, c.3.mac) {
-        "" => None,
+        // What files write for "none".
+        "" | "-" => None,
+        text if ["n/a", "na", "none", "null", "unknown"]
+            .contains(&text.to_lowercase().as_str()) =>
+        {
+            None
+        }
         text => Some(
             text.parse()
                 .map_err(|e: htb_ipc::LabelError| err(MAC, e.to_string()))?,
@@ -405,6 +411,32 @@ mod tests {
                 download_max: 155_000_000,
                 upload_max: 20_250_000,
             }
+        );
+        // The label's columns: the comment whole, though its comma made an extra field.
+        assert_eq!(
+            (d.device_name.as_str(), d.mac, d.comment.as_str()),
+            ("Device 1", None, "Plan A, gold")
+        );
+    }
+
+    #[test]
+    fn macs_are_read_in_the_forms_files_have() {
+        let row = |mac: &str| format!("{HEADER}1,c,1,d,,{mac},10.0.0.1,,1,1,10,10,\n");
+        for mac in ["00:1A:2b:3c:4d:5e", "001a.2b3c.4d5e", "001a2b3c4d5e", "00-1a-2b-3c-4d-5e"] {
+            let d = &read(&row(mac)).unwrap()[0];
+            assert_eq!(
+                d.mac.map(|m| m.to_string()).as_deref(),
+                Some("00:1a:2b:3c:4d:5e"),
+                "{mac}"
+            );
+        }
+        for none in ["", "N/A", "none", "-"] {
+            assert_eq!(read(&row(none)).unwrap()[0].mac, None, "{none}");
+        }
+        let e = read(&row("00:1a:2b")).unwrap_err().to_string();
+        assert!(
+            e.contains("line 2, column \"MAC\": \"00:1a:2b\" is not a MAC address"),
+            "{e}"
         );
     }
 

@@ -120,11 +120,11 @@ fn node_label(name: &str) -> Option<ClassLabel> {
     .ok()
 }
 
-/// `label` as `class label`'s words. A text holding both kinds of quote, which a batch line
-/// cannot carry, has its `"` written as `'`.
-fn label_words(label: &ClassLabel) -> String {
+/// `label` as `class label`'s words, and the label they give. A text holding both kinds of
+/// quote, which a batch line cannot carry, has its `"` written as `'`.
+fn label_words(label: &ClassLabel) -> (String, Option<ClassLabel>) {
     if let Some(words) = label.words() {
-        return words;
+        return (words, Some(label.clone()));
     }
     let fix = |t: &Option<LabelText>| {
         t.as_ref()
@@ -145,10 +145,10 @@ fn label_words(label: &ClassLabel) -> String {
             })
             .collect(),
     };
-    ClassLabel::new(fields)
-        .ok()
-        .and_then(|l| l.words())
-        .unwrap_or_default()
+    match ClassLabel::new(fields) {
+        Ok(fixed) => (fixed.words().unwrap_or_default(), Some(fixed)),
+        Err(_) => (String::new(), None),
+    }
 }
 
 /// A prefix as a key (`IpPrefix` keeps the address as written).
@@ -763,9 +763,13 @@ fn port_batch(
                 }
             }
         }
+        // As htbd will hold it: a label whose text had both quotes is written with `'`.
+        let (words, written) = match &w.label {
+            Some(label) => label_words(label),
+            None => (String::new(), None),
+        };
         let have_label = kept.and_then(|h| h.label.as_ref());
-        if have_label != w.label.as_ref() {
-            let words = w.label.as_ref().map(label_words).unwrap_or_default();
+        if have_label != written.as_ref() {
             out.line(
                 w.origin.clone(),
                 format_args!("class label dev {dev} classid {id} {words}"),
@@ -1126,6 +1130,24 @@ mod tests {
 2,Marconi,2,D2,Elsewhere,,100.64.0.2,,2,1,25,10,,fq_codel
 3,Peg,3,D3,,,100.64.0.3,,2,1,25,10,,
 ";
+
+    /// A name with both quotes is written with `'` for `"` (a batch line cannot hold both),
+    /// and a second import finds it as written: nothing to do.
+    #[test]
+    fn a_name_with_both_quotes_is_set_once() {
+        let rows = "1,\"say \"\"it's\"\"\",1,D1,,,100.64.0.1,,1,1,10,10,,\n";
+        let p = placement(&[]);
+        let mut running = base();
+        let first = batch(&circuits(rows), None, &p, &running, 0x100).unwrap();
+        assert!(
+            first.text.contains("class label dev lan0 classid 1:100 name \"say 'it's'\""),
+            "{}",
+            first.text
+        );
+        apply(&mut running, &first.text);
+        let again = batch(&circuits(rows), None, &p, &running, 0x100).unwrap();
+        assert_eq!(again.text, "");
+    }
 
     #[test]
     fn a_first_import_adds_everything_as_tc_text() {

@@ -156,7 +156,7 @@ impl Model {
             )
         })?;
         step.undo.push(Undo::ClassDeleted { port, old });
-        // Its label goes with it (after, so that an undo restores the class first).
+        // Its label goes with it (an undo, in reverse, puts the label back, then the class).
         if let Some(label) = qdisc.labels.remove(&id) {
             step.undo.push(Undo::Label {
                 port,

@@ -396,7 +396,10 @@ pub async fn search(
 ) -> Result<Json<Vec<Found>>, ApiError> {
     let q = params.q.trim();
     let mut found = Vec::new();
-    if let Ok(id) = q.parse::<ClassId>() {
+    // A class id has its colon (`1:10`): a bare `17` or `cafe`, which tc would read as a
+    // handle, is looked for in the labels (circuit ids are often numbers).
+    let class = q.contains(':').then(|| q.parse::<ClassId>().ok()).flatten();
+    if let Some(id) = class {
         let show = Show {
             object: Some(Object::Class),
             class: Some(id),
