@@ -19,7 +19,9 @@ const STAGE_BYTES: usize = 20 << 20;
 /// under 200 bytes (tc's words typed).
 fn weight(command: &Command) -> usize {
     match command {
-        Command::ClassLabel(l) => 200 + l.label.as_ref().map_or(0, htb_ipc::ClassLabel::encoded_len),
+        Command::ClassLabel(l) => {
+            200 + l.label.as_ref().map_or(0, htb_ipc::ClassLabel::encoded_len)
+        }
         _ => 200,
     }
 }

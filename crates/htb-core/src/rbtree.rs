@@ -188,9 +188,27 @@ impl RbTree {
         self.first
     }
 
+    /// The largest node, or [`NIL`].
+    #[inline]
+    pub(crate) fn last(&self) -> NodeId {
+        self.last
+    }
+
     /// Links `node` in key order; equal keys go after existing ones. Returns `false` (and
     /// changes nothing) if `node` is already linked somewhere.
     pub(crate) fn insert<P: NodePool + ?Sized>(&mut self, pool: &mut P, node: NodeId) -> bool {
+        if self.root == NIL {
+            // Into an empty tree, the common case of a row or feed with one active class:
+            // one look-up of the node (a pool's look-up is not free).
+            let links = pool.links_mut(node);
+            if links.is_linked() {
+                debug_assert!(false, "rbtree: inserting linked node {node}");
+                return false;
+            }
+            *links = Links::new(NIL, Color::Black);
+            (self.root, self.first, self.last) = (node, node, node);
+            return true;
+        }
         if pool.links(node).is_linked() {
             debug_assert!(false, "rbtree: inserting linked node {node}");
             return false;
@@ -235,6 +253,17 @@ impl RbTree {
     /// Unlinks `node` and marks it unlinked. Returns `false` if it was not linked (the
     /// `htb_safe_rb_erase` case: a bug elsewhere, not worth corrupting the tree for).
     pub(crate) fn erase<P: NodePool + ?Sized>(&mut self, pool: &mut P, node: NodeId) -> bool {
+        if self.root == node && self.first == node && self.last == node {
+            // The only node: one look-up of it.
+            let links = pool.links_mut(node);
+            if !links.is_linked() {
+                debug_assert!(false, "rbtree: erasing unlinked node {node}");
+                return false;
+            }
+            *links = Links::UNLINKED;
+            (self.root, self.first, self.last) = (NIL, NIL, NIL);
+            return true;
+        }
         if !pool.links(node).is_linked() {
             debug_assert!(false, "rbtree: erasing unlinked node {node}");
             return false;

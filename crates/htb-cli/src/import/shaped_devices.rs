@@ -422,7 +422,12 @@ mod tests {
     #[test]
     fn macs_are_read_in_the_forms_files_have() {
         let row = |mac: &str| format!("{HEADER}1,c,1,d,,{mac},10.0.0.1,,1,1,10,10,\n");
-        for mac in ["00:1A:2b:3c:4d:5e", "001a.2b3c.4d5e", "001a2b3c4d5e", "00-1a-2b-3c-4d-5e"] {
+        for mac in [
+            "00:1A:2b:3c:4d:5e",
+            "001a.2b3c.4d5e",
+            "001a2b3c4d5e",
+            "00-1a-2b-3c-4d-5e",
+        ] {
             let d = &read(&row(mac)).unwrap()[0];
             assert_eq!(
                 d.mac.map(|m| m.to_string()).as_deref(),

@@ -1140,7 +1140,9 @@ mod tests {
         let mut running = base();
         let first = batch(&circuits(rows), None, &p, &running, 0x100).unwrap();
         assert!(
-            first.text.contains("class label dev lan0 classid 1:100 name \"say 'it's'\""),
+            first
+                .text
+                .contains("class label dev lan0 classid 1:100 name \"say 'it's'\""),
             "{}",
             first.text
         );

@@ -48,17 +48,65 @@ fn bits(mut mask: u8) -> impl Iterator<Item = u8> {
     })
 }
 
+/// Where a class's nodes are: its level and first node.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Place {
+    level: u8,
+    first: NodeId,
+}
+
+impl Place {
+    #[inline]
+    fn of(class: &Class) -> Self {
+        Self {
+            level: class.level,
+            first: class.prio_node,
+        }
+    }
+
+    /// The node for priority `prio`: a leaf's one node, or an inner class's per priority.
+    #[inline]
+    fn node(self, prio: u8) -> NodeId {
+        if self.level == 0 {
+            self.first
+        } else {
+            self.first + NodeId::from(prio)
+        }
+    }
+}
+
+/// What hooking a class into feeds and rows reads of its record, read once (each look-up of a
+/// record costs a load of its storage chunk).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Hook {
+    place: Place,
+    activity: u8,
+    mode: Mode,
+    parent: ClassIdx,
+    inner: u32,
+    minor: u32,
+}
+
+impl Hook {
+    #[inline]
+    pub(super) fn of(class: &Class) -> Self {
+        Self {
+            place: Place::of(class),
+            activity: class.activity,
+            mode: class.mode,
+            parent: class.parent,
+            inner: class.inner,
+            minor: class.id.minor(),
+        }
+    }
+}
+
 impl<P: Packet> Scheduler<P> {
     /// The node of class `cl` for priority `prio`: a leaf has one node, used for whichever
     /// priority it is active at; an inner class has one per priority.
     #[inline]
     pub(super) fn prio_node(&self, cl: ClassIdx, prio: u8) -> NodeId {
-        let class = &self.classes[cl as usize];
-        if class.level == 0 {
-            class.prio_node
-        } else {
-            class.prio_node + NodeId::from(prio)
-        }
+        Place::of(&self.classes[cl as usize]).node(prio)
     }
 
     /// `htb_activate`: a leaf got backlog; hook it into the feeds/rows of its priority.
@@ -67,60 +115,65 @@ impl<P: Packet> Scheduler<P> {
         let class = &mut self.classes[cl as usize];
         if class.activity == 0 {
             class.activity = 1 << class.prio;
-            self.activate_prios(cl);
+            let hook = Hook::of(class);
+            self.activate_prios(hook);
         }
     }
 
     /// `htb_deactivate`: a leaf lost its backlog.
     #[inline]
     pub(super) fn deactivate(&mut self, cl: ClassIdx) {
-        if self.classes[cl as usize].activity == 0 {
+        let class = &mut self.classes[cl as usize];
+        if class.activity == 0 {
             return;
         }
-        self.deactivate_prios(cl);
-        self.classes[cl as usize].activity = 0;
+        // Its own activity first: unhooking changes only its ancestors' records.
+        let hook = Hook::of(class);
+        class.activity = 0;
+        self.deactivate_prios(hook);
     }
 
-    /// `htb_activate_prios`: connects `cl` to its ancestors' feeds while it may borrow, and
-    /// the first green class of the chain to its level's row. `cl.mode` must be the new mode.
-    pub(super) fn activate_prios(&mut self, cl: ClassIdx) {
-        let mut cl = cl;
-        let mut mask = self.classes[cl as usize].activity;
-        let mut parent = self.classes[cl as usize].parent;
-        while self.classes[cl as usize].mode == Mode::MayBorrow && parent != NO_CLASS && mask != 0 {
-            let inner = self.classes[parent as usize].inner;
+    /// `htb_activate_prios`: connects the class whose record `hook` read to its ancestors'
+    /// feeds while it may borrow, and the first green class of the chain to its level's row.
+    /// `hook.mode` must be the new mode.
+    pub(super) fn activate_prios(&mut self, hook: Hook) {
+        let mut hook = hook;
+        let mut mask = hook.activity;
+        while hook.mode == Mode::MayBorrow && hook.parent != NO_CLASS && mask != 0 {
+            let parent = hook.parent;
+            let up = Hook::of(&self.classes[parent as usize]);
             for prio in bits(mask) {
-                let node = self.prio_node(cl, prio);
-                let feed = &mut self.inner[inner as usize].feeds[prio as usize];
+                let node = hook.place.node(prio);
+                let feed = &mut self.inner[up.inner as usize].feeds[prio as usize];
                 if !feed.tree.is_empty() {
                     // The parent is already hooked up for this priority.
                     mask &= !(1 << prio);
                 }
                 feed.tree.insert(&mut self.prio_nodes.nodes, node);
             }
-            self.classes[parent as usize].activity |= mask;
-            cl = parent;
-            parent = self.classes[cl as usize].parent;
+            let class = &mut self.classes[parent as usize];
+            class.activity |= mask;
+            hook = Hook::of(class);
         }
-        if self.classes[cl as usize].mode == Mode::CanSend && mask != 0 {
-            self.add_class_to_row(cl, mask);
+        if hook.mode == Mode::CanSend && mask != 0 {
+            self.add_class_to_row(hook.place, mask);
         }
     }
 
     /// `htb_deactivate_prios`: the mirror of [`activate_prios`](Self::activate_prios);
-    /// `cl.mode` must be the old mode.
-    pub(super) fn deactivate_prios(&mut self, cl: ClassIdx) {
-        let mut cl = cl;
-        let mut mask = self.classes[cl as usize].activity;
-        let mut parent = self.classes[cl as usize].parent;
-        while self.classes[cl as usize].mode == Mode::MayBorrow && parent != NO_CLASS && mask != 0 {
-            let inner = self.classes[parent as usize].inner;
-            let key = self.classes[cl as usize].id.minor();
+    /// `hook.mode` must be the old mode.
+    pub(super) fn deactivate_prios(&mut self, hook: Hook) {
+        let mut hook = hook;
+        let mut mask = hook.activity;
+        while hook.mode == Mode::MayBorrow && hook.parent != NO_CLASS && mask != 0 {
+            let parent = hook.parent;
+            let up = Hook::of(&self.classes[parent as usize]);
+            let key = hook.minor;
             let todo = mask;
             mask = 0;
             for prio in bits(todo) {
-                let node = self.prio_node(cl, prio);
-                let feed = &mut self.inner[inner as usize].feeds[prio as usize];
+                let node = hook.place.node(prio);
+                let feed = &mut self.inner[up.inner as usize].feeds[prio as usize];
                 if feed.ptr == node {
                     // Removing the child the parent's DRR points at: forget the pointer but
                     // remember the id, so the round robin resumes after it.
@@ -134,37 +187,38 @@ impl<P: Packet> Scheduler<P> {
                     mask |= 1 << prio;
                 }
             }
-            self.classes[parent as usize].activity &= !mask;
-            cl = parent;
-            parent = self.classes[cl as usize].parent;
+            let class = &mut self.classes[parent as usize];
+            class.activity &= !mask;
+            hook = Hook::of(class);
         }
-        if self.classes[cl as usize].mode == Mode::CanSend && mask != 0 {
-            self.remove_class_from_row(cl, mask);
+        if hook.mode == Mode::CanSend && mask != 0 {
+            self.remove_class_from_row(hook.place, mask);
         }
     }
 
     /// `htb_add_class_to_row`.
-    fn add_class_to_row(&mut self, cl: ClassIdx, mask: u8) {
-        let level = self.classes[cl as usize].level as usize;
+    fn add_class_to_row(&mut self, place: Place, mask: u8) {
+        let level = place.level as usize;
         self.levels[level].row_mask |= mask;
         for prio in bits(mask) {
-            let node = self.prio_node(cl, prio);
             self.levels[level].rows[prio as usize]
                 .tree
-                .insert(&mut self.prio_nodes.nodes, node);
+                .insert(&mut self.prio_nodes.nodes, place.node(prio));
         }
     }
 
     /// `htb_remove_class_from_row`.
-    fn remove_class_from_row(&mut self, cl: ClassIdx, mask: u8) {
-        let level = self.classes[cl as usize].level as usize;
+    fn remove_class_from_row(&mut self, place: Place, mask: u8) {
+        let level = place.level as usize;
         let mut emptied = 0u8;
         for prio in bits(mask) {
-            let node = self.prio_node(cl, prio);
+            let node = place.node(prio);
             let nodes = &mut self.prio_nodes.nodes;
             let row = &mut self.levels[level].rows[prio as usize];
             if row.ptr == node {
-                row.ptr = RbTree::next(nodes, node);
+                // The only node has no next: no look-up of it to learn so.
+                let only = row.tree.first() == node && row.tree.last() == node;
+                row.ptr = if only { NIL } else { RbTree::next(nodes, node) };
             }
             if !row.tree.erase(nodes, node) {
                 self.stats.internal_faults += 1;
@@ -223,11 +277,15 @@ impl<P: Packet> Scheduler<P> {
             return;
         }
         if old_mode != Mode::CantSend {
-            self.deactivate_prios(cl);
+            let hook = Hook::of(class);
+            self.deactivate_prios(hook);
         }
-        self.classes[cl as usize].mode = new_mode;
+        // Deactivating changed the ancestors' records, not this one's.
+        let class = &mut self.classes[cl as usize];
+        class.mode = new_mode;
         if new_mode != Mode::CantSend {
-            self.activate_prios(cl);
+            let hook = Hook::of(class);
+            self.activate_prios(hook);
         }
     }
 
@@ -251,18 +309,11 @@ impl<P: Packet> Scheduler<P> {
         }
     }
 
-    /// After `cl`'s buckets were charged: re-evaluates its mode and moves it between the wait
-    /// queue, feeds and rows (the tail of `htb_charge_class`'s loop). Inline: the mode rarely
-    /// changes.
-    #[inline]
-    fn update_mode(&mut self, cl: ClassIdx) {
-        let class = &self.classes[cl as usize];
-        let mut diff = 0;
-        let new = Self::class_mode(class, &mut diff, self.config.hysteresis);
-        let old = class.mode;
-        if new == old {
-            return;
-        }
+    /// After `cl`'s buckets were charged and its mode re-evaluated (`new`, from `old`, the
+    /// mode changing `diff` token units from now): moves it between the wait queue, feeds and
+    /// rows (the tail of `htb_charge_class`'s loop). Out of line: the mode rarely changes.
+    #[inline(never)]
+    fn mode_changed(&mut self, cl: ClassIdx, old: Mode, new: Mode, diff: i64) {
         self.set_mode(cl, new);
         if old != Mode::CanSend {
             self.remove_from_wait_tree(cl);
@@ -346,7 +397,8 @@ impl<P: Packet> Scheduler<P> {
         let ptr = row.ptr;
         if ptr != NIL {
             let cl = self.prio_nodes.nodes[ptr as usize].owner;
-            if self.classes[cl as usize].level == 0 {
+            // A level-0 row holds leaves only: no look-up of the class to know it.
+            if level == 0 || self.classes[cl as usize].level == 0 {
                 return cl;
             }
         }
@@ -414,13 +466,14 @@ impl<P: Packet> Scheduler<P> {
         NO_CLASS
     }
 
-    /// Advances the DRR pointer that serves leaf `cl` at `level` (`htb_next_rb_node` on the
-    /// parent's feed, or on the level-0 row for a leaf sending on its own rate).
+    /// Advances the DRR pointer that serves a leaf whose parent is `parent` at `level`
+    /// (`htb_next_rb_node` on the parent's feed, or on the level-0 row for a leaf sending on
+    /// its own rate).
     #[inline]
-    fn advance_pointer(&mut self, cl: ClassIdx, level: usize, prio: u8) {
+    fn advance_pointer(&mut self, parent: ClassIdx, level: usize, prio: u8) {
         let r = if level > 0 {
             RowRef::Feed {
-                inner: self.classes[self.classes[cl as usize].parent as usize].inner,
+                inner: self.classes[parent as usize].inner,
                 prio,
             }
         } else {
@@ -437,21 +490,24 @@ impl<P: Packet> Scheduler<P> {
     pub(super) fn dequeue_tree(&mut self, prio: usize, level: usize) -> Option<P> {
         let prio = prio as u8;
         let mut cl = self.lookup_leaf(level, prio);
-        let packet = loop {
+        let (packet, emptied) = loop {
             if cl == NO_CLASS {
                 return None;
             }
             let slot = cl as usize;
-            if !self.queues[slot].is_empty() {
-                let before = (self.queues[slot].len(), self.queues[slot].backlog());
-                let packet = self.queues[slot].dequeue(&mut self.store, self.now);
+            let queue = &mut self.queues[slot];
+            let mut empty = queue.is_empty();
+            if !empty {
+                let before = (queue.len(), queue.backlog());
+                let packet = queue.dequeue(&mut self.store, self.now);
+                let after = (queue.len(), queue.backlog());
                 let expected = before.0 - u32::from(packet.is_some());
-                self.account_leaf(cl, before, expected);
+                empty = self.account_leaf(cl, before, after, expected);
                 if let Some(packet) = packet {
-                    break packet;
+                    break (packet, empty);
                 }
             }
-            if self.queues[slot].is_empty() {
+            if empty {
                 // The leaf is empty, or emptied itself by dropping (CoDel): `htb_qlen_notify`
                 // deactivates it, and the round moves on.
                 self.deactivate(cl);
@@ -475,13 +531,23 @@ impl<P: Packet> Scheduler<P> {
         class.bytes += u64::from(len);
         class.packets += 1;
         class.deficit[level] = class.deficit[level].saturating_sub(len.min(i32::MAX as u32) as i32);
-        if class.deficit[level] < 0 {
+        let advance = class.deficit[level] < 0;
+        if advance {
             class.deficit[level] = class.deficit[level].saturating_add(class.quantum);
-            self.advance_pointer(cl, level, prio);
+        }
+        let parent = class.parent;
+        // An emptied leaf leaves the round (`htb_deactivate`, below): read while at hand.
+        let leaving = (emptied && class.activity != 0).then(|| {
+            let hook = Hook::of(class);
+            class.activity = 0;
+            hook
+        });
+        if advance {
+            self.advance_pointer(parent, level, prio);
         }
         // Before charging, as the kernel does ("slightly better performance").
-        if self.queues[cl as usize].is_empty() {
-            self.deactivate(cl);
+        if let Some(hook) = leaving {
+            self.deactivate_prios(hook);
         }
         self.charge_class(cl, level as u8, len);
         Some(packet)
@@ -492,6 +558,7 @@ impl<P: Packet> Scheduler<P> {
     /// buckets of the lender and above; counts lends/borrows and updates modes.
     pub(super) fn charge_class(&mut self, cl: ClassIdx, level: u8, len: u32) {
         let now = self.now;
+        let hysteresis = self.config.hysteresis;
         // Stall credit (`credit.rs`) raises the buckets' caps once the driver has reported a
         // stall; until then the caps are the kernel's, at no cost.
         let credited = self.stall_credit.hold() != 0;
@@ -501,28 +568,28 @@ impl<P: Packet> Scheduler<P> {
         let leaf_backlogged = credited && self.classes[cl as usize].activity != 0;
         let mut cl = cl;
         while cl != NO_CLASS {
-            let shared = self.classes[cl as usize].shared;
+            // One look-up of the class per level: each costs a load of its storage chunk.
+            let mut class = &mut self.classes[cl as usize];
+            let shared = class.shared;
             if shared {
                 // What the other workers sent counts too (their paid debts).
                 self.pull_shared(cl);
+                class = &mut self.classes[cl as usize];
             }
             // A shared class's buckets were just pulled from the shared ones, which hold its
             // credit themselves (`shared.rs`): no cap here.
-            let caps = match (credited, shared) {
-                (false, _) => None,
-                (true, true) => Some((i64::MAX, i64::MAX)),
+            let (rate_cap, ceil_cap) = match (credited, shared) {
+                (false, _) => (class.buffer, class.cbuffer),
+                (true, true) => (i64::MAX, i64::MAX),
                 (true, false) => {
-                    let class = &self.classes[cl as usize];
                     let credit = self.stall_credit.at(class.t_c, now);
                     let backlogged = leaf_backlogged || class.activity != 0;
-                    Some((
+                    (
                         cap(class.tokens, class.buffer, backlogged, credit),
                         cap(class.ctokens, class.cbuffer, backlogged, credit),
-                    ))
+                    )
                 }
             };
-            let class = &mut self.classes[cl as usize];
-            let (rate_cap, ceil_cap) = caps.unwrap_or((class.buffer, class.cbuffer));
             let diff = Self::elapsed_tokens(class, now);
             let charged = class.adjust.charged_len(len);
             let mut rate_cost = 0;
@@ -548,10 +615,15 @@ impl<P: Packet> Scheduler<P> {
                 class.packets += 1;
             }
             let parent = class.parent;
+            // The new mode from the buckets just charged (`owe_shared` reads them only).
+            let mut wait = 0;
+            let (old, new) = (class.mode, Self::class_mode(class, &mut wait, hysteresis));
             if shared {
                 self.owe_shared(cl, rate_cost, ceil_cost);
             }
-            self.update_mode(cl);
+            if new != old {
+                self.mode_changed(cl, old, new, wait);
+            }
             cl = parent;
         }
     }

@@ -364,10 +364,11 @@ impl<P: Packet> Scheduler<P> {
         if !self.queues[s].reconfigure(&mut self.store, leaf, self.now) {
             return self.set_leaf(now, id, Some(leaf));
         }
-        self.account_leaf(slot, before, before.0);
+        let after = (self.queues[s].len(), self.queues[s].backlog());
+        let empty = self.account_leaf(slot, before, after, before.0);
         // New parameters may let a held-back leaf send now: it rejoins the round and says.
         self.unthrottle(slot);
-        if self.queues[s].is_empty() {
+        if empty {
             self.deactivate(slot);
         } else {
             self.activate(slot);

@@ -301,14 +301,16 @@ impl<P: Packet> Scheduler<P> {
             });
         }
         let slot = leaf as usize;
-        let before = (self.queues[slot].len(), self.queues[slot].backlog());
-        match self.queues[slot].enqueue(&mut self.store, packet, self.now) {
+        let queue = &mut self.queues[slot];
+        let before = (queue.len(), queue.backlog());
+        let taken = queue.enqueue(&mut self.store, packet, self.now);
+        let after = (queue.len(), queue.backlog());
+        match taken {
             Ok(()) => {
                 // The leaf took it, and may have dropped others to make room, even everything
                 // it held (fq_codel drops half the fattest flow: the new packet's flow may be
                 // all there is); an emptied leaf leaves the round (`htb_qlen_notify`).
-                self.account_leaf(leaf, before, before.0 + 1);
-                if self.queues[slot].is_empty() {
+                if self.account_leaf(leaf, before, after, before.0 + 1) {
                     self.deactivate(leaf);
                 } else if !self.is_throttled(leaf) {
                     self.activate(leaf);
@@ -316,15 +318,15 @@ impl<P: Packet> Scheduler<P> {
                 Ok(())
             }
             Err(packet) => {
-                self.account_leaf(leaf, before, before.0);
-                if self.queues[slot].is_empty() {
+                if self.account_leaf(leaf, before, after, before.0) {
                     self.deactivate(leaf);
                 }
-                self.classes[slot].drops = self.classes[slot].drops.wrapping_add(1);
+                let class = &mut self.classes[slot];
+                class.drops = class.drops.wrapping_add(1);
                 self.stats.drops += 1;
                 Err(Dropped {
                     packet,
-                    reason: DropReason::QueueFull(self.classes[slot].id),
+                    reason: DropReason::QueueFull(class.id),
                 })
             }
         }
@@ -370,11 +372,17 @@ impl<P: Packet> Scheduler<P> {
     }
 
     /// Brings the totals up to date after a call into `leaf`, which held `before` (packets,
-    /// bytes) and would hold `expected` packets had it dropped nothing: the rest it dropped.
+    /// bytes) and holds `after`, and would hold `expected` packets had it dropped nothing: the
+    /// rest it dropped. Returns whether the leaf is empty now.
     #[inline]
-    pub(super) fn account_leaf(&mut self, leaf: ClassIdx, before: (u32, u64), expected: u32) {
-        let queue = &self.queues[leaf as usize];
-        let (qlen, bytes) = (queue.len(), queue.backlog());
+    pub(super) fn account_leaf(
+        &mut self,
+        leaf: ClassIdx,
+        before: (u32, u64),
+        after: (u32, u64),
+        expected: u32,
+    ) -> bool {
+        let (qlen, bytes) = after;
         self.qlen = self.qlen - u64::from(before.0) + u64::from(qlen);
         self.backlog = self.backlog - before.1 + bytes;
         let dropped = u64::from(expected.saturating_sub(qlen));
@@ -383,6 +391,7 @@ impl<P: Packet> Scheduler<P> {
             class.drops = class.drops.wrapping_add(dropped as u32);
             self.stats.drops += dropped;
         }
+        qlen == 0
     }
 
     /// The next packet to send at time `now`, if any class may send one.
@@ -652,12 +661,19 @@ impl<P: Packet> Scheduler<P> {
             Target::Direct => return NO_CLASS,
             Target::Unclassified => return self.default_leaf,
             Target::Handle(handle) => {
-                let class = self.classes.get(handle.slot as usize);
-                if class.is_some_and(|c| c.live && c.id == handle.id) {
-                    handle.slot
-                } else {
-                    self.lookup(handle.id)
+                // The handle's slot, if it still holds its class: checked and judged in one
+                // look-up of the record.
+                if let Some(class) = self.classes.get(handle.slot as usize)
+                    && class.live
+                    && class.id == handle.id
+                {
+                    return if class.level == 0 {
+                        handle.slot
+                    } else {
+                        self.default_leaf
+                    };
                 }
+                self.lookup(handle.id)
             }
             Target::Class(id) if id.major() == self.config.major && id.is_qdisc() => {
                 return NO_CLASS;
