@@ -482,7 +482,13 @@ impl<P: Packet> Scheduler<P> {
         let nodes = &self.prio_nodes.nodes;
         let row = row_mut(&mut self.levels, &mut self.inner, r);
         if row.ptr != NIL {
-            row.ptr = RbTree::next(nodes, row.ptr);
+            // Past the only node is the end: no look-up of it to learn so.
+            let only = row.tree.first() == row.ptr && row.tree.last() == row.ptr;
+            row.ptr = if only {
+                NIL
+            } else {
+                RbTree::next(nodes, row.ptr)
+            };
         }
     }
 
