@@ -4,13 +4,17 @@
 # iproute2/iputils-ping/ethtool/iperf3 run the network-namespace lab (tcpdump times packets in bench-scale), nftables gives a lab test
 # netfilter rules, systemd's systemd-analyze checks the service unit; chromium and
 # chromium-driver run the browser tests of the web console, prometheus a real Prometheus server
-# scraping htbd) and a Rust toolchain with
+# scraping htbd, bird2 and keepalived the routing daemons of the lab of several boxes) and a
+# Rust toolchain with
 # a nightly and cargo-fuzz for the fuzz targets, and cargo-deny for the dependency checks.
 set -euo pipefail
 
 PACKAGES=(clang llvm libelf-dev zlib1g-dev m4 pkg-config make libbpf-dev
           iproute2 iputils-ping ethtool iperf3 nftables systemd curl ca-certificates tcpdump
-          chromium chromium-driver prometheus)
+          chromium chromium-driver prometheus bird2 keepalived)
+# Daemons whose packages enable a system-wide service: the lab runs its own instances in network
+# namespaces, so the ones installed here are stopped and disabled again.
+LAB_DAEMONS=(bird2:bird keepalived:keepalived)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -23,6 +27,12 @@ if ((${#missing[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    for entry in "${LAB_DAEMONS[@]}"; do
+        if [[ " ${missing[*]} " == *" ${entry%%:*} "* ]] && command -v systemctl >/dev/null &&
+            [ -d /run/systemd/system ]; then
+            $SUDO systemctl disable --now "${entry##*:}" >/dev/null 2>&1 || true
+        fi
+    done
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

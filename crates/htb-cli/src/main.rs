@@ -84,6 +84,45 @@ enum Command {
         #[arg(long, value_name = "K/N")]
         shard: Option<import::shard::Shard>,
     },
+    /// Poll htbd's /health and tell the routing daemons whether this box carries its
+    /// subscribers: a command for BIRD (`birdc enable|disable PROTOCOL`), a track_file for
+    /// keepalived. Down after --fall failed checks, up after a --hold-down of passing ones.
+    HealthWatch {
+        /// htbd's /health (`[daemon] http`).
+        #[arg(long, default_value = "http://127.0.0.1:9469/health")]
+        url: String,
+        /// Between checks (tc's time units: 100ms, 1s).
+        #[arg(long, default_value = "100ms", value_parser = time)]
+        interval: Duration,
+        /// The most one check may take.
+        #[arg(long, default_value = "200ms", value_parser = time)]
+        timeout: Duration,
+        /// Failed checks in a row that take the box down.
+        #[arg(long, default_value_t = 2)]
+        fall: u32,
+        /// How long /health must pass before the box is announced again (and at start).
+        #[arg(long, default_value = "5s", value_parser = time)]
+        hold_down: Duration,
+        /// Run by `sh -c` when the box goes up, e.g. "birdc enable htbd_subscribers".
+        #[arg(long, value_name = "CMD")]
+        on_up: Option<String>,
+        /// Run by `sh -c` when the box goes down, e.g. "birdc disable htbd_subscribers".
+        #[arg(long, value_name = "CMD")]
+        on_down: Option<String>,
+        /// A file holding 0 while up and 1 while down (keepalived's track_file, weight 0).
+        #[arg(long, value_name = "PATH")]
+        state_file: Option<PathBuf>,
+        /// The most a command may take before it is killed and retried.
+        #[arg(long, default_value = "5s", value_parser = time)]
+        command_timeout: Duration,
+    },
+}
+
+/// A time in tc's units (`100ms`, `5s`); a bare number is microseconds, as in tc.
+fn time(s: &str) -> Result<Duration, String> {
+    htb_core::units::parse_time(s)
+        .map(|d| Duration::from_nanos(d.as_nanos()))
+        .map_err(|e| format!("\"{s}\": {e} (a time such as 100ms or 5s)"))
 }
 
 fn node_mapping(s: &str) -> Result<(String, ClassId), String> {
@@ -203,7 +242,10 @@ fn main() -> ExitCode {
     if let Some(moved) = leading_options_moved(&args) {
         args = moved;
     }
-    if !matches!(args.first().map(String::as_str), Some("sim" | "import")) {
+    if !matches!(
+        args.first().map(String::as_str),
+        Some("sim" | "import" | "health-watch")
+    ) {
         // Everything but `sim` is tc's grammar, parsed by hand as tc parses it.
         let status = htb_cli::tc::main(&args, &mut std::io::stdout(), &mut std::io::stderr());
         return ExitCode::from(status);
@@ -252,6 +294,36 @@ fn main() -> ExitCode {
                 shard: *shard,
             });
         }
+        Command::HealthWatch {
+            url,
+            interval,
+            timeout,
+            fall,
+            hold_down,
+            on_up,
+            on_down,
+            state_file,
+            command_timeout,
+        } => match htb_cli::health_watch::HealthUrl::parse(url) {
+            Ok(url) => htb_cli::health_watch::run(
+                &htb_cli::health_watch::Options {
+                    url,
+                    interval: *interval,
+                    timeout: *timeout,
+                    fall: *fall,
+                    hold_down: *hold_down,
+                    on_up: on_up.clone(),
+                    on_down: on_down.clone(),
+                    state_file: state_file.clone(),
+                    command_timeout: *command_timeout,
+                },
+                &mut std::io::stderr(),
+            ),
+            Err(e) => {
+                eprintln!("htb-cli: {e}");
+                return ExitCode::from(htb_cli::tc::EXIT_USAGE);
+            }
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,6 +12,13 @@ use crate::owed::Counted;
 /// One lab at a time in this process: labs measure rates, so they must not share two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// Holds the one-lab-at-a-time lock (whoever panicked while holding it).
+pub(crate) fn serial() -> MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// node-1, the sender's side (10.201.1.2), for [`Lab::cmd`] and friends.
 pub const N1: &str = "n1";
 /// The router, where htbd (or the kernel's HTB) runs.
@@ -23,7 +30,7 @@ pub const MANAGEMENT_IP: &str = "10.254.0.2";
 
 /// The project's root: `HTB_REPO`, else where this binary was built from, else the current
 /// directory (a binary carried to another machine finds its tree there, not at the build path).
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     if let Some(root) = std::env::var_os("HTB_REPO") {
         return PathBuf::from(root);
     }
@@ -179,9 +186,7 @@ impl Lab {
     }
 
     fn try_up_family(name: &str, mode: &str, queues: u32, ipv6: bool) -> Result<Self, LabError> {
-        let serial = SERIAL
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let serial = serial();
         if let Some(reason) = unavailable() {
             return Err(LabError::Unavailable(reason));
         }
@@ -824,18 +829,43 @@ impl Htbd {
         env: &[(&str, &str)],
         wrapper: &[&str],
     ) -> Self {
-        let path = dir.path().join("htbd.toml");
-        std::fs::write(&path, with_paths(config, dir.path())).unwrap();
-        let log = dir.path().join("htbd.log");
         let bin = htbd_bin();
         let (program, args) = match wrapper.split_first() {
             Some((program, args)) => (*program, args.to_vec()),
             None => (bin.to_str().unwrap(), Vec::new()),
         };
-        let child = lab
-            .cmd(R, program)
+        let mut command = lab.cmd(R, program);
+        command
             .args(args)
-            .args(wrapper.first().map(|_| bin.to_str().unwrap()))
+            .args(wrapper.first().map(|_| bin.to_str().unwrap()));
+        Self::spawn(command, config, dir, env)
+    }
+
+    /// As [`start_with`](Self::start_with), in network namespace `ns` (a lab of several
+    /// boxes: [`crate::fleet`]).
+    pub fn start_in_namespace(
+        ns: &str,
+        config: &str,
+        dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", ns]).arg(htbd_bin());
+        Self::spawn(command, config, dir, env)
+    }
+
+    /// Runs `command` (htbd, in its namespace) with `--config` and the config written into
+    /// `dir`; waits until it logs that it runs.
+    fn spawn(
+        mut command: Command,
+        config: &str,
+        dir: tempfile::TempDir,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let path = dir.path().join("htbd.toml");
+        std::fs::write(&path, with_paths(config, dir.path())).unwrap();
+        let log = dir.path().join("htbd.log");
+        let child = command
             .args(["--config", path.to_str().unwrap()])
             // `HTBD_LOG` (e.g. `info,htb_xdp=debug`) for a diagnostic run; tests read info.
             .env(

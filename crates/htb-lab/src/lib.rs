@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cores;
 pub mod demo;
 pub mod filter_bench;
+pub mod fleet;
 pub mod ipc_bench;
 pub use accounted::{host_accounted, window_edge};
 mod lab;

@@ -1,4 +1,5 @@
-//! `dist/htbd.service` is a unit systemd accepts, with the hardening the README promises.
+//! `dist/htbd.service` and `dist/htbd-health-watch.service` are units systemd accepts, with
+//! the hardening the README promises.
 //!
 //! Needs `systemd-analyze` (Debian's `systemd` package): `#[ignore]`d by default, run by
 //! `scripts/test.sh` (which installs it) — the summary lists it as ignored otherwise.
@@ -23,14 +24,24 @@ fn unit_root() -> tempfile::TempDir {
     ] {
         std::fs::create_dir_all(r.join(dir)).unwrap();
     }
-    std::fs::copy(
-        repo().join("dist/htbd.service"),
-        r.join("etc/systemd/system/htbd.service"),
-    )
-    .unwrap();
+    std::fs::create_dir_all(r.join("usr/sbin")).unwrap();
+    for unit in ["htbd.service", "htbd-health-watch.service"] {
+        std::fs::copy(
+            repo().join("dist").join(unit),
+            r.join("etc/systemd/system").join(unit),
+        )
+        .unwrap();
+    }
     // Any executable will do for the check that ExecStart= and ExecReload= can run.
-    std::fs::copy("/bin/kill", r.join("bin/kill")).unwrap();
-    std::fs::copy("/bin/kill", r.join("usr/local/bin/htbd")).unwrap();
+    for program in [
+        "bin/kill",
+        "bin/sh",
+        "usr/local/bin/htbd",
+        "usr/local/bin/htb-cli",
+        "usr/sbin/birdc",
+    ] {
+        std::fs::copy("/bin/kill", r.join(program)).unwrap();
+    }
     let copied = Command::new("cp")
         .args(["-a", "/usr/lib/systemd/system"])
         .arg(r.join("usr/lib/systemd/"))
@@ -41,19 +52,27 @@ fn unit_root() -> tempfile::TempDir {
 }
 
 fn verify(root: &Path) -> std::process::Output {
+    verify_unit(root, "htbd.service")
+}
+
+fn verify_unit(root: &Path, unit: &str) -> std::process::Output {
     Command::new("systemd-analyze")
         .arg("verify")
         .arg(format!("--root={}", root.display()))
-        .arg("/etc/systemd/system/htbd.service")
+        .arg(format!("/etc/systemd/system/{unit}"))
         .output()
         .expect("systemd-analyze (apt install systemd)")
 }
 
 fn security(root: &Path) -> std::process::Output {
+    security_of(root, "htbd.service")
+}
+
+fn security_of(root: &Path, unit: &str) -> std::process::Output {
     Command::new("systemd-analyze")
         .args(["security", "--offline=yes"])
         .arg(format!("--root={}", root.display()))
-        .arg("htbd.service")
+        .arg(unit)
         .output()
         .expect("systemd-analyze (apt install systemd)")
 }
@@ -93,6 +112,49 @@ fn the_unit_verifies_and_is_hardened() {
         "ProtectSystem=strict",
         "StateDirectory=htbd",
         "RuntimeDirectory=htbd",
+    ] {
+        assert!(text.contains(line), "the unit lacks {line}");
+    }
+}
+
+#[test]
+#[ignore = "needs systemd-analyze (scripts/test.sh installs and runs it)"]
+fn the_health_watch_unit_verifies_withdraws_on_stop_and_is_hardened() {
+    let root = unit_root();
+    let unit = "htbd-health-watch.service";
+    let out = verify_unit(root.path(), unit);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {said}"
+    );
+    let path = root.path().join("etc/systemd/system").join(unit);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("Type=exec", "Type=exce")).unwrap();
+    let out = verify_unit(root.path(), unit);
+    assert!(!String::from_utf8_lossy(&out.stderr).trim().is_empty());
+    std::fs::write(&path, &text).unwrap();
+
+    let out = security_of(root.path(), unit);
+    let report = String::from_utf8_lossy(&out.stdout);
+    let exposure: f64 = report
+        .lines()
+        .find_map(|l| {
+            l.split(&format!("Overall exposure level for {unit}: "))
+                .nth(1)
+        })
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no exposure level in:\n{report}"));
+    eprintln!("systemd-analyze security: exposure {exposure}");
+    assert!(exposure <= 3.0, "exposure {exposure}:\n{report}");
+    // The watcher tells both daemons, and stopping it withdraws the box from both.
+    for line in [
+        "--on-down \"birdc disable htbd_subscribers\"",
+        "--state-file /run/htbd-health/healthy",
+        "ExecStopPost=-/usr/sbin/birdc disable htbd_subscribers",
+        "ExecStopPost=/bin/sh -c 'echo 1 > /run/htbd-health/healthy'",
+        "RuntimeDirectoryPreserve=yes",
     ] {
         assert!(text.contains(line), "the unit lacks {line}");
     }
