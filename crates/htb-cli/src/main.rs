@@ -73,9 +73,10 @@ enum Command {
         /// Print the batch of differences to what runs instead of sending it.
         #[arg(long)]
         dry_run: bool,
-        /// htbd's control socket.
+        /// htbd's control socket; given several times, the file is synced to each box in
+        /// turn (atomically on each) and every box's outcome reported.
         #[arg(long, value_name = "PATH")]
-        socket: Option<String>,
+        socket: Vec<String>,
         /// Seconds to wait for htbd's answer.
         #[arg(long, value_name = "SECS", default_value_t = 60.0)]
         timeout: f64,
@@ -197,6 +198,35 @@ fn import(import: &Import) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The import, box by box (`--socket` given several times): each box syncs to the file on its
+/// own, so a box that refuses keeps what it ran and is named; exit status 2 if any did.
+fn import_to_boxes(template: &Import, sockets: &[String]) -> ExitCode {
+    let mut failed = Vec::new();
+    for socket in sockets {
+        eprintln!("htb-cli: box {socket}:");
+        let one = Import {
+            socket: Some(socket.clone()),
+            ..template.clone()
+        };
+        let status = import(&one);
+        if status != ExitCode::SUCCESS {
+            failed.push(socket.as_str());
+        }
+    }
+    if failed.is_empty() {
+        eprintln!("htb-cli: all {} boxes synced", sockets.len());
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "htb-cli: {} of {} boxes did not sync: {}",
+            failed.len(),
+            sockets.len(),
+            failed.join(", ")
+        );
+        ExitCode::from(htb_cli::tc::EXIT_DAEMON)
+    }
+}
+
 fn sim(path: &PathBuf, json: bool, svg: Option<&PathBuf>) -> anyhow::Result<()> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -276,7 +306,7 @@ fn main() -> ExitCode {
                 eprintln!("htb-cli: --parent {parent} names a qdisc; circuits hang under a class");
                 return ExitCode::from(htb_cli::tc::EXIT_USAGE);
             }
-            return import(&Import {
+            let template = Import {
                 file: file.clone(),
                 network: network.clone(),
                 placement: Placement {
@@ -289,10 +319,14 @@ fn main() -> ExitCode {
                 first_minor: *first_minor,
                 print: *print,
                 dry_run: *dry_run,
-                socket: socket.clone(),
+                socket: socket.first().cloned(),
                 timeout: Some(Duration::from_secs_f64(timeout.max(0.1))),
                 shard: *shard,
-            });
+            };
+            if socket.len() <= 1 || *print {
+                return import(&template);
+            }
+            return import_to_boxes(&template, socket);
         }
         Command::HealthWatch {
             url,

@@ -24,6 +24,7 @@ use std::io::{self, Read, Write};
 mod explain;
 mod filter_handle;
 mod filter_kind;
+mod generation;
 mod protocol;
 mod status;
 mod tagged;
@@ -31,6 +32,7 @@ mod tagged;
 pub use explain::{Direction, Explain, Explanation, Outcome, PortExplanation};
 pub use filter_handle::{FilterHandle, FilterHandleError};
 pub use filter_kind::{FilterKind, UnknownFilterKind};
+pub use generation::{BadGeneration, Generation};
 pub use htb_classify::{
     ControlAction, IpPrefix, PoliceConfig, PoliceStats, U32Handle, U32HandleError,
 };

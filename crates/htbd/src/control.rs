@@ -22,7 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration as StdDuration;
 
 use htb_config::filter::Classifier;
-use htb_ipc::{CommandResult, ErrorCode, IpcError, ReplyBody, Request, RequestBody, Response};
+use htb_ipc::{
+    CommandResult, ErrorCode, Generation, IpcError, ReplyBody, Request, RequestBody, Response,
+};
 use htb_xdp::{Engine, EngineHandle, IngressHook, JobError, PlaneOp};
 use tokio::sync::{mpsc, oneshot};
 
@@ -81,7 +83,16 @@ pub struct Control {
     header: String,
     faults: Faults,
     requests: RequestMetrics,
+    /// The generation of the state the model holds, published for `/health`; `None` inside
+    /// while changes have not been hashed yet.
+    generation: tokio::sync::watch::Sender<Option<Generation>>,
+    hashed: Option<Generation>,
 }
+
+/// How long the control task waits after a change before hashing the state for the
+/// generation: an import's batches are hashed once at their end, not once each (the hash reads
+/// the whole state: ~0.1 s at 100 000 subscribers).
+const GENERATION_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Data-plane operations per job and worker: a class add with its `fq_codel` leaf costs the
 /// live data plane ~2.5 µs (512 per job measured 1.26 ms at 100 000 subscribers, `htb-lab
@@ -120,7 +131,27 @@ impl Control {
             header,
             faults,
             requests: RequestMetrics::default(),
+            generation: tokio::sync::watch::Sender::new(None),
+            hashed: None,
         }
+    }
+
+    /// The generation as published (for `/health`): it follows changes within
+    /// [`GENERATION_AFTER`].
+    #[must_use]
+    pub fn generation_watch(&self) -> tokio::sync::watch::Receiver<Option<Generation>> {
+        self.generation.subscribe()
+    }
+
+    /// The generation of the state now, hashing it if it changed since it was last hashed.
+    pub(crate) fn generation_now(&mut self) -> Generation {
+        if let Some(g) = self.hashed {
+            return g;
+        }
+        let g = Generation::of_text(&self.model.to_toml());
+        self.hashed = Some(g);
+        self.generation.send_replace(Some(g));
+        g
     }
 
     /// `n` units of data-plane work per job divided among the workers, at least one: every
@@ -137,7 +168,21 @@ impl Control {
 
     /// Serves calls until every sender is gone.
     pub async fn run(mut self, mut calls: mpsc::Receiver<Call>) {
-        while let Some(call) = calls.recv().await {
+        self.generation_now();
+        loop {
+            let call = if self.hashed.is_some() {
+                calls.recv().await
+            } else {
+                // Changes since the last hash: hash once they stop for a moment.
+                match tokio::time::timeout(GENERATION_AFTER, calls.recv()).await {
+                    Ok(call) => call,
+                    Err(_) => {
+                        self.generation_now();
+                        continue;
+                    }
+                }
+            };
+            let Some(call) = call else { break };
             let changed = match call {
                 Call::Client(request, peer, reply) => {
                     let applies = matches!(request.request, RequestBody::Apply { .. });
@@ -161,7 +206,12 @@ impl Control {
                     changed
                 }
                 Call::Metrics(reply) => {
-                    let _ = reply.send(self.scrape().await);
+                    let generation = self.generation_now();
+                    let scrape = self.scrape().await.map(|s| Scrape {
+                        generation: Some(generation),
+                        ..s
+                    });
+                    let _ = reply.send(scrape);
                     false
                 }
                 Call::Query(query) => {
@@ -170,6 +220,7 @@ impl Control {
                 }
             };
             if changed {
+                self.hashed = None;
                 crate::service::status(&self.model);
             }
         }
@@ -210,10 +261,15 @@ impl Control {
                     .await
                     .map(|results| ReplyBody::Applied { results })
             }
-            RequestBody::Status {} => self
-                .on_engine(|engine| engine.stats())
-                .await
-                .map(|stats| ReplyBody::Status(crate::status::status(&stats))),
+            RequestBody::Status {} => {
+                let generation = self.generation_now();
+                self.on_engine(|engine| engine.stats()).await.map(|stats| {
+                    ReplyBody::Status(htb_ipc::Status {
+                        generation: Some(generation),
+                        ..crate::status::status(&stats)
+                    })
+                })
+            }
             RequestBody::Explain(ask) => self.explain(&ask).await.map(ReplyBody::Explained),
             // The connection keeps what it stages (crate::ipc); only its Apply comes here.
             RequestBody::Stage { .. } => Err(IpcError::new(

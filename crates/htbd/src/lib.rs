@@ -311,6 +311,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     let hang_faults = faults.clone();
     let control = control::Control::new(model, store, dataplane.handle.clone(), header, faults);
     let requests = control.request_metrics();
+    let generation = control.generation_watch();
     let engine = dataplane.handle.clone();
     let served = runtime.block_on(async {
         let (calls_tx, calls) = tokio::sync::mpsc::channel(64);
@@ -336,6 +337,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
                 calls: calls_tx.clone(),
                 requests,
                 liveness: std::sync::Arc::new(move || liveness_of.since_all_workers_passed()),
+                generation,
                 token,
                 history: std::sync::Arc::default(),
                 rates: std::sync::Mutex::default(),

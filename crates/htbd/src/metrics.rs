@@ -30,6 +30,7 @@
 //! | `htb_ipc_requests_total` | counter | `request` (`ping`, `show`, `apply`, `status`, `stage`, `explain`), `outcome` (`ok`, `error`) |
 //! | `htb_ipc_request_duration_seconds` | histogram | `request` |
 //! | `htb_scrape_gather_seconds` | gauge | |
+//! | `htb_generation_info` | gauge (1) | `generation`: the hash of the state the box runs |
 
 pub mod exposition;
 pub mod requests;
@@ -46,6 +47,8 @@ pub struct Scrape {
     pub trees: Vec<TreeScrape>,
     /// How long gathering took, in seconds.
     pub gather_seconds: f64,
+    /// The generation of the state the box runs.
+    pub generation: Option<htb_ipc::Generation>,
 }
 
 /// One port's trees (one, or one per `mq` class).

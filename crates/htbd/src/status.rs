@@ -76,6 +76,7 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
             })
             .collect(),
         stall_credit_us: stats.stall_credit.map_or(0, |c| c.as_nanos() / 1000),
+        generation: None,
     }
 }
 

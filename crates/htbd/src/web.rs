@@ -44,6 +44,8 @@ pub struct Web {
     pub requests: RequestMetrics,
     /// The data plane's last pass.
     pub liveness: Liveness,
+    /// The generation of the state the box runs, as the control task publishes it.
+    pub generation: tokio::sync::watch::Receiver<Option<htb_ipc::Generation>>,
     /// The token data requests must carry (`None`: a loopback listener without one).
     pub token: Option<auth::Token>,
     /// The charts' samples.

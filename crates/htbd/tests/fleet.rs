@@ -235,6 +235,85 @@ fn failover(fleet: &Fleet, boxes: &mut Boxes, failure: Failure) -> String {
     line
 }
 
+/// Runs htb-cli with `--socket` for each box and `args`; returns the exit code, stdout and
+/// stderr.
+fn cli_to_both(boxes: &Boxes, args: &[&str]) -> (i32, String, String) {
+    let mut cmd = std::process::Command::new(htb_lab::cli_bin());
+    for b in [FleetBox::PRIMARY, FleetBox::STANDBY] {
+        cmd.arg("--socket").arg(boxes.at(b).socket());
+    }
+    let out = cmd.args(args).output().expect("htb-cli");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The boxes report the generation of the state they run: the same while they hold the same
+/// tree, different (and named) once one changed; a batch to both reports per box and names the
+/// box that refused it.
+fn generations_tell_the_boxes_apart(fleet: &Fleet, boxes: &Boxes) {
+    let (code, out, err) = cli_to_both(boxes, &["status"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("all 2 boxes run generation "), "{out}");
+    let generation = out
+        .lines()
+        .last()
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap()
+        .to_owned();
+    // /health says it too, as a checker or an operator's curl sees it.
+    let health = fleet.exec("b1", &["curl", "-s", "http://127.0.0.1:9469/health"]);
+    let body = String::from_utf8_lossy(&health.stdout);
+    assert!(
+        body.contains(&format!("\ngeneration {generation}\n")),
+        "{body}"
+    );
+    // One box changes: the status names both generations and fails.
+    boxes.at(FleetBox::PRIMARY).cli_ok(&[
+        "class", "add", "dev", "acc0", "parent", "1:", "classid", "1:20", "htb", "rate", "5mbit",
+    ]);
+    let (code, out, _) = cli_to_both(boxes, &["status"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("the boxes differ: "), "{out}");
+    let primary = boxes.at(FleetBox::PRIMARY).socket().display().to_string();
+    let standby = boxes.at(FleetBox::STANDBY).socket().display().to_string();
+    assert!(out.contains(&format!("{primary}: generation ")), "{out}");
+    assert!(
+        !out.contains(&format!("{primary}: generation {generation}")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{standby}: generation {generation}")),
+        "{out}"
+    );
+    // A batch to both: the standby lacks 1:20 and refuses it whole; the primary applies it.
+    let batch = boxes.at(FleetBox::PRIMARY).dir().join("fleet.batch");
+    std::fs::write(&batch, "class del dev acc0 classid 1:20\n").unwrap();
+    let (code, _, err) = cli_to_both(boxes, &["-b", batch.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{primary}: applied 1 command(s)")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{standby}: refused ({}:1): ", batch.display())),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("1 of 2 boxes did not apply it: {standby}")),
+        "{err}"
+    );
+    // Back to the same tree, hence the same generation as at the start.
+    let (code, out, err) = cli_to_both(boxes, &["status"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("all 2 boxes run generation {generation}")),
+        "{out}"
+    );
+}
+
 #[test]
 #[ignore = "needs root, network namespaces, bird2 and keepalived (scripts/test.sh runs it as root)"]
 fn bgp_and_vrrp_move_the_subscriber_to_the_standby_and_back_whatever_fails() {
@@ -264,6 +343,7 @@ fn bgp_and_vrrp_move_the_subscriber_to_the_standby_and_back_whatever_fails() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    generations_tell_the_boxes_apart(&fleet, &boxes);
     let mut lines = Vec::new();
     for failure in [
         Failure::Kill9,

@@ -10,6 +10,7 @@ mod class_label;
 mod explain;
 mod f_flower;
 mod f_u32;
+mod fleet;
 pub mod format;
 mod m_gact;
 mod m_mirred;
@@ -81,6 +82,11 @@ fn daemon_error(err: &mut impl Write, e: &ClientError) -> u8 {
 
 fn run(invocation: Invocation, out: &mut impl Write, err: &mut impl Write) -> u8 {
     let Invocation { options, action } = invocation;
+    if !options.more_sockets.is_empty()
+        && !matches!(action, Some(Action::Help(_) | Action::Version))
+    {
+        return fleet::run(&options, action, out, err);
+    }
     let action = match action {
         None => return batch(&options, out, err),
         Some(Action::Help(text)) => {
@@ -157,8 +163,20 @@ fn apply(
     Ok(results)
 }
 
-/// `-b FILE`: every change in one atomic request, then the shows in order.
-fn batch(options: &Options, out: &mut impl Write, err: &mut impl Write) -> u8 {
+/// A batch file, read and parsed.
+struct Batch {
+    /// Its name (`-` for stdin).
+    file: String,
+    /// The line of each change.
+    lines: Vec<usize>,
+    /// Its changes, in order.
+    commands: Vec<Command>,
+    /// Its shows, in order.
+    shows: Vec<Show>,
+}
+
+/// Reads and parses `-b FILE`; on failure, says why on `err` and returns the exit status.
+fn read_batch(options: &Options, err: &mut impl Write) -> Result<Batch, u8> {
     let file = options.batch.clone().unwrap_or_default();
     let text = if file == "-" {
         let mut text = String::new();
@@ -170,26 +188,29 @@ fn batch(options: &Options, out: &mut impl Write, err: &mut impl Write) -> u8 {
         Ok(t) => t,
         Err(e) => {
             let _ = writeln!(err, "Cannot open file \"{file}\" for reading: {e}");
-            return EXIT_USAGE;
+            return Err(EXIT_USAGE);
         }
     };
     let actions = match parse::parse_batch(&text) {
         Ok(a) => a,
         Err((line, e)) => {
             let _ = writeln!(err, "{e}\nCommand failed {file}:{line}");
-            return EXIT_USAGE;
+            return Err(EXIT_USAGE);
         }
     };
-    let mut lines = Vec::new();
-    let mut commands = Vec::new();
-    let mut shows = Vec::new();
+    let mut batch = Batch {
+        file,
+        lines: Vec::new(),
+        commands: Vec::new(),
+        shows: Vec::new(),
+    };
     for (line, action) in actions {
         match action {
             Action::Change(c) => {
-                lines.push(line);
-                commands.push(c);
+                batch.lines.push(line);
+                batch.commands.push(c);
             }
-            Action::Show(s) => shows.push(s),
+            Action::Show(s) => batch.shows.push(s),
             Action::Monitor(_)
             | Action::Status
             | Action::Explain(_)
@@ -197,6 +218,20 @@ fn batch(options: &Options, out: &mut impl Write, err: &mut impl Write) -> u8 {
             | Action::Version => {}
         }
     }
+    Ok(batch)
+}
+
+/// `-b FILE`: every change in one atomic request, then the shows in order.
+fn batch(options: &Options, out: &mut impl Write, err: &mut impl Write) -> u8 {
+    let Batch {
+        file,
+        lines,
+        commands,
+        shows,
+    } = match read_batch(options, err) {
+        Ok(b) => b,
+        Err(status) => return status,
+    };
     let mut client = match Client::connect(
         &socket_path(options.socket.as_deref()),
         options.timeout.unwrap_or(DEFAULT_TIMEOUT),

@@ -30,6 +30,9 @@ pub struct Options {
     pub iec: bool,
     /// `--socket PATH`.
     pub socket: Option<String>,
+    /// `--socket` given again: the other boxes of a fleet (`status`, changes and batches go to
+    /// each; see `fleet`).
+    pub more_sockets: Vec<String>,
     /// `--timeout SECS`: how long to wait for htbd's answer.
     pub timeout: Option<std::time::Duration>,
     /// `-b FILE` / `batch FILE`.
@@ -58,14 +61,22 @@ pub fn parse_command_line(args: &[String]) -> Result<Invocation> {
             break;
         }
         rest = &rest[1..];
-        if let Some(path) = a.strip_prefix("--socket=") {
-            options.socket = Some(path.to_owned());
-        } else if a == "--socket" {
-            let Some((path, more)) = rest.split_first() else {
-                return usage("--socket needs a path");
+        if a == "--socket" || a.starts_with("--socket=") {
+            let path = match a.strip_prefix("--socket=") {
+                Some(path) => path.to_owned(),
+                None => {
+                    let Some((path, more)) = rest.split_first() else {
+                        return usage("--socket needs a path");
+                    };
+                    rest = more;
+                    path.clone()
+                }
             };
-            options.socket = Some(path.clone());
-            rest = more;
+            if options.socket.is_none() {
+                options.socket = Some(path);
+            } else {
+                options.more_sockets.push(path);
+            }
         } else if a == "--timeout" || a.starts_with("--timeout=") {
             let value = match a.strip_prefix("--timeout=") {
                 Some(v) => v.to_owned(),
@@ -315,6 +326,68 @@ mod tests {
 
     fn error(s: &str) -> String {
         parse_command(&words(s)).unwrap_err().0
+    }
+
+    #[test]
+    fn socket_given_again_names_more_boxes() {
+        let args: Vec<String> = ["--socket", "/a", "--socket=/b", "--socket", "/c", "status"]
+            .map(String::from)
+            .to_vec();
+        let inv = parse_command_line(&args).unwrap();
+        assert_eq!(inv.options.socket.as_deref(), Some("/a"));
+        assert_eq!(inv.options.more_sockets, ["/b", "/c"]);
+        assert_eq!(inv.action, Some(Action::Status));
+        let one = parse_command_line(&["--socket".into(), "/a".into(), "status".into()]).unwrap();
+        assert!(one.options.more_sockets.is_empty());
+        assert!(parse_command_line(&["--socket".into()]).is_err());
+    }
+
+    /// Several boxes take status, changes and batches; anything else is refused before any
+    /// box is asked, and a batch's shows too.
+    #[test]
+    fn several_boxes_take_only_status_changes_and_batches() {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let args: Vec<String> = [
+            "--socket",
+            "/nonexistent/a",
+            "--socket",
+            "/nonexistent/b",
+            "class",
+            "show",
+            "dev",
+            "eth0",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            super::super::main(&args, &mut out, &mut err),
+            super::super::EXIT_USAGE
+        );
+        let said = String::from_utf8_lossy(&err);
+        assert!(said.contains("only status, changes and -batch"), "{said}");
+        // Status to boxes that are not there: each is named, and the exit status says so.
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let args: Vec<String> = [
+            "--socket",
+            "/nonexistent/a",
+            "--socket",
+            "/nonexistent/b",
+            "status",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            super::super::main(&args, &mut out, &mut err),
+            super::super::EXIT_DAEMON
+        );
+        let said = String::from_utf8_lossy(&out);
+        assert!(
+            said.contains("/nonexistent/a: not asked: ")
+                && said.contains("/nonexistent/b: not asked: ")
+                && said.contains("the boxes differ: 2 not asked"),
+            "{said}"
+        );
     }
 
     #[test]

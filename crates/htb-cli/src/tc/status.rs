@@ -35,6 +35,9 @@ pub(super) fn format(s: &Status) -> String {
         "htbd {} (pid {})\nframes {}: free {}, in fill rings {}, in TX rings {}, held {} (queued {})\n",
         s.daemon, s.pid, f.total, f.free, f.in_fill, f.in_tx, f.held, f.queued
     );
+    if let Some(g) = s.generation {
+        text.push_str(&format!("generation {g} (the hash of the state it runs)\n"));
+    }
     for p in &s.ports {
         text.push_str(&format!(
             "dev {}: rx {} pkts {} bytes, tx {} pkts {} bytes\n  dropped: queue {} pool {} \
@@ -192,6 +195,7 @@ mod tests {
                 },
             ],
             stall_credit_us: 10_000,
+            generation: Some(htb_ipc::Generation(0x0123_4567_89ab_cdef)),
             ..status
         };
         let text = format(&two);
@@ -208,6 +212,10 @@ mod tests {
                  latest 2800 µs (stall credit up to 10ms per stall)\n"
             ) && text
                 .contains("2 late passes (over 200 µs late), 3100 µs in all, the latest 2800 µs\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ngeneration 0123456789abcdef (the hash of the state it runs)\n"),
             "{text}"
         );
     }

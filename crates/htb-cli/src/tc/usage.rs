@@ -14,7 +14,8 @@ where  OBJECT := { qdisc | class | filter }
        OPTIONS := { -s[tatistics] | -d[etails] | -r[aw] | -i[ec] | -j[son] | -p[retty] |
                     -b[atch] FILE | -V[ersion] | -h[elp] | --socket PATH | --timeout SECS }
 The daemon is reached at /run/htbd/htbd.sock, or $HTBD_SOCKET, or --socket PATH, and
-its answer awaited --timeout SECS (default 10).";
+its answer awaited --timeout SECS (default 10). --socket given several times sends status,
+changes and batches to each box and reports per box (status compares their generations).";
 
 /// The filter usage (`tc filter help`, for the HTB parts).
 pub(crate) const FILTER_USAGE: &str = "\

@@ -47,14 +47,18 @@ pub enum Query {
 }
 
 impl Control {
-    pub(super) async fn query(&self, query: Query) {
+    pub(super) async fn query(&mut self, query: Query) {
         // The asker may have gone (a closed browser tab); nothing is lost then.
         match query {
             Query::Status(reply) => {
+                let generation = self.generation_now();
                 let status = self
                     .on_engine(|engine| engine.stats())
                     .await
-                    .map(|stats| crate::status::status(&stats));
+                    .map(|stats| Status {
+                        generation: Some(generation),
+                        ..crate::status::status(&stats)
+                    });
                 let _ = reply.send(status);
             }
             Query::Show(show, reply) => {

@@ -579,6 +579,7 @@ impl Control {
             engine,
             trees,
             gather_seconds: started.elapsed().as_secs_f64(),
+            generation: None,
         })
     }
 

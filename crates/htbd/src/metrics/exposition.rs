@@ -405,6 +405,16 @@ impl ScrapeCollector {
             "htb_scrape_gather_seconds",
             "Time this scrape took to gather the data plane's statistics",
             &ConstGauge::new(self.0.gather_seconds),
+        )?;
+        family(
+            encoder,
+            "htb_generation_info",
+            "The generation (hash) of the state this box runs: boxes holding the same \
+             subscribers show the same one",
+            MetricType::Gauge,
+            self.0
+                .generation
+                .map(|g| ([("generation", g.to_string())], gauge(1))),
         )
     }
 }
@@ -483,6 +493,7 @@ mod tests {
                 ],
             }],
             gather_seconds: 0.25,
+            generation: Some(htb_ipc::Generation(0xabc)),
         };
         let requests = RequestMetrics::default();
         requests.observe(
@@ -512,6 +523,7 @@ mod tests {
             "htb_xdp_verdicts_total{verdict=\"redirected\"} 99",
             "htb_frames{state=\"free\"} 4000",
             "htb_scrape_gather_seconds 0.25",
+            "htb_generation_info{generation=\"0000000000000abc\"} 1",
             "htb_ipc_requests_total{request=\"apply\",outcome=\"ok\"} 1",
             "htb_ipc_requests_total{request=\"show\",outcome=\"error\"} 1",
             "htb_ipc_request_duration_seconds_count{request=\"apply\"} 1",

@@ -2,7 +2,9 @@
 //! and 503 otherwise (a hung worker, a job holding the data plane, a start not finished), for
 //! a BGP speaker or keepalived to withdraw the box; a killed htbd answers nothing, which
 //! checkers count as down too. It never waits on the data plane: it reads the time of the
-//! last pass the engine noted. It needs no token: it says nothing but up or down.
+//! last pass the engine noted. It needs no token: it says nothing but up or down, and the
+//! generation of the state the box runs (`generation 0123456789abcdef` on a second line), so
+//! that a fleet's checker can see which boxes differ.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,7 +50,11 @@ pub async fn get(State(web): State<Arc<Web>>) -> impl IntoResponse {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, format!("{text}\n"))
+    let generation = *web.generation.borrow();
+    match generation {
+        Some(g) => (status, format!("{text}\ngeneration {g}\n")),
+        None => (status, format!("{text}\n")),
+    }
 }
 
 #[cfg(test)]

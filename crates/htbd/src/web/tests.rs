@@ -33,6 +33,7 @@ async fn start(token: bool) -> (std::net::SocketAddr, watch::Sender<bool>) {
         requests: crate::metrics::requests::RequestMetrics::default(),
         liveness: Arc::new(|| Some(Duration::from_millis(2))),
         token: token.then(|| Token::new(TOKEN).unwrap()),
+        generation: watch::channel(Some(htb_ipc::Generation(0x1234))).1,
         history: Arc::default(),
         rates: Mutex::default(),
     });
@@ -90,7 +91,9 @@ async fn health_and_the_page_need_no_token_data_does() {
     let (code, text) = exchange(addr, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert_eq!(code, 200, "{text}");
     assert!(
-        text.ends_with("ok: every data-plane worker passed 2 ms ago\n"),
+        text.ends_with(
+            "ok: every data-plane worker passed 2 ms ago\ngeneration 0000000000001234\n"
+        ),
         "{text}"
     );
     let (code, text) = exchange(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
