@@ -3,8 +3,8 @@
 //! a BGP speaker or keepalived to withdraw the box; a killed htbd answers nothing, which
 //! checkers count as down too. It never waits on the data plane: it reads the time of the
 //! last pass the engine noted. It needs no token: it says nothing but up or down, and the
-//! generation of the state the box runs (`generation 0123456789abcdef` on a second line), so
-//! that a fleet's checker can see which boxes differ.
+//! generation of the state the box runs (`generation 0123456789abcdef` on a second line; it is
+//! hashed when `htb-cli status` or a scrape asks, so right after a change it says so instead).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +53,10 @@ pub async fn get(State(web): State<Arc<Web>>) -> impl IntoResponse {
     let generation = *web.generation.borrow();
     match generation {
         Some(g) => (status, format!("{text}\ngeneration {g}\n")),
-        None => (status, format!("{text}\n")),
+        None => (
+            status,
+            format!("{text}\ngeneration not yet hashed since the last change (htb-cli status hashes it)\n"),
+        ),
     }
 }
 
