@@ -341,6 +341,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
                 token,
                 history: std::sync::Arc::default(),
                 rates: std::sync::Mutex::default(),
+                one_way: std::sync::Mutex::default(),
             });
             let sampler = tokio::spawn(web::sampler::run(std::sync::Arc::clone(&web)));
             let serving = web::server::serve(listener, web, stop.clone());

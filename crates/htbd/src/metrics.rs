@@ -31,8 +31,10 @@
 //! | `htb_ipc_request_duration_seconds` | histogram | `request` |
 //! | `htb_scrape_gather_seconds` | gauge | |
 //! | `htb_generation_info` | gauge (1) | `generation`: the hash of the state the box runs |
+//! | `htb_one_way_classes` | gauge | classes on two ports carried one way since the previous scrape ([`one_way`]) |
 
 pub mod exposition;
+pub mod one_way;
 pub mod requests;
 
 use htb_core::{ClassId, ClassStats, SchedulerStats};
@@ -49,6 +51,8 @@ pub struct Scrape {
     pub gather_seconds: f64,
     /// The generation of the state the box runs.
     pub generation: Option<htb_ipc::Generation>,
+    /// Classes carried one way since the previous scrape ([`one_way`]; `None`: not compared).
+    pub one_way_classes: Option<usize>,
 }
 
 /// One port's trees (one, or one per `mq` class).

@@ -52,6 +52,8 @@ pub struct Web {
     pub history: Arc<Mutex<History>>,
     /// Counters last seen by lists, for their rates.
     pub rates: Mutex<rates::RateMemo>,
+    /// Two-port classes' counters at the last scrape, and those it found carried one way.
+    pub one_way: Mutex<crate::metrics::one_way::OneWayMemo>,
 }
 
 impl std::fmt::Debug for Web {
@@ -67,6 +69,14 @@ impl Web {
     /// change is one push).
     pub(crate) fn history(&self) -> std::sync::MutexGuard<'_, History> {
         self.history
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The one-way classes' memo (whoever panicked while holding it: it is rebuilt by the
+    /// next scrape).
+    pub(crate) fn one_way(&self) -> std::sync::MutexGuard<'_, crate::metrics::one_way::OneWayMemo> {
+        self.one_way
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }

@@ -314,6 +314,76 @@ fn generations_tell_the_boxes_apart(fleet: &Fleet, boxes: &Boxes) {
     );
 }
 
+/// `GET path` from htbd's HTTP listener in box `b`.
+fn http_get(fleet: &Fleet, b: FleetBox, path: &str) -> String {
+    let out = fleet.exec(
+        &b.name(),
+        &[
+            "curl",
+            "-s",
+            "--max-time",
+            "5",
+            &format!("http://127.0.0.1:9469{path}"),
+        ],
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Routes and shaping disagreeing is seen: with the gateway moved to the standby while the
+/// upstream still routes the download to the primary, the primary's scrape counts the
+/// subscriber's class as carried one way and its console names it.
+fn one_way_classes_are_seen(fleet: &Fleet) {
+    let (primary, standby) = (FleetBox::PRIMARY, FleetBox::STANDBY);
+    fleet.wait_carried_by(primary, Duration::from_secs(30));
+    // As if keepalived alone had failed over: the watcher's file says fault.
+    std::fs::write(fleet.state_file(primary), "1\n").unwrap();
+    let start = Instant::now();
+    while !(fleet.gateway_on() == Some(standby) && fleet.download_via() == Some(primary)) {
+        assert!(start.elapsed() < Duration::from_secs(5), "{}", fleet.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let count = |metrics: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("htb_one_way_classes "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let first = http_get(fleet, primary, "/metrics");
+    let pinger = fleet.ping_50hz(50);
+    let _ = pinger.wait_with_output();
+    let second = http_get(fleet, primary, "/metrics");
+    assert_eq!(
+        count(&first),
+        Some(0),
+        "nothing to compare with at the first scrape"
+    );
+    assert_eq!(count(&second), Some(1), "{second}");
+    let overview: serde_json::Value =
+        serde_json::from_str(&http_get(fleet, primary, "/api/v1/overview")).unwrap();
+    assert_eq!(overview["one_way_total"], 1, "{overview}");
+    let listed = &overview["one_way"][0];
+    assert_eq!(
+        (
+            &listed["class"],
+            &listed["carried_on"],
+            &listed["silent_on"]
+        ),
+        (&"1:10".into(), &"acc0".into(), &"up0".into()),
+        "{overview}"
+    );
+    eprintln!("one way on the primary: {listed}");
+    std::fs::write(fleet.state_file(primary), "0\n").unwrap();
+    fleet.wait_carried_by(primary, Duration::from_secs(5));
+    // Both ways again: the next scrape finds nothing.
+    let pinger = fleet.ping_50hz(50);
+    let _ = pinger.wait_with_output();
+    let _ = http_get(fleet, primary, "/metrics");
+    let pinger = fleet.ping_50hz(50);
+    let _ = pinger.wait_with_output();
+    let again = http_get(fleet, primary, "/metrics");
+    assert_eq!(count(&again), Some(0), "{again}");
+}
+
 #[test]
 #[ignore = "needs root, network namespaces, bird2 and keepalived (scripts/test.sh runs it as root)"]
 fn bgp_and_vrrp_move_the_subscriber_to_the_standby_and_back_whatever_fails() {
@@ -344,6 +414,7 @@ fn bgp_and_vrrp_move_the_subscriber_to_the_standby_and_back_whatever_fails() {
         std::thread::sleep(Duration::from_millis(100));
     }
     generations_tell_the_boxes_apart(&fleet, &boxes);
+    one_way_classes_are_seen(&fleet);
     let mut lines = Vec::new();
     for failure in [
         Failure::Kill9,

@@ -580,6 +580,7 @@ impl Control {
             trees,
             gather_seconds: started.elapsed().as_secs_f64(),
             generation: None,
+            one_way_classes: None,
         })
     }
 

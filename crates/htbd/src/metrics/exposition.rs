@@ -415,7 +415,17 @@ impl ScrapeCollector {
             self.0
                 .generation
                 .map(|g| ([("generation", g.to_string())], gauge(1))),
-        )
+        )?;
+        if let Some(n) = self.0.one_way_classes {
+            single(
+                encoder,
+                "htb_one_way_classes",
+                "Classes on two ports that carried packets one way only since the previous \
+                 scrape: the other direction took another path (routes and shaping disagree)",
+                &gauge(n as u64),
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -494,6 +504,7 @@ mod tests {
             }],
             gather_seconds: 0.25,
             generation: Some(htb_ipc::Generation(0xabc)),
+            one_way_classes: Some(3),
         };
         let requests = RequestMetrics::default();
         requests.observe(
@@ -524,6 +535,7 @@ mod tests {
             "htb_frames{state=\"free\"} 4000",
             "htb_scrape_gather_seconds 0.25",
             "htb_generation_info{generation=\"0000000000000abc\"} 1",
+            "htb_one_way_classes 3",
             "htb_ipc_requests_total{request=\"apply\",outcome=\"ok\"} 1",
             "htb_ipc_requests_total{request=\"show\",outcome=\"error\"} 1",
             "htb_ipc_request_duration_seconds_count{request=\"apply\"} 1",

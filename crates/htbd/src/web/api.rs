@@ -85,13 +85,14 @@ pub async fn metrics(State(web): State<Arc<Web>>) -> Response {
             .and_then(|r| Ok(r?)),
         Err(_) => Err(ApiError::Stopping),
     };
-    let scrape = match gathered {
+    let mut scrape = match gathered {
         Ok(scrape) => scrape,
         Err(e) => {
             tracing::warn!("metrics: scrape failed: {e}");
             return (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response();
         }
     };
+    scrape.one_way_classes = Some(web.one_way().observe(&scrape).len());
     let requests = web.requests.clone();
     match tokio::task::spawn_blocking(move || exposition::encode(scrape, &requests)).await {
         Ok(Ok(text)) => (
@@ -151,7 +152,15 @@ pub struct Overview {
     pub tracked_classes: usize,
     /// Bytes the history holds.
     pub history_bytes: usize,
+    /// Classes the last scrape of `/metrics` found carried one way (at most
+    /// [`ONE_WAY_SHOWN`], the most packets first) and how many there were.
+    pub one_way: Vec<crate::metrics::one_way::OneWay>,
+    /// How many classes were carried one way.
+    pub one_way_total: usize,
 }
+
+/// One-way classes the overview lists.
+pub const ONE_WAY_SHOWN: usize = 20;
 
 /// `GET /api/v1/overview`: health, the data plane's counters, each port's rates.
 ///
@@ -179,6 +188,11 @@ pub async fn overview(State(web): State<Arc<Web>>) -> Result<Json<Overview>, Api
         .collect();
     let (tracked_classes, history_bytes) = (history.tracked().len(), history.bytes());
     drop(history);
+    let (one_way, one_way_total) = {
+        let memo = web.one_way();
+        let all = memo.last();
+        (all.iter().take(ONE_WAY_SHOWN).cloned().collect(), all.len())
+    };
     Ok(Json(Overview {
         healthy,
         health,
@@ -186,6 +200,8 @@ pub async fn overview(State(web): State<Arc<Web>>) -> Result<Json<Overview>, Api
         ports,
         tracked_classes,
         history_bytes,
+        one_way,
+        one_way_total,
     }))
 }
 

@@ -55,7 +55,9 @@ pub async fn get(State(web): State<Arc<Web>>) -> impl IntoResponse {
         Some(g) => (status, format!("{text}\ngeneration {g}\n")),
         None => (
             status,
-            format!("{text}\ngeneration not yet hashed since the last change (htb-cli status hashes it)\n"),
+            format!(
+                "{text}\ngeneration not yet hashed since the last change (htb-cli status hashes it)\n"
+            ),
         ),
     }
 }

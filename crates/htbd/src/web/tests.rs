@@ -36,6 +36,7 @@ async fn start(token: bool) -> (std::net::SocketAddr, watch::Sender<bool>) {
         generation: watch::channel(Some(htb_ipc::Generation(0x1234))).1,
         history: Arc::default(),
         rates: Mutex::default(),
+        one_way: Mutex::default(),
     });
     let listener = super::server::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();

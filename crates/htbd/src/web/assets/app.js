@@ -99,6 +99,10 @@ async function overview() {
   }).join("");
   view.innerHTML = `<h1>Overview</h1>
     <p class="banner ${o.healthy ? "ok" : "bad"}" id="health">${esc(o.health)}</p>
+    ${o.one_way_total ? `<p class="banner bad" id="one-way">${num(o.one_way_total)} class(es) carried
+      traffic one way at the last scrape of /metrics (the other direction took another path: routes
+      and shaping disagree): ${o.one_way.map(w => `${esc(w.class)} (${num(w.packets)} packets on
+      ${esc(w.carried_on)}, none on ${esc(w.silent_on)})`).join(", ")}</p>` : ""}
     <div class="cards">
       ${card("frames", num(s.frames.in_tx + s.frames.held + (s.frames.between_workers || 0)), "frames in use of " + num(s.frames.total))}
       ${card("queued", num(s.frames.queued), "packets queued")}
