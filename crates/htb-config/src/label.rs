@@ -364,6 +364,42 @@ impl ClassLabel {
     }
 }
 
+impl ClassLabel {
+    /// The label as a batch line can carry it: itself when [`words`](Self::words) can write it,
+    /// else with each `"` of a text holding both kinds of quote written as `'`; `None` if that
+    /// is no label (it cannot happen for a label that was valid: the texts keep their lengths).
+    #[must_use]
+    pub fn quotable(&self) -> Option<Self> {
+        if self.words().is_some() {
+            return Some(self.clone());
+        }
+        let fix = |t: &LabelText| {
+            let s = t.as_str();
+            if s.contains('"') && s.contains('\'') {
+                LabelText::lossy(&s.replace('"', "'"))
+            } else {
+                Some(t.clone())
+            }
+        };
+        let f = &self.0;
+        let fields = LabelFields {
+            name: f.name.as_ref().and_then(fix),
+            circuit: f.circuit.as_ref().and_then(fix),
+            comment: f.comment.as_ref().and_then(fix),
+            devices: f
+                .devices
+                .iter()
+                .map(|d| Device {
+                    id: fix(&d.id).unwrap_or_else(|| d.id.clone()),
+                    name: d.name.as_ref().and_then(fix),
+                    ..d.clone()
+                })
+                .collect(),
+        };
+        Self::new(fields).ok()
+    }
+}
+
 /// Whether `needle` (lower case) is in `hay`, ignoring case: without allocating when the
 /// needle is ASCII (a search runs over every label of 100 000 subscribers).
 fn folded_contains(hay: &str, needle: &str) -> bool {
@@ -503,6 +539,11 @@ mod tests {
         })
         .unwrap();
         assert_eq!(both.words(), None);
+        // A batch line carries it with the `"` written as `'`; other texts stay as they are.
+        let quotable = both.quotable().unwrap();
+        assert!(quotable.words().is_some());
+        assert!(!quotable.title().contains('"'), "{}", quotable.title());
+        assert_eq!(quotable.title().len(), both.title().len());
         let single = ClassLabel::new(LabelFields {
             name: Some(text("the \"big\" one")),
             ..LabelFields::default()

@@ -120,34 +120,13 @@ fn node_label(name: &str) -> Option<ClassLabel> {
     .ok()
 }
 
-/// `label` as `class label`'s words, and the label they give. A text holding both kinds of
-/// quote, which a batch line cannot carry, has its `"` written as `'`.
+/// `label` as `class label`'s words, and the label they give ([`ClassLabel::quotable`]: a
+/// text holding both kinds of quote, which a batch line cannot carry, has its `"` written as
+/// `'`).
 fn label_words(label: &ClassLabel) -> (String, Option<ClassLabel>) {
-    if let Some(words) = label.words() {
-        return (words, Some(label.clone()));
-    }
-    let fix = |t: &Option<LabelText>| {
-        t.as_ref()
-            .and_then(|t| LabelText::lossy(&t.as_str().replace('"', "'")))
-    };
-    let f = label.fields();
-    let fields = LabelFields {
-        name: fix(&f.name),
-        circuit: fix(&f.circuit),
-        comment: fix(&f.comment),
-        devices: f
-            .devices
-            .iter()
-            .map(|d| htb_ipc::Device {
-                id: fix(&Some(d.id.clone())).unwrap_or_else(|| d.id.clone()),
-                name: fix(&d.name),
-                ..d.clone()
-            })
-            .collect(),
-    };
-    match ClassLabel::new(fields) {
-        Ok(fixed) => (fixed.words().unwrap_or_default(), Some(fixed)),
-        Err(_) => (String::new(), None),
+    match label.quotable() {
+        Some(q) => (q.words().unwrap_or_default(), Some(q)),
+        None => (String::new(), None),
     }
 }
 

@@ -5,7 +5,7 @@ use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, Rate};
 use htb_ipc::{ErrorCode, FilterHandle, IpcError};
 
 use super::qdisc::Verb;
-use super::{Model, PlaneChange, Step, Undo, class_error, error, of_qdisc};
+use super::{Model, PlaneChange, QdiscModel, Step, Undo, class_error, error, of_qdisc};
 
 /// A wire class spec as the scheduler's.
 pub(super) fn class_spec(c: &htb_ipc::ClassSpec) -> Result<ClassSpec, IpcError> {
@@ -122,6 +122,18 @@ impl Model {
         Ok(())
     }
 
+    /// The tree a class id names on `port` (its major, or the port's tree for a bare minor as
+    /// tc allows), with the id in that tree's major.
+    fn tree_of_class(
+        &mut self,
+        port: usize,
+        id: ClassId,
+    ) -> Result<(&mut QdiscModel, ClassId), IpcError> {
+        let qdisc = self.tree_mut(port, Some(id.major()).filter(|&m| m != 0))?;
+        let id = of_qdisc(id, qdisc.config.major);
+        Ok((qdisc, id))
+    }
+
     /// `class del`: the class and its leaf qdisc.
     pub(super) fn class_delete(
         &mut self,
@@ -129,8 +141,7 @@ impl Model {
         id: ClassId,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let qdisc = self.tree_mut(port, Some(id.major()).filter(|&m| m != 0))?;
-        let id = of_qdisc(id, qdisc.config.major);
+        let (qdisc, id) = self.tree_of_class(port, id)?;
         // The use count says whether; the walk to name a user runs only for the refusal.
         if qdisc.filters.uses(id)
             && let Some(f) = qdisc.filters.iter().find(|f| f.class == Some(id))
@@ -176,8 +187,7 @@ impl Model {
         label: Option<ClassLabel>,
     ) -> Result<(), IpcError> {
         let port = step.port;
-        let qdisc = self.tree_mut(port, Some(id.major()).filter(|&m| m != 0))?;
-        let id = of_qdisc(id, qdisc.config.major);
+        let (qdisc, id) = self.tree_of_class(port, id)?;
         if !qdisc.classes.contains_key(&id) {
             return Err(error(
                 ErrorCode::NotFound,

@@ -82,8 +82,10 @@ pub fn classes(shown: &Shown, style: Style) -> String {
         out.push('\n');
         // htbd's own line: who the class shapes, in `class label`'s words.
         if let Some(label) = c.label.as_ref().filter(|_| style.details) {
+            // A text with both kinds of quote is shown as a batch line could carry it.
             let words = label
-                .words()
+                .quotable()
+                .and_then(|q| q.words())
                 .unwrap_or_else(|| format!("name {}", label.title()));
             let _ = writeln!(out, " label {words}");
         }
