@@ -38,15 +38,26 @@ pub struct QueueCounters {
 }
 
 impl QueueCounters {
-    /// Adds `other`'s counts (the same class on several workers, or several classes).
+    /// Adds `other`'s counts (the same class on several workers, or several classes). Every
+    /// field is named, so that a counter added to the struct does not compile until it is
+    /// summed here (a merge that forgot one would report one worker's value).
     pub fn add(&mut self, other: &Self) {
-        self.bytes += other.bytes;
-        self.packets += other.packets;
-        self.drops += other.drops;
-        self.overlimits += other.overlimits;
-        self.requeues += other.requeues;
-        self.backlog_bytes += other.backlog_bytes;
-        self.backlog_packets += other.backlog_packets;
+        let Self {
+            bytes,
+            packets,
+            drops,
+            overlimits,
+            requeues,
+            backlog_bytes,
+            backlog_packets,
+        } = *other;
+        self.bytes += bytes;
+        self.packets += packets;
+        self.drops += drops;
+        self.overlimits += overlimits;
+        self.requeues += requeues;
+        self.backlog_bytes += backlog_bytes;
+        self.backlog_packets += backlog_packets;
     }
 }
 
@@ -71,6 +82,42 @@ pub struct ClassStats {
     pub mode: Mode,
     /// Level in the tree: 0 for leaves, 7 for root classes with children.
     pub level: u8,
+}
+
+impl ClassStats {
+    /// The same class's state with its counters at zero: the base several workers' counters
+    /// are summed into ([`add_counters`](Self::add_counters)).
+    #[must_use]
+    pub fn without_counters(self) -> Self {
+        Self {
+            queue: QueueCounters::default(),
+            lends: 0,
+            borrows: 0,
+            giants: 0,
+            ..self
+        }
+    }
+
+    /// Adds the counters of the same class on another worker; its state (buckets, mode,
+    /// level) stays this one's. Every field is named, so that a field added to the struct does
+    /// not compile until it is either summed or kept here.
+    pub fn add_counters(&mut self, other: &Self) {
+        let Self {
+            id: _,
+            queue,
+            lends,
+            borrows,
+            giants,
+            tokens: _,
+            ctokens: _,
+            mode: _,
+            level: _,
+        } = *other;
+        self.queue.add(&queue);
+        self.lends += lends;
+        self.borrows += borrows;
+        self.giants += giants;
+    }
 }
 
 /// Scheduler-wide statistics.
@@ -107,4 +154,114 @@ pub struct SchedulerStats {
     /// Internal inconsistencies survived without a panic (should stay 0; the kernel would
     /// `WARN_ON`).
     pub internal_faults: u64,
+}
+
+impl SchedulerStats {
+    /// Adds another scheduler's (the same tree on another worker): every field is a count,
+    /// and every field is named, so that one added to the struct does not compile until it is
+    /// summed here.
+    pub fn add(&mut self, other: &Self) {
+        let Self {
+            qlen,
+            backlog_bytes,
+            direct_qlen,
+            direct_packets,
+            direct_packets_sent,
+            direct_bytes_sent,
+            direct_drops,
+            packets_sent,
+            bytes_sent,
+            drops,
+            overlimits,
+            events,
+            leaf_wakeups,
+            event_budget_exhausted,
+            internal_faults,
+        } = *other;
+        self.qlen += qlen;
+        self.backlog_bytes += backlog_bytes;
+        self.direct_qlen += direct_qlen;
+        self.direct_packets += direct_packets;
+        self.direct_packets_sent += direct_packets_sent;
+        self.direct_bytes_sent += direct_bytes_sent;
+        self.direct_drops += direct_drops;
+        self.packets_sent += packets_sent;
+        self.bytes_sent += bytes_sent;
+        self.drops += drops;
+        self.overlimits += overlimits;
+        self.events += events;
+        self.leaf_wakeups += leaf_wakeups;
+        self.event_budget_exhausted += event_budget_exhausted;
+        self.internal_faults += internal_faults;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(bytes: u64, tokens: i32, mode: Mode) -> ClassStats {
+        ClassStats {
+            id: ClassId::new(1, 10),
+            queue: QueueCounters {
+                bytes,
+                packets: bytes / 100,
+                drops: 1,
+                overlimits: 2,
+                requeues: 0,
+                backlog_bytes: 100,
+                backlog_packets: 1,
+            },
+            lends: 3,
+            borrows: 4,
+            giants: 0,
+            tokens,
+            ctokens: tokens,
+            mode,
+            level: 0,
+        }
+    }
+
+    #[test]
+    fn a_class_on_two_workers_sums_its_counters_and_keeps_the_speakers_state() {
+        let speaker = class(1000, 77, Mode::MayBorrow);
+        let other = class(500, -5, Mode::CantSend);
+        let mut merged = speaker.without_counters();
+        merged.add_counters(&speaker);
+        merged.add_counters(&other);
+        assert_eq!(merged.queue.bytes, 1500);
+        assert_eq!(merged.queue.packets, 15);
+        assert_eq!(merged.queue.drops, 2);
+        assert_eq!(merged.queue.backlog_packets, 2);
+        assert_eq!((merged.lends, merged.borrows), (6, 8));
+        assert_eq!((merged.tokens, merged.mode), (77, Mode::MayBorrow));
+    }
+
+    #[test]
+    fn schedulers_sum_every_counter() {
+        let one = SchedulerStats {
+            qlen: 1,
+            backlog_bytes: 2,
+            direct_qlen: 3,
+            direct_packets: 4,
+            direct_packets_sent: 5,
+            direct_bytes_sent: 6,
+            direct_drops: 7,
+            packets_sent: 8,
+            bytes_sent: 9,
+            drops: 10,
+            overlimits: 11,
+            events: 12,
+            leaf_wakeups: 13,
+            event_budget_exhausted: 14,
+            internal_faults: 15,
+        };
+        let mut sum = one;
+        sum.add(&one);
+        // Each field doubled (the merge once forgot leaf_wakeups).
+        assert_eq!(sum.leaf_wakeups, 26);
+        assert_eq!(sum.internal_faults, 30);
+        assert_eq!(sum.direct_qlen, 6);
+        assert_eq!(sum.qlen + sum.events, 26);
+    }
 }

@@ -2,23 +2,17 @@
 //!
 //! Every worker holds a copy of every class; a subtree's packets go through its owner only,
 //! so its counters are (nearly) all the owner's, and a class at the top of the tree counts what
-//! each worker sent through it. Counters are summed; a class's buckets, mode and leaf details
-//! (fq_codel's flows) are those of the worker that sent the most through it.
+//! each worker sent through it. Counters are summed, each type by its own `add` (which names
+//! every field, so that a new counter cannot be left out of the sum); a class's buckets, mode
+//! and leaf details (fq_codel's flows) are those of the worker that sent the most through it.
 
-use htb_core::{ClassStats, LeafStats, QueueCounters, SchedulerStats};
+use htb_core::{ClassStats, LeafStats};
 
 use crate::dataplane::Dataplane;
 use crate::program::Verdicts;
 use crate::rings::{FrameCounts, Rings};
-use crate::stats::{EngineStats, PortSnapshot, PortStats};
+use crate::stats::{EngineStats, PortSnapshot, PortStats, XdpCounters};
 use crate::umem::FrameIo;
-
-/// Adds each named counter of `from` to the same counter of `total`.
-macro_rules! add_counters {
-    ($total:expr, $from:expr; $($counter:ident),+ $(,)?) => {
-        $($total.$counter += $from.$counter;)+
-    };
-}
 
 /// Every port's counters, the frames and the passes, summed over the workers' planes.
 pub(crate) fn engine_stats<'a>(
@@ -35,49 +29,28 @@ pub(crate) fn engine_stats<'a>(
         let io = plane.rings();
         for channel in 0..io.channels() {
             if let Ok(s) = io.xdp_statistics(channel) {
-                let x = &mut ports[io.channel_port(channel)].xdp;
-                x.rx_dropped += s.rx_dropped();
-                x.rx_ring_full += s.rx_ring_full();
-                x.rx_fill_ring_empty += s.rx_fill_ring_empty_descs();
-                x.rx_invalid += s.rx_invalid_descs();
-                x.tx_invalid += s.tx_invalid_descs();
+                ports[io.channel_port(channel)].xdp.add(&XdpCounters {
+                    rx_dropped: s.rx_dropped(),
+                    rx_ring_full: s.rx_ring_full(),
+                    rx_fill_ring_empty: s.rx_fill_ring_empty_descs(),
+                    rx_invalid: s.rx_invalid_descs(),
+                    tx_invalid: s.tx_invalid_descs(),
+                });
             }
         }
         if stats.ports.is_empty() {
             stats.ports = ports;
         } else {
             for (total, port) in stats.ports.iter_mut().zip(&ports) {
-                add_port(total, port);
+                total.add(port);
             }
         }
-        let f = plane.frames();
-        add_counters!(frames, f; total, free, in_fill, in_tx, with_caller, packets_held);
+        frames.add(&plane.frames());
         stats.queued += plane.queued();
         stats.loops += plane.loops();
     }
-    frames.between_workers =
-        frames.total - frames.free - frames.in_fill - frames.in_tx - frames.with_caller;
-    stats.frames = frames;
+    stats.frames = frames.with_between_workers();
     stats
-}
-
-fn add_port(total: &mut PortStats, port: &PortStats) {
-    add_counters!(
-        total, port;
-        rx_packets, rx_bytes, tx_packets, tx_bytes, drops_queue, drops_no_egress, drops_pool,
-        drops_police, drops_purged,
-    );
-    let (t, x) = (&mut total.xdp, &port.xdp);
-    add_counters!(t, x; rx_dropped, rx_ring_full, rx_fill_ring_empty, rx_invalid, tx_invalid);
-}
-
-fn add_scheduler(total: &mut SchedulerStats, s: &SchedulerStats) {
-    add_counters!(
-        total, s;
-        qlen, backlog_bytes, direct_qlen, direct_packets, direct_packets_sent, direct_bytes_sent,
-        direct_drops, packets_sent, bytes_sent, drops, overlimits, events, event_budget_exhausted,
-        internal_faults,
-    );
 }
 
 /// One port's snapshots from every worker (same classes, same order) as one.
@@ -99,10 +72,10 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
     for other in &others {
         for (major, s) in &other.schedulers {
             if let Some((_, total)) = merged.schedulers.iter_mut().find(|(m, _)| m == major) {
-                add_scheduler(total, s);
+                total.add(s);
             }
         }
-        add_port(&mut merged.port, &other.port);
+        merged.port.add(&other.port);
     }
     // Round trips: every worker's samples of the class together.
     for other in &others {
@@ -129,22 +102,18 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
             .rev()
             .max_by_key(|&w| classes[w].map_or(0, |c| c.queue.bytes))
             .unwrap_or(0);
-        let Some(mut class) = classes[speaker] else {
+        let Some(speaking) = classes[speaker] else {
             continue;
         };
-        class.queue = QueueCounters::default();
-        class.lends = 0;
-        class.borrows = 0;
+        let mut class = speaking.without_counters();
         for c in classes.iter().flatten() {
-            add_class(&mut class, c);
+            class.add_counters(c);
         }
         merged.classes[i] = Some(class);
-        if let Some(mut leaf) = leaves[speaker].clone() {
-            leaf.qlen = 0;
-            leaf.backlog = 0;
-            leaf.drops = 0;
+        if let Some(speaking) = leaves[speaker].clone() {
+            let mut leaf = speaking.without_counts();
             for l in leaves.iter().flatten() {
-                add_leaf(&mut leaf, l);
+                leaf.add_counts(l);
             }
             if let Some(slot) = merged.leaves.get_mut(i) {
                 *slot = Some(leaf);
@@ -152,13 +121,4 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
         }
     }
     merged
-}
-
-fn add_class(total: &mut ClassStats, c: &ClassStats) {
-    total.queue.add(&c.queue);
-    add_counters!(total, c; lends, borrows);
-}
-
-fn add_leaf(total: &mut LeafStats, l: &LeafStats) {
-    add_counters!(total, l; qlen, backlog, drops);
 }

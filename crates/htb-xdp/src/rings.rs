@@ -88,6 +88,41 @@ pub struct FrameCounts {
     pub between_workers: u32,
 }
 
+impl FrameCounts {
+    /// Adds another worker's counts of the same UMEM's frames (all but `between_workers`,
+    /// which only the sum can tell: [`with_between_workers`](Self::with_between_workers)).
+    /// Every field is named, so that one added to the struct does not compile until it is
+    /// handled here.
+    pub fn add(&mut self, other: &Self) {
+        let Self {
+            total,
+            free,
+            in_fill,
+            in_tx,
+            with_caller,
+            packets_held,
+            between_workers: _,
+        } = *other;
+        self.total += total;
+        self.free += free;
+        self.in_fill += in_fill;
+        self.in_tx += in_tx;
+        self.with_caller += with_caller;
+        self.packets_held += packets_held;
+    }
+
+    /// The sum with what it does not account for: frames between workers.
+    #[must_use]
+    pub fn with_between_workers(self) -> Self {
+        Self {
+            between_workers: self
+                .total
+                .saturating_sub(self.free + self.in_fill + self.in_tx + self.with_caller),
+            ..self
+        }
+    }
+}
+
 /// The sockets of every port on one UMEM, as the data plane sees them. Channels are sockets
 /// (one per port and RX queue); each port sends through one of its channels.
 pub(crate) trait Rings {

@@ -33,6 +33,54 @@ pub struct PortStats {
     pub xdp: XdpCounters,
 }
 
+impl PortStats {
+    /// Adds the same port's counters from another worker. Every field is named, so that a
+    /// counter added to the struct does not compile until it is summed here.
+    pub fn add(&mut self, other: &Self) {
+        let Self {
+            name: _,
+            rx_packets,
+            rx_bytes,
+            tx_packets,
+            tx_bytes,
+            drops_queue,
+            drops_no_egress,
+            drops_pool,
+            drops_police,
+            drops_purged,
+            xdp,
+        } = other;
+        self.rx_packets += rx_packets;
+        self.rx_bytes += rx_bytes;
+        self.tx_packets += tx_packets;
+        self.tx_bytes += tx_bytes;
+        self.drops_queue += drops_queue;
+        self.drops_no_egress += drops_no_egress;
+        self.drops_pool += drops_pool;
+        self.drops_police += drops_police;
+        self.drops_purged += drops_purged;
+        self.xdp.add(xdp);
+    }
+}
+
+impl XdpCounters {
+    /// Adds another socket's counters (every field named, as [`PortStats::add`]).
+    pub fn add(&mut self, other: &Self) {
+        let Self {
+            rx_dropped,
+            rx_ring_full,
+            rx_fill_ring_empty,
+            rx_invalid,
+            tx_invalid,
+        } = *other;
+        self.rx_dropped += rx_dropped;
+        self.rx_ring_full += rx_ring_full;
+        self.rx_fill_ring_empty += rx_fill_ring_empty;
+        self.rx_invalid += rx_invalid;
+        self.tx_invalid += tx_invalid;
+    }
+}
+
 /// The kernel's per-socket drop counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct XdpCounters {

@@ -182,6 +182,37 @@ pub struct LeafStats {
     pub cake: Option<alloc::boxed::Box<CakeStats>>,
 }
 
+impl LeafStats {
+    /// The same leaf's parameters and own statistics with its counts at zero: the base
+    /// several workers' counts are summed into ([`add_counts`](Self::add_counts)).
+    #[must_use]
+    pub fn without_counts(self) -> Self {
+        Self {
+            qlen: 0,
+            backlog: 0,
+            drops: 0,
+            ..self
+        }
+    }
+
+    /// Adds the counts of the same leaf on another worker; its parameters and its kind's own
+    /// statistics (fq_codel's flows, cake's tins) stay this one's. Every field is named, so
+    /// that one added to the struct does not compile until it is summed or kept here.
+    pub fn add_counts(&mut self, other: &Self) {
+        let Self {
+            config: _,
+            qlen,
+            backlog,
+            drops,
+            fq_codel: _,
+            cake: _,
+        } = other;
+        self.qlen += qlen;
+        self.backlog += backlog;
+        self.drops += drops;
+    }
+}
+
 /// One leaf qdisc. Every kind lives in a box of its own, so that a leaf class costs its
 /// scheduler two words (a fifo leaf is reached through one pointer more, for 16 bytes less on
 /// every class), and a leaf of the scheduler's default kind costs no
