@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use htb_core::StallLog;
 
-use crate::lab::Htbd;
+use crate::htbd::Htbd;
 use crate::owed::Stalls;
 
 /// `/proc/stat`'s unit: Linux's `USER_HZ`, 100 on every architecture it reports to userspace.
@@ -56,7 +56,7 @@ thread_local! {
 impl Source {
     fn mark(&self) -> Mark {
         match self {
-            Self::Htbd(socket) => Mark::Htbd(Box::new(crate::lab::status_at(socket))),
+            Self::Htbd(socket) => Mark::Htbd(Box::new(crate::htbd::status_at(socket))),
             Self::Host => Mark::Host(stolen()),
         }
     }

@@ -8,7 +8,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
-use crate::lab::{Htbd, Reaped, cli_bin, repo};
+use crate::htbd::Htbd;
+use crate::lab::{Reaped, cli_bin, repo};
 
 /// The upstream router (and the "internet" host 10.200.0.1 behind it).
 pub const UP: &str = "up";

@@ -10,6 +10,7 @@ pub mod filter_bench;
 pub mod fleet;
 pub mod ipc_bench;
 pub use accounted::{host_accounted, window_edge};
+mod htbd;
 mod lab;
 pub mod latency;
 pub mod owed;
@@ -25,9 +26,10 @@ pub mod traffic;
 pub mod webdriver;
 pub mod workers_bench;
 
+pub use htbd::{Htbd, htbd_fails};
 pub use lab::{
-    Htbd, Lab, LabError, Load, MANAGEMENT_IP, N1, N2, R, Reaped, cli_bin, gen_bin, htbd_bin,
-    htbd_fails, unavailable, wait_line,
+    Lab, LabError, Load, MANAGEMENT_IP, N1, N2, R, Reaped, cli_bin, gen_bin, htbd_bin, unavailable,
+    wait_line,
 };
 
 /// The machine a benchmark ran on, for its report: CPUs, CPU model and kernel.
