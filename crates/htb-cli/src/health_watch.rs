@@ -3,8 +3,9 @@
 //! keepalived (a `track_file` it writes) whether this box should carry its subscribers. The
 //! routing itself stays with them: BGP withdraws the box's prefixes, VRRP moves the gateway.
 //!
-//! A box goes down after `fall` failed checks in a row (a refused connection, a timeout, a 503)
-//! and comes back only after `/health` stayed 200 for the whole hold-down, so that a box that
+//! A box goes down after `fall` failed checks in a row (a refused connection, a timeout, a 503,
+//! an uplink named by `--uplink` not up) and comes back only after every check passed for the
+//! whole hold-down, so that a box that
 //! restarts, or flaps, does not pull its subscribers back and forth. It starts down: nothing is
 //! announced before htbd has been healthy for a hold-down. The decisions are [`Watch`]'s, sans
 //! IO; [`run`] does the polling and the commands, retrying a command that failed at every check
@@ -240,6 +241,39 @@ pub struct Options {
     pub state_file: Option<PathBuf>,
     /// The most one command may take before it is killed (and retried).
     pub command_timeout: Duration,
+    /// Interfaces that must be up too (the uplink): a check fails while one is not, so that
+    /// a link that returns waits out the hold-down like a restarted htbd.
+    pub uplinks: Vec<String>,
+}
+
+/// Whether interface `dev` is up, by the kernel's operational state (`/sys/class/net/DEV/
+/// operstate`: `up`, or `unknown` for interfaces that do not report one, such as dummies).
+///
+/// # Errors
+/// Why not, in words.
+fn link_up(dev: &str) -> Result<(), String> {
+    if dev.is_empty() || dev.contains('/') || dev == "." || dev == ".." {
+        return Err(format!("{dev:?} is not an interface name"));
+    }
+    let path = Path::new("/sys/class/net").join(dev).join("operstate");
+    let state = std::fs::read_to_string(&path).map_err(|e| format!("{dev}: {e}"))?;
+    operstate_passes(dev, state.trim())
+}
+
+fn operstate_passes(dev: &str, state: &str) -> Result<(), String> {
+    match state {
+        "up" | "unknown" => Ok(()),
+        other => Err(format!("{dev} is {other}")),
+    }
+}
+
+/// One check: `/health`, then every uplink.
+fn check(options: &Options) -> Result<(), String> {
+    options
+        .url
+        .check(options.timeout)
+        .map_err(|e| format!("/health failed: {e}"))?;
+    options.uplinks.iter().try_for_each(|dev| link_up(dev))
 }
 
 /// Writes `value` to `path` by a rename, so that keepalived's inotify never reads a half-written
@@ -305,12 +339,12 @@ pub fn run(options: &Options, log: &mut impl Write) -> ! {
     let mut applied: Option<Announce> = None;
     loop {
         let now = Instant::now();
-        let checked = options.url.check(options.timeout);
+        let checked = check(options);
         if let Some(next) = watch.observe(now, checked.is_ok()) {
             let why = match (&checked, next) {
-                (Err(e), _) => format!("/health failed: {e}"),
+                (Err(e), _) => e.clone(),
                 (Ok(()), Announce::Up) => {
-                    format!("/health passed for {:?}", options.hold_down)
+                    format!("every check passed for {:?}", options.hold_down)
                 }
                 (Ok(()), Announce::Down) => "waiting for a hold-down of passing checks".into(),
             };
@@ -462,6 +496,21 @@ mod tests {
         };
         let url = HealthUrl::parse(&format!("http://127.0.0.1:{closed}/health")).unwrap();
         assert!(url.check(timeout).is_err());
+    }
+
+    #[test]
+    fn links_pass_when_up_or_unknown() {
+        assert_eq!(operstate_passes("up0", "up"), Ok(()));
+        assert_eq!(operstate_passes("dummy0", "unknown"), Ok(()));
+        assert_eq!(
+            operstate_passes("up0", "lowerlayerdown"),
+            Err("up0 is lowerlayerdown".into())
+        );
+        assert!(operstate_passes("up0", "down").is_err());
+        // The loopback reports `unknown`; a missing interface or a path is refused.
+        assert_eq!(link_up("lo"), Ok(()));
+        assert!(link_up("htb-no-such-link").is_err());
+        assert!(link_up("../lo").is_err());
     }
 
     #[test]

@@ -116,6 +116,10 @@ enum Command {
         /// The most a command may take before it is killed and retried.
         #[arg(long, default_value = "5s", value_parser = time)]
         command_timeout: Duration,
+        /// An interface that must be up as well, e.g. the uplink (repeatable): a link that
+        /// returns then waits out the hold-down, routes and gateway together.
+        #[arg(long = "uplink", value_name = "DEV")]
+        uplinks: Vec<String>,
     },
 }
 
@@ -338,6 +342,7 @@ fn main() -> ExitCode {
             on_down,
             state_file,
             command_timeout,
+            uplinks,
         } => match htb_cli::health_watch::HealthUrl::parse(url) {
             Ok(url) => htb_cli::health_watch::run(
                 &htb_cli::health_watch::Options {
@@ -350,6 +355,7 @@ fn main() -> ExitCode {
                     on_down: on_down.clone(),
                     state_file: state_file.clone(),
                     command_timeout: *command_timeout,
+                    uplinks: uplinks.clone(),
                 },
                 &mut std::io::stderr(),
             ),

@@ -280,6 +280,7 @@ impl Fleet {
             .arg(format!("birdc -s {} disable {protocol}", socket.display()))
             .arg("--state-file")
             .arg(self.state_file(b))
+            .args(["--uplink", "up0"])
             .stdout(Stdio::null())
             .stderr(self.log(&format!("watch-{name}.log")))
             .spawn()

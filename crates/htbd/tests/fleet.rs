@@ -200,8 +200,9 @@ fn failover(fleet: &Fleet, boxes: &mut Boxes, failure: Failure) -> String {
         "{}: {changes:?}",
         failure.name()
     );
-    if !matches!(failure, Failure::LinkDown | Failure::BoxGone) {
-        // htbd was down or hung: the watcher holds it down for its hold-down first.
+    {
+        // htbd was down or hung, or the uplink was: the watcher holds the box down for its
+        // hold-down first, routes and gateway alike.
         assert!(
             to_primary[0] >= HOLD_DOWN,
             "{}: back after {:?}, within the hold-down ({HOLD_DOWN:?}): {changes:?}",
