@@ -12,8 +12,9 @@ Usage: htb-cli qdisc [ add | del | replace | change | show ] dev STRING
        [ handle QHANDLE ] { root | parent MQ-CLASSID } htb [ default MINOR-ID ] [ r2q N ]
        [ direct_qlen P ]
        htb-cli qdisc { add | replace } dev STRING [ handle QHANDLE ] root mq
-       htb-cli qdisc { add | change | replace | del } dev STRING parent CLASSID
-       [ handle QHANDLE ] { fq_codel | sfq | pfifo | bfifo } [ OPTIONS ]
+       htb-cli qdisc { add | change | replace | del } dev STRING { parent CLASSID | root }
+       [ handle QHANDLE ] { cake | fq_codel | sfq | pfifo | bfifo } [ OPTIONS ]
+       htb-cli qdisc add dev STRING handle ffff: ingress
        htb-cli qdisc { show | list } [ dev STRING ] [ invisible ]";
 
 /// `tc class … htb` usage.
