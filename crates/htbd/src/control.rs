@@ -138,8 +138,13 @@ impl Control {
         self.generation.subscribe()
     }
 
+    /// The generation as last hashed: `None` since a change until something asks for it.
+    pub(crate) fn hashed_generation(&self) -> Option<Generation> {
+        self.hashed
+    }
+
     /// The generation of the state now, hashing it if it changed since it was last hashed.
-    pub(crate) fn generation_now(&mut self) -> Generation {
+    fn generation_now(&mut self) -> Generation {
         if let Some(g) = self.hashed {
             return g;
         }

@@ -47,16 +47,18 @@ pub enum Query {
 }
 
 impl Control {
-    pub(super) async fn query(&mut self, query: Query) {
+    pub(super) async fn query(&self, query: Query) {
         // The asker may have gone (a closed browser tab); nothing is lost then.
         match query {
             Query::Status(reply) => {
-                let generation = self.generation_now();
+                // The console's sampler asks every second: it gets the generation as last
+                // hashed (none since a change), never a hash of the whole state.
+                let generation = self.hashed_generation();
                 let status = self
                     .on_engine(|engine| engine.stats())
                     .await
                     .map(|stats| Status {
-                        generation: Some(generation),
+                        generation,
                         ..crate::status::status(&stats)
                     });
                 let _ = reply.send(status);
