@@ -43,7 +43,7 @@ pub use htb_core::{
 pub use protocol::{Protocol, UnknownProtocol};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-pub use status::{FrameStatus, PortStatus, Status, WorkerStatus, XdpVerdicts};
+pub use status::{FrameStatus, JobSpan, PortStatus, Status, WorkerStatus, XdpVerdicts};
 pub use tagged::deserialize_commands;
 
 /// Version of this protocol; bumped on any incompatible change.

@@ -35,6 +35,12 @@ pub struct Status {
     /// the host or the kernel took the CPU away meanwhile (which `longest_job_us` counts).
     #[serde(default)]
     pub longest_job_cpu_us: u64,
+    /// The slowest jobs since the start (at most 8), slowest first: when each started, so that
+    /// a witness of the time taken from its CPU can tell the job's own time from a host's
+    /// stall where `longest_job_cpu_us` cannot (a guest kernel not told its stolen time counts
+    /// it as the thread's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slowest_jobs: Vec<JobSpan>,
     /// Per data-plane worker (`loops`, `sleeps` and the frames above are their sums).
     #[serde(default)]
     pub workers: Vec<WorkerStatus>,
@@ -45,6 +51,20 @@ pub struct Status {
     /// The generation of the state it runs (`None` from a daemon that does not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<crate::Generation>,
+}
+
+/// One control job's run on the data-plane thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpan {
+    /// `CLOCK_MONOTONIC` when it started, in ns (the clock is the machine's, shared by every
+    /// process on it).
+    pub started_ns: u64,
+    /// How long it ran, in µs.
+    pub took_us: u64,
+    /// The CPU time it took, in µs.
+    pub cpu_us: u64,
+    /// The CPU it ran on (`None`: it moved, or the kernel did not say).
+    pub cpu: Option<u32>,
 }
 
 /// One data-plane worker.

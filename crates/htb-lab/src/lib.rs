@@ -20,6 +20,7 @@ pub mod scale;
 pub mod shaper;
 pub mod soak;
 pub mod stall_bench;
+pub mod stall_witness;
 pub mod stalls;
 pub mod sweep;
 pub mod traffic;

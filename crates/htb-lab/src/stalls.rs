@@ -103,7 +103,7 @@ pub fn cpus() -> Vec<usize> {
 }
 
 /// This thread's id, from `/proc/thread-self` (`PID/task/TID`).
-fn tid() -> Option<u32> {
+pub(crate) fn tid() -> Option<u32> {
     std::fs::read_link("/proc/thread-self")
         .ok()?
         .file_name()?
@@ -113,7 +113,7 @@ fn tid() -> Option<u32> {
 }
 
 /// Pins thread `tid` to `cpu` and, with `priority`, makes it SCHED_FIFO at it.
-fn place(tid: u32, cpu: usize, priority: Option<u8>) -> Result<(), StallsError> {
+pub(crate) fn place(tid: u32, cpu: usize, priority: Option<u8>) -> Result<(), StallsError> {
     let run = |program: &str, args: &[String]| {
         let out = Command::new(program).args(args).output();
         match out {

@@ -29,7 +29,7 @@ use crate::netdev::{NetDev, format_mac};
 use crate::plane_op::{IngressHook, PlaneOp, Retired, new_scheduler};
 use crate::program::{AttachMode, ProgramConfig, XdpProgram};
 use crate::rings::Rings;
-use crate::stats::{EngineStats, JobTimes, PortSnapshot, WorkerStats};
+use crate::stats::{EngineStats, JobSpan, JobTimes, PortSnapshot, WorkerStats};
 use crate::sys;
 use crate::umem::{FrameIo, IoConfig};
 use crate::worker::{Pace, Seat, Worker, duration_ns};
@@ -536,6 +536,7 @@ impl Engine {
             .stall_credit
             .map(|c| htb_core::Duration::from_nanos(duration_ns(c)));
         let mut pool = Vec::with_capacity(workers);
+        let flows = crate::frame::FlowHasher::default();
         for (w, (((io, setups), crew), waker)) in shares
             .into_iter()
             .zip(per_worker)
@@ -543,7 +544,9 @@ impl Engine {
             .zip(wakers)
             .enumerate()
         {
-            let plane = Dataplane::new(io, config.mode, setups, batch, config.io.frame_size, crew);
+            let mut plane =
+                Dataplane::new(io, config.mode, setups, batch, config.io.frame_size, crew);
+            plane.set_flow_hasher(flows);
             pool.push(Worker::new(
                 plane,
                 waker,
@@ -713,14 +716,18 @@ impl Engine {
         self.with_all_workers(seats, |engine| {
             let mut job = Some(first);
             while let Some(next) = job.take().or_else(|| engine.jobs.try_recv().ok()) {
+                let on = sys::current_cpu();
                 let (started, cpu_started) = (sys::monotonic_ns(), sys::thread_cpu_ns());
                 next(engine);
                 let took = sys::monotonic_ns().saturating_sub(started);
-                let cpu = sys::thread_cpu_ns().saturating_sub(cpu_started);
-                engine.jobs_run.count += 1;
-                engine.jobs_run.total_ns += took;
-                engine.jobs_run.longest_ns = engine.jobs_run.longest_ns.max(took);
-                engine.jobs_run.longest_cpu_ns = engine.jobs_run.longest_cpu_ns.max(cpu);
+                let cpu_ns = sys::thread_cpu_ns().saturating_sub(cpu_started);
+                let stayed = on.filter(|&c| sys::current_cpu() == Some(c));
+                engine.jobs_run.record(JobSpan {
+                    started_ns: started,
+                    took_ns: took,
+                    cpu_ns,
+                    cpu: stayed,
+                });
             }
         });
     }
@@ -820,6 +827,14 @@ impl Engine {
     #[must_use]
     pub fn explain(&self, port: &str, frame: &[u8]) -> Option<crate::explain::Classified> {
         self.workers.first()?.plane.explain(port, frame)
+    }
+
+    /// Which queue of `class`'s leaf on `port` `frame`'s flow joins (fq_codel's or sfq's flow
+    /// bucket; `None` for a leaf with one queue, or cake). Every worker hashes with one key,
+    /// so worker 0's answer is every worker's.
+    #[must_use]
+    pub fn leaf_queue(&self, port: &str, class: ClassId, frame: &[u8]) -> Option<u32> {
+        self.workers.first()?.plane.leaf_queue(port, class, frame)
     }
 
     /// Which worker serves each subtree of `port`, by the class at its top.

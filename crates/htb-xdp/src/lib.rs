@@ -54,5 +54,7 @@ pub use plane_op::{
 };
 pub use program::{AttachMode, Verdicts};
 pub use rings::{Chunk, FrameCounts};
-pub use stats::{EngineStats, JobTimes, PortSnapshot, PortStats, WorkerStats, XdpCounters};
+pub use stats::{
+    EngineStats, JobSpan, JobTimes, PortSnapshot, PortStats, SLOWEST_JOBS, WorkerStats, XdpCounters,
+};
 pub use umem::{IoConfig, MAX_CHAIN, TxFrame, TxFrameError, TxSocket};

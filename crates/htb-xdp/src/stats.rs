@@ -157,8 +157,48 @@ pub struct JobTimes {
     pub longest_ns: u64,
     /// The most CPU time one took, in ns, since the start: its own work, without what the
     /// host (a VM's stolen time) or the kernel took from the thread meanwhile, which
-    /// `longest_ns` includes.
+    /// `longest_ns` includes — where the kernel can tell (a guest kernel that is told its
+    /// stolen time); elsewhere stolen time counts as the thread's.
     pub longest_cpu_ns: u64,
+    /// The slowest jobs since the start, slowest first (unused places are zero): when and where
+    /// each ran, so that a witness of the time taken from that CPU (a lab's) can tell a job's
+    /// own time from a host's stall where the CPU clock cannot.
+    pub slowest: [JobSpan; SLOWEST_JOBS],
+}
+
+/// How many of the slowest jobs [`JobTimes`] keeps.
+pub const SLOWEST_JOBS: usize = 8;
+
+/// One control job's run on the data-plane thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JobSpan {
+    /// `CLOCK_MONOTONIC` when it started, in ns.
+    pub started_ns: u64,
+    /// How long it ran, in ns.
+    pub took_ns: u64,
+    /// The CPU time it took, in ns.
+    pub cpu_ns: u64,
+    /// The CPU it ran on, when it started and ended on the same one.
+    pub cpu: Option<u32>,
+}
+
+impl JobTimes {
+    /// Counts one job.
+    pub fn record(&mut self, span: JobSpan) {
+        self.count += 1;
+        self.total_ns += span.took_ns;
+        self.longest_ns = self.longest_ns.max(span.took_ns);
+        self.longest_cpu_ns = self.longest_cpu_ns.max(span.cpu_ns);
+        if let Some(at) = self.slowest.iter().position(|s| s.took_ns < span.took_ns) {
+            self.slowest.copy_within(at..SLOWEST_JOBS - 1, at + 1);
+            self.slowest[at] = span;
+        }
+    }
+
+    /// The slowest jobs recorded, slowest first.
+    pub fn slowest(&self) -> impl Iterator<Item = &JobSpan> {
+        self.slowest.iter().take_while(|s| s.took_ns > 0)
+    }
 }
 
 /// One port's statistics, from [`Engine::class_stats`](crate::Engine::class_stats).
@@ -174,4 +214,45 @@ pub struct PortSnapshot {
     pub leaves: Vec<Option<htb_core::LeafStats>>,
     /// Per requested class, its TCP round trips (`None`: none measured).
     pub rtt: Vec<Option<crate::rtt::ClassRtt>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(took_ns: u64) -> JobSpan {
+        JobSpan {
+            started_ns: took_ns * 10,
+            took_ns,
+            cpu_ns: took_ns / 2,
+            cpu: Some(1),
+        }
+    }
+
+    #[test]
+    fn job_times_keep_the_slowest_jobs_slowest_first() {
+        let mut times = JobTimes::default();
+        for took in [5, 1, 9, 3, 7, 2, 8, 6, 4, 10, 1] {
+            times.record(span(took));
+        }
+        assert_eq!(times.count, 11);
+        assert_eq!(times.total_ns, 56);
+        assert_eq!((times.longest_ns, times.longest_cpu_ns), (10, 5));
+        let kept: Vec<u64> = times.slowest().map(|s| s.took_ns).collect();
+        assert_eq!(kept, [10, 9, 8, 7, 6, 5, 4, 3]);
+        assert_eq!(
+            times.slowest[0],
+            span(10),
+            "each kept with its start and CPU"
+        );
+    }
+
+    #[test]
+    fn job_times_list_only_the_jobs_run() {
+        let mut times = JobTimes::default();
+        assert_eq!(times.slowest().count(), 0);
+        times.record(span(4));
+        times.record(span(4));
+        assert_eq!(times.slowest().count(), 2, "equal times both kept");
+    }
 }

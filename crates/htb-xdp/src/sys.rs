@@ -152,6 +152,14 @@ pub(crate) fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC)
 }
 
+/// The CPU the calling thread runs on now (`sched_getcpu`), if the kernel says.
+pub(crate) fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no arguments and only reads the caller's CPU (vDSO or
+    // getcpu(2)); it fails only where the kernel cannot say, which is -1.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
+}
+
 /// `clock`'s reading in nanoseconds.
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
@@ -173,6 +181,26 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
+
+    #[test]
+    fn current_cpu_is_the_one_the_kernel_last_ran_the_thread_on() {
+        // Field 39 of /proc/thread-self/stat is the CPU the thread last ran on; read between
+        // two sched_getcpu calls that agree, it names the same CPU (the thread may move
+        // between reads, so try until one read is bracketed).
+        for _ in 0..1000 {
+            let before = current_cpu().expect("Linux says which CPU");
+            let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+            let after = current_cpu();
+            if after != Some(before) {
+                continue;
+            }
+            // The command name (field 2) is in parentheses and may hold spaces.
+            let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+            assert_eq!(fields[39 - 3], before.to_string(), "{stat}");
+            return;
+        }
+        panic!("the thread moved between every pair of reads");
+    }
 
     #[test]
     fn monotonic_ns_advances_with_the_clock() {

@@ -427,7 +427,8 @@ pub const MAX_STAGED_COMMANDS: usize = 4_000_000;
 
 /// What a connection does with a request: answer it itself (a stage), or forward it.
 enum Staging {
-    Answer(Response),
+    /// Boxed: a response is several times a request's size.
+    Answer(Box<Response>),
     Forward(Request),
 }
 
@@ -445,7 +446,7 @@ fn stage(staged: &mut Vec<htb_ipc::Command>, request: Request) -> Staging {
                 });
             }
             if staged.len() + commands.len() > MAX_STAGED_COMMANDS {
-                return Staging::Answer(Response::new(Err(IpcError::new(
+                return Staging::Answer(Box::new(Response::new(Err(IpcError::new(
                     ErrorCode::TooLarge,
                     format!(
                         "{} commands staged and {} more: above the {MAX_STAGED_COMMANDS} a \
@@ -453,12 +454,12 @@ fn stage(staged: &mut Vec<htb_ipc::Command>, request: Request) -> Staging {
                         staged.len(),
                         commands.len()
                     ),
-                ))));
+                )))));
             }
             staged.extend(commands);
-            Staging::Answer(Response::new(Ok(ReplyBody::Staged {
+            Staging::Answer(Box::new(Response::new(Ok(ReplyBody::Staged {
                 commands: staged.len() as u64,
-            })))
+            }))))
         }
         RequestBody::Apply { commands } if !staged.is_empty() => {
             let mut all = std::mem::take(staged);

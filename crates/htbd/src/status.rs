@@ -60,6 +60,16 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
         jobs_us: stats.jobs.total_ns / 1000,
         longest_job_us: stats.jobs.longest_ns / 1000,
         longest_job_cpu_us: stats.jobs.longest_cpu_ns / 1000,
+        slowest_jobs: stats
+            .jobs
+            .slowest()
+            .map(|j| htb_ipc::JobSpan {
+                started_ns: j.started_ns,
+                took_us: j.took_ns / 1000,
+                cpu_us: j.cpu_ns / 1000,
+                cpu: j.cpu,
+            })
+            .collect(),
         workers: stats
             .workers
             .iter()

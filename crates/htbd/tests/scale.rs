@@ -2,9 +2,12 @@
 //! ShapedDevices.csv adds a class and a filter per circuit, a second import of a file that keeps
 //! one circuit deletes the other 200 000 in one batch, and node-2's circuit is shaped to its plan
 //! before and after, and `class show -s` lists every class (in pages); htbd's own account of
-//! its data-plane jobs (`htb-cli status`) bounds the longest stall throughout. Needs root and network namespaces, so the test is `#[ignore]`d;
-//! `scripts/test.sh` includes it as root.
+//! its data-plane jobs (`htb-cli status`) bounds the longest stall throughout, each job judged
+//! by its own time: what a witness saw the host take from its CPU meanwhile does not count.
+//! Needs root and network namespaces, so the test is `#[ignore]`d; `scripts/test.sh` includes
+//! it as root.
 
+use htb_lab::stall_witness::StallWitness;
 use htb_lab::{Htbd, Lab, N1, Promise};
 
 /// Router mode; r2 (towards node-2: the download direction) has the circuits' parent 1:1 and
@@ -18,10 +21,11 @@ const CONFIG: &str = "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_
 /// Circuits besides node-2's.
 const SUBSCRIBERS: u32 = 200_000;
 
-/// The longest data-plane job allowed. The goal is 1 ms, which `htb-lab scale` measures (0.26
-/// ms at this size); jobs here ran 0.24–1.7 ms over runs on this 2-vCPU VM, whose interruptions
-/// land in them. The bound still catches storage that grows by copying: 9.8 ms at 100 000
-/// subscribers before it was chunked, twice that at 200 000.
+/// The longest a data-plane job may run of its own. The goal is 1 ms, which `htb-lab scale`
+/// measures (0.26 ms at this size); jobs here took 0.2–0.55 ms of their own over runs on this
+/// 2-vCPU VM. Storage that grows by copying took 9.8 ms at 100 000 subscribers before it was
+/// chunked, twice that at 200 000. A CI machine's host once froze a job for 11.75 ms, which
+/// its guest kernel counted as the thread's CPU time too: hence the witness.
 const STALL_BOUND_US: u64 = 5000;
 
 /// node-2's download plan.
@@ -59,16 +63,38 @@ fn assert_shaped(lab: &Lab, htbd: &Htbd, when: &str) {
     );
 }
 
-fn assert_no_long_job(htbd: &Htbd, during: &str) {
+/// Every job htbd ran so far took at most [`STALL_BOUND_US`] of its own: its time less what
+/// `witness` saw taken from its CPU while it ran.
+fn assert_no_long_job(htbd: &Htbd, witness: &StallWitness, during: &str) {
     let status = htbd.status();
+    let seen = witness.seen();
+    let slowest: Vec<(u64, u64)> = status
+        .slowest_jobs
+        .iter()
+        .map(|job| (job.took_us, seen.own_us(job)))
+        .collect();
     eprintln!(
-        "after {during}: {} data-plane jobs, the longest {} µs ({} µs of CPU at most)",
+        "after {during}: {} data-plane jobs, the longest {} µs ({} µs of CPU at most); \
+         the slowest as (took, own) µs: {slowest:?}",
         status.jobs, status.longest_job_us, status.longest_job_cpu_us
     );
+    // Premise: htbd said when its slowest jobs ran, and none it left unsaid may be long.
     assert!(
-        status.longest_job_us <= STALL_BOUND_US,
-        "a data-plane job ran {} µs (bound {STALL_BOUND_US}) by the end of {during}",
-        status.longest_job_us
+        !slowest.is_empty() && status.slowest_jobs[0].took_us == status.longest_job_us,
+        "htbd lists its slowest jobs: {:?}",
+        status.slowest_jobs
+    );
+    if let Some(last) = status.slowest_jobs.last().filter(|_| slowest.len() == 8) {
+        assert!(
+            last.took_us <= STALL_BOUND_US,
+            "more than 8 jobs ran over {STALL_BOUND_US} µs by the end of {during}: {slowest:?}"
+        );
+    }
+    let own = slowest.iter().map(|&(_, own)| own).max().unwrap_or(0);
+    assert!(
+        own <= STALL_BOUND_US,
+        "a data-plane job ran {own} µs of its own (bound {STALL_BOUND_US}) by the end of \
+         {during}: {slowest:?}"
     );
 }
 
@@ -76,6 +102,7 @@ fn assert_no_long_job(htbd: &Htbd, during: &str) {
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn two_hundred_thousand_subscribers_come_and_go_in_one_batch_each_without_a_long_stall() {
     let lab = Lab::up("htbm", "router");
+    let witness = StallWitness::start().expect("root may run the witness at SCHED_FIFO");
     let htbd = Htbd::start(&lab, CONFIG);
     let file = htbd.dir().join("ShapedDevices.csv");
     std::fs::write(&file, shaped_devices(SUBSCRIBERS)).unwrap();
@@ -103,7 +130,7 @@ fn two_hundred_thousand_subscribers_come_and_go_in_one_batch_each_without_a_long
         u64::from(2 * SUBSCRIBERS) / 512 <= jobs,
         "the import ran {jobs} data-plane jobs"
     );
-    assert_no_long_job(&htbd, "the import");
+    assert_no_long_job(&htbd, &witness, "the import");
     assert_shaped(&lab, &htbd, "among 200 000 subscribers");
 
     // Every class with its counters, in pages far below the message limit (one answer would
@@ -123,7 +150,7 @@ fn two_hundred_thousand_subscribers_come_and_go_in_one_batch_each_without_a_long
         shown.contains("class htb 1:100 parent 1:1 prio 0 rate 1Mbit ceil 5Mbit"),
         "node-2's class"
     );
-    assert_no_long_job(&htbd, "class show -s");
+    assert_no_long_job(&htbd, &witness, "class show -s");
 
     // Every other circuit goes: one batch of 200 000 filter and 200 000 class deletes.
     std::fs::write(&file, shaped_devices(0)).unwrap();
@@ -143,6 +170,6 @@ fn two_hundred_thousand_subscribers_come_and_go_in_one_batch_each_without_a_long
         Some(3),
         "1:1, 1:99 and node-2's 1:100 are left"
     );
-    assert_no_long_job(&htbd, "the delete");
+    assert_no_long_job(&htbd, &witness, "the delete");
     assert_shaped(&lab, &htbd, "alone again");
 }
