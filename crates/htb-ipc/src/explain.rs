@@ -131,6 +131,11 @@ pub struct PortExplanation {
     /// The class's path, from it up to its root class (empty without a class).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub path: Vec<ClassId>,
+    /// Which queue of the class's leaf the flow joins: fq_codel's or sfq's flow bucket, from
+    /// 0 (`None`: no class, a leaf with one queue, or cake, whose choice depends on what it
+    /// holds). Two flows in one queue share its delay and its drops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaf_queue: Option<u32>,
 }
 
 /// The answer to [`Explain`]: per port, both directions.

@@ -221,6 +221,8 @@ pub struct Saturated {
     pub retransmits: u64,
     /// The leaf's counters over the ping window (none when nothing shapes).
     pub leaf: Option<LeafCounters>,
+    /// node-1's ports of the TCP flows (iperf3's data streams), to find their leaf queues.
+    pub tcp_ports: Vec<u16>,
 }
 
 impl Saturated {
@@ -308,6 +310,12 @@ pub fn ping_marked_through_tcp_load(
             .as_u64()
             .unwrap_or(0),
         leaf: leaf0.zip(leaf1).map(|(a, b)| a.since(b)),
+        tcp_ports: report["start"]["connected"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| u16::try_from(c["local_port"].as_u64()?).ok())
+            .collect(),
     }
 }
 

@@ -590,6 +590,12 @@ impl<R: Rings> Dataplane<R> {
         }
     }
 
+    /// Hashes flows with `flows`: the engine gives every worker one key, so that a flow's
+    /// leaf queue does not depend on which worker received it.
+    pub(crate) fn set_flow_hasher(&mut self, flows: FlowHasher) {
+        self.flows = flows;
+    }
+
     /// This worker's links to the others.
     pub(crate) fn crew(&self) -> &Crew<R::Parcel> {
         &self.crew
@@ -1087,6 +1093,13 @@ impl<R: Rings> Dataplane<R> {
         let defaults: Vec<Option<ClassId>> =
             p.trees.iter().map(|t| t.htb.default_class()).collect();
         Some(crate::explain::classify(&p.classifier, &defaults, frame))
+    }
+
+    /// Which queue of `class`'s leaf on `port` `frame`'s flow joins (fq_codel's or sfq's flow
+    /// bucket), hashed with this worker's key as a received frame is.
+    pub(crate) fn leaf_queue(&self, port: &str, class: ClassId, frame: &[u8]) -> Option<u32> {
+        let hash = self.flows.hash(&parse(frame));
+        self.scheduler(port, class.major())?.leaf_queue(class, hash)
     }
 
     /// The filters of `port`, in evaluation order.

@@ -15,31 +15,98 @@ use htb_lab::traffic::{FlowSpec, udp_flows};
 use htb_lab::{Htbd, Lab, Promise, assert_owed};
 use serde_json::Value;
 
-/// htbd shaping r2 to one 10 Mbit/s class with its default leaf, four TCP flows through it,
-/// 150 pings after a 4-second warm-up; proves the class was full.
+/// htbd shaping r2 to one 10 Mbit/s class with its default leaf (fq_codel), four TCP flows
+/// through it, 150 pings after a 4-second warm-up; proves the class was full and the ping a
+/// flow of its own in the leaf.
 fn saturated_10_mbit(lab: &Lab) -> (Installed, Saturated) {
     let installed = install(lab, Shaper::Htbd, &one_class_tree("10mbit", None)).expect("htbd");
     let htbd = installed.htbd().expect("htbd");
-    let before = htbd.class_stats("r2", "1:10");
-    let (run, stalls) = htbd
-        .accounted(|| ping_through_tcp_load(lab, &installed, 5201, Duration::from_secs(4), 150));
-    eprintln!("{}", run.to_json());
-    // Premise: the four flows kept the class full (it hit its rate, and delivered what it
-    // owed).
-    htbd.assert_class_saturated("r2", "1:10", &before);
-    assert_owed(
-        "10 Mbit/s class under 4 TCP flows, L2 at node-2",
-        &run.delivered,
-        &Promise::class(10e6),
-        &stalls,
-        0.03,
+    for attempt in 1..=ATTEMPTS {
+        let before = htbd.class_stats("r2", "1:10");
+        let (run, stalls) = htbd.accounted(|| {
+            ping_through_tcp_load(lab, &installed, 5201, Duration::from_secs(4), 150)
+        });
+        eprintln!("{}", run.to_json());
+        // Premise: the ping had a queue of its own. fq_codel hashes flows into 1024 queues,
+        // so four TCP flows share the ping's about once in 256 runs (in the kernel's fq_codel
+        // too); the pings then wait in that flow's standing queue and share its drops (a CI
+        // run saw p50 15.9 ms and 5 % lost), which says nothing about the leaf. New flows
+        // have new ports, so a new run has new queues.
+        if let Some(shared) = queue_shared_with_the_ping(htbd, &run) {
+            eprintln!("run {attempt}: {shared}; measuring again with new flows");
+            continue;
+        }
+        // Premise: the four flows kept the class full (it hit its rate, and delivered what
+        // it owed).
+        htbd.assert_class_saturated("r2", "1:10", &before);
+        assert_owed(
+            "10 Mbit/s class under 4 TCP flows, L2 at node-2",
+            &run.delivered,
+            &Promise::class(10e6),
+            &stalls,
+            0.03,
+        );
+        assert!(
+            run.rtts.received() >= 140,
+            "pings lost: {} of 150 answered",
+            run.rtts.received()
+        );
+        return (installed, run);
+    }
+    panic!(
+        "the ping shared a leaf queue with a TCP flow in {ATTEMPTS} runs (chance: 1 in 16 \
+         million): the flow hash or the explain command is broken"
     );
-    assert!(
-        run.rtts.received() >= 140,
-        "pings lost: {} of 150 answered",
-        run.rtts.received()
+}
+
+/// Runs of [`saturated_10_mbit`] before a ping sharing a queue every time is a failure.
+const ATTEMPTS: u32 = 3;
+
+/// The leaf queue of the TCP flow the ping shares one with, in words (`None`: it had its own,
+/// by htbd's own answer to `htb-cli explain`).
+fn queue_shared_with_the_ping(htbd: &Htbd, run: &Saturated) -> Option<String> {
+    // iperf3 names its four data streams (not its control connection).
+    assert_eq!(
+        run.tcp_ports.len(),
+        4,
+        "iperf3's streams: {:?}",
+        run.tcp_ports
     );
-    (installed, run)
+    let queue = |words: &[&str]| -> u64 {
+        let mut args = vec![
+            "-j",
+            "explain",
+            "10.201.2.2",
+            "peer",
+            "10.201.1.2",
+            "dev",
+            "r2",
+        ];
+        args.extend_from_slice(words);
+        let answer = json(&htbd.cli_ok(&args));
+        let to_node2 = answer["ports"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["direction"] == "to_addr"))
+            .unwrap_or_else(|| panic!("no answer for r2 towards node-2: {answer}"));
+        assert_eq!(to_node2["outcome"]["class"], "1:10", "{to_node2}");
+        to_node2["leaf_queue"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("fq_codel names the queue: {to_node2}"))
+    };
+    let ping = queue(&["proto", "icmp"]);
+    let tcp: Vec<(u16, u64)> = run
+        .tcp_ports
+        .iter()
+        .map(|&port| {
+            let port_text = port.to_string();
+            let q = queue(&["proto", "tcp", "port", "5201", "peer_port", &port_text]);
+            (port, q)
+        })
+        .collect();
+    eprintln!("leaf queues: the ping's {ping}, the TCP flows' (port, queue) {tcp:?}");
+    tcp.iter()
+        .find(|&&(_, q)| q == ping)
+        .map(|(port, _)| format!("the ping shares leaf queue {ping} with TCP port {port}"))
 }
 
 #[test]

@@ -105,6 +105,9 @@ pub(super) fn format(addr: IpAddr, e: &Explanation) -> String {
             let path: Vec<String> = p.path.iter().map(ToString::to_string).collect();
             text.push_str(&format!(", path {}", path.join(" < ")));
         }
+        if let Some(queue) = p.leaf_queue {
+            text.push_str(&format!(", leaf queue {queue}"));
+        }
         text.push('\n');
     }
     text
@@ -145,7 +148,7 @@ mod tests {
     }
 
     #[test]
-    fn each_port_and_direction_gets_a_line_with_the_path() {
+    fn each_port_and_direction_gets_a_line_with_the_path_and_the_leaf_queue() {
         let e = Explanation {
             ports: vec![
                 htb_ipc::PortExplanation {
@@ -158,6 +161,7 @@ mod tests {
                         policed: false,
                     },
                     path: vec![ClassId::new(1, 0x10), ClassId::new(1, 1)],
+                    leaf_queue: Some(347),
                 },
                 htb_ipc::PortExplanation {
                     dev: "r2".into(),
@@ -166,18 +170,21 @@ mod tests {
                         class: ClassId::new(1, 0x20),
                     },
                     path: vec![ClassId::new(1, 0x20)],
+                    leaf_queue: None,
                 },
                 htb_ipc::PortExplanation {
                     dev: "r1".into(),
                     direction: Direction::ToAddr,
                     outcome: htb_ipc::Outcome::Unshaped,
                     path: vec![],
+                    leaf_queue: None,
                 },
             ],
         };
         assert_eq!(
             format("10.0.3.7".parse().unwrap(), &e),
-            "dev r2 to 10.0.3.7: filter pref 1 (everything) -> class 1:10, path 1:10 < 1:1\n\
+            "dev r2 to 10.0.3.7: filter pref 1 (everything) -> class 1:10, path 1:10 < 1:1, \
+             leaf queue 347\n\
              dev r2 from 10.0.3.7: no filter matches -> default class 1:20\n\
              dev r1 to 10.0.3.7: no HTB tree -> unshaped\n"
         );

@@ -43,7 +43,7 @@ pub(crate) struct FqCodel {
 
 /// `reciprocal_scale(hash, flows)`: a bucket in `0..flows` from a 32-bit hash.
 #[inline]
-fn bucket(hash: u32, flows: u32) -> u32 {
+pub(super) fn bucket(hash: u32, flows: u32) -> u32 {
     ((u64::from(hash) * u64::from(flows)) >> 32) as u32
 }
 
@@ -81,6 +81,11 @@ impl<P: Packet> CodelQueue<P> for Served<'_, P> {
 }
 
 impl FqCodel {
+    /// The flow bucket of `hash` (`fq_codel_classify` without a filter).
+    pub(crate) fn bucket_of(&self, hash: u32) -> u32 {
+        bucket(hash, self.config.flows)
+    }
+
     /// `fq_codel_init`: an empty instance for the leaf keyed `key` in the flow table.
     pub(crate) fn new(config: FqCodelConfig, key: u32) -> Self {
         Self {
@@ -118,7 +123,7 @@ impl FqCodel {
         now: u64,
     ) -> Result<(), P> {
         self.trim_dormant(&mut store.flows, now);
-        let b = bucket(packet.flow_hash(), self.config.flows);
+        let b = self.bucket_of(packet.flow_hash());
         let idx = match store.flows.find(&self.index, b) {
             Some(idx) => {
                 if store.flows.get(idx).list == ListTag::Dormant {

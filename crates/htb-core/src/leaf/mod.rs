@@ -412,6 +412,22 @@ impl Leaf {
         }
     }
 
+    /// Which of its queues a packet of flow `hash` joins (`fq_codel`'s and `sfq`'s flow
+    /// buckets, as `fq_codel_classify` and `sfq_hash` pick them); `None` for a discipline with
+    /// one queue, or whose choice depends on what it holds (`cake`'s set-associative flows).
+    /// An `sfq` not yet started has no perturbation key yet, so no answer either.
+    pub(crate) fn queue_of<P>(&self, store: &LeafStore<P>, hash: u32) -> Option<u32> {
+        match self {
+            Self::FqCodel(q) => Some(q.bucket_of(hash)),
+            Self::Sfq(q) => Some(q.bucket_of(hash)),
+            Self::Unstarted { start, .. } => match store.starts.get(*start as usize)? {
+                LeafConfig::FqCodel(c) => Some(fq_codel::bucket(hash, c.flows)),
+                _ => None,
+            },
+            Self::Vacant | Self::Fifo(_) | Self::Cake(_) => None,
+        }
+    }
+
     /// Statistics (an unstarted leaf's: those of a new one).
     pub(crate) fn stats<P>(&self, store: &LeafStore<P>) -> LeafStats {
         let (drops, fq_codel, cake) = match self {

@@ -94,6 +94,11 @@ impl Sfq {
         allot_size(self.config.quantum)
     }
 
+    /// The bucket of `hash` under the current perturbation (`sfq_hash`).
+    pub(crate) fn bucket_of(&self, hash: u32) -> u32 {
+        self.bucket(hash)
+    }
+
     #[inline]
     fn bucket(&self, hash: u32) -> u32 {
         perturbed(hash, self.perturbation) & (self.config.divisor - 1)

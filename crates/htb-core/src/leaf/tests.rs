@@ -489,3 +489,37 @@ fn ce_threshold_marks_early() {
     assert_eq!(b.leaf.stats(&b.store).fq_codel.unwrap().ce_mark, 1);
     b.assert_conserved();
 }
+
+#[test]
+fn a_leaf_names_the_queue_a_flow_joins_where_it_has_queues() {
+    // fq_codel: flow f lands in bucket f (see `Pkt::flow_hash`), started or not.
+    let codel = fq_codel(|_| {});
+    let b = Bench::new(codel);
+    assert_eq!(b.leaf.queue_of(&b.store, 5 << 22), Some(5));
+    let mut store: LeafStore<Pkt> = LeafStore::default();
+    let unstarted = Leaf::unstarted(&mut store, &codel, 3);
+    assert_eq!(unstarted.queue_of(&store, 1000 << 22), Some(1000));
+    // sfq: two flows in one bucket are one queue (six flows, and a seventh that shares).
+    let mut b = Bench::new(sfq(|_| {}));
+    let queue = |b: &Bench, flow: u32| b.leaf.queue_of(&b.store, flow << 22).unwrap();
+    let first = queue(&b, 0);
+    let twin = (1..100_000).find(|&f| queue(&b, f) == first).unwrap();
+    let other = (1..100_000).find(|&f| queue(&b, f) != first).unwrap();
+    for flow in [0, twin, other] {
+        b.push(flow, 100, false, 0);
+    }
+    assert_eq!(
+        b.leaf.check(&b.store).unwrap(),
+        2,
+        "flows 0 and {twin} share a queue"
+    );
+    b.assert_conserved();
+    // One queue, or a choice that depends on what the leaf holds: no answer.
+    for config in [
+        LeafConfig::Pfifo { limit: 10 },
+        LeafConfig::Cake(CakeConfig::default()),
+    ] {
+        let b = Bench::new(config);
+        assert_eq!(b.leaf.queue_of(&b.store, 1), None, "{config:?}");
+    }
+}

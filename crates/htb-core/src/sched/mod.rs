@@ -590,6 +590,17 @@ impl<P: Packet> Scheduler<P> {
         Some(self.queues[slot as usize].stats(&self.store))
     }
 
+    /// Which queue of class `id`'s leaf a packet of flow `hash` joins (`None` for an inner or
+    /// unknown class, or a leaf with one queue, or `cake`, whose choice depends on what it holds).
+    #[must_use]
+    pub fn leaf_queue(&self, id: ClassId, hash: u32) -> Option<u32> {
+        let slot = self.lookup(id);
+        if slot == NO_CLASS || self.classes[slot as usize].level != 0 {
+            return None;
+        }
+        self.queues[slot as usize].queue_of(&self.store, hash)
+    }
+
     /// `(id, bytes sent, packets sent)` of every class, in no particular order: what a rate
     /// estimator samples.
     pub fn class_counters(&self) -> impl Iterator<Item = (ClassId, u64, u64)> + '_ {

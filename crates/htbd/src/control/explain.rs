@@ -58,7 +58,16 @@ impl Control {
                         frames
                             .iter()
                             .map(|(direction, frame)| {
-                                (dev.clone(), *direction, engine.explain(dev, frame))
+                                let classified = engine.explain(dev, frame);
+                                let class = match &classified {
+                                    Some(
+                                        Classified::Filter { class, .. }
+                                        | Classified::Default(class),
+                                    ) => Some(*class),
+                                    _ => None,
+                                };
+                                let queue = class.and_then(|c| engine.leaf_queue(dev, c, frame));
+                                (dev.clone(), *direction, classified, queue)
                             })
                             .collect::<Vec<_>>()
                     })
@@ -66,7 +75,7 @@ impl Control {
             })
             .await?;
         let mut explanation = Explanation::default();
-        for (dev, direction, classified) in classified {
+        for (dev, direction, classified, leaf_queue) in classified {
             let Some(classified) = classified else {
                 continue;
             };
@@ -99,6 +108,7 @@ impl Control {
                 direction,
                 outcome,
                 path,
+                leaf_queue,
             });
         }
         Ok(explanation)
