@@ -67,6 +67,8 @@ struct Slot {
     /// The end of the highest data seen (valid with `have_seq`).
     high: u32,
     have_seq: bool,
+    /// The last TSval seen in this direction: only a segment carrying a new one is noted.
+    last_tsval: Option<u32>,
 }
 
 /// The flow table.
@@ -197,12 +199,21 @@ impl RttTracker {
             }
         }
         let f = self.slot(s.flow);
-        // One timestamp noted at a time, the first seen (pping's rule), until echoed or stale.
+        // One timestamp noted at a time, until echoed or stale, and only on the first segment
+        // that carries it (pping's rule): TSval ticks in ms, and the echo of a value is for
+        // the earliest segment that carried it, so noting a later one would read short.
         let stale = f
             .ts_at
             .is_none_or(|noted| now.saturating_sub(noted) > STALE_NS);
+        let first_carrier = s
+            .timestamps
+            .is_some_and(|(tsval, _)| f.last_tsval != Some(tsval));
+        if let Some((tsval, _)) = s.timestamps {
+            f.last_tsval = Some(tsval);
+        }
         if let Some((tsval, _)) = s.timestamps
             && stale
+            && first_carrier
         {
             f.tsval = tsval;
             f.ts_at = Some(now);
@@ -378,6 +389,41 @@ pub(crate) mod tests {
         assert_eq!(
             t.observe(&seg(&t, &d3), Some(down), at(20)).sample,
             Some((up, 15_000_000))
+        );
+    }
+
+    #[test]
+    fn only_the_first_segment_carrying_a_tsval_is_noted() {
+        let mut t = RttTracker::new();
+        let down: ClassKey = (1, ClassId::new(1, 0x10));
+        let seg = |t: &RttTracker, f: &[u8]| t.segment(f, &parse(f)).unwrap();
+        // TSval 100 at 0 ms is noted; TSval 101 at 1 ms waits (one at a time).
+        let d1 = tcp(A, B, (80, 5000), 1000, ACK, Some((100, 7)), 1400);
+        t.observe(&seg(&t, &d1), Some(down), at(0));
+        let d2 = tcp(A, B, (80, 5000), 2400, ACK, Some((101, 7)), 1400);
+        t.observe(&seg(&t, &d2), Some(down), at(1));
+        let echo100 = tcp(B, A, (5000, 80), 1, ACK, Some((900, 100)), 0);
+        assert_eq!(
+            t.observe(&seg(&t, &echo100), None, at(10)).sample,
+            Some((down, 10_000_000))
+        );
+        // A later segment still carrying 101 is not its first carrier: noting it would time
+        // the echo of the segment sent at 1 ms from 10.5 ms, 0.5 ms where the truth is 10.
+        let d3 = tcp(A, B, (80, 5000), 3800, ACK, Some((101, 900)), 1400);
+        t.observe(
+            &seg(&t, &d3),
+            Some(down),
+            at(10) + htb_core::Duration::from_micros(500),
+        );
+        let echo101 = tcp(B, A, (5000, 80), 1, ACK, Some((901, 101)), 0);
+        assert_eq!(t.observe(&seg(&t, &echo101), None, at(11)).sample, None);
+        // The next new TSval is noted again.
+        let d4 = tcp(A, B, (80, 5000), 5200, ACK, Some((102, 901)), 1400);
+        t.observe(&seg(&t, &d4), Some(down), at(12));
+        let echo102 = tcp(B, A, (5000, 80), 1, ACK, Some((902, 102)), 0);
+        assert_eq!(
+            t.observe(&seg(&t, &echo102), None, at(22)).sample,
+            Some((down, 10_000_000))
         );
     }
 
