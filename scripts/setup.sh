@@ -4,17 +4,18 @@
 # iproute2/iputils-ping/ethtool/iperf3 run the network-namespace lab (tcpdump times packets in bench-scale), nftables gives a lab test
 # netfilter rules, systemd's systemd-analyze checks the service unit; chromium and
 # chromium-driver run the browser tests of the web console, prometheus a real Prometheus server
-# scraping htbd, bird2 and keepalived the routing daemons of the lab of several boxes) and a
+# scraping htbd, bird2 and keepalived the routing daemons of the lab of several boxes, nfdump
+# the IPFIX collector (nfcapd) the flow export is tested against) and a
 # Rust toolchain with
 # a nightly and cargo-fuzz for the fuzz targets, and cargo-deny for the dependency checks.
 set -euo pipefail
 
 PACKAGES=(clang llvm libelf-dev zlib1g-dev m4 pkg-config make libbpf-dev
           iproute2 iputils-ping ethtool iperf3 nftables systemd curl ca-certificates tcpdump
-          chromium chromium-driver prometheus bird2 keepalived)
+          chromium chromium-driver prometheus bird2 keepalived nfdump)
 # Daemons whose packages enable a system-wide service: the lab runs its own instances in network
 # namespaces, so the ones installed here are stopped and disabled again.
-LAB_DAEMONS=(bird2:bird keepalived:keepalived)
+LAB_DAEMONS=(bird2:bird keepalived:keepalived nfdump:nfdump)
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do

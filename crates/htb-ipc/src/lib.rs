@@ -24,6 +24,7 @@ use std::io::{self, Read, Write};
 mod explain;
 mod filter_handle;
 mod filter_kind;
+mod flows;
 mod generation;
 mod protocol;
 mod status;
@@ -32,6 +33,7 @@ mod tagged;
 pub use explain::{Direction, Explain, Explanation, Outcome, PortExplanation};
 pub use filter_handle::{FilterHandle, FilterHandleError};
 pub use filter_kind::{FilterKind, UnknownFilterKind};
+pub use flows::{FlowEntry, FlowList, FlowStatus, FlowsQuery};
 pub use generation::{BadGeneration, Generation};
 pub use htb_classify::{
     ControlAction, IpPrefix, PoliceConfig, PoliceStats, U32Handle, U32HandleError,
@@ -110,6 +112,8 @@ pub enum RequestBody {
     /// Which filter and class packets to and from an address take: answered with
     /// [`ReplyBody::Explained`].
     Explain(Explain),
+    /// The flow records kept now: answered with [`ReplyBody::Flows`].
+    Flows(FlowsQuery),
 }
 
 /// What `show` lists.
@@ -257,6 +261,8 @@ pub enum ReplyBody {
     Status(Status),
     /// To [`RequestBody::Explain`].
     Explained(Explanation),
+    /// To [`RequestBody::Flows`].
+    Flows(FlowList),
     /// To [`RequestBody::Stage`].
     Staged {
         /// Commands staged on this connection so far.

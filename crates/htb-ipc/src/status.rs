@@ -48,6 +48,9 @@ pub struct Status {
     /// 0: no stall credit).
     #[serde(default)]
     pub stall_credit_us: u64,
+    /// The flow tables and their exporter (`None`: no `[flows]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<Box<crate::FlowStatus>>,
     /// The generation of the state it runs (`None` from a daemon that does not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<crate::Generation>,

@@ -4,6 +4,7 @@
 
 mod accounted;
 pub mod bench;
+pub mod collector;
 pub mod cores;
 pub mod demo;
 pub mod filter_bench;

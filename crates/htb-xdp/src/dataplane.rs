@@ -21,11 +21,14 @@ use crate::rtt::{ClassRtt, RttTracker};
 use crate::stats::{PortSnapshot, PortStats};
 use crate::sys;
 
+mod metering;
 mod target_cache;
 
 use self::target_cache::{Resolved, TargetCache};
 #[cfg(test)]
 mod ifb_tests;
+#[cfg(test)]
+mod metering_tests;
 #[cfg(test)]
 mod mq_tests;
 #[cfg(test)]
@@ -418,21 +421,18 @@ struct Outgoing<'a> {
 
 /// Notes a frame for the round-trip tracker if it is a TCP segment, and counts what it gives:
 /// a round trip of the class whose segment it answers, a retransmission of its own class.
-fn observe_rtt(tracker: &mut RttTracker, ports: &mut [Port], f: &Outgoing<'_>, now: Instant) {
-    let Some(segment) = tracker.segment(f.bytes, f.parsed) else {
-        return;
-    };
+/// Returns what it gave, for the flow's record.
+fn observe_rtt(
+    tracker: &mut RttTracker,
+    ports: &mut [Port],
+    f: &Outgoing<'_>,
+    now: Instant,
+) -> Option<crate::rtt::Observed> {
+    let segment = tracker.segment(f.bytes, f.parsed)?;
     let port = &ports[f.egress];
     let class = if port.rtt_on {
-        match f.classified {
-            Some(i) => port.classifier.filters().get(i).map(|filter| filter.class),
-            None => f
-                .slot
-                .tree
-                .and_then(|t| port.trees.get(t))
-                .and_then(|t| t.htb.default_class()),
-        }
-        .and_then(|c| Some((u16::try_from(f.egress).ok()?, c)))
+        metering::class_of(port, f.classified, f.slot)
+            .and_then(|c| Some((u16::try_from(f.egress).ok()?, c)))
     } else {
         None
     };
@@ -447,6 +447,7 @@ fn observe_rtt(tracker: &mut RttTracker, ports: &mut [Port], f: &Outgoing<'_>, n
     {
         ports[f.egress].rtt.entry(id).or_default().retransmits += 1;
     }
+    Some(seen)
 }
 
 /// Resolves the IFB names of every port's ingress redirects to port indices (a name that is
@@ -496,6 +497,8 @@ pub(crate) struct Dataplane<R: Rings> {
     crew: Crew<R::Parcel>,
     /// The TCP flow table, when a port measures round trips.
     rtt: Option<RttTracker>,
+    /// Flow records, when flows are metered.
+    metering: Option<metering::Metering>,
 }
 
 /// Frames taken from other workers per pass, at most: the rest wait for the next pass, so that
@@ -587,6 +590,7 @@ impl<R: Rings> Dataplane<R> {
             loops: 0,
             crew,
             rtt,
+            metering: None,
         }
     }
 
@@ -660,6 +664,7 @@ impl<R: Rings> Dataplane<R> {
         let pending = self.rings.kick();
         work |= self.rings.reap() > 0;
         self.rings.refill();
+        self.export_flows(now);
         debug_assert_eq!(
             self.unaccounted_frames(),
             0,
@@ -727,7 +732,7 @@ impl<R: Rings> Dataplane<R> {
                 return;
             }
         };
-        self.classify_into(tree_port, chunk, &parsed, now, onward);
+        self.classify_into(ingress, tree_port, chunk, &parsed, now, onward);
     }
 
     /// What port `ingress`'s ingress qdisc does with a frame it received.
@@ -761,6 +766,7 @@ impl<R: Rings> Dataplane<R> {
     /// its class.
     fn classify_into(
         &mut self,
+        ingress: usize,
         egress: usize,
         chunk: Chunk,
         parsed: &crate::parse::Parsed,
@@ -802,6 +808,7 @@ impl<R: Rings> Dataplane<R> {
             Some(i) => (u32::try_from(i).ok(), port.target(i, me, workers)),
             None => (None, port.unclassified_slot(me, workers)),
         };
+        let mut rtt = None;
         if onward.is_none()
             && let Some(tracker) = self.rtt.as_mut()
         {
@@ -812,7 +819,22 @@ impl<R: Rings> Dataplane<R> {
                 classified,
                 slot,
             };
-            observe_rtt(tracker, &mut self.ports, &outgoing, now);
+            rtt = observe_rtt(tracker, &mut self.ports, &outgoing, now);
+        }
+        if onward.is_none()
+            && let Some(m) = self.metering.as_mut()
+        {
+            let metered = metering::Metered {
+                bytes,
+                parsed,
+                ingress,
+                egress,
+                hash: htb_core::Packet::flow_hash(&frame),
+                reverse_hash: self.flows.hash_reverse(parsed),
+                class: metering::class_of(&self.ports[egress], classified, slot),
+                len: htb_core::Packet::len_bytes(&frame),
+            };
+            m.meter(&metered, rtt, now);
         }
         if owner != me {
             self.hand_over(owner, egress, filter, frame);
@@ -859,7 +881,8 @@ impl<R: Rings> Dataplane<R> {
             match onward.filter(|&e| e < self.ports.len() && !self.ports[e].ifb) {
                 Some(egress) => {
                     let parsed = parse(self.rings.bytes(&chunk));
-                    self.classify_into(egress, chunk, &parsed, now, None);
+                    // Its ingress port is lost on the way through the IFB: the IFB stands in.
+                    self.classify_into(port, egress, chunk, &parsed, now, None);
                 }
                 None => {
                     self.ports[port].stats.drops_no_egress += 1;
@@ -876,6 +899,7 @@ impl<R: Rings> Dataplane<R> {
         let port = &mut self.ports[egress];
         if let Err(dropped) = port.htb(slot.tree).enqueue(now, slot.target, frame) {
             port.stats.drops_queue += 1;
+            self.meter_drop(htb_core::Packet::flow_hash(&dropped.packet));
             self.rings.release(dropped.packet.into_chunk());
         }
         self.release_dropped(egress);
@@ -937,6 +961,9 @@ impl<R: Rings> Dataplane<R> {
         let mut dropped = 0;
         for frame in p.drain_dropped() {
             dropped += 1;
+            if let Some(m) = self.metering.as_mut() {
+                m.table.note_drop(htb_core::Packet::flow_hash(&frame));
+            }
             self.rings.release(frame.into_chunk());
         }
         p.stats.drops_queue += dropped;

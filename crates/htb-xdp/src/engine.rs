@@ -110,6 +110,10 @@ pub struct EngineConfig {
     /// it serves is given back what it could have sent meanwhile beyond its burst, up to this
     /// much of its rate per stall (`Scheduler::credit_stall`). `None`: none, as the kernel.
     pub stall_credit: Option<StdDuration>,
+    /// Flow metering: each worker keeps a flow table of this configuration, and ended
+    /// records go to the export ring ([`Engine::take_flow_records`]). `None`: no flows, and
+    /// nothing spent on them.
+    pub flows: Option<crate::flow_table::FlowConfig>,
 }
 
 impl EngineConfig {
@@ -150,6 +154,9 @@ pub type Job = Box<dyn FnOnce(&mut Engine) + Send>;
 /// client of the control plane can queue unbounded work in front of the packets.
 pub const JOB_QUEUE: usize = 64;
 
+/// Ended flow records the export ring holds (about 13 MB at most).
+pub const FLOW_EXPORT_RING: usize = 65_536;
+
 /// Why a job was not queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum JobError {
@@ -171,6 +178,8 @@ pub struct EngineHandle {
     bell: Arc<Bell>,
     stop: Arc<AtomicBool>,
     workers: usize,
+    /// When the data plane's clock read 0.
+    epoch: std::time::Instant,
 }
 
 impl EngineHandle {
@@ -188,6 +197,13 @@ impl EngineHandle {
             Err(mpsc::TrySendError::Full(job)) => Err((JobError::Busy, job)),
             Err(mpsc::TrySendError::Disconnected(job)) => Err((JobError::Stopped, job)),
         }
+    }
+
+    /// When the data plane's clock ([`Engine::now`]) read 0: what turns the times in its
+    /// records (flow records' first and last packet) into wall-clock time.
+    #[must_use]
+    pub fn epoch(&self) -> std::time::Instant {
+        self.epoch
     }
 
     /// Asks the engine to stop after its current batch.
@@ -245,6 +261,8 @@ pub struct Engine {
     fleet: Fleet,
     /// The most a class is given back per stall of its worker (`None`: no stall credit).
     stall_credit: Option<htb_core::Duration>,
+    /// The export ring's receiving end, until taken.
+    flow_records: Option<mpsc::Receiver<crate::flow_table::FlowRecord>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -537,6 +555,13 @@ impl Engine {
             .map(|c| htb_core::Duration::from_nanos(duration_ns(c)));
         let mut pool = Vec::with_capacity(workers);
         let flows = crate::frame::FlowHasher::default();
+        let (flow_sink, flow_records) = match config.flows {
+            Some(_) => {
+                let (sink, records) = mpsc::sync_channel(FLOW_EXPORT_RING);
+                (Some(sink), Some(records))
+            }
+            None => (None, None),
+        };
         for (w, (((io, setups), crew), waker)) in shares
             .into_iter()
             .zip(per_worker)
@@ -547,6 +572,9 @@ impl Engine {
             let mut plane =
                 Dataplane::new(io, config.mode, setups, batch, config.io.frame_size, crew);
             plane.set_flow_hasher(flows);
+            if let (Some(c), Some(sink)) = (config.flows, &flow_sink) {
+                plane.set_metering(crate::flow_table::FlowTable::new(c), sink.clone());
+            }
             pool.push(Worker::new(
                 plane,
                 waker,
@@ -571,6 +599,7 @@ impl Engine {
             bell: Arc::clone(&bells[0]),
             stop: Arc::clone(&stop),
             workers,
+            epoch,
         };
         let beat_every = config.liveness.map(beat_period);
         let engine = Self {
@@ -595,6 +624,7 @@ impl Engine {
             beat_failed: false,
             alive,
             fleet,
+            flow_records,
         };
         Ok((engine, handle))
     }
@@ -652,7 +682,33 @@ impl Engine {
                 self.workers.push(worker);
             }
             self.run_jobs(&[]);
+            // The flows still running end here (flowEndReason "forced end").
+            let now = self.now();
+            for worker in &mut self.workers {
+                worker.plane.flush_flows(now);
+            }
         });
+    }
+
+    /// The receiving end of the export ring of ended flow records (once; `None` without
+    /// flow metering, or when taken). Whoever takes it must keep up, off the data-plane
+    /// threads: a full ring loses records, counted in [`EngineStats::flows`].
+    pub fn take_flow_records(&mut self) -> Option<mpsc::Receiver<crate::flow_table::FlowRecord>> {
+        self.flow_records.take()
+    }
+
+    /// The live flow records `keep` keeps, over every worker's table (none without flow
+    /// metering).
+    #[must_use]
+    pub fn flows(
+        &self,
+        mut keep: impl FnMut(&crate::flow_table::FlowRecord) -> bool,
+    ) -> Vec<crate::flow_table::FlowRecord> {
+        self.workers
+            .iter()
+            .filter_map(|w| w.plane.flow_table())
+            .flat_map(|t| t.live(&mut keep))
+            .collect()
     }
 
     /// Runs `job` with every worker's state here: the other workers park between two passes
@@ -748,6 +804,12 @@ impl Engine {
         );
         stats.jobs = self.jobs_run;
         stats.stall_credit = self.stall_credit;
+        for table in self.workers.iter().filter_map(|w| w.plane.flow_table()) {
+            stats
+                .flows
+                .get_or_insert_with(Default::default)
+                .add(&table.counters());
+        }
         for (w, worker) in self.workers.iter().enumerate() {
             let plane = &worker.plane;
             stats.sleeps += worker.sleeps;

@@ -303,19 +303,34 @@ impl FlowHasher {
     /// The 32-bit hash of a parsed frame's flow.
     #[must_use]
     pub fn hash(&self, parsed: &Parsed) -> u32 {
+        self.hash_way(parsed, false)
+    }
+
+    /// The hash of the reverse direction of a parsed frame's flow (addresses and ports
+    /// swapped): the flow whose segments this one's acknowledge.
+    #[must_use]
+    pub fn hash_reverse(&self, parsed: &Parsed) -> u32 {
+        self.hash_way(parsed, true)
+    }
+
+    fn hash_way(&self, parsed: &Parsed, reverse: bool) -> u32 {
         let i = &parsed.info;
-        let (sport, dport) = if parsed.fragment {
+        let (mut sport, mut dport) = if parsed.fragment {
             (None, None)
         } else {
             (i.sport, i.dport)
         };
+        let (mut src, mut dst) = (i.src, i.dst);
+        if reverse {
+            (sport, dport, src, dst) = (dport, sport, dst, src);
+        }
         let tag = |v: Option<u16>| v.map_or(0, |v| u64::from(v) | 1 << 16);
         let small = tag(i.vlan)
             | tag(sport) << 17
             | tag(dport) << 34
             | u64::from(i.proto.map_or(0, |p| u16::from(p) | 1 << 8)) << 51;
-        let [s0, s1] = address_words(i.src);
-        let [d0, d1] = address_words(i.dst);
+        let [s0, s1] = address_words(src);
+        let [d0, d1] = address_words(dst);
         let mut h = self.k0;
         for word in [small, s0, s1, d0, d1] {
             h = folded_multiply(h ^ word, self.k1);

@@ -25,6 +25,7 @@ mod engine;
 mod error;
 pub mod explain;
 mod fleet;
+pub mod flow_table;
 mod frame;
 mod frame_pool;
 mod links;
@@ -44,7 +45,8 @@ mod worker;
 pub use crew::HandoffCounts;
 pub use dataplane::{Mode, Progress};
 pub use engine::{
-    Engine, EngineConfig, EngineHandle, JOB_QUEUE, Job, JobError, PortConfig, WITNESS_EVERY,
+    Engine, EngineConfig, EngineHandle, FLOW_EXPORT_RING, JOB_QUEUE, Job, JobError, PortConfig,
+    WITNESS_EVERY,
 };
 pub use error::{ConfigError, PlaneError, XdpError};
 pub use frame::{FlowHasher, Frame};

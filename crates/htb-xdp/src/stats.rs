@@ -117,6 +117,8 @@ pub struct EngineStats {
     pub workers: Vec<WorkerStats>,
     /// The most stall credit a class gets per stall of its worker (`None`: none).
     pub stall_credit: Option<htb_core::Duration>,
+    /// The flow tables' counters, summed over the workers (`None`: flows are not metered).
+    pub flows: Option<crate::flow_table::FlowCounters>,
 }
 
 /// One data-plane worker's counters.

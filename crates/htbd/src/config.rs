@@ -57,10 +57,14 @@ use htb_ipc::{FilterHandle, HashKey};
 use crate::model::{FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, u32_divisor};
 use crate::netfilter::NetfilterPolicy;
 
+mod flows;
+pub use flows::{FlowsConfig, IpfixConfig};
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
     daemon: Option<DaemonSection>,
+    flows: Option<flows::FlowsSection>,
     #[serde(default)]
     interface: Vec<Located<InterfaceSection>>,
 }
@@ -163,6 +167,8 @@ pub struct DaemonConfig {
     pub netfilter: NetfilterPolicy,
     /// The HTTP listener: console, API, `/metrics`, `/health` (`None`: not served).
     pub http: Option<HttpConfig>,
+    /// Flow records and their export (`[flows]`; `None`: none kept).
+    pub flows: Option<FlowsConfig>,
 }
 
 /// `[daemon] http` and `http_token`.
@@ -697,8 +703,9 @@ impl DaemonConfig {
     /// # Errors
     /// The first problem, with line, column and key.
     pub fn parse(text: &str) -> Result<Self, ConfigError> {
-        let file: File = htb_config::from_toml(text)?;
-        let daemon = file.daemon.unwrap_or_default();
+        let mut file: File = htb_config::from_toml(text)?;
+        let daemon = file.daemon.take().unwrap_or_default();
+        let flows = file.flows.take().map(|f| f.validate(text)).transpose()?;
         let err =
             |span: std::ops::Range<usize>, msg: String| ConfigError::spanned(text, &span, msg);
 
@@ -993,9 +1000,11 @@ impl DaemonConfig {
                 workers: daemon.workers.map(|w| *w.get_ref()),
                 cpus,
                 stall_credit,
+                flows: flows.map(|f| f.table),
             },
             netfilter,
             http,
+            flows,
         })
     }
 }

@@ -13,6 +13,7 @@
 //! the changes waiting behind it but not the clients being read or accepted.
 
 mod explain;
+mod flows;
 mod query;
 mod show;
 
@@ -87,6 +88,8 @@ pub struct Control {
     /// and there) while changes have not been hashed yet.
     generation: tokio::sync::watch::Sender<Option<Generation>>,
     hashed: Option<Generation>,
+    /// `[flows]` and the exporter's counters, when flows are kept.
+    flows: Option<crate::flow_export::FlowExportState>,
 }
 
 /// Data-plane operations per job and worker: a class add with its `fq_codel` leaf costs the
@@ -128,7 +131,15 @@ impl Control {
             requests: RequestMetrics::default(),
             generation: tokio::sync::watch::Sender::new(None),
             hashed: None,
+            flows: None,
         }
+    }
+
+    /// Flows are kept as `flows` says (`htb-cli flows`, and their counters in the status).
+    #[must_use]
+    pub fn with_flows(mut self, flows: crate::flow_export::FlowExportState) -> Self {
+        self.flows = Some(flows);
+        self
     }
 
     /// The generation as published (for `/health`): `None` from a change until something
@@ -196,6 +207,7 @@ impl Control {
                     let generation = self.generation_now();
                     let scrape = self.scrape().await.map(|s| Scrape {
                         generation: Some(generation),
+                        flows: self.flow_status(crate::status::status(&s.engine).flows),
                         ..s
                     });
                     let _ = reply.send(scrape);
@@ -255,13 +267,16 @@ impl Control {
             RequestBody::Status {} => {
                 let generation = self.generation_now();
                 self.on_engine(|engine| engine.stats()).await.map(|stats| {
+                    let status = crate::status::status(&stats);
                     ReplyBody::Status(htb_ipc::Status {
                         generation: Some(generation),
-                        ..crate::status::status(&stats)
+                        flows: self.flow_status(status.flows.clone()),
+                        ..status
                     })
                 })
             }
             RequestBody::Explain(ask) => self.explain(&ask).await.map(ReplyBody::Explained),
+            RequestBody::Flows(ask) => self.flows(&ask).await.map(ReplyBody::Flows),
             // The connection keeps what it stages (crate::ipc); only its Apply comes here.
             RequestBody::Stage { .. } => Err(IpcError::new(
                 ErrorCode::BadRequest,

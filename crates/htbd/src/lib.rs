@@ -9,6 +9,7 @@
 mod config;
 pub mod control;
 pub mod faults;
+pub mod flow_export;
 mod forwarding;
 pub mod ipc;
 pub mod metrics;
@@ -25,7 +26,9 @@ pub mod web;
 
 use std::thread::JoinHandle;
 
-pub use config::{DaemonConfig, HttpConfig, InterfaceTree, InterfaceTrees, parse_state};
+pub use config::{
+    DaemonConfig, FlowsConfig, HttpConfig, InterfaceTree, InterfaceTrees, IpfixConfig, parse_state,
+};
 use htb_xdp::{Engine, EngineConfig, EngineHandle, Mode, XdpError};
 
 /// Why the daemon could not start or run.
@@ -97,6 +100,8 @@ pub enum DaemonError {
 pub struct DataPlane {
     /// Stops the engine and runs jobs on its thread.
     pub handle: EngineHandle,
+    /// The export ring's receiving end, with flows on (`[flows]`), until taken.
+    pub flow_records: Option<std::sync::mpsc::Receiver<htb_xdp::flow_table::FlowRecord>>,
     thread: JoinHandle<()>,
 }
 
@@ -120,8 +125,8 @@ impl DataPlane {
         let thread = std::thread::Builder::new()
             .name("htbd-dataplane".into())
             .spawn(move || match Engine::start(&config) {
-                Ok((engine, handle)) => {
-                    let _ = tx.send(Ok(handle));
+                Ok((mut engine, handle)) => {
+                    let _ = tx.send(Ok((handle, engine.take_flow_records())));
                     let Some(engine) = supervise(engine, Engine::run, after_panic) else {
                         return;
                     };
@@ -150,7 +155,11 @@ impl DataPlane {
                 source,
             })?;
         match rx.recv() {
-            Ok(Ok(handle)) => Ok(Self { handle, thread }),
+            Ok(Ok((handle, flow_records))) => Ok(Self {
+                handle,
+                flow_records,
+                thread,
+            }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e.into())
@@ -285,7 +294,33 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
         }
         Mode::Bridge => forwarding::check_bridge_fail_open(&ports),
     }
-    let dataplane = DataPlane::start(config.engine.clone())?;
+    let mut dataplane = DataPlane::start(config.engine.clone())?;
+    let exporter = match (config.flows, dataplane.flow_records.take()) {
+        (Some(flows), Some(records)) => {
+            let ifindexes = config
+                .engine
+                .ports
+                .iter()
+                .map(|p| if p.ifb { 0 } else { ifindex(&p.name) })
+                .collect();
+            match flow_export::FlowExporter::start(
+                records,
+                flows,
+                ifindexes,
+                dataplane.handle.epoch(),
+            ) {
+                Ok(exporter) => Some(exporter),
+                Err(source) => {
+                    let _ = dataplane.stop();
+                    return Err(DaemonError::Io {
+                        what: "cannot start the flow exporter ([flows])".into(),
+                        source,
+                    });
+                }
+            }
+        }
+        _ => None,
+    };
     // Fold the replayed journal into a fresh snapshot, now that the trees are known to run.
     if let Err(e) = store.compact_observed(&header, &model.to_toml(), |step| {
         faults.compaction_step(step)
@@ -309,7 +344,10 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
         })?;
     service::ready(&model);
     let hang_faults = faults.clone();
-    let control = control::Control::new(model, store, dataplane.handle.clone(), header, faults);
+    let mut control = control::Control::new(model, store, dataplane.handle.clone(), header, faults);
+    if let Some(exporter) = &exporter {
+        control = control.with_flows(exporter.state());
+    }
     let requests = control.request_metrics();
     let generation = control.generation_watch();
     let engine = dataplane.handle.clone();
@@ -370,8 +408,20 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
     });
     drop(socket);
     let stopped = dataplane.stop();
+    // The data plane forced its flows out as it stopped: they go to the collector first.
+    if let Some(exporter) = exporter {
+        exporter.join();
+    }
     served?;
     stopped
+}
+
+/// `name`'s interface index (0 when the kernel does not say): what flow records name a port by.
+fn ifindex(name: &str) -> u32 {
+    std::fs::read_to_string(format!("/sys/class/net/{name}/ifindex"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

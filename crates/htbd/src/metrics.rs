@@ -53,6 +53,8 @@ pub struct Scrape {
     pub generation: Option<htb_ipc::Generation>,
     /// Classes carried one way since the previous scrape ([`one_way`]; `None`: not compared).
     pub one_way_classes: Option<usize>,
+    /// The flow tables and their exporter (`None`: no `[flows]`).
+    pub flows: Option<Box<htb_ipc::FlowStatus>>,
 }
 
 /// One port's trees (one, or one per `mq` class).

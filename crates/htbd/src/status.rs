@@ -86,6 +86,16 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
             })
             .collect(),
         stall_credit_us: stats.stall_credit.map_or(0, |c| c.as_nanos() / 1000),
+        flows: stats.flows.map(|f| {
+            Box::new(htb_ipc::FlowStatus {
+                live: f.live,
+                started: f.started,
+                ended: f.exported,
+                evicted: f.evicted,
+                ring_drops: f.export_drops,
+                ..htb_ipc::FlowStatus::default()
+            })
+        }),
         generation: None,
     }
 }

@@ -21,6 +21,8 @@ pub enum Action {
     Status,
     /// Which filter and class packets to and from an address take.
     Explain(htb_ipc::Explain),
+    /// The flow records htbd keeps now.
+    Flows(htb_ipc::FlowsQuery),
     /// Print usage.
     Help(&'static str),
     /// Print the version.

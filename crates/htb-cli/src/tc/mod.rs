@@ -11,6 +11,7 @@ mod explain;
 mod f_flower;
 mod f_u32;
 mod fleet;
+mod flows;
 pub mod format;
 mod m_gact;
 mod m_mirred;
@@ -112,6 +113,7 @@ fn run(invocation: Invocation, out: &mut impl Write, err: &mut impl Write) -> u8
         Action::Monitor(m) => monitor::run(&mut client, &m, out),
         Action::Status => status::run(&mut client, &options, out),
         Action::Explain(ask) => explain::run(&mut client, &options, ask, out),
+        Action::Flows(ask) => flows::run(&mut client, &options, ask, out),
         Action::Help(_) | Action::Version => Ok(()),
     };
     match result {
@@ -214,6 +216,7 @@ fn read_batch(options: &Options, err: &mut impl Write) -> Result<Batch, u8> {
             Action::Monitor(_)
             | Action::Status
             | Action::Explain(_)
+            | Action::Flows(_)
             | Action::Help(_)
             | Action::Version => {}
         }

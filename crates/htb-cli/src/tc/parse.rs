@@ -185,6 +185,8 @@ pub fn parse_command(words: &[String]) -> Result<Action> {
         }
     } else if o == "explain" {
         super::explain::parse(args).map(Action::Explain)
+    } else if o == "flows" {
+        super::flows::parse(args).map(Action::Flows)
     } else if matches(o, "help") {
         Ok(Action::Help(USAGE))
     } else {
@@ -294,6 +296,7 @@ pub fn parse_batch(text: &str) -> std::result::Result<Vec<(usize, Action)>, (usi
         if let Action::Monitor(_)
         | Action::Status
         | Action::Explain(_)
+        | Action::Flows(_)
         | Action::Help(_)
         | Action::Version = action
         {

@@ -9,6 +9,8 @@ Usage: htb-cli [ OPTIONS ] OBJECT { COMMAND | help }
        htb-cli [ -j [ -p ] ] status   (the data plane's frames, counters and XDP verdicts)
        htb-cli [ -j ] explain ADDR [ peer ADDR ] [ dev DEV ] [ proto P ] [ port N ] [ peer_port N ]
                                       (which filter and class packets to and from ADDR take)
+       htb-cli [ -j ] flows [ dev DEV ] [ class CLASSID ] [ top N ]
+                                      (the flow records htbd keeps, the largest first)
        htb-cli sim SCENARIO.toml [ --json ] [ --svg OUT.svg ]
 where  OBJECT := { qdisc | class | filter }
        OPTIONS := { -s[tatistics] | -d[etails] | -r[aw] | -i[ec] | -j[son] | -p[retty] |

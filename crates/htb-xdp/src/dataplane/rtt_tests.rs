@@ -8,7 +8,7 @@ use super::tests::{A, B, FRAME_SIZE, MAC_A, MAC_B, QUEUES, bare_port, class, sol
 use super::{Dataplane, Mode, PortSetup};
 use crate::rtt::tests::{ACK, tcp};
 
-fn plane() -> Dataplane<SimRings> {
+pub(super) fn plane() -> Dataplane<SimRings> {
     let crew = solo_crew();
     let mut tree = htb_core::Scheduler::new(htb_core::SchedulerConfig {
         default_minor: 0x10,

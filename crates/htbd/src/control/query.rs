@@ -54,13 +54,14 @@ impl Control {
                 // The console's sampler asks every second: it gets the generation as last
                 // hashed (none since a change), never a hash of the whole state.
                 let generation = self.hashed_generation();
-                let status = self
-                    .on_engine(|engine| engine.stats())
-                    .await
-                    .map(|stats| Status {
+                let status = self.on_engine(|engine| engine.stats()).await.map(|stats| {
+                    let status = crate::status::status(&stats);
+                    Status {
                         generation,
-                        ..crate::status::status(&stats)
-                    });
+                        flows: self.flow_status(status.flows.clone()),
+                        ..status
+                    }
+                });
                 let _ = reply.send(status);
             }
             Query::Show(show, reply) => {

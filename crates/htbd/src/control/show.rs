@@ -581,6 +581,7 @@ impl Control {
             gather_seconds: started.elapsed().as_secs_f64(),
             generation: None,
             one_way_classes: None,
+            flows: None,
         })
     }
 

@@ -425,6 +425,49 @@ impl ScrapeCollector {
                 &gauge(n as u64),
             )?;
         }
+        if let Some(f) = &self.0.flows {
+            single(
+                encoder,
+                "htb_flows_live",
+                "Flow records the data plane keeps now ([flows])",
+                &gauge(f.live),
+            )?;
+            for (name, help, value) in [
+                ("htb_flows_started", "Flow records started", f.started),
+                (
+                    "htb_flows_ended",
+                    "Flow records ended (idle, active timeout, FIN/RST, evicted, forced) and handed to the exporter",
+                    f.ended,
+                ),
+                (
+                    "htb_flows_evicted",
+                    "Flow records ended early because a new flow needed the place (the table is too small)",
+                    f.evicted,
+                ),
+                (
+                    "htb_flows_ring_drops",
+                    "Ended flow records lost because the export ring was full",
+                    f.ring_drops,
+                ),
+                (
+                    "htb_flows_exported",
+                    "Flow records sent to the IPFIX collector",
+                    f.exported,
+                ),
+                (
+                    "htb_flow_export_messages",
+                    "IPFIX messages sent to the collector",
+                    f.messages,
+                ),
+                (
+                    "htb_flow_export_errors",
+                    "IPFIX messages the socket refused (their records are lost)",
+                    f.send_errors,
+                ),
+            ] {
+                single(encoder, name, help, &ConstCounter::new(value))?;
+            }
+        }
         Ok(())
     }
 }
@@ -505,6 +548,12 @@ mod tests {
             gather_seconds: 0.25,
             generation: Some(htb_ipc::Generation(0xabc)),
             one_way_classes: Some(3),
+            flows: Some(Box::new(htb_ipc::FlowStatus {
+                live: 12,
+                evicted: 4,
+                exported: 90,
+                ..htb_ipc::FlowStatus::default()
+            })),
         };
         let requests = RequestMetrics::default();
         requests.observe(
@@ -536,6 +585,9 @@ mod tests {
             "htb_scrape_gather_seconds 0.25",
             "htb_generation_info{generation=\"0000000000000abc\"} 1",
             "htb_one_way_classes 3",
+            "htb_flows_live 12",
+            "htb_flows_evicted_total 4",
+            "htb_flows_exported_total 90",
             "htb_ipc_requests_total{request=\"apply\",outcome=\"ok\"} 1",
             "htb_ipc_requests_total{request=\"show\",outcome=\"error\"} 1",
             "htb_ipc_request_duration_seconds_count{request=\"apply\"} 1",

@@ -140,6 +140,7 @@ mod tests {
             gather_seconds: 0.0,
             generation: None,
             one_way_classes: None,
+            flows: None,
         }
     }
 

@@ -26,6 +26,8 @@ pub enum Request {
     stage,
     /// `explain`.
     explain,
+    /// `flows`.
+    flows,
 }
 
 impl Request {
@@ -39,6 +41,7 @@ impl Request {
             RequestBody::Status {} => Self::status,
             RequestBody::Stage { .. } => Self::stage,
             RequestBody::Explain(_) => Self::explain,
+            RequestBody::Flows(_) => Self::flows,
         }
     }
 }

@@ -1,0 +1,329 @@
+//! Flow records (issue 40) against a real collector: htbd keeps a record per flow direction
+//! and exports the ended ones as IPFIX to Debian's `nfcapd`, and `nfdump` reads back what it
+//! stored. Each flow's bytes and packets are judged against what its class carried (a class
+//! of its own, below its rate, so that nothing is dropped): the two counts must agree exactly,
+//! IP bytes in the record and L2 bytes in the class differing by an Ethernet header per packet.
+//! `htb-cli flows` is read while the flows run.
+//!
+//! Needs root and network namespaces, so each test is `#[ignore]`d; `scripts/test.sh` includes
+//! them as root.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use htb_lab::collector::{Nfcapd, addresses, number};
+use htb_lab::{Htbd, Lab, N1, R, Reaped, gen_bin};
+use serde_json::Value;
+
+/// The collector's port in the router's namespace.
+const PORT: u16 = 4739;
+
+/// Router mode: r2's UDP to port 5201 in 1:20 (either family: the filter's protocol is "all"),
+/// the rest in 1:10; round trips measured on r2; flows idle for 2 s end, templates every
+/// second.
+fn config() -> String {
+    format!(
+        "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\
+         [flows]\nentries = 4096\nidle_timeout = \"2s\"\nipfix = \"127.0.0.1:{PORT}\"\n\
+         template_refresh = \"1s\"\n\
+         [[interface]]\nname = \"r1\"\n\
+         [[interface]]\nname = \"r2\"\nrtt = true\n[interface.qdisc]\ndefault = \"10\"\n\
+         [[interface.class]]\nid = \"1:1\"\nrate = \"100mbit\"\n\
+         [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"50mbit\"\n\
+         [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"20mbit\"\n\
+         [[interface.filter]]\nmatch = {{ proto = \"udp\", dport = \"5201\" }}\nclassid = \"1:20\"\n"
+    )
+}
+
+/// Class `id`'s bytes and packets sent on r2.
+fn sent(htbd: &Htbd, id: &str) -> (u64, u64) {
+    let s = htbd.class_stats("r2", id);
+    (
+        s["bytes"].as_u64().unwrap_or(0),
+        s["packets"].as_u64().unwrap_or(0),
+    )
+}
+
+/// The records of `proto` to `dport`.
+fn to_port(records: &[Value], proto: u64, dport: u64) -> Vec<&Value> {
+    records
+        .iter()
+        .filter(|r| number(r, "proto") == proto && number(r, "dst_port") == dport)
+        .collect()
+}
+
+/// Waits until every flow has ended and htbd's exporter has sent every record (idle timeout,
+/// sweep, batch).
+fn wait_exported(htbd: &Htbd, at_least: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let flows = htbd.status().flows.expect("htbd reports its flows");
+        if flows.exported >= at_least && flows.live == 0 && flows.exported == flows.ended {
+            // Sent: give nfcapd a moment to read them off its socket before it is stopped.
+            std::thread::sleep(Duration::from_millis(500));
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "flows not all exported: {flows:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A UDP flow's record at the collector: its bytes and packets are what its class carried.
+fn assert_counted(records: &[Value], what: &str, class: (u64, u64), iperf: &Value) {
+    let udp = to_port(records, 17, 5201);
+    assert!(
+        !udp.is_empty(),
+        "no record of {what} at the collector: {records:?}"
+    );
+    let (bytes, packets) = udp.iter().fold((0, 0), |(b, p), r| {
+        (b + number(r, "in_bytes"), p + number(r, "in_packets"))
+    });
+    eprintln!(
+        "{what}: the collector has {bytes} B in {packets} packets over {} records; the class \
+         sent {} B in {} packets",
+        udp.len(),
+        class.0,
+        class.1
+    );
+    // Premise: the class carried the flow (and only it).
+    assert!(class.1 > 1000, "the class carried {} packets", class.1);
+    assert_eq!(packets, class.1, "{what}: packets");
+    assert_eq!(
+        bytes + 14 * packets,
+        class.0,
+        "{what}: IP bytes + Ethernet headers"
+    );
+    // And what the generator says it sent: UDP payload plus IP and UDP headers.
+    let sum = &iperf["end"]["sum"];
+    let (payload, datagrams) = (
+        sum["bytes"].as_u64().unwrap_or(0),
+        sum["packets"].as_u64().unwrap_or(0),
+    );
+    let header = if udp[0]["src6_addr"].is_string() {
+        48
+    } else {
+        28
+    };
+    let offered = payload + header * datagrams;
+    let off = (bytes as f64 - offered as f64).abs() / offered as f64;
+    assert!(
+        off <= 0.001,
+        "{what}: the collector's {bytes} B against iperf3's {offered} B ({:.3} %)",
+        off * 100.0
+    );
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn udp_and_tcp_flows_reach_nfcapd_with_their_counts_and_round_trips() {
+    let lab = Lab::up("htbfl", "router");
+    let dir = tempfile::tempdir().unwrap();
+    let mut collector = Nfcapd::start(&lab, PORT, &dir.path().join("first"));
+    let htbd = Htbd::start(&lab, &config());
+    assert_eq!(lab.ping(N1, "10.201.2.2", 1, "0.2"), 1);
+    let before = sent(&htbd, "1:20");
+
+    // A UDP flow at 5 Mbit/s in its own 20 Mbit/s class, a TCP flow at 1 Mbit/s beside it
+    // (a segment per write, so that ACKs answer at once rather than after a burst).
+    let _udp_server = lab.iperf_server(htb_lab::N2, 5201);
+    let _tcp_server = lab.iperf_server(htb_lab::N2, 5202);
+    let udp = lab.udp_flow_sized(5201, "5M", 4, 1000);
+    let tcp = lab
+        .cmd(N1, "iperf3")
+        .args([
+            "-c",
+            "10.201.2.2",
+            "-p",
+            "5202",
+            "-b",
+            "2M",
+            "-t",
+            "4",
+            "-J",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("iperf3 -c");
+    std::thread::sleep(Duration::from_secs(1));
+    let pings = htb_lab::latency::Pinger::start(&lab, 20, 0.1).finish();
+    // `htb-cli flows` while they run: the largest first, each in its class.
+    let live: Value =
+        serde_json::from_str(&htbd.cli_ok(&["-j", "flows", "dev", "r2", "top", "2"])).unwrap();
+    let tcp_live: Value =
+        serde_json::from_str(&htbd.cli_ok(&["-j", "flows", "class", "1:10"])).unwrap();
+    let udp_out = udp.wait_with_output().expect("iperf3 udp");
+    let _ = tcp.wait_with_output();
+    let flows = live["flows"].as_array().cloned().unwrap_or_default();
+    eprintln!("htb-cli flows dev r2 top 2: {live}");
+    assert_eq!(flows.len(), 2, "{live}");
+    assert_eq!(
+        (flows[0]["dport"].as_u64(), flows[0]["class"].as_str()),
+        (Some(5201), Some("1:20")),
+        "the UDP flow is the largest: {live}"
+    );
+    assert!(flows[0]["bytes"].as_u64() >= flows[1]["bytes"].as_u64());
+    let tcp_flow = tcp_live["flows"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["dport"] == 5202))
+        .unwrap_or_else(|| panic!("the TCP flow in 1:10: {tcp_live}"))
+        .clone();
+    // Its round trip, measured at htbd towards node-2 and back, against ping's from node-1:
+    // the flow's shortest, since node-2 delays some ACKs for a second segment (11 ms apart at
+    // 1 Mbit/s), which the median of its last samples may hold.
+    let (rtt, ping) = (
+        tcp_flow["rtt_min_us"].as_f64().unwrap_or(f64::NAN) / 1e3,
+        pings.quantile(0.5),
+    );
+    eprintln!("TCP flow: rtt min {rtt:.3} ms, ping p50 {ping:.3} ms: {tcp_flow}");
+    assert!(
+        (rtt - ping).abs() <= (0.1 * ping).max(0.2),
+        "the TCP flow's round trip {rtt:.3} ms against ping's {ping:.3} ms"
+    );
+
+    let class = {
+        let after = sent(&htbd, "1:20");
+        (after.0 - before.0, after.1 - before.1)
+    };
+    wait_exported(&htbd, 2);
+    collector.stop();
+    let records = collector.records();
+    let iperf: Value = serde_json::from_slice(&udp_out.stdout).unwrap_or_default();
+    assert_counted(&records, "UDP at 5 Mbit/s", class, &iperf);
+    let tcp_records = to_port(&records, 6, 5202);
+    assert!(!tcp_records.is_empty(), "no TCP record: {records:?}");
+    let (src, dst) = addresses(tcp_records[0]);
+    assert_eq!((src.as_str(), dst.as_str()), ("10.201.1.2", "10.201.2.2"));
+    // SYN and FIN seen (nfdump prints the flags as letters, e.g. "...AP.SF").
+    let flags = tcp_records
+        .iter()
+        .map(|r| r["tcp_flags"].as_str().unwrap_or_default().to_owned())
+        .collect::<Vec<_>>()
+        .join("");
+    assert!(
+        flags.contains('S') && flags.contains('F'),
+        "TCP flags {flags}"
+    );
+
+    // The collector restarts: htbd's templates reach the new one within template_refresh, and
+    // a new flow's record is read by it.
+    let mut collector = Nfcapd::start(&lab, PORT, &dir.path().join("second"));
+    let before = sent(&htbd, "1:20");
+    let exported = htbd.status().flows.expect("flows").exported;
+    let _udp_server = lab.iperf_server(htb_lab::N2, 5201);
+    let udp = lab.udp_flow_sized(5201, "5M", 3, 1000);
+    let udp_out = udp.wait_with_output().expect("iperf3 udp");
+    let after = sent(&htbd, "1:20");
+    wait_exported(&htbd, exported + 1);
+    collector.stop();
+    let iperf: Value = serde_json::from_slice(&udp_out.stdout).unwrap_or_default();
+    assert_counted(
+        &collector.records(),
+        "UDP after the collector restarted",
+        (after.0 - before.0, after.1 - before.1),
+        &iperf,
+    );
+    let status = htbd.status().flows.expect("flows");
+    assert_eq!(
+        (status.ring_drops, status.evicted, status.send_errors),
+        (0, 0, 0),
+        "{status:?}"
+    );
+    drop(lab);
+    let _ = R;
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn an_ipv6_flow_reaches_nfcapd_with_its_counts() {
+    let lab = Lab::up_ipv6("htbfm", "router");
+    let dir = tempfile::tempdir().unwrap();
+    let mut collector = Nfcapd::start(&lab, PORT, dir.path());
+    let htbd = Htbd::start(&lab, &config());
+    let before = sent(&htbd, "1:20");
+    let _server = lab.iperf_server(htb_lab::N2, 5201);
+    let udp = lab.udp_flow_sized(5201, "5M", 3, 1000);
+    let out = udp.wait_with_output().expect("iperf3 udp");
+    let after = sent(&htbd, "1:20");
+    wait_exported(&htbd, 1);
+    collector.stop();
+    let records = collector.records();
+    let iperf: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_counted(
+        &records,
+        "UDP over IPv6",
+        (after.0 - before.0, after.1 - before.1),
+        &iperf,
+    );
+    let (src, dst) = addresses(to_port(&records, 17, 5201)[0]);
+    assert_eq!(
+        (src.as_str(), dst.as_str()),
+        ("fd00:201:1::2", "fd00:201:2::2")
+    );
+}
+
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn a_qinq_flow_is_recorded_by_its_inner_addresses_and_vlan() {
+    let lab = Lab::up("htbfq", "bridge");
+    let dir = tempfile::tempdir().unwrap();
+    let mut collector = Nfcapd::start(&lab, PORT, dir.path());
+    let htbd = Htbd::start(
+        &lab,
+        &format!(
+            "[daemon]\nmode = \"bridge\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n\
+             realtime = 1\n\
+             [flows]\nentries = 4096\nidle_timeout = \"2s\"\nipfix = \"127.0.0.1:{PORT}\"\n\
+             [[interface]]\nname = \"r1\"\npeer = \"r2\"\n\
+             [[interface]]\nname = \"r2\"\npeer = \"r1\"\n[interface.qdisc]\ndefault = \"99\"\n\
+             [[interface.class]]\nid = \"1:10\"\nrate = \"50mbit\"\n\
+             [[interface.class]]\nid = \"1:99\"\nrate = \"1mbit\"\n\
+             [[interface.filter]]\nmatch = {{ dst = \"100.64.0.10/32\" }}\nclassid = \"1:10\"\n"
+        ),
+    );
+    let before = sent(&htbd, "1:10");
+    let bin = gen_bin();
+    let generator = lab
+        .cmd(N1, bin.to_str().unwrap_or("htb-xdp-gen"))
+        .args(["eth0", "--src-mac", "02:00:0a:c9:01:02"])
+        .args(["--dst-mac", "02:00:0a:c9:02:02", "--src-ip", "100.64.1.1"])
+        .args([
+            "--dst-ip",
+            "100.64.0.10",
+            "--dport",
+            "5201",
+            "--size",
+            "1000",
+        ])
+        .args(["--rate", "10mbit", "--seconds", "3", "--encap", "qinq"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Reaped)
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let mut generator = generator;
+    let _ = generator.0.wait();
+    let after = sent(&htbd, "1:10");
+    wait_exported(&htbd, 1);
+    collector.stop();
+    let records = collector.records();
+    let inner = to_port(&records, 17, 5201);
+    assert!(!inner.is_empty(), "no record of the QinQ flow: {records:?}");
+    let (src, dst) = addresses(inner[0]);
+    assert_eq!((src.as_str(), dst.as_str()), ("100.64.1.1", "100.64.0.10"));
+    let (bytes, packets) = inner.iter().fold((0, 0), |(b, p), r| {
+        (b + number(r, "in_bytes"), p + number(r, "in_packets"))
+    });
+    let class = (after.0 - before.0, after.1 - before.1);
+    eprintln!(
+        "QinQ: the collector has {bytes} B in {packets} packets; the class sent {class:?}; {:?}",
+        inner[0]
+    );
+    assert!(class.1 > 1000, "the class carried {} packets", class.1);
+    assert_eq!(packets, class.1);
+    // Two VLAN tags (8 bytes) and the Ethernet header before the inner IP header.
+    assert_eq!(bytes + 22 * packets, class.0);
+}
