@@ -29,10 +29,13 @@ pub(crate) enum GeneratorError {
     },
 }
 
-/// One socket whose frames all hold the same packet.
+/// One socket whose frames all hold the same packet (or, with [`Flows`], the packet with a
+/// source port that walks through a range, rewritten as each frame comes back).
 #[derive(Debug)]
 pub(crate) struct TxGenerator {
     socket: TxSocket,
+    /// Varying source ports, when asked for.
+    flows: Option<Flows>,
     /// Chains ready to send, each one's frames in order; sent from the end.
     ready: Vec<TxFrame>,
     /// Frames per packet.
@@ -80,7 +83,43 @@ impl TxGenerator {
             chain,
             done: Vec::new(),
             partial: (0..chains).map(|_| Vec::with_capacity(chain)).collect(),
+            flows: None,
         })
+    }
+
+    /// From now on, each packet sent is of the next of `count` flows, round and round: source
+    /// ports from 10000 (50 000 of them per destination port, the packet's and up), at byte
+    /// `sport_at` of `packet`. Single-frame packets only.
+    ///
+    /// # Errors
+    /// A packet that spans several frames.
+    pub(crate) fn vary_source_port(
+        &mut self,
+        packet: &[u8],
+        sport_at: usize,
+        count: u32,
+    ) -> Result<(), GeneratorError> {
+        if self.chain > 1 {
+            return Err(GeneratorError::TooLong {
+                len: packet.len(),
+                max: 1,
+            });
+        }
+        let dport = packet
+            .get(sport_at + 2..sport_at + 4)
+            .map_or(0, |d| u16::from_be_bytes([d[0], d[1]]));
+        let mut flows = Flows {
+            packet: packet.to_vec(),
+            sport_at,
+            dport,
+            count: count.max(1),
+            next: 0,
+        };
+        for frame in &self.ready {
+            flows.write_next(&mut self.socket, frame)?;
+        }
+        self.flows = Some(flows);
+        Ok(())
     }
 
     /// Sends for `duration`, at most `pps` packets per second when given (paced in batches;
@@ -124,6 +163,12 @@ impl TxGenerator {
                 let partial = &mut self.partial[c];
                 partial.push(frame);
                 if partial.len() == self.chain {
+                    if let Some(flows) = self.flows.as_mut() {
+                        // One frame per packet here: the next flow's source port.
+                        for frame in partial.iter() {
+                            let _ = flows.write_next(&mut self.socket, frame);
+                        }
+                    }
                     // Sent again in frame order, whatever order they completed in.
                     partial.sort_unstable_by_key(TxFrame::index);
                     self.ready.append(partial);
@@ -132,5 +177,42 @@ impl TxGenerator {
             }
         }
         sent
+    }
+}
+
+/// Source ports walked through: the packet is rewritten into each frame before it goes again.
+#[derive(Debug)]
+struct Flows {
+    packet: Vec<u8>,
+    sport_at: usize,
+    /// The packet's own destination port, the first flows'.
+    dport: u16,
+    count: u32,
+    next: u32,
+}
+
+/// The first source port of `--flows`.
+const FIRST_SPORT: u32 = 10_000;
+
+/// Source ports per destination port: flow `n` has source port `FIRST_SPORT + n % PORTS` and
+/// the packet's destination port plus `n / PORTS`, so that a million flows fit in the ports.
+const PORTS: u32 = 50_000;
+
+impl Flows {
+    /// Writes the packet with the next flow's ports into `frame` (UDP checksum 0 over IPv4: the
+    /// ports need no checksum change).
+    fn write_next(&mut self, socket: &mut TxSocket, frame: &TxFrame) -> Result<(), TxFrameError> {
+        let n = self.next;
+        self.next = (self.next + 1) % self.count;
+        let sport = u16::try_from(FIRST_SPORT + n % PORTS).unwrap_or(u16::MAX);
+        let at = self.sport_at;
+        if let Some(ports) = self.packet.get_mut(at..at + 4) {
+            let dport = self
+                .dport
+                .wrapping_add(u16::try_from(n / PORTS).unwrap_or(0));
+            ports[..2].copy_from_slice(&sport.to_be_bytes());
+            ports[2..].copy_from_slice(&dport.to_be_bytes());
+        }
+        socket.write(frame, &self.packet, false)
     }
 }

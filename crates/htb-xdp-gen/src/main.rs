@@ -48,6 +48,10 @@ struct Args {
     /// What carries the IP packet after the Ethernet header.
     #[arg(long, value_enum, default_value_t = Encap::None)]
     encap: Encap,
+    /// Send this many flows at once, one packet each in turn: source ports 10000 to 59999,
+    /// then the next destination port (single-frame packets).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    flows: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -81,6 +85,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(count) = args.flows {
+        let sport_at = packet::udp_offset(args.encap);
+        if let Err(e) = generator.vary_source_port(&packet, sport_at, count) {
+            eprintln!("htb-xdp-gen: --flows: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let start = Instant::now();
     let sent = generator.run(Duration::from_secs(args.seconds), pps);
     let secs = start.elapsed().as_secs_f64();

@@ -86,6 +86,11 @@ impl UdpPacket {
     }
 }
 
+/// Where the UDP header (its source port) starts in a packet of `encap`.
+pub(crate) fn udp_offset(encap: Encap) -> usize {
+    14 + encap.header(0).len() - 2 + 20
+}
+
 /// The 16-bit words of `header` summed (RFC 1071), not yet folded.
 fn ones_sum(header: &[u8]) -> u32 {
     header
@@ -134,6 +139,12 @@ mod tests {
             let ip_len = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
             assert_eq!(ip_len, 60 - ip_at, "{encap:?}");
             assert_eq!(u16::from_be_bytes([ip[22], ip[23]]), 5001);
+            // --flows rewrites the source port where udp_offset says it is.
+            let at = udp_offset(encap);
+            assert_eq!(
+                (at, u16::from_be_bytes([f[at], f[at + 1]])),
+                (ip_at + 20, 9999)
+            );
             assert_eq!(
                 usize::from(u16::from_be_bytes([ip[24], ip[25]])),
                 ip_len - 20
