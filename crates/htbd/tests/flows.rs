@@ -171,14 +171,14 @@ fn udp_and_tcp_flows_reach_nfcapd_with_their_counts_and_round_trips() {
         .and_then(|f| f.iter().find(|f| f["dport"] == 5202))
         .unwrap_or_else(|| panic!("the TCP flow in 1:10: {tcp_live}"))
         .clone();
-    // Its round trip, measured at htbd towards node-2 and back, against ping's from node-1:
-    // the flow's shortest, since node-2 delays some ACKs for a second segment (11 ms apart at
-    // 1 Mbit/s), which the median of its last samples may hold.
+    // Its round trip, measured at htbd towards node-2 and back, against ping's from node-1,
+    // the shortest of each: node-2 delays some ACKs for a second segment (11 ms apart at
+    // 1 Mbit/s), and a noisy host delays some pings; neither shortens a round trip.
     let (rtt, ping) = (
         tcp_flow["rtt_min_us"].as_f64().unwrap_or(f64::NAN) / 1e3,
-        pings.quantile(0.5),
+        pings.quantile(0.0),
     );
-    eprintln!("TCP flow: rtt min {rtt:.3} ms, ping p50 {ping:.3} ms: {tcp_flow}");
+    eprintln!("TCP flow: rtt min {rtt:.3} ms, ping min {ping:.3} ms: {tcp_flow}");
     assert!(
         (rtt - ping).abs() <= (0.1 * ping).max(0.2),
         "the TCP flow's round trip {rtt:.3} ms against ping's {ping:.3} ms"
