@@ -99,6 +99,7 @@ pub fn router(web: Arc<Web>) -> Router {
         .route("/api/v1/class/{dev}/{id}", get(api::class))
         .route("/api/v1/search", get(api::search))
         .route("/api/v1/explain", get(api::explain))
+        .route("/api/v1/flows", get(api::flows))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&web),
             auth::require,

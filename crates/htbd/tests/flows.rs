@@ -3,7 +3,7 @@
 //! stored. Each flow's bytes and packets are judged against what its class carried (a class
 //! of its own, below its rate, so that nothing is dropped): the two counts must agree exactly,
 //! IP bytes in the record and L2 bytes in the class differing by an Ethernet header per packet.
-//! `htb-cli flows` is read while the flows run.
+//! `htb-cli flows` and the console's `/api/v1/flows` are read while the flows run.
 //!
 //! Needs root and network namespaces, so each test is `#[ignore]`d; `scripts/test.sh` includes
 //! them as root.
@@ -18,12 +18,16 @@ use serde_json::Value;
 /// The collector's port in the router's namespace.
 const PORT: u16 = 4739;
 
+/// htbd's HTTP port there (the console's API).
+const HTTP: u16 = 9470;
+
 /// Router mode: r2's UDP to port 5201 in 1:20 (either family: the filter's protocol is "all"),
 /// the rest in 1:10; round trips measured on r2; flows idle for 2 s end, templates every
 /// second.
 fn config() -> String {
     format!(
         "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\
+         http = \"127.0.0.1:{HTTP}\"\n\
          [flows]\nentries = 4096\nidle_timeout = \"2s\"\nipfix = \"127.0.0.1:{PORT}\"\n\
          template_refresh = \"1s\"\n\
          [[interface]]\nname = \"r1\"\n\
@@ -155,6 +159,27 @@ fn udp_and_tcp_flows_reach_nfcapd_with_their_counts_and_round_trips() {
         serde_json::from_str(&htbd.cli_ok(&["-j", "flows", "dev", "r2", "top", "2"])).unwrap();
     let tcp_live: Value =
         serde_json::from_str(&htbd.cli_ok(&["-j", "flows", "class", "1:10"])).unwrap();
+    // The same list from the console's API.
+    let api = lab.exec(
+        R,
+        &[
+            "curl",
+            "-s",
+            &format!("http://127.0.0.1:{HTTP}/api/v1/flows?dev=r2&class=1:20&top=5"),
+        ],
+    );
+    let api: Value = serde_json::from_slice(&api.stdout).unwrap_or_else(|e| {
+        panic!(
+            "/api/v1/flows ({e}): {}",
+            String::from_utf8_lossy(&api.stdout)
+        )
+    });
+    assert_eq!(api["flows"][0]["dport"], 5201, "/api/v1/flows: {api}");
+    assert_eq!(
+        api["flows"].as_array().map(Vec::len),
+        Some(1),
+        "only 1:20's: {api}"
+    );
     let udp_out = udp.wait_with_output().expect("iperf3 udp");
     let _ = tcp.wait_with_output();
     let flows = live["flows"].as_array().cloned().unwrap_or_default();

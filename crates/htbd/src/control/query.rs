@@ -39,6 +39,11 @@ pub enum Query {
         /// Where the answer goes.
         reply: oneshot::Sender<Result<Vec<(ClassKey, String)>, IpcError>>,
     },
+    /// `htb-cli flows`.
+    Flows(
+        htb_ipc::FlowsQuery,
+        oneshot::Sender<Result<htb_ipc::FlowList, IpcError>>,
+    ),
     /// The counters of classes, in order (`None`: no such class any more).
     Sample(
         Vec<ClassKey>,
@@ -72,6 +77,9 @@ impl Control {
             }
             Query::Explain(ask, reply) => {
                 let _ = reply.send(self.explain(&ask).await);
+            }
+            Query::Flows(ask, reply) => {
+                let _ = reply.send(self.flows(&ask).await);
             }
             Query::Sample(classes, reply) => {
                 let _ = reply.send(self.sample(&classes).await);

@@ -557,3 +557,32 @@ pub async fn explain(
     };
     Ok(Json(ask_explain(&web, question).await?))
 }
+
+/// `/api/v1/flows`'s parameters (as `htb-cli flows`'s).
+#[derive(Debug, Deserialize)]
+pub struct FlowsParams {
+    /// Only flows leaving through this port.
+    pub dev: Option<String>,
+    /// Only flows of this class (`1:10`).
+    pub class: Option<ClassId>,
+    /// At most this many (default 20, at most 10 000).
+    pub top: Option<u32>,
+}
+
+/// `GET /api/v1/flows?dev=r2&class=1:10&top=20`: what `htb-cli -j flows` prints.
+///
+/// # Errors
+/// [`ApiError`]: no `[flows]`, no such port.
+pub async fn flows(
+    State(web): State<Arc<Web>>,
+    Query(p): Query<FlowsParams>,
+) -> Result<Json<htb_ipc::FlowList>, ApiError> {
+    let question = htb_ipc::FlowsQuery {
+        dev: p.dev,
+        class: p.class,
+        top: p.top.unwrap_or(20).clamp(1, 10_000),
+    };
+    Ok(Json(
+        ask(&web, |tx| ControlQuery::Flows(question, tx)).await?,
+    ))
+}
