@@ -697,18 +697,36 @@ impl Engine {
         self.flow_records.take()
     }
 
-    /// The live flow records `keep` keeps, over every worker's table (none without flow
-    /// metering).
+    /// The places of each worker's flow table (0 without flow metering).
     #[must_use]
-    pub fn flows(
-        &self,
-        mut keep: impl FnMut(&crate::flow_table::FlowRecord) -> bool,
-    ) -> Vec<crate::flow_table::FlowRecord> {
+    pub fn flow_places(&self) -> usize {
         self.workers
+            .first()
+            .and_then(|w| w.plane.flow_table())
+            .map_or(0, crate::flow_table::FlowTable::places)
+    }
+
+    /// The live flow records in places `range` of every worker's table that `keep` keeps,
+    /// and how many there were: the `top` largest (by bytes) of them.
+    #[must_use]
+    pub fn flows_in(
+        &self,
+        range: std::ops::Range<usize>,
+        mut keep: impl FnMut(&crate::flow_table::FlowRecord) -> bool,
+        top: usize,
+    ) -> (Vec<crate::flow_table::FlowRecord>, u64) {
+        let mut found: Vec<crate::flow_table::FlowRecord> = self
+            .workers
             .iter()
             .filter_map(|w| w.plane.flow_table())
-            .flat_map(|t| t.live(&mut keep))
-            .collect()
+            .flat_map(|t| t.live_in(range.clone(), &mut keep))
+            .collect();
+        let matched = found.len() as u64;
+        if found.len() > top {
+            found.select_nth_unstable_by(top, |a, b| b.bytes.cmp(&a.bytes));
+            found.truncate(top);
+        }
+        (found, matched)
     }
 
     /// Runs `job` with every worker's state here: the other workers park between two passes

@@ -276,7 +276,7 @@ impl FlowTable {
 
     /// The places of hash `hash`: both buckets'.
     #[inline]
-    fn places(&self, hash: u32) -> impl Iterator<Item = usize> + Clone + use<> {
+    fn places_of(&self, hash: u32) -> impl Iterator<Item = usize> + Clone + use<> {
         let [a, b] = self.buckets(hash);
         (a..a + BUCKET).chain(b..b + BUCKET)
     }
@@ -285,7 +285,7 @@ impl FlowTable {
     #[inline]
     fn find(&self, hash: u32, key: &FlowKey) -> Option<usize> {
         let h = stored(hash);
-        self.places(hash)
+        self.places_of(hash)
             .find(|&at| self.hashes[at] == h && self.entries[at].record.key == *key)
     }
 
@@ -328,7 +328,7 @@ impl FlowTable {
             Some(free) => free,
             None => {
                 let oldest = self
-                    .places(hash)
+                    .places_of(hash)
                     .min_by_key(|&at| self.entries[at].record.last_ns)
                     .unwrap_or(a);
                 self.counters.evicted += 1;
@@ -381,7 +381,7 @@ impl FlowTable {
     /// frame no longer says its flow's key: the first record with that hash counts it).
     pub fn note_drop(&mut self, hash: u32) {
         let h = stored(hash);
-        if let Some(at) = self.places(hash).find(|&at| self.hashes[at] == h) {
+        if let Some(at) = self.places_of(hash).find(|&at| self.hashes[at] == h) {
             self.entries[at].record.leaf_drops += 1;
         }
     }
@@ -469,8 +469,25 @@ impl FlowTable {
     }
 
     /// The live records that `keep` keeps.
-    pub fn live(&self, mut keep: impl FnMut(&FlowRecord) -> bool) -> Vec<FlowRecord> {
-        (0..=self.mask)
+    pub fn live(&self, keep: impl FnMut(&FlowRecord) -> bool) -> Vec<FlowRecord> {
+        self.live_in(0..self.places(), keep)
+    }
+
+    /// The places the table has (records it can hold).
+    #[must_use]
+    pub fn places(&self) -> usize {
+        self.mask + 1
+    }
+
+    /// The live records in places `range` that `keep` keeps: a listing of a large table goes
+    /// a range at a time, so that no data-plane job holds forwarding up for long.
+    pub fn live_in(
+        &self,
+        range: std::ops::Range<usize>,
+        mut keep: impl FnMut(&FlowRecord) -> bool,
+    ) -> Vec<FlowRecord> {
+        let end = range.end.min(self.places());
+        (range.start.min(end)..end)
             .filter(|&at| self.hashes[at] != 0 && keep(&self.entries[at].record))
             .map(|at| self.record_at(at))
             .collect()

@@ -408,7 +408,19 @@ fn a_hundred_thousand_flows_are_kept_and_each_reaches_the_collector() {
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
     std::thread::sleep(Duration::from_millis(5500));
     let peak = htbd.status().flows.expect("flows");
+    // htb-cli flows over a quarter-million places, a range per data-plane job.
+    let listed: Value = serde_json::from_str(&htbd.cli_ok(&["-j", "flows", "top", "3"])).unwrap();
     let _ = generator.0.wait();
+    assert_eq!(
+        listed["flows"].as_array().map(Vec::len),
+        Some(3),
+        "{listed}"
+    );
+    assert!(
+        listed["matched"].as_u64() >= Some(u64::from(MANY)),
+        "htb-cli flows matched {}",
+        listed["matched"]
+    );
     let after = sent(&htbd, "1:10");
     eprintln!("while 100 000 flows ran: {peak:?}");
     // Premise: the generator reached every flow.

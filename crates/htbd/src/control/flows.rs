@@ -6,6 +6,10 @@ use htb_xdp::flow_table::FlowRecord;
 
 use super::Control;
 
+/// Places of the flow tables one data-plane job lists (per worker: 16 384 places read, the
+/// live ones' records copied when they match, at most `top` kept).
+const FLOWS_PER_JOB: usize = 16_384;
+
 impl Control {
     pub(super) async fn flows(&self, ask: &FlowsQuery) -> Result<FlowList, IpcError> {
         let Some(flows) = &self.flows else {
@@ -22,18 +26,28 @@ impl Control {
             .transpose()?
             .and_then(|p| u16::try_from(p).ok());
         let class = ask.class;
-        let (now, mut records) = self
-            .on_engine(move |engine| {
-                let keep = |r: &FlowRecord| {
-                    port.is_none_or(|p| r.key.egress == p)
-                        && class.is_none_or(|c| r.class == Some(c))
-                };
-                (engine.now().as_nanos(), engine.flows(keep))
-            })
+        let top = ask.top as usize;
+        let keep = move |r: &FlowRecord| {
+            port.is_none_or(|p| r.key.egress == p) && class.is_none_or(|c| r.class == Some(c))
+        };
+        // A range of places per job (each job copies at most `top` records), so that listing
+        // a table of a million records never holds forwarding up for long.
+        let (places, now) = self
+            .on_engine(|engine| (engine.flow_places(), engine.now().as_nanos()))
             .await?;
+        let (mut records, mut matched) = (Vec::new(), 0);
+        for start in (0..places).step_by(FLOWS_PER_JOB) {
+            let (found, n) = self
+                .on_engine(move |engine| engine.flows_in(start..start + FLOWS_PER_JOB, keep, top))
+                .await?;
+            matched += n;
+            records.extend(found);
+            if records.len() > top {
+                records.select_nth_unstable_by(top, |a, b| b.bytes.cmp(&a.bytes));
+                records.truncate(top);
+            }
+        }
         records.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(b.packets.cmp(&a.packets)));
-        let matched = records.len() as u64;
-        records.truncate(ask.top as usize);
         let name = |p: u16| {
             self.model
                 .ports
