@@ -830,7 +830,12 @@ impl<R: Rings> Dataplane<R> {
                 ingress,
                 egress,
                 hash: htb_core::Packet::flow_hash(&frame),
-                reverse_hash: self.flows.hash_reverse(parsed),
+                // Only a round trip needs the reverse direction's record.
+                reverse_hash: if rtt.is_some_and(|o| o.sample.is_some()) {
+                    self.flows.hash_reverse(parsed)
+                } else {
+                    0
+                },
                 class: metering::class_of(&self.ports[egress], classified, slot),
                 len: htb_core::Packet::len_bytes(&frame),
             };

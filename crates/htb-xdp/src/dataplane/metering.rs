@@ -62,6 +62,7 @@ pub(super) struct Metered<'a> {
     pub(super) ingress: usize,
     pub(super) egress: usize,
     pub(super) hash: u32,
+    /// The reverse direction's flow hash (computed only when the frame gave a round trip).
     pub(super) reverse_hash: u32,
     pub(super) class: Option<ClassId>,
     /// Its length on the wire (L2).
