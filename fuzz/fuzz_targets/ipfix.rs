@@ -67,28 +67,60 @@ fn record(b: &mut Bytes<'_>) -> FlowRecord {
     }
 }
 
+/// Exports `records` at `now_ms` and reads every message back with `collector`: each within
+/// `max`, each Sequence Number the records read before it (from `first`).
+fn round_trip(
+    exporter: &mut Exporter,
+    collector: &mut Collector,
+    now_ms: u64,
+    records: &[FlowRecord],
+    max: usize,
+) {
+    let first = exporter.records_sent();
+    let mut read = Vec::new();
+    for message in exporter.export(now_ms, records) {
+        assert!(message.len() <= max, "{} bytes over {max}", message.len());
+        let decoded = collector.decode(&message).expect("our own message reads");
+        assert_eq!(decoded.domain, 1);
+        assert_eq!(u64::from(decoded.export_time), now_ms / 1000);
+        assert_eq!(decoded.sequence, (first + read.len() as u64) as u32);
+        read.extend(decoded.records);
+    }
+    assert_eq!(read, records);
+    assert_eq!(exporter.records_sent(), first + records.len() as u64);
+}
+
 fuzz_target!(|data: &[u8]| {
+    // Anything, to a collector that knows nothing and to one that knows our templates (so
+    // data sets of 256 and 257 in domain 1 are read as records).
     let _ = Collector::new().decode(data);
+    let mut primed = Collector::new();
+    let mut templates = Exporter::new(ExporterConfig::default()).expect("the default config");
+    let message = templates
+        .templates_due(0)
+        .expect("templates are due at first");
+    primed.decode(&message).expect("our templates read");
+    let _ = primed.decode(data);
 
     let mut bytes = Bytes(data);
     let extra = usize::from(bytes.u16() % 1200);
+    let max = Exporter::smallest_message() + extra;
     let mut exporter = Exporter::new(ExporterConfig {
         observation_domain: 1,
         template_refresh: Duration::from_secs(1),
-        max_message: Exporter::smallest_message() + extra,
+        max_message: max,
     })
     .expect("at least the smallest message");
     let mut records = Vec::new();
     while !bytes.0.is_empty() && records.len() < 64 {
         records.push(record(&mut bytes));
     }
+    // A fresh collector reads the first export (templates first) and, with what it learned,
+    // a second one half a second later (no templates: not due), in two halves.
     let mut collector = Collector::new();
-    let mut read = Vec::new();
-    for message in exporter.export(1_700_000_000_000, &records) {
-        let decoded = collector.decode(&message).expect("our own message reads");
-        assert_eq!(u64::from(decoded.sequence), read.len() as u64);
-        read.extend(decoded.records);
-    }
-    assert_eq!(read, records);
-    assert_eq!(exporter.records_sent(), records.len() as u64);
+    let now = 1_700_000_000_000;
+    round_trip(&mut exporter, &mut collector, now, &records, max);
+    let (a, b) = records.split_at(records.len() / 2);
+    round_trip(&mut exporter, &mut collector, now + 500, a, max);
+    round_trip(&mut exporter, &mut collector, now + 500, b, max);
 });

@@ -1,64 +1,25 @@
-//! The collecting side (RFC 7011 §8, §10): templates learned per Observation Domain, data
+//! The collecting side (RFC 7011 §8, §9): templates learned per Observation Domain, data
 //! records decoded by them. The lab's tests read htbd's messages with it, and the fuzzer
 //! feeds it anything: every malformed message is an error, never a panic.
 
 use std::collections::HashMap;
 
+use crate::error::{DecodeError, RecordError};
 use crate::record::FlowRecord;
-use crate::template::{Field, RecordError, read_fields, read_record, record_len};
+use crate::template::{Field, read_fields, read_record, record_len};
 use crate::{HEADER_LEN, OPTIONS_TEMPLATE_SET, TEMPLATE_SET, VERSION};
 
-/// Why a message was refused (nothing of it is kept).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
-    /// Shorter than a message header.
-    #[error("{0} bytes: shorter than the 16-byte message header")]
-    Short(usize),
-    /// Not IPFIX.
-    #[error("version {0}: IPFIX is version 10")]
-    Version(u16),
-    /// The header's length is not the message's.
-    #[error("the header says {said} bytes, the message has {has}")]
-    Length {
-        /// The header's length field.
-        said: usize,
-        /// The bytes there are.
-        has: usize,
-    },
-    /// A set's length is below its header or beyond the message.
-    #[error("the set at byte {at} has length {len}")]
-    SetLength {
-        /// Where it starts.
-        at: usize,
-        /// Its length field.
-        len: usize,
-    },
-    /// A Set ID that RFC 7011 reserves (0, 1, 4 to 255).
-    #[error("set id {0} is reserved")]
-    ReservedSet(u16),
-    /// A template record that runs past its set, or names a template id below 256.
-    #[error("a bad template record in the set at byte {0}")]
-    Template(usize),
-    /// A record of a known template that is not a flow record.
-    #[error("a record of template {template} is not a flow record ({why})")]
-    Record {
-        /// The template.
-        template: u16,
-        /// What is wrong.
-        why: &'static str,
-    },
-}
-
-/// One message read.
+/// One message read: its header (§3.1) and the flow records its data sets carried, so a test
+/// can check what was exported, and in which message, without its own parser.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Decoded {
-    /// Its Observation Domain.
+    /// Its Observation Domain ID.
     pub domain: u32,
-    /// Its Sequence Number.
+    /// Its Sequence Number: data records the domain sent before this message, mod 2^32.
     pub sequence: u32,
     /// Its Export Time (Unix seconds).
     pub export_time: u32,
-    /// Templates it defined (or withdrew).
+    /// Template records it held: templates defined, and withdrawals (§8.1).
     pub templates: usize,
     /// The flow records of its data sets whose templates were known.
     pub records: Vec<FlowRecord>,
@@ -67,7 +28,10 @@ pub struct Decoded {
     pub unknown_sets: usize,
 }
 
-/// Templates learned so far, per Observation Domain.
+/// An IPFIX decoder for one transport session: the templates learned so far, keyed by
+/// Observation Domain and Template ID (§8), since a data set can only be read by a template
+/// heard earlier. Withdrawals (§8.1) are honoured, one template or all of a domain's;
+/// options templates (Set ID 3) are read past, so their data sets count as unknown.
 #[derive(Clone, Debug, Default)]
 pub struct Collector {
     templates: HashMap<(u32, u16), Vec<Field>>,
@@ -86,17 +50,23 @@ impl Collector {
         Self::default()
     }
 
-    /// How many templates it knows.
+    /// How many templates it knows, over all domains (a test's proof that templates arrived
+    /// or were withdrawn).
     #[must_use]
     pub fn known_templates(&self) -> usize {
         self.templates.len()
     }
 
-    /// Reads one message: learns its templates, decodes its data sets. A message refused
-    /// teaches nothing.
+    /// Reads one message: learns its templates, decodes its data sets in order. Data sets of
+    /// templates it does not know (not yet heard, as after a collector restart) are counted
+    /// and skipped, as §9.3 allows. A message refused teaches nothing, as §9.1 asks that a
+    /// malformed message be discarded whole.
     ///
     /// # Errors
-    /// [`DecodeError`]: the message is malformed.
+    /// [`DecodeError`]: the message is malformed: shorter than its header, not version 10,
+    /// a Length that is not its size, a set whose length is below 4 or past the message, a
+    /// reserved Set ID, a bad template record, or a record of a known template that is cut
+    /// short or not a flow record.
     pub fn decode(&mut self, message: &[u8]) -> Result<Decoded, DecodeError> {
         if message.len() < HEADER_LEN {
             return Err(DecodeError::Short(message.len()));
@@ -162,7 +132,8 @@ impl Collector {
 }
 
 /// Reads a template set's records into `templates`; returns how many, or `None` when one
-/// is malformed. Trailing bytes too few for a record header are padding (§3.3.1).
+/// is malformed. Bytes too few for a record header are padding (§3.3.1; §9.1: padding that
+/// is not zeros is no reason to refuse a message), as are zeros after the last record.
 fn read_templates(
     mut body: &[u8],
     domain: u32,
@@ -172,12 +143,15 @@ fn read_templates(
     while body.len() >= 4 {
         let id = u16::from_be_bytes([body[0], body[1]]);
         let count = usize::from(u16::from_be_bytes([body[2], body[3]]));
-        if id < FIRST_DATA_SET {
+        if id == TEMPLATE_SET && count == 0 {
+            // All Data Templates of the domain withdrawn (§8.1).
+            templates.retain(|&(d, _), _| d != domain);
+            body = &body[4..];
+        } else if id < FIRST_DATA_SET {
             // Padding is zeros; anything else below 256 is not a template id.
             return body.iter().all(|&b| b == 0).then_some(n);
-        }
-        if count == 0 {
-            // A withdrawal (§8.1).
+        } else if count == 0 {
+            // One template withdrawn (§8.1).
             templates.remove(&(domain, id));
             body = &body[4..];
         } else {
@@ -190,7 +164,11 @@ fn read_templates(
     Some(n)
 }
 
-/// Reads a data set's records; trailing bytes fewer than a record are padding.
+/// The most padding a set can need: enough to align the next set on 8 bytes (§3.3.1).
+const MAX_PADDING: usize = 7;
+
+/// Reads a data set's records. Bytes after the last whole record are padding when there are
+/// at most [`MAX_PADDING`] of them, whatever they hold (§9.1); more are a record cut short.
 fn read_data(
     body: &[u8],
     template: u16,
@@ -201,17 +179,13 @@ fn read_data(
     if len == 0 {
         return Ok(());
     }
-    for record in body.chunks_exact(len) {
-        let r = read_record(fields, record).map_err(|e| DecodeError::Record {
-            template,
-            why: match e {
-                RecordError::NoAddresses => "no source or destination address",
-                RecordError::FieldLength(_) => "a field of a length its element cannot have",
-                RecordError::EndReason(_) => "an unassigned flowEndReason",
-                RecordError::Truncated => "it ends early",
-            },
-        })?;
-        records.push(r);
+    let error = |why| DecodeError::Record { template, why };
+    let chunks = body.chunks_exact(len);
+    if chunks.remainder().len() > MAX_PADDING {
+        return Err(error(RecordError::Truncated));
+    }
+    for record in chunks {
+        records.push(read_record(fields, record).map_err(error)?);
     }
     Ok(())
 }

@@ -32,8 +32,8 @@ pub enum DecodeError {
     /// A Set ID that RFC 7011 reserves (0, 1, 4 to 255: §3.3.2).
     #[error("set id {0} is reserved")]
     ReservedSet(u16),
-    /// A Template Record that runs past its set, names a Template ID below 256 (§3.4.1), or
-    /// is followed by padding that is not zeros (§3.3.1).
+    /// A Template Record that runs past its set, or names a Template ID below 256 (§3.4.1)
+    /// other than the all-templates withdrawal (ID 2, no fields: §8.1) or zero padding.
     #[error("a bad template record in the set at byte {0}")]
     Template(usize),
     /// A record of a known template that is not a flow record.
@@ -61,8 +61,8 @@ pub enum RecordError {
     /// flowEndReason (IE 136) holds a value IANA has not assigned.
     #[error("flowEndReason {0} is not assigned")]
     EndReason(u8),
-    /// The set ends inside a record: the bytes after its last whole record are not zero
-    /// padding (padding is zeros and shorter than a record, §3.3.1).
+    /// The set ends inside a record: more bytes follow its last whole record than padding to
+    /// an 8-byte boundary could take (7; §3.3.1).
     #[error("the set ends inside a record")]
     Truncated,
 }

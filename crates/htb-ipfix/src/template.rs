@@ -5,29 +5,32 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use htb_core::ClassId;
 
+use crate::error::RecordError;
 use crate::record::{EndReason, FlowRecord};
 
-/// The Private Enterprise Number of htbd's own elements: 32473, which RFC 5612 reserves for
-/// documentation and examples (htb has none registered).
+/// The Private Enterprise Number of htbd's own elements (htbClass, the round trips,
+/// retransmits, leaf drops): 32473, which RFC 5612 reserves for documentation and examples, as
+/// htb has none registered. Public so an operator can configure a collector to name them.
 pub const PEN: u32 = 32_473;
 
-/// The template of IPv4 flows.
+/// The Template ID of IPv4 flows (256, the first a data set may have: §3.4.3).
 pub const TEMPLATE_V4: u16 = 256;
 
-/// The template of IPv6 flows.
+/// The Template ID of IPv6 flows.
 pub const TEMPLATE_V6: u16 = 257;
 
 /// The bit of a Field Specifier's element id that says a PEN follows (§3.2).
 const ENTERPRISE_BIT: u16 = 0x8000;
 
-/// One field of a template: an Information Element and its length.
+/// One Field Specifier of a template (§3.2): an Information Element and its length, which is
+/// all a collector learns of a record's layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Field {
     /// The element's id (without the enterprise bit).
     pub id: u16,
-    /// The enterprise number (`None`: IANA's registry).
+    /// The enterprise number (`None`: IANA's registry; `Some` sets the enterprise bit).
     pub pen: Option<u32>,
-    /// Its length in the record.
+    /// Its length in the record (65 535 would be variable length, §7, which htbd never sends).
     pub len: u16,
 }
 
@@ -81,7 +84,8 @@ const V4: [Field; 20] = with_addresses(iana(8, 4), iana(12, 4));
 /// Template 257's fields.
 const V6: [Field; 20] = with_addresses(iana(27, 16), iana(28, 16));
 
-/// The fields of the IPv6 template, or of the IPv4 one.
+/// The fields of the IPv6 template (257), or of the IPv4 one (256), in record order: for a
+/// collector's configuration, or a test that reads the layout.
 #[must_use]
 pub fn fields(ipv6: bool) -> &'static [Field] {
     if ipv6 { &V6 } else { &V4 }
@@ -191,19 +195,6 @@ pub(crate) fn write_record(out: &mut Vec<u8>, r: &FlowRecord) {
     out.extend_from_slice(&rtt(r.rtt_median_us).to_be_bytes());
     out.extend_from_slice(&r.retransmits.to_be_bytes());
     out.extend_from_slice(&r.leaf_drops.to_be_bytes());
-}
-
-/// Why a record of a known template is not a flow record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RecordError {
-    /// It has no source or destination address.
-    NoAddresses,
-    /// A field's length does not suit its element (an address of 5 bytes, a counter of 9).
-    FieldLength(u16),
-    /// flowEndReason holds a value IANA has not assigned.
-    EndReason(u8),
-    /// The bytes end before the record does.
-    Truncated,
 }
 
 /// An unsigned integer of 1 to 8 bytes, big-endian (reduced-size encoding, §6.2).

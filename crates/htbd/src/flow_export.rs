@@ -1,7 +1,7 @@
 //! The flow exporter: a thread of its own, off the data plane's, that empties the export ring
 //! of ended flow records ([`htb_xdp::flow_table`]) and sends them to the collector as IPFIX
 //! (RFC 7011) over UDP, templates first and again every `template_refresh` — over UDP a
-//! collector that restarted has forgotten them (§10.3.6). Records wait at most
+//! collector that restarted has forgotten them (RFC 7011 §8.4). Records wait at most
 //! [`BATCH_WAIT`] or until [`BATCH_RECORDS`] have gathered.
 //!
 //! A collector that is down costs the records sent meanwhile (counted as send errors, as a

@@ -8,7 +8,7 @@
 //! sampling = 1               # 1-in-N packets (1: every packet)
 //! ipfix = "192.0.2.10:4739"  # the collector (UDP); without it, flows are only shown
 //! observation_domain = 1
-//! template_refresh = "60s"   # templates re-sent this often (RFC 7011 §10.3.6)
+//! template_refresh = "60s"   # templates re-sent this often (RFC 7011 §8.4)
 //! ```
 
 use std::net::SocketAddr;
