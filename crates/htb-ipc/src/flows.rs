@@ -78,7 +78,7 @@ pub struct FlowList {
 /// The flow tables and the exporter, in `htb-cli status`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FlowStatus {
-    /// Records per worker's table.
+    /// Records per worker's table (the configured size rounded up to a power of two).
     pub entries: u64,
     /// Memory all tables take, bytes.
     pub memory_bytes: u64,
@@ -95,7 +95,8 @@ pub struct FlowStatus {
     /// The collector (`None`: records are not exported).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collector: Option<String>,
-    /// Records sent to it.
+    /// Records handed to the socket for it (those of messages it refused too: `send_errors`
+    /// counts those messages).
     pub exported: u64,
     /// IPFIX messages sent.
     pub messages: u64,

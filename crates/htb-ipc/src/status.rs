@@ -35,7 +35,7 @@ pub struct Status {
     /// the host or the kernel took the CPU away meanwhile (which `longest_job_us` counts).
     #[serde(default)]
     pub longest_job_cpu_us: u64,
-    /// The slowest jobs since the start (at most 8), slowest first: when each started, so that
+    /// The slowest jobs since the start (at most 16), slowest first: when each started, so that
     /// a witness of the time taken from its CPU can tell the job's own time from a host's
     /// stall where `longest_job_cpu_us` cannot (a guest kernel not told its stolen time counts
     /// it as the thread's).

@@ -67,7 +67,7 @@
 //! | flowEndReason                                   | 136     |       | 1      | 1 idle, 2 active, 3 FIN/RST, 4 forced, 5 evicted |
 //! | ingressInterface                                | 10      |       | 4      | ifindex                          |
 //! | egressInterface                                 | 14      |       | 4      | ifindex                          |
-//! | samplingPacketInterval                          | 305     |       | 4      | 1-in-N; 1: every packet          |
+//! | samplingInterval (deprecated, read by nfdump)   | 34      |       | 4      | 1-in-N; 1: every packet          |
 //! | htbClass                                        | 1       | 32473 | 8      | major << 32 \| minor; 0: none    |
 //! | htbRttMinMicroseconds                           | 2       | 32473 | 4      | 0: not measured                  |
 //! | htbRttMedianMicroseconds                        | 3       | 32473 | 4      | 0: not measured                  |

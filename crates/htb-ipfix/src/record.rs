@@ -93,7 +93,7 @@ pub struct FlowRecord {
     /// Its packets the class's leaf dropped (htbLeafDrops, enterprise element 5): the shaping
     /// a flow met, which no standard element says.
     pub leaf_drops: u64,
-    /// 1-in-N packet sampling the counts are of (samplingPacketInterval, IE 305; 1: every
+    /// 1-in-N packet sampling the counts are of (samplingInterval, IE 34: "one of every N packets"; 1: every
     /// packet), so a collector can scale sampled counts.
     pub sampling_interval: u32,
 }

@@ -60,12 +60,15 @@ const COMMON: [Field; 18] = [
     iana(136, 1), // flowEndReason
     iana(10, 4),  // ingressInterface
     iana(14, 4),  // egressInterface
-    iana(305, 4), // samplingPacketInterval
-    htb(1, 8),    // htbClass
-    htb(2, 4),    // htbRttMinMicroseconds
-    htb(3, 4),    // htbRttMedianMicroseconds
-    htb(4, 4),    // htbRetransmits
-    htb(5, 8),    // htbLeafDrops
+    // samplingInterval, "one of every N packets": IE 305 samplingPacketInterval, which
+    // replaced it, counts the packets taken in a row, so 1-in-N would need 305 = 1 and 306
+    // samplingPacketSpace = N - 1; nfdump reads 34.
+    iana(34, 4),
+    htb(1, 8), // htbClass
+    htb(2, 4), // htbRttMinMicroseconds
+    htb(3, 4), // htbRttMedianMicroseconds
+    htb(4, 4), // htbRetransmits
+    htb(5, 8), // htbLeafDrops
 ];
 
 const fn with_addresses(src: Field, dst: Field) -> [Field; 20] {
@@ -263,7 +266,7 @@ pub(crate) fn read_record(fields: &[Field], b: &[u8]) -> Result<FlowRecord, Reco
             }
             (None, 10) => r.ingress_if = n(v)? as u32,
             (None, 14) => r.egress_if = n(v)? as u32,
-            (None, 305) => r.sampling_interval = n(v)? as u32,
+            (None, 34) => r.sampling_interval = n(v)? as u32,
             (Some(PEN), 1) => {
                 let w = n(v)?;
                 r.class = Some(ClassId::new((w >> 32) as u16, w as u32)).filter(|_| w != 0);

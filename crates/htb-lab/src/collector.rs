@@ -40,12 +40,16 @@ impl Nfcapd {
                 panic!("cannot start nfcapd (scripts/setup.sh installs nfdump): {e}")
             });
         // Listening once its socket shows in the namespace.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
             let out = lab.exec(R, &["ss", "-Hlun", &format!("sport = :{port}")]);
             if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
                 break;
             }
+            assert!(
+                Instant::now() < deadline,
+                "nfcapd does not listen on port {port} after 10 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Self {

@@ -11,7 +11,10 @@
 //! time is its time less what the witness saw taken from its CPU meanwhile.
 //!
 //! The witness errs towards the job: it sees a stall only from the wake-up it delayed, not
-//! from the stall's start, so up to one period of a stall still counts as the job's. Its own
+//! from the stall's start, so up to one period of a stall still counts as the job's. It errs
+//! the other way where the job itself keeps the CPU from it: a non-preemptible stretch of
+//! kernel work on the job's behalf (a page fault's, on a kernel without full preemption)
+//! delays the witness too, and is excused with the host's stalls. Its own
 //! cost, a wake-up every 0.5 ms per CPU, is a few µs each.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -154,7 +154,7 @@ pub type Job = Box<dyn FnOnce(&mut Engine) + Send>;
 /// client of the control plane can queue unbounded work in front of the packets.
 pub const JOB_QUEUE: usize = 64;
 
-/// Ended flow records the export ring holds (about 13 MB at most).
+/// Ended flow records the export ring holds (about 10 MB at most).
 pub const FLOW_EXPORT_RING: usize = 65_536;
 
 /// Why a job was not queued.
@@ -911,7 +911,8 @@ impl Engine {
 
     /// Which queue of `class`'s leaf on `port` `frame`'s flow joins (fq_codel's or sfq's flow
     /// bucket; `None` for a leaf with one queue, or cake). Every worker hashes with one key,
-    /// so worker 0's answer is every worker's.
+    /// so worker 0's fq_codel answer is every worker's; sfq re-keys each instance, so for a
+    /// class another worker serves, its answer is worker 0's instance's.
     #[must_use]
     pub fn leaf_queue(&self, port: &str, class: ClassId, frame: &[u8]) -> Option<u32> {
         self.workers.first()?.plane.leaf_queue(port, class, frame)

@@ -169,7 +169,7 @@ pub struct JobTimes {
 }
 
 /// How many of the slowest jobs [`JobTimes`] keeps.
-pub const SLOWEST_JOBS: usize = 8;
+pub const SLOWEST_JOBS: usize = 16;
 
 /// One control job's run on the data-plane thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -234,17 +234,18 @@ mod tests {
     #[test]
     fn job_times_keep_the_slowest_jobs_slowest_first() {
         let mut times = JobTimes::default();
-        for took in [5, 1, 9, 3, 7, 2, 8, 6, 4, 10, 1] {
-            times.record(span(took));
+        // 20 jobs of 1..=20 ns in a scrambled order (7 is coprime to 20): the 16 slowest kept.
+        for i in 0..20u64 {
+            times.record(span(i * 7 % 20 + 1));
         }
-        assert_eq!(times.count, 11);
-        assert_eq!(times.total_ns, 56);
-        assert_eq!((times.longest_ns, times.longest_cpu_ns), (10, 5));
+        assert_eq!(times.count, 20);
+        assert_eq!(times.total_ns, 210);
+        assert_eq!((times.longest_ns, times.longest_cpu_ns), (20, 10));
         let kept: Vec<u64> = times.slowest().map(|s| s.took_ns).collect();
-        assert_eq!(kept, [10, 9, 8, 7, 6, 5, 4, 3]);
+        assert_eq!(kept, (5..=20).rev().collect::<Vec<u64>>());
         assert_eq!(
             times.slowest[0],
-            span(10),
+            span(20),
             "each kept with its start and CPU"
         );
     }

@@ -144,6 +144,16 @@ impl DataPlane {
                         "frames {:?}, queued {}, XDP verdicts {:?}, loops {} sleeps {}",
                         stats.frames, stats.queued, stats.verdicts, stats.loops, stats.sleeps
                     );
+                    if let Some(f) = stats.flows {
+                        tracing::info!(
+                            "flows: {} started, {} ended and handed to the exporter, {} evicted, \
+                             {} lost to a full export ring",
+                            f.started,
+                            f.exported,
+                            f.evicted,
+                            f.export_drops
+                        );
+                    }
                     tracing::info!("data plane stopped; detaching");
                 }
                 Err(e) => {

@@ -14,6 +14,9 @@ use crate::parse::Parsed;
 use crate::rings::Rings;
 use crate::rtt::Observed;
 
+/// Places flushed at a time when the data plane stops.
+const FLUSH_RANGE: usize = 4096;
+
 /// A worker's flow table and its end of the export ring.
 #[derive(Debug)]
 pub(crate) struct Metering {
@@ -145,11 +148,23 @@ impl<R: Rings> Dataplane<R> {
         table.lost_to_export(lost);
     }
 
-    /// Hands every record over (the data plane stops).
+    /// Hands every record over (the data plane stops): a range of the table at a time, each
+    /// waiting for room on the export ring, which the exporter still empties (and which
+    /// answers at once once it is gone), so that a stop loses none to a full ring.
     pub(crate) fn flush_flows(&mut self, now: Instant) {
-        if let Some(m) = self.metering.as_mut() {
-            m.table.flush();
-        }
         self.export_flows(now);
+        let Some(Metering { table, sink }) = self.metering.as_mut() else {
+            return;
+        };
+        let mut lost = 0;
+        for start in (0..table.places()).step_by(FLUSH_RANGE) {
+            table.flush_range(start..start + FLUSH_RANGE);
+            for record in table.take_outbox() {
+                if sink.send(record).is_err() {
+                    lost += 1;
+                }
+            }
+        }
+        table.lost_to_export(lost);
     }
 }

@@ -1,3 +1,5 @@
+use std::time::Duration as StdDuration;
+
 use super::*;
 
 const S: u64 = 1_000_000_000;
@@ -70,7 +72,8 @@ fn idle_records_leave_after_the_idle_timeout_and_active_ones_start_a_new_interva
     assert_eq!(active[0].packets, 61);
     let live = t.live(|_| true);
     assert_eq!(live.len(), 1);
-    assert_eq!((live[0].first_ns, live[0].packets), (60 * S, 10));
+    // The new interval starts at its first packet, after the timeout.
+    assert_eq!((live[0].first_ns, live[0].packets), (61 * S, 10));
     assert_eq!(t.counters().exported, 2);
 }
 
@@ -147,12 +150,15 @@ fn one_in_n_sampling_takes_every_nth_packet() {
 fn a_sweep_covers_the_table_in_a_second_however_the_passes_fall() {
     let mut t = table(1024);
     for sport in 0..500 {
-        t.observe(u32::from(sport) * 7919, &key(sport), None, 100, 0, 0);
+        t.observe(u32::from(sport) * 7919, &key(sport), None, 100, 0, 5 * S);
     }
-    // Idle from 15 s on; passes every 10 ms from 20 s: all gone within one sweep (1 s).
-    let mut now = 20 * S;
+    // Passes every 10 ms from 19 s: 10.24 places each, the fractions carried from pass to
+    // pass (rounded down and forgotten, a sweep would take 1.024 s). The records go idle at
+    // 20 s; every one is found within a second of it.
+    let mut now = 19 * S;
     t.sweep(now);
-    while now < 21 * S {
+    assert_eq!(t.counters().live, 500, "none idle at 19 s");
+    while now < 21 * S + 10_000_000 {
         now += 10_000_000;
         t.sweep(now);
     }
@@ -172,4 +178,28 @@ fn flush_hands_over_every_record_and_memory_is_stated() {
     assert!(out.iter().all(|r| r.end == Some(FlowEnd::Forced)));
     let per = FlowConfig::default().memory_bytes() / 65_536;
     assert!((100..400).contains(&per), "{per} bytes per record");
+}
+
+#[test]
+fn an_interval_that_saw_nothing_is_freed_without_a_record() {
+    let mut t = FlowTable::new(FlowConfig {
+        entries: 64,
+        active_timeout: StdDuration::from_secs(10),
+        ..FlowConfig::default()
+    });
+    for s in 0..=10 {
+        t.observe(1, &key(1), class(), 100, 0, s * S);
+    }
+    t.sweep(10 * S);
+    let active: Vec<FlowRecord> = t.take_outbox().collect();
+    assert_eq!(active.len(), 1);
+    assert_eq!(
+        (active[0].end, active[0].packets),
+        (Some(FlowEnd::Active), 11)
+    );
+    // Quiet from then on: at the idle timeout the empty interval goes, exporting nothing.
+    t.sweep(26 * S);
+    assert_eq!(t.take_outbox().count(), 0);
+    let c = t.counters();
+    assert_eq!((c.live, c.exported), (0, 1));
 }

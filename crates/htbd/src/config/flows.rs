@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! [flows]
-//! entries = 65536            # records per data-plane worker (about 9 MiB at the default)
+//! entries = 65536            # records per data-plane worker (about 12 MiB at the default)
 //! active_timeout = "60s"     # a flow running this long is exported and goes on
 //! idle_timeout = "15s"       # a flow idle this long is exported and freed
 //! sampling = 1               # 1-in-N packets (1: every packet)
@@ -52,7 +52,7 @@ pub struct IpfixConfig {
     pub template_refresh: Duration,
 }
 
-/// The most records a worker's table may hold (about 2.3 GiB).
+/// The most records a worker's table may hold (about 3.2 GB).
 const MAX_ENTRIES: usize = 1 << 24;
 
 /// A time value within `range`, or its default.

@@ -6,6 +6,9 @@ use htb_xdp::flow_table::FlowRecord;
 
 use super::Control;
 
+/// The most flows one answer lists.
+const MAX_TOP: usize = 10_000;
+
 /// Places of the flow tables one data-plane job lists (per worker: 16 384 places read, the
 /// live ones' records copied when they match, at most `top` kept).
 const FLOWS_PER_JOB: usize = 16_384;
@@ -26,7 +29,8 @@ impl Control {
             .transpose()?
             .and_then(|p| u16::try_from(p).ok());
         let class = ask.class;
-        let top = ask.top as usize;
+        // A reply holds at most this many, whatever was asked (as the console's API).
+        let top = (ask.top as usize).min(MAX_TOP);
         let keep = move |r: &FlowRecord| {
             port.is_none_or(|p| r.key.egress == p) && class.is_none_or(|c| r.class == Some(c))
         };
@@ -91,7 +95,8 @@ impl Control {
         let table = table.map(|t| *t).unwrap_or_default();
         let c = &flows.counters;
         Some(Box::new(FlowStatus {
-            entries: flows.config.table.entries as u64,
+            // The table as made: the configured size rounded up to a power of two.
+            entries: flows.config.table.entries.max(16).next_power_of_two() as u64,
             memory_bytes: (flows.config.table.memory_bytes() * self.engine.workers()) as u64,
             collector: flows.config.ipfix.map(|i| i.collector.to_string()),
             exported: c.records.load(std::sync::atomic::Ordering::Relaxed),
