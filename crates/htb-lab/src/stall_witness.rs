@@ -5,7 +5,7 @@
 //! stall out; where it is not, a stolen vCPU counts as the thread's own time, and a 0.3 ms job
 //! that the host froze for 11 ms reads as an 11 ms job (a CI machine did exactly that). The
 //! witness sees the stall either way: a thread on every CPU at the highest real-time priority
-//! wakes every [`PERIOD`], and a wake-up later than [`LATE`] means the CPU was not to be had —
+//! wakes every [`PERIOD_NS`], and a wake-up later than [`LATE_NS`] means the CPU was not to be had —
 //! by the host, the kernel, or a higher-priority spinner ([`crate::stalls`]) — for that long.
 //! htbd reports when and on which CPU its slowest jobs ran (`htb-cli status`), so a job's own
 //! time is its time less what the witness saw taken from its CPU meanwhile.

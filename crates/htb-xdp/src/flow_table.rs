@@ -415,7 +415,7 @@ impl FlowTable {
         self.counters.live -= 1;
     }
 
-    /// Checks this pass's share of the table for timeouts at `now_ns`: over [`SWEEP_NS`], the
+    /// Checks this pass's share of the table for timeouts at `now_ns`: over a second (`SWEEP_NS`), the
     /// whole table. An active record past the active timeout is exported and goes on as a new
     /// interval in place.
     pub fn sweep(&mut self, now_ns: u64) {
