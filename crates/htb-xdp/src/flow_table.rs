@@ -133,6 +133,26 @@ pub struct FlowRecord {
     pub end: Option<FlowEnd>,
 }
 
+impl FlowRecord {
+    /// The record of flow `key` in `class` starting at `now_ns`, before its first packet.
+    fn starting(key: FlowKey, class: Option<ClassId>, now_ns: u64) -> Self {
+        Self {
+            key,
+            class,
+            bytes: 0,
+            packets: 0,
+            first_ns: now_ns,
+            last_ns: now_ns,
+            tcp_flags: 0,
+            rtt_min_ns: None,
+            rtt_median_ns: None,
+            retransmits: 0,
+            leaf_drops: 0,
+            end: None,
+        }
+    }
+}
+
 /// A record in its place.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -196,30 +216,18 @@ impl FlowTable {
     #[must_use]
     pub fn new(config: FlowConfig) -> Self {
         let size = config.entries.max(WINDOW).next_power_of_two();
+        let unused = FlowKey {
+            src: IpAddr::from([0, 0, 0, 0]),
+            dst: IpAddr::from([0, 0, 0, 0]),
+            proto: 0,
+            sport: 0,
+            dport: 0,
+            vlan: None,
+            ingress: 0,
+            egress: 0,
+        };
         let empty = Entry {
-            record: FlowRecord {
-                key: FlowKey {
-                    src: IpAddr::from([0, 0, 0, 0]),
-                    dst: IpAddr::from([0, 0, 0, 0]),
-                    proto: 0,
-                    sport: 0,
-                    dport: 0,
-                    vlan: None,
-                    ingress: 0,
-                    egress: 0,
-                },
-                class: None,
-                bytes: 0,
-                packets: 0,
-                first_ns: 0,
-                last_ns: 0,
-                tcp_flags: 0,
-                rtt_min_ns: None,
-                rtt_median_ns: None,
-                retransmits: 0,
-                leaf_drops: 0,
-                end: None,
-            },
+            record: FlowRecord::starting(unused, None, 0),
             rtts: [0; RTT_SAMPLES],
             rtt_count: 0,
         };
@@ -340,20 +348,7 @@ impl FlowTable {
         self.counters.live += 1;
         self.hashes[at] = stored(hash);
         let e = &mut self.entries[at];
-        e.record = FlowRecord {
-            key: *key,
-            class,
-            bytes: 0,
-            packets: 0,
-            first_ns: now_ns,
-            last_ns: now_ns,
-            tcp_flags: 0,
-            rtt_min_ns: None,
-            rtt_median_ns: None,
-            retransmits: 0,
-            leaf_drops: 0,
-            end: None,
-        };
+        e.record = FlowRecord::starting(*key, class, now_ns);
         e.rtt_count = 0;
         at
     }

@@ -207,7 +207,7 @@ impl Control {
                     let generation = self.generation_now();
                     let scrape = self.scrape().await.map(|s| Scrape {
                         generation: Some(generation),
-                        flows: self.flow_status(crate::status::status(&s.engine).flows),
+                        flows: self.flow_status(crate::status::flow_status(&s.engine)),
                         ..s
                     });
                     let _ = reply.send(scrape);
@@ -267,12 +267,10 @@ impl Control {
             RequestBody::Status {} => {
                 let generation = self.generation_now();
                 self.on_engine(|engine| engine.stats()).await.map(|stats| {
-                    let status = crate::status::status(&stats);
-                    ReplyBody::Status(htb_ipc::Status {
-                        generation: Some(generation),
-                        flows: self.flow_status(status.flows.clone()),
-                        ..status
-                    })
+                    let mut status = crate::status::status(&stats);
+                    status.flows = self.flow_status(status.flows.take());
+                    status.generation = Some(generation);
+                    ReplyBody::Status(status)
                 })
             }
             RequestBody::Explain(ask) => self.explain(&ask).await.map(ReplyBody::Explained),

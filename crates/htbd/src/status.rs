@@ -86,18 +86,23 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
             })
             .collect(),
         stall_credit_us: stats.stall_credit.map_or(0, |c| c.as_nanos() / 1000),
-        flows: stats.flows.map(|f| {
-            Box::new(htb_ipc::FlowStatus {
-                live: f.live,
-                started: f.started,
-                ended: f.exported,
-                evicted: f.evicted,
-                ring_drops: f.export_drops,
-                ..htb_ipc::FlowStatus::default()
-            })
-        }),
+        flows: flow_status(stats),
         generation: None,
     }
+}
+
+/// The flow tables' counters on the wire (the exporter's are the control task's to add).
+pub(crate) fn flow_status(stats: &EngineStats) -> Option<Box<htb_ipc::FlowStatus>> {
+    stats.flows.map(|f| {
+        Box::new(htb_ipc::FlowStatus {
+            live: f.live,
+            started: f.started,
+            ended: f.exported,
+            evicted: f.evicted,
+            ring_drops: f.export_drops,
+            ..htb_ipc::FlowStatus::default()
+        })
+    })
 }
 
 #[cfg(test)]

@@ -60,12 +60,10 @@ impl Control {
                 // hashed (none since a change), never a hash of the whole state.
                 let generation = self.hashed_generation();
                 let status = self.on_engine(|engine| engine.stats()).await.map(|stats| {
-                    let status = crate::status::status(&stats);
-                    Status {
-                        generation,
-                        flows: self.flow_status(status.flows.clone()),
-                        ..status
-                    }
+                    let mut status = crate::status::status(&stats);
+                    status.flows = self.flow_status(status.flows.take());
+                    status.generation = generation;
+                    status
                 });
                 let _ = reply.send(status);
             }
