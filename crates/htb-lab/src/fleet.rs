@@ -384,12 +384,20 @@ impl Fleet {
     }
 
     /// Offers UDP from the internet host to the subscriber at `offered` (iperf3's payload rate)
-    /// for `secs`: the download through the subscriber's class.
+    /// for `secs`: the download through the subscriber's class, to iperf3's server on `port`
+    /// from the internet host's `client_port` (a test picks it, so that it knows the flow).
     #[must_use]
-    pub fn udp_download(&self, offered: &str, secs: u32) -> (Reaped, Child) {
+    pub fn udp_download(
+        &self,
+        offered: &str,
+        secs: u32,
+        port: u16,
+        client_port: u16,
+    ) -> (Reaped, Child) {
+        let port = port.to_string();
         let server = self
             .cmd(SUB, "iperf3")
-            .args(["-s", "-1", "-p", "5201"])
+            .args(["-s", "-1", "-p", &port])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -398,8 +406,9 @@ impl Fleet {
         let client = self
             .cmd(UP, "iperf3")
             .args([
-                "-c", SUBSCRIBER, "-B", INTERNET, "-p", "5201", "-u", "-l", "1400",
+                "-c", SUBSCRIBER, "-B", INTERNET, "-p", &port, "-u", "-l", "1400",
             ])
+            .args(["--cport", &client_port.to_string()])
             .args(["-b", offered, "-t", &secs.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
