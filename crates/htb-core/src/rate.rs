@@ -117,10 +117,31 @@ impl Rate {
     }
 }
 
+/// Writes a rate the way tc does (`print_rate`): k = 1000 (1024 with `iec`), dividing while the
+/// value is a round multiple or at least 1000 units, e.g. `1500Kbit`, `100Mbit`, `3237Kbit`.
+///
+/// # Errors
+/// Only those of the formatter.
+pub fn fmt_rate(f: &mut fmt::Formatter<'_>, rate: Rate, iec: bool) -> fmt::Result {
+    const UNITS: [&str; 5] = ["", "K", "M", "G", "T"];
+    let k: u64 = if iec { 1024 } else { 1000 };
+    let mut bits = rate.bits_per_sec();
+    let mut unit = 0;
+    while unit + 1 < UNITS.len() {
+        if bits < k || (!bits.is_multiple_of(k) && bits < 1000 * k) {
+            break;
+        }
+        bits /= k;
+        unit += 1;
+    }
+    let i = if iec && unit > 0 { "i" } else { "" };
+    write!(f, "{bits}{}{i}bit", UNITS[unit])
+}
+
 impl fmt::Display for Rate {
     /// tc's rate style (`100Mbit`, `1500Kbit`, `8bit`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        crate::units::fmt_rate(f, *self, false)
+        fmt_rate(f, *self, false)
     }
 }
 

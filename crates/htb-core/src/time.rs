@@ -126,10 +126,27 @@ impl fmt::Display for Instant {
     }
 }
 
+/// Writes a time in the largest unit that keeps it exact: `10s`, `250ms`, `64us`, `5ns`.
+///
+/// # Errors
+/// Only those of the formatter.
+pub fn fmt_time(f: &mut fmt::Formatter<'_>, time: Duration) -> fmt::Result {
+    let ns = time.as_nanos();
+    if ns == 0 {
+        return f.write_str("0s");
+    }
+    for (div, unit) in [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")] {
+        if ns.is_multiple_of(div) {
+            return write!(f, "{}{unit}", ns / div);
+        }
+    }
+    write!(f, "{ns}ns")
+}
+
 impl fmt::Display for Duration {
     /// tc's time style: the largest unit that keeps the value exact (`1s`, `250ms`, `64us`, `5ns`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        crate::units::fmt_time(f, *self)
+        fmt_time(f, *self)
     }
 }
 

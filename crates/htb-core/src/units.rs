@@ -14,8 +14,12 @@
 
 use core::fmt;
 
+// The formatters of a rate and a time live with their types (their `Display`); named here too
+// so that every unit's parser and formatter is found in one place.
 use crate::rate::Rate;
+pub use crate::rate::fmt_rate;
 use crate::time::Duration;
+pub use crate::time::fmt_time;
 
 /// Why a unit string was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,27 +269,6 @@ pub fn parse_time(s: &str) -> Result<Duration, UnitError> {
     scale(&value, multiplier, false).map(Duration::from_nanos)
 }
 
-/// Writes a rate the way tc does (`print_rate`): k = 1000 (1024 with `iec`), dividing while the
-/// value is a round multiple or at least 1000 units, e.g. `1500Kbit`, `100Mbit`, `3237Kbit`.
-///
-/// # Errors
-/// Only those of the formatter.
-pub fn fmt_rate(f: &mut fmt::Formatter<'_>, rate: Rate, iec: bool) -> fmt::Result {
-    const UNITS: [&str; 5] = ["", "K", "M", "G", "T"];
-    let k: u64 = if iec { 1024 } else { 1000 };
-    let mut bits = rate.bits_per_sec();
-    let mut unit = 0;
-    while unit + 1 < UNITS.len() {
-        if bits < k || (!bits.is_multiple_of(k) && bits < 1000 * k) {
-            break;
-        }
-        bits /= k;
-        unit += 1;
-    }
-    let i = if iec && unit > 0 { "i" } else { "" };
-    write!(f, "{bits}{}{i}bit", UNITS[unit])
-}
-
 /// Writes a size the way tc does (`sprint_size`): `1600b`, `15Kb`, `2Mb`, `1Gb`.
 ///
 /// # Errors
@@ -305,23 +288,6 @@ pub fn fmt_size(f: &mut fmt::Formatter<'_>, bytes: u64) -> fmt::Result {
     } else {
         write!(f, "{bytes}b")
     }
-}
-
-/// Writes a time in the largest unit that keeps it exact: `10s`, `250ms`, `64us`, `5ns`.
-///
-/// # Errors
-/// Only those of the formatter.
-pub fn fmt_time(f: &mut fmt::Formatter<'_>, time: Duration) -> fmt::Result {
-    let ns = time.as_nanos();
-    if ns == 0 {
-        return f.write_str("0s");
-    }
-    for (div, unit) in [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")] {
-        if ns.is_multiple_of(div) {
-            return write!(f, "{}{unit}", ns / div);
-        }
-    }
-    write!(f, "{ns}ns")
 }
 
 /// [`fmt::Display`] for a size in bytes, in tc's style.

@@ -23,6 +23,7 @@ mod fifo;
 mod flows;
 mod fq_codel;
 mod pool;
+mod random;
 mod sfq;
 mod spec;
 

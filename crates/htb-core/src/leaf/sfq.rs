@@ -17,6 +17,7 @@ use super::LeafStore;
 use super::counts::QueueCounts;
 use super::flows::LeafFlows;
 use super::pool::NONE;
+use super::random::next_random;
 use super::spec::SfqConfig;
 use crate::Packet;
 
@@ -34,15 +35,6 @@ fn perturbed(hash: u32, key: u32) -> u32 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     (x ^ (x >> 31)) as u32
-}
-
-/// splitmix64: the perturbation keys, from the scheduler's seed.
-pub(crate) fn next_random(state: &mut u64) -> u32 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) as u32
 }
 
 /// One `sfq` instance (`struct sfq_sched_data`).

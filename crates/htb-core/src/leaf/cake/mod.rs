@@ -276,7 +276,7 @@ impl Cake {
     }
 
     fn next_random(&mut self) -> u32 {
-        super::sfq::next_random(&mut self.random)
+        super::random::next_random(&mut self.random)
     }
 
     /// `cake_reconfigure`: the tins' rates, the shaper's, and the buffer limit.
