@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use htb_ipc::{Direction, Explain, Explanation, ReplyBody, RequestBody};
 
 use super::args::{Args, Result, illegal, usage};
-use super::parse::Options;
+use super::options::Options;
 use crate::client::{Client, ClientError};
 
 /// The usage line.

@@ -9,7 +9,7 @@ use std::io::Write;
 use htb_ipc::{FlowList, FlowsQuery, ReplyBody, RequestBody};
 
 use super::args::{Args, Result, class_id, illegal, usage};
-use super::parse::Options;
+use super::options::Options;
 use crate::client::{Client, ClientError};
 
 /// The usage line.

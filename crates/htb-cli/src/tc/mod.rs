@@ -17,6 +17,7 @@ mod m_gact;
 mod m_mirred;
 mod m_police;
 mod monitor;
+mod options;
 pub mod parse;
 mod q_cake;
 mod q_fifo;

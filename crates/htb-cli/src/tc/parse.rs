@@ -10,34 +10,9 @@
 pub use super::action::{Action, Monitor};
 use super::args::{Args, Result, illegal, usage};
 pub use super::args::{UsageError, matches};
+pub use super::options::Options;
 use super::usage::USAGE;
 use super::{tc_class, tc_filter, tc_qdisc};
-
-/// Global options (before the object).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Options {
-    /// `-s`: statistics.
-    pub stats: bool,
-    /// `-d`: details.
-    pub details: bool,
-    /// `-r`: raw buffer values.
-    pub raw: bool,
-    /// `-j`: JSON.
-    pub json: bool,
-    /// `-p`: pretty JSON.
-    pub pretty: bool,
-    /// `-iec`: rates in IEC units.
-    pub iec: bool,
-    /// `--socket PATH`.
-    pub socket: Option<String>,
-    /// `--socket` given again: the other boxes of a fleet (`status`, changes and batches go to
-    /// each; see `fleet`).
-    pub more_sockets: Vec<String>,
-    /// `--timeout SECS`: how long to wait for htbd's answer.
-    pub timeout: Option<std::time::Duration>,
-    /// `-b FILE` / `batch FILE`.
-    pub batch: Option<String>,
-}
 
 /// A parsed command line: options and the action.
 #[derive(Clone, Debug, PartialEq, Eq)]
