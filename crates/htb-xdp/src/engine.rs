@@ -23,6 +23,7 @@ use crate::dataplane::{Dataplane, Mode, PortSetup};
 use crate::error::{ConfigError, PlaneError, XdpError};
 use crate::fleet::Fleet;
 use crate::frame::Frame;
+use crate::io_config::{IoConfig, MAX_CHAIN};
 use crate::links::{LINK_CHECK, LinkWatch};
 use crate::merge;
 use crate::netdev::{NetDev, format_mac};
@@ -31,7 +32,7 @@ use crate::program::{AttachMode, ProgramConfig, XdpProgram};
 use crate::rings::Rings;
 use crate::stats::{EngineStats, JobSpan, JobTimes, PortSnapshot, WorkerStats};
 use crate::sys;
-use crate::umem::{FrameIo, IoConfig};
+use crate::umem::FrameIo;
 use crate::worker::{Pace, Seat, Worker, duration_ns};
 
 /// With liveness off: how often the workers' passes are checked for
@@ -341,11 +342,11 @@ fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> 
             io.frame_size,
             io.max_single_mtu()
         );
-        if io.ring_size < 2 * crate::umem::MAX_CHAIN {
+        if io.ring_size < 2 * MAX_CHAIN {
             return Err(ConfigError::RingTooSmallForJumbo {
                 ring_size: io.ring_size,
-                chain: crate::umem::MAX_CHAIN,
-                needed: (2 * crate::umem::MAX_CHAIN).next_power_of_two(),
+                chain: MAX_CHAIN,
+                needed: (2 * MAX_CHAIN).next_power_of_two(),
             }
             .into());
         }

@@ -28,6 +28,7 @@ mod fleet;
 pub mod flow_table;
 mod frame;
 mod frame_pool;
+mod io_config;
 mod links;
 mod merge;
 mod netdev;
@@ -50,6 +51,7 @@ pub use engine::{
 };
 pub use error::{ConfigError, PlaneError, XdpError};
 pub use frame::{FlowHasher, Frame};
+pub use io_config::{IoConfig, MAX_CHAIN};
 pub use netdev::{NetDev, format_mac, tx_queue_count};
 pub use plane_op::{
     Change, Compiled, IngressHook, PlaneChange, PlaneOp, Retired, Stage, Uncompiled, new_scheduler,
@@ -59,4 +61,4 @@ pub use rings::{Chunk, FrameCounts};
 pub use stats::{
     EngineStats, JobSpan, JobTimes, PortSnapshot, PortStats, SLOWEST_JOBS, WorkerStats, XdpCounters,
 };
-pub use umem::{IoConfig, MAX_CHAIN, TxFrame, TxFrameError, TxSocket};
+pub use umem::{TxFrame, TxFrameError, TxSocket};
