@@ -56,6 +56,7 @@ use htb_ipc::{FilterHandle, HashKey};
 
 use crate::model::{FilterEntry, FilterKind, Protocol, U32Parts, assign_handles, u32_divisor};
 use crate::netfilter::NetfilterPolicy;
+use crate::trees::{InterfaceTree, InterfaceTrees};
 
 mod flows;
 pub use flows::{FlowsConfig, IpfixConfig};
@@ -180,35 +181,6 @@ pub struct HttpConfig {
     pub token: Option<PathBuf>,
 }
 
-/// One interface's trees and filters.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InterfaceTrees {
-    /// Interface name.
-    pub name: String,
-    /// The handle major of its `mq` root (`None`: at most one tree, at the root).
-    pub mq: Option<u16>,
-    /// Its HTB trees (none: unshaped), under `mq` in class order; for a classless root, the
-    /// one-class tree that carries it.
-    pub trees: Vec<InterfaceTree>,
-    /// The classless qdisc at its root (`root = { kind = "cake", … }`), its handle given.
-    pub root_leaf: Option<htb_config::LeafDef>,
-    /// An IFB device (`type = "ifb"`).
-    pub ifb: bool,
-    /// Its ingress qdisc's filters, in evaluation order (`None`: no ingress qdisc).
-    pub ingress: Option<Vec<FilterEntry>>,
-}
-
-/// One HTB tree of an interface, with its filters.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct InterfaceTree {
-    /// The tree and where it hangs.
-    pub tree: PortTree,
-    /// Its filters, with handles, in evaluation order ([`FilterEntry::order`]).
-    pub filters: Vec<FilterEntry>,
-    /// Its classes' labels (`label = { … }`).
-    pub labels: BTreeMap<ClassId, htb_config::ClassLabel>,
-}
-
 /// The labels of `classes` (whose ids the tree's parse has checked).
 fn labels_of(classes: &[Located<ClassSection>]) -> BTreeMap<ClassId, htb_config::ClassLabel> {
     classes
@@ -216,14 +188,6 @@ fn labels_of(classes: &[Located<ClassSection>]) -> BTreeMap<ClassId, htb_config:
         .map(Located::get_ref)
         .filter_map(|c| Some((c.id.get_ref().0, c.label.clone()?)))
         .collect()
-}
-
-impl InterfaceTrees {
-    /// The trees as the data plane takes them.
-    #[must_use]
-    pub fn port_trees(&self) -> Vec<PortTree> {
-        self.trees.iter().map(|t| t.tree.clone()).collect()
-    }
 }
 
 /// Why a filter section's u32 hash-table keys do not hold together.

@@ -22,14 +22,14 @@ pub mod signals;
 pub mod startup;
 mod status;
 pub mod tc_export;
+mod trees;
 pub mod web;
 
 use std::thread::JoinHandle;
 
-pub use config::{
-    DaemonConfig, FlowsConfig, HttpConfig, InterfaceTree, InterfaceTrees, IpfixConfig, parse_state,
-};
+pub use config::{DaemonConfig, FlowsConfig, HttpConfig, IpfixConfig, parse_state};
 use htb_xdp::{Engine, EngineConfig, EngineHandle, Mode, XdpError};
+pub use trees::{InterfaceTree, InterfaceTrees};
 
 /// Why the daemon could not start or run.
 #[derive(Debug, thiserror::Error)]

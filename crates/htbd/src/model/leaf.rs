@@ -6,7 +6,7 @@ use htb_config::LeafDef;
 use htb_core::{ClassId, Instant, LeafKind};
 use htb_ipc::{ErrorCode, IpcError, LeafQdiscSpec};
 
-use super::qdisc::{QdiscModel, Verb};
+use super::qdisc::{QdiscModel, Verb, handle_major};
 use super::{Model, Step, class_error, error};
 
 /// The first handle the kernel picks itself (`qdisc_alloc_handle`: 8001:, 8002:, …).
@@ -46,18 +46,6 @@ fn leaf_class(qdisc: &QdiscModel, id: ClassId) -> Result<Option<LeafDef>, IpcErr
         ));
     }
     Ok(def.leaf)
-}
-
-/// The major of a qdisc handle (`10:`).
-pub(super) fn handle_major(handle: Option<ClassId>) -> Result<Option<u16>, IpcError> {
-    match handle {
-        None => Ok(None),
-        Some(h) if h.is_qdisc() && h.major() != 0 => Ok(Some(h.major())),
-        Some(h) => Err(error(
-            ErrorCode::Invalid,
-            format!("Invalid minor handle ({h}: a qdisc handle looks like 10:)"),
-        )),
-    }
 }
 
 fn kind_mismatch(current: LeafKind, asked: LeafKind) -> IpcError {

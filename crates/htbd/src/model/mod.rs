@@ -12,7 +12,7 @@
 //! leaf qdiscs of classes), `filters`; `state` writes the saved state.
 
 mod class;
-mod filter_entry;
+pub(crate) mod filter_entry;
 mod filter_list;
 mod filters;
 mod ingress;
@@ -365,7 +365,7 @@ impl Model {
     /// A tree or filter the scheduler refuses (only for hand-edited files: both were
     /// validated when parsed).
     pub fn from_trees(
-        interfaces: Vec<crate::config::InterfaceTrees>,
+        interfaces: Vec<crate::trees::InterfaceTrees>,
         tx_queues: &dyn Fn(&str) -> u16,
     ) -> Result<Self, TreeError> {
         let mut ports = Vec::with_capacity(interfaces.len());
@@ -591,9 +591,9 @@ impl Model {
             Command::QdiscDelete { .. } => self.qdisc_delete(step),
             Command::IngressAdd { .. } => self.ingress_add(step),
             Command::IngressDelete { .. } => self.ingress_delete(step),
-            Command::MqAdd(m) => self.mq_set(step, leaf::handle_major(m.handle)?, Verb::Add),
+            Command::MqAdd(m) => self.mq_set(step, qdisc::handle_major(m.handle)?, Verb::Add),
             Command::MqReplace(m) => {
-                self.mq_set(step, leaf::handle_major(m.handle)?, Verb::Replace)
+                self.mq_set(step, qdisc::handle_major(m.handle)?, Verb::Replace)
             }
             Command::ClassAdd(c) => self.class_set(step, c, Verb::Add),
             Command::ClassChange(c) => self.class_set(step, c, Verb::Change),

@@ -10,9 +10,20 @@ use htb_ipc::{ErrorCode, IpcError};
 
 use super::FilterList;
 use super::filter_entry::FilterEntry;
-use super::leaf::handle_major;
 use super::u32_links::{LinkError, flatten};
 use super::{Model, PlaneChange, PortModel, Root, Step, Undo, error};
+
+/// The major of a qdisc handle (`10:`).
+pub(super) fn handle_major(handle: Option<ClassId>) -> Result<Option<u16>, IpcError> {
+    match handle {
+        None => Ok(None),
+        Some(h) if h.is_qdisc() && h.major() != 0 => Ok(Some(h.major())),
+        Some(h) => Err(error(
+            ErrorCode::Invalid,
+            format!("Invalid minor handle ({h}: a qdisc handle looks like 10:)"),
+        )),
+    }
+}
 
 /// Why a saved or configured tree does not load into the model (the parsers validated it, so
 /// only a hand-edited state file gets here).

@@ -75,7 +75,7 @@ impl Model {
         verb: Verb,
     ) -> Result<(), IpcError> {
         let (port, name) = (step.port, step.name.clone());
-        let handle = super::leaf::handle_major(l.handle)?;
+        let handle = super::qdisc::handle_major(l.handle)?;
         let kind = l.leaf.kind();
         let current = match &self.ports[port].root {
             Root::Leaf(q) => q.root_leaf().map(|leaf| (q.config.major, leaf)),
