@@ -8,32 +8,36 @@
 //! `ppoll`, timer slack 1 ns) — two cores are shared with the traffic. `busy_poll` spins
 //! instead.
 
-use std::collections::HashMap;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration as StdDuration;
 
-use htb_classify::{Classifier, Filter};
+use htb_classify::Classifier;
 use htb_core::PortTree;
-use htb_core::{ClassId, Instant, Scheduler};
+use htb_core::{Instant, Scheduler};
 
 use crate::crew::{Bell, Crew};
 use crate::dataplane::{Dataplane, Mode, PortSetup};
-use crate::error::{ConfigError, PlaneError, XdpError};
+use crate::error::{ConfigError, XdpError};
 use crate::fleet::Fleet;
 use crate::frame::Frame;
-use crate::io_config::{IoConfig, MAX_CHAIN};
 use crate::links::{LINK_CHECK, LinkWatch};
-use crate::merge;
-use crate::netdev::{NetDev, format_mac};
-use crate::plane_op::{IngressHook, PlaneOp, Retired, new_scheduler};
-use crate::program::{AttachMode, ProgramConfig, XdpProgram};
+use crate::plane_op::{IngressHook, new_scheduler};
+use crate::program::{ProgramConfig, XdpProgram};
 use crate::rings::Rings;
-use crate::stats::{EngineStats, JobSpan, JobTimes, PortSnapshot, WorkerStats};
+use crate::stats::{JobSpan, JobTimes};
 use crate::sys;
 use crate::umem::FrameIo;
 use crate::worker::{Pace, Seat, Worker, duration_ns};
+
+mod config;
+mod handle;
+mod inspect;
+
+use self::config::validate;
+pub use self::config::{EngineConfig, PortConfig};
+pub use self::handle::{EngineHandle, JOB_QUEUE, Job, JobError};
 
 /// With liveness off: how often the workers' passes are checked for
 /// [`EngineHandle::since_all_workers_passed`] (each worker then passes at least every half of
@@ -47,192 +51,8 @@ fn beat_period(timeout: StdDuration) -> StdDuration {
     (timeout / 10).clamp(StdDuration::from_millis(1), StdDuration::from_millis(10))
 }
 
-/// One port as configured.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PortConfig {
-    /// Interface name.
-    pub name: String,
-    /// Bridge mode: the other side.
-    pub peer: Option<String>,
-    /// The HTB trees shaping what leaves through this port: one at its root, or one per
-    /// class of an `mq` root; none: unshaped (FIFO).
-    pub trees: Vec<PortTree>,
-    /// Filters classifying into `trees`, in evaluation order.
-    pub filters: Vec<Filter>,
-    /// Measure the TCP round trips of what leaves through this port, per class.
-    pub rtt: bool,
-    /// An IFB device (tc's `ifbN`): no interface is opened or attached; its trees shape
-    /// what other ports' ingress filters redirect to it, before those frames go on to their
-    /// egress ports.
-    pub ifb: bool,
-    /// Its ingress qdisc (`ffff:`): the filters, each with the IFB its `mirred egress
-    /// redirect` names (`None`: none, a policer only). `None`: no ingress qdisc.
-    pub ingress: Option<Vec<(Filter, Option<String>)>>,
-}
-
-impl EngineConfig {
-    /// The same configuration with the IFB ports after the interfaces, so that a port's index
-    /// is its interface's (IFB ports have none).
-    fn with_ifbs_last(&self) -> Self {
-        let mut config = self.clone();
-        config.ports.sort_by_key(|p| p.ifb);
-        config
-    }
-}
-
-/// Everything the engine needs to start.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EngineConfig {
-    /// Router or bridge.
-    pub mode: Mode,
-    /// The ports.
-    pub ports: Vec<PortConfig>,
-    /// UMEM and rings.
-    pub io: IoConfig,
-    /// XDP attach mode.
-    pub attach: AttachMode,
-    /// Spin instead of sleeping when idle.
-    pub busy_poll: bool,
-    /// Run the data-plane thread SCHED_FIFO at this priority (1-99); `None`: normal.
-    pub realtime: Option<u8>,
-    /// Frames per RX/TX batch.
-    pub batch: usize,
-    /// Liveness fail-open: when the data plane has not beaten for this long (hung, stopped,
-    /// stuck in a long job), the XDP program hands every frame to the kernel until it beats
-    /// again. `None`: no liveness check (only a missing socket fails open).
-    pub liveness: Option<StdDuration>,
-    /// Data-plane workers (threads). `None`: one per RX queue of the port with the fewest
-    /// (each worker needs a queue of every port), at most one per CPU this process may use
-    /// (or per CPU in `cpus`).
-    pub workers: Option<usize>,
-    /// Worker `i` runs pinned to `cpus[i]`; empty: not pinned.
-    pub cpus: Vec<usize>,
-    /// Stall credit: when a worker was kept from forwarding (its pass began late), each class
-    /// it serves is given back what it could have sent meanwhile beyond its burst, up to this
-    /// much of its rate per stall (`Scheduler::credit_stall`). `None`: none, as the kernel.
-    pub stall_credit: Option<StdDuration>,
-    /// Flow metering: each worker keeps a flow table of this configuration, and ended
-    /// records go to the export ring ([`Engine::take_flow_records`]). `None`: no flows, and
-    /// nothing spent on them.
-    pub flows: Option<crate::flow_table::FlowConfig>,
-}
-
-impl EngineConfig {
-    /// The number of workers for ports with these RX queue counts.
-    ///
-    /// # Errors
-    /// [`XdpError::Config`] when `workers` or `cpus` cannot be met.
-    fn worker_count(&self, queues: &[u32]) -> Result<usize, XdpError> {
-        let fewest = queues.iter().copied().min().unwrap_or(1).max(1) as usize;
-        let cores = if self.cpus.is_empty() {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        } else {
-            self.cpus.len()
-        };
-        let workers = match self.workers {
-            Some(0) => return Err(ConfigError::NoWorkers.into()),
-            Some(n) => n,
-            None => fewest.min(cores),
-        };
-        if workers > 64 {
-            return Err(ConfigError::TooManyWorkers(workers).into());
-        }
-        if !self.cpus.is_empty() && self.cpus.len() < workers {
-            return Err(ConfigError::TooFewCpus {
-                workers,
-                cpus: self.cpus.len(),
-            }
-            .into());
-        }
-        Ok(workers)
-    }
-}
-
-/// A request run on the data-plane thread between batches.
-pub type Job = Box<dyn FnOnce(&mut Engine) + Send>;
-
-/// Jobs that may wait for the data-plane thread at once: the channel is bounded so that no
-/// client of the control plane can queue unbounded work in front of the packets.
-pub const JOB_QUEUE: usize = 64;
-
 /// Ended flow records the export ring holds (about 10 MB at most).
 pub const FLOW_EXPORT_RING: usize = 65_536;
-
-/// Why a job was not queued.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum JobError {
-    /// The engine has stopped.
-    #[error("the data plane has stopped")]
-    Stopped,
-    /// [`JOB_QUEUE`] jobs are waiting already.
-    #[error("the data plane is busy ({JOB_QUEUE} requests waiting)")]
-    Busy,
-}
-
-/// Lets other threads stop the engine and run jobs on it.
-#[derive(Clone, Debug)]
-pub struct EngineHandle {
-    jobs: mpsc::SyncSender<Job>,
-    /// CLOCK_MONOTONIC ns when every worker was last seen passing (0: not yet).
-    alive: Arc<AtomicU64>,
-    /// Worker 0's bell: the engine's thread.
-    bell: Arc<Bell>,
-    stop: Arc<AtomicBool>,
-    workers: usize,
-    /// When the data plane's clock read 0.
-    epoch: std::time::Instant,
-}
-
-impl EngineHandle {
-    /// Queues `job` to run on the data-plane thread before its next batch.
-    ///
-    /// # Errors
-    /// [`JobError::Busy`] when [`JOB_QUEUE`] jobs wait already (the job comes back, to retry),
-    /// [`JobError::Stopped`].
-    pub fn execute(&self, job: Job) -> Result<(), (JobError, Job)> {
-        match self.jobs.try_send(job) {
-            Ok(()) => {
-                self.wake();
-                Ok(())
-            }
-            Err(mpsc::TrySendError::Full(job)) => Err((JobError::Busy, job)),
-            Err(mpsc::TrySendError::Disconnected(job)) => Err((JobError::Stopped, job)),
-        }
-    }
-
-    /// When the data plane's clock ([`Engine::now`]) read 0: what turns the times in its
-    /// records (flow records' first and last packet) into wall-clock time.
-    #[must_use]
-    pub fn epoch(&self) -> std::time::Instant {
-        self.epoch
-    }
-
-    /// Asks the engine to stop after its current batch.
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.wake();
-    }
-
-    /// How long ago every data-plane worker was last seen passing (checked every beat, or
-    /// every [`WITNESS_EVERY`] with liveness off); `None` before the first time. A hung
-    /// worker, or a job that holds the data plane, makes it grow: what a health check reads.
-    #[must_use]
-    pub fn since_all_workers_passed(&self) -> Option<StdDuration> {
-        let at = self.alive.load(Ordering::Relaxed);
-        (at != 0).then(|| StdDuration::from_nanos(sys::monotonic_ns().saturating_sub(at)))
-    }
-
-    /// The number of data-plane workers (each needs its own scheduler of a new tree:
-    /// [`PlaneOp::set_tree`]).
-    #[must_use]
-    pub fn workers(&self) -> usize {
-        self.workers
-    }
-
-    fn wake(&self) {
-        self.bell.wake();
-    }
-}
 
 /// The data plane on its sockets. Create it with [`Engine::start`], then [`Engine::run`] it on
 /// a thread.
@@ -291,117 +111,6 @@ fn memlock_unbounded() -> bool {
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
         .is_some_and(|caps| caps & (1 << 14) != 0);
     unlimited || ipc_lock
-}
-
-/// Checks `config` against the interfaces before anything is attached or bound, and returns
-/// them with the UMEM settings to use: multi-buffer on when an MTU needs it.
-fn validate(config: &EngineConfig) -> Result<(Vec<NetDev>, IoConfig), XdpError> {
-    if config.ports.is_empty() {
-        return Err(ConfigError::NoPorts.into());
-    }
-    let mut devs = Vec::new();
-    for (i, port) in config.ports.iter().enumerate() {
-        if config.ports[..i].iter().any(|p| p.name == port.name) {
-            return Err(ConfigError::ListedTwice(port.name.clone()).into());
-        }
-        if !port.ifb {
-            devs.push(NetDev::open(&port.name)?);
-        }
-    }
-    if devs.is_empty() {
-        return Err(ConfigError::OnlyIfbPorts.into());
-    }
-    for port in &config.ports {
-        let redirects = port
-            .ingress
-            .iter()
-            .flatten()
-            .filter_map(|(_, to)| to.as_ref());
-        for to in redirects {
-            if !config.ports.iter().any(|p| p.ifb && p.name == *to) {
-                return Err(ConfigError::RedirectNotIfb {
-                    port: port.name.clone(),
-                    to: to.clone(),
-                }
-                .into());
-            }
-        }
-    }
-    let mut io = config.io;
-    let mtus: Vec<(&str, u32)> = devs.iter().map(|d| (d.name.as_str(), d.mtu)).collect();
-    io.multi_buffer = io.check_mtus(sys::page_size(), &mtus)?;
-    if io.multi_buffer {
-        let (name, mtu) = mtus
-            .iter()
-            .max_by_key(|(_, mtu)| *mtu)
-            .copied()
-            .unwrap_or_default();
-        tracing::info!(
-            "{name}: MTU {mtu} is more than one {}-byte frame holds (MTU {}): jumbo frames \
-             are received and sent as chains of frames (AF_XDP multi-buffer)",
-            io.frame_size,
-            io.max_single_mtu()
-        );
-        if io.ring_size < 2 * MAX_CHAIN {
-            return Err(ConfigError::RingTooSmallForJumbo {
-                ring_size: io.ring_size,
-                chain: MAX_CHAIN,
-                needed: (2 * MAX_CHAIN).next_power_of_two(),
-            }
-            .into());
-        }
-    }
-    match config.mode {
-        Mode::Bridge => {
-            for port in config.ports.iter().filter(|p| !p.ifb) {
-                let peer = port
-                    .peer
-                    .as_deref()
-                    .ok_or_else(|| ConfigError::NoPeer(port.name.clone()))?;
-                let other = config
-                    .ports
-                    .iter()
-                    .find(|p| p.name == peer)
-                    .ok_or_else(|| ConfigError::PeerNotListed {
-                        port: port.name.clone(),
-                        peer: peer.to_owned(),
-                    })?;
-                if other.peer.as_deref() != Some(port.name.as_str()) {
-                    return Err(ConfigError::PeersDisagree {
-                        port: port.name.clone(),
-                        peer: peer.to_owned(),
-                    }
-                    .into());
-                }
-            }
-        }
-        Mode::Router => {
-            if let Some(p) = config.ports.iter().find(|p| p.peer.is_some()) {
-                return Err(ConfigError::PeerInRouterMode(p.name.clone()).into());
-            }
-            for (i, a) in devs.iter().enumerate() {
-                if let Some(b) = devs[i + 1..].iter().find(|b| b.mac == a.mac) {
-                    return Err(ConfigError::SharedMac {
-                        a: a.name.clone(),
-                        b: b.name.clone(),
-                        mac: format_mac(&a.mac),
-                    }
-                    .into());
-                }
-            }
-        }
-    }
-    let channels = devs.iter().map(|d| d.rx_queues).sum();
-    let batch = config.batch.clamp(1, io.ring_size as usize) as u32;
-    if let Some(frames) = io.fit_frames(channels, batch) {
-        tracing::info!(
-            "frames = {frames} ({} MiB of UMEM): the default 32768 would leave no room for \
-             queues beside {channels} sockets' rings (set frames to choose)",
-            (u64::from(frames) * u64::from(io.frame_size)) >> 20
-        );
-    }
-    io.check_budget(channels, batch)?;
-    Ok((devs, io))
 }
 
 /// Per worker, a scheduler of each of `port`'s trees with the `mq` class it hangs under; and
@@ -812,120 +521,6 @@ impl Engine {
     pub fn poll_once(&mut self) -> crate::Progress {
         let now = self.now();
         self.workers[0].plane.poll(now)
-    }
-
-    /// A snapshot of every counter, summed over the workers, with each worker's own.
-    #[must_use]
-    pub fn stats(&self) -> EngineStats {
-        let mut stats = merge::engine_stats(
-            self.workers.iter().map(|w| &w.plane),
-            self.program.verdicts(),
-        );
-        stats.jobs = self.jobs_run;
-        stats.stall_credit = self.stall_credit;
-        for table in self.workers.iter().filter_map(|w| w.plane.flow_table()) {
-            stats
-                .flows
-                .get_or_insert_with(Default::default)
-                .add(&table.counters());
-        }
-        for (w, worker) in self.workers.iter().enumerate() {
-            let plane = &worker.plane;
-            stats.sleeps += worker.sleeps;
-            stats.workers.push(WorkerStats {
-                cpu: worker.cpu,
-                loops: plane.loops(),
-                sleeps: worker.sleeps,
-                queued: plane.queued(),
-                subtrees: self.fleet.subtrees(w),
-                handoffs: plane.handoffs(),
-                stalls: worker.watch.log,
-            });
-        }
-        stats
-    }
-
-    /// The scheduler of tree `major` of `port` (worker 0's: every worker has the same
-    /// classes, each serving its own subtrees).
-    #[must_use]
-    pub fn scheduler(&self, port: &str, major: u16) -> Option<&Scheduler<Frame>> {
-        self.workers.first()?.plane.scheduler(port, major)
-    }
-
-    /// The qdisc majors of `port`'s trees, as the data plane has them.
-    #[must_use]
-    pub fn tree_majors(&self, port: &str) -> Vec<u16> {
-        self.workers
-            .first()
-            .map(|w| w.plane.tree_majors(port))
-            .unwrap_or_default()
-    }
-
-    /// Names of the ports, in configuration order.
-    #[must_use]
-    pub fn port_names(&self) -> Vec<String> {
-        self.workers
-            .first()
-            .map(|w| w.plane.port_names())
-            .unwrap_or_default()
-    }
-
-    /// The filters of `port`, in evaluation order.
-    #[must_use]
-    pub fn filters(&self, port: &str) -> Option<&[Filter]> {
-        self.workers.first()?.plane.filters(port)
-    }
-
-    /// Applies `ops` in order, between two batches (run it through [`EngineHandle::execute`]):
-    /// no packet is received or sent while they apply, so a batch of changes is atomic for
-    /// the traffic. Every worker applies them to its copy of the trees. Frames the changes
-    /// purge go back to the pool. Returns, per op, the packets it dropped or why it failed
-    /// (the control plane validates first, so a failure is a bug); the first failure ends the
-    /// batch, later operations are not applied. Also returns what the ops replaced, to be
-    /// dropped off the data-plane thread.
-    pub fn apply(&mut self, ops: Vec<PlaneOp>) -> (Vec<Result<u64, PlaneError>>, Retired) {
-        let now = self.now();
-        let mut planes: Vec<&mut Dataplane<FrameIo>> =
-            self.workers.iter_mut().map(|w| &mut w.plane).collect();
-        self.fleet.apply(&mut planes, now, ops)
-    }
-
-    /// Statistics of the listed classes of `port` (`None` for ids it does not have) and of
-    /// their leaf qdiscs, with the port's scheduler-wide statistics and counters: summed over
-    /// the workers (a class's buckets and mode are its owner's).
-    #[must_use]
-    pub fn class_stats(&self, port: &str, ids: &[ClassId]) -> Option<PortSnapshot> {
-        let snapshots: Option<Vec<PortSnapshot>> = self
-            .workers
-            .iter()
-            .map(|w| w.plane.class_stats(port, ids))
-            .collect();
-        Some(merge::snapshots(snapshots?))
-    }
-
-    /// Where `port` sends `frame` ([`crate::explain`]), by the classifier its workers run (one
-    /// compiled copy, shared). `None`: no such port.
-    #[must_use]
-    pub fn explain(&self, port: &str, frame: &[u8]) -> Option<crate::explain::Classified> {
-        self.workers.first()?.plane.explain(port, frame)
-    }
-
-    /// Which queue of `class`'s leaf on `port` `frame`'s flow joins (fq_codel's or sfq's flow
-    /// bucket; `None` for a leaf with one queue, or cake). Every worker hashes with one key,
-    /// so worker 0's fq_codel answer is every worker's; sfq re-keys each instance, so for a
-    /// class another worker serves, its answer is worker 0's instance's.
-    #[must_use]
-    pub fn leaf_queue(&self, port: &str, class: ClassId, frame: &[u8]) -> Option<u32> {
-        self.workers.first()?.plane.leaf_queue(port, class, frame)
-    }
-
-    /// Which worker serves each subtree of `port`, by the class at its top.
-    #[must_use]
-    pub fn subtree_owners(&self, port: &str) -> HashMap<ClassId, usize> {
-        let Some(worker) = self.workers.first() else {
-            return HashMap::new();
-        };
-        worker.plane.owners(port)
     }
 }
 
