@@ -402,7 +402,7 @@ impl Engine {
 
     /// The receiving end of the export ring of ended flow records (once; `None` without
     /// flow metering, or when taken). Whoever takes it must keep up, off the data-plane
-    /// threads: a full ring loses records, counted in [`EngineStats::flows`].
+    /// threads: a full ring loses records, counted in [`EngineStats::flows`](crate::EngineStats::flows).
     pub fn take_flow_records(&mut self) -> Option<mpsc::Receiver<crate::flow_table::FlowRecord>> {
         self.flow_records.take()
     }

@@ -79,7 +79,7 @@ impl Engine {
         self.workers.first()?.plane.filters(port)
     }
 
-    /// Applies `ops` in order, between two batches (run it through [`EngineHandle::execute`]):
+    /// Applies `ops` in order, between two batches (run it through [`EngineHandle::execute`](crate::EngineHandle::execute)):
     /// no packet is received or sent while they apply, so a batch of changes is atomic for
     /// the traffic. Every worker applies them to its copy of the trees. Frames the changes
     /// purge go back to the pool. Returns, per op, the packets it dropped or why it failed
