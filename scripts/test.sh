@@ -4,7 +4,7 @@
 # test with its one-line reason, and exits 1 if there was any.
 #
 # HTB_LAB_STALLS=4/50 imitates a noisy host (every CPU taken for 4 ms every 50 ms) in each
-# netns lab the tests build; see the README's "Tests on a noisy machine".
+# netns lab the tests build; see "Tests on a noisy machine" in docs/tests.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
