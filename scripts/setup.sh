@@ -7,7 +7,8 @@
 # scraping htbd, bird2 and keepalived the routing daemons of the lab of several boxes, nfdump
 # the IPFIX collector (nfcapd) the flow export is tested against) and a
 # Rust toolchain with
-# a nightly and cargo-fuzz for the fuzz targets, and cargo-deny for the dependency checks.
+# a nightly and cargo-fuzz for the fuzz targets, cargo-deny for the dependency checks, and
+# mdbook for the book under docs/.
 set -euo pipefail
 
 PACKAGES=(clang llvm libelf-dev zlib1g-dev m4 pkg-config make libbpf-dev
@@ -63,4 +64,13 @@ if ! command -v cargo-deny >/dev/null 2>&1; then
     # build, and its offline checks take a second either way.
     echo "setup: installing cargo-deny (checks the dependencies' licences, bans and sources)"
     CARGO_PROFILE_DEV_DEBUG=false cargo install cargo-deny --version 0.20.2 --locked --quiet --debug
+fi
+if ! command -v mdbook >/dev/null 2>&1; then
+    # The book under docs/ (scripts/test.sh builds it). Without the default features' `serve`
+    # and `watch` (a web server and a file watcher `mdbook build` does not use), and, as
+    # cargo-deny, a debug build without line tables: ~2 minutes on 2 cores against ~6 for a
+    # release build, and the book builds in 2 s against 0.4.
+    echo "setup: installing mdbook (builds the book under docs/)"
+    CARGO_PROFILE_DEV_DEBUG=false cargo install mdbook --version 0.4.52 --locked --quiet --debug \
+        --no-default-features --features search
 fi

@@ -4,7 +4,7 @@
 # test with its one-line reason, and exits 1 if there was any.
 #
 # HTB_LAB_STALLS=4/50 imitates a noisy host (every CPU taken for 4 ms every 50 ms) in each
-# netns lab the tests build; see the README's "Tests on a noisy machine".
+# netns lab the tests build; see "Tests on a noisy machine" in docs/tests.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
@@ -41,6 +41,9 @@ step "lints"
 check "lints" cargo clippy --workspace --all-targets -- -D warnings
 step "docs (rustdoc's link checks; the dependencies' metadata is clippy's, so this is seconds)"
 RUSTDOCFLAGS="-D warnings" check "docs" cargo doc --no-deps --workspace --quiet
+step "the book (mdbook build docs into target/book) and its links, and the README's"
+# RUST_LOG=warn: mdbook's progress lines are INFO; its warnings and errors still show.
+check "book" bash -c 'RUST_LOG=warn mdbook build docs && scripts/check-links.py target/book README.md'
 step "dependency licences, bans and sources (cargo-deny; the advisories need GitHub: scripts/deny.sh --advisories)"
 check "dependencies" scripts/deny.sh
 step "release build of htbd, htb-cli and htb-xdp-gen (the lab tests shape up to 1 Gbit/s; a debug build cannot)"
