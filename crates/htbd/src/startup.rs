@@ -1,6 +1,6 @@
 //! Which trees htbd starts with: the saved live state, or the config file's.
 //!
-//! One rule, stated in the README: live changes (the snapshot and journal in `state_dir`)
+//! One rule, stated in the book (`docs/control.md`, "Restart and reload"): live changes (the snapshot and journal in `state_dir`)
 //! survive a restart while the config file's trees are unchanged. When they changed since the
 //! state was saved — the snapshot records a hash of the file's trees in canonical form, so a
 //! comment or a log level does not count — the file wins and the old state is set aside in

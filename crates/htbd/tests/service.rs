@@ -1,5 +1,5 @@
 //! `dist/htbd.service` and `dist/htbd-health-watch.service` are units systemd accepts, with
-//! the hardening the README promises.
+//! the hardening the book promises (`docs/service.md`).
 //!
 //! Needs `systemd-analyze` (Debian's `systemd` package): `#[ignore]`d by default, run by
 //! `scripts/test.sh` (which installs it) — the summary lists it as ignored otherwise.

@@ -23,7 +23,7 @@
  * 5.2.2) and carry no options (the kernel processes those), a TTL or hop limit above 1, and
  * packets that fit the egress MTU (the FIB checks tot_len; too big goes to the kernel, which
  * sends the ICMP error). It does not run netfilter:
- * FORWARD rules and NAT do not see what htbd forwards (the README says so).
+ * FORWARD rules and NAT do not see what htbd forwards (docs/forwarding.md says so).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
