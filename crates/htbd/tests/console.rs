@@ -19,11 +19,12 @@ const TOKEN: &str = "lab-console-token-0123456789";
 const PORT: u16 = 9480;
 
 /// A 100 Mbit/s root; the subscriber 10.201.2.2 in 1:10 at 20 Mbit/s, labelled as LibreQoS's
-/// import labels a circuit; everything else in 1:20.
+/// import labels a circuit; everything else in 1:20. Flow records kept (the subscriber's page
+/// lists its flows).
 fn config(http: &str, token: &std::path::Path) -> String {
     format!(
         "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\nrealtime = 1\n\
-         http = \"{http}\"\nhttp_token = \"{}\"\n\n\
+         http = \"{http}\"\nhttp_token = \"{}\"\n\n[flows]\nentries = 4096\n\n\
          [[interface]]\nname = \"r1\"\n\n\
          [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"20\"\n\
          [[interface.class]]\nid = \"1:1\"\nrate = \"100mbit\"\n\
@@ -196,6 +197,37 @@ fn the_console_shows_a_shaped_subscriber_live_and_prometheus_scrapes_it() {
         std::thread::sleep(Duration::from_millis(500));
     };
     eprintln!("subscriber page: {live:.0} bit/s live (seen {seen:?})");
+
+    // Its flows: the UDP download, as htbd's flow table has it (`htb-cli flows`), in its class.
+    let flows = browser
+        .wait_for(
+            "#flows",
+            |t| t.contains("10.201.2.2:5201"),
+            Duration::from_secs(5),
+        )
+        .expect("the subscriber's flows on its page");
+    assert!(flows.contains("udp"), "{flows}");
+    let page_bytes: u64 = browser
+        .find("#flows tr[data-dport='5201']")
+        .and_then(|e| e.attribute("data-bytes"))
+        .ok()
+        .flatten()
+        .and_then(|v| v.parse().ok())
+        .expect("the flow's bytes on the page");
+    let cli: serde_json::Value =
+        serde_json::from_str(&htbd.cli_ok(&["-j", "flows", "dev", "r2", "class", "1:10"]))
+            .expect("htb-cli -j flows");
+    let cli_flow = cli["flows"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["dport"] == 5201))
+        .unwrap_or_else(|| panic!("htb-cli flows has no flow to port 5201: {cli}"));
+    let cli_bytes = cli_flow["bytes"].as_u64().unwrap_or(0);
+    eprintln!("the flow on the page: {page_bytes} bytes; htb-cli, a moment later: {cli_bytes}");
+    // Seconds of a 20 Mbit/s class: megabytes, and the page's read came first.
+    assert!(
+        page_bytes > 1_000_000 && page_bytes <= cli_bytes,
+        "the page's {page_bytes} bytes against htb-cli's {cli_bytes}: {cli_flow}"
+    );
 
     // The tree page lists the subscriber under 1:1 with its rate.
     browser.goto(&format!("{base}/#/tree/r2/1:1")).unwrap();

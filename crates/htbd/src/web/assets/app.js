@@ -170,9 +170,45 @@ async function tree(dev, parent) {
     ${list.classes.map(c => classRow(dev, c)).join("")}</table>`;
 }
 
+// ---- flows ----
+const PROTOCOLS = { 1: "icmp", 6: "tcp", 17: "udp", 58: "ipv6-icmp", 132: "sctp" };
+function endpoint(addr, port, proto) {
+  const host = addr.includes(":") ? `[${addr}]` : addr;
+  return proto === 6 || proto === 17 || proto === 132 ? `${host}:${port}` : host;
+}
+
+// The class's largest flows now (`htb-cli flows dev D class C`), or why there are none: htbd
+// keeps flow records only with a [flows] section, and says so.
+async function flowSection(dev, id) {
+  let list;
+  try {
+    list = await api(`flows?dev=${enc(dev)}&class=${enc(id)}&top=10`);
+  } catch (e) {
+    return `<h2>Flows</h2><p class="muted" id="flows">${esc(e.message)}</p>`;
+  }
+  if (list.flows.length === 0) return `<h2>Flows</h2><p class="muted" id="flows">No flow through this class now.</p>`;
+  const n = list.sampling || 1;
+  const rows = list.flows.map(f => {
+    const proto = PROTOCOLS[f.proto] || String(f.proto);
+    const bps = f.age_ms > 0 ? Math.round(f.bytes * n * 8000 / f.age_ms) : null;
+    return `<tr data-dport="${f.dport}" data-proto="${esc(proto)}" data-bytes="${f.bytes * n}">
+      <td>${esc(endpoint(f.src, f.sport, f.proto))}</td><td>${esc(endpoint(f.dst, f.dport, f.proto))}</td>
+      <td>${esc(proto)}${f.vlan !== undefined ? " vlan " + f.vlan : ""}</td><td>${esc(f.ingress)}</td>
+      <td>${num(f.bytes * n)}</td><td>${num(f.packets * n)}</td><td>${bps === null ? "–" : bits(bps) + "/s"}</td>
+      <td>${(f.age_ms / 1000).toFixed(1)} s</td><td>${us(f.rtt_min_us)}</td><td>${num(f.retransmits)}</td><td>${num(f.leaf_drops * n)}</td></tr>`;
+  }).join("");
+  const shown = list.matched > list.flows.length ? `the ${list.flows.length} largest of ${num(list.matched)}` : `${list.flows.length}`;
+  return `<h2>Flows</h2>
+    <p class="muted">${shown} flow(s) now, the largest first${n > 1 ? `; 1 in ${n} packets sampled, counts scaled up` : ""}.
+      Bytes and packets are what arrived for the flow, its drops included; its rate is theirs over its life so far.</p>
+    <table id="flows"><tr><th>from</th><th>to</th><th>protocol</th><th>in on</th><th>bytes</th><th>packets</th>
+      <th>arriving</th><th>age</th><th>RTT min</th><th>retransmits</th><th>leaf drops</th></tr>${rows}</table>`;
+}
+
 async function classPage(dev, id, span) {
   const day = span === "day";
   const p = await api(`class/${enc(dev)}/${enc(id)}` + (day ? "?day=true" : ""));
+  const flows = p.class.leaf ? await flowSection(dev, id) : "";
   const c = p.class, st = c.stats || {}, rtt = st.rtt || {};
   const s = day ? p.history.minutes : p.history.seconds;
   const recent = p.history.seconds;
@@ -196,7 +232,7 @@ async function classPage(dev, id, span) {
     </div>
     <p>Charts: ${day ? `<a href="#/class/${enc(dev)}/${enc(c.id)}">last 10 minutes</a> · <b>last day</b>`
       : `<b>last 10 minutes</b> · <a id="day" href="#/class/${enc(dev)}/${enc(c.id)}/day">last day</a>`}</p>
-    ${labelSection(c.label)}
+    ${labelSection(c.label)}${flows}
     <div id="class-charts"></div>${leaf}
     <p class="muted">History from the moment this class was first viewed or found (10 minutes a second, a day a minute).</p>`;
   const box = document.getElementById("class-charts");
