@@ -1,6 +1,6 @@
 //! tc's command line (iproute2 `tc/tc.c`): global options, the object and verb, batches. Each
 //! object's commands are parsed in its own module (`tc_qdisc`, `tc_class`, `tc_filter`), and
-//! each qdisc's and filter's options in theirs (`q_htb`, `q_fq_codel`, `q_sfq`, `q_fifo`,
+//! each qdisc's and filter's options in theirs (`q_htb`, the leaf kinds' table `qdiscs`,
 //! `f_u32`, `f_flower`), as iproute2 has them.
 //!
 //! Keywords are matched as tc matches them: some exactly (`rate`, `ceil`, `dev`), most by any

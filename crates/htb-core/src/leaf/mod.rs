@@ -22,9 +22,11 @@ mod counts;
 mod fifo;
 mod flows;
 mod fq_codel;
+mod options;
 mod pool;
 mod sfq;
 mod spec;
+mod tc_args;
 
 use crate::CheckError;
 use alloc::vec::Vec;
@@ -33,11 +35,13 @@ pub use cake::{
     AckFilter, AtmMode, CakeConfig, CakeSpec, CakeStats, CakeTinStats, DiffservMode, FlowMode,
     TcpAck,
 };
+pub use options::{LeafOption, OptionValue};
 pub use pool::PacketPool;
 pub use spec::{
     DEFAULT_PSCHED_MTU, DEFAULT_TXQUEUELEN, FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec,
     LeafConfig, LeafError, LeafKind, LeafSpec, SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec,
 };
+pub use tc_args::TcArgs;
 
 use self::cake::{Cake, CakeStore};
 use self::fifo::Fifo;
