@@ -6,6 +6,7 @@ use core::fmt;
 
 use super::cake::{CakeConfig, CakeSpec};
 use super::options::{LeafOption, OptionValue};
+use super::tbf::{TbfConfig, TbfError, TbfSpec};
 use super::tc_args::{TcArgs, option};
 use crate::time::Duration;
 
@@ -44,17 +45,20 @@ pub enum LeafKind {
     FqCodel,
     /// `cake`: tins, host-fair flow queueing with COBALT, an ACK filter, its own shaper.
     Cake,
+    /// `tbf`: a token bucket in front of a byte-limited fifo.
+    Tbf,
 }
 
 impl LeafKind {
     /// Every kind, in the order lists of them are written (usage texts, refusals): what a
     /// registry of kinds iterates, so that a list of names is never kept by hand.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Pfifo,
         Self::Bfifo,
         Self::Sfq,
         Self::FqCodel,
         Self::Cake,
+        Self::Tbf,
     ];
 
     /// tc's name.
@@ -66,6 +70,7 @@ impl LeafKind {
             Self::Sfq => "sfq",
             Self::FqCodel => "fq_codel",
             Self::Cake => "cake",
+            Self::Tbf => "tbf",
         }
     }
 
@@ -84,6 +89,7 @@ impl LeafKind {
             Self::Sfq => &SfqSpec::OPTIONS,
             Self::FqCodel => &FqCodelSpec::OPTIONS,
             Self::Cake => &CakeSpec::OPTIONS,
+            Self::Tbf => &TbfSpec::OPTIONS,
         }
     }
 
@@ -234,6 +240,8 @@ pub enum LeafSpec {
     FqCodel(FqCodelSpec),
     /// `cake …`.
     Cake(CakeSpec),
+    /// `tbf rate R burst B (limit L | latency T) [peakrate P mtu M]`.
+    Tbf(TbfSpec),
 }
 
 impl Default for LeafSpec {
@@ -370,6 +378,8 @@ pub enum LeafConfig {
     FqCodel(FqCodelConfig),
     /// `cake`.
     Cake(CakeConfig),
+    /// `tbf`.
+    Tbf(TbfConfig),
 }
 
 impl Default for LeafConfig {
@@ -406,6 +416,8 @@ pub enum LeafError {
     SfqDivisor(u32),
     /// `sfq quantum` too large for the kernel's 16-bit credits.
     SfqQuantum(u32),
+    /// A `tbf` tc or the kernel refuses.
+    Tbf(TbfError),
 }
 
 impl fmt::Display for LeafError {
@@ -426,6 +438,7 @@ impl fmt::Display for LeafError {
                 write!(f, "sfq: divisor {d} is not a power of two up to 65536")
             }
             Self::SfqQuantum(q) => write!(f, "sfq: quantum {q} is above 262136"),
+            Self::Tbf(e) => e.fmt(f),
         }
     }
 }
@@ -442,6 +455,7 @@ impl LeafSpec {
             Self::Sfq(_) => LeafKind::Sfq,
             Self::FqCodel(_) => LeafKind::FqCodel,
             Self::Cake(_) => LeafKind::Cake,
+            Self::Tbf(_) => LeafKind::Tbf,
         }
     }
 
@@ -450,6 +464,10 @@ impl LeafSpec {
     /// # Errors
     /// [`LeafError`] for values the kernel refuses.
     pub fn resolve(&self) -> Result<LeafConfig, LeafError> {
+        // tbf has no defaults to start from: its spec is whole or refused.
+        if let Self::Tbf(s) = self {
+            return s.resolve().map(LeafConfig::Tbf).map_err(LeafError::Tbf);
+        }
         let base = match self.kind() {
             LeafKind::Pfifo => LeafConfig::Pfifo {
                 limit: DEFAULT_TXQUEUELEN,
@@ -460,6 +478,7 @@ impl LeafSpec {
             LeafKind::Sfq => LeafConfig::Sfq(SfqConfig::default()),
             LeafKind::FqCodel => LeafConfig::FqCodel(FqCodelConfig::default()),
             LeafKind::Cake => LeafConfig::Cake(CakeConfig::default()),
+            LeafKind::Tbf => return Err(LeafError::Tbf(TbfError::Needs("rate"))),
         };
         self.apply(&base, true)
     }
@@ -493,6 +512,8 @@ impl LeafSpec {
             }
             (Self::Sfq(s), LeafConfig::Sfq(base)) => LeafConfig::Sfq(sfq(s, base)?),
             (Self::Cake(s), LeafConfig::Cake(base)) => LeafConfig::Cake(s.apply(base)),
+            // tc sends tbf's whole block: a change is a new configuration.
+            (Self::Tbf(s), _) => LeafConfig::Tbf(s.resolve().map_err(LeafError::Tbf)?),
             _ => return self.resolve(),
         })
     }
@@ -608,6 +629,7 @@ impl LeafConfig {
             Self::Sfq(_) => LeafKind::Sfq,
             Self::FqCodel(_) => LeafKind::FqCodel,
             Self::Cake(_) => LeafKind::Cake,
+            Self::Tbf(_) => LeafKind::Tbf,
         }
     }
 
@@ -630,6 +652,7 @@ impl LeafConfig {
                 drop_batch: Some(c.drop_batch),
             }),
             Self::Cake(c) => LeafSpec::Cake(c.to_spec()),
+            Self::Tbf(c) => LeafSpec::Tbf(c.to_spec()),
         }
     }
 
@@ -670,6 +693,7 @@ impl LeafConfig {
                 f.write_str(if c.ecn { " ecn" } else { " noecn" })
             }
             Self::Cake(c) => c.write_tc_args(f),
+            Self::Tbf(c) => c.write_tc_args(f),
         }
     }
 
@@ -684,6 +708,8 @@ impl LeafConfig {
             Self::FqCodel(c) => c.limit,
             // Its byte limit, or tc's packet limit with an MTU each.
             Self::Cake(_) => 10_240,
+            // Its byte limit over 64-byte frames, as bfifo.
+            Self::Tbf(c) => c.limit / 64,
         }
     }
 }
@@ -702,7 +728,7 @@ mod tests {
         assert_eq!(LeafKind::from_name("red"), None);
         assert_eq!(
             LeafKind::list(", ", " or "),
-            "pfifo, bfifo, sfq, fq_codel or cake"
+            "pfifo, bfifo, sfq, fq_codel, cake or tbf"
         );
     }
 

@@ -8,6 +8,7 @@ mod q_cake;
 mod q_fifo;
 mod q_fq_codel;
 mod q_sfq;
+mod q_tbf;
 
 use htb_core::{LeafConfig, LeafKind, LeafSpec};
 use htb_ipc::LeafQdiscStats;
@@ -30,6 +31,7 @@ fn util(kind: LeafKind) -> QdiscUtil {
         LeafKind::Sfq => q_sfq::options,
         LeafKind::FqCodel => q_fq_codel::options,
         LeafKind::Cake => q_cake::options,
+        LeafKind::Tbf => q_tbf::options,
     };
     QdiscUtil { parse }
 }
@@ -58,6 +60,7 @@ pub(crate) fn options_text(config: &LeafConfig, details: bool) -> String {
         LeafConfig::Sfq(c) => q_sfq::options_text(c, details),
         LeafConfig::FqCodel(c) => q_fq_codel::options_text(c),
         LeafConfig::Cake(c) => q_cake::options_text(c),
+        LeafConfig::Tbf(c) => q_tbf::options_text(c),
     }
 }
 
@@ -68,6 +71,7 @@ pub(crate) fn options_json(config: &LeafConfig, details: bool) -> Value {
         LeafConfig::Sfq(c) => q_sfq::options_json(c, details),
         LeafConfig::FqCodel(c) => q_fq_codel::options_json(c),
         LeafConfig::Cake(c) => q_cake::options_json(c),
+        LeafConfig::Tbf(c) => q_tbf::options_json(c),
     }
 }
 
