@@ -354,6 +354,50 @@ mod tests {
         parse(&format!("leaf = \"{kind}\"")).ok().map(|d| d.config)
     }
 
+    /// tbf's options come from its core spec: nothing here names them.
+    #[test]
+    fn a_tbf_leaf_is_read_from_the_cores_spec() {
+        let def = parse(
+            "leaf = { kind = \"tbf\", rate = \"1mbit\", burst = \"10k\", latency = \"50ms\" }",
+        )
+        .unwrap();
+        let LeafConfig::Tbf(c) = def.config else {
+            panic!("{def:?}");
+        };
+        let burst = htb_core::units::parse_size("10k").unwrap();
+        assert_eq!(
+            (c.rate, u64::from(c.burst), u64::from(c.limit)),
+            (Rate::from_mbit(1), burst, 6250 + burst),
+            "tc's limit: rate × latency + burst"
+        );
+        assert_eq!(c.latency(), Some(Duration::from_millis(50)));
+        let again = parse(&format!("leaf = {}", leaf_toml(&def))).unwrap();
+        assert_eq!(again, def, "{}", leaf_toml(&def));
+        let Value::Object(fields) = serde_json::to_value(def.config.to_spec()).unwrap() else {
+            panic!("a spec is an object");
+        };
+        let mut fields: Vec<&str> = fields.keys().map(String::as_str).collect();
+        fields.retain(|&f| f != "kind");
+        fields.sort_unstable();
+        let mut options = allowed(LeafKind::Tbf);
+        options.sort_unstable();
+        assert_eq!(fields, options);
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        assert!(
+            err("leaf = \"tbf\"").contains("\"rate\" is required"),
+            "{}",
+            err("leaf = \"tbf\"")
+        );
+        assert!(err(
+            "leaf = { kind = \"tbf\", rate = \"1mbit\", burst = \"10k\", limit = \"20k\", latency = \"5ms\" }"
+        )
+        .contains("both"));
+        assert!(err(
+            "leaf = { kind = \"tbf\", rate = \"1mbit\", burst = \"10k\", latency = \"5ms\", ecn = true }"
+        )
+        .contains("tbf has no option \"ecn\""));
+    }
+
     #[test]
     fn a_bad_leaf_is_reported_where_it_stands() {
         #[derive(Debug, Deserialize)]

@@ -550,6 +550,41 @@ mod tests {
         ));
     }
 
+    /// A tbf under an HTB class, as scripts write it: dispatched by the kinds' table, listed in
+    /// the qdisc usage and the refusal of an unknown kind.
+    #[test]
+    fn a_tbf_leaf_line_parses_and_tbf_is_listed() {
+        use htb_core::{ClassId, Duration, Rate, TbfSpec};
+        assert_eq!(
+            change(
+                "qdisc add dev eth0 parent 1:10 handle 10: tbf rate 1mbit burst 10kb latency 50ms"
+            ),
+            Command::LeafAdd(LeafQdiscSpec {
+                stab: None,
+                dev: "eth0".into(),
+                parent: Some(ClassId::new(1, 0x10)),
+                handle: Some(ClassId::new(0x10, 0)),
+                leaf: LeafSpec::Tbf(TbfSpec {
+                    rate: Some(Rate::from_mbit(1)),
+                    burst: Some(10 * 1024),
+                    latency: Some(Duration::from_millis(50)),
+                    ..TbfSpec::default()
+                }),
+            })
+        );
+        assert!(error("qdisc add dev eth0 parent 1:10 tbf rate 1mbit").contains("\"burst\""));
+        assert!(error("qdisc add dev D parent 1:10 red").contains(", cake, tbf (under"));
+        let Some(Action::Help(usage)) =
+            parse_command_line(&words("qdisc add help")).unwrap().action
+        else {
+            panic!("qdisc help is help");
+        };
+        assert!(
+            usage.contains("{ pfifo | bfifo | sfq | fq_codel | cake | tbf }"),
+            "{usage}"
+        );
+    }
+
     #[test]
     fn keywords_match_by_prefix_in_tcs_order() {
         let Command::ClassAdd(c) = change(
