@@ -10,11 +10,9 @@
 //! leaf = { kind = "fq_codel", target = "10ms", ecn = false, handle = "10:" }
 //! ```
 //!
-//! Options are tc's, per kind: `pfifo` `limit` (packets); `bfifo` `limit` (bytes); `sfq`
-//! `limit quantum perturb divisor flows depth headdrop`; `fq_codel` `limit flows target interval
-//! quantum ecn ce_threshold memory_limit drop_batch`; `cake` `bandwidth autorate_ingress
-//! diffserv flow_mode nat wash split_gso ingress ack_filter memlimit atm overhead raw mpu rtt
-//! target fwmark`, its keywords as values (`diffserv = "diffserv4"`, `flow_mode =
+//! Options are tc's, per kind, and each kind's are its core spec's fields
+//! ([`LeafKind::options`](htb_core::LeafKind::options)): sizes, times and rates in tc's units
+//! (`"30k"`, `"5ms"`, `"20mbit"`), keywords as values (`diffserv = "diffserv4"`, `flow_mode =
 //! "dual-dsthost"`, `ack_filter = "aggressive"`, `atm = "ptm"`):
 //!
 //! ```toml
@@ -24,120 +22,20 @@
 use std::fmt;
 use std::fmt::Write as _;
 
-use htb_core::{
-    AckFilter, AtmMode, CakeSpec, DiffservMode, FlowMode, FqCodelSpec, LeafKind, LeafSpec, Rate,
-    SfqSpec,
-};
+use htb_core::{LeafKind, LeafSpec, OptionValue, Rate};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde_json::{Map, Value};
 
 use crate::values::{ClassIdValue, RateValue, SizeValue, TimeValue};
-
-/// The options of `leaf = { kind = …, … }` as written, before they become the core's
-/// [`LeafSpec`]: only [`LeafSection`]'s reader sees it (TOML gives a table's keys in any order,
-/// so the kind cannot pick the options' meaning as they are read).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LeafOptions {
-    /// `pfifo`, `bfifo`, `sfq`, `fq_codel` or `cake`.
-    #[serde(default, deserialize_with = "kind_of")]
-    kind: Option<LeafKind>,
-    /// The qdisc handle tc shows (`"10:"`); assigned when omitted.
-    #[serde(default)]
-    handle: Option<ClassIdValue>,
-    /// Packets (`bfifo`: bytes).
-    #[serde(default)]
-    limit: Option<SizeValue>,
-    /// `sfq`, `fq_codel`: flows.
-    #[serde(default)]
-    flows: Option<u32>,
-    /// `fq_codel`, `cake`: CoDel's (COBALT's) target.
-    #[serde(default)]
-    target: Option<TimeValue>,
-    /// `fq_codel`: CoDel interval.
-    #[serde(default)]
-    interval: Option<TimeValue>,
-    /// `sfq`, `fq_codel`: DRR quantum in bytes.
-    #[serde(default)]
-    quantum: Option<SizeValue>,
-    /// `fq_codel`: ECN marking (default on).
-    #[serde(default)]
-    ecn: Option<bool>,
-    /// `fq_codel`: CE-marking threshold.
-    #[serde(default)]
-    ce_threshold: Option<TimeValue>,
-    /// `fq_codel`: byte limit of the buffers held.
-    #[serde(default)]
-    memory_limit: Option<SizeValue>,
-    /// `fq_codel`: packets dropped at once over the limit.
-    #[serde(default)]
-    drop_batch: Option<u32>,
-    /// `sfq`: seconds between hash re-keyings.
-    #[serde(default)]
-    perturb: Option<u32>,
-    /// `sfq`: hash buckets.
-    #[serde(default)]
-    divisor: Option<u32>,
-    /// `sfq`: packets per flow.
-    #[serde(default)]
-    depth: Option<u32>,
-    /// `sfq`: drop from the head.
-    #[serde(default)]
-    headdrop: Option<bool>,
-    /// `cake`: its shaper's rate (unlimited when left out).
-    #[serde(default)]
-    bandwidth: Option<RateValue>,
-    /// `cake`: `autorate-ingress`.
-    #[serde(default)]
-    autorate_ingress: Option<bool>,
-    /// `cake`: the tins (`"diffserv3"`, `"diffserv4"`, `"diffserv8"`, `"besteffort"`,
-    /// `"precedence"`).
-    #[serde(default)]
-    diffserv: Option<DiffservMode>,
-    /// `cake`: the flow isolation (`"triple-isolate"`, `"dual-dsthost"`, `"flows"` …).
-    #[serde(default)]
-    flow_mode: Option<FlowMode>,
-    /// `cake`: `nat`.
-    #[serde(default)]
-    nat: Option<bool>,
-    /// `cake`: `wash`.
-    #[serde(default)]
-    wash: Option<bool>,
-    /// `cake`: `split-gso`.
-    #[serde(default)]
-    split_gso: Option<bool>,
-    /// `cake`: `ingress`.
-    #[serde(default)]
-    ingress: Option<bool>,
-    /// `cake`: `"off"`, `"filter"` or `"aggressive"`.
-    #[serde(default)]
-    ack_filter: Option<AckFilter>,
-    /// `cake`: the buffer's byte limit.
-    #[serde(default)]
-    memlimit: Option<SizeValue>,
-    /// `cake`: `"none"`, `"atm"` or `"ptm"`.
-    #[serde(default)]
-    atm: Option<AtmMode>,
-    /// `cake`: bytes per packet in place of the L2 header (-64 to 256).
-    #[serde(default)]
-    overhead: Option<i32>,
-    /// `cake`: `raw` (no compensation).
-    #[serde(default)]
-    raw: Option<bool>,
-    /// `cake`: the smallest length charged (0 to 256).
-    #[serde(default)]
-    mpu: Option<u32>,
-    /// `cake`: the round-trip time (CoDel's interval).
-    #[serde(default)]
-    rtt: Option<TimeValue>,
-    /// `cake`: the mark mask that picks tins.
-    #[serde(default)]
-    fwmark: Option<u32>,
-}
 
 /// `leaf = "fq_codel"` (the kind with its defaults) or `leaf = { kind = …, … }`, read straight
 /// into the core's resolved [`LeafDef`]: an unknown kind, an option of another kind or a value
 /// out of range is an error of the TOML reader, at the value's line and column.
+///
+/// The options are not a list of this crate's: each kind's are its spec's fields
+/// ([`LeafKind::options`]), their values read in tc's units and handed to the spec's own serde
+/// form, so a kind or an option added to the core is read here unchanged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeafSection(pub LeafDef);
 
@@ -145,74 +43,27 @@ impl<'de> Deserialize<'de> for LeafSection {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = LeafOptions;
+            type Value = Map<String, Value>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a leaf qdisc: \"fq_codel\", or a table like { kind = \"sfq\" }")
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<LeafOptions, E> {
-                Ok(LeafOptions {
-                    kind: Some(leaf_kind(v).map_err(E::custom)?),
-                    ..LeafOptions::default()
-                })
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Map::from_iter([("kind".to_owned(), Value::from(v))]))
             }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<LeafOptions, A::Error> {
-                LeafOptions::deserialize(de::value::MapAccessDeserializer::new(map))
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                Map::deserialize(de::value::MapAccessDeserializer::new(map))
             }
         }
-        let options = d.deserialize_any(V)?;
-        options
-            .resolve()
-            .map(LeafSection)
-            .map_err(de::Error::custom)
+        let table = d.deserialize_any(V)?;
+        resolve(table).map(LeafSection).map_err(de::Error::custom)
     }
-}
-
-/// `kind = "…"`, one of the kinds htb runs.
-fn kind_of<'de, D: Deserializer<'de>>(d: D) -> Result<Option<LeafKind>, D::Error> {
-    let name = String::deserialize(d)?;
-    leaf_kind(&name).map(Some).map_err(de::Error::custom)
 }
 
 pub use htb_core::LeafDef;
 
-/// Which options each kind takes.
-fn allowed(kind: LeafKind) -> &'static [&'static str] {
-    match kind {
-        LeafKind::Pfifo | LeafKind::Bfifo => &["limit"],
-        LeafKind::Sfq => &[
-            "limit", "quantum", "perturb", "divisor", "flows", "depth", "headdrop",
-        ],
-        LeafKind::FqCodel => &[
-            "limit",
-            "flows",
-            "target",
-            "interval",
-            "quantum",
-            "ecn",
-            "ce_threshold",
-            "memory_limit",
-            "drop_batch",
-        ],
-        LeafKind::Cake => &[
-            "bandwidth",
-            "autorate_ingress",
-            "diffserv",
-            "flow_mode",
-            "nat",
-            "wash",
-            "split_gso",
-            "ingress",
-            "ack_filter",
-            "memlimit",
-            "atm",
-            "overhead",
-            "raw",
-            "mpu",
-            "rtt",
-            "target",
-            "fwmark",
-        ],
-    }
+/// The names of `kind`'s options.
+fn allowed(kind: LeafKind) -> Vec<&'static str> {
+    kind.options().iter().map(|o| o.name).collect()
 }
 
 /// What is wrong with a `leaf = …` section.
@@ -220,20 +71,22 @@ fn allowed(kind: LeafKind) -> &'static [&'static str] {
 #[non_exhaustive]
 pub enum LeafSectionError {
     /// A kind that does not exist here.
-    #[error("unknown leaf qdisc {0:?}: pfifo, bfifo, sfq, fq_codel or cake")]
+    #[error("unknown leaf qdisc {:?}: {}", .0, LeafKind::list(", ", " or "))]
     UnknownKind(String),
     /// A table without `kind`.
     #[error("a leaf table needs its kind: {{ kind = \"fq_codel\", … }}")]
     NoKind,
     /// A value outside the range tc takes.
-    #[error("{option} {value} is not within {range}")]
+    #[error("{option} {value} is not within {min}..{max}")]
     OutOfRange {
         /// The option.
         option: &'static str,
         /// Its value.
         value: i64,
-        /// What tc takes.
-        range: &'static str,
+        /// The smallest tc takes.
+        min: i32,
+        /// The largest tc takes.
+        max: i32,
     },
     /// An option of another kind.
     #[error("{kind} has no option {option:?} (it takes: {})", allowed(*.kind).join(", "))]
@@ -241,7 +94,7 @@ pub enum LeafSectionError {
         /// The kind given.
         kind: LeafKind,
         /// The option it does not take.
-        option: &'static str,
+        option: String,
     },
     /// A number past 32 bits.
     #[error("{option} {value} is too large")]
@@ -250,6 +103,14 @@ pub enum LeafSectionError {
         option: &'static str,
         /// Its value.
         value: u64,
+    },
+    /// A value that is not what its option takes (a word for a number, an unknown keyword).
+    #[error("{option}: {message}")]
+    Value {
+        /// The option.
+        option: &'static str,
+        /// What is wrong with it.
+        message: String,
     },
     /// A value the discipline refuses (the core's check, with tc's ranges).
     #[error(transparent)]
@@ -267,139 +128,109 @@ pub fn leaf_kind(name: &str) -> Result<LeafKind, LeafSectionError> {
     LeafKind::from_name(name).ok_or_else(|| LeafSectionError::UnknownKind(name.to_owned()))
 }
 
-/// `value` if within `range` (tc's checks of `overhead` and `mpu`).
-fn ranged<T: Copy + Into<i64>>(
-    value: Option<T>,
+/// `value` of `option` as the core's serde form has it: sizes, times and rates from tc's
+/// units to the numbers the spec holds (bytes, ns, bit/s), numbers and ranges checked.
+fn core_value(
     option: &'static str,
-    range: std::ops::RangeInclusive<i64>,
-    text: &'static str,
-) -> Result<Option<T>, LeafSectionError> {
-    match value {
-        Some(v) if !range.contains(&v.into()) => Err(LeafSectionError::OutOfRange {
-            option,
-            value: v.into(),
-            range: text,
-        }),
-        v => Ok(v),
-    }
-}
-
-fn u32_of(v: Option<SizeValue>, option: &'static str) -> Result<Option<u32>, LeafSectionError> {
-    v.map(|s| u32::try_from(s.0).map_err(|_| LeafSectionError::TooLarge { option, value: s.0 }))
-        .transpose()
-}
-
-impl LeafOptions {
-    fn given(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        let mut add = |present: bool, name| {
-            if present {
-                v.push(name);
-            }
-        };
-        add(self.limit.is_some(), "limit");
-        add(self.flows.is_some(), "flows");
-        add(self.target.is_some(), "target");
-        add(self.interval.is_some(), "interval");
-        add(self.quantum.is_some(), "quantum");
-        add(self.ecn.is_some(), "ecn");
-        add(self.ce_threshold.is_some(), "ce_threshold");
-        add(self.memory_limit.is_some(), "memory_limit");
-        add(self.drop_batch.is_some(), "drop_batch");
-        add(self.perturb.is_some(), "perturb");
-        add(self.divisor.is_some(), "divisor");
-        add(self.depth.is_some(), "depth");
-        add(self.headdrop.is_some(), "headdrop");
-        add(self.bandwidth.is_some(), "bandwidth");
-        add(self.autorate_ingress.is_some(), "autorate_ingress");
-        add(self.diffserv.is_some(), "diffserv");
-        add(self.flow_mode.is_some(), "flow_mode");
-        add(self.nat.is_some(), "nat");
-        add(self.wash.is_some(), "wash");
-        add(self.split_gso.is_some(), "split_gso");
-        add(self.ingress.is_some(), "ingress");
-        add(self.ack_filter.is_some(), "ack_filter");
-        add(self.memlimit.is_some(), "memlimit");
-        add(self.atm.is_some(), "atm");
-        add(self.overhead.is_some(), "overhead");
-        add(self.raw.is_some(), "raw");
-        add(self.mpu.is_some(), "mpu");
-        add(self.rtt.is_some(), "rtt");
-        add(self.fwmark.is_some(), "fwmark");
-        v
-    }
-
-    /// The options as the core's spec.
-    fn spec(&self) -> Result<LeafSpec, LeafSectionError> {
-        let kind = self.kind.ok_or(LeafSectionError::NoKind)?;
-        if let Some(option) = self
-            .given()
-            .into_iter()
-            .find(|o| !allowed(kind).contains(o))
-        {
-            return Err(LeafSectionError::NoSuchOption { kind, option });
+    kind: OptionValue,
+    value: Value,
+) -> Result<Value, LeafSectionError> {
+    let bad = |message: String| LeafSectionError::Value { option, message };
+    let u32_of =
+        |n: u64| u32::try_from(n).map_err(|_| LeafSectionError::TooLarge { option, value: n });
+    Ok(match kind {
+        OptionValue::Count | OptionValue::Packets => {
+            let n = value
+                .as_u64()
+                .ok_or_else(|| bad(format!("{value} is not a count")))?;
+            Value::from(u32_of(n)?)
         }
-        let limit = u32_of(self.limit, "limit")?;
-        Ok(match kind {
-            LeafKind::Pfifo => LeafSpec::Pfifo { limit },
-            LeafKind::Bfifo => LeafSpec::Bfifo { limit },
-            LeafKind::Sfq => LeafSpec::Sfq(SfqSpec {
-                limit,
-                quantum: u32_of(self.quantum, "quantum")?,
-                perturb: self.perturb,
-                divisor: self.divisor,
-                flows: self.flows,
-                depth: self.depth,
-                headdrop: self.headdrop.unwrap_or(false),
-            }),
-            LeafKind::FqCodel => LeafSpec::FqCodel(FqCodelSpec {
-                limit,
-                flows: self.flows,
-                target: self.target.map(|t| t.0),
-                interval: self.interval.map(|t| t.0),
-                quantum: u32_of(self.quantum, "quantum")?,
-                ecn: self.ecn,
-                ce_threshold: self.ce_threshold.map(|t| t.0),
-                memory_limit: u32_of(self.memory_limit, "memory_limit")?,
-                drop_batch: self.drop_batch,
-            }),
-            LeafKind::Cake => LeafSpec::Cake(CakeSpec {
-                bandwidth: self.bandwidth.map(|r| r.0),
-                autorate_ingress: self.autorate_ingress,
-                diffserv: self.diffserv,
-                flow_mode: self.flow_mode,
-                nat: self.nat,
-                wash: self.wash,
-                split_gso: self.split_gso,
-                ingress: self.ingress,
-                ack_filter: self.ack_filter,
-                memlimit: u32_of(self.memlimit, "memlimit")?,
-                atm: self.atm,
-                overhead: ranged(self.overhead, "overhead", -64..=256, "-64..256")?,
-                raw: self.raw.unwrap_or(false),
-                mpu: ranged(self.mpu, "mpu", 0..=256, "0..256")?,
-                rtt: self.rtt.map(|t| t.0),
-                target: self.target.map(|t| t.0),
-                fwmark: self.fwmark,
-            }),
-        })
-    }
-
-    /// Resolved with the kernel's defaults, and the handle checked.
-    fn resolve(&self) -> Result<LeafDef, LeafSectionError> {
-        let config = self.spec()?.resolve()?;
-        let handle = match self.handle {
-            None => None,
-            Some(ClassIdValue(id)) if id.is_qdisc() && id.major() != 0 => Some(id.major()),
-            Some(ClassIdValue(id)) => return Err(LeafSectionError::NotAQdiscHandle(id)),
-        };
-        Ok(LeafDef { handle, config })
-    }
+        OptionValue::Size => {
+            let size = SizeValue::deserialize(value).map_err(|e| bad(e.to_string()))?;
+            Value::from(u32_of(size.0)?)
+        }
+        OptionValue::Time => {
+            let time = TimeValue::deserialize(value).map_err(|e| bad(e.to_string()))?;
+            Value::from(time.0.as_nanos())
+        }
+        OptionValue::Rate => {
+            let rate = RateValue::deserialize(value).map_err(|e| bad(e.to_string()))?;
+            Value::from(rate.0.bits_per_sec())
+        }
+        OptionValue::Int { min, max } => {
+            let n = value
+                .as_i64()
+                .ok_or_else(|| bad(format!("{value} is not a number")))?;
+            if n < i64::from(min) || n > i64::from(max) {
+                return Err(LeafSectionError::OutOfRange {
+                    option,
+                    value: n,
+                    min,
+                    max,
+                });
+            }
+            Value::from(n)
+        }
+        // Flags and keywords are the spec's own serde values: its reader says what is wrong.
+        OptionValue::Flag | OptionValue::Keyword => value,
+    })
 }
 
-/// The options the core's serde form gives in nanoseconds, and the config file takes as
-/// times (`"5ms"`; a bare integer there is tc's microseconds).
-const TIME_OPTIONS: [&str; 4] = ["target", "interval", "ce_threshold", "rtt"];
+/// The table as the core's spec: `kind`, then each option by the kind's own list.
+fn spec(mut table: Map<String, Value>) -> Result<LeafSpec, LeafSectionError> {
+    let kind = match table.remove("kind") {
+        None => return Err(LeafSectionError::NoKind),
+        Some(Value::String(name)) => leaf_kind(&name)?,
+        Some(other) => return Err(LeafSectionError::UnknownKind(other.to_string())),
+    };
+    let mut fields = Map::new();
+    fields.insert("kind".into(), Value::from(kind.name()));
+    for (name, value) in table {
+        let Some(option) = kind.options().iter().find(|o| o.name == name) else {
+            return Err(LeafSectionError::NoSuchOption { kind, option: name });
+        };
+        fields.insert(name, core_value(option.name, option.value, value)?);
+    }
+    LeafSpec::deserialize(Value::Object(fields)).map_err(|e| LeafSectionError::Value {
+        option: kind.name(),
+        message: e.to_string(),
+    })
+}
+
+/// The table resolved with the kernel's defaults, and the handle checked.
+fn resolve(mut table: Map<String, Value>) -> Result<LeafDef, LeafSectionError> {
+    let handle = table
+        .remove("handle")
+        .map(|h| {
+            ClassIdValue::deserialize(h).map_err(|e| LeafSectionError::Value {
+                option: "handle",
+                message: e.to_string(),
+            })
+        })
+        .transpose()?;
+    let config = spec(table)?.resolve()?;
+    let handle = match handle {
+        None => None,
+        Some(ClassIdValue(id)) if id.is_qdisc() && id.major() != 0 => Some(id.major()),
+        Some(ClassIdValue(id)) => return Err(LeafSectionError::NotAQdiscHandle(id)),
+    };
+    Ok(LeafDef { handle, config })
+}
+
+/// `config`'s spec with its packet `limit` set to `packets` (a class's `limit = N` on the
+/// default leaf), or `None` for a kind whose queue is limited in bytes.
+#[must_use]
+pub fn with_packet_limit(config: &htb_core::LeafConfig, packets: u32) -> Option<LeafSpec> {
+    let kind = config.kind();
+    kind.options()
+        .iter()
+        .find(|o| o.name == "limit" && o.value == OptionValue::Packets)?;
+    let Ok(Value::Object(mut fields)) = serde_json::to_value(config.to_spec()) else {
+        return None;
+    };
+    fields.insert("limit".into(), Value::from(packets));
+    LeafSpec::deserialize(Value::Object(fields)).ok()
+}
 
 /// A leaf as an inline TOML table that [`LeafSection`] reads back to the same [`LeafDef`]
 /// (what saved states write): every option given, but an unlimited cake's bandwidth.
@@ -419,14 +250,16 @@ pub fn leaf_toml(def: &LeafDef) -> String {
         let _ = write!(out, ", handle = \"{h:x}:\"");
     }
     let options = match serde_json::to_value(spec) {
-        Ok(serde_json::Value::Object(options)) => options,
-        _ => serde_json::Map::new(),
+        Ok(Value::Object(options)) => options,
+        _ => Map::new(),
     };
     for (key, value) in options {
         match value {
-            serde_json::Value::Null => {}
-            serde_json::Value::String(_) if key == "kind" => {}
-            serde_json::Value::Number(n) if TIME_OPTIONS.contains(&key.as_str()) => {
+            Value::Null => {}
+            Value::String(_) if key == "kind" => {}
+            // The core's serde form gives times in nanoseconds; the config file takes them as
+            // times (`"5ms"`; a bare integer there is tc's microseconds).
+            Value::Number(n) if is_time(def.config.kind(), &key) => {
                 let nanos = n.as_u64().unwrap_or(u64::MAX);
                 let _ = write!(
                     out,
@@ -442,6 +275,13 @@ pub fn leaf_toml(def: &LeafDef) -> String {
     }
     out.push_str(" }");
     out
+}
+
+/// Whether option `key` of `kind` is a time.
+fn is_time(kind: LeafKind, key: &str) -> bool {
+    kind.options()
+        .iter()
+        .any(|o| o.name == key && o.value == OptionValue::Time)
 }
 
 #[cfg(test)]
@@ -489,6 +329,75 @@ mod tests {
         );
     }
 
+    /// Each kind's options, which this reader takes, are exactly its spec's fields.
+    #[test]
+    fn every_kinds_options_are_its_specs_fields() {
+        for kind in LeafKind::ALL {
+            let Some(config) = kind_default(kind) else {
+                continue;
+            };
+            let Value::Object(fields) = serde_json::to_value(config.to_spec()).unwrap() else {
+                panic!("{kind}: a spec is an object");
+            };
+            let mut fields: Vec<&str> = fields.keys().map(String::as_str).collect();
+            fields.retain(|&f| f != "kind");
+            let mut options = allowed(kind);
+            fields.sort_unstable();
+            options.sort_unstable();
+            assert_eq!(fields, options, "{kind}");
+        }
+    }
+
+    /// A kind with its defaults, from the config file's `leaf = "KIND"` (`None` for a kind that
+    /// has options without defaults).
+    fn kind_default(kind: LeafKind) -> Option<LeafConfig> {
+        parse(&format!("leaf = \"{kind}\"")).ok().map(|d| d.config)
+    }
+
+    /// tbf's options come from its core spec: nothing here names them.
+    #[test]
+    fn a_tbf_leaf_is_read_from_the_cores_spec() {
+        let def = parse(
+            "leaf = { kind = \"tbf\", rate = \"1mbit\", burst = \"10k\", latency = \"50ms\" }",
+        )
+        .unwrap();
+        let LeafConfig::Tbf(c) = def.config else {
+            panic!("{def:?}");
+        };
+        let burst = htb_core::units::parse_size("10k").unwrap();
+        assert_eq!(
+            (c.rate, u64::from(c.burst), u64::from(c.limit)),
+            (Rate::from_mbit(1), burst, 6250 + burst),
+            "tc's limit: rate × latency + burst"
+        );
+        assert_eq!(c.latency(), Some(Duration::from_millis(50)));
+        let again = parse(&format!("leaf = {}", leaf_toml(&def))).unwrap();
+        assert_eq!(again, def, "{}", leaf_toml(&def));
+        let Value::Object(fields) = serde_json::to_value(def.config.to_spec()).unwrap() else {
+            panic!("a spec is an object");
+        };
+        let mut fields: Vec<&str> = fields.keys().map(String::as_str).collect();
+        fields.retain(|&f| f != "kind");
+        fields.sort_unstable();
+        let mut options = allowed(LeafKind::Tbf);
+        options.sort_unstable();
+        assert_eq!(fields, options);
+        let err = |text: &str| parse(text).unwrap_err().to_string();
+        assert!(
+            err("leaf = \"tbf\"").contains("\"rate\" is required"),
+            "{}",
+            err("leaf = \"tbf\"")
+        );
+        assert!(err(
+            "leaf = { kind = \"tbf\", rate = \"1mbit\", burst = \"10k\", limit = \"20k\", latency = \"5ms\" }"
+        )
+        .contains("both"));
+        assert!(err(
+            "leaf = { kind = \"tbf\", rate = \"1mbit\", burst = \"10k\", latency = \"5ms\", ecn = true }"
+        )
+        .contains("tbf has no option \"ecn\""));
+    }
+
     #[test]
     fn a_bad_leaf_is_reported_where_it_stands() {
         #[derive(Debug, Deserialize)]
@@ -515,7 +424,7 @@ mod tests {
             parse("leaf = \"red\"")
                 .unwrap_err()
                 .to_string()
-                .contains("pfifo, bfifo, sfq, fq_codel or cake")
+                .contains(&format!("\"red\": {}", LeafKind::list(", ", " or ")))
         );
         assert!(
             parse("leaf = { kind = \"cake\", overhead = 300 }")

@@ -317,33 +317,18 @@ fn class_leaf(
         )),
         (Some(leaf), None) => Ok(Some(leaf.get_ref().0)),
         (None, Some(limit)) => {
-            let packets = Some(*limit.get_ref());
-            let spec = match config.default_leaf.to_spec() {
-                htb_core::LeafSpec::Pfifo { .. } => htb_core::LeafSpec::Pfifo { limit: packets },
-                htb_core::LeafSpec::Bfifo { .. } => {
-                    return Err(ConfigError::spanned(
-                        text,
-                        &limit.span(),
-                        "limit is in packets, and the default leaf bfifo counts bytes: \
-                         write leaf = { kind = \"bfifo\", limit = BYTES }",
-                    ));
-                }
-                htb_core::LeafSpec::Sfq(mut s) => {
-                    s.limit = packets;
-                    htb_core::LeafSpec::Sfq(s)
-                }
-                htb_core::LeafSpec::FqCodel(mut s) => {
-                    s.limit = packets;
-                    htb_core::LeafSpec::FqCodel(s)
-                }
-                htb_core::LeafSpec::Cake(_) => {
-                    return Err(ConfigError::spanned(
-                        text,
-                        &limit.span(),
-                        "limit is in packets, and the default leaf cake limits bytes: \
-                         write leaf = { kind = \"cake\", memlimit = BYTES }",
-                    ));
-                }
+            let kind = config.default_leaf.kind();
+            let Some(spec) = crate::leaf::with_packet_limit(&config.default_leaf, *limit.get_ref())
+            else {
+                let option = kind.byte_limit().unwrap_or("limit");
+                return Err(ConfigError::spanned(
+                    text,
+                    &limit.span(),
+                    format!(
+                        "limit is in packets, and the default leaf {kind} limits bytes: \
+                         write leaf = {{ kind = \"{kind}\", {option} = BYTES }}"
+                    ),
+                ));
             };
             spec.resolve()
                 .map(|config| {
@@ -513,7 +498,7 @@ rate = "100mbit"
         );
         assert!(
             err("[qdisc]\nleaf = \"bfifo\"\n[[class]]\nid = \"1:1\"\nrate = 1\nlimit = 5\n")
-                .contains("bfifo counts bytes")
+                .contains("bfifo limits bytes")
         );
         let e =
             err("[[class]]\nid = \"1:1\"\nrate = 1\nleaf = { kind = \"fq_codel\", flows = 0 }\n");

@@ -3,7 +3,7 @@
 
 use htb_config::TreeSpec;
 use htb_config::filter::{Filter, Match};
-use htb_core::{LeafConfig, LeafSpec, LinkLayer};
+use htb_core::{LeafConfig, LinkLayer};
 use htb_xdp::PortConfig;
 
 use crate::{DaemonConfig, InterfaceTrees};
@@ -291,100 +291,12 @@ fn tree_commands(dev: &str, at: &str, tree: &TreeSpec, out: &mut Vec<String>) {
     }
 }
 
-/// A leaf's options as tc reads them (`fq_codel limit 10240 …`), every option given so that
-/// the kernel's qdisc matches htbd's whatever its defaults.
+/// A leaf's kind and options as tc reads them (`fq_codel limit 10240 …`), every option given
+/// so that the kernel's qdisc matches htbd's whatever its defaults: each kind's own writer
+/// ([`LeafConfig::tc_args`]), kept with its spec in the core.
 #[must_use]
 pub fn tc_leaf_args(leaf: &LeafConfig) -> String {
-    fn num(out: &mut String, key: &str, v: Option<u32>) {
-        if let Some(v) = v {
-            *out += &format!(" {key} {v}");
-        }
-    }
-    let mut out = leaf.kind().name().to_owned();
-    match leaf.to_spec() {
-        LeafSpec::Pfifo { limit } | LeafSpec::Bfifo { limit } => num(&mut out, "limit", limit),
-        LeafSpec::Sfq(s) => {
-            num(&mut out, "limit", s.limit);
-            num(&mut out, "quantum", s.quantum);
-            num(&mut out, "depth", s.depth);
-            num(&mut out, "divisor", s.divisor);
-            num(&mut out, "flows", s.flows);
-            num(&mut out, "perturb", s.perturb.filter(|&p| p != 0));
-            if s.headdrop {
-                out += " headdrop";
-            }
-        }
-        LeafSpec::FqCodel(s) => {
-            num(&mut out, "limit", s.limit);
-            num(&mut out, "flows", s.flows);
-            for (key, t) in [
-                ("target", s.target),
-                ("interval", s.interval),
-                ("ce_threshold", s.ce_threshold),
-            ] {
-                if let Some(t) = t {
-                    out += &format!(" {key} {t}");
-                }
-            }
-            num(&mut out, "quantum", s.quantum);
-            num(&mut out, "memory_limit", s.memory_limit);
-            num(&mut out, "drop_batch", s.drop_batch);
-            out += if s.ecn == Some(false) {
-                " noecn"
-            } else {
-                " ecn"
-            };
-        }
-        LeafSpec::Cake(_) => {
-            if let LeafConfig::Cake(c) = leaf {
-                out += &cake_args(c);
-            }
-        }
-    }
-    out
-}
-
-/// A cake's options as tc reads them, every one given: the bandwidth first (it turns
-/// autorate off), `raw` or `overhead` before the cell framing (`raw` clears it); the target is
-/// `rtt`'s twentieth, as tc sets it.
-fn cake_args(c: &htb_core::CakeConfig) -> String {
-    let mut out = String::new();
-    let bits = c.bandwidth.bits_per_sec();
-    if bits == 0 {
-        out += " unlimited";
-    } else {
-        out += &format!(" bandwidth {bits}bit");
-    }
-    if c.autorate_ingress {
-        out += " autorate-ingress";
-    }
-    out += &format!(" rtt {}us", c.rtt.as_nanos() / 1000);
-    out += &format!(" {} {}", c.diffserv.name(), c.flow_mode.name());
-    out += if c.nat { " nat" } else { " nonat" };
-    out += if c.wash { " wash" } else { " nowash" };
-    out += if c.split_gso {
-        " split-gso"
-    } else {
-        " no-split-gso"
-    };
-    out += if c.ingress { " ingress" } else { " egress" };
-    out += &format!(" {}", c.ack_filter.name());
-    if c.overhead_set {
-        out += &format!(" overhead {}", c.overhead);
-    } else {
-        out += " raw";
-    }
-    out += &format!(" {}", c.atm.name());
-    if c.mpu != 0 {
-        out += &format!(" mpu {}", c.mpu);
-    }
-    if c.memlimit != 0 {
-        out += &format!(" memlimit {}", c.memlimit);
-    }
-    if c.fwmark != 0 {
-        out += &format!(" fwmark {:#x}", c.fwmark);
-    }
-    out
+    format!("{}{}", leaf.kind().name(), leaf.tc_args())
 }
 
 /// The ingress qdisc's handle major.

@@ -1,6 +1,6 @@
 //! tc's command line (iproute2 `tc/tc.c`): global options, the object and verb, batches. Each
 //! object's commands are parsed in its own module (`tc_qdisc`, `tc_class`, `tc_filter`), and
-//! each qdisc's and filter's options in theirs (`q_htb`, `q_fq_codel`, `q_sfq`, `q_fifo`,
+//! each qdisc's and filter's options in theirs (`q_htb`, the leaf kinds' table `qdiscs`,
 //! `f_u32`, `f_flower`), as iproute2 has them.
 //!
 //! Keywords are matched as tc matches them: some exactly (`rate`, `ceil`, `dev`), most by any
@@ -523,6 +523,41 @@ mod tests {
                 ..
             }))
         ));
+    }
+
+    /// A tbf under an HTB class, as scripts write it: dispatched by the kinds' table, listed in
+    /// the qdisc usage and the refusal of an unknown kind.
+    #[test]
+    fn a_tbf_leaf_line_parses_and_tbf_is_listed() {
+        use htb_core::{ClassId, Duration, Rate, TbfSpec};
+        assert_eq!(
+            change(
+                "qdisc add dev eth0 parent 1:10 handle 10: tbf rate 1mbit burst 10kb latency 50ms"
+            ),
+            Command::LeafAdd(LeafQdiscSpec {
+                stab: None,
+                dev: "eth0".into(),
+                parent: Some(ClassId::new(1, 0x10)),
+                handle: Some(ClassId::new(0x10, 0)),
+                leaf: LeafSpec::Tbf(TbfSpec {
+                    rate: Some(Rate::from_mbit(1)),
+                    burst: Some(10 * 1024),
+                    latency: Some(Duration::from_millis(50)),
+                    ..TbfSpec::default()
+                }),
+            })
+        );
+        assert!(error("qdisc add dev eth0 parent 1:10 tbf rate 1mbit").contains("\"burst\""));
+        assert!(error("qdisc add dev D parent 1:10 red").contains(", cake, tbf (under"));
+        let Some(Action::Help(usage)) =
+            parse_command_line(&words("qdisc add help")).unwrap().action
+        else {
+            panic!("qdisc help is help");
+        };
+        assert!(
+            usage.contains("{ pfifo | bfifo | sfq | fq_codel | cake | tbf }"),
+            "{usage}"
+        );
     }
 
     #[test]

@@ -1,21 +1,31 @@
 //! HTB's options (iproute2 `tc/q_htb.c`): the qdisc's (`htb_parse_opt`) and a class's
 //! (`htb_parse_class_opt`).
 
+use std::sync::LazyLock;
+
 use htb_core::units::{UnitError, parse_rate_or_percent, parse_size};
 use htb_ipc::{ClassSpec, QdiscSpec};
 
 use super::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
 
-/// `tc qdisc … htb` usage.
-pub(super) const QDISC_USAGE: &str = "\
+/// `tc qdisc … htb` usage, the leaf kinds listed from their table (made once).
+pub(super) fn qdisc_usage() -> &'static str {
+    static USAGE: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "\
 Usage: htb-cli qdisc [ add | del | replace | change | show ] dev STRING
-       [ handle QHANDLE ] { root | parent MQ-CLASSID } htb [ default MINOR-ID ] [ r2q N ]
+       [ handle QHANDLE ] {{ root | parent MQ-CLASSID }} htb [ default MINOR-ID ] [ r2q N ]
        [ direct_qlen P ]
-       htb-cli qdisc { add | replace } dev STRING [ handle QHANDLE ] root mq
-       htb-cli qdisc { add | change | replace | del } dev STRING { parent CLASSID | root }
-       [ handle QHANDLE ] { cake | fq_codel | sfq | pfifo | bfifo } [ OPTIONS ]
+       htb-cli qdisc {{ add | replace }} dev STRING [ handle QHANDLE ] root mq
+       htb-cli qdisc {{ add | change | replace | del }} dev STRING {{ parent CLASSID | root }}
+       [ handle QHANDLE ] {{ {} }} [ OPTIONS ]
        htb-cli qdisc add dev STRING handle ffff: ingress
-       htb-cli qdisc { show | list } [ dev STRING ] [ invisible ]";
+       htb-cli qdisc {{ show | list }} [ dev STRING ] [ invisible ]",
+            super::qdiscs::usage_list()
+        )
+    });
+    &USAGE
+}
 
 /// `tc class … htb` usage.
 pub(super) const CLASS_USAGE: &str = "\
@@ -52,9 +62,9 @@ pub(super) fn qdisc_options(a: &mut Args<'_>, spec: &mut QdiscSpec) -> Result<()
         } else if matches(w, "offload") {
             return usage("\"offload\" is not supported: htbd shapes in software");
         } else if w == "help" {
-            return usage(QDISC_USAGE);
+            return usage(qdisc_usage());
         } else {
-            return usage(format!("What is \"{w}\"?\n{QDISC_USAGE}"));
+            return usage(format!("What is \"{w}\"?\n{}", qdisc_usage()));
         }
     }
     Ok(())

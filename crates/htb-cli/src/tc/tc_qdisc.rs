@@ -3,12 +3,12 @@
 //! classless qdisc at the root (`root cake bandwidth 20mbit …`), and the leaf qdiscs under HTB
 //! classes (`parent 1:10 [handle 10:] cake|fq_codel|sfq|pfifo|bfifo …`).
 
-use htb_core::{ClassId, LeafKind, LeafSpec};
+use htb_core::{ClassId, LeafSpec};
 use htb_ipc::{Command, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, matches, qdisc_handle, usage};
-use super::{q_cake, q_fifo, q_fq_codel, q_htb, q_sfq, tc_stab};
+use super::{q_htb, qdiscs, tc_stab};
 
 /// Parses the words after `qdisc`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {
@@ -40,7 +40,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                     "clsact is not supported: htbd's ingress qdisc is tc's ingress (qdisc add dev DEV handle ffff: ingress), its filters redirecting to an IFB",
                 );
             }
-            w if matches(w, "help") => return Ok(Action::Help(q_htb::QDISC_USAGE)),
+            w if matches(w, "help") => return Ok(Action::Help(q_htb::qdisc_usage())),
             "invisible" if verb == Verb::Show => invisible = true,
             w if verb == Verb::Show => {
                 return usage(format!("What is \"{w}\"? Try \"htb-cli qdisc help\"."));
@@ -57,22 +57,22 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 }
                 mq = true;
             }
-            "pfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Pfifo)?),
-            "bfifo" => leaf = Some(q_fifo::options(&mut a, LeafKind::Bfifo)?),
-            "sfq" => leaf = Some(q_sfq::options(&mut a)?),
-            "fq_codel" => leaf = Some(q_fq_codel::options(&mut a)?),
-            "cake" => leaf = Some(q_cake::options(&mut a)?),
             w if matches(w, "stab") => {
                 if stab.is_some() {
                     return usage("duplicate \"stab\": one size table per qdisc");
                 }
                 stab = Some(tc_stab::options(&mut a)?);
             }
-            other => {
-                return usage(format!(
-                    "Unknown qdisc \"{other}\": htb-cli knows htb and mq (root), htb (under an mq class), and cake, fq_codel, sfq, pfifo, bfifo (under an htb class or at the root)"
-                ));
-            }
+            // A leaf kind takes the rest of the words (`get_qdisc_kind`, then its `parse_qopt`).
+            other => match qdiscs::by_name(other) {
+                Some(util) => leaf = Some((util.parse)(&mut a)?),
+                None => {
+                    return usage(format!(
+                        "Unknown qdisc \"{other}\": htb-cli knows htb and mq (root), htb (under an mq class), and {} (under an htb class or at the root)",
+                        qdiscs::refusal_list()
+                    ));
+                }
+            },
         }
     }
     if verb == Verb::Show {
@@ -150,9 +150,10 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         }));
     }
     let Some(leaf) = leaf else {
-        return usage(
-            "Unknown qdisc: say htb or mq (the root), or cake, fq_codel, sfq, pfifo, bfifo (root or parent CLASSID)",
-        );
+        return usage(format!(
+            "Unknown qdisc: say htb or mq (the root), or {} (root or parent CLASSID)",
+            qdiscs::refusal_list()
+        ));
     };
     if !root && parent.is_none() {
         return usage("Classid cannot be zero: say root, or parent CLASSID");

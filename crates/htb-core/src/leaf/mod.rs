@@ -15,6 +15,8 @@
 //! - [`LeafKind::FqCodel`]: `sch_fq_codel.c` with `codel.h` (modules `fq_codel`, `codel`).
 //! - [`LeafKind::Cake`]: `sch_cake.c` (module `cake`); with `bandwidth` it shapes too, so it
 //!   may hold packets back ([`Scheduler`](crate::Scheduler) waits for it).
+//! - [`LeafKind::Tbf`]: `sch_tbf.c` (module `tbf`): a token bucket, which holds packets back
+//!   as `cake`'s shaper does.
 
 mod cake;
 mod codel;
@@ -22,10 +24,13 @@ mod counts;
 mod fifo;
 mod flows;
 mod fq_codel;
+mod options;
 mod pool;
 mod random;
 mod sfq;
 mod spec;
+mod tbf;
+mod tc_args;
 
 use crate::CheckError;
 use alloc::vec::Vec;
@@ -34,17 +39,21 @@ pub use cake::{
     AckFilter, AtmMode, CakeConfig, CakeSpec, CakeStats, CakeTinStats, DiffservMode, FlowMode,
     TcpAck,
 };
+pub use options::{LeafOption, OptionValue};
 pub use pool::PacketPool;
 pub use spec::{
     DEFAULT_PSCHED_MTU, DEFAULT_TXQUEUELEN, FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec,
     LeafConfig, LeafError, LeafKind, LeafSpec, SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec,
 };
+pub use tbf::{TbfConfig, TbfError, TbfSpec};
+pub use tc_args::TcArgs;
 
 use self::cake::{Cake, CakeStore};
 use self::fifo::Fifo;
 use self::flows::FlowTable;
 use self::fq_codel::FqCodel;
 use self::sfq::Sfq;
+use self::tbf::Tbf;
 use crate::Packet;
 use crate::time::Instant;
 
@@ -234,6 +243,7 @@ pub(crate) enum Leaf {
     Sfq(alloc::boxed::Box<Sfq>),
     FqCodel(alloc::boxed::Box<FqCodel>),
     Cake(alloc::boxed::Box<Cake>),
+    Tbf(alloc::boxed::Box<Tbf>),
 }
 
 impl Leaf {
@@ -255,6 +265,7 @@ impl Leaf {
             ))),
             LeafConfig::FqCodel(c) => Self::FqCodel(alloc::boxed::Box::new(FqCodel::new(c, key))),
             LeafConfig::Cake(c) => Self::Cake(alloc::boxed::Box::new(Cake::new(c, key, seed))),
+            LeafConfig::Tbf(c) => Self::Tbf(alloc::boxed::Box::new(Tbf::new(c, now.as_nanos()))),
         }
     }
 
@@ -292,6 +303,7 @@ impl Leaf {
             Self::Sfq(q) => q.enqueue(store, packet, now),
             Self::FqCodel(q) => q.enqueue(store, packet, now),
             Self::Cake(q) => q.enqueue(store, packet, now),
+            Self::Tbf(q) => q.enqueue(&mut store.packets, packet, now),
         }
     }
 
@@ -310,6 +322,7 @@ impl Leaf {
             Self::Sfq(q) => q.dequeue(store, now.as_nanos()),
             Self::FqCodel(q) => q.dequeue(store, now.as_nanos()),
             Self::Cake(q) => q.dequeue(store, now.as_nanos()),
+            Self::Tbf(q) => q.dequeue(&mut store.packets, now.as_nanos()),
         }
     }
 
@@ -322,6 +335,7 @@ impl Leaf {
             Self::Sfq(q) => q.counts.len,
             Self::FqCodel(q) => q.counts.len,
             Self::Cake(q) => q.counts.len,
+            Self::Tbf(q) => q.len(),
         }
     }
 
@@ -340,6 +354,7 @@ impl Leaf {
             Self::Sfq(q) => q.counts.backlog,
             Self::FqCodel(q) => q.counts.backlog,
             Self::Cake(q) => q.counts.backlog,
+            Self::Tbf(q) => q.backlog(),
         }
     }
 
@@ -351,6 +366,7 @@ impl Leaf {
             Self::Sfq(q) => q.purge(store, &mut out),
             Self::FqCodel(q) => q.purge(store, &mut out),
             Self::Cake(q) => q.purge(store, &mut out),
+            Self::Tbf(q) => q.purge(&mut store.packets, &mut out),
         }
     }
 
@@ -373,6 +389,7 @@ impl Leaf {
                 q.reconfigure(store, c, now.as_nanos());
             }
             (Self::Cake(q), LeafConfig::Cake(c)) => q.reconfigure(store, c, now.as_nanos()),
+            (Self::Tbf(q), LeafConfig::Tbf(c)) => q.reconfigure(c, now.as_nanos()),
             _ => return false,
         }
         true
@@ -388,6 +405,7 @@ impl Leaf {
             Self::Sfq(q) => LeafConfig::Sfq(q.config()),
             Self::FqCodel(q) => LeafConfig::FqCodel(q.config()),
             Self::Cake(q) => LeafConfig::Cake(q.config()),
+            Self::Tbf(q) => LeafConfig::Tbf(q.config()),
         }
     }
 
@@ -410,6 +428,7 @@ impl Leaf {
             Self::Sfq(q) => q.check(store),
             Self::FqCodel(q) => q.check(store),
             Self::Cake(q) => q.check(store),
+            Self::Tbf(q) => q.check(&store.packets).map(|()| 0),
         }
     }
 
@@ -425,7 +444,7 @@ impl Leaf {
                 LeafConfig::FqCodel(c) => Some(fq_codel::bucket(hash, c.flows)),
                 _ => None,
             },
-            Self::Vacant | Self::Fifo(_) | Self::Cake(_) => None,
+            Self::Vacant | Self::Fifo(_) | Self::Cake(_) | Self::Tbf(_) => None,
         }
     }
 
@@ -444,6 +463,7 @@ impl Leaf {
             Self::Vacant => (0, None, None),
             Self::Fifo(q) => (q.drops(), None, None),
             Self::Sfq(q) => (q.counts.drops, None, None),
+            Self::Tbf(q) => (q.drops(), None, None),
             Self::FqCodel(q) => (q.counts.drops, Some(q.stats()), None),
             Self::Cake(q) => (
                 q.counts.drops,
@@ -462,10 +482,11 @@ impl Leaf {
     }
 
     /// When a leaf that returned nothing from [`dequeue`](Self::dequeue) while holding packets
-    /// may send again (`cake`'s shaper); `None` for the work-conserving leaves.
+    /// may send again (`cake`'s shaper, `tbf`'s bucket); `None` for the work-conserving leaves.
     pub(crate) fn throttled_until(&self) -> Option<Instant> {
         match self {
             Self::Cake(q) => q.throttled_until().map(Instant::from_nanos),
+            Self::Tbf(q) => q.throttled_until().map(Instant::from_nanos),
             _ => None,
         }
     }

@@ -5,6 +5,9 @@
 use core::fmt;
 
 use super::cake::{CakeConfig, CakeSpec};
+use super::options::{LeafOption, OptionValue};
+use super::tbf::{TbfConfig, TbfError, TbfSpec};
+use super::tc_args::{TcArgs, option};
 use crate::time::Duration;
 
 /// The kernel's default `txqueuelen`, which sizes `pfifo` and `bfifo` without a limit.
@@ -18,6 +21,11 @@ pub const SFQ_MAX_DEPTH: u32 = 127;
 pub const SFQ_MAX_FLOWS: u32 = 0x10000 - SFQ_MAX_DEPTH - 1;
 /// Largest `fq_codel` quantum (`FQ_CODEL_QUANTUM_MAX`).
 pub const FQ_CODEL_QUANTUM_MAX: u32 = 1 << 20;
+
+/// `pfifo`'s option: its limit in packets.
+const PFIFO_OPTIONS: [LeafOption; 1] = [LeafOption::new("limit", OptionValue::Packets)];
+/// `bfifo`'s option: its limit in bytes.
+const BFIFO_OPTIONS: [LeafOption; 1] = [LeafOption::new("limit", OptionValue::Size)];
 
 /// A leaf qdisc kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,9 +45,22 @@ pub enum LeafKind {
     FqCodel,
     /// `cake`: tins, host-fair flow queueing with COBALT, an ACK filter, its own shaper.
     Cake,
+    /// `tbf`: a token bucket in front of a byte-limited fifo.
+    Tbf,
 }
 
 impl LeafKind {
+    /// Every kind, in the order lists of them are written (usage texts, refusals): what a
+    /// registry of kinds iterates, so that a list of names is never kept by hand.
+    pub const ALL: [Self; 6] = [
+        Self::Pfifo,
+        Self::Bfifo,
+        Self::Sfq,
+        Self::FqCodel,
+        Self::Cake,
+        Self::Tbf,
+    ];
+
     /// tc's name.
     #[must_use]
     pub fn name(self) -> &'static str {
@@ -49,20 +70,55 @@ impl LeafKind {
             Self::Sfq => "sfq",
             Self::FqCodel => "fq_codel",
             Self::Cake => "cake",
+            Self::Tbf => "tbf",
         }
     }
 
     /// The kind named `name` (tc's names).
     #[must_use]
     pub fn from_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "pfifo" => Self::Pfifo,
-            "bfifo" => Self::Bfifo,
-            "sfq" => Self::Sfq,
-            "fq_codel" => Self::FqCodel,
-            "cake" => Self::Cake,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Its options: each field of its spec, named as the spec's serde form names it.
+    #[must_use]
+    pub fn options(self) -> &'static [LeafOption] {
+        match self {
+            Self::Pfifo => &PFIFO_OPTIONS,
+            Self::Bfifo => &BFIFO_OPTIONS,
+            Self::Sfq => &SfqSpec::OPTIONS,
+            Self::FqCodel => &FqCodelSpec::OPTIONS,
+            Self::Cake => &CakeSpec::OPTIONS,
+            Self::Tbf => &TbfSpec::OPTIONS,
+        }
+    }
+
+    /// The option that limits its queue in bytes, for a kind without a packet limit (`bfifo`'s
+    /// `limit`, `cake`'s `memlimit`): what to say to one who gives it a packet count.
+    #[must_use]
+    pub fn byte_limit(self) -> Option<&'static str> {
+        let options = self.options();
+        if options.iter().any(|o| o.value == OptionValue::Packets) {
+            return None;
+        }
+        options
+            .iter()
+            .find(|o| o.value == OptionValue::Size && o.name.ends_with("limit"))
+            .map(|o| o.name)
+    }
+
+    /// The names of every kind, `sep` between them and `last` before the last (`"pfifo,
+    /// bfifo, … or cake"`), for messages that list what is supported.
+    #[must_use]
+    pub fn list(sep: &str, last: &str) -> alloc::string::String {
+        let mut out = alloc::string::String::new();
+        for (i, kind) in Self::ALL.iter().enumerate() {
+            if i > 0 {
+                out.push_str(if i + 1 == Self::ALL.len() { last } else { sep });
+            }
+            out.push_str(kind.name());
+        }
+        out
     }
 }
 
@@ -107,6 +163,21 @@ pub struct FqCodelSpec {
     pub drop_batch: Option<u32>,
 }
 
+impl FqCodelSpec {
+    /// Its options (fields), for readers of text.
+    pub const OPTIONS: [LeafOption; 9] = [
+        LeafOption::new("limit", OptionValue::Packets),
+        LeafOption::new("flows", OptionValue::Count),
+        LeafOption::new("target", OptionValue::Time),
+        LeafOption::new("interval", OptionValue::Time),
+        LeafOption::new("quantum", OptionValue::Size),
+        LeafOption::new("ecn", OptionValue::Flag),
+        LeafOption::new("ce_threshold", OptionValue::Time),
+        LeafOption::new("memory_limit", OptionValue::Size),
+        LeafOption::new("drop_batch", OptionValue::Count),
+    ];
+}
+
 /// `sfq`'s options (`tc qdisc … sfq [limit N] [perturb SECS] [quantum BYTES] [divisor N]
 /// [flows N] [depth N] [headdrop]`).
 #[cfg_attr(
@@ -130,6 +201,19 @@ pub struct SfqSpec {
     pub depth: Option<u32>,
     /// Drop from the head of a full flow instead of refusing the new packet.
     pub headdrop: bool,
+}
+
+impl SfqSpec {
+    /// Its options (fields), for readers of text.
+    pub const OPTIONS: [LeafOption; 7] = [
+        LeafOption::new("limit", OptionValue::Packets),
+        LeafOption::new("quantum", OptionValue::Size),
+        LeafOption::new("perturb", OptionValue::Count),
+        LeafOption::new("divisor", OptionValue::Count),
+        LeafOption::new("flows", OptionValue::Count),
+        LeafOption::new("depth", OptionValue::Count),
+        LeafOption::new("headdrop", OptionValue::Flag),
+    ];
 }
 
 /// A leaf qdisc as asked for.
@@ -156,6 +240,8 @@ pub enum LeafSpec {
     FqCodel(FqCodelSpec),
     /// `cake …`.
     Cake(CakeSpec),
+    /// `tbf rate R burst B (limit L | latency T) [peakrate P mtu M]`.
+    Tbf(TbfSpec),
 }
 
 impl Default for LeafSpec {
@@ -230,6 +316,27 @@ pub struct SfqConfig {
     pub headdrop: bool,
 }
 
+impl SfqConfig {
+    /// These parameters as a spec that resolves back to exactly them.
+    #[must_use]
+    pub fn to_spec(&self) -> SfqSpec {
+        // A given limit is capped at depth × flows and caps flows, and a given divisor caps
+        // flows: a config outside those bounds can only come from leaving that option out (at
+        // its default), so it is left out again.
+        SfqSpec {
+            limit: (self.flows <= self.limit
+                && self.limit <= self.depth.saturating_mul(self.flows))
+            .then_some(self.limit),
+            quantum: Some(self.quantum),
+            perturb: Some(self.perturb),
+            divisor: (self.flows <= self.divisor).then_some(self.divisor),
+            flows: Some(self.flows),
+            depth: Some(self.depth),
+            headdrop: self.headdrop,
+        }
+    }
+}
+
 // A struct literal of defaults, the same shape as `SchedulerConfig`'s `Default`, which
 // `duplicates` lists as a pair: the values are sfq's own.
 impl Default for SfqConfig {
@@ -271,6 +378,8 @@ pub enum LeafConfig {
     FqCodel(FqCodelConfig),
     /// `cake`.
     Cake(CakeConfig),
+    /// `tbf`.
+    Tbf(TbfConfig),
 }
 
 impl Default for LeafConfig {
@@ -307,6 +416,8 @@ pub enum LeafError {
     SfqDivisor(u32),
     /// `sfq quantum` too large for the kernel's 16-bit credits.
     SfqQuantum(u32),
+    /// A `tbf` tc or the kernel refuses.
+    Tbf(TbfError),
 }
 
 impl fmt::Display for LeafError {
@@ -327,6 +438,7 @@ impl fmt::Display for LeafError {
                 write!(f, "sfq: divisor {d} is not a power of two up to 65536")
             }
             Self::SfqQuantum(q) => write!(f, "sfq: quantum {q} is above 262136"),
+            Self::Tbf(e) => e.fmt(f),
         }
     }
 }
@@ -343,6 +455,7 @@ impl LeafSpec {
             Self::Sfq(_) => LeafKind::Sfq,
             Self::FqCodel(_) => LeafKind::FqCodel,
             Self::Cake(_) => LeafKind::Cake,
+            Self::Tbf(_) => LeafKind::Tbf,
         }
     }
 
@@ -351,6 +464,10 @@ impl LeafSpec {
     /// # Errors
     /// [`LeafError`] for values the kernel refuses.
     pub fn resolve(&self) -> Result<LeafConfig, LeafError> {
+        // tbf has no defaults to start from: its spec is whole or refused.
+        if let Self::Tbf(s) = self {
+            return s.resolve().map(LeafConfig::Tbf).map_err(LeafError::Tbf);
+        }
         let base = match self.kind() {
             LeafKind::Pfifo => LeafConfig::Pfifo {
                 limit: DEFAULT_TXQUEUELEN,
@@ -361,6 +478,7 @@ impl LeafSpec {
             LeafKind::Sfq => LeafConfig::Sfq(SfqConfig::default()),
             LeafKind::FqCodel => LeafConfig::FqCodel(FqCodelConfig::default()),
             LeafKind::Cake => LeafConfig::Cake(CakeConfig::default()),
+            LeafKind::Tbf => return Err(LeafError::Tbf(TbfError::Needs("rate"))),
         };
         self.apply(&base, true)
     }
@@ -394,6 +512,8 @@ impl LeafSpec {
             }
             (Self::Sfq(s), LeafConfig::Sfq(base)) => LeafConfig::Sfq(sfq(s, base)?),
             (Self::Cake(s), LeafConfig::Cake(base)) => LeafConfig::Cake(s.apply(base)),
+            // tc sends tbf's whole block: a change is a new configuration.
+            (Self::Tbf(s), _) => LeafConfig::Tbf(s.resolve().map_err(LeafError::Tbf)?),
             _ => return self.resolve(),
         })
     }
@@ -509,6 +629,7 @@ impl LeafConfig {
             Self::Sfq(_) => LeafKind::Sfq,
             Self::FqCodel(_) => LeafKind::FqCodel,
             Self::Cake(_) => LeafKind::Cake,
+            Self::Tbf(_) => LeafKind::Tbf,
         }
     }
 
@@ -518,20 +639,7 @@ impl LeafConfig {
         match *self {
             Self::Pfifo { limit } => LeafSpec::Pfifo { limit: Some(limit) },
             Self::Bfifo { limit } => LeafSpec::Bfifo { limit: Some(limit) },
-            // A given limit is capped at depth × flows and caps flows, and a given divisor caps
-            // flows: a config outside those bounds can only come from leaving that option out
-            // (at its default), so it is left out again, and the spec resolves back to
-            // exactly this config.
-            Self::Sfq(c) => LeafSpec::Sfq(SfqSpec {
-                limit: (c.flows <= c.limit && c.limit <= c.depth.saturating_mul(c.flows))
-                    .then_some(c.limit),
-                quantum: Some(c.quantum),
-                perturb: Some(c.perturb),
-                divisor: (c.flows <= c.divisor).then_some(c.divisor),
-                flows: Some(c.flows),
-                depth: Some(c.depth),
-                headdrop: c.headdrop,
-            }),
+            Self::Sfq(c) => LeafSpec::Sfq(c.to_spec()),
             Self::FqCodel(c) => LeafSpec::FqCodel(FqCodelSpec {
                 limit: Some(c.limit),
                 flows: Some(c.flows),
@@ -544,6 +652,48 @@ impl LeafConfig {
                 drop_batch: Some(c.drop_batch),
             }),
             Self::Cake(c) => LeafSpec::Cake(c.to_spec()),
+            Self::Tbf(c) => LeafSpec::Tbf(c.to_spec()),
+        }
+    }
+
+    /// Its options as tc's command line takes them, every one given (a space before each):
+    /// `htbd --print-tc` writes them after the kind's name.
+    #[must_use]
+    pub fn tc_args(&self) -> TcArgs<'_> {
+        TcArgs(self)
+    }
+
+    /// [`tc_args`](Self::tc_args), each kind's own words.
+    pub(super) fn write_tc_args(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Pfifo { limit } | Self::Bfifo { limit } => write!(f, " limit {limit}"),
+            // The spec leaves out what sfq_change would have capped: the same config back.
+            Self::Sfq(c) => {
+                let s = c.to_spec();
+                option(f, "limit", s.limit)?;
+                option(f, "quantum", s.quantum)?;
+                option(f, "depth", s.depth)?;
+                option(f, "divisor", s.divisor)?;
+                option(f, "flows", s.flows)?;
+                option(f, "perturb", s.perturb.filter(|&p| p != 0))?;
+                if s.headdrop {
+                    f.write_str(" headdrop")?;
+                }
+                Ok(())
+            }
+            Self::FqCodel(c) => {
+                write!(f, " limit {} flows {}", c.limit, c.flows)?;
+                write!(f, " target {} interval {}", c.target, c.interval)?;
+                option(f, "ce_threshold", c.ce_threshold)?;
+                write!(
+                    f,
+                    " quantum {} memory_limit {} drop_batch {}",
+                    c.quantum, c.memory_limit, c.drop_batch
+                )?;
+                f.write_str(if c.ecn { " ecn" } else { " noecn" })
+            }
+            Self::Cake(c) => c.write_tc_args(f),
+            Self::Tbf(c) => c.write_tc_args(f),
         }
     }
 
@@ -558,6 +708,8 @@ impl LeafConfig {
             Self::FqCodel(c) => c.limit,
             // Its byte limit, or tc's packet limit with an MTU each.
             Self::Cake(_) => 10_240,
+            // Its byte limit over 64-byte frames, as bfifo.
+            Self::Tbf(c) => c.limit / 64,
         }
     }
 }
@@ -565,6 +717,20 @@ impl LeafConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_is_listed_once_and_named_back() {
+        for (i, kind) in LeafKind::ALL.into_iter().enumerate() {
+            // `kind as usize` counts the variants: a kind left out of `ALL` shifts the rest.
+            assert_eq!(kind as usize, i, "{kind}");
+            assert_eq!(LeafKind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(LeafKind::from_name("red"), None);
+        assert_eq!(
+            LeafKind::list(", ", " or "),
+            "pfifo, bfifo, sfq, fq_codel, cake or tbf"
+        );
+    }
 
     #[test]
     fn defaults_are_the_kernels() {

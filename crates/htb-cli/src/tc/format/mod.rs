@@ -1,11 +1,9 @@
 //! tc's output: the text iproute2 6.1 prints and its JSON keys under `-j`, one printer per
-//! object as iproute2 has them — `qdisc` (HTB's `htb_print_opt`, and the leaf qdiscs' in
-//! `leaf`), `mq`, `class`, `filter`.
+//! object as iproute2 has them — `qdisc` (HTB's `htb_print_opt`; the leaf qdiscs' own are
+//! their kinds', in module `qdiscs`), `mq`, `class`, `filter`.
 
-mod cake;
 mod class;
 mod filter;
-mod leaf;
 mod mq;
 mod qdisc;
 mod stab;

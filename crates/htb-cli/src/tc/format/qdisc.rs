@@ -7,7 +7,8 @@ use htb_core::ClassId;
 use htb_ipc::{IngressInfo, LeafQdiscInfo, QdiscInfo, Shown};
 use serde_json::{Map, Value, json};
 
-use super::{Style, counters_json, json_text, leaf, mq, queue_json, sent_lines, stab};
+use super::{Style, counters_json, json_text, mq, queue_json, sent_lines, stab};
+use crate::tc::qdiscs;
 
 /// The leaf qdiscs of HTB qdisc `q`'s classes.
 fn leaves_of<'a>(
@@ -183,7 +184,7 @@ fn leaf_text(out: &mut String, l: &LeafQdiscInfo, style: Style) {
         }
         None => out.push_str("root "),
     }
-    let _ = writeln!(out, "{}", leaf::options_text(&l.config, style.details));
+    let _ = writeln!(out, "{}", qdiscs::options_text(&l.config, style.details));
     if let Some(s) = l.stab.as_ref().filter(|_| style.details) {
         stab::text(out, s);
     }
@@ -198,7 +199,7 @@ fn leaf_text(out: &mut String, l: &LeafQdiscInfo, style: Style) {
             ],
             [s.queue.backlog_bytes, s.queue.backlog_packets],
         );
-        out.push_str(&leaf::xstats_text(s));
+        out.push_str(&qdiscs::xstats_text(s));
     }
 }
 
@@ -215,7 +216,7 @@ fn leaf_json(l: &LeafQdiscInfo, style: Style) -> Value {
     };
     o.insert(
         "options".into(),
-        leaf::options_json(&l.config, style.details),
+        qdiscs::options_json(&l.config, style.details),
     );
     if let Some(s) = l.stab.as_ref().filter(|_| style.details) {
         stab::json(&mut o, s);
@@ -233,7 +234,7 @@ fn leaf_json(l: &LeafQdiscInfo, style: Style) -> Value {
                 s.queue.backlog_packets,
             ],
         );
-        leaf::xstats_json(s, &mut o);
+        qdiscs::xstats_json(s, &mut o);
     }
     Value::Object(o)
 }
