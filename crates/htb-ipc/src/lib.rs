@@ -1416,6 +1416,28 @@ mod tests {
         }
     }
 
+    /// A `filter add` as htb-cli 0.1 sent it, every match field given: it reads, says the
+    /// same in words, and is written back byte for byte (older clients keep working).
+    #[test]
+    fn todays_filter_add_request_reads_and_writes_back_the_same() {
+        let text = r#"{"version":1,"request":{"type":"apply","commands":[{"op":"filter_add","dev":"r2","parent":"1:","protocol":"ip","prio":5,"kind":"u32","handle":"0x80000801","matcher":{"src":"10.1.0.0/16","dst":"192.168.2.0/24","proto":17,"sport":[4096,8191],"dport":[53,53],"dscp":10,"vlan":7,"raw":[{"at":0,"mask":251658240,"value":83886080},{"at":12,"nexthdr":true,"mask":65280,"value":4608}]},"class":"1:30"},{"op":"class_add","dev":"r2","id":"1:30","parent":"1:1","rate":2000000,"ceil":40000000}]}}"#;
+        let request: Request = serde_json::from_str(text).unwrap();
+        let RequestBody::Apply { commands } = &request.request else {
+            panic!("{request:?}")
+        };
+        let [Command::FilterAdd(f), Command::ClassAdd(c)] = commands.as_slice() else {
+            panic!("{commands:?}")
+        };
+        assert_eq!((commands[0].dev(), commands[1].dev()), ("r2", "r2"));
+        assert_eq!(
+            f.matcher.words().to_string(),
+            "src 10.1.0.0/16 dst 192.168.2.0/24 proto 17 sport 4096-8191 dport 53 dscp 10 vlan 7 2 u32 keys"
+        );
+        assert_eq!(f.class, Some(ClassId::new(1, 0x30)));
+        assert_eq!(serde_json::to_string(&c.rate).unwrap(), "2000000");
+        assert_eq!(serde_json::to_string(&request).unwrap(), text);
+    }
+
     /// A show without a page reads as before (the whole list); one with a page round-trips,
     /// and a reply says where the next page starts only when one follows.
     #[test]

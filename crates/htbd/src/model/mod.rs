@@ -730,4 +730,6 @@ pub fn default_burst_time() -> Duration {
 #[cfg(test)]
 mod ingress_tests;
 #[cfg(test)]
+mod saved_forms;
+#[cfg(test)]
 mod tests;
