@@ -17,7 +17,7 @@ use htb_ipc::{
     QdiscSpec,
 };
 
-use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, match_spec};
+use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, on_wire};
 use crate::{InterfaceTree, InterfaceTrees};
 
 fn refuse(message: String) -> IpcError {
@@ -490,7 +490,7 @@ fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
         prio: Some(f.prio),
         kind: f.kind,
         handle: Some(FilterHandle(f.handle)),
-        matcher: match_spec(&f.matcher),
+        matcher: on_wire(&f.matcher),
         class: f.class,
         hashing: f.hashing(),
         police: f.police.as_ref().map(|p| Box::new(*p.config())),

@@ -313,12 +313,15 @@ impl Running {
                     Direction::Upload if m.dst.is_none() => m.src?,
                     _ => return None,
                 };
-                let bare = htb_ipc::MatchSpec {
+                // Nothing but the address (the family is the filter's protocol).
+                let bare = htb_ipc::Match {
                     src: None,
                     dst: None,
-                    ..m.clone()
+                    family: None,
+                    arp: false,
+                    ..*m
                 };
-                if bare != htb_ipc::MatchSpec::default() {
+                if !bare.is_empty() {
                     return None;
                 }
                 let class = f.class?;
@@ -927,7 +930,7 @@ fn sqm_config(sqm: &str) -> Option<LeafConfig> {
 
 #[cfg(test)]
 mod tests {
-    use htb_ipc::{Command, LinkLayer, MatchSpec, Protocol};
+    use htb_ipc::{Command, LinkLayer, Match, Protocol};
 
     use super::super::circuits::group;
     use super::super::shaped_devices::read;
@@ -999,9 +1002,9 @@ mod tests {
                         kind: FilterKind::U32,
                         handle: FilterHandle(0x8000_0800),
                         class: Some(ClassId::new(1, 0xa)),
-                        matcher: MatchSpec {
+                        matcher: Match {
                             dst: Some("10.9.9.9/32".parse().unwrap()),
-                            ..MatchSpec::default()
+                            ..Match::default()
                         },
                         hashing: htb_ipc::U32Hashing::default(),
                     }],
@@ -1194,7 +1197,7 @@ mod tests {
             kind: FilterKind::U32,
             handle,
             class: None,
-            matcher: MatchSpec::default(),
+            matcher: Match::default(),
             hashing: htb_ipc::U32Hashing {
                 link: Some(link),
                 hashkey: Some(htb_ipc::HashKey { mask, at: 16 }),
