@@ -43,8 +43,10 @@ pub use htb_classify::{
     U32Handle, U32HandleError,
 };
 pub use htb_config::label::{ClassLabel, Device, LabelError, LabelFields, LabelText, MacAddr};
+/// Rates are the core's type, a number of bit/s on the wire.
 pub use htb_core::{
-    CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec, Warning,
+    CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, Rate, SizeSpec,
+    Warning,
 };
 pub use protocol::{Protocol, UnknownProtocol};
 use serde::de::DeserializeOwned;
@@ -440,10 +442,10 @@ pub struct ClassInfo {
     pub prio: u8,
     /// DRR quantum in bytes.
     pub quantum: u32,
-    /// Rate in bit/s.
-    pub rate: u64,
-    /// Ceil in bit/s.
-    pub ceil: u64,
+    /// Rate (bit/s on the wire, as it always was).
+    pub rate: Rate,
+    /// Ceil.
+    pub ceil: Rate,
     /// Burst in bytes.
     pub burst: u64,
     /// Cburst in bytes.
@@ -797,11 +799,11 @@ pub struct ClassSpec {
         deserialize_with = "parent_or_root"
     )]
     pub parent: Option<ClassId>,
-    /// Rate in bit/s (required).
-    pub rate: u64,
-    /// Ceil in bit/s.
+    /// Rate (required; bit/s on the wire, as it always was).
+    pub rate: Rate,
+    /// Ceil.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ceil: Option<u64>,
+    pub ceil: Option<Rate>,
     /// Burst in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
@@ -1420,8 +1422,8 @@ mod tests {
                     dev: "r2".into(),
                     id: ClassId::new(1, 0x10),
                     parent: Some(ClassId::new(1, 1)),
-                    rate: 20_000_000,
-                    ceil: Some(100_000_000),
+                    rate: Rate::from_mbit(20),
+                    ceil: Some(Rate::from_mbit(100)),
                     ..ClassSpec::default()
                 }),
                 Command::FilterDelete(FilterDelete {

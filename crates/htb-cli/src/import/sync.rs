@@ -719,7 +719,7 @@ fn port_batch(
                 }
             }
             Some(have) => {
-                if (have.rate, have.ceil) != (w.rate, w.ceil) {
+                if (have.rate.bits_per_sec(), have.ceil.bits_per_sec()) != (w.rate, w.ceil) {
                     out.line(w.origin.clone(), format_args!("{}", class_line("change")));
                     out.changes.changed += 1;
                 }
@@ -965,8 +965,8 @@ mod tests {
             leaf: true,
             prio: 0,
             quantum: 1514,
-            rate,
-            ceil,
+            rate: htb_core::Rate::from_bits_per_sec(rate),
+            ceil: htb_core::Rate::from_bits_per_sec(ceil),
             burst: 1600,
             cburst: 1600,
             buffer_ns: 0,
@@ -1035,8 +1035,8 @@ mod tests {
                     r.classes.push(class(
                         &c.id.to_string(),
                         Some(&parent.to_string()),
-                        c.rate,
-                        c.ceil.unwrap(),
+                        c.rate.bits_per_sec(),
+                        c.ceil.unwrap().bits_per_sec(),
                     ));
                 }
                 Command::ClassChange(c) => {

@@ -314,7 +314,7 @@ pub fn parse_batch(text: &str) -> std::result::Result<Vec<(usize, Action)>, (usi
 mod tests {
     use super::*;
     use htb_core::{LeafKind, LeafSpec};
-    use htb_ipc::{Command, LeafQdiscSpec, Match, Object, PortRange, QdiscSpec, Show};
+    use htb_ipc::{Command, LeafQdiscSpec, Match, Object, PortRange, QdiscSpec, Rate, Show};
 
     fn words(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_owned).collect()
@@ -422,7 +422,12 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            (c.id, c.parent, c.rate, c.ceil),
+            (
+                c.id,
+                c.parent,
+                c.rate.bits_per_sec(),
+                c.ceil.map(Rate::bits_per_sec)
+            ),
             (
                 htb_core::ClassId::new(1, 0x20),
                 Some(htb_core::ClassId::new(1, 0)),
@@ -435,7 +440,7 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((c.mtu, c.rate), (Some(9000), 500_000_000));
+        assert_eq!((c.mtu, c.rate), (Some(9000), Rate::from_mbit(500)));
         let inv = parse_command_line(&words("-s class show dev D")).unwrap();
         assert!(inv.options.stats);
         assert_eq!(
@@ -984,7 +989,7 @@ mod tests {
             assert_eq!(
                 (p.rate, p.burst, p.exceed),
                 (
-                    Some(htb_core::Rate::from_kbit(2048)),
+                    Some(Rate::from_kbit(2048)),
                     10 * 1024,
                     htb_ipc::ControlAction::Drop
                 ),

@@ -40,7 +40,7 @@ fn class(op: fn(WireClass) -> Command, id: &str, parent: &str, mbit: u64) -> Com
         dev: "r2".into(),
         id: id.parse().unwrap(),
         parent: Some(parent.parse().unwrap()),
-        rate: mbit * 1_000_000,
+        rate: Rate::from_mbit(mbit),
         ..WireClass::default()
     })
 }
@@ -214,8 +214,8 @@ fn the_state_file_round_trips_through_the_config_parser() {
         dev: "r2".into(),
         id: "1:20".parse().unwrap(),
         parent: Some("1:1".parse().unwrap()),
-        rate: 1_234_567_891,
-        ceil: Some(2_000_000_001),
+        rate: Rate::from_bits_per_sec(1_234_567_891),
+        ceil: Some(Rate::from_bits_per_sec(2_000_000_001)),
         burst: Some(15_000),
         prio: Some(3),
         quantum: Some(3000),
