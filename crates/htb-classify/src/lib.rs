@@ -25,9 +25,11 @@ mod packet;
 mod police;
 mod raw_key;
 mod u32_handle;
+#[cfg(feature = "serde")]
+mod wire;
 
 pub use classifier::{Classifier, Filter, Verdict};
-pub use matcher::{Family, IpPrefix, Match, ParseError, PortRange};
+pub use matcher::{Family, IpPrefix, Match, MatchError, ParseError, PortRange, Words};
 pub use packet::PacketInfo;
 pub use police::{ControlAction, Police, PoliceConfig, PoliceError, PoliceStats, Policer};
 pub use raw_key::{Headers, MAX_RAW_KEYS, RawKey, RawKeys};

@@ -8,7 +8,7 @@ use core::net::IpAddr;
 use core::str::FromStr;
 
 use crate::packet::PacketInfo;
-use crate::raw_key::{Headers, RawKeys};
+use crate::raw_key::{Headers, MAX_RAW_KEYS, RawKeys};
 
 /// An IP version a filter is restricted to (tc's `protocol ip` / `protocol ipv6`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,6 +68,35 @@ impl fmt::Display for ParseError {
 }
 
 impl core::error::Error for ParseError {}
+
+/// A match field the classifier cannot hold, as a filter's match is read from the control
+/// socket or htbd's journal (each names the field and why).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MatchError {
+    /// DSCP is the top 6 bits of the traffic class.
+    #[error("dscp {0}: must be 0 to 63 (6 bits)")]
+    Dscp(u8),
+    /// A VLAN id is 12 bits and 4095 is reserved (IEEE 802.1Q).
+    #[error("vlan {0}: must be 0 to 4094")]
+    Vlan(u16),
+    /// A port range whose first port is above its last matches nothing.
+    #[error("{field} {first}-{last}: an empty port range (first above last)")]
+    EmptyPorts {
+        /// `sport` or `dport`.
+        field: &'static str,
+        /// First port.
+        first: u16,
+        /// Last port.
+        last: u16,
+    },
+    /// A u32 key's offset beyond what a key holds.
+    #[error("raw: u32 key at {0}: offsets stop at 65535")]
+    KeyOffset(u32),
+    /// More general keys than a filter holds inline.
+    #[error("raw: {0} u32 keys at offsets: a filter holds at most {MAX_RAW_KEYS}")]
+    TooManyKeys(usize),
+}
 
 /// An address prefix, `10.0.0.0/8` or `2001:db8::/32`; a bare address is a host prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -297,6 +326,20 @@ fn equal<T: PartialEq>(a: T, b: T) -> Option<T> {
 }
 
 impl Match {
+    /// The highest DSCP (6 bits).
+    pub const MAX_DSCP: u8 = 63;
+    /// The highest VLAN id (12 bits; 4095 is reserved).
+    pub const MAX_VLAN: u16 = 4094;
+
+    /// In words, as `htb-cli explain` and the console say it: `dst 10.0.3.7/32 proto 6 dport
+    /// 443` (`everything` for an empty match). Unlike [`Display`](fmt::Display), which
+    /// writes every key, it leaves out the family (the filter's protocol says it) and counts
+    /// the u32 keys rather than listing them.
+    #[must_use]
+    pub fn words(&self) -> Words<'_> {
+        Words(self)
+    }
+
     /// Whether `p` matches every field key of this match (a key the packet lacks never
     /// matches); the general keys need the packet's bytes: [`matches_headers`](Self::matches_headers).
     #[must_use]
@@ -420,6 +463,46 @@ impl Match {
     }
 }
 
+/// [`Match::words`]: a match in words.
+#[derive(Clone, Copy, Debug)]
+pub struct Words<'a>(&'a Match);
+
+impl fmt::Display for Words<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        let mut parts = Vec::new();
+        if let Some(p) = m.src {
+            parts.push(format!("src {p}"));
+        }
+        if let Some(p) = m.dst {
+            parts.push(format!("dst {p}"));
+        }
+        if let Some(p) = m.proto {
+            parts.push(format!("proto {p}"));
+        }
+        if let Some(r) = m.sport {
+            parts.push(format!("sport {r}"));
+        }
+        if let Some(r) = m.dport {
+            parts.push(format!("dport {r}"));
+        }
+        if let Some(d) = m.dscp {
+            parts.push(format!("dscp {d}"));
+        }
+        if let Some(v) = m.vlan {
+            parts.push(format!("vlan {v}"));
+        }
+        if !m.raw.is_empty() {
+            parts.push(format!("{} u32 keys", m.raw.as_slice().len()));
+        }
+        if parts.is_empty() {
+            f.write_str("everything")
+        } else {
+            f.write_str(&parts.join(" "))
+        }
+    }
+}
+
 impl fmt::Display for Match {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
@@ -476,6 +559,35 @@ mod tests {
             value: value << 8,
         }])
         .unwrap()
+    }
+
+    /// In words as `htb-cli explain` and the console have always said it: no family, the u32
+    /// keys counted, `everything` for an empty match.
+    #[test]
+    fn words_say_what_explain_says() {
+        let m = Match {
+            family: Some(Family::V4),
+            src: Some("10.0.0.0/8".parse().unwrap()),
+            dst: Some("10.0.3.7".parse().unwrap()),
+            proto: Some(6),
+            sport: Some(PortRange {
+                first: 1024,
+                last: 2047,
+            }),
+            dport: Some(PortRange {
+                first: 443,
+                last: 443,
+            }),
+            dscp: Some(46),
+            vlan: Some(7),
+            raw: third_byte(1),
+            ..Match::default()
+        };
+        assert_eq!(
+            m.words().to_string(),
+            "src 10.0.0.0/8 dst 10.0.3.7/32 proto 6 sport 1024-2047 dport 443 dscp 46 vlan 7 1 u32 keys"
+        );
+        assert_eq!(Match::default().words().to_string(), "everything");
     }
 
     /// A key on the destination's third byte goes once a `/32` (or `/24`) fixes that byte,

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ClassId, MatchSpec};
+use crate::{ClassId, Match};
 
 /// What to explain: packets between `addr` and `peer` (each way), on `dev` or every port.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,7 +51,7 @@ pub enum Outcome {
         /// Its prio.
         prio: u32,
         /// What it matches.
-        matcher: MatchSpec,
+        matcher: Match,
         /// Its class.
         class: ClassId,
         /// It has a policer, which may drop the packet or pass it on to the next filter

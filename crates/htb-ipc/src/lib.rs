@@ -35,12 +35,18 @@ pub use filter_handle::{FilterHandle, FilterHandleError};
 pub use filter_kind::{FilterKind, UnknownFilterKind};
 pub use flows::{FlowEntry, FlowList, FlowStatus, FlowsQuery};
 pub use generation::{BadGeneration, Generation};
+/// A filter's match is the classifier's own, checked as it is read (`htb_classify`'s wire
+/// form: the JSON older versions sent, refused field by field when the classifier cannot hold
+/// it), so that htbd never validates one after the fact.
 pub use htb_classify::{
-    ControlAction, IpPrefix, PoliceConfig, PoliceStats, U32Handle, U32HandleError,
+    ControlAction, IpPrefix, Match, MatchError, PoliceConfig, PoliceStats, PortRange, RawKey,
+    U32Handle, U32HandleError,
 };
 pub use htb_config::label::{ClassLabel, Device, LabelError, LabelFields, LabelText, MacAddr};
+/// Rates are the core's type, a number of bit/s on the wire.
 pub use htb_core::{
-    CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, SizeSpec, Warning,
+    CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, Rate, SizeSpec,
+    Warning,
 };
 pub use protocol::{Protocol, UnknownProtocol};
 use serde::de::DeserializeOwned;
@@ -436,10 +442,10 @@ pub struct ClassInfo {
     pub prio: u8,
     /// DRR quantum in bytes.
     pub quantum: u32,
-    /// Rate in bit/s.
-    pub rate: u64,
-    /// Ceil in bit/s.
-    pub ceil: u64,
+    /// Rate (bit/s on the wire, as it always was).
+    pub rate: Rate,
+    /// Ceil.
+    pub ceil: Rate,
     /// Burst in bytes.
     pub burst: u64,
     /// Cburst in bytes.
@@ -521,8 +527,8 @@ pub struct FilterInfo {
     /// Target class; none for a u32 hash table or a link without a class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<ClassId>,
-    /// What it matches.
-    pub matcher: MatchSpec,
+    /// What it matches (the family is its `protocol`, not part of the match on the wire).
+    pub matcher: Match,
     /// u32's hash-table parts.
     #[serde(default, skip_serializing_if = "U32Hashing::is_empty")]
     pub hashing: U32Hashing,
@@ -583,98 +589,6 @@ impl U32Hashing {
     pub fn is_empty(&self) -> bool {
         *self == Self::default()
     }
-}
-
-/// The fields a filter can match; every one given must match.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MatchSpec {
-    /// Source prefix, `10.0.0.0/8`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub src: Option<IpPrefix>,
-    /// Destination prefix.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dst: Option<IpPrefix>,
-    /// IP protocol number.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub proto: Option<u8>,
-    /// Source ports, inclusive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sport: Option<(u16, u16)>,
-    /// Destination ports, inclusive.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dport: Option<(u16, u16)>,
-    /// DSCP, 0..63.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dscp: Option<u8>,
-    /// VLAN id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vlan: Option<u16>,
-    /// u32's general keys (words at offsets) that no field above expresses, at most four.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub raw: Vec<RawKeySpec>,
-}
-
-impl MatchSpec {
-    /// In words, as `htb-cli explain` and the console say it: `dst 10.0.3.7/32 proto 6 dport
-    /// 443` (`everything` for an empty match).
-    #[must_use]
-    pub fn words(&self) -> String {
-        let m = self;
-        let range = |(a, b): (u16, u16)| {
-            if a == b {
-                a.to_string()
-            } else {
-                format!("{a}-{b}")
-            }
-        };
-        let mut words = Vec::new();
-        if let Some(p) = m.src {
-            words.push(format!("src {}/{}", p.addr(), p.prefix_len()));
-        }
-        if let Some(p) = m.dst {
-            words.push(format!("dst {}/{}", p.addr(), p.prefix_len()));
-        }
-        if let Some(p) = m.proto {
-            words.push(format!("proto {p}"));
-        }
-        if let Some(r) = m.sport {
-            words.push(format!("sport {}", range(r)));
-        }
-        if let Some(r) = m.dport {
-            words.push(format!("dport {}", range(r)));
-        }
-        if let Some(d) = m.dscp {
-            words.push(format!("dscp {d}"));
-        }
-        if let Some(v) = m.vlan {
-            words.push(format!("vlan {v}"));
-        }
-        if !m.raw.is_empty() {
-            words.push(format!("{} u32 keys", m.raw.len()));
-        }
-        if words.is_empty() {
-            "everything".into()
-        } else {
-            words.join(" ")
-        }
-    }
-}
-
-/// One u32 key (`struct tc_u32_key`): the big-endian word at byte `at` of the network header
-/// (or, `nexthdr`, of the transport header), `word & mask == value`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawKeySpec {
-    /// Byte offset of the word.
-    pub at: u32,
-    /// From the transport header (`at nexthdr+N`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub nexthdr: bool,
-    /// The bits compared.
-    pub mask: u32,
-    /// Their value.
-    pub value: u32,
 }
 
 /// A change, as one line of tc's grammar says it.
@@ -885,11 +799,11 @@ pub struct ClassSpec {
         deserialize_with = "parent_or_root"
     )]
     pub parent: Option<ClassId>,
-    /// Rate in bit/s (required).
-    pub rate: u64,
-    /// Ceil in bit/s.
+    /// Rate (required; bit/s on the wire, as it always was).
+    pub rate: Rate,
+    /// Ceil.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ceil: Option<u64>,
+    pub ceil: Option<Rate>,
     /// Burst in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
@@ -956,8 +870,8 @@ pub struct FilterSpec {
     /// Explicit handle; `None`: assigned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<FilterHandle>,
-    /// What to match.
-    pub matcher: MatchSpec,
+    /// What to match (restricted to `protocol`'s family by htbd).
+    pub matcher: Match,
     /// Target class (`flowid`/`classid`; `:20` is of the filter's qdisc); none for a u32 hash
     /// table, a link without a class, an empty u32 filter (which only makes its prio exist, as
     /// tc's), or an ingress filter whose action needs none.
@@ -1381,7 +1295,7 @@ mod tests {
                 .contains(r#""dst":"10.0.0.9/32""#)
         );
         assert!(
-            serde_json::from_str::<MatchSpec>(r#"{"dst":"10.0.0.300/32"}"#)
+            serde_json::from_str::<Match>(r#"{"dst":"10.0.0.300/32"}"#)
                 .unwrap_err()
                 .to_string()
                 .contains("10.0.0.300")
@@ -1413,6 +1327,50 @@ mod tests {
             r#"{"op":"class_add","dev":"r2","id":"1:1","parent":"up","rate":1}"#,
         ] {
             assert!(serde_json::from_str::<Command>(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A `filter add` as htb-cli 0.1 sent it, every match field given: it reads, says the
+    /// same in words, and is written back byte for byte (older clients keep working).
+    #[test]
+    fn todays_filter_add_request_reads_and_writes_back_the_same() {
+        let text = r#"{"version":1,"request":{"type":"apply","commands":[{"op":"filter_add","dev":"r2","parent":"1:","protocol":"ip","prio":5,"kind":"u32","handle":"0x80000801","matcher":{"src":"10.1.0.0/16","dst":"192.168.2.0/24","proto":17,"sport":[4096,8191],"dport":[53,53],"dscp":10,"vlan":7,"raw":[{"at":0,"mask":251658240,"value":83886080},{"at":12,"nexthdr":true,"mask":65280,"value":4608}]},"class":"1:30"},{"op":"class_add","dev":"r2","id":"1:30","parent":"1:1","rate":2000000,"ceil":40000000}]}}"#;
+        let request: Request = serde_json::from_str(text).unwrap();
+        let RequestBody::Apply { commands } = &request.request else {
+            panic!("{request:?}")
+        };
+        let [Command::FilterAdd(f), Command::ClassAdd(c)] = commands.as_slice() else {
+            panic!("{commands:?}")
+        };
+        assert_eq!((commands[0].dev(), commands[1].dev()), ("r2", "r2"));
+        assert_eq!(
+            f.matcher.words().to_string(),
+            "src 10.1.0.0/16 dst 192.168.2.0/24 proto 17 sport 4096-8191 dport 53 dscp 10 vlan 7 2 u32 keys"
+        );
+        assert_eq!(f.class, Some(ClassId::new(1, 0x30)));
+        assert_eq!(serde_json::to_string(&c.rate).unwrap(), "2000000");
+        assert_eq!(serde_json::to_string(&request).unwrap(), text);
+    }
+
+    /// A match field the classifier cannot hold is refused as the request is read, the
+    /// message naming the field and why (htbd answers it as a bad request, never applies it).
+    #[test]
+    fn a_bad_match_in_a_request_is_refused_naming_the_field() {
+        let request = |matcher: &str| {
+            format!(
+                r#"{{"version":1,"request":{{"type":"apply","commands":[{{"op":"filter_add","dev":"r2","protocol":"ip","prio":1,"kind":"u32","matcher":{matcher},"class":"1:10"}}]}}}}"#
+            )
+        };
+        assert!(serde_json::from_str::<Request>(&request(r#"{"dscp":63,"vlan":4094}"#)).is_ok());
+        for (matcher, says) in [
+            (r#"{"dscp":64}"#, "dscp 64: must be 0 to 63"),
+            (r#"{"vlan":4095}"#, "vlan 4095: must be 0 to 4094"),
+            (r#"{"dport":[443,80]}"#, "dport 443-80: an empty port range"),
+        ] {
+            let e = serde_json::from_str::<Request>(&request(matcher))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{matcher}: {e}");
         }
     }
 
@@ -1464,8 +1422,8 @@ mod tests {
                     dev: "r2".into(),
                     id: ClassId::new(1, 0x10),
                     parent: Some(ClassId::new(1, 1)),
-                    rate: 20_000_000,
-                    ceil: Some(100_000_000),
+                    rate: Rate::from_mbit(20),
+                    ceil: Some(Rate::from_mbit(100)),
                     ..ClassSpec::default()
                 }),
                 Command::FilterDelete(FilterDelete {

@@ -77,8 +77,8 @@ fn change(n: usize) -> ClassSpec {
         dev: "r2".into(),
         id,
         parent: Some(htb_core::ClassId::new(1, 1)),
-        rate,
-        ceil: (!busy).then_some(1_000_000_000),
+        rate: htb_core::Rate::from_bits_per_sec(rate),
+        ceil: (!busy).then_some(htb_core::Rate::from_gbit(1)),
         ..ClassSpec::default()
     }
 }

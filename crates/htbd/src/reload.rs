@@ -17,7 +17,7 @@ use htb_ipc::{
     QdiscSpec,
 };
 
-use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, match_spec};
+use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, on_wire};
 use crate::{InterfaceTree, InterfaceTrees};
 
 fn refuse(message: String) -> IpcError {
@@ -459,8 +459,8 @@ fn class_spec(dev: &str, major: u16, def: &ClassDef) -> ClassSpec {
         dev: dev.to_owned(),
         id: def.id,
         parent: Some(def.parent.unwrap_or(ClassId::new(major, 0))),
-        rate: s.rate.bits_per_sec(),
-        ceil: s.ceil.map(htb_core::Rate::bits_per_sec),
+        rate: s.rate,
+        ceil: s.ceil,
         burst: s.burst,
         cburst: s.cburst,
         prio: Some(s.prio),
@@ -490,7 +490,7 @@ fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
         prio: Some(f.prio),
         kind: f.kind,
         handle: Some(FilterHandle(f.handle)),
-        matcher: match_spec(&f.matcher),
+        matcher: on_wire(&f.matcher),
         class: f.class,
         hashing: f.hashing(),
         police: f.police.as_ref().map(|p| Box::new(*p.config())),

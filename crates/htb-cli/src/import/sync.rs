@@ -313,12 +313,15 @@ impl Running {
                     Direction::Upload if m.dst.is_none() => m.src?,
                     _ => return None,
                 };
-                let bare = htb_ipc::MatchSpec {
+                // Nothing but the address (the family is the filter's protocol).
+                let bare = htb_ipc::Match {
                     src: None,
                     dst: None,
-                    ..m.clone()
+                    family: None,
+                    arp: false,
+                    ..*m
                 };
-                if bare != htb_ipc::MatchSpec::default() {
+                if !bare.is_empty() {
                     return None;
                 }
                 let class = f.class?;
@@ -716,7 +719,7 @@ fn port_batch(
                 }
             }
             Some(have) => {
-                if (have.rate, have.ceil) != (w.rate, w.ceil) {
+                if (have.rate.bits_per_sec(), have.ceil.bits_per_sec()) != (w.rate, w.ceil) {
                     out.line(w.origin.clone(), format_args!("{}", class_line("change")));
                     out.changes.changed += 1;
                 }
@@ -927,7 +930,7 @@ fn sqm_config(sqm: &str) -> Option<LeafConfig> {
 
 #[cfg(test)]
 mod tests {
-    use htb_ipc::{Command, LinkLayer, MatchSpec, Protocol};
+    use htb_ipc::{Command, LinkLayer, Match, Protocol};
 
     use super::super::circuits::group;
     use super::super::shaped_devices::read;
@@ -962,8 +965,8 @@ mod tests {
             leaf: true,
             prio: 0,
             quantum: 1514,
-            rate,
-            ceil,
+            rate: htb_core::Rate::from_bits_per_sec(rate),
+            ceil: htb_core::Rate::from_bits_per_sec(ceil),
             burst: 1600,
             cburst: 1600,
             buffer_ns: 0,
@@ -999,9 +1002,9 @@ mod tests {
                         kind: FilterKind::U32,
                         handle: FilterHandle(0x8000_0800),
                         class: Some(ClassId::new(1, 0xa)),
-                        matcher: MatchSpec {
+                        matcher: Match {
                             dst: Some("10.9.9.9/32".parse().unwrap()),
-                            ..MatchSpec::default()
+                            ..Match::default()
                         },
                         hashing: htb_ipc::U32Hashing::default(),
                     }],
@@ -1032,8 +1035,8 @@ mod tests {
                     r.classes.push(class(
                         &c.id.to_string(),
                         Some(&parent.to_string()),
-                        c.rate,
-                        c.ceil.unwrap(),
+                        c.rate.bits_per_sec(),
+                        c.ceil.unwrap().bits_per_sec(),
                     ));
                 }
                 Command::ClassChange(c) => {
@@ -1194,7 +1197,7 @@ mod tests {
             kind: FilterKind::U32,
             handle,
             class: None,
-            matcher: MatchSpec::default(),
+            matcher: Match::default(),
             hashing: htb_ipc::U32Hashing {
                 link: Some(link),
                 hashkey: Some(htb_ipc::HashKey { mask, at: 16 }),

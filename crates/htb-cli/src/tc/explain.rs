@@ -156,7 +156,7 @@ mod tests {
                     direction: Direction::ToAddr,
                     outcome: htb_ipc::Outcome::Filter {
                         prio: 1,
-                        matcher: htb_ipc::MatchSpec::default(),
+                        matcher: htb_ipc::Match::default(),
                         class: ClassId::new(1, 0x10),
                         policed: false,
                     },

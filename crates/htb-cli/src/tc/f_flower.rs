@@ -1,6 +1,6 @@
 //! flower filters (iproute2 `tc/f_flower.c`): the keys htbd classifies by.
 
-use htb_ipc::{FilterSpec, Protocol};
+use htb_ipc::{FilterSpec, PortRange, Protocol};
 
 use super::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
 use super::f_u32::{prefix, tos_to_dscp};
@@ -22,7 +22,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
                 return usage("Can't set \"vlan_id\" if ethertype isn't 802.1Q or 802.1AD");
             }
             let v = u16_arg(a.value()?, "vlan_id")?;
-            if v > 4094 {
+            if v > htb_ipc::Match::MAX_VLAN {
                 return illegal("vlan_id");
             }
             m.vlan = Some(v);
@@ -65,13 +65,14 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
             }
             let v = a.value()?;
             let port = |s: &str| u16_arg(s, w);
-            let range = match v.split_once('-') {
+            let (first, last) = match v.split_once('-') {
                 Some((lo, hi)) => (port(lo)?, port(hi)?),
                 None => (port(v)?, port(v)?),
             };
-            if range.0 > range.1 {
+            if first > last {
                 return illegal(w);
             }
+            let range = PortRange { first, last };
             if w.starts_with("dst") {
                 m.dport = Some(range);
             } else {

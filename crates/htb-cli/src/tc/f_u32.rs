@@ -2,14 +2,14 @@
 //! selectors htbd classifies by, as typed matches; raw `u32|u16|u8 … at OFF` keys and the hash
 //! tables (`divisor`, `ht`, `link`, `hashkey`, `sample`) are read in `u32_keys`.
 
-use htb_ipc::{FilterHandle, FilterSpec, HashKey, IpPrefix, MatchSpec, Protocol, U32Handle};
+use htb_ipc::{FilterHandle, FilterSpec, HashKey, IpPrefix, PortRange, Protocol, U32Handle};
 
 use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
 use super::u32_keys::{self, RawKeys};
 use super::usage::FILTER_USAGE;
 
 /// A value/mask pair on a port as an inclusive range (a mask of contiguous high bits).
-pub(super) fn port_range(value: u32, mask: u32, what: &str) -> Result<(u16, u16)> {
+pub(super) fn port_range(value: u32, mask: u32, what: &str) -> Result<PortRange> {
     let (Ok(value), Ok(mask)) = (u16::try_from(value), u16::try_from(mask)) else {
         return illegal(what);
     };
@@ -21,7 +21,10 @@ pub(super) fn port_range(value: u32, mask: u32, what: &str) -> Result<(u16, u16)
         ));
     }
     let first = value & mask;
-    Ok((first, first | !mask))
+    Ok(PortRange {
+        first,
+        last: first | !mask,
+    })
 }
 
 pub(super) fn tos_to_dscp(value: u32, mask: u32, what: &str) -> Result<u8> {
@@ -238,7 +241,7 @@ pub(super) fn options(
     if spec.hashing.divisor.is_some()
         && (spec.hashing.table.is_some()
             || spec.hashing.link.is_some()
-            || spec.matcher != MatchSpec::default()
+            || !spec.matcher.is_empty()
             || spec.class.is_some())
     {
         return usage("\"divisor\" makes a hash table: it takes no match, ht, link or classid");

@@ -60,8 +60,8 @@ pub(super) fn run(
                 c.id,
                 c.parent
                     .map_or_else(|| "root".to_owned(), |p| p.to_string()),
-                super::format::rate_text(c.rate, false),
-                super::format::rate_text(c.ceil, false),
+                super::format::rate_text(c.rate.bits_per_sec(), false),
+                super::format::rate_text(c.ceil.bits_per_sec(), false),
                 bps,
                 pps,
                 s.queue.drops,

@@ -289,7 +289,7 @@ pub fn parse_batch(text: &str) -> std::result::Result<Vec<(usize, Action)>, (usi
 mod tests {
     use super::*;
     use htb_core::{LeafKind, LeafSpec};
-    use htb_ipc::{Command, LeafQdiscSpec, MatchSpec, Object, QdiscSpec, Show};
+    use htb_ipc::{Command, LeafQdiscSpec, Match, Object, PortRange, QdiscSpec, Rate, Show};
 
     fn words(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_owned).collect()
@@ -397,7 +397,12 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            (c.id, c.parent, c.rate, c.ceil),
+            (
+                c.id,
+                c.parent,
+                c.rate.bits_per_sec(),
+                c.ceil.map(Rate::bits_per_sec)
+            ),
             (
                 htb_core::ClassId::new(1, 0x20),
                 Some(htb_core::ClassId::new(1, 0)),
@@ -410,7 +415,7 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((c.mtu, c.rate), (Some(9000), 500_000_000));
+        assert_eq!((c.mtu, c.rate), (Some(9000), Rate::from_mbit(500)));
         let inv = parse_command_line(&words("-s class show dev D")).unwrap();
         assert!(inv.options.stats);
         assert_eq!(
@@ -800,12 +805,15 @@ mod tests {
         );
         assert_eq!(
             f.matcher,
-            MatchSpec {
+            Match {
                 dst: Some("10.201.2.0/24".parse().unwrap()),
-                dport: Some((5201, 5201)),
+                dport: Some(PortRange {
+                    first: 5201,
+                    last: 5201
+                }),
                 proto: Some(17),
                 dscp: Some(46),
-                ..MatchSpec::default()
+                ..Match::default()
             }
         );
         let Command::FilterAdd(f) =
@@ -813,7 +821,13 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!(f.matcher.sport, Some((5200, 5215)));
+        assert_eq!(
+            f.matcher.sport,
+            Some(PortRange {
+                first: 5200,
+                last: 5215
+            })
+        );
         assert_eq!(
             f.protocol,
             htb_ipc::Protocol::Ip,
@@ -829,14 +843,14 @@ mod tests {
         else {
             panic!("not a filter add");
         };
-        assert_eq!(all.matcher, MatchSpec::default());
+        assert_eq!(all.matcher, Match::default());
         // A key that is no header field htbd parses stays a general key, checked per packet.
         let Command::FilterAdd(raw) =
             change("filter add dev D parent 1: u32 match u32 1 0xffff at 4 classid 1:1")
         else {
             panic!("not a filter add");
         };
-        assert_eq!(raw.matcher.raw.len(), 1);
+        assert_eq!(raw.matcher.raw.as_slice().len(), 1);
         // A hash table, a link with its hash key, a filter placed by sample.
         let Command::FilterAdd(t) =
             change("filter add dev D parent 1: prio 5 handle 2: protocol ip u32 divisor 256")
@@ -870,7 +884,13 @@ mod tests {
             panic!()
         };
         assert_eq!((f.kind.name(), f.prio), ("flower", Some(3)));
-        assert_eq!(f.matcher.dport, Some((5000, 5100)));
+        assert_eq!(
+            f.matcher.dport,
+            Some(PortRange {
+                first: 5000,
+                last: 5100
+            })
+        );
         assert_eq!((f.matcher.proto, f.matcher.dscp), (Some(17), Some(46)));
         assert!(
             error("filter add dev D parent 1: protocol ip flower dst_port 80 classid 1:1")
@@ -940,7 +960,7 @@ mod tests {
             let Command::FilterAdd(f) = change(catch_all) else {
                 panic!("not a filter add: {catch_all}");
             };
-            assert_eq!(f.matcher, MatchSpec::default(), "{catch_all}");
+            assert_eq!(f.matcher, Match::default(), "{catch_all}");
         }
         // tc-testing's sample case: a sample key without `at`, then a zero-mask match.
         let Command::FilterAdd(f) = change(
@@ -958,10 +978,7 @@ mod tests {
         else {
             panic!("not a filter add");
         };
-        assert_eq!(
-            (f.protocol.name(), f.matcher.clone()),
-            ("arp", MatchSpec::default())
-        );
+        assert_eq!((f.protocol.name(), f.matcher), ("arp", Match::default()));
         let fw = error("filter add dev D parent 1: protocol all prio 1 handle 1 fw classid 1:11");
         assert!(fw.contains("firewall mark") && fw.contains("XDP"), "{fw}");
         assert!(error("filter add dev D parent 1: matchall classid 1:1").contains("matchall"));
@@ -982,7 +999,7 @@ mod tests {
             assert_eq!(
                 (p.rate, p.burst, p.exceed),
                 (
-                    Some(htb_core::Rate::from_kbit(2048)),
+                    Some(Rate::from_kbit(2048)),
                     10 * 1024,
                     htb_ipc::ControlAction::Drop
                 ),
@@ -1031,7 +1048,13 @@ mod tests {
         ) else {
             panic!("not a filter add");
         };
-        assert_eq!(f.matcher.sport, Some((22, 22)));
+        assert_eq!(
+            f.matcher.sport,
+            Some(PortRange {
+                first: 22,
+                last: 22
+            })
+        );
         let Command::FilterAdd(f) = change(
             "filter add dev D parent 1: prio 99 u32 ht 1: sample u32 0x10203040 ff match u8 0 0 classid 1:1",
         ) else {

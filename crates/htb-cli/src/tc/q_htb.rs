@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use htb_core::units::{UnitError, parse_rate_or_percent, parse_size};
-use htb_ipc::{ClassSpec, QdiscSpec};
+use htb_ipc::{ClassSpec, QdiscSpec, Rate};
 
 use super::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
 
@@ -71,10 +71,10 @@ pub(super) fn qdisc_options(a: &mut Args<'_>, spec: &mut QdiscSpec) -> Result<()
 }
 
 /// The link speed of `dev` for `N%` rates (tc reads `/sys/class/net/DEV/speed`, in Mbit/s).
-fn link_speed(dev: &str) -> Option<htb_core::Rate> {
+fn link_speed(dev: &str) -> Option<Rate> {
     let text = std::fs::read_to_string(format!("/sys/class/net/{dev}/speed")).ok()?;
     let mbit: u64 = text.trim().parse().ok().filter(|&m| m > 0)?;
-    Some(htb_core::Rate::from_mbit(mbit))
+    Some(Rate::from_mbit(mbit))
 }
 
 /// `htb_parse_class_opt`.
@@ -84,14 +84,14 @@ fn link_speed(dev: &str) -> Option<htb_core::Rate> {
 pub(super) fn class_options(a: &mut Args<'_>, dev: &str) -> Result<ClassSpec> {
     let mut spec = ClassSpec::default();
     let mut rate = None;
-    let rate_arg = |s: &str, what: &str| -> Result<u64> {
+    let rate_arg = |s: &str, what: &str| -> Result<Rate> {
         let speed = if s.ends_with('%') {
             link_speed(dev)
         } else {
             None
         };
         match parse_rate_or_percent(s, speed) {
-            Ok(r) => Ok(r.bits_per_sec()),
+            Ok(r) => Ok(r),
             Err(UnitError::PercentWithoutLinkSpeed) => usage(format!(
                 "Illegal \"{what}\": cannot read the speed of {dev} for \"{s}\""
             )),

@@ -1,9 +1,7 @@
 //! `filter add|change|replace|del|get|show` (iproute2 `tc/tc_filter.c`): u32 and flower filters
 //! on the root qdisc.
 
-use htb_ipc::{
-    Command, FilterHandle, FilterKind, FilterSpec, MatchSpec, Object, Parent, Protocol, Show,
-};
+use htb_ipc::{Command, FilterHandle, FilterKind, FilterSpec, Object, Parent, Protocol, Show};
 
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
@@ -167,7 +165,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             let classless = spec.kind == FilterKind::U32
                 && (spec.hashing.divisor.is_some()
                     || spec.hashing.link.is_some()
-                    || (spec.hashing.is_empty() && spec.matcher == MatchSpec::default()));
+                    || (spec.hashing.is_empty() && spec.matcher.is_empty()));
             if spec.class.is_none() && !classless && spec.redirect.is_none() {
                 return usage("Must specify flowid/classid: where matching packets go");
             }

@@ -6,13 +6,13 @@
 //! header), a mask and a value. Keys on the IPv4/IPv6 addresses (prefix masks), the protocol,
 //! the DSCP bits or the ports (prefix masks) become those fields, which the compiled
 //! classifier looks up by hash; any other key (wondershaper's "small ACK" filter reads the
-//! header length, the total length and the TCP flags) stays a general key (`MatchSpec::raw`,
+//! header length, the total length and the TCP flags) stays a general key (`Match::raw`,
 //! at most four words per filter, keys at one word merged as tc's `pack_key` merges them),
 //! which htbd checks against the packet's bytes.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use htb_ipc::{IpPrefix, MatchSpec, U32Handle};
+use htb_ipc::{IpPrefix, Match, U32Handle};
 
 use super::args::{Args, Result, illegal, mask, number, usage};
 use super::f_u32::{port_range, tos_to_dscp};
@@ -156,7 +156,7 @@ impl RawKeys {
     /// # Errors
     /// A field also given another way, more general keys than a filter holds, or two keys on
     /// one word that no packet can match both of.
-    pub(super) fn into_match(self, v6: bool, m: &mut MatchSpec) -> Result<()> {
+    pub(super) fn into_match(self, v6: bool, m: &mut Match) -> Result<()> {
         let (mut src, mut dst) = (Address::default(), Address::default());
         let (mut src_keys, mut dst_keys) = (Vec::new(), Vec::new());
         let transport = |k: &RawKey| k.nexthdr || (!v6 && k.at == 20) || (v6 && k.at == 40);
@@ -164,7 +164,7 @@ impl RawKeys {
             if k.mask == 0 {
                 continue;
             }
-            let general = |m: &mut MatchSpec| general_key(m, k);
+            let general = |m: &mut Match| general_key(m, k);
             if transport(k) {
                 let (sport, dport) = (k.mask >> 16, k.mask & 0xffff);
                 let ports = (
@@ -259,11 +259,18 @@ fn dscp_mask(mask: u32) -> bool {
 }
 
 /// Adds `k` to `m`'s general keys, merged with a key on the same word (`pack_key`).
-fn general_key(m: &mut MatchSpec, k: &RawKey) -> Result<()> {
-    if let Some(same) = m
-        .raw
+fn general_key(m: &mut Match, k: &RawKey) -> Result<()> {
+    let at = u16::try_from(k.at).or_else(|_| {
+        usage(format!(
+            "u32 key at {}{}: offsets stop at 65535",
+            if k.nexthdr { "nexthdr+" } else { "" },
+            k.at
+        ))
+    })?;
+    let mut keys = m.raw.as_slice().to_vec();
+    if let Some(same) = keys
         .iter_mut()
-        .find(|r| r.at == k.at && r.nexthdr == k.nexthdr)
+        .find(|r| r.at == at && r.nexthdr == k.nexthdr)
     {
         if (same.value ^ k.value) & same.mask & k.mask != 0 {
             return usage(format!(
@@ -275,21 +282,23 @@ fn general_key(m: &mut MatchSpec, k: &RawKey) -> Result<()> {
         }
         same.value |= k.value;
         same.mask |= k.mask;
-        return Ok(());
+    } else {
+        keys.push(htb_ipc::RawKey {
+            at,
+            nexthdr: k.nexthdr,
+            mask: k.mask,
+            value: k.value,
+        });
     }
-    if m.raw.len() >= htb_config::filter::MAX_RAW_KEYS {
-        return usage(format!(
-            "more than {} u32 keys at offsets htbd does not read as header fields: a filter holds at most {}",
-            htb_config::filter::MAX_RAW_KEYS,
-            htb_config::filter::MAX_RAW_KEYS
-        ));
+    match htb_config::filter::RawKeys::new(&keys) {
+        Some(raw) => m.raw = raw,
+        None => {
+            return usage(format!(
+                "more than {MAX} u32 keys at offsets htbd does not read as header fields: a filter holds at most {MAX}",
+                MAX = htb_config::filter::MAX_RAW_KEYS,
+            ));
+        }
     }
-    m.raw.push(htb_ipc::RawKeySpec {
-        at: k.at,
-        nexthdr: k.nexthdr,
-        mask: k.mask,
-        value: k.value,
-    });
     Ok(())
 }
 
@@ -330,19 +339,20 @@ pub(super) fn u32_handle(s: &str, what: &str) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use htb_ipc::PortRange;
 
     fn words(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_owned).collect()
     }
 
-    fn read(s: &str, v6: bool) -> Result<MatchSpec> {
+    fn read(s: &str, v6: bool) -> Result<Match> {
         let w = words(s);
         let mut a = Args::new(&w);
         let mut keys = RawKeys::default();
         while let Some(width) = a.next() {
             keys.push(raw(&mut a, width)?);
         }
-        let mut m = MatchSpec::default();
+        let mut m = Match::default();
         keys.into_match(v6, &mut m)?;
         Ok(m)
     }
@@ -359,7 +369,13 @@ mod tests {
             Some("10.0.0.42/32")
         );
         assert_eq!(m.proto, Some(6));
-        assert_eq!(m.dport, Some((80, 80)));
+        assert_eq!(
+            m.dport,
+            Some(PortRange {
+                first: 80,
+                last: 80
+            })
+        );
         let m = read(
             "u32 0xc0a80000 0xffff0000 at 12 u16 0x0035 0xffff at nexthdr+0",
             false,
@@ -369,7 +385,13 @@ mod tests {
             m.src.map(|p| p.to_string()).as_deref(),
             Some("192.168.0.0/16")
         );
-        assert_eq!(m.sport, Some((53, 53)));
+        assert_eq!(
+            m.sport,
+            Some(PortRange {
+                first: 53,
+                last: 53
+            })
+        );
         let m = read(
             "u32 0x20010db8 0xffffffff at 24 u32 0 0xffff0000 at 28",
             true,
@@ -384,8 +406,8 @@ mod tests {
         // A word that is no field (the IPv4 fragment id) stays a general key.
         let m = read("u32 0 0xffff0000 at 4", false).unwrap();
         assert_eq!(
-            m.raw,
-            [htb_ipc::RawKeySpec {
+            m.raw.as_slice(),
+            [htb_ipc::RawKey {
                 at: 4,
                 nexthdr: false,
                 mask: 0xffff_0000,
@@ -396,8 +418,8 @@ mod tests {
         let m = read("u32 0x0a000000 0xff00ff00 at 16", false).unwrap();
         assert_eq!(m.dst, None);
         assert_eq!(
-            m.raw,
-            [htb_ipc::RawKeySpec {
+            m.raw.as_slice(),
+            [htb_ipc::RawKey {
                 at: 16,
                 nexthdr: false,
                 mask: 0xff00_ff00,
@@ -416,7 +438,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.proto, Some(6));
-        let keys: Vec<(u32, u32, u32)> = m.raw.iter().map(|k| (k.at, k.mask, k.value)).collect();
+        let keys: Vec<(u16, u32, u32)> = m
+            .raw
+            .as_slice()
+            .iter()
+            .map(|k| (k.at, k.mask, k.value))
+            .collect();
         assert_eq!(
             keys,
             [
@@ -435,20 +462,30 @@ mod tests {
         assert!(read(five, false).unwrap_err().0.contains("at most 4"));
         // Ports with a mask that is no range, or nexthdr+ offsets past the ports: general.
         let m = read("u32 0x00500000 0x00f0f000 at nexthdr+0", false).unwrap();
-        assert!(m.sport.is_none() && m.raw.len() == 1 && m.raw[0].nexthdr);
+        assert!(m.sport.is_none() && m.raw.as_slice().len() == 1 && m.raw.as_slice()[0].nexthdr);
         let m = read("u8 0x10 0xff at nexthdr+13", false).unwrap();
-        assert_eq!((m.raw[0].at, m.raw[0].mask), (12, 0x00ff_0000));
+        assert_eq!(
+            (m.raw.as_slice()[0].at, m.raw.as_slice()[0].mask),
+            (12, 0x00ff_0000)
+        );
 
         // wondershaper's IPv6 copy of the IPv4 key reads the version nibble and the traffic
         // class's top: no DSCP, a general key matched as the kernel matches it.
         let m = read("u8 0x05 0x0f at 0 u16 0x0000 0xffc0 at 2", true).unwrap();
         assert!(m.dscp.is_none());
         assert_eq!(
-            (m.raw[0].at, m.raw[0].mask, m.raw[0].value),
+            (
+                m.raw.as_slice()[0].at,
+                m.raw.as_slice()[0].mask,
+                m.raw.as_slice()[0].value
+            ),
             (0, 0x0f00_ffc0, 0x0500_0000)
         );
         let m = read("u8 0x05 0x0f at 0", true).unwrap();
-        assert_eq!((m.raw[0].mask, m.raw[0].value), (0x0f00_0000, 0x0500_0000));
+        assert_eq!(
+            (m.raw.as_slice()[0].mask, m.raw.as_slice()[0].value),
+            (0x0f00_0000, 0x0500_0000)
+        );
         // With the DSCP's mask it is the DSCP.
         assert_eq!(read("u8 0xb8 0xfc at 1", false).unwrap().dscp, Some(46));
     }

@@ -9,7 +9,7 @@ use htb_ipc::{Direction, ErrorCode, Explain, Explanation, IpcError, Outcome, Por
 use htb_xdp::explain::{Classified, Probe};
 
 use super::Control;
-use crate::model::match_spec;
+use crate::model::on_wire;
 
 /// UDP: what a probe is without `proto`.
 const UDP: u8 = 17;
@@ -88,7 +88,7 @@ impl Control {
                     ..
                 } => Outcome::Filter {
                     prio,
-                    matcher: match_spec(&matcher),
+                    matcher: on_wire(&matcher),
                     class,
                     policed,
                 },

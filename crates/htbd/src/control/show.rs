@@ -11,7 +11,7 @@ use htb_xdp::PortSnapshot;
 
 use super::{Control, internal};
 use crate::metrics::{ClassScrape, Scrape, TreeScrape};
-use crate::model::{INGRESS_MAJOR, MqModel, QdiscModel, Root, match_spec};
+use crate::model::{INGRESS_MAJOR, MqModel, QdiscModel, Root, on_wire};
 
 /// A tree's totals as `qdisc show -s` prints them, with `pool` drops of its port's frame
 /// pool.
@@ -350,8 +350,8 @@ fn show_tree(
                     leaf: info.children == 0,
                     prio: c.prio,
                     quantum: c.quantum,
-                    rate: c.rate.bits_per_sec(),
-                    ceil: c.ceil.bits_per_sec(),
+                    rate: c.rate,
+                    ceil: c.ceil,
                     burst: c.burst,
                     cburst: c.cburst,
                     buffer_ns: c.buffer.as_nanos(),
@@ -379,7 +379,7 @@ fn show_tree(
                     kind: f.kind,
                     handle: FilterHandle(f.handle),
                     class: f.class,
-                    matcher: match_spec(&f.matcher),
+                    matcher: on_wire(&f.matcher),
                     hashing: f.hashing(),
                     police: f.police.as_ref().map(|p| htb_ipc::PoliceInfo {
                         // The mtu in force, as the kernel keeps it.

@@ -1,7 +1,7 @@
 //! The `class add|change|replace|del` commands.
 
 use htb_config::{ClassDef, ClassLabel};
-use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, Rate};
+use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust};
 use htb_ipc::{ErrorCode, FilterHandle, IpcError};
 
 use super::qdisc::Verb;
@@ -11,8 +11,8 @@ use super::{Model, PlaneChange, QdiscModel, Step, Undo, class_error, error, of_q
 pub(super) fn class_spec(c: &htb_ipc::ClassSpec) -> Result<ClassSpec, IpcError> {
     let link_layer = c.linklayer.unwrap_or_default();
     Ok(ClassSpec {
-        rate: Rate::from_bits_per_sec(c.rate),
-        ceil: c.ceil.map(Rate::from_bits_per_sec),
+        rate: c.rate,
+        ceil: c.ceil,
         burst: c.burst,
         cburst: c.cburst,
         prio: c.prio.unwrap_or(0),

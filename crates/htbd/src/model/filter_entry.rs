@@ -1,11 +1,9 @@
 //! A filter as tc shows it: `u32` or `flower`, its protocol, priority and handle, and its
 //! match in both tc's and the config's form. The `filter add|del` commands are in `filters`.
 
-use htb_config::filter::{
-    Family, IpPrefix, MAX_RAW_KEYS, Match, Police, PortRange, RawKey, RawKeys,
-};
+use htb_config::filter::{Family, IpPrefix, Match, Police};
 use htb_core::ClassId;
-use htb_ipc::{ErrorCode, HashKey, IpcError, MatchSpec, RawKeySpec, U32Hashing};
+use htb_ipc::{ErrorCode, HashKey, IpcError, U32Hashing};
 
 use super::error;
 
@@ -213,81 +211,22 @@ pub fn with_protocol(mut m: Match, protocol: Protocol) -> Result<Match, FamilyMi
     Ok(m)
 }
 
-/// A wire match as the classifier's, restricted to `protocol`'s family.
+/// The match a filter of `protocol` holds: the wire's, whose fields were checked as it was
+/// read, restricted to the protocol's family.
 ///
 /// # Errors
-/// Empty port ranges, too many raw keys, or a prefix of the wrong family (prefixes arrive
-/// parsed, in the wire's `IpPrefix`).
-pub fn matcher(spec: &MatchSpec, protocol: Protocol) -> Result<Match, IpcError> {
-    let invalid = |m: String| error(ErrorCode::Invalid, m);
-    let ports = |r: Option<(u16, u16)>| -> Result<Option<PortRange>, IpcError> {
-        match r {
-            None => Ok(None),
-            Some((first, last)) if first <= last => Ok(Some(PortRange { first, last })),
-            Some((first, last)) => Err(invalid(format!("port range {first}-{last} is empty"))),
-        }
-    };
-    if spec.dscp.is_some_and(|d| d > 63) {
-        return Err(invalid("dscp must be 0 to 63".into()));
-    }
-    if spec.vlan.is_some_and(|v| v > 4094) {
-        return Err(invalid("vlan id must be 0 to 4094".into()));
-    }
-    let keys: Vec<RawKey> = spec
-        .raw
-        .iter()
-        .map(|k| {
-            Ok(RawKey {
-                at: u16::try_from(k.at)
-                    .map_err(|_| invalid(format!("u32 key at {}: offsets stop at 65535", k.at)))?,
-                nexthdr: k.nexthdr,
-                mask: k.mask,
-                value: k.value & k.mask,
-            })
-        })
-        .collect::<Result<_, IpcError>>()?;
-    let raw = RawKeys::new(&keys).ok_or_else(|| {
-        invalid(format!(
-            "{} u32 keys at offsets: a filter holds at most {MAX_RAW_KEYS}",
-            keys.len()
-        ))
-    })?;
-    let m = Match {
-        family: None,
-        src: spec.src,
-        dst: spec.dst,
-        proto: spec.proto,
-        sport: ports(spec.sport)?,
-        dport: ports(spec.dport)?,
-        dscp: spec.dscp,
-        vlan: spec.vlan,
-        arp: false,
-        raw,
-    };
-    with_protocol(m, protocol).map_err(|e| invalid(e.to_string()))
+/// A prefix of another family than the protocol's (`Invalid`).
+pub fn matcher(m: &Match, protocol: Protocol) -> Result<Match, IpcError> {
+    with_protocol(*m, protocol).map_err(|e| error(ErrorCode::Invalid, e.to_string()))
 }
 
-/// A classifier match as the wire's.
+/// `m` as the wire carries it: without the family and `arp`, which the filter's `protocol`
+/// says (a show, an explanation and a reload's commands hold what a client would read).
 #[must_use]
-pub fn match_spec(m: &Match) -> MatchSpec {
-    MatchSpec {
-        src: m.src,
-        dst: m.dst,
-        proto: m.proto,
-        sport: m.sport.map(|r| (r.first, r.last)),
-        dport: m.dport.map(|r| (r.first, r.last)),
-        dscp: m.dscp,
-        vlan: m.vlan,
-        raw: m
-            .raw
-            .as_slice()
-            .iter()
-            .map(|k| RawKeySpec {
-                at: u32::from(k.at),
-                nexthdr: k.nexthdr,
-                mask: k.mask,
-                value: k.value,
-            })
-            .collect(),
+pub fn on_wire(m: &Match) -> Match {
+    Match {
+        family: None,
+        arp: false,
+        ..*m
     }
 }

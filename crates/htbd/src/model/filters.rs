@@ -3,7 +3,7 @@
 
 use htb_config::filter::Police;
 use htb_core::ClassId;
-use htb_ipc::{ErrorCode, FilterHandle, IpcError, MatchSpec};
+use htb_ipc::{ErrorCode, FilterHandle, IpcError};
 
 use super::filter_entry::{AUTO_PRIO, FilterEntry, FilterKind, U32Parts, matcher, u32_divisor};
 use super::ingress::INGRESS_MAJOR;
@@ -322,7 +322,7 @@ impl Model {
             && f.hashing.is_empty()
             && f.redirect.is_none()
             && f.police.is_none()
-            && f.matcher == MatchSpec::default()
+            && f.matcher.is_empty()
         {
             // `tc filter add … prio 5 u32` alone makes the prio's root table exist; htbd makes
             // the tables it needs when a filter uses them.

@@ -2,7 +2,7 @@
 //! refused and why, batches all or nothing, and the saved state's round trip.
 
 use super::*;
-use htb_ipc::{FilterHandle, FilterSpec, MatchSpec, PoliceConfig, QdiscSpec};
+use htb_ipc::{FilterHandle, FilterSpec, Match, PoliceConfig, QdiscSpec};
 
 /// Port r2 (the WAN side), r1, and IFB ifb0.
 fn model() -> Model {
@@ -144,9 +144,9 @@ fn an_ingress_policer_needs_no_redirect() {
         prio: Some(50),
         kind: FilterKind::U32,
         class: Some(":1".parse().unwrap()),
-        matcher: MatchSpec {
+        matcher: Match {
             src: Some("0.0.0.0/0".parse().unwrap()),
-            ..MatchSpec::default()
+            ..Match::default()
         },
         police: Some(Box::new(police)),
         ..FilterSpec::default()

@@ -33,7 +33,7 @@ pub use htb_xdp::PlaneChange;
 
 pub use self::filter_entry::{
     FilterEntry, FilterKind, FilterValueError, NoNodeId, Protocol, U32Parts, assign_handles,
-    match_spec, matcher, u32_divisor, with_protocol,
+    matcher, on_wire, u32_divisor, with_protocol,
 };
 pub use self::filter_list::FilterList;
 pub use self::ingress::{INGRESS_MAJOR, ingress_hook_of, new_ingress};
@@ -729,5 +729,7 @@ pub fn default_burst_time() -> Duration {
 
 #[cfg(test)]
 mod ingress_tests;
+#[cfg(test)]
+mod saved_forms;
 #[cfg(test)]
 mod tests;

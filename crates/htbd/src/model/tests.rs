@@ -3,7 +3,8 @@
 use super::*;
 use htb_core::{LeafConfig, LeafKind, LeafSpec, Rate};
 use htb_ipc::{
-    ClassSpec as WireClass, FilterHandle, FilterSpec, LeafQdiscSpec, MatchSpec, QdiscSpec,
+    ClassSpec as WireClass, FilterHandle, FilterSpec, LeafQdiscSpec, Match, PortRange, QdiscSpec,
+    RawKey,
 };
 
 /// `text`'s commands as `htb-cli -b` sends them (the model's tests of mq and root leaves
@@ -39,7 +40,7 @@ fn class(op: fn(WireClass) -> Command, id: &str, parent: &str, mbit: u64) -> Com
         dev: "r2".into(),
         id: id.parse().unwrap(),
         parent: Some(parent.parse().unwrap()),
-        rate: mbit * 1_000_000,
+        rate: Rate::from_mbit(mbit),
         ..WireClass::default()
     })
 }
@@ -57,9 +58,12 @@ fn filter_spec(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Filter
         prio,
         kind: FilterKind::parse(kind).unwrap(),
         handle: None,
-        matcher: MatchSpec {
-            dport: Some((dport, dport)),
-            ..MatchSpec::default()
+        matcher: Match {
+            dport: Some(PortRange {
+                first: dport,
+                last: dport,
+            }),
+            ..Match::default()
         },
         class: class.parse().ok(),
         ..FilterSpec::default()
@@ -210,8 +214,8 @@ fn the_state_file_round_trips_through_the_config_parser() {
         dev: "r2".into(),
         id: "1:20".parse().unwrap(),
         parent: Some("1:1".parse().unwrap()),
-        rate: 1_234_567_891,
-        ceil: Some(2_000_000_001),
+        rate: Rate::from_bits_per_sec(1_234_567_891),
+        ceil: Some(Rate::from_bits_per_sec(2_000_000_001)),
         burst: Some(15_000),
         prio: Some(3),
         quantum: Some(3000),
@@ -228,23 +232,24 @@ fn the_state_file_round_trips_through_the_config_parser() {
         protocol: Protocol::parse("ip").unwrap(),
         prio: Some(2),
         kind: FilterKind::U32,
-        matcher: MatchSpec {
+        matcher: Match {
             proto: Some(6),
-            raw: vec![
-                htb_ipc::RawKeySpec {
+            raw: htb_config::filter::RawKeys::new(&[
+                RawKey {
                     at: 0,
                     nexthdr: false,
                     mask: 0x0f00_ffc0,
                     value: 0x0500_0000,
                 },
-                htb_ipc::RawKeySpec {
+                RawKey {
                     at: 32,
                     nexthdr: false,
                     mask: 0x00ff_0000,
                     value: 0x0010_0000,
                 },
-            ],
-            ..MatchSpec::default()
+            ])
+            .unwrap(),
+            ..Match::default()
         },
         class: Some("1:20".parse().unwrap()),
         ..FilterSpec::default()
@@ -679,9 +684,9 @@ fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
     let arp = |dst: Option<&str>| {
         Command::FilterAdd(FilterSpec {
             protocol: Protocol::Arp,
-            matcher: MatchSpec {
+            matcher: Match {
                 dst: dst.map(|d| d.parse().unwrap()),
-                ..MatchSpec::default()
+                ..Match::default()
             },
             ..filter_spec("1:20", 0, Some(3), "u32")
         })

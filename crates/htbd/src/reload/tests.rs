@@ -82,7 +82,10 @@ fn a_changed_rate_is_one_class_change() {
     let Command::ClassChange(c) = &commands[0] else {
         panic!("{commands:#?}")
     };
-    assert_eq!((c.id.to_string().as_str(), c.rate), ("1:30", 25_000_000));
+    assert_eq!(
+        (c.id.to_string().as_str(), c.rate.bits_per_sec()),
+        ("1:30", 25_000_000)
+    );
 }
 
 #[test]

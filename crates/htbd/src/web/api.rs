@@ -224,8 +224,8 @@ impl ClassView {
             .stats
             .and_then(|s| memo.see(&key, at, s.queue.bytes, s.queue.packets, s.queue.drops));
         let utilisation = rates
-            .filter(|_| info.ceil > 0)
-            .map(|r| r.bps as f64 / info.ceil as f64);
+            .filter(|_| !info.ceil.is_zero())
+            .map(|r| r.bps as f64 / info.ceil.bits_per_sec() as f64);
         Self {
             info,
             rates,

@@ -45,11 +45,11 @@ pub fn classes(shown: &Shown, style: Style) -> String {
                 let _ = write!(out, "quantum {} ", c.quantum);
             }
         }
-        let _ = write!(out, "rate {} ", RateText(c.rate, style.iec));
+        let _ = write!(out, "rate {} ", RateText(c.rate.bits_per_sec(), style.iec));
         if c.overhead != 0 {
             let _ = write!(out, "overhead {} ", c.overhead);
         }
-        let _ = write!(out, "ceil {} ", RateText(c.ceil, style.iec));
+        let _ = write!(out, "ceil {} ", RateText(c.ceil.bits_per_sec(), style.iec));
         if c.linklayer == LinkLayer::Atm || style.details {
             let _ = write!(out, "linklayer {} ", c.linklayer);
         }
@@ -145,11 +145,11 @@ fn class_json(c: &ClassInfo, style: Style) -> Value {
         }
     }
     // As tc: rates in bytes per second.
-    o.insert("rate".into(), json!(c.rate / 8));
+    o.insert("rate".into(), json!(c.rate.bytes_per_sec()));
     if c.overhead != 0 {
         o.insert("overhead".into(), json!(c.overhead));
     }
-    o.insert("ceil".into(), json!(c.ceil / 8));
+    o.insert("ceil".into(), json!(c.ceil.bytes_per_sec()));
     if c.linklayer == LinkLayer::Atm || style.details {
         o.insert("linklayer".into(), json!(c.linklayer.name()));
     }
@@ -195,7 +195,7 @@ fn class_json(c: &ClassInfo, style: Style) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use htb_ipc::{ClassStats, QueueStats};
+    use htb_ipc::{ClassStats, QueueStats, Rate};
 
     fn class(id: &str, parent: Option<&str>, leaf: bool) -> ClassInfo {
         ClassInfo {
@@ -206,8 +206,8 @@ mod tests {
             leaf,
             prio: 1,
             quantum: 1514,
-            rate: 8_000_000,
-            ceil: 8_000_000,
+            rate: Rate::from_mbit(8),
+            ceil: Rate::from_mbit(8),
             burst: 1600,
             cburst: 1600,
             label: None,
@@ -244,8 +244,8 @@ mod tests {
             ..ClassStats::default()
         });
         let mut leaf = class("1:20", Some("1:1"), true);
-        leaf.rate = 2_000_000;
-        leaf.ceil = 4_000_000;
+        leaf.rate = Rate::from_mbit(2);
+        leaf.ceil = Rate::from_mbit(4);
         leaf.stats = Some(ClassStats {
             queue: QueueStats {
                 bytes: 1_020_260,
@@ -277,8 +277,8 @@ mod tests {
         );
         let mut atm = class("1:40", Some("1:1"), true);
         atm.prio = 0;
-        atm.rate = 1_500_000;
-        atm.ceil = 1_500_000;
+        atm.rate = Rate::from_kbit(1500);
+        atm.ceil = Rate::from_kbit(1500);
         atm.overhead = 24;
         atm.linklayer = LinkLayer::Atm;
         atm.burst = 15 * 1024;

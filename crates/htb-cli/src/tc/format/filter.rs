@@ -6,7 +6,9 @@ use std::net::IpAddr;
 
 use htb_core::LinkLayer;
 use htb_core::units::DisplaySize;
-use htb_ipc::{ControlAction, FilterInfo, FilterKind, IpPrefix, MatchSpec, PoliceInfo, Protocol};
+use htb_ipc::{
+    ControlAction, FilterInfo, FilterKind, IpPrefix, Match, PoliceInfo, PortRange, Protocol,
+};
 use serde_json::{Map, Value, json};
 
 use super::{Style, json_text, rate_text};
@@ -46,15 +48,15 @@ fn prefix_words(prefix: IpPrefix) -> Option<(IpAddr, Vec<(u32, u32)>)> {
 }
 
 /// A port range as value/mask, if it is one aligned block.
-fn port_key(range: (u16, u16)) -> Option<(u32, u32)> {
-    let span = u32::from(range.1 - range.0) + 1;
-    let first = u32::from(range.0);
+fn port_key(range: PortRange) -> Option<(u32, u32)> {
+    let span = u32::from(range.last.checked_sub(range.first)?) + 1;
+    let first = u32::from(range.first);
     (span.is_power_of_two() && first % span == 0).then(|| (first, 0xffff & !(span - 1)))
 }
 
 /// The keys `tc filter add … u32 match ip…` would have built (`pack_key`, merging keys at the
 /// same offset), and what cannot be expressed as one.
-fn u32_keys(protocol: Protocol, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
+fn u32_keys(protocol: Protocol, m: &Match) -> (Vec<Key>, Vec<String>) {
     let v6 = protocol == Protocol::Ipv6 || m.src.or(m.dst).is_some_and(|p| p.addr().is_ipv6());
     let mut keys: Vec<Key> = Vec::new();
     let mut other = Vec::new();
@@ -78,8 +80,8 @@ fn u32_keys(protocol: Protocol, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
             }),
         }
     };
-    for k in &m.raw {
-        add_key(k.value, k.mask, k.at, k.nexthdr);
+    for k in m.raw.as_slice() {
+        add_key(k.value, k.mask, u32::from(k.at), k.nexthdr);
     }
     let mut add = |value: u32, mask: u32, off: u32| add_key(value, mask, off, false);
     if let Some(d) = m.dscp {
@@ -112,7 +114,7 @@ fn u32_keys(protocol: Protocol, m: &MatchSpec) -> (Vec<Key>, Vec<String>) {
         let Some(range) = range else { continue };
         match port_key(range) {
             Some((value, mask)) => add(value << shift, mask << shift, ports_at),
-            None => other.push(format!("{name} {}-{}", range.0, range.1)),
+            None => other.push(format!("{name} {}-{}", range.first, range.last)),
         }
     }
     if let Some(v) = m.vlan {
@@ -130,14 +132,6 @@ fn proto_name(p: u8) -> String {
         58 => "icmpv6".into(),
         132 => "sctp".into(),
         n => n.to_string(),
-    }
-}
-
-fn ports_text(r: (u16, u16)) -> String {
-    if r.0 == r.1 {
-        r.0.to_string()
-    } else {
-        format!("{}-{}", r.0, r.1)
     }
 }
 
@@ -169,10 +163,10 @@ fn flower_keys(f: &FilterInfo) -> Vec<(String, Value)> {
         keys.push(("src_ip".into(), json!(p.to_string())));
     }
     if let Some(r) = m.dport {
-        keys.push(("dst_port".into(), json!(ports_text(r))));
+        keys.push(("dst_port".into(), json!(r.to_string())));
     }
     if let Some(r) = m.sport {
-        keys.push(("src_port".into(), json!(ports_text(r))));
+        keys.push(("src_port".into(), json!(r.to_string())));
     }
     keys
 }
@@ -488,7 +482,7 @@ mod tests {
             kind: FilterKind::U32,
             handle: FilterHandle::parse(None, "800::800").unwrap(),
             class: Some("1:1".parse().unwrap()),
-            matcher: MatchSpec::default(),
+            matcher: Match::default(),
             hashing: U32Hashing::default(),
             police: None,
             redirect: None,
@@ -516,12 +510,18 @@ mod tests {
             kind: FilterKind::U32,
             handle: FilterHandle::parse(None, "800::800").unwrap(),
             class: Some("1:10".parse().unwrap()),
-            matcher: MatchSpec {
+            matcher: Match {
                 dst: Some("10.201.2.0/24".parse().unwrap()),
                 proto: Some(17),
-                sport: Some((5200, 5215)),
-                dport: Some((5201, 5201)),
-                ..MatchSpec::default()
+                sport: Some(PortRange {
+                    first: 5200,
+                    last: 5215,
+                }),
+                dport: Some(PortRange {
+                    first: 5201,
+                    last: 5201,
+                }),
+                ..Match::default()
             },
             hashing: U32Hashing::default(),
         };
@@ -538,11 +538,14 @@ mod tests {
             kind: FilterKind::Flower,
             handle: FilterHandle::parse(None, "0x1").unwrap(),
             prio: 2,
-            matcher: MatchSpec {
+            matcher: Match {
                 dst: Some("10.201.2.0/24".parse().unwrap()),
                 proto: Some(17),
-                dport: Some((5000, 5100)),
-                ..MatchSpec::default()
+                dport: Some(PortRange {
+                    first: 5000,
+                    last: 5100,
+                }),
+                ..Match::default()
             },
             hashing: U32Hashing::default(),
             ..u32_filter
