@@ -332,11 +332,21 @@ mod tests {
                     [interface.qdisc]\nleaf = \"sfq\"\n[[interface.class]]\nid = \"1:1\"\nrate = \"10mbit\"\n\
                     [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"1mbit\"\n\
                     leaf = { kind = \"fq_codel\", handle = \"10:\", target = \"10ms\", ecn = false }\n\
-                    [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"1mbit\"\nlimit = 50\n";
+                    [[interface.class]]\nid = \"1:20\"\nparent = \"1:1\"\nrate = \"1mbit\"\nlimit = 50\n\
+                    [[interface.class]]\nid = \"1:30\"\nparent = \"1:1\"\nrate = \"5mbit\"\n\
+                    leaf = { kind = \"tbf\", rate = \"1mbit\", burst = \"10k\", latency = \"50ms\" }\n";
         let config = DaemonConfig::parse(text).unwrap();
         let cmds = commands(&config);
         assert!(cmds.contains(&"tc qdisc add dev r2 parent 1:10 handle 10: fq_codel limit 10240 flows 1024 target 10ms interval 100ms quantum 1514 memory_limit 33554432 drop_batch 64 noecn".to_owned()), "{cmds:#?}");
         assert!(cmds.contains(&"tc qdisc add dev r2 parent 1:20 sfq limit 50 quantum 1514 depth 127 divisor 1024 flows 50".to_owned()), "{cmds:#?}");
+        // A tbf's latency is written as the limit tc made of it.
+        assert!(
+            cmds.contains(
+                &"tc qdisc add dev r2 parent 1:30 tbf rate 1000000bit burst 10240 limit 16490"
+                    .to_owned()
+            ),
+            "{cmds:#?}"
+        );
         assert!(
             !cmds
                 .iter()
