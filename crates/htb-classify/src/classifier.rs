@@ -18,8 +18,8 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use htb_core::ClassId;
 
-use crate::matcher::{Family, Match, masked};
-use crate::packet::PacketInfo;
+use crate::matcher::{Match, masked};
+use crate::packet::{Family, PacketInfo};
 use crate::police::{ControlAction, Police};
 use crate::raw_key::Headers;
 

@@ -1,73 +1,15 @@
 //! The keys of one filter: prefixes, protocol, ports, DSCP, VLAN.
 
 use alloc::format;
-use alloc::string::{String, ToString};
+use alloc::string::ToString;
 use alloc::vec::Vec;
 use core::fmt;
 use core::net::IpAddr;
 use core::str::FromStr;
 
-use crate::packet::PacketInfo;
+use crate::packet::{Family, PacketInfo};
+use crate::parse_error::ParseError;
 use crate::raw_key::{Headers, MAX_RAW_KEYS, RawKeys};
-
-/// An IP version a filter is restricted to (tc's `protocol ip` / `protocol ipv6`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// IPv4 (`protocol ip`).
-    V4,
-    /// IPv6 (`protocol ipv6`).
-    V6,
-}
-
-impl Family {
-    /// The family of `ip`.
-    #[must_use]
-    pub fn of(ip: IpAddr) -> Self {
-        if ip.is_ipv4() { Self::V4 } else { Self::V6 }
-    }
-
-    /// Address width in bits.
-    #[must_use]
-    pub fn bits(self) -> u8 {
-        match self {
-            Self::V4 => 32,
-            Self::V6 => 128,
-        }
-    }
-}
-
-/// A prefix, port or range that does not parse.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ParseError {
-    /// Not an IPv4 or IPv6 address.
-    Address(String),
-    /// Not a number up to the address's width.
-    PrefixLength(String),
-    /// Not a port number.
-    Port(String),
-    /// A range whose first port is above its last.
-    EmptyRange(String),
-    /// Not a u32 key as `filter show` prints one (`VALUE/MASK at [nexthdr+]OFFSET`).
-    RawKey(String),
-}
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Address(s) => write!(f, "invalid address {s:?}"),
-            Self::PrefixLength(s) => write!(f, "invalid prefix length {s:?}"),
-            Self::Port(s) => write!(f, "invalid port {s:?}"),
-            Self::EmptyRange(s) => write!(f, "port range {s:?} is empty"),
-            Self::RawKey(s) => write!(
-                f,
-                "invalid u32 key {s:?}: VALUE/MASK at [nexthdr+]OFFSET, in hex"
-            ),
-        }
-    }
-}
-
-impl core::error::Error for ParseError {}
 
 /// A match field the classifier cannot hold, as a filter's match is read from the control
 /// socket or htbd's journal (each names the field and why).

@@ -2,7 +2,31 @@
 
 use core::net::IpAddr;
 
-use crate::matcher::Family;
+/// An IP version a filter is restricted to (tc's `protocol ip` / `protocol ipv6`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// IPv4 (`protocol ip`).
+    V4,
+    /// IPv6 (`protocol ipv6`).
+    V6,
+}
+
+impl Family {
+    /// The family of `ip`.
+    #[must_use]
+    pub fn of(ip: IpAddr) -> Self {
+        if ip.is_ipv4() { Self::V4 } else { Self::V6 }
+    }
+
+    /// Address width in bits.
+    #[must_use]
+    pub fn bits(self) -> u8 {
+        match self {
+            Self::V4 => 32,
+            Self::V6 => 128,
+        }
+    }
+}
 
 /// What a filter can look at in a packet; `None` where the packet does not have it (not IP,
 /// truncated, a later fragment, …).

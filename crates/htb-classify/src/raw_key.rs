@@ -10,7 +10,7 @@ use alloc::borrow::ToOwned;
 use core::fmt;
 use core::str::FromStr;
 
-use crate::matcher::ParseError;
+use crate::parse_error::ParseError;
 
 /// The most general keys one filter holds (a filter keeps them inline, so that a match stays
 /// `Copy` and small for the 100 000-filter lists the compiled classifier holds).
