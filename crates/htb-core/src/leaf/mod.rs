@@ -44,9 +44,9 @@ pub use pool::PacketPool;
 pub use spec::{
     DEFAULT_PSCHED_MTU, DEFAULT_TXQUEUELEN, FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec,
     LeafConfig, LeafError, LeafKind, LeafSpec, SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec,
+    TcArgs,
 };
 pub use tbf::{TbfConfig, TbfError, TbfSpec};
-pub use tc_args::TcArgs;
 
 use self::cake::{Cake, CakeStore};
 use self::fifo::Fifo;

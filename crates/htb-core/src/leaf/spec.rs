@@ -7,8 +7,18 @@ use core::fmt;
 use super::cake::{CakeConfig, CakeSpec};
 use super::options::{LeafOption, OptionValue};
 use super::tbf::{TbfConfig, TbfError, TbfSpec};
-use super::tc_args::{TcArgs, option};
+use super::tc_args::option;
 use crate::time::Duration;
+
+/// [`LeafConfig::tc_args`]: each option as ` KEYWORD VALUE` (a space before each).
+#[derive(Clone, Copy, Debug)]
+pub struct TcArgs<'a>(pub(super) &'a LeafConfig);
+
+impl fmt::Display for TcArgs<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.write_tc_args(f)
+    }
+}
 
 /// The kernel's default `txqueuelen`, which sizes `pfifo` and `bfifo` without a limit.
 pub const DEFAULT_TXQUEUELEN: u32 = 1000;
