@@ -3,7 +3,7 @@
 use htb_ipc::{FilterSpec, PortRange, Protocol};
 
 use super::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
-use super::f_u32::{prefix, tos_to_dscp};
+use super::match_values::{prefix, tos_to_dscp};
 use super::usage::FILTER_USAGE;
 
 /// `flower_parse_opt`.
@@ -81,7 +81,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            super::tc_filter::action(a, &mut spec.police, &mut spec.redirect)?;
+            super::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }

@@ -2,39 +2,12 @@
 //! selectors htbd classifies by, as typed matches; raw `u32|u16|u8 … at OFF` keys and the hash
 //! tables (`divisor`, `ht`, `link`, `hashkey`, `sample`) are read in `u32_keys`.
 
-use htb_ipc::{FilterHandle, FilterSpec, HashKey, IpPrefix, PortRange, Protocol, U32Handle};
+use htb_ipc::{FilterHandle, FilterSpec, HashKey, Protocol, U32Handle};
 
 use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
+use super::match_values::{port_range, prefix, tos_to_dscp};
 use super::u32_keys::{self, RawKeys};
 use super::usage::FILTER_USAGE;
-
-/// A value/mask pair on a port as an inclusive range (a mask of contiguous high bits).
-pub(super) fn port_range(value: u32, mask: u32, what: &str) -> Result<PortRange> {
-    let (Ok(value), Ok(mask)) = (u16::try_from(value), u16::try_from(mask)) else {
-        return illegal(what);
-    };
-    // Contiguous high bits: !mask + 1 is a power of two (or mask is 0: any port).
-    let span = u32::from(!mask) + 1;
-    if !span.is_power_of_two() {
-        return usage(format!(
-            "Illegal \"{what}\": mask {mask:#06x} is not a prefix of the port, so it is not a port range"
-        ));
-    }
-    let first = value & mask;
-    Ok(PortRange {
-        first,
-        last: first | !mask,
-    })
-}
-
-pub(super) fn tos_to_dscp(value: u32, mask: u32, what: &str) -> Result<u8> {
-    match (u8::try_from(value), mask) {
-        (Ok(v), 0xfc | 0xff) => Ok(v >> 2),
-        _ => usage(format!(
-            "Illegal \"{what}\": only the DSCP bits can be matched (mask 0xfc, or 0xff)"
-        )),
-    }
-}
 
 fn set_once<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
     if slot.is_some() {
@@ -42,14 +15,6 @@ fn set_once<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
     }
     *slot = Some(value);
     Ok(())
-}
-
-/// An address prefix of the family `v6` says (`get_prefix`), parsed once, as htbd keeps it.
-pub(super) fn prefix(s: &str, v6: bool, what: &str) -> Result<IpPrefix> {
-    match s.parse::<IpPrefix>() {
-        Ok(p) if p.addr().is_ipv6() == v6 => Ok(p),
-        _ => illegal(what),
-    }
 }
 
 /// `parse_u32` / `parse_selector` / `parse_ip` / `parse_ip6`.
@@ -203,7 +168,7 @@ pub(super) fn options(
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            super::tc_filter::action(a, &mut spec.police, &mut spec.redirect)?;
+            super::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
         } else if matches(w, "police") {
             // f_u32.c's own `police` (the legacy form, TCA_U32_POLICE).
             spec.police = Some(Box::new(super::m_police::options(a)?));

@@ -6,31 +6,7 @@ use htb_ipc::{Command, FilterHandle, FilterKind, FilterSpec, Object, Parent, Pro
 use super::action::{Action, Verb, verb};
 use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
 use super::usage::FILTER_USAGE;
-use super::{f_flower, f_u32, m_gact, m_mirred, m_police};
-
-/// One `action …` of a filter: `police …` (`m_police.c`), `mirred egress redirect dev IFB`
-/// (`m_mirred.c`), or gact's `ok`/`pass`.
-///
-/// # Errors
-/// What those modules refuse.
-pub(super) fn action(
-    a: &mut Args<'_>,
-    police: &mut Option<Box<htb_ipc::PoliceConfig>>,
-    redirect: &mut Option<String>,
-) -> Result<()> {
-    match a.peek() {
-        Some("police") => {
-            a.value()?;
-            *police = Some(Box::new(m_police::options(a)?));
-        }
-        Some("mirred") => {
-            a.value()?;
-            *redirect = Some(m_mirred::options(a)?);
-        }
-        _ => m_gact::action(a)?,
-    }
-    Ok(())
-}
+use super::{f_flower, f_u32};
 
 /// Parses the words after `filter`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {

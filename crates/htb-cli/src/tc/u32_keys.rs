@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use htb_ipc::{IpPrefix, Match, U32Handle};
 
 use super::args::{Args, Result, illegal, mask, number, usage};
-use super::f_u32::{port_range, tos_to_dscp};
+use super::match_values::{port_range, tos_to_dscp};
 
 /// One 32-bit key, in host order, as `pack_key` builds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

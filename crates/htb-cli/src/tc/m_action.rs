@@ -1,0 +1,29 @@
+//! A filter's `action …` (iproute2 `tc/m_action.c`'s `parse_action`): hands each to its own
+//! module, as tc does.
+
+use super::args::{Args, Result};
+use super::{m_gact, m_mirred, m_police};
+
+/// One `action …` of a filter: `police …` (`m_police.c`), `mirred egress redirect dev IFB`
+/// (`m_mirred.c`), or gact's `ok`/`pass`.
+///
+/// # Errors
+/// What those modules refuse.
+pub(super) fn action(
+    a: &mut Args<'_>,
+    police: &mut Option<Box<htb_ipc::PoliceConfig>>,
+    redirect: &mut Option<String>,
+) -> Result<()> {
+    match a.peek() {
+        Some("police") => {
+            a.value()?;
+            *police = Some(Box::new(m_police::options(a)?));
+        }
+        Some("mirred") => {
+            a.value()?;
+            *redirect = Some(m_mirred::options(a)?);
+        }
+        _ => m_gact::action(a)?,
+    }
+    Ok(())
+}
