@@ -12,7 +12,8 @@
 //!   queues, rows and feeds, ordered by class id; `htb_activate_prios`, `htb_lookup_leaf`,
 //!   `htb_dequeue_tree`, `htb_charge_class`, `htb_do_events`, the leaf→inner conversion and
 //!   back.
-//! - **Better where users complain** (the measurements: the book, `docs/complexity.md`, `docs/scale.md`, `docs/bench-lab.md`):
+//! - **Better where users complain** (the measurements are in the book: `docs/complexity.md`,
+//!   `docs/scale.md`, `docs/bench-lab.md`):
 //!   tokens in 1/256 ns instead of whole ns and exact 64-bit rate arithmetic (accurate from
 //!   1 bit/s to beyond 1 Tbit/s); default bursts sized by time so that high rates are reached;
 //!   warnings are returned values, never log lines; `change` keeps a class's byte credit;

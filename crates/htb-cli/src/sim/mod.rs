@@ -1,8 +1,9 @@
 //! The deterministic simulator behind `htb-cli sim SCENARIO.toml`: an HTB tree, traffic
 //! flows and live changes on a virtual nanosecond clock, like devik's "ethloop" (seed 000).
 //!
-//! The scenario format is a contract that other tools generate; see the book (`docs/simulator.md`, "Scenario format"). Runs are
-//! bit-for-bit reproducible: there is no randomness and no wall clock.
+//! The scenario format is a contract that other tools generate; see the book
+//! (`docs/simulator.md`, "Scenario format"). Runs are bit-for-bit reproducible: there is no
+//! randomness and no wall clock.
 
 mod engine;
 mod histogram;
