@@ -55,6 +55,11 @@ impl Fifo {
         Ok(())
     }
 
+    /// The length of the packet at the head, without taking it (what `tbf_dequeue` peeks at).
+    pub(crate) fn head_len<P: Packet>(&self, pool: &PacketPool<P>) -> Option<u32> {
+        pool.iter(self.packets).next().map(Packet::len_bytes)
+    }
+
     #[inline]
     pub(crate) fn dequeue<P: Packet>(&mut self, pool: &mut PacketPool<P>) -> Option<P> {
         let (packet, _) = pool.pop_front(&mut self.packets)?;

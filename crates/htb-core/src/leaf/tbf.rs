@@ -9,9 +9,9 @@
 
 use core::fmt;
 
-use super::counts::QueueCounts;
+use super::fifo::Fifo;
 use super::options::{LeafOption, OptionValue};
-use super::pool::{PacketList, PacketPool};
+use super::pool::PacketPool;
 use super::tc_args::option;
 use crate::rate::Rate;
 use crate::time::Duration;
@@ -239,10 +239,11 @@ impl fmt::Display for BitsText {
 #[derive(Clone, Debug)]
 pub(crate) struct Tbf {
     config: TbfConfig,
-    /// The inner qdisc's packets: a bfifo of `limit` bytes (`fifo_create_dflt`).
-    packets: PacketList,
-    /// What it holds and dropped: over the limit, or larger than the bucket.
-    counts: QueueCounts,
+    /// The inner qdisc: a bfifo of `limit` bytes (`fifo_create_dflt`), which counts what it
+    /// holds and what it dropped over its limit.
+    queue: Fifo,
+    /// Packets dropped on arrival for being larger than the bucket (tbf's own `qdisc_drop`).
+    oversize_drops: u64,
     /// Largest packet sent (`q->max_size`); a larger one is dropped on arrival.
     max_size: u32,
     /// The bucket's depth in ns at `rate` (`q->buffer`).
@@ -269,8 +270,8 @@ impl Tbf {
     pub(crate) fn new(config: TbfConfig, now: u64) -> Self {
         let mut tbf = Self {
             config,
-            packets: PacketList::EMPTY,
-            counts: QueueCounts::default(),
+            queue: Fifo::new(config.limit, true),
+            oversize_drops: 0,
             max_size: 0,
             buffer: 0,
             mtu: 0,
@@ -287,6 +288,7 @@ impl Tbf {
     /// fifo's new limit applies to arrivals, as `fifo_set_limit` does).
     fn apply(&mut self, config: TbfConfig, now: u64) {
         self.config = config;
+        self.queue.set_limit(config.limit);
         self.max_size = config.max_size();
         self.buffer = l2t(config.rate, u64::from(config.burst));
         self.mtu = config
@@ -315,22 +317,17 @@ impl Tbf {
         packet: P,
         now: u64,
     ) -> Result<(), P> {
-        let len = packet.len_bytes();
-        if len > self.max_size
-            || self.counts.backlog + u64::from(len) > u64::from(self.config.limit)
-        {
-            self.counts.drops += 1;
+        if packet.len_bytes() > self.max_size {
+            self.oversize_drops += 1;
             return Err(packet);
         }
-        pool.push_back(&mut self.packets, packet, now)?;
-        self.counts.add(len);
-        Ok(())
+        self.queue.enqueue(pool, packet, now)
     }
 
     /// `tbf_dequeue`: the head packet if both buckets hold its length, else nothing, and the
     /// time they will ([`throttled_until`](Self::throttled_until)).
     pub(crate) fn dequeue<P: Packet>(&mut self, pool: &mut PacketPool<P>, now: u64) -> Option<P> {
-        let len = u64::from(pool.iter(self.packets).next()?.len_bytes());
+        let len = u64::from(self.queue.head_len(pool)?);
         let elapsed = i64::try_from(now.saturating_sub(self.t_c)).unwrap_or(i64::MAX);
         let mut toks = elapsed.min(self.buffer);
         let mut ptoks = 0;
@@ -341,8 +338,7 @@ impl Tbf {
         toks = toks.saturating_add(self.tokens).min(self.buffer);
         toks -= l2t(self.config.rate, len);
         if (toks | ptoks) >= 0 {
-            let (packet, _) = pool.pop_front(&mut self.packets)?;
-            self.counts.remove(packet.len_bytes());
+            let packet = self.queue.dequeue(pool)?;
             self.t_c = now;
             self.tokens = toks;
             self.ptokens = ptoks;
@@ -356,28 +352,25 @@ impl Tbf {
 
     /// When a leaf that held its packets back may send: the watchdog's time.
     pub(crate) fn throttled_until(&self) -> Option<u64> {
-        (self.counts.len > 0).then_some(self.next_send)
+        (self.queue.len() > 0).then_some(self.next_send)
     }
 
     /// Every packet out (`tbf_reset`, whose buckets the next change or packet refills).
     pub(crate) fn purge<P: Packet>(&mut self, pool: &mut PacketPool<P>, out: &mut impl FnMut(P)) {
-        while let Some((packet, _)) = pool.pop_front(&mut self.packets) {
-            out(packet);
-        }
-        self.counts.emptied();
+        self.queue.purge(pool, out);
     }
 
     pub(crate) fn len(&self) -> u32 {
-        self.counts.len
+        self.queue.len()
     }
 
     pub(crate) fn backlog(&self) -> u64 {
-        self.counts.backlog
+        self.queue.backlog()
     }
 
     /// Packets dropped: over the limit, and larger than the bucket.
     pub(crate) fn drops(&self) -> u64 {
-        self.counts.drops
+        self.queue.drops() + self.oversize_drops
     }
 
     pub(crate) fn check<P: Packet>(&self, pool: &PacketPool<P>) -> Result<(), CheckError> {
@@ -390,15 +383,7 @@ impl Tbf {
                 self.mtu
             )));
         }
-        let (n, bytes) = super::count_list(pool, self.packets);
-        if (n, bytes) != (self.counts.len, self.counts.backlog) {
-            return Err(CheckError(alloc::format!(
-                "tbf holds {n} packets / {bytes} B, counters say {} / {}",
-                self.counts.len,
-                self.counts.backlog
-            )));
-        }
-        Ok(())
+        self.queue.check(pool)
     }
 }
 
