@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use rustix::thread::{ClockId, clock_nanosleep_absolute};
 use rustix::time::{Timespec, clock_gettime};
 
-use crate::stalls::{StallsError, cpus, place, tid};
+use crate::stalls::{StallsError, cpus, spawn_realtime};
 
 /// How often the witness wakes on each CPU.
 pub const PERIOD_NS: u64 = 500_000;
@@ -74,24 +74,10 @@ impl StallWitness {
             cpus: Vec::new(),
         };
         for cpu in cpus() {
-            let (ready_tx, ready) = std::sync::mpsc::channel();
-            let (go_tx, go) = std::sync::mpsc::channel::<bool>();
             let (stop, gaps) = (Arc::clone(&stop), Arc::clone(&gaps));
             let number = u32::try_from(cpu).unwrap_or(u32::MAX);
-            witness.threads.push(std::thread::spawn(move || {
-                let _ = ready_tx.send(tid());
-                if go.recv() == Ok(true) {
-                    watch(number, &stop, &gaps);
-                }
-            }));
-            let placed = match ready.recv().ok().flatten() {
-                Some(tid) => place(tid, cpu, Some(99)),
-                None => Err(StallsError::Realtime {
-                    cpu,
-                    why: "no thread id in /proc/thread-self".into(),
-                }),
-            };
-            let _ = go_tx.send(placed.is_ok());
+            let (thread, placed) = spawn_realtime(cpu, move || watch(number, &stop, &gaps), ());
+            witness.threads.push(thread);
             placed?;
             witness.cpus.push(number);
         }

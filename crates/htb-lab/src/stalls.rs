@@ -112,6 +112,35 @@ pub(crate) fn tid() -> Option<u32> {
         .ok()
 }
 
+/// Starts a thread that runs `body` pinned to `cpu` at SCHED_FIFO 99: the thread reports its
+/// id, is placed, and runs `body` only once placed (else it returns `refused`). Returns the
+/// thread and whether it was placed.
+pub(crate) fn spawn_realtime<T: Send + 'static>(
+    cpu: usize,
+    body: impl FnOnce() -> T + Send + 'static,
+    refused: T,
+) -> (JoinHandle<T>, Result<(), StallsError>) {
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let (go_tx, go) = std::sync::mpsc::channel::<bool>();
+    let thread = std::thread::spawn(move || {
+        let _ = ready_tx.send(tid());
+        if go.recv() == Ok(true) {
+            body()
+        } else {
+            refused
+        }
+    });
+    let placed = match ready.recv().ok().flatten() {
+        Some(tid) => place(tid, cpu, Some(99)),
+        None => Err(StallsError::Realtime {
+            cpu,
+            why: "no thread id in /proc/thread-self".into(),
+        }),
+    };
+    let _ = go_tx.send(placed.is_ok());
+    (thread, placed)
+}
+
 /// Pins thread `tid` to `cpu` and, with `priority`, makes it SCHED_FIFO at it.
 pub(crate) fn place(tid: u32, cpu: usize, priority: Option<u8>) -> Result<(), StallsError> {
     let run = |program: &str, args: &[String]| {
@@ -161,24 +190,9 @@ impl Injector {
             threads: Vec::new(),
         };
         for &cpu in cpus {
-            let (ready_tx, ready) = std::sync::mpsc::channel();
-            let (go_tx, go) = std::sync::mpsc::channel::<bool>();
             let stop = Arc::clone(&stop);
-            threads.push(std::thread::spawn(move || {
-                let _ = ready_tx.send(tid());
-                if go.recv() != Ok(true) {
-                    return 0;
-                }
-                spin(pattern, epoch, &stop)
-            }));
-            let placed = match ready.recv().ok().flatten() {
-                Some(tid) => place(tid, cpu, Some(99)),
-                None => Err(StallsError::Realtime {
-                    cpu,
-                    why: "no thread id in /proc/thread-self".into(),
-                }),
-            };
-            let _ = go_tx.send(placed.is_ok());
+            let (thread, placed) = spawn_realtime(cpu, move || spin(pattern, epoch, &stop), 0);
+            threads.push(thread);
             if let Err(e) = placed {
                 injector.threads = threads;
                 return Err(e);
