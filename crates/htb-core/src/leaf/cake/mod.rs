@@ -13,25 +13,27 @@
 //! use (module `hash`).
 
 mod ack_filter;
+mod autorate;
+mod check;
 mod cobalt;
 mod hash;
 mod spec;
+mod stats;
 mod tcp;
 mod tins;
 
-use alloc::format;
 use alloc::vec::Vec;
 
-use self::hash::{FlowSet, Hashes, NO_HOST, QUEUES, Slots};
+use self::autorate::{Autorate, ewma};
+use self::hash::{FlowSet, Hashes, QUEUES, Slots};
 use self::tins::{RateNs, Tin};
 use super::LeafStore;
 use super::counts::QueueCounts;
 use super::flows::{FlowTable, LeafFlows, ListTag};
-use crate::rate::Rate;
-use crate::time::Duration;
-use crate::{CheckError, Packet};
+use crate::Packet;
 
 pub use spec::{AckFilter, AtmMode, CakeConfig, CakeSpec, DiffservMode, FlowMode};
+pub use stats::{CakeStats, CakeTinStats};
 pub use tcp::TcpAck;
 
 pub(crate) use hash::{CakeFlowState, HostState};
@@ -62,121 +64,6 @@ const QUANTUM_DIV: [u16; QUEUES as usize + 1] = {
 pub(crate) struct CakeStore {
     pub(crate) flows: FlowTable<CakeFlowState>,
     pub(crate) hosts: FlowTable<HostState>,
-}
-
-/// One tin's statistics, as `tc -s qdisc show` prints them (`TCA_CAKE_TIN_STATS_*`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct CakeTinStats {
-    /// The tin's threshold rate (`thresh`).
-    pub threshold_rate: Rate,
-    /// Bytes sent (and ACKs filtered).
-    pub sent_bytes: u64,
-    /// Bytes queued.
-    pub backlog_bytes: u32,
-    /// COBALT's target.
-    pub target: Duration,
-    /// COBALT's interval.
-    pub interval: Duration,
-    /// Delay EWMAs: peak, average, base (`pk_delay`, `av_delay`, `sp_delay`).
-    pub peak_delay: Duration,
-    /// Average delay.
-    pub avg_delay: Duration,
-    /// Base (sparse) delay.
-    pub base_delay: Duration,
-    /// Packets sent.
-    pub sent_packets: u32,
-    /// Set-associative lookups that found the flow in another way (`way_inds`).
-    pub way_indirect_hits: u32,
-    /// Lookups that took a free way (`way_miss`).
-    pub way_misses: u32,
-    /// Lookups that found every way taken (`way_cols`).
-    pub way_collisions: u32,
-    /// Packets dropped (AQM and overflow).
-    pub drops: u32,
-    /// Packets CE-marked.
-    pub ecn_marks: u32,
-    /// ACKs the filter dropped.
-    pub ack_drops: u32,
-    /// Sparse flows (and decaying ones).
-    pub sparse_flows: u32,
-    /// Bulk flows.
-    pub bulk_flows: u32,
-    /// Flows BLUE is dropping from.
-    pub unresponsive_flows: u32,
-    /// Largest packet seen.
-    pub max_pkt_len: u32,
-    /// DRR quantum of one flow.
-    pub flow_quantum: u32,
-}
-
-/// `cake`'s statistics (`TCA_CAKE_STATS_*`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct CakeStats {
-    /// Most buffer bytes held at once (`memory used`).
-    pub memory_used: u32,
-    /// The buffer's byte limit.
-    pub memory_limit: u32,
-    /// `autorate-ingress`'s estimate (the bandwidth otherwise).
-    pub capacity_estimate: Rate,
-    /// Smallest and largest network-layer length seen (65535 / 0 before any).
-    pub min_network_size: u32,
-    /// Largest network-layer length.
-    pub max_network_size: u32,
-    /// Smallest and largest length charged after overhead compensation.
-    pub min_adj_size: u32,
-    /// Largest compensated length.
-    pub max_adj_size: u32,
-    /// Average network header offset.
-    pub avg_hdr_offset: u32,
-    /// Times the shaper held packets back (the qdisc's `overlimits`).
-    pub overlimits: u32,
-    /// The tins, in tc's order (Bulk first for diffserv3 and diffserv4).
-    pub tins: Vec<CakeTinStats>,
-}
-
-/// `autorate-ingress`'s estimate of the link's capacity from the arrivals.
-#[derive(Clone, Debug, Default)]
-struct Autorate {
-    last_packet_time: u64,
-    avg_window_begin: u64,
-    avg_packet_interval: u64,
-    avg_window_bytes: u64,
-    avg_peak_bandwidth: u64,
-    last_reconfig_time: u64,
-}
-
-impl Autorate {
-    /// `cake_enqueue`'s estimate: the peak arrival rate of bursts, averaged. True when the
-    /// shaper should follow it (15/16 of it): at most every 250 ms after the last change,
-    /// which the kernel never moves, so past 250 ms it follows at every burst.
-    fn estimate(&mut self, now: u64) -> bool {
-        let interval = now.saturating_sub(self.last_packet_time).min(1_000_000_000);
-        let shift = if interval > self.avg_packet_interval {
-            2
-        } else {
-            8
-        };
-        self.avg_packet_interval = ewma(self.avg_packet_interval, interval, shift);
-        self.last_packet_time = now;
-        if interval <= self.avg_packet_interval {
-            return false;
-        }
-        let window = now.saturating_sub(self.avg_window_begin).max(1);
-        let rate = (u128::from(self.avg_window_bytes) * 1_000_000_000 / u128::from(window))
-            .min(u128::from(u64::MAX)) as u64;
-        let shift = if rate > self.avg_peak_bandwidth { 2 } else { 8 };
-        self.avg_peak_bandwidth = ewma(self.avg_peak_bandwidth, rate, shift);
-        self.avg_window_bytes = 0;
-        self.avg_window_begin = now;
-        now > self.last_reconfig_time + 250_000_000
-    }
-}
-
-/// `cake_ewma`.
-fn ewma(avg: u64, sample: u64, shift: u32) -> u64 {
-    avg - (avg >> shift) + (sample >> shift)
 }
 
 /// One `cake` instance (`struct cake_sched_data`).
@@ -938,186 +825,6 @@ impl Cake {
         for idx in bulk {
             slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
                 .bulk_count(idx, mode, 1);
-        }
-    }
-
-    /// Verifies counts against the queues, lists and host slots; returns the records held.
-    pub(crate) fn check<P: Packet>(&self, store: &LeafStore<P>) -> Result<usize, CheckError> {
-        let flows = &store.cake.flows;
-        let mode = self.config.flow_mode;
-        let (mut len, mut bytes) = (0u32, 0u64);
-        let mut per_tin = Vec::new();
-        per_tin.resize(self.tins.len(), [0u32; 4]); // sparse, bulk, decaying, backlog
-        let mut refs: Vec<(u32, u16, u16)> = Vec::new(); // (host slot, refs, bulk)
-        let mut records = 0usize;
-        for idx in flows.records(&self.flow_index) {
-            records += 1;
-            let f = flows.get(idx);
-            let tin = (f.bucket / QUEUES) as usize;
-            let Some(counts) = per_tin.get_mut(tin) else {
-                return Err(CheckError(format!(
-                    "cake queue {idx} in tin {tin} of {}",
-                    self.tins.len()
-                )));
-            };
-            let (n, b) = super::count_list(&store.packets, f.packets);
-            if (n, b) != (f.len, u64::from(f.backlog)) {
-                return Err(CheckError(format!(
-                    "cake queue {idx} holds {n} packets / {b} B, says {} / {}",
-                    f.len, f.backlog
-                )));
-            }
-            len += n;
-            bytes += b;
-            counts[3] += f.backlog;
-            let expected_list = match f.state.set {
-                FlowSet::Sparse => {
-                    counts[0] += 1;
-                    None
-                }
-                FlowSet::SparseWait => {
-                    counts[0] += 1;
-                    Some(ListTag::Old)
-                }
-                FlowSet::Bulk => {
-                    counts[1] += 1;
-                    Some(ListTag::Old)
-                }
-                FlowSet::Decaying => {
-                    counts[2] += 1;
-                    Some(ListTag::Dormant)
-                }
-                FlowSet::None => {
-                    return Err(CheckError(format!(
-                        "cake queue {idx} is kept but not in use"
-                    )));
-                }
-            };
-            let on = f.list;
-            if on == ListTag::Unlinked
-                || expected_list.is_some_and(|l| l != on)
-                || (f.state.set == FlowSet::Decaying && n > 0)
-            {
-                return Err(CheckError(format!(
-                    "cake queue {idx} ({:?}) is on {on:?} holding {n} packets",
-                    f.state.set
-                )));
-            }
-            let counted = [mode.dual_src(), mode.dual_dst()];
-            for (slot, counted) in [f.state.srchost, f.state.dsthost].into_iter().zip(counted) {
-                if slot == NO_HOST {
-                    continue;
-                }
-                let bulk = u16::from(counted && f.state.set == FlowSet::Bulk);
-                match refs.iter_mut().find(|(s, _, _)| *s == slot) {
-                    Some(r) => {
-                        r.1 += 1;
-                        r.2 += bulk;
-                    }
-                    None => refs.push((slot, 1, bulk)),
-                }
-            }
-        }
-        for (t, b) in self.tins.iter().enumerate() {
-            let c = per_tin[t];
-            let listed = b.new_flows.len() + b.old_flows.len() + b.decaying_flows.len();
-            let counted = [
-                u32::from(b.sparse_flow_count),
-                u32::from(b.bulk_flow_count),
-                u32::from(b.decaying_flow_count),
-                b.tin_backlog,
-            ];
-            if counted != c || listed != c[0] + c[1] + c[2] {
-                return Err(CheckError(format!(
-                    "cake tin {t} counts {counted:?} on {listed} listed, queues say {c:?}"
-                )));
-            }
-        }
-        if (len, bytes) != (self.counts.len, self.counts.backlog) {
-            return Err(CheckError(format!(
-                "cake queues hold {len} packets / {bytes} B, counters say {} / {}",
-                self.counts.len, self.counts.backlog
-            )));
-        }
-        let hosts = &store.cake.hosts;
-        let mut host_records = 0;
-        for slot in hosts.records(&self.host_index) {
-            host_records += 1;
-            let h = hosts.get(slot).state;
-            let (r, bulk) = refs
-                .iter()
-                .find(|(s, _, _)| *s == slot)
-                .map_or((0, 0), |&(_, r, b)| (r, b));
-            let counted_bulk = bulk.min(QUEUES as u16);
-            if h.refs != r || h.refs == 0 || h.bulk != counted_bulk {
-                return Err(CheckError(format!(
-                    "cake host slot {slot}: refs {} bulk {}, queues say {r} / {counted_bulk}",
-                    h.refs, h.bulk
-                )));
-            }
-        }
-        if host_records != refs.len() {
-            return Err(CheckError(format!(
-                "cake holds {host_records} host slots, its queues name {}",
-                refs.len()
-            )));
-        }
-        if flows.check_leaf(&self.flow_index)? != records {
-            return Err(CheckError(
-                "cake's flow chain does not match its walk".into(),
-            ));
-        }
-        hosts.check_leaf(&self.host_index)?;
-        Ok(records + host_records)
-    }
-
-    /// Statistics, tins in tc's order.
-    pub(crate) fn stats(&self) -> CakeStats {
-        let order = tins::order(self.config.diffserv);
-        let tins = order
-            .iter()
-            .take(self.tins.len())
-            .map(|&t| {
-                let b = &self.tins[usize::from(t)];
-                CakeTinStats {
-                    threshold_rate: Rate::from_bytes_per_sec(b.rate.bytes_per_sec),
-                    sent_bytes: b.bytes,
-                    backlog_bytes: b.tin_backlog,
-                    target: Duration::from_nanos(b.cparams.target),
-                    interval: Duration::from_nanos(b.cparams.interval),
-                    peak_delay: Duration::from_nanos(b.peak_delay),
-                    avg_delay: Duration::from_nanos(b.avge_delay),
-                    base_delay: Duration::from_nanos(b.base_delay),
-                    sent_packets: b.packets,
-                    way_indirect_hits: b.way_hits,
-                    way_misses: b.way_misses,
-                    way_collisions: b.way_collisions,
-                    drops: b.tin_dropped,
-                    ecn_marks: b.tin_ecn_mark,
-                    ack_drops: b.ack_drops,
-                    sparse_flows: u32::from(b.sparse_flow_count + b.decaying_flow_count),
-                    bulk_flows: u32::from(b.bulk_flow_count),
-                    unresponsive_flows: u32::from(b.unresponsive_flow_count),
-                    max_pkt_len: b.max_skblen,
-                    flow_quantum: u32::from(b.flow_quantum),
-                }
-            })
-            .collect();
-        CakeStats {
-            memory_used: self.buffer_max_used,
-            memory_limit: self.buffer_limit,
-            capacity_estimate: Rate::from_bytes_per_sec(
-                self.autorate
-                    .as_ref()
-                    .map_or(self.rate_bps, |a| a.avg_peak_bandwidth),
-            ),
-            min_network_size: u32::from(self.min_netlen),
-            max_network_size: u32::from(self.max_netlen),
-            min_adj_size: u32::from(self.min_adjlen),
-            max_adj_size: u32::from(self.max_adjlen),
-            avg_hdr_offset: (self.avg_netoff + 0x8000) >> 16,
-            overlimits: self.overlimits,
-            tins,
         }
     }
 }

@@ -8,6 +8,7 @@ use super::tcp::ACK;
 use super::tcp::tests::segment;
 use super::*;
 use crate::leaf::{Leaf, LeafConfig, LeafStore};
+use crate::rate::Rate;
 use crate::time::Instant;
 
 const MS: u64 = 1_000_000;
