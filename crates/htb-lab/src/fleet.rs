@@ -8,8 +8,9 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
+use crate::host::{cli_bin, repo};
 use crate::htbd::Htbd;
-use crate::lab::{Reaped, cli_bin, repo};
+use crate::lab::Reaped;
 
 /// The upstream router (and the "internet" host 10.200.0.1 behind it).
 pub const UP: &str = "up";
@@ -28,7 +29,7 @@ pub const GATEWAY: &str = "10.220.0.1";
 /// daemon missing.
 #[must_use]
 pub fn unavailable() -> Option<String> {
-    if let Some(reason) = crate::lab::unavailable() {
+    if let Some(reason) = crate::host::unavailable() {
         return Some(reason);
     }
     ["bird", "birdc", "keepalived"]

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::lab::{Lab, R, cli_bin, htbd_bin, run};
+use crate::host::{cli_bin, htbd_bin, run};
+use crate::lab::{Lab, R};
 
 /// htbd running in the lab's router namespace.
 #[derive(Debug)]

@@ -2,12 +2,14 @@
 //! measures L2 rates on the egress veth. Needs root and network namespaces.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::host::{gen_bin, repo, run, unavailable};
 use crate::htbd::Htbd;
+use crate::load::Load;
 use crate::owed::Counted;
 
 /// One lab at a time in this process: labs measure rates, so they must not share two cores.
@@ -28,79 +30,6 @@ pub const R: &str = "r";
 pub const N2: &str = "n2";
 /// The router's address on the [management link](Lab::management_link).
 pub const MANAGEMENT_IP: &str = "10.254.0.2";
-
-/// The project's root: `HTB_REPO`, else where this binary was built from, else the current
-/// directory (a binary carried to another machine finds its tree there, not at the build path).
-pub(crate) fn repo() -> PathBuf {
-    if let Some(root) = std::env::var_os("HTB_REPO") {
-        return PathBuf::from(root);
-    }
-    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    if built.join("scripts/lab.sh").exists() {
-        built
-    } else {
-        PathBuf::from(".")
-    }
-}
-
-/// The htbd binary: `HTBD_BIN` (the test command points it at a release build, since shaping a
-/// gigabit in a debug build is not a fair test), else `target/release/htbd`, else the debug one.
-pub fn htbd_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("HTBD_BIN") {
-        return PathBuf::from(bin);
-    }
-    let release = repo().join("target/release/htbd");
-    if release.exists() {
-        release
-    } else {
-        repo().join("target/debug/htbd")
-    }
-}
-
-/// The htb-cli binary: `HTB_CLI_BIN`, else next to [`htbd_bin`].
-pub fn cli_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("HTB_CLI_BIN") {
-        return PathBuf::from(bin);
-    }
-    htbd_bin().with_file_name("htb-cli")
-}
-
-pub(crate) fn run(cmd: &mut Command) -> Output {
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
-}
-
-/// Why the lab cannot run here, if it cannot.
-pub fn unavailable() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let uid = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1));
-    if uid != Some("0") {
-        return Some("needs root (network namespaces, XDP)".into());
-    }
-    for tool in ["ip", "iperf3", "ping", "ethtool", "python3", "setpriv"] {
-        if Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map(|o| !o.status.success())
-            .unwrap_or(true)
-        {
-            return Some(format!(
-                "{tool} is not installed (scripts/setup.sh installs it)"
-            ));
-        }
-    }
-    let probe = run(Command::new("ip").args(["netns", "add", "htbt-probe"]));
-    let _ = run(Command::new("ip").args(["netns", "del", "htbt-probe"]));
-    (!probe.status.success()).then(|| {
-        format!(
-            "cannot create network namespaces: {}",
-            String::from_utf8_lossy(&probe.stderr).trim()
-        )
-    })
-}
 
 /// Why a lab could not be built.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -711,60 +640,6 @@ impl Lab {
             delivered: counted(r1 - r0),
         }
     }
-}
-
-/// What crossed the router in a measurement window: L2 bytes sent by node-1 and received by
-/// node-2 (which also counts whatever else node-2 receives, such as ARP: negligible).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Load {
-    /// node-1's eth0 sent.
-    pub offered: Counted,
-    /// node-2's eth0 received.
-    pub delivered: Counted,
-}
-
-impl Load {
-    /// node-1's send rate, bit/s.
-    #[must_use]
-    pub fn offered_bps(&self) -> f64 {
-        self.offered.bps()
-    }
-
-    /// node-2's receive rate, bit/s.
-    #[must_use]
-    pub fn delivered_bps(&self) -> f64 {
-        self.delivered.bps()
-    }
-
-    /// Proves the premise of a shaping measurement: the generator offered at least 1.1× the
-    /// class's `rate`. Otherwise the window measured the generator, not the shaper, and the
-    /// test fails saying so instead of passing or failing by luck.
-    ///
-    /// # Panics
-    /// When the premise does not hold.
-    pub fn assert_saturates(&self, what: &str, rate_bps: f64) {
-        eprintln!(
-            "{what}: offered {:.3} Mbit/s ({:.2}× the class), delivered {:.3} Mbit/s",
-            self.offered_bps() / 1e6,
-            self.offered_bps() / rate_bps,
-            self.delivered_bps() / 1e6
-        );
-        assert!(
-            self.offered_bps() >= 1.1 * rate_bps,
-            "{what}: premise failed: the generator offered only {:.1} Mbit/s for a {:.1} Mbit/s \
-             class (needs 1.1×), so this window would measure the generator, not the shaper",
-            self.offered_bps() / 1e6,
-            rate_bps / 1e6
-        );
-    }
-}
-
-/// The AF_XDP traffic generator: `HTB_XDP_GEN_BIN`, else next to [`htbd_bin`].
-pub fn gen_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("HTB_XDP_GEN_BIN") {
-        return PathBuf::from(bin);
-    }
-    htbd_bin().with_file_name("htb-xdp-gen")
 }
 
 impl Drop for Lab {

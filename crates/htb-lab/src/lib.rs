@@ -11,9 +11,11 @@ pub mod filter_bench;
 pub mod fleet;
 pub mod ipc_bench;
 pub use accounted::{host_accounted, window_edge};
+mod host;
 mod htbd;
 mod lab;
 pub mod latency;
+mod load;
 pub mod owed;
 pub use owed::{Counted, Promise, Stalls, assert_filled, assert_owed};
 pub mod prometheus_server;
@@ -28,11 +30,10 @@ pub mod traffic;
 pub mod webdriver;
 pub mod workers_bench;
 
+pub use host::{cli_bin, gen_bin, htbd_bin, unavailable};
 pub use htbd::{Htbd, htbd_fails};
-pub use lab::{
-    Lab, LabError, Load, MANAGEMENT_IP, N1, N2, R, Reaped, cli_bin, gen_bin, htbd_bin, unavailable,
-    wait_line,
-};
+pub use lab::{Lab, LabError, MANAGEMENT_IP, N1, N2, R, Reaped, wait_line};
+pub use load::Load;
 
 /// The machine a benchmark ran on, for its report: CPUs, CPU model and kernel.
 #[must_use]
