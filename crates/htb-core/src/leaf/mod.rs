@@ -26,6 +26,7 @@ mod flows;
 mod fq_codel;
 mod options;
 mod pool;
+mod port;
 mod random;
 mod sfq;
 mod spec;
@@ -39,13 +40,13 @@ pub use cake::{
     AckFilter, AtmMode, CakeConfig, CakeSpec, CakeStats, CakeTinStats, DiffservMode, FlowMode,
     TcpAck,
 };
+pub use fifo::DEFAULT_TXQUEUELEN;
+pub use fq_codel::{FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec};
 pub use options::{LeafOption, OptionValue};
 pub use pool::PacketPool;
-pub use spec::{
-    DEFAULT_PSCHED_MTU, DEFAULT_TXQUEUELEN, FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec,
-    LeafConfig, LeafError, LeafKind, LeafSpec, SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec,
-    TcArgs,
-};
+pub use port::DEFAULT_PSCHED_MTU;
+pub use sfq::{SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec};
+pub use spec::{LeafConfig, LeafError, LeafKind, LeafSpec, TcArgs};
 pub use tbf::{TbfConfig, TbfError, TbfSpec};
 
 use self::cake::{Cake, CakeStore};

@@ -8,6 +8,8 @@
 //! only while that state could still change its next dropping episode
 //! ([`codel::state_matters`]); after that a fresh flow behaves identically.
 
+mod spec;
+
 use crate::CheckError;
 use alloc::format;
 use alloc::vec::Vec;
@@ -16,9 +18,12 @@ use super::codel::{self, CodelParams, CodelQueue, CodelStats};
 use super::counts::QueueCounts;
 use super::flows::{Flow, FlowList, FlowTable, LeafFlows, ListTag};
 use super::pool::{PacketList, PacketPool};
-use super::spec::FqCodelConfig;
 use super::{FqCodelStats, LeafStore};
 use crate::Packet;
+
+pub use spec::{FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec};
+
+pub(crate) use spec::FqCodelError;
 
 /// How many expired dormant flows one call frees at most (bounded work per packet).
 const TRIM_PER_CALL: usize = 2;
