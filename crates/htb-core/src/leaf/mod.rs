@@ -41,7 +41,7 @@ pub use cake::{
     TcpAck,
 };
 pub use fifo::DEFAULT_TXQUEUELEN;
-pub use fq_codel::{FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec};
+pub use fq_codel::{FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec, FqCodelStats};
 pub use options::{LeafOption, OptionValue};
 pub use pool::PacketPool;
 pub use port::DEFAULT_PSCHED_MTU;
@@ -150,30 +150,6 @@ impl<P> LeafStore<P> {
     pub fn flow_table_bytes(&self) -> usize {
         self.flows.heap_bytes() + self.cake.flows.heap_bytes() + self.cake.hosts.heap_bytes()
     }
-}
-
-/// `fq_codel`'s statistics, as `tc -s qdisc show` prints them (`tc_fq_codel_qd_stats`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct FqCodelStats {
-    /// Largest packet seen.
-    pub maxpacket: u32,
-    /// Packets dropped over `limit` or `memory_limit`.
-    pub drop_overlimit: u32,
-    /// Flows that became active.
-    pub new_flow_count: u32,
-    /// Packets CE-marked instead of dropped.
-    pub ecn_mark: u32,
-    /// Packets CE-marked above `ce_threshold`.
-    pub ce_mark: u32,
-    /// Bytes of buffers held.
-    pub memory_usage: u32,
-    /// Packets dropped over `memory_limit`.
-    pub drop_overmemory: u32,
-    /// Flows on the new list.
-    pub new_flows_len: u32,
-    /// Flows on the old list.
-    pub old_flows_len: u32,
 }
 
 /// A leaf qdisc's statistics.
