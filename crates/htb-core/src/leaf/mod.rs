@@ -163,6 +163,9 @@ pub struct LeafStats {
     pub backlog: u64,
     /// Packets it dropped (full, over limit, CoDel, rehash).
     pub drops: u64,
+    /// Times it held its packets back (`qstats.overlimits`): a dequeue `tbf`'s buckets
+    /// refused, or `cake`'s shaper; zero for the kinds that never hold back.
+    pub overlimits: u64,
     /// `fq_codel`'s own counters.
     pub fq_codel: Option<FqCodelStats>,
     /// `cake`'s own counters and tins.
@@ -178,6 +181,7 @@ impl LeafStats {
             qlen: 0,
             backlog: 0,
             drops: 0,
+            overlimits: 0,
             ..self
         }
     }
@@ -191,12 +195,14 @@ impl LeafStats {
             qlen,
             backlog,
             drops,
+            overlimits,
             fq_codel: _,
             cake: _,
         } = other;
         self.qlen += qlen;
         self.backlog += backlog;
         self.drops += drops;
+        self.overlimits += overlimits;
     }
 }
 
@@ -448,11 +454,18 @@ impl Leaf {
                 Some(alloc::boxed::Box::new(q.stats())),
             ),
         };
+        // What held packets back: tbf's buckets, or cake's shaper, which its own statistics
+        // count.
+        let overlimits = match self {
+            Self::Tbf(q) => q.overlimits(),
+            _ => cake.as_ref().map_or(0, |c| u64::from(c.overlimits)),
+        };
         LeafStats {
             config: self.config(store),
             qlen: self.len(),
             backlog: self.backlog(),
             drops,
+            overlimits,
             fq_codel,
             cake,
         }
