@@ -96,8 +96,8 @@ pub struct LeafQdiscInfo {
 /// A leaf qdisc's counters, as `tc -s qdisc show` prints them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeafQdiscStats {
-    /// Bytes and packets sent, drops (full, over limit, AQM), overlimits (the times its shaper
-    /// held packets back: `cake`; 0 for the others), backlog.
+    /// Bytes and packets sent, drops (full, over limit, AQM), overlimits (the times it held
+    /// packets back: `cake`'s shaper, `tbf`'s buckets; 0 for the others), backlog.
     #[serde(flatten)]
     pub queue: QueueStats,
     /// `fq_codel`'s own counters.

@@ -1,10 +1,22 @@
-//! `pfifo` and `bfifo` (`net/sched/sch_fifo.c`): tail drop at a packet or byte limit.
+//! `pfifo` and `bfifo` (`net/sched/sch_fifo.c`): tail drop at a packet or byte limit. Their
+//! spec is one `limit`, kept in [`LeafSpec`](super::LeafSpec)'s own variants; its option and
+//! default are here.
 
 use crate::CheckError;
 use alloc::format;
 
+use super::options::{LeafOption, OptionValue};
 use super::pool::{PacketList, PacketPool};
+use super::port::DEFAULT_PSCHED_MTU;
 use crate::Packet;
+
+/// The kernel's default `txqueuelen`, which sizes `pfifo` and `bfifo` without a limit.
+pub const DEFAULT_TXQUEUELEN: u32 = 1000;
+
+/// `pfifo`'s option: its limit in packets.
+pub(super) const PFIFO_OPTIONS: [LeafOption; 1] = [LeafOption::new("limit", OptionValue::Packets)];
+/// `bfifo`'s option: its limit in bytes.
+pub(super) const BFIFO_OPTIONS: [LeafOption; 1] = [LeafOption::new("limit", OptionValue::Size)];
 
 /// A FIFO with a packet limit (`pfifo`) or a byte limit (`bfifo`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +41,16 @@ impl Fifo {
             backlog: 0,
             drops: 0,
         }
+    }
+
+    /// `fifo_init`'s limit: the one given, or the port's `txqueuelen` in packets (`pfifo`),
+    /// times its MTU in bytes (`bfifo`).
+    pub(super) fn limit_or_default(limit: Option<u32>, bytes_limit: bool) -> u32 {
+        limit.unwrap_or(if bytes_limit {
+            DEFAULT_TXQUEUELEN * DEFAULT_PSCHED_MTU
+        } else {
+            DEFAULT_TXQUEUELEN
+        })
     }
 
     /// `pfifo_enqueue` / `bfifo_enqueue`.

@@ -26,6 +26,7 @@ mod flows;
 mod fq_codel;
 mod options;
 mod pool;
+mod port;
 mod random;
 mod sfq;
 mod spec;
@@ -39,13 +40,13 @@ pub use cake::{
     AckFilter, AtmMode, CakeConfig, CakeSpec, CakeStats, CakeTinStats, DiffservMode, FlowMode,
     TcpAck,
 };
+pub use fifo::DEFAULT_TXQUEUELEN;
+pub use fq_codel::{FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec, FqCodelStats};
 pub use options::{LeafOption, OptionValue};
 pub use pool::PacketPool;
-pub use spec::{
-    DEFAULT_PSCHED_MTU, DEFAULT_TXQUEUELEN, FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec,
-    LeafConfig, LeafError, LeafKind, LeafSpec, SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec,
-    TcArgs,
-};
+pub use port::DEFAULT_PSCHED_MTU;
+pub use sfq::{SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec};
+pub use spec::{LeafConfig, LeafError, LeafKind, LeafSpec, TcArgs};
 pub use tbf::{TbfConfig, TbfError, TbfSpec};
 
 use self::cake::{Cake, CakeStore};
@@ -151,30 +152,6 @@ impl<P> LeafStore<P> {
     }
 }
 
-/// `fq_codel`'s statistics, as `tc -s qdisc show` prints them (`tc_fq_codel_qd_stats`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub struct FqCodelStats {
-    /// Largest packet seen.
-    pub maxpacket: u32,
-    /// Packets dropped over `limit` or `memory_limit`.
-    pub drop_overlimit: u32,
-    /// Flows that became active.
-    pub new_flow_count: u32,
-    /// Packets CE-marked instead of dropped.
-    pub ecn_mark: u32,
-    /// Packets CE-marked above `ce_threshold`.
-    pub ce_mark: u32,
-    /// Bytes of buffers held.
-    pub memory_usage: u32,
-    /// Packets dropped over `memory_limit`.
-    pub drop_overmemory: u32,
-    /// Flows on the new list.
-    pub new_flows_len: u32,
-    /// Flows on the old list.
-    pub old_flows_len: u32,
-}
-
 /// A leaf qdisc's statistics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeafStats {
@@ -186,6 +163,9 @@ pub struct LeafStats {
     pub backlog: u64,
     /// Packets it dropped (full, over limit, CoDel, rehash).
     pub drops: u64,
+    /// Times it held its packets back (`qstats.overlimits`): a dequeue `tbf`'s buckets
+    /// refused, or `cake`'s shaper; zero for the kinds that never hold back.
+    pub overlimits: u64,
     /// `fq_codel`'s own counters.
     pub fq_codel: Option<FqCodelStats>,
     /// `cake`'s own counters and tins.
@@ -201,6 +181,7 @@ impl LeafStats {
             qlen: 0,
             backlog: 0,
             drops: 0,
+            overlimits: 0,
             ..self
         }
     }
@@ -214,12 +195,14 @@ impl LeafStats {
             qlen,
             backlog,
             drops,
+            overlimits,
             fq_codel: _,
             cake: _,
         } = other;
         self.qlen += qlen;
         self.backlog += backlog;
         self.drops += drops;
+        self.overlimits += overlimits;
     }
 }
 
@@ -471,11 +454,18 @@ impl Leaf {
                 Some(alloc::boxed::Box::new(q.stats())),
             ),
         };
+        // What held packets back: tbf's buckets, or cake's shaper, which its own statistics
+        // count.
+        let overlimits = match self {
+            Self::Tbf(q) => q.overlimits(),
+            _ => cake.as_ref().map_or(0, |c| u64::from(c.overlimits)),
+        };
         LeafStats {
             config: self.config(store),
             qlen: self.len(),
             backlog: self.backlog(),
             drops,
+            overlimits,
             fq_codel,
             cake,
         }

@@ -244,6 +244,9 @@ pub(crate) struct Tbf {
     queue: Fifo,
     /// Packets dropped on arrival for being larger than the bucket (tbf's own `qdisc_drop`).
     oversize_drops: u64,
+    /// Dequeues that found the head packet short of tokens and set the watchdog
+    /// (`qdisc_qstats_overlimit` in `tbf_dequeue`).
+    overlimits: u64,
     /// Largest packet sent (`q->max_size`); a larger one is dropped on arrival.
     max_size: u32,
     /// The bucket's depth in ns at `rate` (`q->buffer`).
@@ -272,6 +275,7 @@ impl Tbf {
             config,
             queue: Fifo::new(config.limit, true),
             oversize_drops: 0,
+            overlimits: 0,
             max_size: 0,
             buffer: 0,
             mtu: 0,
@@ -344,9 +348,11 @@ impl Tbf {
             self.ptokens = ptoks;
             return Some(packet);
         }
-        // qdisc_watchdog_schedule_ns(now + max(-toks, -ptoks)).
+        // qdisc_watchdog_schedule_ns(now + max(-toks, -ptoks)), then qdisc_qstats_overlimit:
+        // one count per dequeue the buckets refuse, none for an empty queue.
         let wait = (-toks).max(-ptoks);
         self.next_send = now.saturating_add(wait.unsigned_abs());
+        self.overlimits += 1;
         None
     }
 
@@ -371,6 +377,11 @@ impl Tbf {
     /// Packets dropped: over the limit, and larger than the bucket.
     pub(crate) fn drops(&self) -> u64 {
         self.queue.drops() + self.oversize_drops
+    }
+
+    /// Dequeues the buckets refused (`qstats.overlimits`).
+    pub(crate) fn overlimits(&self) -> u64 {
+        self.overlimits
     }
 
     pub(crate) fn check<P: Packet>(&self, pool: &PacketPool<P>) -> Result<(), CheckError> {
@@ -595,6 +606,11 @@ mod tests {
             at_zero += 1;
         }
         assert_eq!(at_zero, 5, "the 5 kB bucket holds five 1000-byte packets");
+        assert_eq!(
+            htb.leaf_stats(class).unwrap().overlimits,
+            1,
+            "the dequeue that found the bucket empty"
+        );
         // 1000 bytes at 1 MB/s: one every millisecond, and the scheduler knows when.
         assert_eq!(htb.next_wakeup(), Some(Instant::from_nanos(MS)));
         assert!(htb.dequeue(Instant::from_nanos(MS - 1)).is_none());
@@ -631,6 +647,30 @@ mod tests {
         let stats = htb.leaf_stats(class).unwrap();
         assert_eq!((stats.drops, stats.qlen), (1, 1));
         assert_eq!(htb.dequeue(Instant::ZERO).map(|p| p.0), Some(1500));
+    }
+
+    #[test]
+    fn each_dequeue_the_buckets_refuse_counts_one_overlimit() {
+        let mut tbf = Tbf::new(config(1000, 2000, 10_000), 0);
+        let mut pool = PacketPool::default();
+        assert!(tbf.dequeue(&mut pool, 0).is_none());
+        assert_eq!(tbf.overlimits(), 0, "an empty queue holds nothing back");
+        for _ in 0..3 {
+            tbf.enqueue(&mut pool, Pkt(1000), 0).unwrap();
+        }
+        assert!(tbf.dequeue(&mut pool, 0).is_some());
+        assert!(tbf.dequeue(&mut pool, 0).is_some());
+        assert_eq!(tbf.overlimits(), 0, "a packet sent counts nothing");
+        // The 2 kB bucket is empty: 1000 B more take 8 ms at 125 kB/s.
+        for attempt in 1..=3 {
+            assert!(tbf.dequeue(&mut pool, MS).is_none());
+            assert_eq!(tbf.overlimits(), attempt, "once per refused dequeue");
+        }
+        let at = tbf.throttled_until().unwrap();
+        assert_eq!(at, 8 * MS);
+        assert!(tbf.dequeue(&mut pool, at).is_some());
+        assert!(tbf.dequeue(&mut pool, at).is_none(), "now empty");
+        assert_eq!(tbf.overlimits(), 3, "neither the send nor the empty queue");
     }
 
     #[test]

@@ -247,7 +247,7 @@ pub(super) fn leaf_qdisc_stats(
             bytes: class.map_or(0, |c| c.queue.bytes),
             packets: class.map_or(0, |c| c.queue.packets),
             drops: leaf.as_ref().map_or(0, |l| l.drops) + dropped_before,
-            overlimits: cake.as_ref().map_or(0, |c| u64::from(c.overlimits)),
+            overlimits: leaf.as_ref().map_or(0, |l| l.overlimits),
             requeues: 0,
             backlog_bytes: leaf.as_ref().map_or(0, |l| l.backlog),
             backlog_packets: leaf.as_ref().map_or(0, |l| u64::from(l.qlen)),

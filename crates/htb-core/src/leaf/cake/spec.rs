@@ -5,6 +5,7 @@
 use core::fmt;
 
 use crate::leaf::options::{LeafOption, OptionValue};
+use crate::leaf::port::DEFAULT_PSCHED_MTU;
 use crate::rate::Rate;
 use crate::time::Duration;
 
@@ -212,7 +213,7 @@ impl Default for CakeConfig {
             rtt: Duration::from_millis(100),
             target: Duration::from_millis(5),
             fwmark: 0,
-            mtu: super::super::DEFAULT_PSCHED_MTU,
+            mtu: DEFAULT_PSCHED_MTU,
         }
     }
 }

@@ -9,6 +9,8 @@
 //! whose depth changed last). `perturb` re-keys the hash every `perturb` seconds from a seed the
 //! scheduler gives, and rehashes the queued packets as `sfq_rehash` does.
 
+mod spec;
+
 use crate::CheckError;
 use alloc::format;
 use alloc::vec::Vec;
@@ -18,8 +20,11 @@ use super::counts::QueueCounts;
 use super::flows::LeafFlows;
 use super::pool::NONE;
 use super::random::next_random;
-use super::spec::SfqConfig;
 use crate::Packet;
+
+pub use spec::{SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec};
+
+pub(crate) use spec::SfqError;
 
 /// `SFQ_ALLOT_SHIFT`: credits are kept in 8-byte units.
 const ALLOT_SHIFT: u32 = 3;

@@ -8,17 +8,46 @@
 //! only while that state could still change its next dropping episode
 //! ([`codel::state_matters`]); after that a fresh flow behaves identically.
 
+mod spec;
+
 use crate::CheckError;
 use alloc::format;
 use alloc::vec::Vec;
 
+use super::LeafStore;
 use super::codel::{self, CodelParams, CodelQueue, CodelStats};
 use super::counts::QueueCounts;
 use super::flows::{Flow, FlowList, FlowTable, LeafFlows, ListTag};
 use super::pool::{PacketList, PacketPool};
-use super::spec::FqCodelConfig;
-use super::{FqCodelStats, LeafStore};
 use crate::Packet;
+
+pub use spec::{FQ_CODEL_QUANTUM_MAX, FqCodelConfig, FqCodelSpec};
+
+pub(crate) use spec::FqCodelError;
+
+/// `fq_codel`'s statistics, as `tc -s qdisc show` prints them (`tc_fq_codel_qd_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct FqCodelStats {
+    /// Largest packet seen.
+    pub maxpacket: u32,
+    /// Packets dropped over `limit` or `memory_limit`.
+    pub drop_overlimit: u32,
+    /// Flows that became active.
+    pub new_flow_count: u32,
+    /// Packets CE-marked instead of dropped.
+    pub ecn_mark: u32,
+    /// Packets CE-marked above `ce_threshold`.
+    pub ce_mark: u32,
+    /// Bytes of buffers held.
+    pub memory_usage: u32,
+    /// Packets dropped over `memory_limit`.
+    pub drop_overmemory: u32,
+    /// Flows on the new list.
+    pub new_flows_len: u32,
+    /// Flows on the old list.
+    pub old_flows_len: u32,
+}
 
 /// How many expired dormant flows one call frees at most (bounded work per packet).
 const TRIM_PER_CALL: usize = 2;
