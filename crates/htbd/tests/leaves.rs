@@ -289,3 +289,57 @@ fn tc_leaf_lines_of_real_scripts_run_and_shape() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// tbf as an HTB class's leaf (`tc qdisc add … parent 1:10 tbf …`, as scripts that cap a
+/// class below its HTB rate write it): the class lets 20 Mbit/s through, tbf holds it to
+/// 8 Mbit/s, and `tc -s qdisc show` counts the dequeues its buckets refused as overlimits
+/// (`tbf_dequeue`'s `qdisc_qstats_overlimit`).
+#[test]
+#[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
+fn tbf_under_an_htb_class_holds_its_rate_and_counts_overlimits() {
+    let lab = Lab::up("htbt", "router");
+    let htbd = Htbd::start(
+        &lab,
+        "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n\
+         realtime = 1\n[[interface]]\nname = \"r1\"\n[[interface]]\nname = \"r2\"\n",
+    );
+    for line in [
+        "qdisc add dev r2 root handle 1: htb default 10",
+        "class add dev r2 parent 1: classid 1:10 htb rate 20mbit",
+        "qdisc add dev r2 parent 1:10 handle 10: tbf rate 8mbit burst 10kb latency 50ms",
+    ] {
+        tc(&htbd, line);
+    }
+    let shown = tc(&htbd, "qdisc show dev r2");
+    assert!(
+        shown.contains("qdisc tbf 10: parent 1:10 rate 8Mbit burst 10Kb lat 50ms"),
+        "{shown}"
+    );
+    let flows = [FlowSpec {
+        port: 5201,
+        offered_bps: 13e6,
+    }];
+    let (results, stalls) = htbd.accounted(|| udp_flows(&lab, &flows, 7, 2.0));
+    let leaves = json(&tc(&htbd, "-s -j qdisc show dev r2"));
+    let leaf = leaves
+        .as_array()
+        .and_then(|l| l.iter().find(|q| q["kind"] == "tbf"))
+        .unwrap_or_else(|| panic!("no tbf leaf: {leaves}"));
+    // Premise: tbf was full: it held a queue and dropped the excess (13 Mbit/s offered for
+    // 8). The class (20 Mbit/s) cannot be the limit: assert_owed's upper bound is tbf's rate.
+    assert!(
+        leaf["drops"].as_u64().unwrap_or(0) > 0,
+        "tbf never overflowed: {leaf}"
+    );
+    assert!(
+        leaf["overlimits"].as_u64().unwrap_or(0) > 0,
+        "a full tbf that held packets back counts overlimits: {leaf}"
+    );
+    assert_owed(
+        "tbf 8 Mbit/s under a 20 Mbit/s class",
+        &results[0].counted,
+        &Promise::class(8e6).with_burst(10_240.0),
+        &stalls,
+        0.03,
+    );
+}
