@@ -3,10 +3,10 @@
 
 use htb_ipc::{Command, FilterHandle, FilterKind, FilterSpec, Object, Parent, Protocol, Show};
 
-use super::action::{Action, Verb, verb};
-use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
-use super::usage::FILTER_USAGE;
-use super::{f_flower, f_u32};
+use crate::action::{Action, Verb, verb};
+use crate::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
+use crate::usage::FILTER_USAGE;
+use crate::{f_flower, f_u32};
 
 /// Parses the words after `filter`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {

@@ -7,7 +7,7 @@ use htb_core::units::DisplaySize;
 use htb_core::{LeafSpec, SfqConfig, SfqSpec};
 use serde_json::{Map, Value, json};
 
-use crate::tc::args::{Args, Result, number, size_arg, usage};
+use crate::args::{Args, Result, number, size_arg, usage};
 
 /// Usage of `sfq`.
 pub(super) const USAGE: &str = "\

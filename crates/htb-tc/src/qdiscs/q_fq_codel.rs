@@ -7,8 +7,8 @@ use htb_core::units::DisplaySize;
 use htb_core::{Duration, FqCodelConfig, FqCodelSpec, FqCodelStats, LeafSpec};
 use serde_json::{Map, Value, json};
 
-use crate::tc::args::{Args, Result, number, size_arg, time_arg, usage};
-use crate::tc::format::time_text;
+use crate::args::{Args, Result, number, size_arg, time_arg, usage};
+use crate::units::time_text;
 
 /// Usage of `fq_codel`.
 pub(super) const USAGE: &str = "\

@@ -5,7 +5,7 @@ use htb_core::units::{parse_rate, parse_size};
 use htb_core::{LengthAdjust, Rate};
 use htb_ipc::{ControlAction, PoliceConfig};
 
-use super::args::{Args, Result, illegal, link_layer, matches, usage};
+use crate::args::{Args, Result, illegal, link_layer, matches, usage};
 
 /// `m_police.c`'s usage.
 pub(super) const POLICE_USAGE: &str = "\
@@ -149,7 +149,7 @@ pub(super) fn options(a: &mut Args<'_>) -> Result<PoliceConfig> {
     }
     p.adjust = adjust;
     p.check()
-        .map_err(|e| super::args::UsageError(e.to_string()))?;
+        .map_err(|e| crate::args::UsageError(e.to_string()))?;
     Ok(p)
 }
 

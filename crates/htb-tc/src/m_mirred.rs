@@ -3,7 +3,7 @@
 //! its egress port, as sqm-scripts and wondershaper shape a download. Mirroring (a copy) and
 //! redirects to an interface's ingress are refused, naming what htbd does instead.
 
-use super::args::{Args, Result, usage};
+use crate::args::{Args, Result, usage};
 
 const MIRRED_USAGE: &str = "Usage: mirred <DIRECTION> <ACTION> [index INDEX] <dev DEVICENAME>
 where:

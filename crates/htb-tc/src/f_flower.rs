@@ -2,9 +2,9 @@
 
 use htb_ipc::{FilterSpec, PortRange, Protocol};
 
-use super::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
-use super::match_values::{prefix, tos_to_dscp};
-use super::usage::FILTER_USAGE;
+use crate::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
+use crate::match_values::{prefix, tos_to_dscp};
+use crate::usage::FILTER_USAGE;
 
 /// `flower_parse_opt`.
 ///
@@ -81,7 +81,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            super::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
+            crate::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }

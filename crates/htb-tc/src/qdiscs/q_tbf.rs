@@ -7,8 +7,8 @@ use htb_core::units::{DisplaySize, parse_rate, parse_size, parse_time};
 use htb_core::{LeafSpec, Rate, TbfConfig, TbfSpec};
 use serde_json::{Map, Value, json};
 
-use crate::tc::args::{Args, Result, matches, usage};
-use crate::tc::format::{rate_text, time_text};
+use crate::args::{Args, Result, matches, usage};
+use crate::units::{rate_text, time_text};
 
 /// Usage of `tbf` (tc's `explain`, without the `overhead` and `linklayer` htbd does not take).
 pub(super) const USAGE: &str = "\

@@ -5,8 +5,8 @@
 
 use htb_ipc::{ClassLabel, Command, Device, LabelFields, LabelSpec, LabelText, MacAddr};
 
-use super::action::Action;
-use super::args::{Args, Result, class_id, usage};
+use crate::action::Action;
+use crate::args::{Args, Result, class_id, usage};
 
 /// `htb-cli class label help`.
 pub(super) const USAGE: &str = "\
@@ -90,7 +90,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tc::parse::{parse_command, split_line};
+    use crate::parse::{parse_command, split_line};
 
     fn label(line: &str) -> Result<LabelSpec> {
         match parse_command(&split_line(line))? {

@@ -6,7 +6,8 @@ use std::sync::LazyLock;
 use htb_core::units::{UnitError, parse_rate_or_percent, parse_size};
 use htb_ipc::{ClassSpec, QdiscSpec, Rate};
 
-use super::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
+use crate::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
+use crate::parse::LinkSpeed;
 
 /// `tc qdisc … htb` usage, the leaf kinds listed from their table (made once).
 pub(super) fn qdisc_usage() -> &'static str {
@@ -21,7 +22,7 @@ Usage: htb-cli qdisc [ add | del | replace | change | show ] dev STRING
        [ handle QHANDLE ] {{ {} }} [ OPTIONS ]
        htb-cli qdisc add dev STRING handle ffff: ingress
        htb-cli qdisc {{ show | list }} [ dev STRING ] [ invisible ]",
-            super::qdiscs::usage_list()
+            crate::qdiscs::usage_list()
         )
     });
     &USAGE
@@ -70,18 +71,15 @@ pub(super) fn qdisc_options(a: &mut Args<'_>, spec: &mut QdiscSpec) -> Result<()
     Ok(())
 }
 
-/// The link speed of `dev` for `N%` rates (tc reads `/sys/class/net/DEV/speed`, in Mbit/s).
-fn link_speed(dev: &str) -> Option<Rate> {
-    let text = std::fs::read_to_string(format!("/sys/class/net/{dev}/speed")).ok()?;
-    let mbit: u64 = text.trim().parse().ok().filter(|&m| m > 0)?;
-    Some(Rate::from_mbit(mbit))
-}
-
-/// `htb_parse_class_opt`.
+/// `htb_parse_class_opt`; `link_speed` answers tc's sysfs read for `N%` rates.
 ///
 /// # Errors
 /// tc's usage errors.
-pub(super) fn class_options(a: &mut Args<'_>, dev: &str) -> Result<ClassSpec> {
+pub(crate) fn class_options(
+    a: &mut Args<'_>,
+    dev: &str,
+    link_speed: LinkSpeed<'_>,
+) -> Result<ClassSpec> {
     let mut spec = ClassSpec::default();
     let mut rate = None;
     let rate_arg = |s: &str, what: &str| -> Result<Rate> {

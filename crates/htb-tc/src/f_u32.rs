@@ -4,10 +4,10 @@
 
 use htb_ipc::{FilterHandle, FilterSpec, HashKey, Protocol, U32Handle};
 
-use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
-use super::match_values::{port_range, prefix, tos_to_dscp};
-use super::u32_keys::{self, RawKeys};
-use super::usage::FILTER_USAGE;
+use crate::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
+use crate::match_values::{port_range, prefix, tos_to_dscp};
+use crate::u32_keys::{self, RawKeys};
+use crate::usage::FILTER_USAGE;
 
 fn set_once<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
     if slot.is_some() {
@@ -168,10 +168,10 @@ pub(super) fn options(
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            super::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
+            crate::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
         } else if matches(w, "police") {
             // f_u32.c's own `police` (the legacy form, TCA_U32_POLICE).
-            spec.police = Some(Box::new(super::m_police::options(a)?));
+            spec.police = Some(Box::new(crate::m_police::options(a)?));
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }

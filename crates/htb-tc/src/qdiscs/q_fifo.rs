@@ -5,7 +5,7 @@ use htb_core::units::DisplaySize;
 use htb_core::{LeafKind, LeafSpec};
 use serde_json::{Value, json};
 
-use crate::tc::args::{Args, Result, size_arg, usage};
+use crate::args::{Args, Result, size_arg, usage};
 
 /// Usage of `pfifo`/`bfifo`.
 pub(super) const USAGE: &str = "Usage: ... <[p|b]fifo | pfifo_head_drop> [ limit NUMBER ]";

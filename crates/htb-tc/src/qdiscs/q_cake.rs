@@ -13,8 +13,8 @@ use htb_core::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::tc::args::{Args, Result, size_arg, time_arg, usage};
-use crate::tc::format::{rate_text, time_text};
+use crate::args::{Args, Result, size_arg, time_arg, usage};
+use crate::units::{rate_text, time_text};
 
 /// Usage of `cake`.
 pub(super) const USAGE: &str = "\
@@ -177,7 +177,7 @@ pub(super) fn options(a: &mut Args<'_>) -> Result<LeafSpec> {
             "fwmark" => {
                 let v = a.value()?;
                 let mask = parse_u32_auto(v).ok_or_else(|| {
-                    crate::tc::args::UsageError(format!("Illegal value for \"fwmark\": \"{v}\""))
+                    crate::args::UsageError(format!("Illegal value for \"fwmark\": \"{v}\""))
                 })?;
                 s.fwmark = Some(mask);
             }

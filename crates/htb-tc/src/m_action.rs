@@ -1,8 +1,8 @@
 //! A filter's `action …` (iproute2 `tc/m_action.c`'s `parse_action`): hands each to its own
 //! module, as tc does.
 
-use super::args::{Args, Result};
-use super::{m_gact, m_mirred, m_police};
+use crate::args::{Args, Result};
+use crate::{m_gact, m_mirred, m_police};
 
 /// One `action …` of a filter: `police …` (`m_police.c`), `mirred egress redirect dev IFB`
 /// (`m_mirred.c`), or gact's `ok`/`pass`.

@@ -3,7 +3,7 @@
 
 use htb_core::SizeSpec;
 
-use super::args::{Args, Result, UsageError, illegal, link_layer, matches, u32_arg, usage};
+use crate::args::{Args, Result, UsageError, illegal, link_layer, matches, u32_arg, usage};
 
 /// `stab_help`.
 pub(super) const STAB_USAGE: &str = "\

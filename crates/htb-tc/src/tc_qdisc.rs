@@ -6,9 +6,9 @@
 use htb_core::{ClassId, LeafSpec};
 use htb_ipc::{Command, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
 
-use super::action::{Action, Verb, verb};
-use super::args::{Args, Result, class_id, matches, qdisc_handle, usage};
-use super::{q_htb, qdiscs, tc_stab};
+use crate::action::{Action, Verb, verb};
+use crate::args::{Args, Result, class_id, matches, qdisc_handle, usage};
+use crate::{q_htb, qdiscs, tc_stab};
 
 /// Parses the words after `qdisc`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {
