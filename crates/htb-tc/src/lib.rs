@@ -34,3 +34,4 @@ mod tc_stab;
 mod u32_keys;
 pub mod units;
 mod usage;
+pub mod write;

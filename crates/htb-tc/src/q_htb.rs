@@ -8,6 +8,7 @@ use htb_ipc::{ClassSpec, QdiscSpec, Rate};
 
 use crate::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
 use crate::parse::LinkSpeed;
+use crate::write::{RateWord, Words};
 
 /// `tc qdisc … htb` usage, the leaf kinds listed from their table (made once).
 pub(super) fn qdisc_usage() -> &'static str {
@@ -139,4 +140,26 @@ pub(crate) fn class_options(
     };
     spec.rate = rate;
     Ok(spec)
+}
+
+/// `htb_parse_opt`'s words for `spec` (its options only; the qdisc's place is `tc_qdisc`'s).
+pub(crate) fn write_qdisc(spec: &QdiscSpec, w: &mut Words) {
+    // tc reads `default` in hex.
+    w.option("default", spec.default_minor.map(|m| format!("{m:x}")));
+    w.option("r2q", spec.r2q);
+    w.option("direct_qlen", spec.direct_qlen);
+}
+
+/// `htb_parse_class_opt`'s words for `spec`: rates exact, sizes in bytes.
+pub(crate) fn write_class(spec: &ClassSpec, w: &mut Words) {
+    w.pair("rate", RateWord(spec.rate));
+    w.option("ceil", spec.ceil.map(RateWord));
+    w.option("burst", spec.burst);
+    w.option("cburst", spec.cburst);
+    w.option("prio", spec.prio);
+    w.option("quantum", spec.quantum);
+    w.option("mtu", spec.mtu);
+    w.option("overhead", spec.overhead);
+    w.option("mpu", spec.mpu);
+    w.option("linklayer", spec.linklayer);
 }

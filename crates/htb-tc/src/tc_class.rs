@@ -7,6 +7,7 @@ use crate::action::{Action, Verb, verb};
 use crate::args::{Args, Result, class_id, matches, usage};
 use crate::parse::LinkSpeed;
 use crate::q_htb;
+use crate::write::{self, Words};
 
 /// Parses the words after `class`.
 pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Action> {
@@ -86,4 +87,34 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
         Verb::Replace => Command::ClassReplace(spec),
         Verb::Delete | Verb::Show => unreachable!("handled above"),
     }))
+}
+
+/// `class …`'s words for `c` (one of the class commands), as [`parse`] reads them.
+pub(crate) fn write(c: &Command, w: &mut Words) -> write::Result<()> {
+    w.word("class");
+    match c {
+        Command::ClassAdd(s) | Command::ClassChange(s) | Command::ClassReplace(s) => {
+            w.word(match c {
+                Command::ClassChange(_) => "change",
+                Command::ClassReplace(_) => "replace",
+                _ => "add",
+            });
+            w.dev(&s.dev)?;
+            match s.parent {
+                Some(p) => w.pair("parent", p),
+                None => w.word("root"),
+            }
+            w.pair("classid", s.id);
+            w.word("htb");
+            q_htb::write_class(s, w);
+        }
+        Command::ClassDelete(d) => {
+            w.word("del");
+            w.dev(&d.dev)?;
+            w.pair("classid", d.id);
+        }
+        Command::ClassLabel(l) => crate::class_label::write(l, w)?,
+        _ => unreachable!("write::command_line sends class commands only"),
+    }
+    Ok(())
 }

@@ -15,6 +15,7 @@ use htb_ipc::LeafQdiscStats;
 use serde_json::{Map, Value};
 
 use crate::args::{Args, Result};
+use crate::write::{self, Words};
 
 /// One kind's `qdisc_util`: what reads its options.
 #[derive(Clone, Copy)]
@@ -99,6 +100,22 @@ pub fn xstats_json(stats: &LeafQdiscStats, o: &mut Map<String, Value>) {
     if let Some(s) = &stats.fq_codel {
         q_fq_codel::xstats_json(s, o);
     }
+}
+
+/// A leaf spec's options as its kind's `parse_qopt` reads them back (the kind's name is
+/// `tc_qdisc`'s): each kind writes its own, beside its parser.
+///
+/// # Errors
+/// Options the kind's words cannot give.
+pub(crate) fn write(spec: &LeafSpec, w: &mut Words) -> write::Result<()> {
+    match spec {
+        LeafSpec::Pfifo { limit } | LeafSpec::Bfifo { limit } => q_fifo::write(*limit, w),
+        LeafSpec::Sfq(s) => q_sfq::write(s, w),
+        LeafSpec::FqCodel(s) => q_fq_codel::write(s, w),
+        LeafSpec::Cake(s) => return q_cake::write(s, w),
+        LeafSpec::Tbf(s) => q_tbf::write(s, w),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
