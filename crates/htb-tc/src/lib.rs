@@ -1,7 +1,7 @@
 //! `htb-tc`: tc's vocabulary, as htb-cli and htbd speak it. The grammar of a command line
 //! ([`parse`]: `qdisc|class|filter add|change|replace|del …` to an [`htb_ipc::Command`], and
 //! the `show`, `monitor`, `status`, `explain` and `flows` words of htb-cli), the writer that
-//! turns a command back into those words ([`write`]), and the leaf qdiscs' option printers
+//! turns a command back into those words ([`write`](mod@write)), and the leaf qdiscs' option printers
 //! ([`qdiscs`]) with tc's units ([`units`]) that `show` output uses.
 //!
 //! Nothing here reads a file, a socket or the clock: tc's one read while parsing, a link's
