@@ -9,8 +9,8 @@ use std::io::Write;
 
 use htb_ipc::{Command, Generation, ReplyBody, RequestBody};
 
-use super::options::Options;
 use super::parse::Action;
+use super::parse::Options;
 use super::{Batch, EXIT_DAEMON, EXIT_USAGE};
 use crate::client::{Client, ClientError, DEFAULT_TIMEOUT};
 

@@ -1,35 +1,21 @@
-//! `htb-cli` speaking tc: parse a command line ([`parse`]), send it to htbd, print the answer
-//! as tc would ([`format`](mod@format)).
+//! `htb-cli` speaking tc: parse a command line ([`parse`], htb-tc's grammar with this
+//! machine's link speeds), send it to htbd, print the answer as tc would
+//! ([`format`](mod@format)).
 //!
 //! Exit status: 0 on success, 1 for a usage error (nothing was sent), 2 when htbd refused the
 //! request or could not be reached.
 
-mod action;
-pub mod args;
-mod class_label;
 mod explain;
-mod f_flower;
-mod f_u32;
 mod fleet;
 mod flows;
 pub mod format;
-mod m_action;
-mod m_gact;
-mod m_mirred;
-mod m_police;
-mod match_values;
 mod monitor;
-mod options;
 pub mod parse;
-mod q_htb;
-mod qdiscs;
 mod status;
-mod tc_class;
-mod tc_filter;
-mod tc_qdisc;
-mod tc_stab;
-mod u32_keys;
-mod usage;
+
+/// tc's argument cursor, usage errors and number parsers ([`htb_tc::args`]), here where
+/// htb-cli's callers have always found them.
+pub use htb_tc::args;
 
 use std::io::{Read, Write};
 
@@ -262,4 +248,49 @@ fn batch(options: &Options, out: &mut impl Write, err: &mut impl Write) -> u8 {
         }
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    /// Several boxes take status, changes and batches; anything else is refused before any
+    /// box is asked, and a batch's shows too.
+    #[test]
+    fn several_boxes_take_only_status_changes_and_batches() {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let args: Vec<String> = [
+            "--socket",
+            "/nonexistent/a",
+            "--socket",
+            "/nonexistent/b",
+            "class",
+            "show",
+            "dev",
+            "eth0",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(super::main(&args, &mut out, &mut err), super::EXIT_USAGE);
+        let said = String::from_utf8_lossy(&err);
+        assert!(said.contains("only status, changes and -batch"), "{said}");
+        // Status to boxes that are not there: each is named, and the exit status says so.
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let args: Vec<String> = [
+            "--socket",
+            "/nonexistent/a",
+            "--socket",
+            "/nonexistent/b",
+            "status",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(super::main(&args, &mut out, &mut err), super::EXIT_DAEMON);
+        let said = String::from_utf8_lossy(&out);
+        assert!(
+            said.contains("/nonexistent/a: not asked: ")
+                && said.contains("/nonexistent/b: not asked: ")
+                && said.contains("the boxes differ: 2 not asked"),
+            "{said}"
+        );
+    }
 }

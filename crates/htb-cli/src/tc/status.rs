@@ -5,7 +5,7 @@ use std::io::Write;
 
 use htb_ipc::{ReplyBody, RequestBody, Status};
 
-use super::options::Options;
+use super::parse::Options;
 use crate::client::{Client, ClientError};
 
 /// Asks htbd for its status and prints it (`-j`: as JSON, `-p`: pretty).

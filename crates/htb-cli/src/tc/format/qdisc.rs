@@ -8,7 +8,7 @@ use htb_ipc::{IngressInfo, LeafQdiscInfo, QdiscInfo, Shown};
 use serde_json::{Map, Value, json};
 
 use super::{Style, counters_json, json_text, mq, queue_json, sent_lines, stab};
-use crate::tc::qdiscs;
+use htb_tc::qdiscs;
 
 /// The leaf qdiscs of HTB qdisc `q`'s classes.
 fn leaves_of<'a>(

@@ -5,7 +5,8 @@ use htb_core::units::DisplaySize;
 use htb_core::{LeafKind, LeafSpec};
 use serde_json::{Value, json};
 
-use crate::tc::args::{Args, Result, size_arg, usage};
+use crate::args::{Args, Result, size_arg, usage};
+use crate::write::Words;
 
 /// Usage of `pfifo`/`bfifo`.
 pub(super) const USAGE: &str = "Usage: ... <[p|b]fifo | pfifo_head_drop> [ limit NUMBER ]";
@@ -64,6 +65,11 @@ pub(super) fn options_text(limit: u32, bytes: bool) -> String {
 /// The same under `-j`.
 pub(super) fn options_json(limit: u32) -> Value {
     json!({ "limit": limit })
+}
+
+/// `fifo_parse_opt`'s words: `limit N` when given.
+pub(super) fn write(limit: Option<u32>, w: &mut Words) {
+    w.option("limit", limit);
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 
 use htb_core::SizeSpec;
 
-use super::args::{Args, Result, UsageError, illegal, link_layer, matches, u32_arg, usage};
+use crate::write::Words;
+
+use crate::args::{Args, Result, UsageError, illegal, link_layer, matches, u32_arg, usage};
 
 /// `stab_help`.
 pub(super) const STAB_USAGE: &str = "\
@@ -76,6 +78,17 @@ pub(super) fn options(a: &mut Args<'_>) -> Result<SizeSpec> {
     // What the kernel would refuse, refused here with its reason.
     s.table().map_err(|e| UsageError(e.to_string()))?;
     Ok(s)
+}
+
+/// `stab …`'s words for `s` (the options given, nonzero: [`options`] reads 0 as not given).
+pub(crate) fn write(s: &SizeSpec, w: &mut Words) {
+    w.word("stab");
+    let nonzero = |v: u32| (v != 0).then_some(v);
+    w.option("mtu", nonzero(s.mtu));
+    w.option("tsize", nonzero(s.tsize));
+    w.option("mpu", nonzero(s.mpu));
+    w.option("overhead", (s.overhead != 0).then_some(s.overhead));
+    w.option("linklayer", s.link_layer);
 }
 
 #[cfg(test)]

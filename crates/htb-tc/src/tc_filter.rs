@@ -3,10 +3,11 @@
 
 use htb_ipc::{Command, FilterHandle, FilterKind, FilterSpec, Object, Parent, Protocol, Show};
 
-use super::action::{Action, Verb, verb};
-use super::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
-use super::usage::FILTER_USAGE;
-use super::{f_flower, f_u32};
+use crate::action::{Action, Verb, verb};
+use crate::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
+use crate::usage::FILTER_USAGE;
+use crate::write::{self, Words};
+use crate::{f_flower, f_u32};
 
 /// Parses the words after `filter`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {
@@ -156,4 +157,41 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             }))
         }
     }
+}
+
+/// `filter …`'s words for `c` (one of the filter commands), as [`parse`] reads them.
+pub(crate) fn write(c: &Command, w: &mut Words) -> write::Result<()> {
+    w.word("filter");
+    match c {
+        Command::FilterAdd(f) | Command::FilterChange(f) | Command::FilterReplace(f) => {
+            w.word(match c {
+                Command::FilterChange(_) => "change",
+                Command::FilterReplace(_) => "replace",
+                _ => "add",
+            });
+            w.dev(&f.dev)?;
+            w.option("parent", f.parent);
+            w.pair("protocol", f.protocol);
+            w.option("pref", f.prio);
+            // Each kind reads its handle its own way (`get_u32_handle`, flower's `get_u32`);
+            // `0x…` is the one form both read to the same word.
+            w.option("handle", f.handle.map(|h| format!("{:#x}", h.0)));
+            w.word(f.kind.name());
+            match f.kind {
+                FilterKind::U32 => f_u32::write(f, w)?,
+                FilterKind::Flower => f_flower::write(f, w)?,
+            }
+            w.option("classid", f.class);
+            crate::m_action::write(f.police.as_deref(), f.redirect.as_deref(), w)?;
+        }
+        Command::FilterDelete(d) => {
+            w.word("del");
+            w.dev(&d.dev)?;
+            w.option("parent", d.parent);
+            w.option("pref", d.prio);
+            w.option("handle", d.handle.map(|h| format!("{:#x}", h.0)));
+        }
+        _ => unreachable!("write::command_line sends filter commands only"),
+    }
+    Ok(())
 }

@@ -7,7 +7,8 @@ use htb_core::units::DisplaySize;
 use htb_core::{LeafSpec, SfqConfig, SfqSpec};
 use serde_json::{Map, Value, json};
 
-use crate::tc::args::{Args, Result, number, size_arg, usage};
+use crate::args::{Args, Result, number, size_arg, usage};
+use crate::write::Words;
 
 /// Usage of `sfq`.
 pub(super) const USAGE: &str = "\
@@ -97,6 +98,19 @@ pub(super) fn options_json(c: &SfqConfig, details: bool) -> Value {
         o.insert("perturb".into(), json!(c.perturb));
     }
     Value::Object(o)
+}
+
+/// `sfq_parse_opt`'s words for the options given.
+pub(super) fn write(s: &SfqSpec, w: &mut Words) {
+    w.option("limit", s.limit);
+    w.option("quantum", s.quantum);
+    w.option("perturb", s.perturb);
+    w.option("divisor", s.divisor);
+    w.option("flows", s.flows);
+    w.option("depth", s.depth);
+    if s.headdrop {
+        w.word("headdrop");
+    }
 }
 
 #[cfg(test)]

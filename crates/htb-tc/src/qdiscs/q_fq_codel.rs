@@ -7,8 +7,9 @@ use htb_core::units::DisplaySize;
 use htb_core::{Duration, FqCodelConfig, FqCodelSpec, FqCodelStats, LeafSpec};
 use serde_json::{Map, Value, json};
 
-use crate::tc::args::{Args, Result, number, size_arg, time_arg, usage};
-use crate::tc::format::time_text;
+use crate::args::{Args, Result, number, size_arg, time_arg, usage};
+use crate::units::time_text;
+use crate::write::Words;
 
 /// Usage of `fq_codel`.
 pub(super) const USAGE: &str = "\
@@ -138,6 +139,23 @@ pub(super) fn xstats_json(s: &FqCodelStats, o: &mut Map<String, Value>) {
         if always || value != 0 {
             o.insert(key.into(), json!(value));
         }
+    }
+}
+
+/// `fq_codel_parse_opt`'s words for the options given (times exact, in tc's units).
+pub(super) fn write(s: &FqCodelSpec, w: &mut Words) {
+    w.option("limit", s.limit);
+    w.option("flows", s.flows);
+    w.option("target", s.target);
+    w.option("interval", s.interval);
+    w.option("quantum", s.quantum);
+    w.option("ce_threshold", s.ce_threshold);
+    w.option("memory_limit", s.memory_limit);
+    w.option("drop_batch", s.drop_batch);
+    match s.ecn {
+        Some(true) => w.word("ecn"),
+        Some(false) => w.word("noecn"),
+        None => {}
     }
 }
 

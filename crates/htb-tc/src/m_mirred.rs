@@ -3,7 +3,8 @@
 //! its egress port, as sqm-scripts and wondershaper shape a download. Mirroring (a copy) and
 //! redirects to an interface's ingress are refused, naming what htbd does instead.
 
-use super::args::{Args, Result, usage};
+use crate::args::{Args, Result, usage};
+use crate::write::{self, Words};
 
 const MIRRED_USAGE: &str = "Usage: mirred <DIRECTION> <ACTION> [index INDEX] <dev DEVICENAME>
 where:
@@ -57,6 +58,16 @@ pub(super) fn options(a: &mut Args<'_>) -> Result<String> {
             "mirred needs a device (dev DEVICENAME)\n{MIRRED_USAGE}"
         )),
     }
+}
+
+/// `action mirred …`'s words (after `mirred`): the one form htbd takes.
+///
+/// # Errors
+/// A device name no tc line can carry.
+pub(crate) fn write(dev: &str, w: &mut Words) -> write::Result<()> {
+    w.word("egress");
+    w.word("redirect");
+    w.dev(dev)
 }
 
 #[cfg(test)]

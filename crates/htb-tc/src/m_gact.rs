@@ -3,7 +3,7 @@
 //! the filter names), so `action ok`, `action pass` and `action gact ok` say what the filter
 //! does anyway; the verdicts that would change a packet's fate are refused, naming them.
 
-use super::args::{Args, Result, usage};
+use crate::args::{Args, Result, usage};
 
 /// Reads an action after `action`: `[gact] ok|pass`.
 ///

@@ -1,4 +1,4 @@
-//! The leaf qdisc kinds htb-cli speaks, in one table: iproute2's `struct qdisc_util` (a kind's
+//! The leaf qdisc kinds htb-tc speaks, in one table: iproute2's `struct qdisc_util` (a kind's
 //! `parse_qopt` and `print_qopt`, one file per kind), looked up by name as `get_qdisc_kind`
 //! does. What lists the kinds (dispatch, the usage text, the refusals) is made from
 //! [`LeafKind::ALL`] through this table, and each match below is over every kind, so a kind
@@ -14,7 +14,8 @@ use htb_core::{LeafConfig, LeafKind, LeafSpec};
 use htb_ipc::LeafQdiscStats;
 use serde_json::{Map, Value};
 
-use super::args::{Args, Result};
+use crate::args::{Args, Result};
+use crate::write::{self, Words};
 
 /// One kind's `qdisc_util`: what reads its options.
 #[derive(Clone, Copy)]
@@ -53,7 +54,8 @@ pub(crate) fn refusal_list() -> String {
 }
 
 /// `print_qopt`: the options after `parent 1:10 ` as tc prints them.
-pub(crate) fn options_text(config: &LeafConfig, details: bool) -> String {
+#[must_use]
+pub fn options_text(config: &LeafConfig, details: bool) -> String {
     match config {
         LeafConfig::Pfifo { limit } => q_fifo::options_text(*limit, false),
         LeafConfig::Bfifo { limit } => q_fifo::options_text(*limit, true),
@@ -65,7 +67,8 @@ pub(crate) fn options_text(config: &LeafConfig, details: bool) -> String {
 }
 
 /// The options object under `-j`.
-pub(crate) fn options_json(config: &LeafConfig, details: bool) -> Value {
+#[must_use]
+pub fn options_json(config: &LeafConfig, details: bool) -> Value {
     match config {
         LeafConfig::Pfifo { limit } | LeafConfig::Bfifo { limit } => q_fifo::options_json(*limit),
         LeafConfig::Sfq(c) => q_sfq::options_json(c, details),
@@ -77,7 +80,8 @@ pub(crate) fn options_json(config: &LeafConfig, details: bool) -> Value {
 
 /// `print_xstats`: the kind's own statistics lines (fq_codel's and cake's; none for the
 /// others, whose statistics carry none).
-pub(crate) fn xstats_text(stats: &LeafQdiscStats) -> String {
+#[must_use]
+pub fn xstats_text(stats: &LeafQdiscStats) -> String {
     if let Some(c) = &stats.cake {
         return q_cake::xstats_text(c);
     }
@@ -89,13 +93,29 @@ pub(crate) fn xstats_text(stats: &LeafQdiscStats) -> String {
 }
 
 /// The same under `-j`: keys of the qdisc object.
-pub(crate) fn xstats_json(stats: &LeafQdiscStats, o: &mut Map<String, Value>) {
+pub fn xstats_json(stats: &LeafQdiscStats, o: &mut Map<String, Value>) {
     if let Some(c) = &stats.cake {
         q_cake::xstats_json(c, o);
     }
     if let Some(s) = &stats.fq_codel {
         q_fq_codel::xstats_json(s, o);
     }
+}
+
+/// A leaf spec's options as its kind's `parse_qopt` reads them back (the kind's name is
+/// `tc_qdisc`'s): each kind writes its own, beside its parser.
+///
+/// # Errors
+/// Options the kind's words cannot give.
+pub(crate) fn write(spec: &LeafSpec, w: &mut Words) -> write::Result<()> {
+    match spec {
+        LeafSpec::Pfifo { limit } | LeafSpec::Bfifo { limit } => q_fifo::write(*limit, w),
+        LeafSpec::Sfq(s) => q_sfq::write(s, w),
+        LeafSpec::FqCodel(s) => q_fq_codel::write(s, w),
+        LeafSpec::Cake(s) => return q_cake::write(s, w),
+        LeafSpec::Tbf(s) => q_tbf::write(s, w),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

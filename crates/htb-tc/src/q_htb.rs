@@ -6,7 +6,9 @@ use std::sync::LazyLock;
 use htb_core::units::{UnitError, parse_rate_or_percent, parse_size};
 use htb_ipc::{ClassSpec, QdiscSpec, Rate};
 
-use super::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
+use crate::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
+use crate::parse::LinkSpeed;
+use crate::write::{RateWord, Words};
 
 /// `tc qdisc … htb` usage, the leaf kinds listed from their table (made once).
 pub(super) fn qdisc_usage() -> &'static str {
@@ -21,7 +23,7 @@ Usage: htb-cli qdisc [ add | del | replace | change | show ] dev STRING
        [ handle QHANDLE ] {{ {} }} [ OPTIONS ]
        htb-cli qdisc add dev STRING handle ffff: ingress
        htb-cli qdisc {{ show | list }} [ dev STRING ] [ invisible ]",
-            super::qdiscs::usage_list()
+            crate::qdiscs::usage_list()
         )
     });
     &USAGE
@@ -70,18 +72,15 @@ pub(super) fn qdisc_options(a: &mut Args<'_>, spec: &mut QdiscSpec) -> Result<()
     Ok(())
 }
 
-/// The link speed of `dev` for `N%` rates (tc reads `/sys/class/net/DEV/speed`, in Mbit/s).
-fn link_speed(dev: &str) -> Option<Rate> {
-    let text = std::fs::read_to_string(format!("/sys/class/net/{dev}/speed")).ok()?;
-    let mbit: u64 = text.trim().parse().ok().filter(|&m| m > 0)?;
-    Some(Rate::from_mbit(mbit))
-}
-
-/// `htb_parse_class_opt`.
+/// `htb_parse_class_opt`; `link_speed` answers tc's sysfs read for `N%` rates.
 ///
 /// # Errors
 /// tc's usage errors.
-pub(super) fn class_options(a: &mut Args<'_>, dev: &str) -> Result<ClassSpec> {
+pub(crate) fn class_options(
+    a: &mut Args<'_>,
+    dev: &str,
+    link_speed: LinkSpeed<'_>,
+) -> Result<ClassSpec> {
     let mut spec = ClassSpec::default();
     let mut rate = None;
     let rate_arg = |s: &str, what: &str| -> Result<Rate> {
@@ -141,4 +140,26 @@ pub(super) fn class_options(a: &mut Args<'_>, dev: &str) -> Result<ClassSpec> {
     };
     spec.rate = rate;
     Ok(spec)
+}
+
+/// `htb_parse_opt`'s words for `spec` (its options only; the qdisc's place is `tc_qdisc`'s).
+pub(crate) fn write_qdisc(spec: &QdiscSpec, w: &mut Words) {
+    // tc reads `default` in hex.
+    w.option("default", spec.default_minor.map(|m| format!("{m:x}")));
+    w.option("r2q", spec.r2q);
+    w.option("direct_qlen", spec.direct_qlen);
+}
+
+/// `htb_parse_class_opt`'s words for `spec`: rates exact, sizes in bytes.
+pub(crate) fn write_class(spec: &ClassSpec, w: &mut Words) {
+    w.pair("rate", RateWord(spec.rate));
+    w.option("ceil", spec.ceil.map(RateWord));
+    w.option("burst", spec.burst);
+    w.option("cburst", spec.cburst);
+    w.option("prio", spec.prio);
+    w.option("quantum", spec.quantum);
+    w.option("mtu", spec.mtu);
+    w.option("overhead", spec.overhead);
+    w.option("mpu", spec.mpu);
+    w.option("linklayer", spec.linklayer);
 }

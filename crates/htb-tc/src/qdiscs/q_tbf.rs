@@ -7,8 +7,9 @@ use htb_core::units::{DisplaySize, parse_rate, parse_size, parse_time};
 use htb_core::{LeafSpec, Rate, TbfConfig, TbfSpec};
 use serde_json::{Map, Value, json};
 
-use crate::tc::args::{Args, Result, matches, usage};
-use crate::tc::format::{rate_text, time_text};
+use crate::args::{Args, Result, matches, usage};
+use crate::units::{rate_text, time_text};
+use crate::write::{RateWord, Words};
 
 /// Usage of `tbf` (tc's `explain`, without the `overhead` and `linklayer` htbd does not take).
 pub(super) const USAGE: &str = "\
@@ -150,6 +151,16 @@ pub(super) fn options_json(c: &TbfConfig) -> Value {
         None => o.insert("limit".into(), json!(c.limit)),
     };
     Value::Object(o)
+}
+
+/// `tbf_parse_opt`'s words for the options given (rates exact, sizes in bytes).
+pub(super) fn write(s: &TbfSpec, w: &mut Words) {
+    w.option("rate", s.rate.map(RateWord));
+    w.option("burst", s.burst);
+    w.option("limit", s.limit);
+    w.option("latency", s.latency);
+    w.option("peakrate", s.peakrate.map(RateWord));
+    w.option("mtu", s.mtu);
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 use htb_ipc::{IpPrefix, PortRange};
 
-use super::args::{Result, illegal, usage};
+use crate::args::{Result, illegal, usage};
 
 /// A value/mask pair on a port as an inclusive range (a mask of contiguous high bits).
 pub(super) fn port_range(value: u32, mask: u32, what: &str) -> Result<PortRange> {

@@ -6,9 +6,10 @@
 use htb_core::{ClassId, LeafSpec};
 use htb_ipc::{Command, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
 
-use super::action::{Action, Verb, verb};
-use super::args::{Args, Result, class_id, matches, qdisc_handle, usage};
-use super::{q_htb, qdiscs, tc_stab};
+use crate::action::{Action, Verb, verb};
+use crate::args::{Args, Result, class_id, matches, qdisc_handle, usage};
+use crate::write::{self, Words};
+use crate::{q_htb, qdiscs, tc_stab};
 
 /// Parses the words after `qdisc`.
 pub(super) fn parse(words: &[String]) -> Result<Action> {
@@ -177,4 +178,100 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         Verb::Change => Command::LeafChange(spec),
         _ => Command::LeafReplace(spec),
     }))
+}
+
+/// `qdisc …`'s words for `c` (one of the qdisc commands), as [`parse`] reads them.
+pub(crate) fn write(c: &Command, w: &mut Words) -> write::Result<()> {
+    w.word("qdisc");
+    match c {
+        Command::QdiscAdd(q) | Command::QdiscChange(q) | Command::QdiscReplace(q) => {
+            w.word(verb_word(c));
+            w.dev(&q.dev)?;
+            place(w, q.parent, q.handle)?;
+            if let Some(s) = &q.stab {
+                tc_stab::write(s, w);
+            }
+            w.word("htb");
+            q_htb::write_qdisc(q, w);
+        }
+        Command::MqAdd(m) | Command::MqReplace(m) => {
+            w.word(verb_word(c));
+            w.dev(&m.dev)?;
+            place(w, None, m.handle)?;
+            w.word("mq");
+        }
+        Command::QdiscDelete { dev } => {
+            w.word("del");
+            w.dev(dev)?;
+            w.word("root");
+        }
+        Command::IngressAdd { dev } | Command::IngressDelete { dev } => {
+            w.word(verb_word(c));
+            w.dev(dev)?;
+            w.pair("handle", "ffff:");
+            w.word("ingress");
+        }
+        Command::LeafAdd(l) | Command::LeafChange(l) | Command::LeafReplace(l) => {
+            w.word(verb_word(c));
+            w.dev(&l.dev)?;
+            place(w, l.parent, l.handle)?;
+            if let Some(s) = &l.stab {
+                tc_stab::write(s, w);
+            }
+            w.word(l.leaf.kind().name());
+            qdiscs::write(&l.leaf, w)?;
+        }
+        Command::LeafDelete {
+            dev,
+            parent,
+            handle,
+            kind,
+        } => {
+            w.word("del");
+            w.dev(dev)?;
+            place(w, Some(*parent), *handle)?;
+            if let Some(kind) = kind {
+                // tc reads a kind's options after its name, even for `del`: a kind that has
+                // no defaults (tbf's rate) cannot be named alone.
+                if (qdiscs::by_name(kind.name()).map(|u| u.parse))
+                    .is_some_and(|parse| parse(&mut Args::new(&[])).is_err())
+                {
+                    return Err(write::WriteError::LeafOptions {
+                        kind: kind.name(),
+                        what: "qdisc del names the kind alone, which this kind's options refuse",
+                    });
+                }
+                w.word(kind.name());
+            }
+        }
+        _ => unreachable!("write::command_line sends qdisc commands only"),
+    }
+    Ok(())
+}
+
+/// The verb word of a qdisc command.
+fn verb_word(c: &Command) -> &'static str {
+    match c {
+        Command::QdiscChange(_) | Command::LeafChange(_) => "change",
+        Command::QdiscReplace(_) | Command::MqReplace(_) | Command::LeafReplace(_) => "replace",
+        Command::QdiscDelete { .. }
+        | Command::IngressDelete { .. }
+        | Command::LeafDelete { .. } => "del",
+        _ => "add",
+    }
+}
+
+/// `root|parent P [handle H:]`.
+fn place(w: &mut Words, parent: Option<ClassId>, handle: Option<ClassId>) -> write::Result<()> {
+    match parent {
+        Some(p) => w.pair("parent", p),
+        None => w.word("root"),
+    }
+    if let Some(h) = handle {
+        if h.minor() != 0 {
+            return Err(write::WriteError::QdiscHandle(h));
+        }
+        w.pair("handle", h);
+    }
+    Ok(())
 }

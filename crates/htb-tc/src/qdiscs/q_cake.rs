@@ -13,8 +13,9 @@ use htb_core::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::tc::args::{Args, Result, size_arg, time_arg, usage};
-use crate::tc::format::{rate_text, time_text};
+use crate::args::{Args, Result, size_arg, time_arg, usage};
+use crate::units::{rate_text, time_text};
+use crate::write::{self, RateWord, Words, WriteError};
 
 /// Usage of `cake`.
 pub(super) const USAGE: &str = "\
@@ -177,7 +178,7 @@ pub(super) fn options(a: &mut Args<'_>) -> Result<LeafSpec> {
             "fwmark" => {
                 let v = a.value()?;
                 let mask = parse_u32_auto(v).ok_or_else(|| {
-                    crate::tc::args::UsageError(format!("Illegal value for \"fwmark\": \"{v}\""))
+                    crate::args::UsageError(format!("Illegal value for \"fwmark\": \"{v}\""))
                 })?;
                 s.fwmark = Some(mask);
             }
@@ -456,6 +457,79 @@ pub(super) fn xstats_json(s: &CakeStats, o: &mut Map<String, Value>) {
         })
         .collect();
     o.insert("tins".into(), Value::Array(tins));
+}
+
+/// `cake_parse_opt`'s words for the options given. The grammar sets some options together,
+/// so a spec is written the way [`options`] makes it: `bandwidth` (or `unlimited`) sets
+/// `autorate_ingress` off, `raw` sets the ATM mode off and the overhead to 0 (both written
+/// after it), and the target follows the RTT (a preset's, or `rtt`'s twentieth).
+///
+/// # Errors
+/// A target that neither a preset nor `rtt` gives, or options set apart that the grammar
+/// sets together.
+pub(super) fn write(s: &CakeSpec, w: &mut Words) -> write::Result<()> {
+    let refuse = |what| Err(WriteError::LeafOptions { kind: "cake", what });
+    match (s.bandwidth, s.autorate_ingress) {
+        (Some(r), _) if r == htb_core::Rate::ZERO => w.word("unlimited"),
+        (Some(r), _) => w.pair("bandwidth", RateWord(r)),
+        (None, Some(false)) => return refuse("autorate-ingress off is said by a bandwidth"),
+        (None, _) => {}
+    }
+    if s.autorate_ingress == Some(true) {
+        w.word("autorate-ingress");
+    }
+    let us = |d: Duration| d.as_nanos() / 1000;
+    match (s.rtt, s.target) {
+        (None, None) => {}
+        (Some(rtt), Some(target)) => {
+            if let Some(p) = PRESETS.iter().find(|p| p.2 == us(rtt) && p.1 == us(target)) {
+                w.word(p.0);
+            } else if rtt.as_nanos() % 1000 == 0 && us(target) == (us(rtt) / 20).max(1) {
+                w.pair("rtt", rtt);
+            } else {
+                return refuse("its target is neither a preset's nor its rtt's twentieth");
+            }
+        }
+        _ => return refuse("rtt and target are set together"),
+    }
+    if let Some(d) = s.diffserv {
+        if d == DiffservMode::Diffserv3 {
+            return refuse("diffserv3 is the default, which tc leaves out");
+        }
+        w.word(d.name());
+    }
+    if let Some(m) = s.flow_mode {
+        w.word(m.name());
+    }
+    for (flag, on, off) in [
+        (s.nat, "nat", "nonat"),
+        (s.wash, "wash", "nowash"),
+        (s.split_gso, "split-gso", "no-split-gso"),
+        (s.ingress, "ingress", "egress"),
+    ] {
+        match flag {
+            Some(true) => w.word(on),
+            Some(false) => w.word(off),
+            None => {}
+        }
+    }
+    if let Some(a) = s.ack_filter {
+        w.word(a.name());
+    }
+    w.option("memlimit", s.memlimit);
+    w.option("fwmark", s.fwmark.map(|m| format!("{m:#x}")));
+    if s.raw {
+        if s.overhead.is_none() || s.atm.is_none() {
+            return refuse("raw sets the overhead (to 0) and the ATM mode (off)");
+        }
+        w.word("raw");
+    }
+    if let Some(a) = s.atm {
+        w.word(a.name());
+    }
+    w.option("overhead", s.overhead);
+    w.option("mpu", s.mpu);
+    Ok(())
 }
 
 #[cfg(test)]

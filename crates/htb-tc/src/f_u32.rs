@@ -2,12 +2,13 @@
 //! selectors htbd classifies by, as typed matches; raw `u32|u16|u8 … at OFF` keys and the hash
 //! tables (`divisor`, `ht`, `link`, `hashkey`, `sample`) are read in `u32_keys`.
 
-use htb_ipc::{FilterHandle, FilterSpec, HashKey, Protocol, U32Handle};
+use htb_ipc::{FilterHandle, FilterSpec, HashKey, PortRange, Protocol, U32Handle};
 
-use super::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
-use super::match_values::{port_range, prefix, tos_to_dscp};
-use super::u32_keys::{self, RawKeys};
-use super::usage::FILTER_USAGE;
+use crate::args::{Args, Result, UsageError, class_id, illegal, mask, matches, number, usage};
+use crate::match_values::{port_range, prefix, tos_to_dscp};
+use crate::u32_keys::{self, RawKeys};
+use crate::usage::FILTER_USAGE;
+use crate::write::{self, Words, WriteError};
 
 fn set_once<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
     if slot.is_some() {
@@ -168,10 +169,10 @@ pub(super) fn options(
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            super::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
+            crate::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
         } else if matches(w, "police") {
             // f_u32.c's own `police` (the legacy form, TCA_U32_POLICE).
-            spec.police = Some(Box::new(super::m_police::options(a)?));
+            spec.police = Some(Box::new(crate::m_police::options(a)?));
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }
@@ -210,6 +211,100 @@ pub(super) fn options(
             || spec.class.is_some())
     {
         return usage("\"divisor\" makes a hash table: it takes no match, ht, link or classid");
+    }
+    Ok(())
+}
+
+/// The `match ip|ip6 …` layer of a filter's typed fields: `ip6` for an IPv6 filter or
+/// addresses, `ip` otherwise (an `ip` match makes a filter of protocol `all` an `ip` one, as
+/// [`options`] reads it).
+fn layer(spec: &FilterSpec) -> &'static str {
+    let m = &spec.matcher;
+    let v6 = spec.protocol == Protocol::Ipv6
+        || [m.src, m.dst]
+            .into_iter()
+            .flatten()
+            .any(|p| p.addr().is_ipv6());
+    if v6 { "ip6" } else { "ip" }
+}
+
+/// A port range as u32's value and mask (a block of contiguous low bits).
+fn port_words(range: PortRange) -> write::Result<(u16, u16)> {
+    let span = u32::from(range.last - range.first) + 1;
+    if range.first > range.last || !span.is_power_of_two() || u32::from(range.first) % span != 0 {
+        return Err(WriteError::PortRange(range));
+    }
+    // `span` is at most 65536: its complement's low half is the mask.
+    let mask = u16::try_from(0x1_0000 - span).unwrap_or(0);
+    Ok((range.first, mask))
+}
+
+/// `parse_u32`'s words for `spec` (after `u32`; the handle is `tc_filter`'s, the class and
+/// actions too): the hash-table parts, then the matches, typed fields as `match ip|ip6 …` and
+/// general keys as `match u32 VALUE MASK at [nexthdr+]OFF`.
+///
+/// # Errors
+/// What u32 cannot say: a VLAN, a port range that is no value/mask block.
+pub(crate) fn write(spec: &FilterSpec, w: &mut Words) -> write::Result<()> {
+    let h = &spec.hashing;
+    w.option("divisor", h.divisor);
+    if let Some((table, bucket)) = h.table {
+        w.pair("ht", format_args!("{table:x}:{bucket:x}:"));
+    }
+    let m = &spec.matcher;
+    if m.vlan.is_some() {
+        return Err(WriteError::NotInKind {
+            kind: "u32",
+            what: "a VLAN id (flower's vlan_id does)",
+        });
+    }
+    let layer = layer(spec);
+    for (field, prefix) in [("src", m.src), ("dst", m.dst)] {
+        if let Some(p) = prefix {
+            let l = if p.addr().is_ipv6() { "ip6" } else { "ip" };
+            w.word("match");
+            w.pair(l, field);
+            w.word(p);
+        }
+    }
+    for (field, range) in [("sport", m.sport), ("dport", m.dport)] {
+        if let Some(r) = range {
+            let (value, mask) = port_words(r)?;
+            w.word("match");
+            w.pair(layer, field);
+            w.word(value);
+            w.word(format_args!("{mask:#06x}"));
+        }
+    }
+    if let Some(p) = m.proto {
+        w.word("match");
+        w.pair(layer, "protocol");
+        w.word(p);
+        w.word("0xff");
+    }
+    if let Some(d) = m.dscp {
+        w.word("match");
+        w.pair(layer, if layer == "ip6" { "priority" } else { "tos" });
+        w.word(format_args!("{:#04x}", u32::from(d) << 2));
+        w.word("0xfc");
+    }
+    for k in m.raw.as_slice() {
+        w.word("match");
+        w.word("u32");
+        w.word(format_args!("{:#010x}", k.value));
+        w.word(format_args!("{:#010x}", k.mask));
+        w.pair(
+            "at",
+            format_args!("{}{}", if k.nexthdr { "nexthdr+" } else { "" }, k.at),
+        );
+    }
+    if let Some(link) = h.link {
+        w.pair("link", format_args!("{link:x}:"));
+    }
+    if let Some(k) = h.hashkey {
+        w.word("hashkey");
+        w.pair("mask", format_args!("{:#010x}", k.mask));
+        w.pair("at", k.at);
     }
     Ok(())
 }

@@ -5,8 +5,9 @@
 
 use htb_ipc::{ClassLabel, Command, Device, LabelFields, LabelSpec, LabelText, MacAddr};
 
-use super::action::Action;
-use super::args::{Args, Result, class_id, usage};
+use crate::action::Action;
+use crate::args::{Args, Result, class_id, usage};
+use crate::write::{self, Words, WriteError};
 
 /// `htb-cli class label help`.
 pub(super) const USAGE: &str = "\
@@ -87,10 +88,25 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     })))
 }
 
+/// `label dev D classid C …`'s words (after `class`): the label's own words, as the one
+/// writer of them ([`ClassLabel::words`]) quotes them.
+pub(crate) fn write(l: &LabelSpec, w: &mut Words) -> write::Result<()> {
+    w.word("label");
+    w.dev(&l.dev)?;
+    w.pair("classid", l.id);
+    if let Some(label) = &l.label {
+        let words = label.words().ok_or_else(|| {
+            WriteError::Unquotable(format!("a text of the label of class {}", l.id))
+        })?;
+        w.words(&words);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tc::parse::{parse_command, split_line};
+    use crate::parse::{parse_command, split_line};
 
     fn label(line: &str) -> Result<LabelSpec> {
         match parse_command(&split_line(line))? {

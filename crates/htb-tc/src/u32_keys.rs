@@ -14,8 +14,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use htb_ipc::{IpPrefix, Match, U32Handle};
 
-use super::args::{Args, Result, illegal, mask, number, usage};
-use super::match_values::{port_range, tos_to_dscp};
+use crate::args::{Args, Result, illegal, mask, number, usage};
+use crate::match_values::{port_range, tos_to_dscp};
 
 /// One 32-bit key, in host order, as `pack_key` builds it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,12 +290,12 @@ fn general_key(m: &mut Match, k: &RawKey) -> Result<()> {
             value: k.value,
         });
     }
-    match htb_config::filter::RawKeys::new(&keys) {
+    match htb_classify::RawKeys::new(&keys) {
         Some(raw) => m.raw = raw,
         None => {
             return usage(format!(
                 "more than {MAX} u32 keys at offsets htbd does not read as header fields: a filter holds at most {MAX}",
-                MAX = htb_config::filter::MAX_RAW_KEYS,
+                MAX = htb_classify::MAX_RAW_KEYS,
             ));
         }
     }

@@ -1,16 +1,18 @@
 //! `class add|change|replace|del|show` (iproute2 `tc/tc_class.c`): HTB classes (and htbd's
-//! `class label`, in [`super::class_label`]).
+//! `class label`, in [`crate::class_label`]).
 
 use htb_ipc::{Command, Object, Parent, Show};
 
-use super::action::{Action, Verb, verb};
-use super::args::{Args, Result, class_id, matches, usage};
-use super::q_htb;
+use crate::action::{Action, Verb, verb};
+use crate::args::{Args, Result, class_id, matches, usage};
+use crate::parse::LinkSpeed;
+use crate::q_htb;
+use crate::write::{self, Words};
 
 /// Parses the words after `class`.
-pub(super) fn parse(words: &[String]) -> Result<Action> {
+pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Action> {
     if words.first().is_some_and(|w| w == "label") {
-        return super::class_label::parse(&words[1..]);
+        return crate::class_label::parse(&words[1..]);
     }
     let verb = verb(words.first(), "class")?;
     let mut a = Args::new(words.get(1..).unwrap_or_default());
@@ -39,7 +41,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             w if matches(w, "help") => return Ok(Action::Help(q_htb::CLASS_USAGE)),
             "htb" if verb != Verb::Show => {
                 let dev_name = dev.clone().unwrap_or_default();
-                spec = Some(q_htb::class_options(&mut a, &dev_name)?);
+                spec = Some(q_htb::class_options(&mut a, &dev_name, link_speed)?);
             }
             other if verb == Verb::Show => {
                 return usage(format!("What is \"{other}\"? Try \"htb-cli class help\"."));
@@ -85,4 +87,34 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         Verb::Replace => Command::ClassReplace(spec),
         Verb::Delete | Verb::Show => unreachable!("handled above"),
     }))
+}
+
+/// `class …`'s words for `c` (one of the class commands), as [`parse`] reads them.
+pub(crate) fn write(c: &Command, w: &mut Words) -> write::Result<()> {
+    w.word("class");
+    match c {
+        Command::ClassAdd(s) | Command::ClassChange(s) | Command::ClassReplace(s) => {
+            w.word(match c {
+                Command::ClassChange(_) => "change",
+                Command::ClassReplace(_) => "replace",
+                _ => "add",
+            });
+            w.dev(&s.dev)?;
+            match s.parent {
+                Some(p) => w.pair("parent", p),
+                None => w.word("root"),
+            }
+            w.pair("classid", s.id);
+            w.word("htb");
+            q_htb::write_class(s, w);
+        }
+        Command::ClassDelete(d) => {
+            w.word("del");
+            w.dev(&d.dev)?;
+            w.pair("classid", d.id);
+        }
+        Command::ClassLabel(l) => crate::class_label::write(l, w)?,
+        _ => unreachable!("write::command_line sends class commands only"),
+    }
+    Ok(())
 }

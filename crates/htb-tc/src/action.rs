@@ -2,7 +2,7 @@
 
 use htb_ipc::{Command, Show};
 
-use super::args::{Result, matches, usage};
+use crate::args::{Result, matches, usage};
 
 /// What one command line asks.
 // A `Change` is the wire's `Command`, larger than the other variants; an action is made once

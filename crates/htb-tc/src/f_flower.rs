@@ -2,9 +2,10 @@
 
 use htb_ipc::{FilterSpec, PortRange, Protocol};
 
-use super::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
-use super::match_values::{prefix, tos_to_dscp};
-use super::usage::FILTER_USAGE;
+use crate::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
+use crate::match_values::{prefix, tos_to_dscp};
+use crate::usage::FILTER_USAGE;
+use crate::write::{self, Words, WriteError};
 
 /// `flower_parse_opt`.
 ///
@@ -81,10 +82,55 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
         } else if w == "help" {
             return usage(FILTER_USAGE);
         } else if matches(w, "action") {
-            super::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
+            crate::m_action::action(a, &mut spec.police, &mut spec.redirect)?;
         } else {
             return usage(format!("What is \"{w}\"?\n{FILTER_USAGE}"));
         }
+    }
+    Ok(())
+}
+
+/// `flower_parse_opt`'s words for `spec` (after `flower`; the class and actions are
+/// `tc_filter`'s): `ip_proto` before the ports, which need it.
+///
+/// # Errors
+/// What flower cannot say: u32's hash tables and general keys.
+pub(crate) fn write(spec: &FilterSpec, w: &mut Words) -> write::Result<()> {
+    let m = &spec.matcher;
+    let refuse = |what| {
+        Err(WriteError::NotInKind {
+            kind: "flower",
+            what,
+        })
+    };
+    if !spec.hashing.is_empty() {
+        return refuse("u32's hash tables (ht, link, hashkey, divisor)");
+    }
+    if !m.raw.as_slice().is_empty() {
+        return refuse("u32's general keys (match u32 … at …)");
+    }
+    w.option("vlan_id", m.vlan);
+    w.option("src_ip", m.src);
+    w.option("dst_ip", m.dst);
+    if let Some(p) = m.proto {
+        match p {
+            6 => w.pair("ip_proto", "tcp"),
+            17 => w.pair("ip_proto", "udp"),
+            132 => w.pair("ip_proto", "sctp"),
+            1 => w.pair("ip_proto", "icmp"),
+            58 => w.pair("ip_proto", "icmpv6"),
+            n => w.pair("ip_proto", n),
+        }
+    }
+    for (key, range) in [("src_port", m.sport), ("dst_port", m.dport)] {
+        match range {
+            Some(r) if r.first == r.last => w.pair(key, r.first),
+            Some(r) => w.pair(key, format_args!("{}-{}", r.first, r.last)),
+            None => {}
+        }
+    }
+    if let Some(d) = m.dscp {
+        w.pair("ip_tos", format_args!("{:#04x}/0xfc", u32::from(d) << 2));
     }
     Ok(())
 }

@@ -5,7 +5,8 @@ use htb_core::units::{parse_rate, parse_size};
 use htb_core::{LengthAdjust, Rate};
 use htb_ipc::{ControlAction, PoliceConfig};
 
-use super::args::{Args, Result, illegal, link_layer, matches, usage};
+use crate::args::{Args, Result, illegal, link_layer, matches, usage};
+use crate::write::{RateWord, Words};
 
 /// `m_police.c`'s usage.
 pub(super) const POLICE_USAGE: &str = "\
@@ -149,8 +150,31 @@ pub(super) fn options(a: &mut Args<'_>) -> Result<PoliceConfig> {
     }
     p.adjust = adjust;
     p.check()
-        .map_err(|e| super::args::UsageError(e.to_string()))?;
+        .map_err(|e| crate::args::UsageError(e.to_string()))?;
     Ok(p)
+}
+
+/// `action police …`'s words for `p` (after `police`): what differs from tc's defaults.
+pub(crate) fn write(p: &PoliceConfig, w: &mut Words) {
+    w.option("rate", p.rate.map(RateWord));
+    w.option("burst", (p.burst != 0).then_some(p.burst));
+    w.option("mtu", (p.mtu != 0).then_some(p.mtu));
+    w.option("peakrate", p.peakrate.map(RateWord));
+    let a = p.adjust;
+    w.option("overhead", (a.overhead != 0).then_some(a.overhead));
+    w.option("mpu", (a.mpu != 0).then_some(a.mpu));
+    if a.link_layer != htb_core::LinkLayer::default() {
+        w.pair("linklayer", a.link_layer);
+    }
+    let default = PoliceConfig::default();
+    if p.conform != default.conform {
+        w.pair(
+            "conform-exceed",
+            format_args!("{}/{}", p.exceed.name(), p.conform.name()),
+        );
+    } else if p.exceed != default.exceed {
+        w.pair("conform-exceed", p.exceed.name());
+    }
 }
 
 #[cfg(test)]
