@@ -306,7 +306,10 @@ mod tests {
     #[test]
     fn dot_and_dot_dot_are_refused_but_dots_inside_are_not() {
         for name in [".", ".."] {
-            assert_eq!(refused(name), InterfaceNameError::Dots { name: name.into() });
+            assert_eq!(
+                refused(name),
+                InterfaceNameError::Dots { name: name.into() }
+            );
         }
         assert!(InterfaceName::new("...").is_ok());
         assert!(InterfaceName::new(".a").is_ok());

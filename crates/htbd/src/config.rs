@@ -44,7 +44,7 @@
 use std::path::PathBuf;
 
 use htb_config::values::TimeValue;
-use htb_config::{ConfigError, Located};
+use htb_config::{ConfigError, InterfaceName, Located};
 use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
 
@@ -371,9 +371,10 @@ impl DaemonConfig {
                 }
                 _ => {}
             }
+            // The data plane names ports by their plain names.
             ports.push(PortConfig {
-                name,
-                peer,
+                name: name.to_string(),
+                peer: peer.map(InterfaceName::into_string),
                 trees: trees.port_trees(),
                 filters,
                 rtt: iface.rtt,

@@ -6,7 +6,7 @@
 use htb_ipc::{ClassLabel, Command, Device, LabelFields, LabelSpec, LabelText, MacAddr};
 
 use super::action::Action;
-use super::args::{Args, Result, class_id, usage};
+use super::args::{Args, Result, class_id, interface, usage};
 
 /// `htb-cli class label help`.
 pub(super) const USAGE: &str = "\
@@ -32,7 +32,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         // A device's own words follow it; `name` after a device is the device's.
         let device = fields.devices.last_mut();
         match (w, device) {
-            ("dev", _) => dev = Some(a.value()?.to_owned()),
+            ("dev", _) => dev = Some(interface(a.value()?)?),
             ("classid", _) => id = Some(class_id(a.value()?, "classid")?),
             ("name", Some(d)) => d.name = Some(text(a.value()?, "name")?),
             ("name", None) => fields.name = Some(text(a.value()?, "name")?),

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use htb_ipc::{Direction, Explain, Explanation, ReplyBody, RequestBody};
 
-use super::args::{Args, Result, illegal, usage};
+use super::args::{Args, Result, illegal, interface, usage};
 use super::options::Options;
 use crate::client::{Client, ClientError};
 
@@ -42,7 +42,7 @@ pub(super) fn parse(words: &[String]) -> Result<Explain> {
     while let Some(w) = a.next() {
         match w {
             "peer" => ask.peer = Some(address(a.value()?)?),
-            "dev" => ask.dev = Some(a.value()?.to_owned()),
+            "dev" => ask.dev = Some(interface(a.value()?)?),
             "proto" => {
                 ask.proto = Some(match a.value()? {
                     "tcp" => 6,
@@ -152,7 +152,7 @@ mod tests {
         let e = Explanation {
             ports: vec![
                 htb_ipc::PortExplanation {
-                    dev: "r2".into(),
+                    dev: "r2".parse().unwrap(),
                     direction: Direction::ToAddr,
                     outcome: htb_ipc::Outcome::Filter {
                         prio: 1,
@@ -164,7 +164,7 @@ mod tests {
                     leaf_queue: Some(347),
                 },
                 htb_ipc::PortExplanation {
-                    dev: "r2".into(),
+                    dev: "r2".parse().unwrap(),
                     direction: Direction::FromAddr,
                     outcome: htb_ipc::Outcome::Default {
                         class: ClassId::new(1, 0x20),
@@ -173,7 +173,7 @@ mod tests {
                     leaf_queue: None,
                 },
                 htb_ipc::PortExplanation {
-                    dev: "r1".into(),
+                    dev: "r1".parse().unwrap(),
                     direction: Direction::ToAddr,
                     outcome: htb_ipc::Outcome::Unshaped,
                     path: vec![],

@@ -8,7 +8,7 @@ use std::io::Write;
 
 use htb_ipc::{FlowList, FlowsQuery, ReplyBody, RequestBody};
 
-use super::args::{Args, Result, class_id, illegal, usage};
+use super::args::{Args, Result, class_id, illegal, interface, usage};
 use super::options::Options;
 use crate::client::{Client, ClientError};
 
@@ -32,7 +32,7 @@ pub(super) fn parse(words: &[String]) -> Result<FlowsQuery> {
     let mut a = Args::new(words);
     while let Some(w) = a.next() {
         match w.trim_start_matches("--") {
-            "dev" => ask.dev = Some(a.value()?.to_owned()),
+            "dev" => ask.dev = Some(interface(a.value()?)?),
             "class" | "classid" => ask.class = Some(class_id(a.value()?, "class")?),
             "top" => {
                 ask.top = a
@@ -180,7 +180,7 @@ mod tests {
         assert_eq!(
             q,
             FlowsQuery {
-                dev: Some("r2".into()),
+                dev: Some("r2".parse().unwrap()),
                 class: Some(ClassId::new(1, 0x10)),
                 top: 5
             }
@@ -210,8 +210,8 @@ mod tests {
                     sport: 40000,
                     dport: 5201,
                     vlan: None,
-                    ingress: "r1".into(),
-                    egress: "r2".into(),
+                    ingress: "r1".parse().unwrap(),
+                    egress: "r2".parse().unwrap(),
                     class: Some(ClassId::new(1, 0x10)),
                     bytes: 12_500_000,
                     packets: 8300,
@@ -230,8 +230,8 @@ mod tests {
                     sport: 0,
                     dport: 0,
                     vlan: Some(100),
-                    ingress: "r1".into(),
-                    egress: "r2".into(),
+                    ingress: "r1".parse().unwrap(),
+                    egress: "r2".parse().unwrap(),
                     class: None,
                     bytes: 840,
                     packets: 10,

@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use htb_core::units::{UnitError, parse_rate_or_percent, parse_size};
-use htb_ipc::{ClassSpec, QdiscSpec, Rate};
+use htb_ipc::{ClassId, ClassSpec, InterfaceName, QdiscSpec, Rate};
 
 use super::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
 
@@ -81,8 +81,9 @@ fn link_speed(dev: &str) -> Option<Rate> {
 ///
 /// # Errors
 /// tc's usage errors.
-pub(super) fn class_options(a: &mut Args<'_>, dev: &str) -> Result<ClassSpec> {
-    let mut spec = ClassSpec::default();
+pub(super) fn class_options(a: &mut Args<'_>, dev: &InterfaceName) -> Result<ClassSpec> {
+    // The id and rate are set once all the words are read.
+    let mut spec = ClassSpec::new(dev.clone(), ClassId::default(), Rate::default());
     let mut rate = None;
     let rate_arg = |s: &str, what: &str| -> Result<Rate> {
         let speed = if s.ends_with('%') {

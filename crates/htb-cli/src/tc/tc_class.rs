@@ -4,7 +4,7 @@
 use htb_ipc::{Command, Object, Parent, Show};
 
 use super::action::{Action, Verb, verb};
-use super::args::{Args, Result, class_id, matches, usage};
+use super::args::{Args, Result, class_id, device, interface, matches, usage};
 use super::q_htb;
 
 /// Parses the words after `class`.
@@ -21,7 +21,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     let mut spec = None;
     while let Some(w) = a.next() {
         match w {
-            "dev" => dev = Some(a.value()?.to_owned()),
+            "dev" => dev = Some(interface(a.value()?)?),
             "classid" => id = Some(class_id(a.value()?, "classid")?),
             "handle" => return usage("Error: try \"classid\" instead of \"handle\""),
             "root" => parent = Some(None),
@@ -38,8 +38,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             }
             w if matches(w, "help") => return Ok(Action::Help(q_htb::CLASS_USAGE)),
             "htb" if verb != Verb::Show => {
-                let dev_name = dev.clone().unwrap_or_default();
-                spec = Some(q_htb::class_options(&mut a, &dev_name)?);
+                spec = Some(q_htb::class_options(&mut a, &device(dev.as_ref())?)?);
             }
             other if verb == Verb::Show => {
                 return usage(format!("What is \"{other}\"? Try \"htb-cli class help\"."));
@@ -75,7 +74,6 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     let Some(mut spec) = spec else {
         return usage("Must specify the class kind: ... htb rate RATE");
     };
-    spec.dev = dev;
     spec.id = id;
     // The wire carries the parent typed, as parsed above.
     spec.parent = parent.flatten();
