@@ -328,7 +328,7 @@ mod tests {
             ("eth\r0", ForbiddenByte::Space(b'\r')),
             // U+00A0 is c2 a0 in UTF-8; the kernel's isspace() refuses the a0.
             ("eth\u{a0}0", ForbiddenByte::Space(0xa0)),
-            ("eth\00", ForbiddenByte::Nul),
+            ("eth\u{0}0", ForbiddenByte::Nul),
         ] {
             assert_eq!(
                 refused(name),

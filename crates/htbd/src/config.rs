@@ -538,6 +538,46 @@ classid = "1:20"
         DaemonConfig::parse(text).unwrap_err().to_string()
     }
 
+    /// An interface's name, its peer and an ingress redirect are read as the kernel checks a
+    /// name (`dev_valid_name()`): one no interface can have is refused at its line and column,
+    /// naming the rule.
+    #[test]
+    fn a_name_no_interface_can_have_is_refused_where_the_file_gives_it() {
+        let bridge = "[daemon]\nmode = \"bridge\"\n";
+        for (text, line, says) in [
+            (
+                "[[interface]]\nname = \"eth0:1\"\n".to_owned(),
+                2,
+                "\"eth0:1\" is not a valid interface name: it may not hold ':'",
+            ),
+            (
+                format!("{bridge}[[interface]]\nname = \"a\"\npeer = \"bridge-port-number-2\"\n"),
+                5,
+                "20 bytes, at most 15",
+            ),
+            (
+                "[[interface]]\nname = \"r2\"\n[interface.ingress]\nredirect = \"ifb 0\"\n"
+                    .to_owned(),
+                4,
+                "it may not hold white space",
+            ),
+            (
+                "[[interface]]\nname = \"r2\"\n[interface.ingress]\n\
+                 [[interface.ingress.filter]]\nprio = 1\nredirect = \"..\"\n"
+                    .to_owned(),
+                6,
+                "\"..\" is not a valid interface name",
+            ),
+        ] {
+            let e = DaemonConfig::parse(&text).unwrap_err();
+            assert_eq!(e.line, line, "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+        }
+        let ok = "[[interface]]\nname = \"enp3s0f1\"\n[[interface]]\nname = \"bond0.100\"\n";
+        let c = DaemonConfig::parse(ok).unwrap();
+        assert_eq!(c.interfaces[1].name, "bond0.100");
+    }
+
     #[test]
     fn an_mq_root_takes_one_tree_per_class_and_says_where_a_tree_is_wrong() {
         let head = "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r1\"\n";
