@@ -48,7 +48,7 @@ fn import_commands(n: u32) -> Vec<Command> {
         file: csv.clone(),
         network: None,
         placement: Placement {
-            download_dev: Some("r2".into()),
+            download_dev: Some("r2".parse().unwrap()),
             upload_dev: None,
             parent: ClassId::new(1, 1),
             nodes: BTreeMap::new(),

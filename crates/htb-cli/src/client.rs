@@ -259,7 +259,7 @@ mod tests {
         let label: htb_ipc::ClassLabel =
             serde_json::from_value(serde_json::json!({ "name": name })).unwrap();
         Command::ClassLabel(htb_ipc::LabelSpec {
-            dev: "eth0".into(),
+            dev: "eth0".parse().unwrap(),
             id: htb_ipc::ClassId::new(1, 1),
             label: Some(label),
         })
@@ -270,7 +270,7 @@ mod tests {
     #[test]
     fn batches_are_cut_by_count_and_by_weight() {
         let delete = Command::ClassDelete(htb_ipc::ClassDelete {
-            dev: "eth0".into(),
+            dev: "eth0".parse().unwrap(),
             id: htb_ipc::ClassId::new(1, 1),
         });
         assert_eq!(chunk_len(&vec![delete; 250_000]), STAGE_CHUNK);

@@ -11,6 +11,7 @@ use htb_cli::import::circuits::Placement;
 use htb_cli::import::{self, Import, ImportError};
 use htb_cli::sim::{Scenario, run};
 use htb_core::ClassId;
+use htb_ipc::InterfaceName;
 
 #[derive(Parser)]
 #[command(
@@ -48,10 +49,10 @@ enum Command {
         network: Option<PathBuf>,
         /// Port towards the subscribers: the download tree, filters on the destination.
         #[arg(long, value_name = "DEV")]
-        download_dev: Option<String>,
+        download_dev: Option<InterfaceName>,
         /// Port towards the upstream: the upload tree, filters on the source.
         #[arg(long, value_name = "DEV")]
-        upload_dev: Option<String>,
+        upload_dev: Option<InterfaceName>,
         /// The class circuits hang under unless their Parent Node is mapped with --node
         /// (the same class id in both trees).
         #[arg(long, value_name = "CLASSID")]

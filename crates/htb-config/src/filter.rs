@@ -12,6 +12,7 @@ pub use htb_classify::{
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::InterfaceName;
 use crate::error::{Located, ValueError};
 use crate::values::{ClassIdValue, LinkLayerValue, RateValue, SizeValue};
 
@@ -272,7 +273,7 @@ pub struct FilterSection {
     /// `action mirred egress redirect dev IFB` (filters of an ingress qdisc only): what it
     /// matches is shaped by that IFB port's tree first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redirect: Option<Located<String>>,
+    pub redirect: Option<Located<InterfaceName>>,
 }
 
 /// A filter's policer (tc's `police rate R burst B [mtu M] [peakrate P] [overhead O] [mpu U]

@@ -20,6 +20,7 @@
 
 mod error;
 pub mod filter;
+pub mod interface_name;
 pub mod label;
 pub mod leaf;
 mod tree;
@@ -27,6 +28,7 @@ pub mod values;
 
 pub use error::{ConfigError, Located, ValueError};
 pub use htb_core::{ClassDef, PortTree, TreeSpec};
+pub use interface_name::{InterfaceName, InterfaceNameError};
 pub use label::{ClassLabel, label_toml};
 pub use leaf::{LeafDef, LeafSection, LeafSectionError, leaf_toml};
 pub use tree::{ClassSection, QdiscSection, size_table, tree_from_sections};

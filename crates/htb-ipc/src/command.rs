@@ -2,8 +2,8 @@
 //! parsed once by the client and typed on the wire.
 
 use crate::{
-    ClassId, ClassLabel, FilterHandle, FilterKind, LeafKind, LeafSpec, LinkLayer, Match,
-    PoliceConfig, Protocol, Rate, SizeSpec, U32Hashing,
+    ClassId, ClassLabel, FilterHandle, FilterKind, InterfaceName, LeafKind, LeafSpec, LinkLayer,
+    Match, PoliceConfig, Protocol, Rate, SizeSpec, U32Hashing,
 };
 use serde::{Deserialize, Serialize};
 
@@ -28,19 +28,19 @@ pub enum Command {
     /// filters go; the interface forwards unshaped.
     QdiscDelete {
         /// Interface.
-        dev: String,
+        dev: InterfaceName,
     },
     /// `qdisc add dev D handle ffff: ingress`: an ingress qdisc, for filters whose `mirred
     /// egress redirect dev ifbN` shapes what the interface receives in an IFB's tree.
     IngressAdd {
         /// Interface.
-        dev: String,
+        dev: InterfaceName,
     },
     /// `qdisc del dev D ingress` (or `handle ffff:`, `parent ffff:fff1`): the ingress qdisc
     /// and its filters go.
     IngressDelete {
         /// Interface.
-        dev: String,
+        dev: InterfaceName,
     },
     /// `class add`.
     ClassAdd(ClassSpec),
@@ -70,7 +70,7 @@ pub enum Command {
     /// the default leaf), or, under an `mq` class, its HTB tree (the queue is unshaped).
     LeafDelete {
         /// Interface.
-        dev: String,
+        dev: InterfaceName,
         /// The class.
         parent: ClassId,
         /// Must be the leaf's handle, if given.
@@ -91,7 +91,7 @@ pub enum Command {
 impl Command {
     /// The interface it acts on.
     #[must_use]
-    pub fn dev(&self) -> &str {
+    pub fn dev(&self) -> &InterfaceName {
         match self {
             Self::QdiscAdd(q) | Self::QdiscChange(q) | Self::QdiscReplace(q) => &q.dev,
             Self::MqAdd(m) | Self::MqReplace(m) => &m.dev,
@@ -114,7 +114,7 @@ impl Command {
 #[serde(deny_unknown_fields)]
 pub struct ClassDelete {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// `1:20` (`:20`: of the interface's qdisc).
     pub id: ClassId,
 }
@@ -125,7 +125,7 @@ pub struct ClassDelete {
 #[serde(deny_unknown_fields)]
 pub struct LabelSpec {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// The class (`:20`: of the interface's qdisc).
     pub id: ClassId,
     /// Its label; `None` takes it away.
@@ -134,11 +134,11 @@ pub struct LabelSpec {
 }
 
 /// `filter del dev D [parent 1:] [prio P [handle H KIND]]`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterDelete {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// The qdisc whose filters (`1:`; `None`: the interface's only HTB qdisc).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ClassId>,
@@ -152,11 +152,11 @@ pub struct FilterDelete {
 
 /// `qdisc … dev D root handle 1: htb default 20 r2q 10 direct_qlen 1000`, or
 /// `… parent 7fff:1 handle 1: htb …` under a class of an `mq` root.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QdiscSpec {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// The `mq` class it goes under (`None`: the interface's root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ClassId>,
@@ -178,14 +178,31 @@ pub struct QdiscSpec {
 }
 
 /// `qdisc add|replace dev D root [handle 7fff:] mq` (`sch_mq.c`: one class per TX queue).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MqSpec {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// Its handle (default `8001:`, the first the kernel allocates).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<ClassId>,
+}
+
+impl QdiscSpec {
+    /// `qdisc add dev D root htb`: the root, handle `1:`, every option at its default. (The
+    /// specs have no `Default`: an interface name has none.)
+    #[must_use]
+    pub fn new(dev: InterfaceName) -> Self {
+        Self {
+            dev,
+            parent: None,
+            handle: None,
+            default_minor: None,
+            r2q: None,
+            direct_qlen: None,
+            stab: None,
+        }
+    }
 }
 
 /// A class's parent as the wire has carried it: a class id or qdisc handle, or `"root"`.
@@ -202,11 +219,11 @@ pub(crate) fn parent_or_root<'de, D: serde::Deserializer<'de>>(
 }
 
 /// `class … dev D parent P classid C htb rate R …`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClassSpec {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// `1:20` (`:20`: the minor of the parent's qdisc, as tc completes it).
     pub id: ClassId,
     /// Parent class or qdisc handle (`1:`); `None` = root (also read from `"root"`, which
@@ -248,13 +265,36 @@ pub struct ClassSpec {
     pub linklayer: Option<LinkLayer>,
 }
 
+impl ClassSpec {
+    /// `class … dev D classid ID htb rate R`, under the qdisc, every other option at its
+    /// default.
+    #[must_use]
+    pub fn new(dev: InterfaceName, id: ClassId, rate: Rate) -> Self {
+        Self {
+            dev,
+            id,
+            parent: None,
+            rate,
+            ceil: None,
+            burst: None,
+            cburst: None,
+            prio: None,
+            quantum: None,
+            mtu: None,
+            overhead: None,
+            mpu: None,
+            linklayer: None,
+        }
+    }
+}
+
 /// `qdisc add|change|replace dev D parent 1:10|root [handle 10:] KIND OPTIONS`: typed on the
 /// wire (the class and handle as ids, the options as the core's spec).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeafQdiscSpec {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// The leaf class it serves; `None`: the interface's root (a classless qdisc there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ClassId>,
@@ -269,11 +309,11 @@ pub struct LeafQdiscSpec {
 }
 
 /// `filter add dev D parent 1: protocol ip prio 1 u32|flower … classid X`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterSpec {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// The qdisc handle (`1:`); filters hang on the qdisc only. `None`: the interface's only
     /// HTB qdisc.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -304,5 +344,26 @@ pub struct FilterSpec {
     /// `action mirred egress redirect dev IFB`: a filter of an ingress qdisc sends what it
     /// matches through that IFB's tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redirect: Option<String>,
+    pub redirect: Option<InterfaceName>,
+}
+
+impl FilterSpec {
+    /// `filter add dev D protocol all u32`: on the interface's only HTB qdisc, every packet,
+    /// no class or action yet (tc's defaults, which the parser then overrides word by word).
+    #[must_use]
+    pub fn new(dev: InterfaceName) -> Self {
+        Self {
+            dev,
+            parent: None,
+            protocol: Protocol::default(),
+            prio: None,
+            kind: FilterKind::default(),
+            handle: None,
+            matcher: Match::default(),
+            class: None,
+            hashing: U32Hashing::default(),
+            police: None,
+            redirect: None,
+        }
+    }
 }

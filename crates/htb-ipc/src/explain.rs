@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ClassId, Match};
+use crate::{ClassId, InterfaceName, Match};
 
 /// What to explain: packets between `addr` and `peer` (each way), on `dev` or every port.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,7 +20,7 @@ pub struct Explain {
     pub peer: Option<IpAddr>,
     /// Only this port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dev: Option<String>,
+    pub dev: Option<InterfaceName>,
     /// IP protocol (`None`: UDP).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proto: Option<u8>,
@@ -123,7 +123,7 @@ impl Outcome {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortExplanation {
     /// The port.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// Which way.
     pub direction: Direction,
     /// Where it goes.

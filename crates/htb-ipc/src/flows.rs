@@ -4,6 +4,8 @@
 use std::net::IpAddr;
 
 use htb_core::ClassId;
+
+use crate::InterfaceName;
 use serde::{Deserialize, Serialize};
 
 /// Which flows to list.
@@ -11,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub struct FlowsQuery {
     /// Only flows leaving through this port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dev: Option<String>,
+    pub dev: Option<InterfaceName>,
     /// Only flows of this class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<ClassId>,
@@ -36,9 +38,9 @@ pub struct FlowEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vlan: Option<u16>,
     /// The port it came in on.
-    pub ingress: String,
+    pub ingress: InterfaceName,
     /// The port it leaves through.
-    pub egress: String,
+    pub egress: InterfaceName,
     /// Its class there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<ClassId>,

@@ -51,6 +51,9 @@ pub use htb_classify::{
     ControlAction, IpPrefix, Match, MatchError, PoliceConfig, PoliceStats, PortRange, RawKey,
     U32Handle, U32HandleError,
 };
+/// Interface names are the config's type, checked as the kernel's `dev_valid_name()` does as
+/// they are read, a plain string on the wire.
+pub use htb_config::interface_name::{ForbiddenByte, InterfaceName, InterfaceNameError};
 pub use htb_config::label::{ClassLabel, Device, LabelError, LabelFields, LabelText, MacAddr};
 /// Rates are the core's type, a number of bit/s on the wire.
 pub use htb_core::{
@@ -196,7 +199,7 @@ pub struct Show {
     pub object: Option<Object>,
     /// Only this interface.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dev: Option<String>,
+    pub dev: Option<InterfaceName>,
     /// Only this class (`classid 1:20`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<ClassId>,
@@ -308,6 +311,10 @@ fn is_zero(n: &u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn dev(name: &str) -> InterfaceName {
+        name.parse().unwrap()
+    }
 
     /// A field the daemon does not know is an error, not silently ignored: at the top, in a
     /// command, in a filter's match and in a leaf's options.
@@ -621,7 +628,10 @@ mod tests {
         let [Command::FilterAdd(f), Command::ClassAdd(c)] = commands.as_slice() else {
             panic!("{commands:?}")
         };
-        assert_eq!((commands[0].dev(), commands[1].dev()), ("r2", "r2"));
+        assert_eq!(
+            (commands[0].dev().as_str(), commands[1].dev().as_str()),
+            ("r2", "r2")
+        );
         assert_eq!(
             f.matcher.words().to_string(),
             "src 10.1.0.0/16 dst 192.168.2.0/24 proto 17 sport 4096-8191 dport 53 dscp 10 vlan 7 2 u32 keys"
@@ -650,6 +660,55 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(says), "{matcher}: {e}");
+        }
+    }
+
+    /// An interface name the kernel would refuse (`dev_valid_name()`) is refused as the
+    /// request is read, in any field that names one, the message naming the rule; today's
+    /// names read as the plain strings they are.
+    #[test]
+    fn a_bad_interface_name_in_a_request_is_refused_as_it_is_read() {
+        let apply = |command: &str| {
+            format!(r#"{{"version":1,"request":{{"type":"apply","commands":[{command}]}}}}"#)
+        };
+        let redirect = |to: &str| {
+            apply(&format!(
+                r#"{{"op":"filter_add","dev":"r2","parent":"ffff:","protocol":"all","prio":10,"kind":"u32","matcher":{{}},"redirect":"{to}"}}"#
+            ))
+        };
+        for good in [
+            apply(r#"{"op":"qdisc_delete","dev":"bond0.100"}"#),
+            apply(r#"{"op":"ingress_add","dev":"enp3s0f1"}"#),
+            redirect("ifb4eth0"),
+        ] {
+            assert!(serde_json::from_str::<Request>(&good).is_ok(), "{good}");
+        }
+        for (text, says) in [
+            (
+                apply(r#"{"op":"qdisc_delete","dev":"x/y"}"#),
+                r#""x/y" is not a valid interface name: it may not hold '/'"#,
+            ),
+            (
+                apply(r#"{"op":"class_delete","dev":"eth0:1","id":"1:10"}"#),
+                r#""eth0:1" is not a valid interface name: it may not hold ':'"#,
+            ),
+            (
+                apply(r#"{"op":"ingress_add","dev":""}"#),
+                "an interface name may not be empty",
+            ),
+            (
+                redirect("ifb-sixteen-byte"),
+                r#""ifb-sixteen-byte" is not a valid interface name: 16 bytes, at most 15"#,
+            ),
+            (
+                r#"{"version":1,"request":{"type":"show","object":"class","dev":".."}}"#.into(),
+                r#"".." is not a valid interface name"#,
+            ),
+        ] {
+            let e = serde_json::from_str::<Request>(&text)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{text}: {e}");
         }
     }
 
@@ -698,15 +757,12 @@ mod tests {
         let request = Request::new(RequestBody::Apply {
             commands: vec![
                 Command::ClassChange(ClassSpec {
-                    dev: "r2".into(),
-                    id: ClassId::new(1, 0x10),
                     parent: Some(ClassId::new(1, 1)),
-                    rate: Rate::from_mbit(20),
                     ceil: Some(Rate::from_mbit(100)),
-                    ..ClassSpec::default()
+                    ..ClassSpec::new(dev("r2"), ClassId::new(1, 0x10), Rate::from_mbit(20))
                 }),
                 Command::FilterDelete(FilterDelete {
-                    dev: "r2".into(),
+                    dev: dev("r2"),
                     parent: None,
                     prio: Some(1),
                     handle: None,
@@ -745,7 +801,7 @@ mod tests {
             ..htb_core::FqCodelSpec::default()
         });
         let command = Command::LeafAdd(LeafQdiscSpec {
-            dev: "r2".into(),
+            dev: dev("r2"),
             parent: Some(ClassId::new(1, 0x10)),
             handle: Some(ClassId::new(0x10, 0)),
             leaf: spec,
@@ -759,13 +815,12 @@ mod tests {
         assert_eq!(serde_json::from_str::<Command>(&json).unwrap(), command);
         // A size table travels as tc's options, the link layer by its name.
         let stab = Command::QdiscAdd(QdiscSpec {
-            dev: "r2".into(),
             stab: Some(SizeSpec {
                 overhead: 34,
                 link_layer: Some(LinkLayer::Ethernet),
                 ..SizeSpec::default()
             }),
-            ..QdiscSpec::default()
+            ..QdiscSpec::new(dev("r2"))
         });
         let stab_json = serde_json::to_string(&stab).unwrap();
         assert!(

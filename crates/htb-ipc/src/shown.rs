@@ -2,8 +2,8 @@
 //! them (the replies of [`RequestBody::Show`](crate::RequestBody::Show)).
 
 use crate::{
-    CakeStats, ClassId, ClassLabel, FilterHandle, FilterKind, FqCodelStats, LeafConfig, LinkLayer,
-    Match, PoliceConfig, PoliceStats, Protocol, Rate, SizeSpec,
+    CakeStats, ClassId, ClassLabel, FilterHandle, FilterKind, FqCodelStats, InterfaceName,
+    LeafConfig, LinkLayer, Match, PoliceConfig, PoliceStats, Protocol, Rate, SizeSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -39,7 +39,7 @@ pub struct Shown {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IngressInfo {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// What its filters took (redirected or dropped), when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<QueueStats>,
@@ -49,7 +49,7 @@ pub struct IngressInfo {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MqInfo {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// Its handle, `7fff:`.
     pub handle: ClassId,
     /// Its classes, by minor (`7fff:1` is TX queue 0): the HTB tree each holds, if any.
@@ -77,7 +77,7 @@ pub struct MqClassInfo {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeafQdiscInfo {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// Its handle (`10:`); `None` for a class's default leaf, which tc shows as `0:`.
     pub handle: Option<ClassId>,
     /// The class it serves; `None`: it is the interface's root qdisc.
@@ -112,7 +112,7 @@ pub struct LeafQdiscStats {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QdiscInfo {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// `1:`.
     pub handle: ClassId,
     /// The `mq` class it hangs under (`None`: the interface's root).
@@ -143,7 +143,7 @@ pub type QueueStats = htb_core::QueueCounters;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClassInfo {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// `1:20`.
     pub id: ClassId,
     /// Parent class, `None` for a root class.
@@ -227,7 +227,7 @@ pub struct RttStats {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FilterInfo {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// Always the qdisc handle, `1:`.
     pub parent: ClassId,
     /// `ip`, `ipv6`, `802.1q` or `all`.
@@ -251,7 +251,7 @@ pub struct FilterInfo {
     pub police: Option<PoliceInfo>,
     /// The IFB its `mirred egress redirect` sends what it matches to (ingress filters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub redirect: Option<String>,
+    pub redirect: Option<InterfaceName>,
 }
 
 /// A filter's policer as `filter show` lists it.

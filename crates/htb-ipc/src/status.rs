@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::InterfaceName;
+
 /// The daemon's data-plane state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Status {
@@ -147,10 +149,10 @@ impl FrameStatus {
 }
 
 /// One port's counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PortStatus {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// Frames received from its sockets.
     pub rx_packets: u64,
     /// Their bytes.
@@ -178,6 +180,29 @@ pub struct PortStatus {
     pub kernel_rx_dropped: u64,
     /// Invalid RX and TX descriptors.
     pub kernel_invalid: u64,
+}
+
+impl PortStatus {
+    /// `dev` with every counter at zero (no `Default`: an interface name has none).
+    #[must_use]
+    pub fn new(dev: InterfaceName) -> Self {
+        Self {
+            dev,
+            rx_packets: 0,
+            rx_bytes: 0,
+            tx_packets: 0,
+            tx_bytes: 0,
+            drops_queue: 0,
+            drops_pool: 0,
+            drops_police: 0,
+            drops_no_egress: 0,
+            drops_purged: 0,
+            kernel_rx_ring_full: 0,
+            kernel_fill_ring_empty: 0,
+            kernel_rx_dropped: 0,
+            kernel_invalid: 0,
+        }
+    }
 }
 
 /// The XDP program's verdicts (`enum verdict` in its C source).

@@ -20,7 +20,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use htb_ipc::{ClassSpec, Command as Change, ReplyBody, Request, RequestBody, Response};
+use htb_ipc::{
+    ClassSpec, Command as Change, InterfaceName, ReplyBody, Request, RequestBody, Response,
+};
 use serde_json::{Value, json};
 
 use crate::{Htbd, Lab, N2, cli_bin};
@@ -57,7 +59,7 @@ fn tree() -> String {
 }
 
 /// The n-th change: most go to the idle leaves, every tenth to the busy class.
-fn change(n: usize) -> ClassSpec {
+fn change(n: usize, dev: &InterfaceName) -> ClassSpec {
     let busy = n.is_multiple_of(10);
     let id = if busy {
         htb_core::ClassId::new(1, 0x10)
@@ -74,12 +76,9 @@ fn change(n: usize) -> ClassSpec {
         1_000_000 + (n as u64 % 7) * 100_000
     };
     ClassSpec {
-        dev: "r2".into(),
-        id,
         parent: Some(htb_core::ClassId::new(1, 1)),
-        rate: htb_core::Rate::from_bits_per_sec(rate),
         ceil: (!busy).then_some(htb_core::Rate::from_gbit(1)),
-        ..ClassSpec::default()
+        ..ClassSpec::new(dev.clone(), id, htb_core::Rate::from_bits_per_sec(rate))
     }
 }
 
@@ -154,12 +153,13 @@ fn with_loss(
 }
 
 fn one_per_request(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
+    let dev: InterfaceName = "r2".parse()?;
     let mut stream = UnixStream::connect(htbd.socket()).context("connecting to htbd")?;
     let mut latencies = Vec::with_capacity(changes);
     let start = Instant::now();
     for n in 0..changes {
         let request = Request::new(RequestBody::Apply {
-            commands: vec![Change::ClassChange(change(n))],
+            commands: vec![Change::ClassChange(change(n, &dev))],
         });
         let t0 = Instant::now();
         htb_ipc::write_frame(&mut stream, &request)?;
@@ -176,8 +176,11 @@ fn one_per_request(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
 }
 
 fn one_batch(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
+    let dev: InterfaceName = "r2".parse()?;
     let file = htbd.dir().join("bench.batch");
-    let text: String = (0..changes).map(|n| tc_line(&change(n)) + "\n").collect();
+    let text: String = (0..changes)
+        .map(|n| tc_line(&change(n, &dev)) + "\n")
+        .collect();
     std::fs::write(&file, text)?;
     let start = Instant::now();
     let out = Command::new(cli_bin())
@@ -200,10 +203,11 @@ fn one_batch(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
 }
 
 fn one_process_each(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
+    let dev: InterfaceName = "r2".parse()?;
     let mut latencies = Vec::with_capacity(changes);
     let start = Instant::now();
     for n in 0..changes {
-        let line = tc_line(&change(n));
+        let line = tc_line(&change(n, &dev));
         let t0 = Instant::now();
         let status = Command::new(cli_bin())
             .arg("--socket")

@@ -33,7 +33,7 @@ pub enum Action {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Monitor {
     /// Only this interface.
-    pub dev: Option<String>,
+    pub dev: Option<htb_ipc::InterfaceName>,
     /// Seconds between refreshes.
     pub interval: f64,
     /// Stop after this many refreshes (0: until interrupted).

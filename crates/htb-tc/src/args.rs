@@ -5,6 +5,7 @@ use std::fmt;
 
 use htb_core::units::{parse_size, parse_time};
 use htb_core::{ClassId, Duration, LinkLayer};
+use htb_ipc::InterfaceName;
 
 /// A usage error: tc's wording, exit status 1.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +92,25 @@ impl<'a> Iterator for Args<'a> {
 /// Not a class id.
 pub fn class_id(s: &str, what: &str) -> Result<ClassId> {
     s.parse().or_else(|_| illegal(what))
+}
+
+/// The `dev` word's value, read once into the wire's type: a name the kernel would refuse
+/// (`dev_valid_name()`) fails here, with the rule it breaks, not at htbd as a missing device.
+///
+/// # Errors
+/// `"x/y" is not a valid interface name: it may not hold '/'`, and the like.
+pub fn interface(s: &str) -> Result<InterfaceName> {
+    InterfaceName::new(s).or_else(|e| usage(e.to_string()))
+}
+
+/// The `dev` given so far, or tc's `Must specify device (dev DEV).` (for the options that a
+/// kind reads once the device is known).
+///
+/// # Errors
+/// No `dev` before the kind.
+pub fn device(dev: Option<&InterfaceName>) -> Result<InterfaceName> {
+    dev.cloned()
+        .map_or_else(|| usage("Must specify device (dev DEV)."), Ok)
 }
 
 /// A qdisc handle, `1:`, `1`, `0x1:` or `0x2002:` (tc's `get_qdisc_handle`: the major in hex

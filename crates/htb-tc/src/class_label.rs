@@ -6,7 +6,7 @@
 use htb_ipc::{ClassLabel, Command, Device, LabelFields, LabelSpec, LabelText, MacAddr};
 
 use crate::action::Action;
-use crate::args::{Args, Result, class_id, usage};
+use crate::args::{Args, Result, class_id, interface, usage};
 use crate::write::{self, Words, WriteError};
 
 /// `htb-cli class label help`.
@@ -33,7 +33,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         // A device's own words follow it; `name` after a device is the device's.
         let device = fields.devices.last_mut();
         match (w, device) {
-            ("dev", _) => dev = Some(a.value()?.to_owned()),
+            ("dev", _) => dev = Some(interface(a.value()?)?),
             ("classid", _) => id = Some(class_id(a.value()?, "classid")?),
             ("name", Some(d)) => d.name = Some(text(a.value()?, "name")?),
             ("name", None) => fields.name = Some(text(a.value()?, "name")?),

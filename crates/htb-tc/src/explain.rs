@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use htb_ipc::Explain;
 
-use crate::args::{Args, Result, illegal, usage};
+use crate::args::{Args, Result, illegal, interface, usage};
 
 /// The usage line.
 pub(crate) const EXPLAIN_USAGE: &str = "Usage: htb-cli explain ADDR [ peer ADDR ] [ dev DEV ] \
@@ -39,7 +39,7 @@ pub(crate) fn parse(words: &[String]) -> Result<Explain> {
     while let Some(w) = a.next() {
         match w {
             "peer" => ask.peer = Some(address(a.value()?)?),
-            "dev" => ask.dev = Some(a.value()?.to_owned()),
+            "dev" => ask.dev = Some(interface(a.value()?)?),
             "proto" => {
                 ask.proto = Some(match a.value()? {
                     "tcp" => 6,

@@ -4,7 +4,7 @@
 
 use htb_ipc::FlowsQuery;
 
-use crate::args::{Args, Result, class_id, illegal, usage};
+use crate::args::{Args, Result, class_id, illegal, interface, usage};
 
 /// The usage line.
 pub(crate) const FLOWS_USAGE: &str =
@@ -26,7 +26,7 @@ pub(crate) fn parse(words: &[String]) -> Result<FlowsQuery> {
     let mut a = Args::new(words);
     while let Some(w) = a.next() {
         match w.trim_start_matches("--") {
-            "dev" => ask.dev = Some(a.value()?.to_owned()),
+            "dev" => ask.dev = Some(interface(a.value()?)?),
             "class" | "classid" => ask.class = Some(class_id(a.value()?, "class")?),
             "top" => {
                 ask.top = a
@@ -57,7 +57,7 @@ mod tests {
         assert_eq!(
             q,
             FlowsQuery {
-                dev: Some("r2".into()),
+                dev: Some("r2".parse().unwrap()),
                 class: Some(ClassId::new(1, 0x10)),
                 top: 5
             }

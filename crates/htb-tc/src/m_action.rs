@@ -13,7 +13,7 @@ use crate::{m_gact, m_mirred, m_police};
 pub(super) fn action(
     a: &mut Args<'_>,
     police: &mut Option<Box<htb_ipc::PoliceConfig>>,
-    redirect: &mut Option<String>,
+    redirect: &mut Option<htb_ipc::InterfaceName>,
 ) -> Result<()> {
     match a.peek() {
         Some("police") => {

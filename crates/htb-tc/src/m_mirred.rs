@@ -3,7 +3,9 @@
 //! its egress port, as sqm-scripts and wondershaper shape a download. Mirroring (a copy) and
 //! redirects to an interface's ingress are refused, naming what htbd does instead.
 
-use crate::args::{Args, Result, usage};
+use htb_ipc::InterfaceName;
+
+use crate::args::{Args, Result, interface, usage};
 use crate::write::{self, Words};
 
 const MIRRED_USAGE: &str = "Usage: mirred <DIRECTION> <ACTION> [index INDEX] <dev DEVICENAME>
@@ -16,7 +18,7 @@ where:
 ///
 /// # Errors
 /// What `m_mirred.c` refuses, and mirroring or ingress redirects.
-pub(super) fn options(a: &mut Args<'_>) -> Result<String> {
+pub(super) fn options(a: &mut Args<'_>) -> Result<InterfaceName> {
     let mut direction = None;
     let mut redirect = None;
     let mut dev = None;
@@ -32,7 +34,7 @@ pub(super) fn options(a: &mut Args<'_>) -> Result<String> {
             }
             "dev" => {
                 a.next();
-                dev = Some(a.value()?.to_owned());
+                dev = Some(interface(a.value()?)?);
             }
             "index" => {
                 return usage(
@@ -74,7 +76,7 @@ pub(crate) fn write(dev: &str, w: &mut Words) -> write::Result<()> {
 mod tests {
     use super::*;
 
-    fn parse(line: &str) -> (Result<String>, Vec<String>) {
+    fn parse(line: &str) -> (Result<InterfaceName>, Vec<String>) {
         let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
         let mut a = Args::new(&words);
         let r = options(&mut a);

@@ -12,7 +12,7 @@
 //! functions know no speed, the `_with` ones ask the caller's).
 
 pub use crate::action::{Action, Monitor};
-use crate::args::{Args, Result, illegal, usage};
+use crate::args::{Args, Result, illegal, interface, usage};
 pub use crate::args::{UsageError, matches};
 pub use crate::options::Options;
 use crate::usage::USAGE;
@@ -208,7 +208,7 @@ fn monitor(words: &[String]) -> Result<Action> {
     };
     while let Some(w) = a.next() {
         if w == "dev" {
-            m.dev = Some(a.value()?.to_owned());
+            m.dev = Some(interface(a.value()?)?);
         } else if matches(w, "interval") {
             m.interval = a
                 .value()?
@@ -378,10 +378,9 @@ mod tests {
         assert_eq!(
             change("qdisc add dev D root handle 1: htb default 20"),
             Command::QdiscAdd(QdiscSpec {
-                dev: "D".into(),
                 handle: Some(htb_core::ClassId::new(1, 0)),
                 default_minor: Some(0x20),
-                ..QdiscSpec::default()
+                ..QdiscSpec::new("D".parse().unwrap())
             })
         );
         let Command::ClassAdd(c) =
@@ -415,7 +414,7 @@ mod tests {
             inv.action,
             Some(Action::Show(Show {
                 object: Some(Object::Class),
-                dev: Some("D".into()),
+                dev: Some("D".parse().unwrap()),
                 ..Show::default()
             }))
         );
@@ -429,7 +428,7 @@ mod tests {
             change("qdisc add dev eth0 parent 1:10 handle 10: sfq perturb 10"),
             Command::LeafAdd(LeafQdiscSpec {
                 stab: None,
-                dev: "eth0".into(),
+                dev: "eth0".parse().unwrap(),
                 parent: Some(ClassId::new(1, 0x10)),
                 handle: Some(ClassId::new(0x10, 0)),
                 leaf: LeafSpec::Sfq(SfqSpec {
@@ -507,7 +506,7 @@ mod tests {
         assert_eq!(
             change("qdisc del dev eth0 parent 1:10 handle 10: sfq"),
             Command::LeafDelete {
-                dev: "eth0".into(),
+                dev: "eth0".parse().unwrap(),
                 parent: ClassId::new(1, 0x10),
                 handle: Some(ClassId::new(0x10, 0)),
                 kind: Some(LeafKind::Sfq),
@@ -534,7 +533,7 @@ mod tests {
             ),
             Command::LeafAdd(LeafQdiscSpec {
                 stab: None,
-                dev: "eth0".into(),
+                dev: "eth0".parse().unwrap(),
                 parent: Some(ClassId::new(1, 0x10)),
                 handle: Some(ClassId::new(0x10, 0)),
                 leaf: LeafSpec::Tbf(TbfSpec {
@@ -592,7 +591,9 @@ mod tests {
         ] {
             assert_eq!(
                 change(line),
-                Command::IngressAdd { dev: "r2".into() },
+                Command::IngressAdd {
+                    dev: "r2".parse().unwrap()
+                },
                 "{line}"
             );
         }
@@ -603,7 +604,9 @@ mod tests {
         ] {
             assert_eq!(
                 change(line),
-                Command::IngressDelete { dev: "r2".into() },
+                Command::IngressDelete {
+                    dev: "r2".parse().unwrap()
+                },
                 "{line}"
             );
         }
@@ -638,6 +641,64 @@ mod tests {
         assert!(
             error("filter add dev r2 parent ffff: u32 match u32 0 0 action mirred egress mirror dev ifb0")
                 .contains("copy")
+        );
+    }
+
+    /// The `dev` word is read once, as the kernel's `dev_valid_name()` checks a name: a name no
+    /// interface can have fails in the parser, naming the rule, in every place a device is
+    /// named; names operators use read as they are.
+    #[test]
+    fn a_device_name_the_kernel_refuses_is_refused_where_it_is_read() {
+        for line in [
+            "qdisc add dev x/y root handle 1: htb",
+            "class add dev x/y parent 1: classid 1:2 htb rate 1mbit",
+            "class del dev x/y classid 1:2",
+            "filter add dev x/y parent 1: protocol ip prio 1 u32 match ip dst 10.0.0.1/32 flowid 1:2",
+            "filter del dev x/y",
+            "filter show dev x/y",
+            "class show dev x/y",
+            "qdisc show dev x/y",
+            "monitor dev x/y",
+            "class label dev x/y classid 1:2 name n",
+            "explain 10.0.0.1 dev x/y",
+            "flows dev x/y",
+            "filter add dev r2 parent ffff: protocol all u32 match u32 0 0 action mirred egress redirect dev x/y",
+        ] {
+            let e = parse_command(&words(line)).unwrap_err().0;
+            assert_eq!(
+                e, "\"x/y\" is not a valid interface name: it may not hold '/'",
+                "{line}"
+            );
+        }
+        assert!(
+            error("qdisc del dev ifb-sixteen-byte root")
+                .contains("16 bytes, at most 15 (IFNAMSIZ - 1)")
+        );
+        assert!(error("qdisc del dev eth0:1 root").contains("may not hold ':'"));
+        for dev in [
+            "eth0",
+            "enp3s0f1",
+            "veth-a",
+            "ifb0",
+            "wg0",
+            "bond0.100",
+            "acc0",
+            "ifb4enp3s0f1x",
+        ] {
+            let Command::QdiscDelete { dev: read } = change(&format!("qdisc del dev {dev} root"))
+            else {
+                panic!("{dev}")
+            };
+            assert_eq!(read, dev);
+        }
+        // A kind's options need the device first (the kind reads every word after it).
+        assert_eq!(
+            error("class add parent 1: classid 1:2 htb rate 1mbit"),
+            "Must specify device (dev DEV)."
+        );
+        assert_eq!(
+            error("filter add parent 1: protocol ip u32 match u32 0 0 flowid 1:2"),
+            "Must specify device (dev DEV)."
         );
     }
 
@@ -896,7 +957,7 @@ mod tests {
         assert_eq!(
             change("filter del dev D parent 1: prio 1 handle 800::800 u32"),
             Command::FilterDelete(htb_ipc::FilterDelete {
-                dev: "D".into(),
+                dev: "D".parse().unwrap(),
                 parent: Some(htb_core::ClassId::new(1, 0)),
                 prio: Some(1),
                 handle: Some(htb_ipc::FilterHandle(0x8000_0800))
@@ -1011,7 +1072,7 @@ mod tests {
         assert_eq!(
             change("qdisc replace dev eth1 root handle 7FFF: mq"),
             Command::MqReplace(htb_ipc::MqSpec {
-                dev: "eth1".into(),
+                dev: "eth1".parse().unwrap(),
                 handle: Some(ClassId::new(0x7fff, 0)),
             })
         );

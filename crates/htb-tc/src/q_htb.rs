@@ -4,7 +4,7 @@
 use std::sync::LazyLock;
 
 use htb_core::units::{UnitError, parse_rate_or_percent, parse_size};
-use htb_ipc::{ClassSpec, QdiscSpec, Rate};
+use htb_ipc::{ClassId, ClassSpec, InterfaceName, QdiscSpec, Rate};
 
 use crate::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
 use crate::parse::LinkSpeed;
@@ -78,10 +78,11 @@ pub(super) fn qdisc_options(a: &mut Args<'_>, spec: &mut QdiscSpec) -> Result<()
 /// tc's usage errors.
 pub(crate) fn class_options(
     a: &mut Args<'_>,
-    dev: &str,
+    dev: &InterfaceName,
     link_speed: LinkSpeed<'_>,
 ) -> Result<ClassSpec> {
-    let mut spec = ClassSpec::default();
+    // The id and rate are set once all the words are read.
+    let mut spec = ClassSpec::new(dev.clone(), ClassId::default(), Rate::default());
     let mut rate = None;
     let rate_arg = |s: &str, what: &str| -> Result<Rate> {
         let speed = if s.ends_with('%') {

@@ -4,7 +4,7 @@
 use htb_ipc::{Command, Object, Parent, Show};
 
 use crate::action::{Action, Verb, verb};
-use crate::args::{Args, Result, class_id, matches, usage};
+use crate::args::{Args, Result, class_id, device, interface, matches, usage};
 use crate::parse::LinkSpeed;
 use crate::q_htb;
 use crate::write::{self, Words};
@@ -23,7 +23,7 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
     let mut spec = None;
     while let Some(w) = a.next() {
         match w {
-            "dev" => dev = Some(a.value()?.to_owned()),
+            "dev" => dev = Some(interface(a.value()?)?),
             "classid" => id = Some(class_id(a.value()?, "classid")?),
             "handle" => return usage("Error: try \"classid\" instead of \"handle\""),
             "root" => parent = Some(None),
@@ -40,8 +40,11 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
             }
             w if matches(w, "help") => return Ok(Action::Help(q_htb::CLASS_USAGE)),
             "htb" if verb != Verb::Show => {
-                let dev_name = dev.clone().unwrap_or_default();
-                spec = Some(q_htb::class_options(&mut a, &dev_name, link_speed)?);
+                spec = Some(q_htb::class_options(
+                    &mut a,
+                    &device(dev.as_ref())?,
+                    link_speed,
+                )?);
             }
             other if verb == Verb::Show => {
                 return usage(format!("What is \"{other}\"? Try \"htb-cli class help\"."));
@@ -77,7 +80,6 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
     let Some(mut spec) = spec else {
         return usage("Must specify the class kind: ... htb rate RATE");
     };
-    spec.dev = dev;
     spec.id = id;
     // The wire carries the parent typed, as parsed above.
     spec.parent = parent.flatten();

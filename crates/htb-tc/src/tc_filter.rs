@@ -4,7 +4,7 @@
 use htb_ipc::{Command, FilterHandle, FilterKind, FilterSpec, Object, Parent, Protocol, Show};
 
 use crate::action::{Action, Verb, verb};
-use crate::args::{Args, Result, class_id, illegal, matches, u32_arg, usage};
+use crate::args::{Args, Result, class_id, device, illegal, interface, matches, u32_arg, usage};
 use crate::usage::FILTER_USAGE;
 use crate::write::{self, Words};
 use crate::{f_flower, f_u32};
@@ -19,16 +19,19 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     };
     let mut a = Args::new(words.get(1..).unwrap_or_default());
     let mut dev = None;
-    let mut spec = FilterSpec::default();
-    let mut kind_given = false;
+    // tc's generic part (`tc_filter.c`), read before the kind.
+    let (mut parent, mut prio, mut protocol, mut kind) = (None, None, Protocol::default(), None);
+    // add, change, replace: the kind's options, read into the spec once `dev` is known (the
+    // kind reads every word after it, so `dev` comes before it or not at all).
+    let mut spec: Option<FilterSpec> = None;
     // tc reads the handle with the kind's own parser (`get_u32_handle`, flower's `get_u32`):
     // kept as text until the kind is known.
     let mut handle = None;
     while let Some(w) = a.next() {
         match w {
-            "dev" => dev = Some(a.value()?.to_owned()),
-            "root" => spec.parent = None,
-            "parent" => spec.parent = Some(class_id(a.value()?, "parent")?),
+            "dev" => dev = Some(interface(a.value()?)?),
+            "root" => parent = None,
+            "parent" => parent = Some(class_id(a.value()?, "parent")?),
             "handle" => handle = Some(a.value()?.to_owned()),
             "fw" => {
                 return usage(
@@ -45,18 +48,26 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 ));
             }
             "u32" | "flower" => {
-                spec.kind = if w == "u32" {
+                let k = if w == "u32" {
                     FilterKind::U32
                 } else {
                     FilterKind::Flower
                 };
-                kind_given = true;
+                kind = Some(k);
                 if matches!(verb, Verb::Add | Verb::Change | Verb::Replace) {
-                    if spec.kind == FilterKind::U32 {
-                        f_u32::options(&mut a, &mut spec, handle.take())?;
+                    let mut s = FilterSpec {
+                        parent,
+                        prio,
+                        protocol,
+                        kind: k,
+                        ..FilterSpec::new(device(dev.as_ref())?)
+                    };
+                    if k == FilterKind::U32 {
+                        f_u32::options(&mut a, &mut s, handle.take())?;
                     } else {
-                        f_flower::options(&mut a, &mut spec)?;
+                        f_flower::options(&mut a, &mut s)?;
                     }
+                    spec = Some(s);
                 } else if let Some(extra) = a.next() {
                     return usage(format!(
                         "What is \"{extra}\"? (filter del, get and show take no match)"
@@ -65,12 +76,12 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             }
             w if matches(w, "preference") || matches(w, "priority") => {
                 let v = a.value()?;
-                spec.prio = Some(u32_arg(v, "preference", 0)?);
+                prio = Some(u32_arg(v, "preference", 0)?);
             }
             w if matches(w, "protocol") => {
                 let v = a.value()?;
                 // The one parser of the concept, the wire's (htbd never parses it again).
-                spec.protocol = Protocol::parse(v).or_else(|_| illegal("protocol"))?;
+                protocol = Protocol::parse(v).or_else(|_| illegal("protocol"))?;
             }
             w if matches(w, "chain") => {
                 if a.value()? != "0" {
@@ -86,56 +97,55 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             }
         }
     }
-    if let Some(text) = handle {
-        let kind = kind_given.then_some(spec.kind);
-        spec.handle = Some(
-            FilterHandle::parse(kind, &text)
-                .or_else(|e| usage(format!("Illegal \"handle\": {e}")))?,
-        );
+    let handle = handle
+        .map(|text| {
+            FilterHandle::parse(kind, &text).or_else(|e| usage(format!("Illegal \"handle\": {e}")))
+        })
+        .transpose()?;
+    if dev.is_none() && verb != Verb::Show {
+        return usage("Must specify device (dev DEV).");
     }
-    let dev = match (dev, verb) {
-        (Some(dev), _) => dev,
-        (None, Verb::Show) => String::new(),
-        (None, _) => return usage("Must specify device (dev DEV)."),
-    };
     match verb {
         Verb::Show if get => {
             // tc filter get: one filter, named by its prio and handle.
-            if dev.is_empty() || spec.prio.is_none() || spec.handle.is_none() || !kind_given {
+            if dev.is_none() || prio.is_none() || handle.is_none() || kind.is_none() {
                 return usage(
                     "filter get needs dev, pref and handle and the filter's kind (dev D pref N handle H u32)",
                 );
             }
             Ok(Action::Show(Show {
                 object: Some(Object::Filter),
-                dev: Some(dev),
-                prio: spec.prio,
-                handle: spec.handle,
+                dev,
+                prio,
+                handle,
                 ..Show::default()
             }))
         }
         Verb::Show => Ok(Action::Show(Show {
             object: Some(Object::Filter),
-            dev: (!dev.is_empty()).then_some(dev),
-            parent: spec.parent.map(Parent::Id),
+            dev,
+            parent: parent.map(Parent::Id),
             ..Show::default()
         })),
         Verb::Delete => {
-            if spec.handle.is_some() && spec.prio.is_none() {
+            if handle.is_some() && prio.is_none() {
                 return usage("Error: a filter handle needs its prio (pref N handle H)");
             }
             Ok(Action::Change(Command::FilterDelete(
                 htb_ipc::FilterDelete {
-                    dev,
-                    parent: spec.parent,
-                    prio: spec.prio,
-                    handle: spec.handle,
+                    dev: device(dev.as_ref())?,
+                    parent,
+                    prio,
+                    handle,
                 },
             )))
         }
         _ => {
-            if !kind_given {
+            let Some(mut spec) = spec else {
                 return usage("Must specify the filter type: u32 or flower");
+            };
+            if handle.is_some() {
+                spec.handle = handle;
             }
             // u32 alone (the prio's root table), a hash table (divisor) and a link need no
             // class.
@@ -149,7 +159,6 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             if verb == Verb::Change && (spec.prio.is_none() || spec.handle.is_none()) {
                 return usage("filter change needs the filter's pref and handle (pref N handle H)");
             }
-            spec.dev = dev;
             Ok(Action::Change(match verb {
                 Verb::Change => Command::FilterChange(spec),
                 Verb::Replace => Command::FilterReplace(spec),

@@ -7,7 +7,7 @@ use htb_core::{ClassId, LeafSpec};
 use htb_ipc::{Command, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
 
 use crate::action::{Action, Verb, verb};
-use crate::args::{Args, Result, class_id, matches, qdisc_handle, usage};
+use crate::args::{Args, Result, class_id, device, interface, matches, qdisc_handle, usage};
 use crate::write::{self, Words};
 use crate::{q_htb, qdiscs, tc_stab};
 
@@ -27,7 +27,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     let mut ingress = false;
     while let Some(w) = a.next() {
         match w {
-            "dev" => dev = Some(a.value()?.to_owned()),
+            "dev" => dev = Some(interface(a.value()?)?),
             "handle" => handle = Some(qdisc_handle(a.value()?)?),
             "root" => root = true,
             "parent" => match a.value()? {
@@ -47,7 +47,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 return usage(format!("What is \"{w}\"? Try \"htb-cli qdisc help\"."));
             }
             "htb" => {
-                let mut spec = QdiscSpec::default();
+                let mut spec = QdiscSpec::new(device(dev.as_ref())?);
                 q_htb::qdisc_options(&mut a, &mut spec)?;
                 htb = Some(spec);
             }
@@ -141,7 +141,6 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         // Under a class: an `mq` class (htbd checks it is one), as LibreQoS hangs one tree on
         // each of its TX queues.
         spec.parent = parent.filter(|_| !root);
-        spec.dev = dev;
         spec.handle = handle;
         spec.stab = stab;
         return Ok(Action::Change(match verb {

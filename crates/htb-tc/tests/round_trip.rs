@@ -60,28 +60,28 @@ fn the_words_are_tcs() {
     let cases: [(Command, &str); 6] = [
         (
             Command::QdiscAdd(QdiscSpec {
-                dev: "eth0".into(),
                 handle: Some(ClassId::new(1, 0)),
                 default_minor: Some(0x20),
-                ..QdiscSpec::default()
+                ..QdiscSpec::new("eth0".parse().unwrap())
             }),
             "qdisc add dev eth0 root handle 1: htb default 20",
         ),
         (
             Command::ClassAdd(ClassSpec {
-                dev: "eth0".into(),
-                id: ClassId::new(1, 0x20),
                 parent: Some(ClassId::new(1, 1)),
-                rate: Rate::from_kbit(1500),
                 ceil: Some(Rate::from_bits_per_sec(1_234_567)),
                 burst: Some(15 * 1024),
-                ..ClassSpec::default()
+                ..ClassSpec::new(
+                    "eth0".parse().unwrap(),
+                    ClassId::new(1, 0x20),
+                    Rate::from_kbit(1500),
+                )
             }),
             "class add dev eth0 parent 1:1 classid 1:20 htb rate 1500kbit ceil 1234567bit burst 15360",
         ),
         (
             Command::LeafAdd(LeafQdiscSpec {
-                dev: "eth0".into(),
+                dev: "eth0".parse().unwrap(),
                 parent: Some(ClassId::new(1, 0x10)),
                 handle: Some(ClassId::new(0x10, 0)),
                 leaf: LeafSpec::Sfq(SfqSpec {
@@ -94,7 +94,6 @@ fn the_words_are_tcs() {
         ),
         (
             Command::FilterAdd(FilterSpec {
-                dev: "eth0".into(),
                 parent: Some(ClassId::new(1, 0)),
                 protocol: Protocol::Ip,
                 prio: Some(1),
@@ -109,13 +108,12 @@ fn the_words_are_tcs() {
                     ..Match::default()
                 },
                 class: Some(ClassId::new(1, 0x10)),
-                ..FilterSpec::default()
+                ..FilterSpec::new("eth0".parse().unwrap())
             }),
             "filter add dev eth0 parent 1: protocol ip pref 1 u32 match ip dst 10.0.0.0/24 match ip dport 5200 0xfff0 match ip protocol 17 0xff classid 1:10",
         ),
         (
             Command::FilterAdd(FilterSpec {
-                dev: "eth0".into(),
                 parent: Some(ClassId::new(0xffff, 0)),
                 protocol: Protocol::Ip,
                 kind: FilterKind::Flower,
@@ -127,17 +125,17 @@ fn the_words_are_tcs() {
                     }),
                     ..Match::default()
                 },
-                redirect: Some("ifb0".into()),
-                ..FilterSpec::default()
+                redirect: Some("ifb0".parse().unwrap()),
+                ..FilterSpec::new("eth0".parse().unwrap())
             }),
             "filter add dev eth0 parent ffff: protocol ip flower ip_proto tcp dst_port 80-90 action mirred egress redirect dev ifb0",
         ),
         (
             Command::ClassDelete(ClassDelete {
-                dev: "my dev".into(),
+                dev: "my#dev".parse().unwrap(),
                 id: ClassId::new(1, 0x20),
             }),
-            "class del dev \"my dev\" classid 1:20",
+            "class del dev \"my#dev\" classid 1:20",
         ),
     ];
     for (c, text) in cases {
@@ -149,7 +147,6 @@ fn the_words_are_tcs() {
 #[test]
 fn what_the_grammar_cannot_say_is_refused_saying_why() {
     let u32_ports = Command::FilterAdd(FilterSpec {
-        dev: "eth0".into(),
         protocol: Protocol::Ip,
         kind: FilterKind::U32,
         matcher: Match {
@@ -160,28 +157,29 @@ fn what_the_grammar_cannot_say_is_refused_saying_why() {
             ..Match::default()
         },
         class: Some(ClassId::new(1, 1)),
-        ..FilterSpec::default()
+        ..FilterSpec::new("eth0".parse().unwrap())
     });
     assert!(matches!(
         command_line(&u32_ports),
         Err(WriteError::PortRange(_))
     ));
-    let mut flower_keys = FilterSpec {
+    let flower_keys = FilterSpec {
         kind: FilterKind::Flower,
         hashing: U32Hashing {
             link: Some(2),
             ..U32Hashing::default()
         },
-        ..FilterSpec::default()
+        ..FilterSpec::new("eth0".parse().unwrap())
     };
-    flower_keys.dev = "eth0".into();
     assert!(matches!(
         command_line(&Command::FilterAdd(flower_keys)),
         Err(WriteError::NotInKind { kind: "flower", .. })
     ));
     // A leading `'` is quoted by `"`, a `"` by `'`; a text with both has no words.
     for (dev, written) in [("'ab", "\"'ab\""), ("a\"b", "'a\"b'"), ("a#b", "\"a#b\"")] {
-        let c = Command::QdiscDelete { dev: dev.into() };
+        let c = Command::QdiscDelete {
+            dev: dev.parse().unwrap(),
+        };
         assert_eq!(
             command_line(&c).as_deref(),
             Ok(format!("qdisc del dev {written} root").as_str())
@@ -189,7 +187,7 @@ fn what_the_grammar_cannot_say_is_refused_saying_why() {
         assert_eq!(round_trip(&c), Ok(c));
     }
     let unquotable = Command::QdiscDelete {
-        dev: "a'b\"c".into(),
+        dev: "a'b\"c".parse().unwrap(),
     };
     assert!(matches!(
         command_line(&unquotable),

@@ -44,7 +44,7 @@
 use std::path::PathBuf;
 
 use htb_config::values::TimeValue;
-use htb_config::{ConfigError, Located};
+use htb_config::{ConfigError, InterfaceName, Located};
 use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
 
@@ -371,9 +371,10 @@ impl DaemonConfig {
                 }
                 _ => {}
             }
+            // The data plane names ports by their plain names.
             ports.push(PortConfig {
-                name,
-                peer,
+                name: name.to_string(),
+                peer: peer.map(InterfaceName::into_string),
                 trees: trees.port_trees(),
                 filters,
                 rtt: iface.rtt,
@@ -535,6 +536,46 @@ classid = "1:20"
 
     fn error(text: &str) -> String {
         DaemonConfig::parse(text).unwrap_err().to_string()
+    }
+
+    /// An interface's name, its peer and an ingress redirect are read as the kernel checks a
+    /// name (`dev_valid_name()`): one no interface can have is refused at its line and column,
+    /// naming the rule.
+    #[test]
+    fn a_name_no_interface_can_have_is_refused_where_the_file_gives_it() {
+        let bridge = "[daemon]\nmode = \"bridge\"\n";
+        for (text, line, says) in [
+            (
+                "[[interface]]\nname = \"eth0:1\"\n".to_owned(),
+                2,
+                "\"eth0:1\" is not a valid interface name: it may not hold ':'",
+            ),
+            (
+                format!("{bridge}[[interface]]\nname = \"a\"\npeer = \"bridge-port-number-2\"\n"),
+                5,
+                "20 bytes, at most 15",
+            ),
+            (
+                "[[interface]]\nname = \"r2\"\n[interface.ingress]\nredirect = \"ifb 0\"\n"
+                    .to_owned(),
+                4,
+                "it may not hold white space",
+            ),
+            (
+                "[[interface]]\nname = \"r2\"\n[interface.ingress]\n\
+                 [[interface.ingress.filter]]\nprio = 1\nredirect = \"..\"\n"
+                    .to_owned(),
+                6,
+                "\"..\" is not a valid interface name",
+            ),
+        ] {
+            let e = DaemonConfig::parse(&text).unwrap_err();
+            assert_eq!(e.line, line, "{text}: {e}");
+            assert!(e.message.contains(says), "{text}: {e}");
+        }
+        let ok = "[[interface]]\nname = \"enp3s0f1\"\n[[interface]]\nname = \"bond0.100\"\n";
+        let c = DaemonConfig::parse(ok).unwrap();
+        assert_eq!(c.interfaces[1].name, "bond0.100");
     }
 
     #[test]

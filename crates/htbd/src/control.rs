@@ -267,7 +267,7 @@ impl Control {
             RequestBody::Status {} => {
                 let generation = self.generation_now();
                 self.on_engine(|engine| engine.stats()).await.map(|stats| {
-                    let mut status = crate::status::status(&stats);
+                    let mut status = crate::status::status(&stats, &self.model.ports);
                     status.flows = self.flow_status(status.flows.take());
                     status.generation = Some(generation);
                     ReplyBody::Status(status)

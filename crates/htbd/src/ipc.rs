@@ -479,7 +479,7 @@ mod tests {
 
     fn delete(minor: u32) -> htb_ipc::Command {
         htb_ipc::Command::ClassDelete(htb_ipc::ClassDelete {
-            dev: "r2".into(),
+            dev: "r2".parse().unwrap(),
             id: htb_core::ClassId::new(1, minor),
         })
     }

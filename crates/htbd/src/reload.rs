@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use htb_config::{ClassDef, LeafDef};
+use htb_config::{ClassDef, InterfaceName, LeafDef};
 use htb_core::{ClassId, SchedulerConfig};
 use htb_ipc::{
     ClassSpec, Command, ErrorCode, FilterHandle, FilterSpec, IpcError, LeafQdiscSpec, MqSpec,
@@ -169,7 +169,11 @@ fn fixed(c: &SchedulerConfig) -> impl PartialEq + use<> {
     (c.default_leaf, c.default_burst_time, c.max_events_per_level)
 }
 
-fn check_fixed(dev: &str, have: &SchedulerConfig, want: &SchedulerConfig) -> Result<(), IpcError> {
+fn check_fixed(
+    dev: &InterfaceName,
+    have: &SchedulerConfig,
+    want: &SchedulerConfig,
+) -> Result<(), IpcError> {
     if fixed(have) == fixed(want) {
         return Ok(());
     }
@@ -179,7 +183,7 @@ fn check_fixed(dev: &str, have: &SchedulerConfig, want: &SchedulerConfig) -> Res
     )))
 }
 
-fn qdisc_spec(dev: &str, parent: Option<ClassId>, c: &SchedulerConfig) -> QdiscSpec {
+fn qdisc_spec(dev: &InterfaceName, parent: Option<ClassId>, c: &SchedulerConfig) -> QdiscSpec {
     QdiscSpec {
         dev: dev.to_owned(),
         parent,
@@ -196,7 +200,7 @@ fn port_commands(
     want: &InterfaceTrees,
     out: &mut Vec<Command>,
 ) -> Result<(), IpcError> {
-    let dev = port.name.as_str();
+    let dev = &port.name;
     if let Some(def) = &want.root_leaf {
         if !root_leaf_matches(port, want) {
             // A classless root: changed in place when its handle and kind stay (`qdisc
@@ -282,7 +286,7 @@ fn port_commands(
 /// The commands that turn `have` (`None`: no tree there) into `want`, at the root or under its
 /// class of mq `mq`.
 fn tree_commands(
-    dev: &str,
+    dev: &InterfaceName,
     mq: Option<u16>,
     have: Option<&QdiscModel>,
     want: &InterfaceTree,
@@ -312,7 +316,7 @@ fn tree_commands(
     Ok(())
 }
 
-fn add_everything(dev: &str, want: &InterfaceTree, out: &mut Vec<Command>) {
+fn add_everything(dev: &InterfaceName, want: &InterfaceTree, out: &mut Vec<Command>) {
     let (tree, filters) = (&want.tree.tree, &want.filters);
     for def in &tree.classes {
         out.push(Command::ClassAdd(class_spec(dev, tree.config.major, def)));
@@ -332,7 +336,7 @@ fn add_everything(dev: &str, want: &InterfaceTree, out: &mut Vec<Command>) {
     );
 }
 
-fn label_set(dev: &str, id: ClassId, label: Option<htb_config::ClassLabel>) -> Command {
+fn label_set(dev: &InterfaceName, id: ClassId, label: Option<htb_config::ClassLabel>) -> Command {
     Command::ClassLabel(htb_ipc::LabelSpec {
         dev: dev.to_owned(),
         id,
@@ -341,7 +345,7 @@ fn label_set(dev: &str, id: ClassId, label: Option<htb_config::ClassLabel>) -> C
 }
 
 fn differences(
-    dev: &str,
+    dev: &InterfaceName,
     parent: Option<ClassId>,
     q: &QdiscModel,
     want_tree: &InterfaceTree,
@@ -453,7 +457,7 @@ fn differences(
     }
 }
 
-fn class_spec(dev: &str, major: u16, def: &ClassDef) -> ClassSpec {
+fn class_spec(dev: &InterfaceName, major: u16, def: &ClassDef) -> ClassSpec {
     let s = &def.spec;
     ClassSpec {
         dev: dev.to_owned(),
@@ -472,7 +476,12 @@ fn class_spec(dev: &str, major: u16, def: &ClassDef) -> ClassSpec {
     }
 }
 
-fn leaf_spec(dev: &str, class: ClassId, leaf: &LeafDef, handle: Option<u16>) -> LeafQdiscSpec {
+fn leaf_spec(
+    dev: &InterfaceName,
+    class: ClassId,
+    leaf: &LeafDef,
+    handle: Option<u16>,
+) -> LeafQdiscSpec {
     LeafQdiscSpec {
         dev: dev.to_owned(),
         parent: Some(class),
@@ -482,7 +491,7 @@ fn leaf_spec(dev: &str, class: ClassId, leaf: &LeafDef, handle: Option<u16>) -> 
     }
 }
 
-fn filter_add(dev: &str, major: u16, f: &FilterEntry) -> Command {
+fn filter_add(dev: &InterfaceName, major: u16, f: &FilterEntry) -> Command {
     Command::FilterAdd(FilterSpec {
         dev: dev.to_owned(),
         parent: Some(ClassId::new(major, 0)),

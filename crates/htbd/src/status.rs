@@ -3,8 +3,11 @@
 use htb_ipc::{FrameStatus, PortStatus, Status, WorkerStatus, XdpVerdicts};
 use htb_xdp::EngineStats;
 
-/// `stats` on the wire.
-pub(crate) fn status(stats: &EngineStats) -> Status {
+use crate::model::PortModel;
+
+/// `stats` on the wire, each port by the name the model has for it (the data plane's ports are
+/// the model's, in the config's order; one the model does not name is left out).
+pub(crate) fn status(stats: &EngineStats, names: &[PortModel]) -> Status {
     let f = stats.frames;
     let v = stats.verdicts;
     Status {
@@ -22,21 +25,24 @@ pub(crate) fn status(stats: &EngineStats) -> Status {
         ports: stats
             .ports
             .iter()
-            .map(|p| PortStatus {
-                dev: p.name.clone(),
-                rx_packets: p.rx_packets,
-                rx_bytes: p.rx_bytes,
-                tx_packets: p.tx_packets,
-                tx_bytes: p.tx_bytes,
-                drops_queue: p.drops_queue,
-                drops_pool: p.drops_pool,
-                drops_police: p.drops_police,
-                drops_no_egress: p.drops_no_egress,
-                drops_purged: p.drops_purged,
-                kernel_rx_ring_full: p.xdp.rx_ring_full,
-                kernel_fill_ring_empty: p.xdp.rx_fill_ring_empty,
-                kernel_rx_dropped: p.xdp.rx_dropped,
-                kernel_invalid: p.xdp.rx_invalid + p.xdp.tx_invalid,
+            .filter_map(|p| {
+                let dev = names.iter().find(|m| m.name == p.name)?.name.clone();
+                Some(PortStatus {
+                    dev,
+                    rx_packets: p.rx_packets,
+                    rx_bytes: p.rx_bytes,
+                    tx_packets: p.tx_packets,
+                    tx_bytes: p.tx_bytes,
+                    drops_queue: p.drops_queue,
+                    drops_pool: p.drops_pool,
+                    drops_police: p.drops_police,
+                    drops_no_egress: p.drops_no_egress,
+                    drops_purged: p.drops_purged,
+                    kernel_rx_ring_full: p.xdp.rx_ring_full,
+                    kernel_fill_ring_empty: p.xdp.rx_fill_ring_empty,
+                    kernel_rx_dropped: p.xdp.rx_dropped,
+                    kernel_invalid: p.xdp.rx_invalid + p.xdp.tx_invalid,
+                })
             })
             .collect(),
         xdp: XdpVerdicts {
@@ -119,7 +125,7 @@ mod tests {
             ..EngineStats::default()
         };
         let engine = format!("{verdicts:?}").replacen("Verdicts", "", 1);
-        let wire = format!("{:?}", status(&stats).xdp).replacen("XdpVerdicts", "", 1);
+        let wire = format!("{:?}", status(&stats, &[]).xdp).replacen("XdpVerdicts", "", 1);
         assert_eq!(engine, wire);
     }
 }

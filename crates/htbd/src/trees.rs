@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use htb_config::PortTree;
+use htb_config::{InterfaceName, PortTree};
 use htb_core::ClassId;
 
 use crate::model::filter_entry::FilterEntry;
@@ -13,7 +13,7 @@ use crate::model::filter_entry::FilterEntry;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InterfaceTrees {
     /// Interface name.
-    pub name: String,
+    pub name: InterfaceName,
     /// The handle major of its `mq` root (`None`: at most one tree, at the root).
     pub mq: Option<u16>,
     /// Its HTB trees (none: unshaped), under `mq` in class order; for a classless root, the

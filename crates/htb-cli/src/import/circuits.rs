@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use htb_config::filter::{Family, IpPrefix};
 use htb_core::ClassId;
 
+use htb_config::InterfaceName;
 use htb_config::label::{self, ClassLabel, Device, LabelFields, LabelText};
 
 use super::shaped_devices::{CircuitRates, ShapedDevice};
@@ -248,9 +249,9 @@ fn check_overlaps(circuits: &[Circuit]) -> Result<(), CircuitError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     /// The port towards the subscribers (download tree, filters on `dst`).
-    pub download_dev: Option<String>,
+    pub download_dev: Option<InterfaceName>,
     /// The port towards the upstream (upload tree, filters on `src`).
-    pub upload_dev: Option<String>,
+    pub upload_dev: Option<InterfaceName>,
     /// The class circuits hang under unless their node is mapped.
     pub parent: ClassId,
     /// `Parent Node` name → class, the same id in both trees.
@@ -270,12 +271,12 @@ impl Placement {
     }
 
     /// The ports, download first.
-    pub fn devs(&self) -> impl Iterator<Item = (&str, Direction)> {
+    pub fn devs(&self) -> impl Iterator<Item = (&InterfaceName, Direction)> {
         self.download_dev
-            .as_deref()
+            .as_ref()
             .map(|d| (d, Direction::Download))
             .into_iter()
-            .chain(self.upload_dev.as_deref().map(|d| (d, Direction::Upload)))
+            .chain(self.upload_dev.as_ref().map(|d| (d, Direction::Upload)))
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use htb_ipc::{Object, ReplyBody, Show, Shown};
+use htb_ipc::{InterfaceName, Object, ReplyBody, Show, Shown};
 
 use crate::client::{Client, ClientError, DEFAULT_TIMEOUT, socket_path};
 use crate::tc::parse::{Action, parse_batch};
@@ -319,10 +319,10 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
 }
 
 /// One `show` request's answer.
-fn shown(client: &mut Client, object: Object, dev: &str) -> Result<Shown, ImportError> {
+fn shown(client: &mut Client, object: Object, dev: &InterfaceName) -> Result<Shown, ImportError> {
     Ok(client.show(Show {
         object: Some(object),
-        dev: Some(dev.to_owned()),
+        dev: Some(dev.clone()),
         ..Show::default()
     })?)
 }
@@ -332,7 +332,7 @@ fn shown(client: &mut Client, object: Object, dev: &str) -> Result<Shown, Import
 fn running_trees(
     client: &mut Client,
     placement: &Placement,
-) -> Result<BTreeMap<String, Running>, ImportError> {
+) -> Result<BTreeMap<InterfaceName, Running>, ImportError> {
     let mut all = BTreeMap::new();
     for (dev, _) in placement.devs() {
         let classes = shown(client, Object::Class, dev)?.classes;
@@ -346,7 +346,7 @@ fn running_trees(
         for (role, class) in wanted {
             if !ids.contains(&class) {
                 return Err(ImportError::MissingClass {
-                    dev: dev.to_owned(),
+                    dev: dev.to_string(),
                     class: class.to_string(),
                     role,
                 });

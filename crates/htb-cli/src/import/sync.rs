@@ -28,8 +28,8 @@ use std::fmt::Write as _;
 use htb_config::filter::{Family, IpPrefix};
 use htb_core::{ClassId, LeafConfig};
 use htb_ipc::{
-    ClassInfo, ClassLabel, FilterHandle, FilterInfo, FilterKind, LabelFields, LabelText,
-    LeafQdiscInfo,
+    ClassInfo, ClassLabel, FilterHandle, FilterInfo, FilterKind, InterfaceName, LabelFields,
+    LabelText, LeafQdiscInfo,
 };
 
 use super::circuits::{Circuit, Direction, Placement};
@@ -402,12 +402,14 @@ pub fn batch(
     circuits: &[Circuit],
     nodes: Option<&[Node]>,
     placement: &Placement,
-    running: &BTreeMap<String, Running>,
+    running: &BTreeMap<InterfaceName, Running>,
     first_minor: u32,
 ) -> Result<Batch, super::circuits::CircuitError> {
     let empty = Running::default();
-    let devs: Vec<(&str, Direction)> = placement.devs().collect();
-    let (match_dev, match_direction) = devs.first().copied().unwrap_or(("", Direction::Download));
+    let devs: Vec<(&InterfaceName, Direction)> = placement.devs().collect();
+    let (match_dev, match_direction) = devs
+        .first()
+        .map_or(("", Direction::Download), |&(d, dir)| (d.as_str(), dir));
     let r = running.get(match_dev).unwrap_or(&empty);
     let all_nodes: Vec<(&Node, Option<&str>)> = nodes.map(network::flatten).unwrap_or_default();
 
@@ -945,8 +947,8 @@ mod tests {
 
     fn placement(nodes: &[(&str, &str)]) -> Placement {
         Placement {
-            download_dev: Some("lan0".into()),
-            upload_dev: Some("wan0".into()),
+            download_dev: Some("lan0".parse().unwrap()),
+            upload_dev: Some("wan0".parse().unwrap()),
             parent: "1:1".parse().unwrap(),
             nodes: nodes
                 .iter()
@@ -958,7 +960,7 @@ mod tests {
 
     fn class(id: &str, parent: Option<&str>, rate: u64, ceil: u64) -> ClassInfo {
         ClassInfo {
-            dev: String::new(),
+            dev: "lan0".parse().unwrap(),
             id: id.parse().unwrap(),
             parent: parent.map(|p| p.parse().unwrap()),
             level: 0,
@@ -982,7 +984,7 @@ mod tests {
 
     /// The operator's part of both trees: `1:1` (the import's parent) and `1:a` (a node
     /// mapped with --node), and a filter of theirs at another prio.
-    fn base() -> BTreeMap<String, Running> {
+    fn base() -> BTreeMap<InterfaceName, Running> {
         ["lan0", "wan0"]
             .into_iter()
             .map(|dev| {
@@ -995,7 +997,7 @@ mod tests {
                     filters: vec![FilterInfo {
                         police: None,
                         redirect: None,
-                        dev: dev.into(),
+                        dev: dev.parse().unwrap(),
                         parent: ClassId::new(1, 0),
                         protocol: Protocol::Ip,
                         prio: 1,
@@ -1010,7 +1012,7 @@ mod tests {
                     }],
                     leaves: Vec::new(),
                 };
-                (dev.to_owned(), running)
+                (dev.parse().unwrap(), running)
             })
             .collect()
     }
@@ -1018,7 +1020,7 @@ mod tests {
     /// Applies `text` to `running` as htbd would, refusing what it would refuse (a class
     /// deleted while a filter names it or it has children, a class added twice or under a
     /// missing parent, a filter deleted that is not there).
-    fn apply(running: &mut BTreeMap<String, Running>, text: &str) {
+    fn apply(running: &mut BTreeMap<InterfaceName, Running>, text: &str) {
         // Filter handles as the kernel numbers them: never reused.
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0x900);
         for (line, action) in parse_batch(text).unwrap() {
@@ -1190,7 +1192,7 @@ mod tests {
         FilterInfo {
             police: None,
             redirect: None,
-            dev: dev.into(),
+            dev: dev.parse().unwrap(),
             parent: ClassId::new(1, 0),
             protocol: Protocol::Ip,
             prio: 10,
@@ -1463,7 +1465,7 @@ mod tests {
             ["fq_codel", "", "sfq perturb 10"]
         );
         let placement = Placement {
-            download_dev: Some("lan0".into()),
+            download_dev: Some("lan0".parse().unwrap()),
             upload_dev: None,
             parent: "1:1".parse().unwrap(),
             nodes: BTreeMap::new(),

@@ -63,7 +63,7 @@ mod tests {
         let e = Explanation {
             ports: vec![
                 htb_ipc::PortExplanation {
-                    dev: "r2".into(),
+                    dev: "r2".parse().unwrap(),
                     direction: Direction::ToAddr,
                     outcome: htb_ipc::Outcome::Filter {
                         prio: 1,
@@ -75,7 +75,7 @@ mod tests {
                     leaf_queue: Some(347),
                 },
                 htb_ipc::PortExplanation {
-                    dev: "r2".into(),
+                    dev: "r2".parse().unwrap(),
                     direction: Direction::FromAddr,
                     outcome: htb_ipc::Outcome::Default {
                         class: ClassId::new(1, 0x20),
@@ -84,7 +84,7 @@ mod tests {
                     leaf_queue: None,
                 },
                 htb_ipc::PortExplanation {
-                    dev: "r1".into(),
+                    dev: "r1".parse().unwrap(),
                     direction: Direction::ToAddr,
                     outcome: htb_ipc::Outcome::Unshaped,
                     path: vec![],

@@ -16,7 +16,8 @@ pub(super) fn run(
     out: &mut impl Write,
 ) -> Result<(), ClientError> {
     let terminal = std::io::stdout().is_terminal();
-    let mut previous: HashMap<(String, htb_core::ClassId), (u64, u64, u64)> = HashMap::new();
+    let mut previous: HashMap<(htb_ipc::InterfaceName, htb_core::ClassId), (u64, u64, u64)> =
+        HashMap::new();
     let mut last = Instant::now();
     let mut round = 0u64;
     loop {

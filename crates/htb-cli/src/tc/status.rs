@@ -152,10 +152,9 @@ mod tests {
                 between_workers: 0,
             },
             ports: vec![PortStatus {
-                dev: "r2-0".into(),
                 rx_packets: 7,
                 drops_pool: 3,
-                ..PortStatus::default()
+                ..PortStatus::new("r2-0".parse().unwrap())
             }],
             ..Status::default()
         };

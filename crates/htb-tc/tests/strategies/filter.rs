@@ -131,7 +131,6 @@ fn u32_filter() -> BoxedStrategy<FilterSpec> {
     let hash_table =
         (dev(), select(vec![1u32, 2, 16, 256]), 1u32..=0xfff).prop_map(|(dev, divisor, table)| {
             FilterSpec {
-                dev,
                 kind: FilterKind::U32,
                 protocol: Protocol::Ip,
                 handle: Some(FilterHandle(table << 20)),
@@ -139,7 +138,7 @@ fn u32_filter() -> BoxedStrategy<FilterSpec> {
                     divisor: Some(divisor),
                     ..U32Hashing::default()
                 },
-                ..FilterSpec::default()
+                ..FilterSpec::new(dev)
             }
         });
     let matching = (

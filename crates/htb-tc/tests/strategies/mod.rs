@@ -11,8 +11,9 @@ use htb_core::{
 };
 use htb_ipc::{
     ClassDelete, ClassLabel, ClassSpec, Command, ControlAction, Device, FilterDelete, FilterHandle,
-    FilterKind, FilterSpec, HashKey, IpPrefix, LabelFields, LabelSpec, LabelText, LeafQdiscSpec,
-    MacAddr, Match, MqSpec, PoliceConfig, PortRange, Protocol, QdiscSpec, U32Hashing,
+    FilterKind, FilterSpec, HashKey, InterfaceName, IpPrefix, LabelFields, LabelSpec, LabelText,
+    LeafQdiscSpec, MacAddr, Match, MqSpec, PoliceConfig, PortRange, Protocol, QdiscSpec,
+    U32Hashing,
 };
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -27,15 +28,16 @@ use qdisc::qdisc_command;
 
 // ---- values ----
 
-fn dev() -> impl Strategy<Value = String> {
-    // Plain names, and names that need quotes (a space, a `"`, a leading `'`, a `#`).
+fn dev() -> impl Strategy<Value = InterfaceName> {
+    // Plain names, and names that need quotes (a `"`, a leading `'`, a `#`): the kernel's
+    // `dev_valid_name()` takes those, though not a space.
     prop_oneof![
         4 => "[a-z][a-z0-9]{0,7}",
-        1 => "[a-z]{1,3} [a-z0-9]{1,3}",
         1 => "[a-z]{1,3}\"[a-z]{1,3}",
         1 => "'[a-z]{1,3}",
         1 => "[a-z]{1,3}#[a-z]{1,3}",
     ]
+    .prop_map(|name| InterfaceName::new(name).expect("the patterns are valid names"))
 }
 
 fn class_id() -> impl Strategy<Value = ClassId> {

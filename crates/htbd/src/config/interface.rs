@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use htb_config::filter::FilterSection;
 use htb_config::values::ClassIdValue;
-use htb_config::{ClassSection, ConfigError, Located, PortTree, QdiscSection, TreeSpec};
+use htb_config::{
+    ClassSection, ConfigError, InterfaceName, Located, PortTree, QdiscSection, TreeSpec,
+};
 use htb_core::ClassId;
 use htb_ipc::{FilterHandle, HashKey};
 use serde::Deserialize;
@@ -17,8 +19,8 @@ use crate::trees::{InterfaceTree, InterfaceTrees};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct InterfaceSection {
-    pub(super) name: Located<String>,
-    pub(super) peer: Option<Located<String>>,
+    pub(super) name: Located<InterfaceName>,
+    pub(super) peer: Option<Located<InterfaceName>>,
     pub(super) qdisc: Option<QdiscSection>,
     #[serde(default)]
     pub(super) class: Vec<Located<ClassSection>>,
@@ -47,7 +49,7 @@ pub(super) struct InterfaceSection {
 pub(super) struct IngressSection {
     /// Shorthand for the one filter sqm-scripts and wondershaper add: `protocol all prio 10 u32
     /// match u32 0 0 action mirred egress redirect dev IFB`.
-    redirect: Option<Located<String>>,
+    redirect: Option<Located<InterfaceName>>,
     /// Its filters (`filter add dev X parent ffff: …`): the keys of `[[interface.filter]]`,
     /// with `redirect` and/or `police` as their action.
     #[serde(default)]

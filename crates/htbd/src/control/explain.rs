@@ -5,7 +5,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use htb_core::ClassId;
-use htb_ipc::{Direction, ErrorCode, Explain, Explanation, IpcError, Outcome, PortExplanation};
+use htb_ipc::{
+    Direction, ErrorCode, Explain, Explanation, InterfaceName, IpcError, Outcome, PortExplanation,
+};
 use htb_xdp::explain::{Classified, Probe};
 
 use super::Control;
@@ -45,7 +47,7 @@ impl Control {
             .into_iter()
             .collect::<Result<_, _>>()
             .map_err(|e| IpcError::new(ErrorCode::Invalid, e.to_string()))?;
-        let ports: Vec<String> = match &ask.dev {
+        let ports: Vec<InterfaceName> = match &ask.dev {
             Some(dev) => vec![self.model.ports[self.model.port_index(dev)?].name.clone()],
             None => self.model.ports.iter().map(|p| p.name.clone()).collect(),
         };

@@ -52,34 +52,38 @@ impl Control {
             }
         }
         records.sort_unstable_by(|a, b| b.bytes.cmp(&a.bytes).then(b.packets.cmp(&a.packets)));
+        // The data plane's port indices are the model's (both list the config's interfaces in
+        // its order); a record whose port were not would name no interface and is left out.
         let name = |p: u16| {
             self.model
                 .ports
                 .get(usize::from(p))
-                .map_or_else(|| p.to_string(), |port| port.name.clone())
+                .map(|port| port.name.clone())
         };
         let ms = |ns: u64| ns / 1_000_000;
         let flows = records
             .iter()
-            .map(|r| FlowEntry {
-                src: r.key.src,
-                dst: r.key.dst,
-                proto: r.key.proto,
-                sport: r.key.sport,
-                dport: r.key.dport,
-                vlan: r.key.vlan,
-                ingress: name(r.key.ingress),
-                egress: name(r.key.egress),
-                class: r.class,
-                bytes: r.bytes,
-                packets: r.packets,
-                age_ms: ms(now.saturating_sub(r.first_ns)),
-                idle_ms: ms(now.saturating_sub(r.last_ns)),
-                tcp_flags: r.tcp_flags,
-                rtt_min_us: r.rtt_min_ns.map(|n| n / 1000),
-                rtt_median_us: r.rtt_median_ns.map(|n| n / 1000),
-                retransmits: r.retransmits,
-                leaf_drops: r.leaf_drops,
+            .filter_map(|r| {
+                Some(FlowEntry {
+                    src: r.key.src,
+                    dst: r.key.dst,
+                    proto: r.key.proto,
+                    sport: r.key.sport,
+                    dport: r.key.dport,
+                    vlan: r.key.vlan,
+                    ingress: name(r.key.ingress)?,
+                    egress: name(r.key.egress)?,
+                    class: r.class,
+                    bytes: r.bytes,
+                    packets: r.packets,
+                    age_ms: ms(now.saturating_sub(r.first_ns)),
+                    idle_ms: ms(now.saturating_sub(r.last_ns)),
+                    tcp_flags: r.tcp_flags,
+                    rtt_min_us: r.rtt_min_ns.map(|n| n / 1000),
+                    rtt_median_us: r.rtt_median_ns.map(|n| n / 1000),
+                    retransmits: r.retransmits,
+                    leaf_drops: r.leaf_drops,
+                })
             })
             .collect();
         Ok(FlowList {

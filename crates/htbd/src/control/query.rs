@@ -3,14 +3,14 @@
 //! `show`, but not counted as control-socket requests.
 
 use htb_core::ClassId;
-use htb_ipc::{ClassStats, IpcError, LeafQdiscInfo, Show, Shown, Status};
+use htb_ipc::{ClassStats, InterfaceName, IpcError, LeafQdiscInfo, Show, Shown, Status};
 use tokio::sync::oneshot;
 
 use super::Control;
 use super::show::{class_stats, leaf_qdisc_stats};
 
 /// A tracked class: its port and id.
-pub type ClassKey = (String, ClassId);
+pub type ClassKey = (InterfaceName, ClassId);
 
 /// A read, with where its answer goes.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ impl Control {
                 // hashed (none since a change), never a hash of the whole state.
                 let generation = self.hashed_generation();
                 let status = self.on_engine(|engine| engine.stats()).await.map(|stats| {
-                    let mut status = crate::status::status(&stats);
+                    let mut status = crate::status::status(&stats, &self.model.ports);
                     status.flows = self.flow_status(status.flows.take());
                     status.generation = generation;
                     status

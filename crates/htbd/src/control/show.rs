@@ -3,9 +3,9 @@
 
 use htb_core::{ClassId, LeafStats};
 use htb_ipc::{
-    ClassInfo, ClassStats, ErrorCode, FilterHandle, FilterInfo, IngressInfo, IpcError,
-    LeafQdiscInfo, LeafQdiscStats, MqClassInfo, MqInfo, Object, Parent, QdiscInfo, QueueStats,
-    RttStats, Show, Shown,
+    ClassInfo, ClassStats, ErrorCode, FilterHandle, FilterInfo, IngressInfo, InterfaceName,
+    IpcError, LeafQdiscInfo, LeafQdiscStats, MqClassInfo, MqInfo, Object, Parent, QdiscInfo,
+    QueueStats, RttStats, Show, Shown,
 };
 use htb_xdp::PortSnapshot;
 
@@ -190,7 +190,7 @@ fn tree_ids(
 }
 
 /// `mq`'s line and its classes, each with its tree's totals from `snapshot` (`-s`).
-fn mq_info(dev: &str, mq: &MqModel, snapshot: Option<&PortSnapshot>) -> MqInfo {
+fn mq_info(dev: &InterfaceName, mq: &MqModel, snapshot: Option<&PortSnapshot>) -> MqInfo {
     let tree_stats = |major: u16| {
         let (_, s) = snapshot?.schedulers.iter().find(|(m, _)| *m == major)?;
         Some(queue_stats(s, 0))
@@ -259,7 +259,12 @@ pub(super) fn leaf_qdisc_stats(
 
 /// A classless root qdisc (`qdisc cake 1: root …`): the one class of the tree that carries it
 /// is not shown, its counters are the qdisc's.
-fn show_root_leaf(dev: &str, qdisc: &QdiscModel, stats: Option<TreeStats<'_>>, shown: &mut Shown) {
+fn show_root_leaf(
+    dev: &InterfaceName,
+    qdisc: &QdiscModel,
+    stats: Option<TreeStats<'_>>,
+    shown: &mut Shown,
+) {
     let Some(def) = qdisc.root_leaf() else {
         return;
     };
@@ -285,7 +290,7 @@ fn show_root_leaf(dev: &str, qdisc: &QdiscModel, stats: Option<TreeStats<'_>>, s
 fn show_tree(
     show: &Show,
     object: Object,
-    dev: &str,
+    dev: &InterfaceName,
     parent: Option<ClassId>,
     qdisc: &QdiscModel,
     ids: &[ClassId],
@@ -293,7 +298,7 @@ fn show_tree(
     shown: &mut Shown,
     window: &mut Window,
 ) -> Result<(), IpcError> {
-    let dev = dev.to_owned();
+    let dev = dev.clone();
     match object {
         Object::Qdisc => {
             let c = qdisc.config;
@@ -424,7 +429,7 @@ impl Control {
         let mut window = Window::new(show.page.filter(|_| object != Object::Qdisc));
         for index in ports {
             let port = &self.model.ports[index];
-            let dev = port.name.as_str();
+            let dev = &port.name;
             let trees: Vec<(Option<ClassId>, &QdiscModel)> = port
                 .trees()
                 .into_iter()
@@ -570,7 +575,7 @@ impl Control {
                 })
                 .collect();
             trees.push(TreeScrape {
-                dev: port.name.clone(),
+                dev: port.name.to_string(),
                 schedulers: snapshot.schedulers.into_iter().map(|(_, s)| s).collect(),
                 classes,
             });

@@ -3,7 +3,7 @@
 
 use htb_config::filter::{Family, IpPrefix, Match, Police};
 use htb_core::ClassId;
-use htb_ipc::{ErrorCode, HashKey, IpcError, U32Hashing};
+use htb_ipc::{ErrorCode, HashKey, InterfaceName, IpcError, U32Hashing};
 
 use super::error;
 
@@ -76,7 +76,7 @@ pub struct FilterEntry {
     /// `action police …`, its bucket shared with the data plane's classifiers.
     pub police: Option<Police>,
     /// `action mirred egress redirect dev IFB` (filters of an ingress qdisc).
-    pub redirect: Option<String>,
+    pub redirect: Option<InterfaceName>,
 }
 
 impl FilterEntry {

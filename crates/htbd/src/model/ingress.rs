@@ -54,7 +54,8 @@ pub fn ingress_hook_of<'a>(
                 class: e.class.unwrap_or(ClassId::new(INGRESS_MAJOR, 0)),
                 police: e.police.clone(),
             };
-            (filter, e.redirect.clone())
+            // The data plane names ports by their plain names.
+            (filter, e.redirect.as_ref().map(ToString::to_string))
         })
         .collect()
 }

@@ -6,10 +6,14 @@ use htb_ipc::{FilterHandle, FilterSpec, Match, PoliceConfig, QdiscSpec};
 
 /// Port r2 (the WAN side), r1, and IFB ifb0.
 fn model() -> Model {
-    let mut ifb = PortModel::new("ifb0", 1);
+    let mut ifb = PortModel::new("ifb0".parse().unwrap(), 1);
     ifb.ifb = true;
     Model {
-        ports: vec![PortModel::new("r1", 1), PortModel::new("r2", 1), ifb],
+        ports: vec![
+            PortModel::new("r1".parse().unwrap(), 1),
+            PortModel::new("r2".parse().unwrap(), 1),
+            ifb,
+        ],
     }
 }
 
@@ -17,27 +21,27 @@ fn model() -> Model {
 /// flowid 1:1 action mirred egress redirect dev TO`.
 fn redirect(to: &str) -> Command {
     Command::FilterAdd(FilterSpec {
-        dev: "r2".into(),
         parent: Some(ClassId::new(INGRESS_MAJOR, 0)),
         protocol: Protocol::parse("all").unwrap(),
         prio: Some(10),
         kind: FilterKind::U32,
         class: Some("1:1".parse().unwrap()),
-        redirect: Some(to.into()),
-        ..FilterSpec::default()
+        redirect: Some(to.parse().unwrap()),
+        ..FilterSpec::new("r2".parse().unwrap())
     })
 }
 
 fn ingress_add(dev: &str) -> Command {
-    Command::IngressAdd { dev: dev.into() }
+    Command::IngressAdd {
+        dev: dev.parse().unwrap(),
+    }
 }
 
 fn ifb_tree() -> Command {
     Command::QdiscAdd(QdiscSpec {
-        dev: "ifb0".into(),
         handle: Some(ClassId::new(1, 0)),
         default_minor: Some(0x10),
-        ..QdiscSpec::default()
+        ..QdiscSpec::new("ifb0".parse().unwrap())
     })
 }
 
@@ -76,7 +80,9 @@ fn sqms_ingress_lines_redirect_r2s_download_through_ifb0() {
     assert_eq!(entry.class, Some(ClassId::new(1, 1)), "the flowid is kept");
     // Taken away again: the data plane hears None.
     let plan = m
-        .apply(&[Command::IngressDelete { dev: "r2".into() }])
+        .apply(&[Command::IngressDelete {
+            dev: "r2".parse().unwrap(),
+        }])
         .unwrap();
     assert!(matches!(
         plan.effects.as_slice(),
@@ -107,7 +113,7 @@ fn what_the_ingress_qdisc_refuses_and_why() {
     let Command::FilterAdd(mut on_htb) = redirect("ifb0") else {
         unreachable!()
     };
-    on_htb.dev = "ifb0".into();
+    on_htb.dev = "ifb0".parse().unwrap();
     on_htb.parent = Some(ClassId::new(1, 0));
     let e = refused(&mut m, &[ifb_tree(), Command::FilterAdd(on_htb)]);
     assert!(e.message.contains("parent ffff:"), "{e}");
@@ -138,7 +144,6 @@ fn an_ingress_policer_needs_no_redirect() {
         ..PoliceConfig::default()
     };
     let filter = Command::FilterAdd(FilterSpec {
-        dev: "r2".into(),
         parent: Some(ClassId::new(INGRESS_MAJOR, 0)),
         protocol: Protocol::parse("ip").unwrap(),
         prio: Some(50),
@@ -149,7 +154,7 @@ fn an_ingress_policer_needs_no_redirect() {
             ..Match::default()
         },
         police: Some(Box::new(police)),
-        ..FilterSpec::default()
+        ..FilterSpec::new("r2".parse().unwrap())
     });
     m.apply(&[ingress_add("r2"), filter]).unwrap();
     let hook = m.ports[1].ingress_hook().unwrap();
@@ -202,9 +207,8 @@ fn ingress_and_tree_filters_are_sent_to_the_data_plane_apart() {
     };
     assert_eq!(sent(&plan), ["ingress"], "{:?}", plan.effects);
     let tree = Command::QdiscAdd(QdiscSpec {
-        dev: "r2".into(),
         handle: Some(ClassId::new(1, 0)),
-        ..QdiscSpec::default()
+        ..QdiscSpec::new("r2".parse().unwrap())
     });
     let plan = m.apply(&[tree]).unwrap();
     assert!(!sent(&plan).contains(&"ingress"), "{:?}", plan.effects);

@@ -26,7 +26,7 @@ mod u32_links;
 use std::collections::BTreeSet;
 
 use htb_config::filter::Filter;
-use htb_config::{ClassDef, LeafDef, PortTree};
+use htb_config::{ClassDef, InterfaceName, LeafDef, PortTree};
 use htb_core::{ClassError, ClassId, Duration, Instant, SchedulerConfig};
 use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 pub use htb_xdp::PlaneChange;
@@ -64,7 +64,7 @@ pub enum Root {
 #[derive(Debug)]
 pub struct PortModel {
     /// Interface name.
-    pub name: String,
+    pub name: InterfaceName,
     /// Its TX queues: `mq` has one class per queue.
     pub tx_queues: u16,
     /// Its root qdisc.
@@ -79,9 +79,9 @@ pub struct PortModel {
 impl PortModel {
     /// A port with no qdisc.
     #[must_use]
-    pub fn new(name: impl Into<String>, tx_queues: u16) -> Self {
+    pub fn new(name: InterfaceName, tx_queues: u16) -> Self {
         Self {
-            name: name.into(),
+            name,
             tx_queues: tx_queues.max(1),
             root: Root::None,
             ifb: false,
@@ -378,7 +378,7 @@ impl Model {
                 ingress.filters = filters.into_iter().collect();
                 port.ingress = Some(Box::new(ingress));
             }
-            let name = port.name.clone();
+            let name = port.name.to_string();
             let at = |e: TreeError| TreeError::OnPort {
                 port: name.clone(),
                 source: Box::new(e),
@@ -467,7 +467,8 @@ impl Model {
                 let mut step = Step {
                     index,
                     port,
-                    name: self.ports[port].name.clone(),
+                    // The data plane's changes name the port by its plain name.
+                    name: self.ports[port].name.to_string(),
                     undo: &mut undo,
                     plan: &mut plan,
                     refilter: &mut refilter,
@@ -493,7 +494,7 @@ impl Model {
             plan.effects.push((
                 None,
                 PlaneChange::SetFilters {
-                    port: p.name.clone(),
+                    port: p.name.to_string(),
                     filters,
                 },
             ));
@@ -505,7 +506,7 @@ impl Model {
                 plan.effects.push((
                     None,
                     PlaneChange::SetIngress {
-                        port: p.name.clone(),
+                        port: p.name.to_string(),
                         ingress: Some(hook),
                     },
                 ));

@@ -189,7 +189,7 @@ mod tests {
 
     fn port(queues: u16) -> Model {
         Model {
-            ports: vec![PortModel::new("eth1", queues)],
+            ports: vec![PortModel::new("eth1".parse().unwrap(), queues)],
         }
     }
 
@@ -270,7 +270,10 @@ mod tests {
             }
         }
         let mut m = Model {
-            ports: vec![PortModel::new("eth1", 4), PortModel::new("eth2", 4)],
+            ports: vec![
+                PortModel::new("eth1".parse().unwrap(), 4),
+                PortModel::new("eth2".parse().unwrap(), 4),
+            ],
         };
         let commands = batch(&text);
         assert_eq!(commands.len(), 2 * (1 + 4 * 6 + 2000));

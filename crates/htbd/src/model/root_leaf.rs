@@ -204,7 +204,7 @@ mod tests {
 
     fn model() -> Model {
         Model {
-            ports: vec![PortModel::new("r2", 1)],
+            ports: vec![PortModel::new("r2".parse().unwrap(), 1)],
         }
     }
 

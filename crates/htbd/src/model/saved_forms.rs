@@ -202,6 +202,32 @@ rate = 50000000
 
 "#;
 
+/// A journal line or a state file naming an interface no kernel would accept (edited by hand,
+/// or written by something else) is refused as it is read, naming the line and the rule; the
+/// model never sees the name.
+#[test]
+fn a_bad_interface_name_in_the_journal_or_the_state_is_refused_as_it_is_read() {
+    let line = JOURNAL
+        .lines()
+        .nth(2)
+        .unwrap()
+        .replace(r#""redirect":"ifb0""#, r#""redirect":"ifb/0""#);
+    let journal = format!("{}\n{line}\n", JOURNAL.lines().next().unwrap());
+    let (at, e) = crate::persist::parse_journal(journal.as_bytes(), 0).unwrap_err();
+    assert_eq!(at, 2);
+    assert!(
+        e.contains(r#""ifb/0" is not a valid interface name: it may not hold '/'"#),
+        "{e}"
+    );
+    let state = STATE.replace(r#"name = "r2""#, r#"name = "a-very-long-name0""#);
+    let e = crate::config::parse_state(&state).unwrap_err();
+    assert_eq!(
+        (e.line, e.message.contains("17 bytes, at most 15")),
+        (11, true),
+        "{e}"
+    );
+}
+
 /// The state file and the journal load into the state htbd saved from them, and each journal
 /// line is written back byte for byte.
 #[test]

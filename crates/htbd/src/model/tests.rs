@@ -22,26 +22,29 @@ pub(super) fn batch(text: &str) -> Vec<Command> {
 
 fn model() -> Model {
     Model {
-        ports: vec![PortModel::new("r1", 4), PortModel::new("r2", 4)],
+        ports: vec![
+            PortModel::new("r1".parse().unwrap(), 4),
+            PortModel::new("r2".parse().unwrap(), 4),
+        ],
     }
 }
 
 fn qdisc_add(dev: &str) -> Command {
     Command::QdiscAdd(QdiscSpec {
-        dev: dev.into(),
         handle: Some(ClassId::new(1, 0)),
         default_minor: Some(0x20),
-        ..QdiscSpec::default()
+        ..QdiscSpec::new(dev.parse().unwrap())
     })
 }
 
 fn class(op: fn(WireClass) -> Command, id: &str, parent: &str, mbit: u64) -> Command {
     op(WireClass {
-        dev: "r2".into(),
-        id: id.parse().unwrap(),
         parent: Some(parent.parse().unwrap()),
-        rate: Rate::from_mbit(mbit),
-        ..WireClass::default()
+        ..WireClass::new(
+            "r2".parse().unwrap(),
+            id.parse().unwrap(),
+            Rate::from_mbit(mbit),
+        )
     })
 }
 
@@ -52,7 +55,6 @@ fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
 /// An IP filter on r2's `1:` sending UDP/TCP port `dport` to `class`.
 fn filter_spec(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> FilterSpec {
     FilterSpec {
-        dev: "r2".into(),
         parent: Some(ClassId::new(1, 0)),
         protocol: Protocol::parse("ip").unwrap(),
         prio,
@@ -66,7 +68,7 @@ fn filter_spec(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Filter
             ..Match::default()
         },
         class: class.parse().ok(),
-        ..FilterSpec::default()
+        ..FilterSpec::new("r2".parse().unwrap())
     }
 }
 
@@ -103,7 +105,7 @@ fn a_refused_batch_changes_nothing() {
             class(Command::ClassAdd, "1:30", "1:1", 5),
             class(Command::ClassChange, "1:20", "1:1", 20),
             Command::ClassDelete(htb_ipc::ClassDelete {
-                dev: "r2".into(),
+                dev: "r2".parse().unwrap(),
                 id: "1:1".parse().unwrap(),
             }),
         ])
@@ -138,7 +140,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
         (
             InUse,
             Command::ClassDelete(htb_ipc::ClassDelete {
-                dev: "r2".into(),
+                dev: "r2".parse().unwrap(),
                 id: "1:20".parse().unwrap(),
             }),
         ),
@@ -177,7 +179,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
     );
     // Deleting one u32 filter by handle, then a whole prio.
     m.apply(&[Command::FilterDelete(htb_ipc::FilterDelete {
-        dev: "r2".into(),
+        dev: "r2".parse().unwrap(),
         parent: None,
         prio: Some(1),
         handle: Some(FilterHandle(0x8000_0801)),
@@ -185,20 +187,22 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
     .unwrap();
     assert_eq!(m.ports[1].htb().unwrap().filters.len(), 2);
     m.apply(&[Command::FilterDelete(htb_ipc::FilterDelete {
-        dev: "r2".into(),
+        dev: "r2".parse().unwrap(),
         parent: None,
         prio: Some(1),
         handle: None,
     })])
     .unwrap();
     m.apply(&[Command::ClassDelete(htb_ipc::ClassDelete {
-        dev: "r2".into(),
+        dev: "r2".parse().unwrap(),
         id: "1:20".parse().unwrap(),
     })])
     .unwrap();
     // Deleting the qdisc takes everything.
     let plan = m
-        .apply(&[Command::QdiscDelete { dev: "r2".into() }])
+        .apply(&[Command::QdiscDelete {
+            dev: "r2".parse().unwrap(),
+        }])
         .unwrap();
     assert!(matches!(
         plan.effects[0].1,
@@ -211,10 +215,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
 fn the_state_file_round_trips_through_the_config_parser() {
     let mut m = base();
     m.apply(&[Command::ClassChange(WireClass {
-        dev: "r2".into(),
-        id: "1:20".parse().unwrap(),
         parent: Some("1:1".parse().unwrap()),
-        rate: Rate::from_bits_per_sec(1_234_567_891),
         ceil: Some(Rate::from_bits_per_sec(2_000_000_001)),
         burst: Some(15_000),
         prio: Some(3),
@@ -222,12 +223,15 @@ fn the_state_file_round_trips_through_the_config_parser() {
         overhead: Some(24),
         mpu: Some(64),
         linklayer: Some(htb_core::LinkLayer::Atm),
-        ..WireClass::default()
+        ..WireClass::new(
+            "r2".parse().unwrap(),
+            "1:20".parse().unwrap(),
+            Rate::from_bits_per_sec(1_234_567_891),
+        )
     })])
     .unwrap();
     // A filter with u32 general keys (wondershaper's small-ACK words) survives the trip.
     m.apply(&[Command::FilterAdd(FilterSpec {
-        dev: "r2".into(),
         parent: Some(ClassId::new(1, 0)),
         protocol: Protocol::parse("ip").unwrap(),
         prio: Some(2),
@@ -252,7 +256,7 @@ fn the_state_file_round_trips_through_the_config_parser() {
             ..Match::default()
         },
         class: Some("1:20".parse().unwrap()),
-        ..FilterSpec::default()
+        ..FilterSpec::new("r2".parse().unwrap())
     })])
     .unwrap();
     let back = saved_and_read_back(
@@ -279,7 +283,7 @@ fn leaf(
     spec: LeafSpec,
 ) -> Command {
     op(LeafQdiscSpec {
-        dev: "r2".into(),
+        dev: "r2".parse().unwrap(),
         parent: Some(class.parse().unwrap()),
         handle: handle.map(|h| ClassId::new(h, 0)),
         leaf: spec,
@@ -411,7 +415,7 @@ fn a_refused_batch_restores_leaves_and_a_parent_loses_its_leaf() {
         .apply(&[
             class(Command::ClassAdd, "1:21", "1:20", 1),
             leaf_delete(LeafQdiscSpec {
-                dev: "r2".into(),
+                dev: "r2".parse().unwrap(),
                 parent: Some("1:21".parse().unwrap()),
                 handle: None,
                 leaf: sfq(0),
@@ -438,7 +442,7 @@ fn a_refused_batch_restores_leaves_and_a_parent_loses_its_leaf() {
 /// `qdisc del dev r2 parent 1:20 [handle H] [KIND]`.
 fn delete_1_20_leaf(handle: Option<ClassId>, kind: Option<LeafKind>) -> Command {
     Command::LeafDelete {
-        dev: "r2".into(),
+        dev: "r2".parse().unwrap(),
         parent: "1:20".parse().unwrap(),
         handle,
         kind,
@@ -497,7 +501,7 @@ fn class_ids_without_a_major_take_the_qdiscs() {
     // 1:20, found by its short id, still has its filter.
     let e = m
         .apply(&[Command::ClassDelete(htb_ipc::ClassDelete {
-            dev: "r2".into(),
+            dev: "r2".parse().unwrap(),
             id: ":20".parse().unwrap(),
         })])
         .unwrap_err();
@@ -576,11 +580,10 @@ fn a_size_table_is_kept_changed_removed_and_saved_as_tc_does() {
     };
     let with_stab = |s: Option<htb_ipc::SizeSpec>, op: fn(QdiscSpec) -> Command| {
         op(QdiscSpec {
-            dev: "r2".into(),
             handle: Some(ClassId::new(1, 0)),
             default_minor: Some(0x20),
             stab: s,
-            ..QdiscSpec::default()
+            ..QdiscSpec::new("r2".parse().unwrap())
         })
     };
     let mut m = model();
@@ -633,7 +636,7 @@ fn a_size_table_is_kept_changed_removed_and_saved_as_tc_does() {
     // Under a class a size table is refused, naming where it belongs.
     let e = m
         .apply(&[Command::LeafAdd(LeafQdiscSpec {
-            dev: "r2".into(),
+            dev: "r2".parse().unwrap(),
             parent: Some("1:1".parse().unwrap()),
             handle: None,
             leaf: sfq(10),
@@ -648,7 +651,7 @@ fn a_classless_root_keeps_its_size_table_through_changes_and_the_state_file() {
     let mut m = model();
     let cake = |op: fn(LeafQdiscSpec) -> Command, s: Option<htb_ipc::SizeSpec>| {
         op(LeafQdiscSpec {
-            dev: "r2".into(),
+            dev: "r2".parse().unwrap(),
             parent: None,
             handle: Some(ClassId::new(1, 0)),
             leaf: LeafSpec::Pfifo { limit: Some(100) },

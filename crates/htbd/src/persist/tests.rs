@@ -29,7 +29,7 @@ fn reopen(dir: &Path) -> Result<(Store, Saved), StoreError> {
 
 fn batch(id: &str) -> Vec<Command> {
     vec![Command::ClassDelete(htb_ipc::ClassDelete {
-        dev: "r2".into(),
+        dev: "r2".parse().unwrap(),
         id: id.parse().unwrap(),
     })]
 }

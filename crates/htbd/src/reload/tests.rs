@@ -303,12 +303,22 @@ fn an_ingress_redirect_comes_and_goes_with_the_file() {
     let on = reload(&plain, &redirected);
     assert_eq!(
         on[..2],
-        [Command::IngressAdd { dev: "r2".into() }, on[1].clone()]
+        [
+            Command::IngressAdd {
+                dev: "r2".parse().unwrap()
+            },
+            on[1].clone()
+        ]
     );
     assert!(matches!(&on[1], Command::FilterAdd(f) if f.redirect.as_deref() == Some("ifb0")));
     assert_eq!(on.len(), 2, "{on:#?}");
     let off = reload(&redirected, &plain);
-    assert_eq!(off, [Command::IngressDelete { dev: "r2".into() }]);
+    assert_eq!(
+        off,
+        [Command::IngressDelete {
+            dev: "r2".parse().unwrap()
+        }]
+    );
     // An interface does not become an IFB live.
     let e = commands(
         &model(&plain),

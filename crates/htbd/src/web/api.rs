@@ -10,7 +10,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use htb_core::ClassId;
-use htb_ipc::{ClassInfo, ErrorCode, IpcError, LeafQdiscInfo, Object, Parent, Show, Status};
+use htb_ipc::{
+    ClassInfo, ErrorCode, InterfaceName, IpcError, LeafQdiscInfo, Object, Parent, Show, Status,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
@@ -128,7 +130,7 @@ pub async fn status(State(web): State<Arc<Web>>) -> Result<Json<Status>, ApiErro
 #[derive(Debug, Serialize)]
 pub struct PortView {
     /// Interface.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// Received, bit/s over the last second (`None`: fewer than two samples yet).
     pub rx_bps: Option<u64>,
     /// Sent.
@@ -238,7 +240,7 @@ impl ClassView {
 #[derive(Debug, Deserialize)]
 pub struct ListParams {
     /// The port (all when absent).
-    pub dev: Option<String>,
+    pub dev: Option<InterfaceName>,
     /// The parent whose children are listed: a class id, or `root` (the default).
     pub parent: Option<String>,
 }
@@ -307,10 +309,10 @@ pub struct ClassPage {
     pub history: Series,
 }
 
-async fn one_class(web: &Web, dev: &str, id: ClassId) -> Result<ClassInfo, ApiError> {
+async fn one_class(web: &Web, dev: &InterfaceName, id: ClassId) -> Result<ClassInfo, ApiError> {
     let show = Show {
         object: Some(Object::Class),
-        dev: Some(dev.to_owned()),
+        dev: Some(dev.clone()),
         class: Some(id),
         stats: true,
         ..Show::default()
@@ -340,7 +342,7 @@ pub struct ClassParams {
 /// [`ApiError`]: no such port or class.
 pub async fn class(
     State(web): State<Arc<Web>>,
-    Path((dev, id)): Path<(String, String)>,
+    Path((dev, id)): Path<(InterfaceName, String)>,
     Query(params): Query<ClassParams>,
 ) -> Result<Json<ClassPage>, ApiError> {
     let id = class_id(&id)?;
@@ -389,7 +391,7 @@ pub struct SearchParams {
 #[derive(Debug, Serialize)]
 pub struct Found {
     /// The port.
-    pub dev: String,
+    pub dev: InterfaceName,
     /// The class (`None`: packets go unshaped, which `why` says).
     pub class: Option<ClassId>,
     /// Why it was found: `class id`, or the filter that names the address (`prio 1 handle
@@ -530,7 +532,7 @@ pub struct ExplainParams {
     /// The other end.
     pub peer: Option<IpAddr>,
     /// Only this port.
-    pub dev: Option<String>,
+    pub dev: Option<InterfaceName>,
     /// IP protocol number (default 17).
     pub proto: Option<u8>,
     /// The address's port.
@@ -562,7 +564,7 @@ pub async fn explain(
 #[derive(Debug, Deserialize)]
 pub struct FlowsParams {
     /// Only flows leaving through this port.
-    pub dev: Option<String>,
+    pub dev: Option<InterfaceName>,
     /// Only flows of this class (`1:10`).
     pub class: Option<ClassId>,
     /// At most this many (default 20, at most 10 000).

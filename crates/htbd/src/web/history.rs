@@ -220,7 +220,7 @@ mod tests {
     #[test]
     fn the_least_recently_viewed_class_makes_room() {
         let mut history = History::default();
-        let key = |n: u32| ("r2".to_owned(), ClassId::new(1, n));
+        let key = |n: u32| ("r2".parse().unwrap(), ClassId::new(1, n));
         for n in 0..MAX_TRACKED as u32 {
             history.view(key(n));
             history.class(&key(n), Some(at(1, 1)));

@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn two_sightings_make_a_rate_and_stale_ones_do_not() {
         let mut memo = RateMemo::default();
-        let key = ("r2".to_owned(), ClassId::new(1, 10));
+        let key = ("r2".parse().unwrap(), ClassId::new(1, 10));
         let t0 = Instant::now();
         assert_eq!(memo.see(&key, t0, 1000, 10, 0), None);
         // Too soon: no rate, and the first sighting stays the reference.

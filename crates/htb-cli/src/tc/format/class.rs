@@ -199,7 +199,7 @@ mod tests {
 
     fn class(id: &str, parent: Option<&str>, leaf: bool) -> ClassInfo {
         ClassInfo {
-            dev: "v0".into(),
+            dev: "v0".parse().unwrap(),
             id: id.parse().unwrap(),
             parent: parent.map(|p| p.parse().unwrap()),
             level: if leaf { 0 } else { 7 },

@@ -7,7 +7,8 @@ use std::net::IpAddr;
 use htb_core::LinkLayer;
 use htb_core::units::DisplaySize;
 use htb_ipc::{
-    ControlAction, FilterInfo, FilterKind, IpPrefix, Match, PoliceInfo, PortRange, Protocol,
+    ControlAction, FilterInfo, FilterKind, InterfaceName, IpPrefix, Match, PoliceInfo, PortRange,
+    Protocol,
 };
 use serde_json::{Map, Value, json};
 
@@ -308,7 +309,7 @@ pub fn filters(list: &[FilterInfo], style: Style) -> String {
     let mut counts = ActionCounts::default();
     // Tables made with `divisor`: their filters are not in a prio's root table.
     let table_of = |f: &FilterInfo| f.handle.u32().table();
-    let hashed: Vec<(String, u32)> = list
+    let hashed: Vec<(InterfaceName, u32)> = list
         .iter()
         .filter(|f| f.hashing.divisor.is_some())
         .map(|f| (f.dev.clone(), table_of(f)))
@@ -475,7 +476,7 @@ mod tests {
     /// A u32 filter `800::800` on `dev` under `parent_major:` sending to 1:1, matching all.
     fn u32_to_1_1(dev: &str, parent_major: u16, protocol: Protocol, prio: u32) -> FilterInfo {
         FilterInfo {
-            dev: dev.into(),
+            dev: dev.parse().unwrap(),
             parent: ClassId::new(parent_major, 0),
             protocol,
             prio,
@@ -503,7 +504,7 @@ mod tests {
         let u32_filter = FilterInfo {
             police: None,
             redirect: None,
-            dev: "v0".into(),
+            dev: "v0".parse().unwrap(),
             parent: ClassId::new(0x1, 0),
             protocol: Protocol::Ip,
             prio: 1,
@@ -599,7 +600,7 @@ mod tests {
         // sqm-scripts' `filter add dev r2 parent ffff: protocol all prio 10 u32 match u32 0 0
         // flowid 1:1 action mirred egress redirect dev ifb4r2`, as tc shows it back.
         let f = FilterInfo {
-            redirect: Some("ifb4r2".into()),
+            redirect: Some("ifb4r2".parse().unwrap()),
             ..u32_to_1_1("r2", 0xffff, Protocol::All, 10)
         };
         let text = filters(std::slice::from_ref(&f), Style::default());

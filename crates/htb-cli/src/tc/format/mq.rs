@@ -103,7 +103,7 @@ mod tests {
         });
         let tree = |major: u16| QdiscInfo {
             stab: None,
-            dev: "eth1".into(),
+            dev: "eth1".parse().unwrap(),
             handle: ClassId::new(major, 0),
             parent: Some(ClassId::new(0x7fff, u32::from(major))),
             default_minor: 2,
@@ -115,7 +115,7 @@ mod tests {
         Shown {
             qdiscs: vec![tree(1), tree(2)],
             mq: vec![MqInfo {
-                dev: "eth1".into(),
+                dev: "eth1".parse().unwrap(),
                 handle: ClassId::new(0x7fff, 0),
                 classes: [1, 2]
                     .map(|m| MqClassInfo {

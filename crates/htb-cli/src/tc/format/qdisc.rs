@@ -257,7 +257,7 @@ mod tests {
     fn qdisc_text_and_json() {
         let q = QdiscInfo {
             stab: None,
-            dev: "v0".into(),
+            dev: "v0".parse().unwrap(),
             handle: ClassId::new(1, 0),
             parent: None,
             default_minor: 0x20,
@@ -297,7 +297,7 @@ mod tests {
             ..htb_core::SizeSpec::default()
         };
         let q = QdiscInfo {
-            dev: "v0".into(),
+            dev: "v0".parse().unwrap(),
             handle: ClassId::new(1, 0),
             parent: None,
             default_minor: 0x10,
@@ -350,7 +350,7 @@ mod tests {
     fn leaf_qdiscs_follow_their_htb_qdisc() {
         let q = QdiscInfo {
             stab: None,
-            dev: "v0".into(),
+            dev: "v0".parse().unwrap(),
             handle: ClassId::new(1, 0),
             parent: None,
             default_minor: 0,
@@ -361,7 +361,7 @@ mod tests {
         };
         let leaf = LeafQdiscInfo {
             stab: None,
-            dev: "v0".into(),
+            dev: "v0".parse().unwrap(),
             handle: Some(ClassId::new(0x10, 0)),
             parent: Some(ClassId::new(1, 0x10)),
             config: LeafConfig::default(),

@@ -1,0 +1,376 @@
+//! An interface's name (`eth0`, `ifb0`, `bond0.100`), checked once, as it is read: by the
+//! config file, the control socket's messages, the saved state and htb-cli's `dev` word.
+//!
+//! The rules are the kernel's `dev_valid_name()` (net/core/dev.c), which `register_netdevice`
+//! and `dev_change_name` apply: a name the kernel could never give an interface is refused
+//! where it is first read, with the rule it breaks, not later as "no such device". It lives
+//! here, below htb-ipc, because the config file names interfaces too (`name`, `peer`,
+//! `redirect`) and htb-ipc already depends on this crate.
+
+use std::borrow::Borrow;
+use std::fmt;
+use std::ops::Deref;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The kernel's `IFNAMSIZ` (include/uapi/linux/if.h): a name's buffer, its NUL included.
+pub const IFNAMSIZ: usize = 16;
+
+/// The longest name, in bytes (`IFNAMSIZ - 1`: the kernel keeps room for the NUL).
+pub const IFNAME_MAX: usize = IFNAMSIZ - 1;
+
+/// Why a text is not an interface name; each variant is one test of `dev_valid_name()`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InterfaceNameError {
+    /// `*name == '\0'`.
+    #[error("an interface name may not be empty")]
+    Empty,
+    /// `strnlen(name, IFNAMSIZ) == IFNAMSIZ`.
+    #[error(
+        "{name:?} is not a valid interface name: {len} bytes, at most {IFNAME_MAX} (IFNAMSIZ - 1)"
+    )]
+    TooLong {
+        /// The name refused.
+        name: String,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// `.` or `..`, which would name a directory in sysfs and procfs.
+    #[error("{name:?} is not a valid interface name: \".\" and \"..\" name directories")]
+    Dots {
+        /// The name refused.
+        name: String,
+    },
+    /// A `/` (a path separator in sysfs and procfs), a `:` (an alias's separator, `eth0:1`),
+    /// or a space as the kernel's `isspace()` counts them.
+    #[error("{name:?} is not a valid interface name: it may not hold {byte}")]
+    Forbidden {
+        /// The name refused.
+        name: String,
+        /// The first forbidden byte, described (`'/'`, `':'`, `a space`, …).
+        byte: ForbiddenByte,
+    },
+}
+
+/// A byte `dev_valid_name()` refuses inside a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForbiddenByte {
+    /// `/`.
+    Slash,
+    /// `:`.
+    Colon,
+    /// A byte the kernel's `isspace()` (lib/ctype.c) counts: `\t \n \v \f \r`, space, and
+    /// 0xa0 (Latin-1's no-break space, a byte of some UTF-8 characters).
+    Space(u8),
+    /// A NUL: the kernel reads names as C strings, so it would cut the name there.
+    Nul,
+}
+
+impl fmt::Display for ForbiddenByte {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Slash => f.write_str("'/'"),
+            Self::Colon => f.write_str("':'"),
+            Self::Space(b) => write!(f, "white space (byte {b:#04x})"),
+            Self::Nul => f.write_str("a NUL byte"),
+        }
+    }
+}
+
+impl ForbiddenByte {
+    /// `b` if `dev_valid_name()`'s loop refuses it (or the C string would end there).
+    fn of(b: u8) -> Option<Self> {
+        match b {
+            b'/' => Some(Self::Slash),
+            b':' => Some(Self::Colon),
+            // lib/ctype.c's _S bytes: 0x09..=0x0d, 0x20 and 0xa0.
+            b'\t'..=b'\r' | b' ' | 0xa0 => Some(Self::Space(b)),
+            0 => Some(Self::Nul),
+            _ => None,
+        }
+    }
+}
+
+/// An interface's name as the kernel would accept it (`dev_valid_name()`): 1 to 15 bytes, not
+/// `.` or `..`, no `/`, `:` or white space. Made only by [`InterfaceName::new`] (or
+/// [`FromStr`], [`TryFrom`], serde), so one that exists is valid; on the wire and in files it
+/// is the plain string it always was.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct InterfaceName(String);
+
+impl InterfaceName {
+    /// Checks `name` as `dev_valid_name()` does.
+    ///
+    /// # Errors
+    /// The first rule it breaks, with the name.
+    pub fn new(name: impl Into<String>) -> Result<Self, InterfaceNameError> {
+        let name = name.into();
+        if name.is_empty() {
+            return Err(InterfaceNameError::Empty);
+        }
+        if name.len() > IFNAME_MAX {
+            let len = name.len();
+            return Err(InterfaceNameError::TooLong { name, len });
+        }
+        if name == "." || name == ".." {
+            return Err(InterfaceNameError::Dots { name });
+        }
+        if let Some(byte) = name.bytes().find_map(ForbiddenByte::of) {
+            return Err(InterfaceNameError::Forbidden { name, byte });
+        }
+        Ok(Self(name))
+    }
+
+    /// The name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The name, as a `String`.
+    #[must_use]
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl FromStr for InterfaceName {
+    type Err = InterfaceNameError;
+
+    fn from_str(name: &str) -> Result<Self, InterfaceNameError> {
+        Self::new(name)
+    }
+}
+
+impl TryFrom<String> for InterfaceName {
+    type Error = InterfaceNameError;
+
+    fn try_from(name: String) -> Result<Self, InterfaceNameError> {
+        Self::new(name)
+    }
+}
+
+impl TryFrom<&str> for InterfaceName {
+    type Error = InterfaceNameError;
+
+    fn try_from(name: &str) -> Result<Self, InterfaceNameError> {
+        Self::new(name)
+    }
+}
+
+impl From<InterfaceName> for String {
+    fn from(name: InterfaceName) -> Self {
+        name.0
+    }
+}
+
+impl fmt::Display for InterfaceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `pad`, not `write_str`: tables align names with `{:<16}`.
+        f.pad(&self.0)
+    }
+}
+
+impl Deref for InterfaceName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for InterfaceName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Maps keyed by name are looked up with a `&str` (a derived `Eq`, `Ord` and `Hash` of the one
+/// `String` agree with `str`'s).
+impl Borrow<str> for InterfaceName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for InterfaceName {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for InterfaceName {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<String> for InterfaceName {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<InterfaceName> for str {
+    fn eq(&self, other: &InterfaceName) -> bool {
+        self == other.0
+    }
+}
+
+impl PartialEq<InterfaceName> for &str {
+    fn eq(&self, other: &InterfaceName) -> bool {
+        *self == other.0
+    }
+}
+
+impl PartialEq<InterfaceName> for String {
+    fn eq(&self, other: &InterfaceName) -> bool {
+        *self == other.0
+    }
+}
+
+/// A plain string, as the name always was on the wire and in files.
+impl Serialize for InterfaceName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// Checked as it is read: a message or file with a bad name fails to parse, with the rule.
+impl<'de> Deserialize<'de> for InterfaceName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Self::new(name).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(name: &str) -> InterfaceNameError {
+        InterfaceName::new(name).unwrap_err()
+    }
+
+    #[test]
+    fn names_operators_use_are_accepted() {
+        for name in [
+            "eth0",
+            "enp3s0f1",
+            "veth-a",
+            "ifb0",
+            "wg0",
+            "bond0.100",
+            "acc0",
+            "lo",
+            "br_lan",
+            "eth0@if2x",
+            "r",
+            "wlp0s20f3-mon15", // 15 bytes, the most
+            "ñandú0",          // UTF-8 with no 0xa0 byte
+        ] {
+            let n = InterfaceName::new(name).unwrap();
+            assert_eq!(n.as_str(), name);
+            assert_eq!(n.to_string(), name);
+            assert_eq!(&*n, name);
+            assert_eq!(name.parse::<InterfaceName>().unwrap(), n);
+        }
+        assert_eq!("wlp0s20f3-mon15".len(), IFNAME_MAX);
+    }
+
+    #[test]
+    fn empty_is_refused() {
+        assert_eq!(refused(""), InterfaceNameError::Empty);
+    }
+
+    #[test]
+    fn sixteen_bytes_are_refused() {
+        let name = "wlp0s20f3-mon150";
+        assert_eq!(name.len(), IFNAMSIZ);
+        assert_eq!(
+            refused(name),
+            InterfaceNameError::TooLong {
+                name: name.into(),
+                len: 16
+            }
+        );
+        // Bytes, not characters: 8 two-byte characters are 16 bytes.
+        assert!(matches!(
+            refused("éééééééé"),
+            InterfaceNameError::TooLong { len: 16, .. }
+        ));
+    }
+
+    #[test]
+    fn dot_and_dot_dot_are_refused_but_dots_inside_are_not() {
+        for name in [".", ".."] {
+            assert_eq!(
+                refused(name),
+                InterfaceNameError::Dots { name: name.into() }
+            );
+        }
+        assert!(InterfaceName::new("...").is_ok());
+        assert!(InterfaceName::new(".a").is_ok());
+    }
+
+    #[test]
+    fn slash_colon_space_and_nul_are_refused() {
+        for (name, byte) in [
+            ("x/y", ForbiddenByte::Slash),
+            ("eth0:1", ForbiddenByte::Colon),
+            ("eth 0", ForbiddenByte::Space(b' ')),
+            ("eth0\t", ForbiddenByte::Space(b'\t')),
+            ("eth0\n", ForbiddenByte::Space(b'\n')),
+            ("\u{b}eth0", ForbiddenByte::Space(0x0b)),
+            ("eth\u{c}0", ForbiddenByte::Space(0x0c)),
+            ("eth\r0", ForbiddenByte::Space(b'\r')),
+            // U+00A0 is c2 a0 in UTF-8; the kernel's isspace() refuses the a0.
+            ("eth\u{a0}0", ForbiddenByte::Space(0xa0)),
+            ("eth\u{0}0", ForbiddenByte::Nul),
+        ] {
+            assert_eq!(
+                refused(name),
+                InterfaceNameError::Forbidden {
+                    name: name.into(),
+                    byte
+                },
+                "{name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn errors_name_the_name_and_the_rule() {
+        assert_eq!(
+            refused("x/y").to_string(),
+            "\"x/y\" is not a valid interface name: it may not hold '/'"
+        );
+        assert_eq!(
+            refused("eth0:1").to_string(),
+            "\"eth0:1\" is not a valid interface name: it may not hold ':'"
+        );
+        assert_eq!(
+            refused("a-very-long-name0").to_string(),
+            "\"a-very-long-name0\" is not a valid interface name: 17 bytes, at most 15 (IFNAMSIZ - 1)"
+        );
+    }
+
+    #[test]
+    fn serde_is_a_plain_string_checked_as_it_is_read() {
+        let n: InterfaceName = serde_json::from_str("\"eth0\"").unwrap();
+        assert_eq!(n, "eth0");
+        assert_eq!(serde_json::to_string(&n).unwrap(), "\"eth0\"");
+        let e = serde_json::from_str::<InterfaceName>("\"x/y\"").unwrap_err();
+        assert!(e.to_string().contains("not a valid interface name"), "{e}");
+        assert!(serde_json::from_str::<InterfaceName>("7").is_err());
+    }
+
+    #[test]
+    fn maps_keyed_by_name_are_looked_up_by_str() {
+        let mut map = std::collections::BTreeMap::new();
+        map.insert(InterfaceName::new("eth0").unwrap(), 1);
+        assert_eq!(map.get("eth0"), Some(&1));
+    }
+}
