@@ -1,7 +1,7 @@
 //! `class add|change|replace|del|show` (iproute2 `tc/tc_class.c`): HTB classes (and htbd's
 //! `class label`, in [`crate::class_label`]).
 
-use htb_ipc::{Command, Object, Parent, Show};
+use htb_ipc::{ClassDelete, ClassSpec, Command, LabelSpec, Object, Parent, Show};
 
 use crate::action::{Action, Verb, verb};
 use crate::args::{Args, Result, class_id, device, interface, matches, usage};
@@ -72,7 +72,7 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
         return usage("Must specify classid (classid MAJ:MIN).");
     };
     if verb == Verb::Delete {
-        return Ok(Action::Change(Command::ClassDelete(htb_ipc::ClassDelete {
+        return Ok(Action::Change(Command::ClassDelete(ClassDelete {
             dev,
             id,
         })));
@@ -91,32 +91,32 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
     }))
 }
 
-/// `class …`'s words for `c` (one of the class commands), as [`parse`] reads them.
-pub(crate) fn write(c: &Command, w: &mut Words) -> write::Result<()> {
+/// `class VERB dev D parent P|root classid C htb …`, as [`parse`] reads it.
+pub(crate) fn write_class(verb: &str, s: &ClassSpec, w: &mut Words) -> write::Result<()> {
     w.word("class");
-    match c {
-        Command::ClassAdd(s) | Command::ClassChange(s) | Command::ClassReplace(s) => {
-            w.word(match c {
-                Command::ClassChange(_) => "change",
-                Command::ClassReplace(_) => "replace",
-                _ => "add",
-            });
-            w.dev(&s.dev)?;
-            match s.parent {
-                Some(p) => w.pair("parent", p),
-                None => w.word("root"),
-            }
-            w.pair("classid", s.id);
-            w.word("htb");
-            q_htb::write_class(s, w);
-        }
-        Command::ClassDelete(d) => {
-            w.word("del");
-            w.dev(&d.dev)?;
-            w.pair("classid", d.id);
-        }
-        Command::ClassLabel(l) => crate::class_label::write(l, w)?,
-        _ => unreachable!("write::command_line sends class commands only"),
+    w.word(verb);
+    w.dev(&s.dev)?;
+    match s.parent {
+        Some(p) => w.pair("parent", p),
+        None => w.word("root"),
     }
+    w.pair("classid", s.id);
+    w.word("htb");
+    q_htb::write_class(s, w);
     Ok(())
+}
+
+/// `class del dev D classid C`.
+pub(crate) fn write_delete(d: &ClassDelete, w: &mut Words) -> write::Result<()> {
+    w.word("class");
+    w.word("del");
+    w.dev(&d.dev)?;
+    w.pair("classid", d.id);
+    Ok(())
+}
+
+/// `class label …` (htbd's own verb; its words are `class_label`'s).
+pub(crate) fn write_label(l: &LabelSpec, w: &mut Words) -> write::Result<()> {
+    w.word("class");
+    crate::class_label::write(l, w)
 }

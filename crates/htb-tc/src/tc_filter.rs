@@ -1,7 +1,9 @@
 //! `filter add|change|replace|del|get|show` (iproute2 `tc/tc_filter.c`): u32 and flower filters
 //! on the root qdisc.
 
-use htb_ipc::{Command, FilterHandle, FilterKind, FilterSpec, Object, Parent, Protocol, Show};
+use htb_ipc::{
+    Command, FilterDelete, FilterHandle, FilterKind, FilterSpec, Object, Parent, Protocol, Show,
+};
 
 use crate::action::{Action, Verb, verb};
 use crate::args::{Args, Result, class_id, device, illegal, interface, matches, u32_arg, usage};
@@ -131,14 +133,12 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
             if handle.is_some() && prio.is_none() {
                 return usage("Error: a filter handle needs its prio (pref N handle H)");
             }
-            Ok(Action::Change(Command::FilterDelete(
-                htb_ipc::FilterDelete {
-                    dev: device(dev.as_ref())?,
-                    parent,
-                    prio,
-                    handle,
-                },
-            )))
+            Ok(Action::Change(Command::FilterDelete(FilterDelete {
+                dev: device(dev.as_ref())?,
+                parent,
+                prio,
+                handle,
+            })))
         }
         _ => {
             let Some(mut spec) = spec else {
@@ -168,39 +168,34 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     }
 }
 
-/// `filter …`'s words for `c` (one of the filter commands), as [`parse`] reads them.
-pub(crate) fn write(c: &Command, w: &mut Words) -> write::Result<()> {
+/// `filter VERB dev D [parent Q] protocol P [pref N] [handle H] KIND … [classid C] [action …]`,
+/// as [`parse`] reads it.
+pub(crate) fn write_filter(verb: &str, f: &FilterSpec, w: &mut Words) -> write::Result<()> {
     w.word("filter");
-    match c {
-        Command::FilterAdd(f) | Command::FilterChange(f) | Command::FilterReplace(f) => {
-            w.word(match c {
-                Command::FilterChange(_) => "change",
-                Command::FilterReplace(_) => "replace",
-                _ => "add",
-            });
-            w.dev(&f.dev)?;
-            w.option("parent", f.parent);
-            w.pair("protocol", f.protocol);
-            w.option("pref", f.prio);
-            // Each kind reads its handle its own way (`get_u32_handle`, flower's `get_u32`);
-            // `0x…` is the one form both read to the same word.
-            w.option("handle", f.handle.map(|h| format!("{:#x}", h.0)));
-            w.word(f.kind.name());
-            match f.kind {
-                FilterKind::U32 => f_u32::write(f, w)?,
-                FilterKind::Flower => f_flower::write(f, w)?,
-            }
-            w.option("classid", f.class);
-            crate::m_action::write(f.police.as_deref(), f.redirect.as_deref(), w)?;
-        }
-        Command::FilterDelete(d) => {
-            w.word("del");
-            w.dev(&d.dev)?;
-            w.option("parent", d.parent);
-            w.option("pref", d.prio);
-            w.option("handle", d.handle.map(|h| format!("{:#x}", h.0)));
-        }
-        _ => unreachable!("write::command_line sends filter commands only"),
+    w.word(verb);
+    w.dev(&f.dev)?;
+    w.option("parent", f.parent);
+    w.pair("protocol", f.protocol);
+    w.option("pref", f.prio);
+    // Each kind reads its handle its own way (`get_u32_handle`, flower's `get_u32`); `0x…` is
+    // the one form both read to the same word.
+    w.option("handle", f.handle.map(|h| format!("{:#x}", h.0)));
+    w.word(f.kind.name());
+    match f.kind {
+        FilterKind::U32 => f_u32::write(f, w)?,
+        FilterKind::Flower => f_flower::write(f, w)?,
     }
+    w.option("classid", f.class);
+    crate::m_action::write(f.police.as_deref(), f.redirect.as_deref(), w)
+}
+
+/// `filter del dev D [parent Q] [pref N [handle H]]`.
+pub(crate) fn write_delete(d: &FilterDelete, w: &mut Words) -> write::Result<()> {
+    w.word("filter");
+    w.word("del");
+    w.dev(&d.dev)?;
+    w.option("parent", d.parent);
+    w.option("pref", d.prio);
+    w.option("handle", d.handle.map(|h| format!("{:#x}", h.0)));
     Ok(())
 }

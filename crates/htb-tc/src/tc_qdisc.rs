@@ -3,8 +3,8 @@
 //! classless qdisc at the root (`root cake bandwidth 20mbit …`), and the leaf qdiscs under HTB
 //! classes (`parent 1:10 [handle 10:] cake|fq_codel|sfq|pfifo|bfifo …`).
 
-use htb_core::{ClassId, LeafSpec};
-use htb_ipc::{Command, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
+use htb_core::{ClassId, LeafKind, LeafSpec};
+use htb_ipc::{Command, InterfaceName, LeafQdiscSpec, MqSpec, Object, QdiscSpec, Show};
 
 use crate::action::{Action, Verb, verb};
 use crate::args::{Args, Result, class_id, device, interface, matches, qdisc_handle, usage};
@@ -179,85 +179,89 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     }))
 }
 
-/// `qdisc …`'s words for `c` (one of the qdisc commands), as [`parse`] reads them.
-pub(crate) fn write(c: &Command, w: &mut Words) -> write::Result<()> {
+/// `qdisc VERB dev D root|parent P [handle H:] [stab …] htb …`, as [`parse`] reads it.
+pub(crate) fn write_htb(verb: &str, q: &QdiscSpec, w: &mut Words) -> write::Result<()> {
     w.word("qdisc");
-    match c {
-        Command::QdiscAdd(q) | Command::QdiscChange(q) | Command::QdiscReplace(q) => {
-            w.word(verb_word(c));
-            w.dev(&q.dev)?;
-            place(w, q.parent, q.handle)?;
-            if let Some(s) = &q.stab {
-                tc_stab::write(s, w);
-            }
-            w.word("htb");
-            q_htb::write_qdisc(q, w);
-        }
-        Command::MqAdd(m) | Command::MqReplace(m) => {
-            w.word(verb_word(c));
-            w.dev(&m.dev)?;
-            place(w, None, m.handle)?;
-            w.word("mq");
-        }
-        Command::QdiscDelete { dev } => {
-            w.word("del");
-            w.dev(dev)?;
-            w.word("root");
-        }
-        Command::IngressAdd { dev } | Command::IngressDelete { dev } => {
-            w.word(verb_word(c));
-            w.dev(dev)?;
-            w.pair("handle", "ffff:");
-            w.word("ingress");
-        }
-        Command::LeafAdd(l) | Command::LeafChange(l) | Command::LeafReplace(l) => {
-            w.word(verb_word(c));
-            w.dev(&l.dev)?;
-            place(w, l.parent, l.handle)?;
-            if let Some(s) = &l.stab {
-                tc_stab::write(s, w);
-            }
-            w.word(l.leaf.kind().name());
-            qdiscs::write(&l.leaf, w)?;
-        }
-        Command::LeafDelete {
-            dev,
-            parent,
-            handle,
-            kind,
-        } => {
-            w.word("del");
-            w.dev(dev)?;
-            place(w, Some(*parent), *handle)?;
-            if let Some(kind) = kind {
-                // tc reads a kind's options after its name, even for `del`: a kind that has
-                // no defaults (tbf's rate) cannot be named alone.
-                if (qdiscs::by_name(kind.name()).map(|u| u.parse))
-                    .is_some_and(|parse| parse(&mut Args::new(&[])).is_err())
-                {
-                    return Err(write::WriteError::LeafOptions {
-                        kind: kind.name(),
-                        what: "qdisc del names the kind alone, which this kind's options refuse",
-                    });
-                }
-                w.word(kind.name());
-            }
-        }
-        _ => unreachable!("write::command_line sends qdisc commands only"),
+    w.word(verb);
+    w.dev(&q.dev)?;
+    place(w, q.parent, q.handle)?;
+    if let Some(s) = &q.stab {
+        tc_stab::write(s, w);
     }
+    w.word("htb");
+    q_htb::write_qdisc(q, w);
     Ok(())
 }
 
-/// The verb word of a qdisc command.
-fn verb_word(c: &Command) -> &'static str {
-    match c {
-        Command::QdiscChange(_) | Command::LeafChange(_) => "change",
-        Command::QdiscReplace(_) | Command::MqReplace(_) | Command::LeafReplace(_) => "replace",
-        Command::QdiscDelete { .. }
-        | Command::IngressDelete { .. }
-        | Command::LeafDelete { .. } => "del",
-        _ => "add",
+/// `qdisc VERB dev D root [handle H:] mq`.
+pub(crate) fn write_mq(verb: &str, m: &MqSpec, w: &mut Words) -> write::Result<()> {
+    w.word("qdisc");
+    w.word(verb);
+    w.dev(&m.dev)?;
+    place(w, None, m.handle)?;
+    w.word("mq");
+    Ok(())
+}
+
+/// `qdisc del dev D root`.
+pub(crate) fn write_root_delete(dev: &InterfaceName, w: &mut Words) -> write::Result<()> {
+    w.word("qdisc");
+    w.word("del");
+    w.dev(dev)?;
+    w.word("root");
+    Ok(())
+}
+
+/// `qdisc add|del dev D handle ffff: ingress`.
+pub(crate) fn write_ingress(verb: &str, dev: &InterfaceName, w: &mut Words) -> write::Result<()> {
+    w.word("qdisc");
+    w.word(verb);
+    w.dev(dev)?;
+    w.pair("handle", "ffff:");
+    w.word("ingress");
+    Ok(())
+}
+
+/// `qdisc VERB dev D parent P|root [handle H:] [stab …] KIND OPTIONS`: the kind's options by
+/// its entry in the leaf kinds' table.
+pub(crate) fn write_leaf(verb: &str, l: &LeafQdiscSpec, w: &mut Words) -> write::Result<()> {
+    w.word("qdisc");
+    w.word(verb);
+    w.dev(&l.dev)?;
+    place(w, l.parent, l.handle)?;
+    if let Some(s) = &l.stab {
+        tc_stab::write(s, w);
     }
+    w.word(l.leaf.kind().name());
+    qdiscs::write(&l.leaf, w)
+}
+
+/// `qdisc del dev D parent P [handle H:] [KIND]`.
+pub(crate) fn write_leaf_delete(
+    dev: &InterfaceName,
+    parent: ClassId,
+    handle: Option<ClassId>,
+    kind: Option<LeafKind>,
+    w: &mut Words,
+) -> write::Result<()> {
+    w.word("qdisc");
+    w.word("del");
+    w.dev(dev)?;
+    place(w, Some(parent), handle)?;
+    if let Some(kind) = kind {
+        // tc reads a kind's options after its name, even for `del`: a kind that has no
+        // defaults (tbf's rate) cannot be named alone.
+        if (qdiscs::by_name(kind.name()).map(|u| u.parse))
+            .is_some_and(|parse| parse(&mut Args::new(&[])).is_err())
+        {
+            return Err(write::WriteError::LeafOptions {
+                kind: kind.name(),
+                what: "qdisc del names the kind alone, which this kind's options refuse",
+            });
+        }
+        w.word(kind.name());
+    }
+    Ok(())
 }
 
 /// `root|parent P [handle H:]`.

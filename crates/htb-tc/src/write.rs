@@ -52,31 +52,38 @@ pub type Result<T> = core::result::Result<T, WriteError>;
 /// # Errors
 /// What the grammar has no words for ([`WriteError`]).
 pub fn command_line(c: &Command) -> Result<String> {
-    let mut w = Words::default();
+    use crate::{tc_class, tc_filter, tc_qdisc};
+    let mut words = Words::default();
+    let w = &mut words;
     match c {
-        Command::QdiscAdd(_)
-        | Command::QdiscChange(_)
-        | Command::QdiscReplace(_)
-        | Command::MqAdd(_)
-        | Command::MqReplace(_)
-        | Command::QdiscDelete { .. }
-        | Command::IngressAdd { .. }
-        | Command::IngressDelete { .. }
-        | Command::LeafAdd(_)
-        | Command::LeafChange(_)
-        | Command::LeafReplace(_)
-        | Command::LeafDelete { .. } => crate::tc_qdisc::write(c, &mut w)?,
-        Command::ClassAdd(_)
-        | Command::ClassChange(_)
-        | Command::ClassReplace(_)
-        | Command::ClassDelete(_)
-        | Command::ClassLabel(_) => crate::tc_class::write(c, &mut w)?,
-        Command::FilterAdd(_)
-        | Command::FilterChange(_)
-        | Command::FilterReplace(_)
-        | Command::FilterDelete(_) => crate::tc_filter::write(c, &mut w)?,
+        Command::QdiscAdd(q) => tc_qdisc::write_htb("add", q, w)?,
+        Command::QdiscChange(q) => tc_qdisc::write_htb("change", q, w)?,
+        Command::QdiscReplace(q) => tc_qdisc::write_htb("replace", q, w)?,
+        Command::MqAdd(m) => tc_qdisc::write_mq("add", m, w)?,
+        Command::MqReplace(m) => tc_qdisc::write_mq("replace", m, w)?,
+        Command::QdiscDelete { dev } => tc_qdisc::write_root_delete(dev, w)?,
+        Command::IngressAdd { dev } => tc_qdisc::write_ingress("add", dev, w)?,
+        Command::IngressDelete { dev } => tc_qdisc::write_ingress("del", dev, w)?,
+        Command::LeafAdd(l) => tc_qdisc::write_leaf("add", l, w)?,
+        Command::LeafChange(l) => tc_qdisc::write_leaf("change", l, w)?,
+        Command::LeafReplace(l) => tc_qdisc::write_leaf("replace", l, w)?,
+        Command::LeafDelete {
+            dev,
+            parent,
+            handle,
+            kind,
+        } => tc_qdisc::write_leaf_delete(dev, *parent, *handle, *kind, w)?,
+        Command::ClassAdd(s) => tc_class::write_class("add", s, w)?,
+        Command::ClassChange(s) => tc_class::write_class("change", s, w)?,
+        Command::ClassReplace(s) => tc_class::write_class("replace", s, w)?,
+        Command::ClassDelete(d) => tc_class::write_delete(d, w)?,
+        Command::ClassLabel(l) => tc_class::write_label(l, w)?,
+        Command::FilterAdd(f) => tc_filter::write_filter("add", f, w)?,
+        Command::FilterChange(f) => tc_filter::write_filter("change", f, w)?,
+        Command::FilterReplace(f) => tc_filter::write_filter("replace", f, w)?,
+        Command::FilterDelete(d) => tc_filter::write_delete(d, w)?,
     }
-    Ok(w.line)
+    Ok(words.line)
 }
 
 /// A command line being written: words with a space between them.
