@@ -7,7 +7,7 @@ use htb_ipc::{ClassLabel, Command, Device, LabelFields, LabelSpec, LabelText, Ma
 
 use crate::action::Action;
 use crate::args::{Args, Result, class_id, interface, usage};
-use crate::write::{self, Words, WriteError};
+use crate::words::{self, Words, WriteError};
 
 /// `htb-cli class label help`.
 pub(super) const USAGE: &str = "\
@@ -90,7 +90,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
 
 /// `label dev D classid C …`'s words (after `class`): the label's own words, as the one
 /// writer of them ([`ClassLabel::words`]) quotes them.
-pub(crate) fn write(l: &LabelSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write(l: &LabelSpec, w: &mut Words) -> words::Result<()> {
     w.word("label");
     w.dev(&l.dev)?;
     w.pair("classid", l.id);

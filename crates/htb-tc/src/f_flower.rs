@@ -5,7 +5,7 @@ use htb_ipc::{FilterSpec, PortRange, Protocol};
 use crate::args::{Args, Result, class_id, illegal, matches, number, u16_arg, usage};
 use crate::match_values::{prefix, tos_to_dscp};
 use crate::usage::FILTER_USAGE;
-use crate::write::{self, Words, WriteError};
+use crate::words::{self, Words, WriteError};
 
 /// `flower_parse_opt`.
 ///
@@ -95,7 +95,7 @@ pub(super) fn options(a: &mut Args<'_>, spec: &mut FilterSpec) -> Result<()> {
 ///
 /// # Errors
 /// What flower cannot say: u32's hash tables and general keys.
-pub(crate) fn write(spec: &FilterSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write(spec: &FilterSpec, w: &mut Words) -> words::Result<()> {
     let m = &spec.matcher;
     let refuse = |what| {
         Err(WriteError::NotInKind {

@@ -8,7 +8,7 @@ use crate::args::{Args, Result, UsageError, class_id, illegal, mask, matches, nu
 use crate::match_values::{port_range, prefix, tos_to_dscp};
 use crate::u32_keys::{self, RawKeys};
 use crate::usage::FILTER_USAGE;
-use crate::write::{self, Words, WriteError};
+use crate::words::{self, Words, WriteError};
 
 fn set_once<T>(slot: &mut Option<T>, value: T, what: &str) -> Result<()> {
     if slot.is_some() {
@@ -229,7 +229,7 @@ fn layer(spec: &FilterSpec) -> &'static str {
 }
 
 /// A port range as u32's value and mask (a block of contiguous low bits).
-fn port_words(range: PortRange) -> write::Result<(u16, u16)> {
+fn port_words(range: PortRange) -> words::Result<(u16, u16)> {
     let span = u32::from(range.last - range.first) + 1;
     if range.first > range.last || !span.is_power_of_two() || u32::from(range.first) % span != 0 {
         return Err(WriteError::PortRange(range));
@@ -245,7 +245,7 @@ fn port_words(range: PortRange) -> write::Result<(u16, u16)> {
 ///
 /// # Errors
 /// What u32 cannot say: a VLAN, a port range that is no value/mask block.
-pub(crate) fn write(spec: &FilterSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write(spec: &FilterSpec, w: &mut Words) -> words::Result<()> {
     let h = &spec.hashing;
     w.option("divisor", h.divisor);
     if let Some((table, bucket)) = h.table {

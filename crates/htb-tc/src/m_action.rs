@@ -2,7 +2,7 @@
 //! module, as tc does.
 
 use crate::args::{Args, Result};
-use crate::write::{self, Words};
+use crate::words::{self, Words};
 use crate::{m_gact, m_mirred, m_police};
 
 /// One `action …` of a filter: `police …` (`m_police.c`), `mirred egress redirect dev IFB`
@@ -37,7 +37,7 @@ pub(crate) fn write(
     police: Option<&htb_ipc::PoliceConfig>,
     redirect: Option<&str>,
     w: &mut Words,
-) -> write::Result<()> {
+) -> words::Result<()> {
     if let Some(p) = police {
         w.word("action");
         w.word("police");

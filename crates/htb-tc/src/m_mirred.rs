@@ -6,7 +6,7 @@
 use htb_ipc::InterfaceName;
 
 use crate::args::{Args, Result, interface, usage};
-use crate::write::{self, Words};
+use crate::words::{self, Words};
 
 const MIRRED_USAGE: &str = "Usage: mirred <DIRECTION> <ACTION> [index INDEX] <dev DEVICENAME>
 where:
@@ -66,7 +66,7 @@ pub(super) fn options(a: &mut Args<'_>) -> Result<InterfaceName> {
 ///
 /// # Errors
 /// A device name no tc line can carry.
-pub(crate) fn write(dev: &str, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write(dev: &str, w: &mut Words) -> words::Result<()> {
     w.word("egress");
     w.word("redirect");
     w.dev(dev)

@@ -6,7 +6,7 @@ use htb_core::{LengthAdjust, Rate};
 use htb_ipc::{ControlAction, PoliceConfig};
 
 use crate::args::{Args, Result, illegal, link_layer, matches, usage};
-use crate::write::{RateWord, Words};
+use crate::words::{RateWord, Words};
 
 /// `m_police.c`'s usage.
 pub(super) const POLICE_USAGE: &str = "\

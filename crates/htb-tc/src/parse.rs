@@ -14,19 +14,10 @@
 pub use crate::action::{Action, Monitor};
 use crate::args::{Args, Result, illegal, interface, usage};
 pub use crate::args::{UsageError, matches};
+pub use crate::link_speed::{LinkSpeed, no_link_speed};
 pub use crate::options::Options;
 use crate::usage::USAGE;
 use crate::{tc_class, tc_filter, tc_qdisc};
-
-/// A link's speed by interface name, for `rate N%` (tc reads `/sys/class/net/DEV/speed`);
-/// `None`: not known, and a percentage is refused saying so.
-pub type LinkSpeed<'a> = &'a dyn Fn(&str) -> Option<htb_core::Rate>;
-
-/// No link speed is known (a percentage rate is refused): what the plain parsers use.
-#[must_use]
-pub fn no_link_speed(_dev: &str) -> Option<htb_core::Rate> {
-    None
-}
 
 /// A parsed command line: options and the action.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use htb_core::units::{UnitError, parse_rate_or_percent, parse_size};
 use htb_ipc::{ClassId, ClassSpec, InterfaceName, QdiscSpec, Rate};
 
 use crate::args::{Args, Result, illegal, link_layer, matches, u16_arg, u32_arg, usage};
-use crate::parse::LinkSpeed;
-use crate::write::{RateWord, Words};
+use crate::link_speed::LinkSpeed;
+use crate::words::{RateWord, Words};
 
 /// `tc qdisc … htb` usage, the leaf kinds listed from their table (made once).
 pub(super) fn qdisc_usage() -> &'static str {

@@ -5,9 +5,9 @@ use htb_ipc::{ClassDelete, ClassSpec, Command, LabelSpec, Object, Parent, Show};
 
 use crate::action::{Action, Verb, verb};
 use crate::args::{Args, Result, class_id, device, interface, matches, usage};
-use crate::parse::LinkSpeed;
+use crate::link_speed::LinkSpeed;
 use crate::q_htb;
-use crate::write::{self, Words};
+use crate::words::{self, Words};
 
 /// Parses the words after `class`.
 pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Action> {
@@ -92,7 +92,7 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
 }
 
 /// `class VERB dev D parent P|root classid C htb …`, as [`parse`] reads it.
-pub(crate) fn write_class(verb: &str, s: &ClassSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_class(verb: &str, s: &ClassSpec, w: &mut Words) -> words::Result<()> {
     w.word("class");
     w.word(verb);
     w.dev(&s.dev)?;
@@ -107,7 +107,7 @@ pub(crate) fn write_class(verb: &str, s: &ClassSpec, w: &mut Words) -> write::Re
 }
 
 /// `class del dev D classid C`.
-pub(crate) fn write_delete(d: &ClassDelete, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_delete(d: &ClassDelete, w: &mut Words) -> words::Result<()> {
     w.word("class");
     w.word("del");
     w.dev(&d.dev)?;
@@ -116,7 +116,7 @@ pub(crate) fn write_delete(d: &ClassDelete, w: &mut Words) -> write::Result<()> 
 }
 
 /// `class label …` (htbd's own verb; its words are `class_label`'s).
-pub(crate) fn write_label(l: &LabelSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_label(l: &LabelSpec, w: &mut Words) -> words::Result<()> {
     w.word("class");
     crate::class_label::write(l, w)
 }

@@ -8,7 +8,7 @@ use htb_ipc::{
 use crate::action::{Action, Verb, verb};
 use crate::args::{Args, Result, class_id, device, illegal, interface, matches, u32_arg, usage};
 use crate::usage::FILTER_USAGE;
-use crate::write::{self, Words};
+use crate::words::{self, Words};
 use crate::{f_flower, f_u32};
 
 /// Parses the words after `filter`.
@@ -170,7 +170,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
 
 /// `filter VERB dev D [parent Q] protocol P [pref N] [handle H] KIND … [classid C] [action …]`,
 /// as [`parse`] reads it.
-pub(crate) fn write_filter(verb: &str, f: &FilterSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_filter(verb: &str, f: &FilterSpec, w: &mut Words) -> words::Result<()> {
     w.word("filter");
     w.word(verb);
     w.dev(&f.dev)?;
@@ -190,7 +190,7 @@ pub(crate) fn write_filter(verb: &str, f: &FilterSpec, w: &mut Words) -> write::
 }
 
 /// `filter del dev D [parent Q] [pref N [handle H]]`.
-pub(crate) fn write_delete(d: &FilterDelete, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_delete(d: &FilterDelete, w: &mut Words) -> words::Result<()> {
     w.word("filter");
     w.word("del");
     w.dev(&d.dev)?;

@@ -8,7 +8,7 @@ use htb_ipc::{Command, InterfaceName, LeafQdiscSpec, MqSpec, Object, QdiscSpec, 
 
 use crate::action::{Action, Verb, verb};
 use crate::args::{Args, Result, class_id, device, interface, matches, qdisc_handle, usage};
-use crate::write::{self, Words};
+use crate::words::{self, Words};
 use crate::{q_htb, qdiscs, tc_stab};
 
 /// Parses the words after `qdisc`.
@@ -180,7 +180,7 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
 }
 
 /// `qdisc VERB dev D root|parent P [handle H:] [stab …] htb …`, as [`parse`] reads it.
-pub(crate) fn write_htb(verb: &str, q: &QdiscSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_htb(verb: &str, q: &QdiscSpec, w: &mut Words) -> words::Result<()> {
     w.word("qdisc");
     w.word(verb);
     w.dev(&q.dev)?;
@@ -194,7 +194,7 @@ pub(crate) fn write_htb(verb: &str, q: &QdiscSpec, w: &mut Words) -> write::Resu
 }
 
 /// `qdisc VERB dev D root [handle H:] mq`.
-pub(crate) fn write_mq(verb: &str, m: &MqSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_mq(verb: &str, m: &MqSpec, w: &mut Words) -> words::Result<()> {
     w.word("qdisc");
     w.word(verb);
     w.dev(&m.dev)?;
@@ -204,7 +204,7 @@ pub(crate) fn write_mq(verb: &str, m: &MqSpec, w: &mut Words) -> write::Result<(
 }
 
 /// `qdisc del dev D root`.
-pub(crate) fn write_root_delete(dev: &InterfaceName, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_root_delete(dev: &InterfaceName, w: &mut Words) -> words::Result<()> {
     w.word("qdisc");
     w.word("del");
     w.dev(dev)?;
@@ -213,7 +213,7 @@ pub(crate) fn write_root_delete(dev: &InterfaceName, w: &mut Words) -> write::Re
 }
 
 /// `qdisc add|del dev D handle ffff: ingress`.
-pub(crate) fn write_ingress(verb: &str, dev: &InterfaceName, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_ingress(verb: &str, dev: &InterfaceName, w: &mut Words) -> words::Result<()> {
     w.word("qdisc");
     w.word(verb);
     w.dev(dev)?;
@@ -224,7 +224,7 @@ pub(crate) fn write_ingress(verb: &str, dev: &InterfaceName, w: &mut Words) -> w
 
 /// `qdisc VERB dev D parent P|root [handle H:] [stab …] KIND OPTIONS`: the kind's options by
 /// its entry in the leaf kinds' table.
-pub(crate) fn write_leaf(verb: &str, l: &LeafQdiscSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write_leaf(verb: &str, l: &LeafQdiscSpec, w: &mut Words) -> words::Result<()> {
     w.word("qdisc");
     w.word(verb);
     w.dev(&l.dev)?;
@@ -243,7 +243,7 @@ pub(crate) fn write_leaf_delete(
     handle: Option<ClassId>,
     kind: Option<LeafKind>,
     w: &mut Words,
-) -> write::Result<()> {
+) -> words::Result<()> {
     w.word("qdisc");
     w.word("del");
     w.dev(dev)?;
@@ -254,7 +254,7 @@ pub(crate) fn write_leaf_delete(
         if (qdiscs::by_name(kind.name()).map(|u| u.parse))
             .is_some_and(|parse| parse(&mut Args::new(&[])).is_err())
         {
-            return Err(write::WriteError::LeafOptions {
+            return Err(words::WriteError::LeafOptions {
                 kind: kind.name(),
                 what: "qdisc del names the kind alone, which this kind's options refuse",
             });
@@ -265,14 +265,14 @@ pub(crate) fn write_leaf_delete(
 }
 
 /// `root|parent P [handle H:]`.
-fn place(w: &mut Words, parent: Option<ClassId>, handle: Option<ClassId>) -> write::Result<()> {
+fn place(w: &mut Words, parent: Option<ClassId>, handle: Option<ClassId>) -> words::Result<()> {
     match parent {
         Some(p) => w.pair("parent", p),
         None => w.word("root"),
     }
     if let Some(h) = handle {
         if h.minor() != 0 {
-            return Err(write::WriteError::QdiscHandle(h));
+            return Err(words::WriteError::QdiscHandle(h));
         }
         w.pair("handle", h);
     }

@@ -3,7 +3,7 @@
 
 use htb_core::SizeSpec;
 
-use crate::write::Words;
+use crate::words::Words;
 
 use crate::args::{Args, Result, UsageError, illegal, link_layer, matches, u32_arg, usage};
 

@@ -15,7 +15,7 @@ use htb_ipc::LeafQdiscStats;
 use serde_json::{Map, Value};
 
 use crate::args::{Args, Result};
-use crate::write::{self, Words};
+use crate::words::{self, Words};
 
 /// One kind's `qdisc_util`: what reads its options.
 #[derive(Clone, Copy)]
@@ -107,7 +107,7 @@ pub fn xstats_json(stats: &LeafQdiscStats, o: &mut Map<String, Value>) {
 ///
 /// # Errors
 /// Options the kind's words cannot give.
-pub(crate) fn write(spec: &LeafSpec, w: &mut Words) -> write::Result<()> {
+pub(crate) fn write(spec: &LeafSpec, w: &mut Words) -> words::Result<()> {
     match spec {
         LeafSpec::Pfifo { limit } | LeafSpec::Bfifo { limit } => q_fifo::write(*limit, w),
         LeafSpec::Sfq(s) => q_sfq::write(s, w),

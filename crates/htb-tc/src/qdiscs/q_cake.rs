@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::args::{Args, Result, size_arg, time_arg, usage};
 use crate::units::{rate_text, time_text};
-use crate::write::{self, RateWord, Words, WriteError};
+use crate::words::{self, RateWord, Words, WriteError};
 
 /// Usage of `cake`.
 pub(super) const USAGE: &str = "\
@@ -467,7 +467,7 @@ pub(super) fn xstats_json(s: &CakeStats, o: &mut Map<String, Value>) {
 /// # Errors
 /// A target that neither a preset nor `rtt` gives, or options set apart that the grammar
 /// sets together.
-pub(super) fn write(s: &CakeSpec, w: &mut Words) -> write::Result<()> {
+pub(super) fn write(s: &CakeSpec, w: &mut Words) -> words::Result<()> {
     let refuse = |what| Err(WriteError::LeafOptions { kind: "cake", what });
     match (s.bandwidth, s.autorate_ingress) {
         (Some(r), _) if r == htb_core::Rate::ZERO => w.word("unlimited"),

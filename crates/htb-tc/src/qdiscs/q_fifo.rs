@@ -6,7 +6,7 @@ use htb_core::{LeafKind, LeafSpec};
 use serde_json::{Value, json};
 
 use crate::args::{Args, Result, size_arg, usage};
-use crate::write::Words;
+use crate::words::Words;
 
 /// Usage of `pfifo`/`bfifo`.
 pub(super) const USAGE: &str = "Usage: ... <[p|b]fifo | pfifo_head_drop> [ limit NUMBER ]";

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::args::{Args, Result, number, size_arg, time_arg, usage};
 use crate::units::time_text;
-use crate::write::Words;
+use crate::words::Words;
 
 /// Usage of `fq_codel`.
 pub(super) const USAGE: &str = "\

@@ -8,7 +8,7 @@ use htb_core::{LeafSpec, SfqConfig, SfqSpec};
 use serde_json::{Map, Value, json};
 
 use crate::args::{Args, Result, number, size_arg, usage};
-use crate::write::Words;
+use crate::words::Words;
 
 /// Usage of `sfq`.
 pub(super) const USAGE: &str = "\

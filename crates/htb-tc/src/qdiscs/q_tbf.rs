@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::args::{Args, Result, matches, usage};
 use crate::units::{rate_text, time_text};
-use crate::write::{RateWord, Words};
+use crate::words::{RateWord, Words};
 
 /// Usage of `tbf` (tc's `explain`, without the `overhead` and `linklayer` htbd does not take).
 pub(super) const USAGE: &str = "\
