@@ -6,7 +6,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::host::{cli_bin, htbd_bin, run};
-use crate::lab::{Lab, R};
+use crate::lab::{Lab, N1, R};
 
 /// htbd running in the lab's router namespace.
 #[derive(Debug)]
@@ -20,6 +20,62 @@ pub struct Htbd {
 }
 
 impl Htbd {
+    /// Pings `dst` from node-1 120 times, one every 50 ms, while this htbd is stopped (SIGSTOP)
+    /// for 3 s in the middle; returns how many replies came within 300 ms (a later one is as
+    /// good as lost to a user). The fail-open tests' measurement, IPv4 or IPv6 by `dst`.
+    ///
+    /// # Panics
+    /// When ping cannot run or htbd cannot be signalled.
+    pub fn pings_answered_across_a_stop(&self, lab: &Lab, dst: &str) -> usize {
+        let mut ping = lab.cmd(N1, "ping");
+        if dst.contains(':') {
+            ping.arg("-6");
+        }
+        let pinger = ping
+            .args(["-n", "-c", "120", "-i", "0.05", "-W", "1", dst])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("ping");
+        std::thread::sleep(Duration::from_millis(1500));
+        self.signal("STOP");
+        std::thread::sleep(Duration::from_secs(3));
+        self.signal("CONT");
+        let out = pinger.wait_with_output().expect("ping");
+        let rtts =
+            crate::latency::Rtts::from_ping_output(&String::from_utf8_lossy(&out.stdout), 120);
+        let prompt = (1..=120)
+            .filter(|&i| rtts.quantile(f64::from(i) / 120.0) <= 300.0)
+            .count();
+        eprintln!(
+            "{prompt} of 120 pings to {dst} answered within 300 ms ({} in all, max {} ms)",
+            rtts.received(),
+            rtts.quantile(1.0)
+        );
+        prompt
+    }
+
+    /// Waits until port `dev` holds no packets (a measurement starting with last
+    /// phase's backlog still queued would share the class with it), up to ten seconds.
+    ///
+    /// # Panics
+    /// When the backlog does not drain.
+    pub fn wait_drained(&self, dev: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = self.cli_ok(&["-s", "-j", "qdisc", "show", "dev", dev]);
+            let list: serde_json::Value = serde_json::from_str(&out).expect("qdisc show -j");
+            let qlen = list[0]["qlen"].as_u64().unwrap_or(0);
+            if qlen == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{dev} still holds {qlen} packets after 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Writes `config` (with `@SOCKET@` and `@STATE@` replaced by temporary paths) and starts
     /// htbd with it; waits until it logs that it runs.
     pub fn start(lab: &Lab, config: &str) -> Self {

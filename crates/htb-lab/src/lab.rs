@@ -7,10 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::host::{gen_bin, repo, run, unavailable};
-use crate::htbd::Htbd;
-use crate::load::Load;
-use crate::owed::Counted;
+use crate::host::{repo, run, unavailable};
 
 /// One lab at a time in this process: labs measure rates, so they must not share two cores.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -157,40 +154,6 @@ impl Lab {
             stalls,
             _serial: serial,
         })
-    }
-
-    /// Pings `dst` from node-1 120 times, one every 50 ms, while `htbd` is stopped (SIGSTOP)
-    /// for 3 s in the middle; returns how many replies came within 300 ms (a later one is as
-    /// good as lost to a user). The fail-open tests' measurement, IPv4 or IPv6 by `dst`.
-    ///
-    /// # Panics
-    /// When ping cannot run or htbd cannot be signalled.
-    pub fn pings_answered_across_a_stop(&self, htbd: &Htbd, dst: &str) -> usize {
-        let mut ping = self.cmd(N1, "ping");
-        if dst.contains(':') {
-            ping.arg("-6");
-        }
-        let pinger = ping
-            .args(["-n", "-c", "120", "-i", "0.05", "-W", "1", dst])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("ping");
-        std::thread::sleep(Duration::from_millis(1500));
-        htbd.signal("STOP");
-        std::thread::sleep(Duration::from_secs(3));
-        htbd.signal("CONT");
-        let out = pinger.wait_with_output().expect("ping");
-        let rtts =
-            crate::latency::Rtts::from_ping_output(&String::from_utf8_lossy(&out.stdout), 120);
-        let prompt = (1..=120)
-            .filter(|&i| rtts.quantile(f64::from(i) / 120.0) <= 300.0)
-            .count();
-        eprintln!(
-            "{prompt} of 120 pings to {dst} answered within 300 ms ({} in all, max {} ms)",
-            rtts.received(),
-            rtts.quantile(1.0)
-        );
-        prompt
     }
 
     /// The stalls imitated in this lab (`HTB_LAB_STALLS`), if any.
@@ -428,28 +391,6 @@ impl Lab {
         }
     }
 
-    /// Waits until `htbd`'s port `dev` holds no packets (a measurement starting with last
-    /// phase's backlog still queued would share the class with it), up to ten seconds.
-    ///
-    /// # Panics
-    /// When the backlog does not drain.
-    pub fn wait_drained(&self, htbd: &Htbd, dev: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let out = htbd.cli_ok(&["-s", "-j", "qdisc", "show", "dev", dev]);
-            let list: serde_json::Value = serde_json::from_str(&out).expect("qdisc show -j");
-            let qlen = list[0]["qlen"].as_u64().unwrap_or(0);
-            if qlen == 0 {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{dev} still holds {qlen} packets after 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
     /// Runs an iperf3 client from `which` to `ip:port` for `secs`; `udp` gives the offered
     /// rate. Returns the JSON report.
     pub fn iperf(
@@ -535,110 +476,6 @@ impl Lab {
             .stderr(Stdio::null())
             .spawn()
             .expect("iperf3 -c")
-    }
-
-    /// Offers UDP at `offered` (iperf3's payload rate, e.g. "120M") from node-1 to
-    /// node-2:`port` for `secs` and measures, over the steady part (after 1.2 s, until a
-    /// second before the end), the L2 rate node-1 sent and the L2 rate arriving at node-2.
-    pub fn udp_load(&self, port: u16, offered: &str, secs: u32) -> Load {
-        self.udp_loads(&[(port, offered)], secs)
-    }
-
-    /// As [`udp_load`](Self::udp_load), with one flow per `(port, offered)` at once; the rates
-    /// are their sums.
-    pub fn udp_loads(&self, flows: &[(u16, &str)], secs: u32) -> Load {
-        self.udp_loads_sized(flows, secs, 1400)
-    }
-
-    /// As [`udp_loads`](Self::udp_loads), with `len`-byte datagrams.
-    pub fn udp_loads_sized(&self, flows: &[(u16, &str)], secs: u32, len: usize) -> Load {
-        let _servers: Vec<Reaped> = flows
-            .iter()
-            .map(|&(port, _)| self.iperf_server(N2, port))
-            .collect();
-        let clients: Vec<Child> = flows
-            .iter()
-            .map(|&(port, offered)| self.udp_flow_sized(port, offered, secs, len))
-            .collect();
-        let load = self.measure_load(
-            Duration::from_millis(1200),
-            Duration::from_secs(u64::from(secs) - 2),
-        );
-        for client in clients {
-            let _ = client.wait_with_output();
-        }
-        load
-    }
-
-    /// The L2 rate arriving at node-2 while node-1 offers UDP at `offered` (see
-    /// [`udp_load`](Self::udp_load)), in bit/s.
-    pub fn udp_rate_at_n2(&self, port: u16, offered: &str, secs: u32) -> f64 {
-        self.udp_load(port, offered, secs).delivered_bps()
-    }
-
-    /// Offers `size`-byte UDP frames from node-1 to node-2:`dport` paced at `rate` (L2, e.g.
-    /// "1.3gbit") with the AF_XDP generator `htb-xdp-gen` for `secs`, and measures as
-    /// [`udp_load`](Self::udp_load). No receiver listens: node-2 counts the frames and drops
-    /// them (its ICMP replies are rate-limited by the kernel).
-    ///
-    /// # Panics
-    /// When the generator cannot be started (it is built next to htbd: `cargo build --release
-    /// -p htb-xdp-gen`).
-    pub fn xdp_load(&self, dport: u16, rate: &str, size: usize, secs: u32) -> Load {
-        let generator = gen_bin();
-        let child = self
-            .cmd(N1, generator.to_str().unwrap_or("htb-xdp-gen"))
-            .args(["eth0", "--src-mac", "02:00:0a:c9:01:02"])
-            .args(["--dst-mac", "02:00:0a:c9:01:01", "--src-ip", "10.201.1.2"])
-            .args(["--dst-ip", "10.201.2.2", "--dport", &dport.to_string()])
-            .args(["--size", &size.to_string(), "--rate", rate])
-            .args(["--seconds", &secs.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", generator.display()));
-        let load = self.measure_load(
-            Duration::from_millis(1200),
-            Duration::from_secs(u64::from(secs) - 2),
-        );
-        let out = child.wait_with_output().expect("htb-xdp-gen");
-        assert!(
-            out.status.success(),
-            "htb-xdp-gen failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        load
-    }
-
-    /// Waits `skip`, then counts node-1's L2 bytes sent and node-2's received over `window`.
-    /// The clock is read on both sides of each pair of counter reads, so that the window's
-    /// length is known within what reading them took (a stall of this process between a
-    /// counter and the clock cannot pass for the shaper's).
-    pub fn measure_load(&self, skip: Duration, window: Duration) -> Load {
-        std::thread::sleep(skip);
-        let read = || {
-            let before = Instant::now();
-            let counters = (
-                self.tx_counters(N1, "eth0").0,
-                self.rx_counters(N2, "eth0").0,
-            );
-            (before, counters, Instant::now())
-        };
-        crate::accounted::window_edge();
-        let (a0, (s0, r0), b0) = read();
-        std::thread::sleep(window);
-        let (a1, (s1, r1), b1) = read();
-        crate::accounted::window_edge();
-        let (shortest, longest) = ((a1 - b0).as_secs_f64(), (b1 - a0).as_secs_f64());
-        let counted = |bytes: u64| Counted {
-            bytes: bytes as f64,
-            shortest,
-            longest,
-        };
-        Load {
-            offered: counted(s1 - s0),
-            delivered: counted(r1 - r0),
-        }
     }
 }
 

@@ -279,7 +279,7 @@ fn the_console_shows_a_shaped_subscriber_live_and_prometheus_scrapes_it() {
         "premise: the class was full (it dropped): {before} → {after}"
     );
     let _ = flow.wait_with_output();
-    lab.wait_drained(&htbd, "r2");
+    htbd.wait_drained("r2");
 
     // At rest, the page, the CLI and Prometheus give the same counters.
     let cli = htbd.class_stats("r2", "1:10");

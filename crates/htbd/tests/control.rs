@@ -272,7 +272,7 @@ fn rate_change_under_load(workers: u32) {
     // Going down, the queue built at 60 Mbit/s first drains at the new rate.
     second("first second after 60 → 20 Mbit/s", 20e6, 0.05);
     drop(_flow);
-    lab.wait_drained(&htbd, "r2");
+    htbd.wait_drained("r2");
 
     // Nothing lost: a TCP flow with a bounded window through the same changes retransmits
     // nothing, and htbd drops nothing.

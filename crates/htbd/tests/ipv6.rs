@@ -73,7 +73,7 @@ fn udp_and_tcp_are_shaped(lab: &Lab, htbd: &Htbd, mode: &str) {
         0.01,
         || lab.udp_load(5201, "15M", 6),
     );
-    lab.wait_drained(htbd, "r2");
+    htbd.wait_drained("r2");
     let before = htbd.class_stats("r2", "1:10");
     let _server = lab.iperf_server(N2, 5202);
     let client: Reaped = lab
@@ -181,7 +181,7 @@ fn a_stopped_data_plane_fails_open_for_ipv6() {
     let htbd = Htbd::start(&lab, &config("router"));
     assert_reachable(&lab);
     // 120 pings, one every 50 ms; htbd is stopped for 3 s in the middle.
-    let prompt = lab.pings_answered_across_a_stop(&htbd, lab.n2_ip());
+    let prompt = htbd.pings_answered_across_a_stop(&lab, lab.n2_ip());
     assert!(
         prompt >= 115,
         "only {prompt} of 120 IPv6 pings answered within 300 ms"

@@ -213,7 +213,7 @@ fn borrowing(workers: u32) {
     );
     // Both busy: each gets its rate. The first phase's flow must be gone first: its backlog
     // (fq_codel holds up to 10 240 packets of an unresponsive flood) would share 1:10.
-    lab.wait_drained(&htbd, "r2");
+    htbd.wait_drained("r2");
     let before = [
         htbd.class_stats("r2", "1:10"),
         htbd.class_stats("r2", "1:20"),

@@ -243,7 +243,7 @@ fn a_stopped_data_plane_fails_open_and_shaping_resumes() {
     let htbd = Htbd::start(&lab, &one_class("10mbit"));
     assert_eq!(lab.ping(N1, "10.201.2.2", 3, "0.1"), 3);
     // 120 pings, one every 50 ms; htbd is stopped for 3 s in the middle.
-    let prompt = lab.pings_answered_across_a_stop(&htbd, "10.201.2.2");
+    let prompt = htbd.pings_answered_across_a_stop(&lab, "10.201.2.2");
     // The XDP program hands frames to the kernel once the heartbeat is 100 ms old: the pings in
     // that window, and those queued in htbd when it stopped, may be late or lost.
     assert!(
