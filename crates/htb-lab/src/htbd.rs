@@ -41,8 +41,7 @@ impl Htbd {
         std::thread::sleep(Duration::from_secs(3));
         self.signal("CONT");
         let out = pinger.wait_with_output().expect("ping");
-        let rtts =
-            crate::latency::Rtts::from_ping_output(&String::from_utf8_lossy(&out.stdout), 120);
+        let rtts = crate::rtts::Rtts::from_ping_output(&String::from_utf8_lossy(&out.stdout), 120);
         let prompt = (1..=120)
             .filter(|&i| rtts.quantile(f64::from(i) / 120.0) <= 300.0)
             .count();

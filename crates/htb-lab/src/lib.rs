@@ -19,6 +19,7 @@ mod load;
 pub mod owed;
 pub use owed::{Counted, Promise, Stalls, assert_filled, assert_owed};
 pub mod prometheus_server;
+mod rtts;
 pub mod scale;
 pub mod shaper;
 pub mod soak;
