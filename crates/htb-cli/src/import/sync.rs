@@ -842,11 +842,11 @@ mod tests {
         // or byte 5 (IPv6), each address in its bucket.
         for line in [
             "filter add dev lan0 parent 1: protocol ip pref 10 handle 0x1000000 u32 divisor 256",
-            "filter add dev lan0 parent 1: protocol ip pref 10 u32 link 10: hashkey mask 0x000000ff at 16",
+            "filter add dev lan0 parent 1: protocol ip pref 10 u32 match u32 0 0 link 10: hashkey mask 0x000000ff at 16",
             "filter add dev lan0 parent 1: protocol ip pref 10 u32 ht 10:e: match ip dst 100.64.0.14/32 classid 1:100",
-            "filter add dev lan0 parent 1: protocol ipv6 pref 11 u32 link 11: hashkey mask 0x00ff0000 at 28",
+            "filter add dev lan0 parent 1: protocol ipv6 pref 11 u32 match u32 0 0 link 11: hashkey mask 0x00ff0000 at 28",
             "filter add dev lan0 parent 1: protocol ipv6 pref 11 u32 ht 11:0: match ip6 dst fd00:1::/56 classid 1:100",
-            "filter add dev wan0 parent 1: protocol ip pref 10 u32 link 10: hashkey mask 0x000000ff at 12",
+            "filter add dev wan0 parent 1: protocol ip pref 10 u32 match u32 0 0 link 10: hashkey mask 0x000000ff at 12",
         ] {
             assert!(b.text().contains(line), "{line}\n{}", b.text());
         }
@@ -915,7 +915,7 @@ mod tests {
         let text = &b.text();
         for line in [
             "filter add dev lan0 parent 1: protocol ip pref 10 handle 0x1000000 u32 divisor 256\n",
-            "filter add dev lan0 parent 1: protocol ip pref 10 u32 link 10: hashkey mask 0x0000ff00 at 16\n",
+            "filter add dev lan0 parent 1: protocol ip pref 10 u32 match u32 0 0 link 10: hashkey mask 0x0000ff00 at 16\n",
             "filter add dev lan0 parent 1: protocol ip pref 10 handle 0x1100000 u32 divisor 256\n",
             "filter add dev lan0 parent 1: protocol ip pref 10 u32 ht 10:0: match u32 0x00000000 0x0000ff00 at 16 link 11: hashkey mask 0x000000ff at 16\n",
             "filter add dev lan0 parent 1: protocol ip pref 10 u32 ht 11:5: match ip dst 10.0.0.5/32 classid 1:105\n",
