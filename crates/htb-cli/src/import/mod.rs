@@ -1,8 +1,9 @@
 //! `htb-cli import ShapedDevices.csv [--network network.json]`: LibreQoS's subscriber list
 //! ([`shaped_devices`], grouped into [`circuits`]) and node hierarchy ([`network`]) made what
 //! runs: [`sync`] compares them with htbd's trees and makes the [`batch`] of the differences
-//! (typed commands; tc's text only when printed), sent as one atomic request — every change appears in both trees at once, or nothing
-//! changes, and whatever did not change is not touched.
+//! (typed commands; tc's text only when printed), sent as one atomic request — every change
+//! appears in both trees at once, or nothing changes, and whatever did not change is not
+//! touched.
 
 pub mod batch;
 pub mod circuits;

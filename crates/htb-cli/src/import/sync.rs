@@ -815,6 +815,16 @@ mod tests {
         assert_eq!(again.text(), "");
     }
 
+    /// A refused command is quoted by making the batch again (`import::run` keeps no copy of
+    /// what it sent): the same files over the same trees make the same commands.
+    #[test]
+    fn the_same_files_over_the_same_trees_make_the_same_batch() {
+        let p = placement(&[("AP_A", "1:a")]);
+        let make = || batch(&circuits(ROWS), None, &p, &base(), 0x100).unwrap();
+        let (a, b) = (make(), make());
+        assert_eq!((a.commands, a.origin), (b.commands, b.origin));
+    }
+
     #[test]
     fn a_first_import_adds_everything_as_tc_text() {
         let c = circuits(ROWS);
