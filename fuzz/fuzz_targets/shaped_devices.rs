@@ -1,6 +1,7 @@
 //! `htb-cli import FILE.csv`: LibreQoS's ShapedDevices.csv read, grouped into circuits and
-//! turned into a tc batch (a sync over an empty tree: everything added). Whatever the file holds, a file that is accepted must give a batch
-//! htb-cli's own parser accepts (free text — names, ids with line breaks — stays in comments).
+//! turned into a batch (a sync over an empty tree: everything added). Whatever the file holds, a
+//! file that is accepted must give a batch that prints as tc's lines htb-cli's own parser reads
+//! back as the same commands (free text — names, ids with line breaks — stays in comments).
 #![no_main]
 
 use std::collections::BTreeMap;
@@ -30,9 +31,22 @@ fuzz_target!(|data: &[u8]| {
     let Ok(b) = batch(&circuits, None, &placement, &BTreeMap::new(), 0x100) else {
         return;
     };
-    let text = b.text;
-    assert_eq!(text.lines().count(), b.origin.len());
-    if let Err((line, e)) = htb_cli::tc::parse::parse_batch(&text) {
-        panic!("generated line {line} does not parse: {e}\n{text}");
+    let mut printed = Vec::new();
+    if let Err(e) = b.print(&mut printed) {
+        panic!("the batch does not print: {e}");
     }
+    let text = String::from_utf8(printed).unwrap();
+    let read = match htb_cli::tc::parse::parse_batch(&text) {
+        Ok(read) => read,
+        Err((line, e)) => panic!("printed line {line} does not parse: {e}\n{text}"),
+    };
+    // What is sent is what the printed batch says.
+    let read: Vec<_> = read
+        .into_iter()
+        .filter_map(|(_, a)| match a {
+            htb_cli::tc::parse::Action::Change(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(read, b.commands, "{text}");
 });

@@ -157,7 +157,7 @@ pub fn run(options: &DemoOptions) -> anyhow::Result<Vec<ClassRow>> {
     std::thread::sleep(Duration::from_millis(500));
 
     println!("== kernel HTB: the same tree through tc (htbd --print-tc), kernel forwarding");
-    let notes = apply_tc(&lab, &htbd::tc_export::port_commands(trees, port))?;
+    let notes = apply_tc(&lab, &htbd::tc_export::port_commands(trees, port)?)?;
     for note in &notes {
         println!("   note: {note}");
     }

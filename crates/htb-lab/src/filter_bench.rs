@@ -109,7 +109,7 @@ fn install_kernel(lab: &Lab, config: &str, subscribers: u32, hashed: bool) -> an
             .replace("@STATE@", "/tmp/x"),
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut lines: Vec<String> = htbd::tc_export::commands(&parsed)
+    let mut lines: Vec<String> = htbd::tc_export::commands(&parsed)?
         .into_iter()
         .filter(|l| !l.contains("|| true"))
         .filter(|l| !(hashed && l.starts_with("tc filter")))

@@ -82,7 +82,7 @@ pub fn install(lab: &Lab, shaper: Shaper, config: &str) -> anyhow::Result<Instal
                     .replace("@STATE@", "/tmp/x"),
             )
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-            let notes = apply_tc(lab, &htbd::tc_export::commands(&config))?;
+            let notes = apply_tc(lab, &htbd::tc_export::commands(&config)?)?;
             // The same notes at every install: once per process is enough.
             static NOTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
             if !notes.is_empty() && !NOTED.swap(true, std::sync::atomic::Ordering::Relaxed) {

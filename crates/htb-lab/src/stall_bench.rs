@@ -132,7 +132,7 @@ fn measure(
                     .replace("@STATE@", "/tmp/x"),
             )
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-            apply_tc(lab, &htbd::tc_export::commands(&parsed))?;
+            apply_tc(lab, &htbd::tc_export::commands(&parsed)?)?;
             crate::shaper::Installed::Tc
         }
         _ => crate::shaper::Installed::Htbd(Box::new(Htbd::start(lab, &config))),

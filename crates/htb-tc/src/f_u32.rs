@@ -298,6 +298,23 @@ pub(crate) fn write(spec: &FilterSpec, w: &mut Words) -> words::Result<()> {
             format_args!("{}{}", if k.nexthdr { "nexthdr+" } else { "" }, k.at),
         );
     }
+    let keyless = m.src.is_none()
+        && m.dst.is_none()
+        && m.sport.is_none()
+        && m.dport.is_none()
+        && m.proto.is_none()
+        && m.dscp.is_none()
+        && m.raw.is_empty();
+    if keyless && h.divisor.is_none() {
+        // tc's `parse_u32` sends a selector (TCA_U32_SEL) only when a `match` is given, and
+        // the kernel's `u32_change` refuses a filter without one ("Selector not specified"):
+        // a filter matching everything says so with a key of zero mask, which reads back as
+        // no key.
+        w.word("match");
+        w.word("u32");
+        w.word(0);
+        w.word(0);
+    }
     if let Some(link) = h.link {
         w.pair("link", format_args!("{link:x}:"));
     }

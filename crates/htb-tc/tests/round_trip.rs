@@ -57,7 +57,7 @@ fn every_command_reads_back_as_itself() {
 
 #[test]
 fn the_words_are_tcs() {
-    let cases: [(Command, &str); 6] = [
+    let cases: [(Command, &str); 7] = [
         (
             Command::QdiscAdd(QdiscSpec {
                 handle: Some(ClassId::new(1, 0)),
@@ -129,6 +129,19 @@ fn the_words_are_tcs() {
                 ..FilterSpec::new("eth0".parse().unwrap())
             }),
             "filter add dev eth0 parent ffff: protocol ip flower ip_proto tcp dst_port 80-90 action mirred egress redirect dev ifb0",
+        ),
+        (
+            // A u32 filter matching everything: tc sends no selector without a `match`, and
+            // the kernel's u32_change refuses a filter without one.
+            Command::FilterAdd(FilterSpec {
+                parent: Some(ClassId::new(1, 0)),
+                protocol: Protocol::All,
+                prio: Some(2),
+                kind: FilterKind::U32,
+                class: Some(ClassId::new(1, 0x10)),
+                ..FilterSpec::new("eth0".parse().unwrap())
+            }),
+            "filter add dev eth0 parent 1: protocol all pref 2 u32 match u32 0 0 classid 1:10",
         ),
         (
             Command::ClassDelete(ClassDelete {

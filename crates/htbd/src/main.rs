@@ -46,10 +46,18 @@ fn main() -> ExitCode {
         }
     };
     if args.print_tc {
-        for line in htbd::tc_export::commands(&config) {
-            println!("{line}");
-        }
-        return ExitCode::SUCCESS;
+        return match htbd::tc_export::commands(&config) {
+            Ok(lines) => {
+                for line in lines {
+                    println!("{line}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("htbd: {}: {e}", args.config.display());
+                ExitCode::FAILURE
+            }
+        };
     }
     if args.check {
         println!("{}: ok", args.config.display());

@@ -1,14 +1,63 @@
 //! `htbd --config FILE --print-tc`: the same trees and filters as kernel `tc` commands — to
-//! compare with the kernel's HTB on the same box, or to go back to it.
+//! compare with the kernel's HTB on the same box, or to go back to it. Each command is built
+//! as the typed [`Command`] htb-cli would send htbd and written by htb-tc's one writer
+//! ([`htb_tc::write::command_line`]), so that the words are tc's own grammar; what u32 cannot
+//! express, and what the kernel must be told beside tc (the IFB device), are written here.
 
 use htb_config::TreeSpec;
-use htb_config::filter::{Filter, Match};
-use htb_core::{LeafConfig, LinkLayer};
+use htb_config::filter::{Family, Filter, Match, PortRange};
+use htb_core::{ClassId, DiffservMode, LeafConfig, LeafSpec, LinkLayer, SizeTable};
+use htb_ipc::{
+    ClassSpec, Command, FilterKind, FilterSpec, InterfaceName, LeafQdiscSpec, MqSpec, Protocol,
+    QdiscSpec,
+};
+use htb_tc::write::{WriteError, command_line};
 use htb_xdp::PortConfig;
 
 use crate::{DaemonConfig, InterfaceTrees};
 
-/// Splits an inclusive port range into `(value, mask)` blocks u32 can match.
+/// Why a port's trees have no tc commands: one of them has no words in tc's grammar.
+#[derive(Debug, thiserror::Error)]
+#[error("{dev}: a command has no tc words: {source}")]
+pub struct TcExportError {
+    /// The port.
+    pub dev: String,
+    /// The writer's reason.
+    #[source]
+    pub source: WriteError,
+}
+
+/// A port's name as a command's `dev`: the one place this module makes one.
+fn dev(port: &InterfaceName) -> InterfaceName {
+    port.clone()
+}
+
+/// The lines for one port, in order: tc commands (`tc …`), shell lines the kernel needs beside
+/// them, and `# …` comments for what tc cannot say.
+struct Lines<'a> {
+    port: &'a InterfaceName,
+    out: Vec<String>,
+}
+
+impl Lines<'_> {
+    /// `c` as tc's command line.
+    fn command(&mut self, c: &Command) -> Result<(), TcExportError> {
+        let line = command_line(c).map_err(|source| TcExportError {
+            dev: self.port.to_string(),
+            source,
+        })?;
+        self.out.push(format!("tc {line}"));
+        Ok(())
+    }
+
+    /// A `# PORT: text` line.
+    fn comment(&mut self, text: &str) {
+        self.out.push(format!("# {}: {text}", self.port));
+    }
+}
+
+/// Splits an inclusive port range into `(value, mask)` blocks u32 can match (the writer
+/// refuses a range that is not one block: `f_u32.c` has one value and mask per key).
 fn port_blocks(first: u16, last: u16) -> Vec<(u16, u16)> {
     let mut blocks = Vec::new();
     let (mut at, last) = (u32::from(first), u32::from(last));
@@ -28,186 +77,283 @@ fn port_blocks(first: u16, last: u16) -> Vec<(u16, u16)> {
     blocks
 }
 
-/// A policer as tc's options (` police rate R burst B … conform-exceed E/C`). A filter whose
-/// port range takes several u32 filters gets one policer on each in the kernel.
-fn police_args(p: &htb_config::filter::PoliceConfig) -> String {
-    let mut out = String::from(" police");
-    if let Some(r) = p.rate {
-        out += &format!(" rate {}bit burst {}", r.bits_per_sec(), p.burst);
+/// `r` as u32 can match it: one range per mask-aligned block.
+fn port_ranges(r: Option<PortRange>) -> Vec<Option<PortRange>> {
+    match r {
+        Some(r) => port_blocks(r.first, r.last)
+            .into_iter()
+            .map(|(value, mask)| {
+                Some(PortRange {
+                    first: value,
+                    last: value | !mask,
+                })
+            })
+            .collect(),
+        None => vec![None],
     }
-    if p.mtu != 0 {
-        out += &format!(" mtu {}", p.mtu);
-    }
-    if let Some(r) = p.peakrate {
-        out += &format!(" peakrate {}bit", r.bits_per_sec());
-    }
-    let a = p.adjust;
-    if a.overhead != 0 {
-        out += &format!(" overhead {}", a.overhead);
-    }
-    if a.mpu != 0 {
-        out += &format!(" mpu {}", a.mpu);
-    }
-    if a.link_layer == LinkLayer::Atm {
-        out += " linklayer atm";
-    }
-    out += &format!(" conform-exceed {}/{}", p.exceed.name(), p.conform.name());
-    out
 }
 
-/// `u32` filters for one filter: kernels without `flower` (like this lab's) have `u32`. Port
-/// ranges become mask-aligned blocks, ports without a protocol one filter per transport; a VLAN
-/// match has no u32 form on egress and is left out with a comment.
-fn u32_filters(dev: &str, major: u16, filter: &Filter, action: Option<&str>) -> Vec<String> {
-    let m: &Match = &filter.matcher;
-    let v6 = m.src.or(m.dst).is_some_and(|p| p.to_string().contains(':'));
-    let family = if v6 { "ip6" } else { "ip" };
+/// The tc protocol of a u32 filter matching `m`: `arp` for ARP; `all` when nothing of an IP
+/// header is matched (raw keys alone, or everything); `ipv6` for IPv6 addresses or family;
+/// `ip` otherwise.
+fn protocol(m: &Match) -> Protocol {
+    let v6 =
+        m.family == Some(Family::V6) || m.src.or(m.dst).is_some_and(|p| p.family() == Family::V6);
+    let ip = m.src.is_some()
+        || m.dst.is_some()
+        || m.proto.is_some()
+        || m.sport.is_some()
+        || m.dport.is_some()
+        || m.dscp.is_some();
+    match (ip, v6) {
+        _ if m.arp => Protocol::Arp,
+        (false, _) => Protocol::All,
+        (true, true) => Protocol::Ipv6,
+        (true, false) => Protocol::Ip,
+    }
+}
+
+/// `u32` filters for one filter on the qdisc `major:`: kernels without `flower` (like this
+/// lab's) have `u32`. Port ranges become mask-aligned blocks, ports without a protocol one
+/// filter per transport (tcp, udp), each with the filter's policer (the kernel polices each
+/// u32 filter on its own); a VLAN match has no u32 form on egress and is left out with a
+/// comment. `redirect`: an ingress filter's `action mirred egress redirect dev IFB`, else its
+/// class; `class`: the class to write (an ingress filter without a redirect names `:1`).
+fn u32_filters(
+    lines: &mut Lines<'_>,
+    major: u16,
+    filter: &Filter,
+    class: Option<ClassId>,
+    redirect: Option<&InterfaceName>,
+) -> Result<(), TcExportError> {
+    let m = &filter.matcher;
+    if m.vlan.is_some() {
+        lines.comment(&format!(
+            "filter \"{m}\" matches a VLAN id, which u32 cannot on egress; left out"
+        ));
+        return Ok(());
+    }
     let protocols: Vec<Option<u8>> = match m.proto {
         Some(p) => vec![Some(p)],
         None if m.sport.is_some() || m.dport.is_some() => vec![Some(6), Some(17)],
         None => vec![None],
     };
-    let blocks = |r: Option<htb_config::filter::PortRange>| match r {
-        Some(r) => port_blocks(r.first, r.last).into_iter().map(Some).collect(),
-        None => vec![None],
-    };
-    let mut out = Vec::new();
-    if m.vlan.is_some() {
-        out.push(format!(
-            "# {dev}: filter \"{m}\" matches a VLAN id, which u32 cannot on egress; left out"
-        ));
-        return out;
-    }
+    let police = filter.police.as_ref().map(|p| Box::new(*p.config()));
     for proto in protocols {
-        for sport in blocks(m.sport) {
-            for dport in blocks(m.dport) {
-                let mut keys = Vec::new();
-                if let Some(p) = m.src {
-                    keys.push(format!("match {family} src {p}"));
-                }
-                if let Some(p) = m.dst {
-                    keys.push(format!("match {family} dst {p}"));
-                }
-                if let Some(p) = proto {
-                    keys.push(format!("match {family} protocol {p} 0xff"));
-                }
-                if let Some((v, mask)) = sport {
-                    keys.push(format!("match {family} sport {v} 0x{mask:x}"));
-                }
-                if let Some((v, mask)) = dport {
-                    keys.push(format!("match {family} dport {v} 0x{mask:x}"));
-                }
-                if let Some(d) = m.dscp {
-                    if v6 {
-                        keys.push(format!("match ip6 priority 0x{:x} 0xfc", d << 2));
-                    } else {
-                        keys.push(format!("match ip tos 0x{:x} 0xfc", d << 2));
-                    }
-                }
-                let ip = !keys.is_empty();
-                for k in m.raw.as_slice() {
-                    keys.push(format!(
-                        "match u32 0x{:08x} 0x{:08x} at {}{}",
-                        k.value,
-                        k.mask,
-                        if k.nexthdr { "nexthdr+" } else { "" },
-                        k.at
-                    ));
-                }
-                if keys.is_empty() {
-                    keys.push("match u32 0 0".into());
-                }
-                let protocol = match (ip, v6) {
-                    _ if m.arp => "arp",
-                    (false, _) => "all",
-                    (true, true) => "ipv6",
-                    (true, false) => "ip",
+        for sport in port_ranges(m.sport) {
+            for dport in port_ranges(m.dport) {
+                let matcher = Match {
+                    proto,
+                    sport,
+                    dport,
+                    ..*m
                 };
-                let police = filter
-                    .police
-                    .as_ref()
-                    .map(|p| police_args(p.config()))
-                    .unwrap_or_default();
-                let tail = match action {
-                    Some(action) => action.to_owned(),
-                    None => format!("flowid {}", filter.class),
+                let spec = FilterSpec {
+                    parent: Some(ClassId::new(major, 0)),
+                    protocol: protocol(&matcher),
+                    prio: Some(filter.prio + 1),
+                    kind: FilterKind::U32,
+                    matcher,
+                    class,
+                    police: police.clone(),
+                    redirect: redirect.cloned(),
+                    ..FilterSpec::new(dev(lines.port))
                 };
-                out.push(format!(
-                    "tc filter add dev {dev} parent {major:x}: protocol {protocol} prio {} u32 {}{police} {tail}",
-                    filter.prio + 1,
-                    keys.join(" "),
-                ));
+                lines.command(&Command::FilterAdd(spec))?;
             }
         }
     }
-    out
+    Ok(())
 }
 
 /// tc commands building `port`'s trees (`trees`: its `mq` and trees as the config gives
 /// them) and filters; none for an unshaped port.
-#[must_use]
-pub fn port_commands(trees: &InterfaceTrees, port: &PortConfig) -> Vec<String> {
-    let dev = &port.name;
-    let mut out = Vec::new();
+///
+/// # Errors
+/// A command tc's grammar has no words for ([`TcExportError`]).
+pub fn port_commands(
+    trees: &InterfaceTrees,
+    port: &PortConfig,
+) -> Result<Vec<String>, TcExportError> {
+    // The config's name, checked when it was read; `port` is the data plane's view of it.
+    let name = &trees.name;
+    let mut lines = Lines {
+        port: name,
+        out: Vec::new(),
+    };
     if trees.ifb {
         // The kernel needs the device; htbd shapes without one.
-        out.push(format!(
-            "ip link add name {dev} type ifb 2>/dev/null || true; ip link set dev {dev} up"
+        lines.out.push(format!(
+            "ip link add name {name} type ifb 2>/dev/null || true; ip link set dev {name} up"
         ));
     }
     if let Some(ingress) = &trees.ingress {
-        out.push(format!(
-            "tc qdisc del dev {dev} ingress 2>/dev/null || true"
+        lines.out.push(format!(
+            "tc qdisc del dev {name} ingress 2>/dev/null || true"
         ));
-        out.push(format!("tc qdisc add dev {dev} handle ffff: ingress"));
-        for (filter, redirect) in crate::model::ingress_hook_of(ingress) {
-            let action = redirect.map_or_else(
-                || "flowid :1".to_owned(),
-                |to| format!("action mirred egress redirect dev {to}"),
-            );
-            out.extend(u32_filters(dev, INGRESS, &filter, Some(&action)));
+        lines.command(&Command::IngressAdd { dev: dev(name) })?;
+        for entry in ingress {
+            // tc's `flowid :1` (class 1 of whatever qdisc): the ingress qdisc's filters need
+            // a verdict, and a redirect is one.
+            let redirect = entry.redirect.as_ref();
+            let class = redirect.is_none().then_some(ClassId::new(0, 1));
+            let filter = crate::model::ingress_filter(entry);
+            u32_filters(&mut lines, INGRESS, &filter, class, redirect)?;
         }
     }
     if port.trees.is_empty() {
-        return out;
+        return Ok(lines.out);
     }
-    out.push(format!("tc qdisc del dev {dev} root 2>/dev/null || true"));
+    lines
+        .out
+        .push(format!("tc qdisc del dev {name} root 2>/dev/null || true"));
     if let Some(root) = &trees.root_leaf {
         let stab = trees.trees.first().and_then(|t| t.tree.tree.config.stab);
-        out.push(format!(
-            "tc qdisc add dev {dev} root handle {:x}: {}{}",
-            root.handle.unwrap_or(1),
-            stab_args(stab),
-            tc_leaf_args(&root.config)
-        ));
-        return out;
+        leaf(
+            &mut lines,
+            None,
+            Some(root.handle.unwrap_or(1)),
+            &root.config,
+            stab,
+        )?;
+        return Ok(lines.out);
     }
     if let Some(mq) = trees.mq {
-        out.push(format!("tc qdisc add dev {dev} root handle {mq:x}: mq"));
-        out.push(format!(
-            "# {dev}: htbd steers a packet to the tree of the class its first matching filter \
-             names; the kernel's mq picks the TX queue first (XPS, hash), and each tree's filters \
-             see only that queue's packets"
-        ));
+        lines.command(&Command::MqAdd(MqSpec {
+            dev: dev(name),
+            handle: Some(ClassId::new(mq, 0)),
+        }))?;
+        lines.comment(
+            "htbd steers a packet to the tree of the class its first matching filter names; \
+             the kernel's mq picks the TX queue first (XPS, hash), and each tree's filters see \
+             only that queue's packets",
+        );
     }
     for tree in &port.trees {
         let at = match (trees.mq, tree.mq_minor) {
-            (Some(mq), Some(minor)) => format!("parent {mq:x}:{minor:x}"),
-            _ => "root".to_owned(),
+            (Some(mq), Some(minor)) => Some(ClassId::new(mq, u32::from(minor))),
+            _ => None,
         };
-        tree_commands(dev, &at, &tree.tree, &mut out);
+        tree_commands(&mut lines, at, &tree.tree)?;
     }
-    out.extend(
-        port.filters
-            .iter()
-            .flat_map(|f| u32_filters(dev, f.class.major(), f, None)),
-    );
-    out
+    for f in &port.filters {
+        u32_filters(&mut lines, f.class.major(), f, Some(f.class), None)?;
+    }
+    Ok(lines.out)
+}
+
+/// tc commands building one HTB tree at `at` (the root, or an `mq` class): its qdisc,
+/// classes and leaves.
+fn tree_commands(
+    lines: &mut Lines<'_>,
+    at: Option<ClassId>,
+    tree: &TreeSpec,
+) -> Result<(), TcExportError> {
+    let c = &tree.config;
+    let major = c.major;
+    lines.command(&Command::QdiscAdd(QdiscSpec {
+        dev: dev(lines.port),
+        parent: at,
+        handle: Some(ClassId::new(major, 0)),
+        default_minor: Some(c.default_minor),
+        r2q: Some(c.r2q),
+        direct_qlen: Some(c.direct_qlen),
+        stab: c.stab.map(|t| t.spec()),
+    }))?;
+    for class in &tree.classes {
+        let s = &class.spec;
+        let a = s.adjust;
+        lines.command(&Command::ClassAdd(ClassSpec {
+            dev: dev(lines.port),
+            id: class.id,
+            parent: Some(class.parent.unwrap_or(ClassId::new(major, 0))),
+            rate: s.rate,
+            ceil: Some(s.ceil.unwrap_or(s.rate)),
+            burst: s.burst,
+            cburst: s.cburst,
+            // HTB's prio is 0 to 7 (`TC_HTB_NUMPRIO`); the kernel refuses more.
+            prio: Some(s.prio.min(7)),
+            quantum: s.quantum,
+            mtu: s.mtu,
+            overhead: (a.overhead != 0).then_some(a.overhead),
+            mpu: (a.mpu != 0).then_some(a.mpu),
+            linklayer: (a.link_layer == LinkLayer::Atm).then_some(LinkLayer::Atm),
+        }))?;
+    }
+    // Every leaf gets its qdisc, the default one too: the kernel's default is pfifo, htbd's
+    // fq_codel unless the config says otherwise.
+    for class in &tree.classes {
+        if tree.classes.iter().any(|c| c.parent == Some(class.id)) {
+            continue;
+        }
+        let (handle, config) = match &class.leaf {
+            Some(l) => (l.handle, l.config),
+            None => (None, c.default_leaf),
+        };
+        leaf(lines, Some(class.id), handle, &config, None)?;
+    }
+    Ok(())
+}
+
+/// A leaf qdisc at `parent` (`None`: the root) with every option given, so that the kernel's
+/// qdisc matches htbd's whatever its defaults: the config's resolved parameters as the spec
+/// that gives them back ([`LeafConfig::to_spec`]). A spec the writer has no words for (cake's
+/// target apart from its RTT, say) is written by the kind's own printer,
+/// [`LeafConfig::tc_args`], as before the commands were typed.
+fn leaf(
+    lines: &mut Lines<'_>,
+    parent: Option<ClassId>,
+    handle: Option<u16>,
+    config: &LeafConfig,
+    stab: Option<SizeTable>,
+) -> Result<(), TcExportError> {
+    let command = Command::LeafAdd(LeafQdiscSpec {
+        dev: dev(lines.port),
+        parent,
+        handle: handle.map(|h| ClassId::new(h, 0)),
+        leaf: leaf_spec(config),
+        stab: stab.map(|t| t.spec()),
+    });
+    match command_line(&command) {
+        Ok(line) => lines.out.push(format!("tc {line}")),
+        Err(WriteError::LeafOptions { .. }) => {
+            let at = parent.map_or_else(|| "root".to_owned(), |p| format!("parent {p}"));
+            let handle = handle.map_or_else(String::new, |h| format!(" handle {h:x}:"));
+            lines.out.push(format!(
+                "tc qdisc add dev {} {at}{handle} {}{}",
+                lines.port,
+                stab_args(stab),
+                tc_leaf_args(config)
+            ));
+        }
+        Err(source) => {
+            return Err(TcExportError {
+                dev: lines.port.to_string(),
+                source,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `config` as the spec that gives it back ([`LeafConfig::to_spec`]), in the writer's form:
+/// cake's default tin mode, diffserv3, unsaid, as the writer (like tc's `q_cake.c`, which
+/// sends no tin mode unless one is named) leaves it out; the kernel's default is the same.
+fn leaf_spec(config: &LeafConfig) -> LeafSpec {
+    match config.to_spec() {
+        LeafSpec::Cake(mut cake) => {
+            if cake.diffserv == Some(DiffservMode::Diffserv3) {
+                cake.diffserv = None;
+            }
+            LeafSpec::Cake(cake)
+        }
+        spec => spec,
+    }
 }
 
 /// A size table as tc's options, before the qdisc's kind (`stab overhead 34 linklayer
-/// ethernet `), or nothing.
-fn stab_args(stab: Option<htb_core::SizeTable>) -> String {
+/// ethernet `), or nothing: for a leaf written by its kind's printer.
+fn stab_args(stab: Option<SizeTable>) -> String {
     let Some(s) = stab.map(|t| t.spec()) else {
         return String::new();
     };
@@ -226,73 +372,8 @@ fn stab_args(stab: Option<htb_core::SizeTable>) -> String {
     out
 }
 
-/// tc commands building one HTB tree at `at` (`root`, or `parent 7fff:1`): its qdisc, classes
-/// and leaves.
-fn tree_commands(dev: &str, at: &str, tree: &TreeSpec, out: &mut Vec<String>) {
-    let c = &tree.config;
-    let major = c.major;
-    out.push(format!(
-        "tc qdisc add dev {dev} {at} handle {major:x}: {}htb default {:x} r2q {} direct_qlen {}",
-        stab_args(c.stab),
-        c.default_minor,
-        c.r2q,
-        c.direct_qlen
-    ));
-    for class in &tree.classes {
-        let s = &class.spec;
-        let parent = class
-            .parent
-            .map_or_else(|| format!("{major:x}:"), |p| p.to_string());
-        let mut line = format!(
-            "tc class add dev {dev} parent {parent} classid {} htb rate {}bit ceil {}bit prio {}",
-            class.id,
-            s.rate.bits_per_sec(),
-            s.ceil.unwrap_or(s.rate).bits_per_sec(),
-            s.prio.min(7)
-        );
-        for (name, value) in [("burst", s.burst), ("cburst", s.cburst)] {
-            if let Some(v) = value {
-                line += &format!(" {name} {v}");
-            }
-        }
-        if let Some(q) = s.quantum {
-            line += &format!(" quantum {q}");
-        }
-        if let Some(m) = s.mtu {
-            line += &format!(" mtu {m}");
-        }
-        if s.adjust.overhead != 0 {
-            line += &format!(" overhead {}", s.adjust.overhead);
-        }
-        if s.adjust.mpu != 0 {
-            line += &format!(" mpu {}", s.adjust.mpu);
-        }
-        if s.adjust.link_layer == LinkLayer::Atm {
-            line += " linklayer atm";
-        }
-        out.push(line);
-    }
-    // Every leaf gets its qdisc, the default one too: the kernel's default is pfifo, htbd's
-    // fq_codel unless the config says otherwise.
-    for class in &tree.classes {
-        if tree.classes.iter().any(|c| c.parent == Some(class.id)) {
-            continue;
-        }
-        let (handle, leaf) = match &class.leaf {
-            Some(l) => (l.handle, l.config),
-            None => (None, c.default_leaf),
-        };
-        let handle = handle.map_or_else(String::new, |h| format!(" handle {h:x}:"));
-        out.push(format!(
-            "tc qdisc add dev {dev} parent {}{handle} {}",
-            class.id,
-            tc_leaf_args(&leaf)
-        ));
-    }
-}
-
 /// A leaf's kind and options as tc reads them (`fq_codel limit 10240 …`), every option given
-/// so that the kernel's qdisc matches htbd's whatever its defaults: each kind's own writer
+/// so that the kernel's qdisc matches htbd's whatever its defaults: each kind's own printer
 /// ([`LeafConfig::tc_args`]), kept with its spec in the core.
 #[must_use]
 pub fn tc_leaf_args(leaf: &LeafConfig) -> String {
@@ -304,22 +385,19 @@ const INGRESS: u16 = crate::model::INGRESS_MAJOR;
 
 /// tc commands for every shaped port of `config` (IFB ports first: the kernel's mirred
 /// needs its device to exist).
-#[must_use]
-pub fn commands(config: &DaemonConfig) -> Vec<String> {
-    config
-        .interfaces
-        .iter()
-        .zip(&config.engine.ports)
+///
+/// # Errors
+/// A command tc's grammar has no words for ([`TcExportError`]).
+pub fn commands(config: &DaemonConfig) -> Result<Vec<String>, TcExportError> {
+    let ports = || config.interfaces.iter().zip(&config.engine.ports);
+    let mut out = Vec::new();
+    for (trees, port) in ports()
         .filter(|(trees, _)| trees.ifb)
-        .chain(
-            config
-                .interfaces
-                .iter()
-                .zip(&config.engine.ports)
-                .filter(|(trees, _)| !trees.ifb),
-        )
-        .flat_map(|(trees, port)| port_commands(trees, port))
-        .collect()
+        .chain(ports().filter(|(trees, _)| !trees.ifb))
+    {
+        out.extend(port_commands(trees, port)?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -336,13 +414,14 @@ mod tests {
                     [[interface.class]]\nid = \"1:30\"\nparent = \"1:1\"\nrate = \"5mbit\"\n\
                     leaf = { kind = \"tbf\", rate = \"1mbit\", burst = \"10k\", latency = \"50ms\" }\n";
         let config = DaemonConfig::parse(text).unwrap();
-        let cmds = commands(&config);
+        let cmds = commands(&config).unwrap();
+        parse_all(&cmds);
         assert!(cmds.contains(&"tc qdisc add dev r2 parent 1:10 handle 10: fq_codel limit 10240 flows 1024 target 10ms interval 100ms quantum 1514 memory_limit 33554432 drop_batch 64 noecn".to_owned()), "{cmds:#?}");
-        assert!(cmds.contains(&"tc qdisc add dev r2 parent 1:20 sfq limit 50 quantum 1514 depth 127 divisor 1024 flows 50".to_owned()), "{cmds:#?}");
+        assert!(cmds.contains(&"tc qdisc add dev r2 parent 1:20 sfq limit 50 quantum 1514 perturb 0 divisor 1024 flows 50 depth 127".to_owned()), "{cmds:#?}");
         // A tbf's latency is written as the limit tc made of it.
         assert!(
             cmds.contains(
-                &"tc qdisc add dev r2 parent 1:30 tbf rate 1000000bit burst 10240 limit 16490"
+                &"tc qdisc add dev r2 parent 1:30 tbf rate 1mbit burst 10240 limit 16490"
                     .to_owned()
             ),
             "{cmds:#?}"
@@ -361,7 +440,8 @@ mod tests {
                     [interface.qdisc]\nstab = { overhead = 44, linklayer = \"atm\" }\n\
                     [[interface.class]]\nid = \"1:1\"\nrate = \"10mbit\"\n";
         let config = DaemonConfig::parse(text).unwrap();
-        let cmds = commands(&config);
+        let cmds = commands(&config).unwrap();
+        parse_all(&cmds);
         assert_eq!(
             cmds[1],
             "tc qdisc add dev r2 root handle 1: stab mtu 2047 tsize 512 overhead 44 linklayer atm htb default 0 r2q 10 direct_qlen 1000"
@@ -376,29 +456,30 @@ mod tests {
         ))
         .unwrap();
         let config = DaemonConfig::parse(&text).unwrap();
-        let cmds = commands(&config);
+        let cmds = commands(&config).unwrap();
+        parse_all(&cmds);
         assert_eq!(
             cmds[1],
             "tc qdisc add dev r2 root handle 1: htb default 30 r2q 10 direct_qlen 1000"
         );
         assert_eq!(
             cmds[2],
-            "tc class add dev r2 parent 1: classid 1:1 htb rate 300000000bit ceil 300000000bit prio 0"
+            "tc class add dev r2 parent 1: classid 1:1 htb rate 300mbit ceil 300mbit prio 0"
         );
         assert_eq!(
             cmds[3],
-            "tc class add dev r2 parent 1:1 classid 1:10 htb rate 50000000bit ceil 300000000bit prio 0"
+            "tc class add dev r2 parent 1:1 classid 1:10 htb rate 50mbit ceil 300mbit prio 0"
         );
         assert!(cmds.contains(
-            &"tc filter add dev r2 parent 1: protocol ip prio 2 u32 match ip dst 10.201.2.0/24 match ip protocol 17 0xff match ip dport 5201 0xffff flowid 1:10"
+            &"tc filter add dev r2 parent 1: protocol ip pref 2 u32 match ip dst 10.201.2.0/24 match ip dport 5201 0xffff match ip protocol 17 0xff classid 1:10"
                 .to_owned()
         ));
         // Ports without a protocol: one filter per transport.
         assert!(cmds.iter().any(|c| {
-            c.ends_with("match ip protocol 17 0xff match ip dport 5202 0xffff flowid 1:20")
+            c.ends_with("match ip dport 5202 0xffff match ip protocol 17 0xff classid 1:20")
         }));
         assert!(cmds.iter().any(|c| {
-            c.ends_with("match ip protocol 6 0xff match ip dport 5203 0xffff flowid 1:30")
+            c.ends_with("match ip dport 5203 0xffff match ip protocol 6 0xff classid 1:30")
         }));
     }
 
@@ -408,7 +489,7 @@ mod tests {
                     [interface.ingress]\nredirect = \"ifb0\"\n\
                     [[interface]]\nname = \"ifb0\"\ntype = \"ifb\"\n\
                     [[interface.class]]\nid = \"1:1\"\nrate = \"10mbit\"\n";
-        let cmds = commands(&DaemonConfig::parse(text).unwrap());
+        let cmds = commands(&DaemonConfig::parse(text).unwrap()).unwrap();
         // The IFB first: mirred needs its device.
         assert_eq!(
             cmds[0],
@@ -419,7 +500,7 @@ mod tests {
             cmds[redirect - 1..=redirect],
             [
                 "tc qdisc add dev r2 handle ffff: ingress".to_owned(),
-                "tc filter add dev r2 parent ffff: protocol all prio 11 u32 match u32 0 0 action mirred egress redirect dev ifb0".to_owned()
+                "tc filter add dev r2 parent ffff: protocol all pref 11 u32 match u32 0 0 action mirred egress redirect dev ifb0".to_owned()
             ]
         );
         assert!(
@@ -436,7 +517,7 @@ mod tests {
                     [[interface.tree]]\nparent = \"7fff:2\"\nqdisc = { handle = \"2:\", default = \"1\" }\n\
                     [[interface.tree.class]]\nid = \"2:1\"\nrate = \"10mbit\"\n\
                     [[interface.tree.filter]]\nprio = 1\nmatch = { dst = \"10.0.0.2/32\" }\nclassid = \"2:1\"\n";
-        let cmds = commands(&DaemonConfig::parse(text).unwrap());
+        let cmds = commands(&DaemonConfig::parse(text).unwrap()).unwrap();
         assert_eq!(cmds[1], "tc qdisc add dev r1 root handle 7fff: mq");
         assert!(cmds.contains(
             &"tc qdisc add dev r1 parent 7fff:2 handle 2: htb default 1 r2q 10 direct_qlen 1000"
@@ -447,6 +528,90 @@ mod tests {
                 .any(|c| c.starts_with("tc filter add dev r1 parent 2: protocol ip")),
             "the filter goes on its class's tree: {cmds:#?}"
         );
+    }
+
+    /// Every `tc …` line in htb-tc's grammar (the shell lines aside), as kernel tc reads it.
+    fn parse_all(cmds: &[String]) {
+        for line in cmds {
+            let Some(words) = line.strip_prefix("tc ").filter(|l| !l.contains("|| true")) else {
+                continue;
+            };
+            if let Err(e) = htb_tc::parse::parse_command(&htb_tc::parse::split_line(words)) {
+                panic!("{line}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn ranges_policers_vlans_and_ingress_verdicts_translate_to_tc() {
+        let text = "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r2\"\n\
+                    [interface.ingress]\n\
+                    [[interface.ingress.filter]]\nprio = 6\npolice = { rate = \"1mbit\", burst = \"10k\", exceed = \"drop\" }\n\
+                    [[interface.class]]\nid = \"1:1\"\nrate = \"10mbit\"\n\
+                    [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"1mbit\"\n\
+                    [[interface.filter]]\nprio = 1\nmatch = { proto = \"udp\", dport = \"1-6\" }\nclassid = \"1:10\"\n\
+                    police = { rate = \"1mbit\", burst = \"10k\", exceed = \"drop\" }\n\
+                    [[interface.filter]]\nprio = 2\nmatch = { vlan = 10 }\nclassid = \"1:10\"\n\
+                    [[interface.filter]]\nprio = 3\nmatch = { dst = \"2001:db8::/64\", dscp = \"ef\" }\nclassid = \"1:10\"\n";
+        let cmds = commands(&DaemonConfig::parse(text).unwrap()).unwrap();
+        parse_all(&cmds);
+        // The ingress filter's verdict without a redirect: tc's `flowid :1`, policed.
+        assert!(
+            cmds.contains(&"tc filter add dev r2 parent ffff: protocol all pref 7 u32 match u32 0 0 classid 0:1 action police rate 1mbit burst 10240 conform-exceed drop".to_owned()),
+            "{cmds:#?}"
+        );
+        // 1-6: four blocks, each its own filter with its own policer.
+        let ranges: Vec<&String> = cmds.iter().filter(|c| c.contains("dport")).collect();
+        assert_eq!(ranges.len(), 4, "{cmds:#?}");
+        assert_eq!(
+            ranges[1],
+            "tc filter add dev r2 parent 1: protocol ip pref 2 u32 match ip dport 2 0xfffe match ip protocol 17 0xff classid 1:10 action police rate 1mbit burst 10240 conform-exceed drop"
+        );
+        assert!(
+            cmds.contains(
+                &"# r2: filter \"vlan 10\" matches a VLAN id, which u32 cannot on egress; left out"
+                    .to_owned()
+            ),
+            "{cmds:#?}"
+        );
+        assert!(
+            cmds.contains(&"tc filter add dev r2 parent 1: protocol ipv6 pref 4 u32 match ip6 dst 2001:db8::/64 match ip6 priority 0xb8 0xfc classid 1:10".to_owned()),
+            "{cmds:#?}"
+        );
+    }
+
+    /// Every leaf kind, as the examples give them, is written as tc's words, with every
+    /// option: cake's (the examples' own), pfifo's, bfifo's, sfq's, fq_codel's and tbf's.
+    #[test]
+    fn every_leaf_kind_translates_to_tc_words() {
+        let leaves = [
+            r#""cake""#,
+            r#"{ kind = "cake", flow_mode = "flows" }"#,
+            r#"{ kind = "cake", ack_filter = "filter" }"#,
+            r#"{ kind = "cake", diffserv = "diffserv4", bandwidth = "10mbit" }"#,
+            r#""pfifo""#,
+            r#"{ kind = "bfifo", limit = 30000 }"#,
+            r#"{ kind = "sfq", perturb = 10 }"#,
+            r#""fq_codel""#,
+            r#"{ kind = "tbf", rate = "1mbit", burst = "10k", latency = "50ms" }"#,
+        ];
+        let mut text = "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r2\"\n\
+                        [[interface.class]]\nid = \"1:1\"\nrate = \"100mbit\"\n"
+            .to_owned();
+        for (i, leaf) in leaves.iter().enumerate() {
+            text += &format!(
+                "[[interface.class]]\nid = \"1:{:x}\"\nparent = \"1:1\"\nrate = \"1mbit\"\nleaf = {leaf}\n",
+                i + 0x10
+            );
+        }
+        let config = DaemonConfig::parse(&text).unwrap_or_else(|e| panic!("{e}"));
+        let cmds = commands(&config).unwrap();
+        parse_all(&cmds);
+        let written = cmds
+            .iter()
+            .filter(|c| c.starts_with("tc qdisc add dev r2 parent 1:"))
+            .count();
+        assert_eq!(written, leaves.len(), "{cmds:#?}");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use htb_config::filter::{Family, IpPrefix};
-use htb_core::ClassId;
+use htb_core::{ClassId, LeafSpec};
 
 use htb_config::InterfaceName;
 use htb_config::label::{self, ClassLabel, Device, LabelFields, LabelText};
@@ -83,6 +83,8 @@ pub struct Circuit {
     pub line: u64,
     /// Its leaf qdisc as tc's words (the `sqm` column); empty: htbd's default.
     pub sqm: String,
+    /// `sqm`'s leaf, as its devices' rows read it; `None`: htbd's default.
+    pub leaf: Option<LeafSpec>,
     /// Its label's parts: names, devices with their MACs and addresses, comment.
     pub label: LabelFields,
 }
@@ -184,6 +186,7 @@ pub fn group(devices: Vec<ShapedDevice>) -> Result<Vec<Circuit>, CircuitError> {
                     addresses: Vec::with_capacity(d.addresses.len()),
                     line: d.line,
                     sqm: d.sqm,
+                    leaf: d.leaf,
                 });
                 circuits.len() - 1
             }

@@ -1,10 +1,13 @@
 //! `htb-cli import ShapedDevices.csv [--network network.json]`: LibreQoS's subscriber list
 //! ([`shaped_devices`], grouped into [`circuits`]) and node hierarchy ([`network`]) made what
-//! runs: [`sync`] compares them with htbd's trees and writes the tc batch of the differences,
-//! sent as one atomic request — every change appears in both trees at once, or nothing
-//! changes, and whatever did not change is not touched.
+//! runs: [`sync`] compares them with htbd's trees and makes the [`batch`] of the differences
+//! (typed commands; tc's text only when printed), sent as one atomic request — every change
+//! appears in both trees at once, or nothing changes, and whatever did not change is not
+//! touched.
 
+pub mod batch;
 pub mod circuits;
+mod hashing;
 pub mod network;
 pub mod shaped_devices;
 pub mod shard;
@@ -20,11 +23,11 @@ use std::collections::BTreeMap;
 use htb_ipc::{InterfaceName, Object, ReplyBody, Show, Shown};
 
 use crate::client::{Client, ClientError, DEFAULT_TIMEOUT, socket_path};
-use crate::tc::parse::{Action, parse_batch};
+use batch::{Changes, Origin, PrintError};
 use circuits::{CircuitError, Placement};
 use network::NetworkError;
 use shaped_devices::CsvError;
-use sync::{Changes, Origin, Running};
+use sync::Running;
 
 /// What `htb-cli import` was asked to do.
 #[derive(Debug, Clone)]
@@ -111,16 +114,17 @@ pub enum ImportError {
         /// `--parent` or the node's name.
         role: String,
     },
-    /// A generated line did not parse (a port name tc's grammar cannot carry, say).
-    #[error("{}: {origin}: the generated command \"{command}\" is not valid: {message}", file.display())]
+    /// A generated command has no tc words to print it with (a port name holding both kinds
+    /// of quote, say).
+    #[error("{}: {origin}: the generated command {command} cannot be printed: {message}", file.display())]
     Generated {
         /// The file.
         file: PathBuf,
         /// What it came from.
         origin: Origin,
-        /// The tc command.
+        /// The command, as Rust writes it (tc's words are what failed).
         command: String,
-        /// The parser's complaint.
+        /// The writer's complaint.
         message: String,
     },
     /// htbd refused a command of the batch.
@@ -240,32 +244,12 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
         error: e,
         file: file.clone(),
     })?;
-    let origin_of = |line: usize| {
-        batch
-            .origin
-            .get(line.saturating_sub(1))
-            .cloned()
-            .unwrap_or(Origin::Running)
-    };
-    let command_at = |line: usize| {
-        batch
-            .text
-            .lines()
-            .nth(line.saturating_sub(1))
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let actions = parse_batch(&batch.text).map_err(|(line, e)| ImportError::Generated {
-        file: file.clone(),
-        origin: origin_of(line),
-        command: command_at(line),
-        message: e.to_string(),
-    })?;
     let summary = Summary {
         circuits: circuits.len(),
-        filters: actions
+        filters: batch
+            .commands
             .iter()
-            .filter(|(_, a)| matches!(a, Action::Change(htb_ipc::Command::FilterAdd(_))))
+            .filter(|c| matches!(c, htb_ipc::Command::FilterAdd(_)))
             .count(),
         classes: batch
             .circuit_ids
@@ -277,40 +261,66 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
         changes: batch.changes,
         applied_in: None,
     };
-    let client = match client {
+    let origin_of = |index: usize| batch.origin.get(index).cloned().unwrap_or(Origin::Running);
+    let mut client = match client {
         Some(c) if !import.dry_run => c,
         _ => {
-            let _ = out.write_all(batch.text.as_bytes());
-            return Ok(summary);
+            // Printed through a buffer: a million circuits are four million lines.
+            let mut buffered = std::io::BufWriter::new(out);
+            let printed = batch
+                .print(&mut buffered)
+                .and_then(|()| Ok(buffered.flush()?));
+            return match printed {
+                Ok(()) => Ok(summary),
+                // The output's own error (a closed pipe, `| head`) is not the import's, as
+                // before the batch was typed.
+                Err(PrintError::Io(_)) => Ok(summary),
+                Err(PrintError::Words { index, source }) => Err(ImportError::Generated {
+                    file: file.clone(),
+                    origin: origin_of(index),
+                    command: batch
+                        .commands
+                        .get(index)
+                        .map(|c| format!("{c:?}"))
+                        .unwrap_or_default(),
+                    message: source.to_string(),
+                }),
+            };
         }
     };
-    let mut client = client;
-    let (mut lines, mut commands) = (
-        Vec::with_capacity(actions.len()),
-        Vec::with_capacity(actions.len()),
-    );
-    for (line, action) in actions {
-        if let Action::Change(c) = action {
-            lines.push(line);
-            commands.push(c);
-        }
-    }
-    if commands.is_empty() {
+    if batch.is_empty() {
         return Ok(summary);
     }
     let started = std::time::Instant::now();
-    match client.apply(commands) {
+    // Sent as they are: htbd takes the typed commands. No copy is kept for the error's words
+    // (a million circuits' commands are hundreds of MB): a refused command is made again, as
+    // the same files over the same trees make it, and written as tc's words then.
+    let sent = client.apply(batch.commands);
+    match sent {
         Ok(ReplyBody::Applied { .. }) => Ok(Summary {
             applied_in: Some(started.elapsed()),
             ..summary
         }),
         Ok(_) => Err(ClientError::Unexpected.into()),
         Err(ClientError::Daemon(e)) => {
-            let line = e.command.and_then(|i| lines.get(i)).copied().unwrap_or(1);
+            let index = e.command.unwrap_or(0);
+            let again = sync::batch(
+                &circuits,
+                nodes.as_deref(),
+                placement,
+                &running,
+                import.first_minor,
+            );
+            let command = again
+                .ok()
+                .and_then(|b| b.commands.into_iter().nth(index))
+                .map_or_else(String::new, |c| {
+                    htb_tc::write::command_line(&c).unwrap_or_else(|_| format!("{c:?}"))
+                });
             Err(ImportError::Refused {
                 file: file.clone(),
-                origin: origin_of(line),
-                command: command_at(line),
+                origin: batch.origin.get(index).cloned().unwrap_or(Origin::Running),
+                command,
                 message: e.message,
             })
         }

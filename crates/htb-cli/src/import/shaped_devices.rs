@@ -6,6 +6,7 @@
 //! rates are Mbps with decimals (LibreQoS 1.5 accepts `0.5`, `2.5`).
 
 use htb_config::filter::IpPrefix;
+use htb_core::LeafSpec;
 
 /// Why the file was refused: the line, the column (by header name) and what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +46,8 @@ pub struct ShapedDevice {
     /// The optional `sqm` column: the circuit's leaf qdisc as tc's words (`fq_codel`,
     /// `cake diffserv4`, `sfq perturb 10`); empty: htbd's default leaf (fq_codel).
     pub sqm: String,
+    /// `sqm` as the leaf it asks for, read once here (`None`: htbd's default leaf).
+    pub leaf: Option<LeafSpec>,
 }
 
 /// A circuit's plan in bit/s: min is HTB's `rate`, max its `ceil`, per direction.
@@ -286,7 +289,7 @@ fn device(c: &Columns, row: &csv::StringRecord, line: u64) -> Result<ShapedDevic
         }
     }
     let sqm = c.sqm(row);
-    check_sqm(sqm).map_err(|why| err(SQM, format!("\"{sqm}\": {why}")))?;
+    let leaf = check_sqm(sqm).map_err(|why| err(SQM, format!("\"{sqm}\": {why}")))?;
     let mac = match c.optional(row, c.3.mac) {
         // What files write for "none".
         "" | "-" => None,
@@ -312,16 +315,17 @@ fn device(c: &Columns, row: &csv::StringRecord, line: u64) -> Result<ShapedDevic
         addresses,
         rates,
         sqm: sqm.to_owned(),
+        leaf,
     })
 }
 
-/// Checks an `sqm` field as the leaf line the import will write (`qdisc add … parent CLASS
-/// SQM`): tc's words that htb-cli's parser takes, and nothing that could change the batch
+/// Reads an `sqm` field as the leaf line `qdisc add … parent CLASS SQM` would ask for: tc's
+/// words that htb-cli's parser takes, and nothing that could change the batch
 /// line around them (a `#`, a `\\`, quotes). `cake …`, LibreQoS's default, is refused here with
 /// the parser's reason until the cake leaf exists.
-fn check_sqm(sqm: &str) -> Result<(), SqmError> {
+fn check_sqm(sqm: &str) -> Result<Option<LeafSpec>, SqmError> {
     if sqm.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     if let Some(bad) = sqm
         .chars()
@@ -334,7 +338,7 @@ fn check_sqm(sqm: &str) -> Result<(), SqmError> {
         .to_vec();
     words.extend(sqm.split_whitespace().map(String::from));
     match crate::tc::parse::parse_command(&words) {
-        Ok(crate::tc::parse::Action::Change(htb_ipc::Command::LeafAdd(_))) => Ok(()),
+        Ok(crate::tc::parse::Action::Change(htb_ipc::Command::LeafAdd(l))) => Ok(Some(l.leaf)),
         Ok(_) => Err(SqmError::NotALeaf),
         Err(e) => Err(SqmError::Refused(e)),
     }

@@ -45,19 +45,27 @@ pub fn ingress_hook_of<'a>(
 ) -> Vec<(Filter, Option<String>)> {
     filters
         .into_iter()
+        // The data plane names ports by their plain names.
         .map(|e| {
-            let filter = Filter {
-                prio: e.prio,
-                matcher: e.matcher,
-                // The flowid an ingress filter gives is shown, not used: the IFB's own filters
-                // classify what it redirects.
-                class: e.class.unwrap_or(ClassId::new(INGRESS_MAJOR, 0)),
-                police: e.police.clone(),
-            };
-            // The data plane names ports by their plain names.
-            (filter, e.redirect.as_ref().map(ToString::to_string))
+            (
+                ingress_filter(e),
+                e.redirect.as_ref().map(ToString::to_string),
+            )
         })
         .collect()
+}
+
+/// An ingress filter as the data plane runs it (its redirect apart).
+#[must_use]
+pub fn ingress_filter(e: &FilterEntry) -> Filter {
+    Filter {
+        prio: e.prio,
+        matcher: e.matcher,
+        // The flowid an ingress filter gives is shown, not used: the IFB's own filters classify
+        // what it redirects.
+        class: e.class.unwrap_or(ClassId::new(INGRESS_MAJOR, 0)),
+        police: e.police.clone(),
+    }
 }
 
 impl Model {

@@ -36,7 +36,7 @@ pub use self::filter_entry::{
     matcher, on_wire, u32_divisor, with_protocol,
 };
 pub use self::filter_list::FilterList;
-pub use self::ingress::{INGRESS_MAJOR, ingress_hook_of, new_ingress};
+pub use self::ingress::{INGRESS_MAJOR, ingress_filter, ingress_hook_of, new_ingress};
 pub use self::mq::MqModel;
 pub use self::qdisc::{QdiscModel, TreeError};
 use self::qdisc::{Verb, set_qdisc_config};
