@@ -18,7 +18,7 @@ use htb_ipc::{
 
 use super::batch::{Batch, Origin, dev};
 use super::circuits::Direction;
-use super::sync::{AddressKey, Running};
+use super::running::{AddressKey, Running};
 
 /// Where an address's filter goes: the hash table's bucket, or the prio's root table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

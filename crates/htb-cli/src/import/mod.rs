@@ -9,6 +9,7 @@ pub mod batch;
 pub mod circuits;
 mod hashing;
 pub mod network;
+mod running;
 pub mod shaped_devices;
 pub mod shard;
 pub mod sync;

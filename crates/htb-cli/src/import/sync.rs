@@ -23,11 +23,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use htb_config::filter::{Family, IpPrefix};
-use htb_core::{ClassId, LeafConfig, LeafSpec, Rate};
+use htb_config::filter::IpPrefix;
+use htb_core::{ClassId, LeafSpec, Rate};
 use htb_ipc::{
-    ClassDelete, ClassInfo, ClassLabel, ClassSpec, Command, FilterDelete, FilterHandle, FilterInfo,
-    FilterKind, InterfaceName, LabelFields, LabelSpec, LabelText, LeafQdiscInfo, LeafQdiscSpec,
+    ClassDelete, ClassLabel, ClassSpec, Command, FilterDelete, FilterHandle, InterfaceName,
+    LabelFields, LabelSpec, LabelText, LeafQdiscSpec,
 };
 
 use super::batch::dev;
@@ -35,20 +35,8 @@ pub use super::batch::{Batch, Changes, Origin};
 use super::circuits::{Circuit, Direction, Placement};
 use super::hashing::Port;
 use super::network::{self, Node};
-
-/// One port's trees as htbd shows them.
-#[derive(Debug, Clone, Default)]
-pub struct Running {
-    /// `class show`.
-    pub classes: Vec<ClassInfo>,
-    /// `filter show`.
-    pub filters: Vec<FilterInfo>,
-    /// `qdisc show`: the classes' own leaf qdiscs.
-    pub leaves: Vec<LeafQdiscInfo>,
-    /// `classes` by id (with the length it was built for), so that a lookup is not a walk of
-    /// every class parsing each id: at 10 000 circuits the walks made a sync take 13 s.
-    index: std::cell::RefCell<(usize, std::collections::HashMap<ClassId, usize>)>,
-}
+pub use super::running::Running;
+use super::running::{AddressKey, key};
 
 /// A node's label: its name.
 fn node_label(name: &str) -> Option<ClassLabel> {
@@ -57,13 +45,6 @@ fn node_label(name: &str) -> Option<ClassLabel> {
         ..LabelFields::default()
     })
     .ok()
-}
-
-/// A prefix as a key (`IpPrefix` keeps the address as written).
-pub(super) type AddressKey = (bool, u128, u8);
-
-fn key(p: &IpPrefix) -> AddressKey {
-    (p.family() == Family::V6, p.network_bits(), p.prefix_len())
 }
 
 /// One class as the files want it on one port.
@@ -80,123 +61,6 @@ struct Want {
     /// Its label in htbd (`class label`): the circuit's names, devices and addresses, or the
     /// node's name.
     label: Option<ClassLabel>,
-}
-
-/// A filter the import owns: one address to one class.
-#[derive(Debug, Clone)]
-struct Owned {
-    address: AddressKey,
-    class: ClassId,
-    prio: u32,
-    handle: FilterHandle,
-}
-
-impl Running {
-    /// A port's classes, filters and leaf qdiscs.
-    #[must_use]
-    pub fn new(
-        classes: Vec<ClassInfo>,
-        filters: Vec<FilterInfo>,
-        leaves: Vec<LeafQdiscInfo>,
-    ) -> Self {
-        Self {
-            classes,
-            filters,
-            leaves,
-            index: std::cell::RefCell::default(),
-        }
-    }
-
-    fn class(&self, id: ClassId) -> Option<&ClassInfo> {
-        let hit = |index: &std::collections::HashMap<ClassId, usize>| {
-            index
-                .get(&id)
-                .copied()
-                .filter(|&i| self.classes.get(i).is_some_and(|c| c.id == id))
-        };
-        let cached = {
-            let index = self.index.borrow();
-            (index.0 == self.classes.len()).then(|| hit(&index.1))
-        };
-        let at = match cached {
-            Some(at) => at,
-            None => {
-                // Built for another list (the classes changed): build it again.
-                let mut index = self.index.borrow_mut();
-                index.1 = self
-                    .classes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| (c.id, i))
-                    .collect();
-                index.0 = self.classes.len();
-                hit(&index.1)
-            }
-        };
-        at.map(|i| &self.classes[i])
-    }
-
-    fn parent_of(&self, id: ClassId) -> Option<ClassId> {
-        self.class(id)?.parent
-    }
-
-    /// Whether `id` is below `top` (not `top` itself).
-    fn is_below(&self, id: ClassId, top: ClassId) -> bool {
-        let mut at = id;
-        for _ in 0..self.classes.len() {
-            match self.parent_of(at) {
-                Some(p) if p == top => return true,
-                Some(p) => at = p,
-                None => return false,
-            }
-        }
-        false
-    }
-
-    /// The filters at the import's prios that match one address (`dst` towards the
-    /// subscribers, `src` from them) and name a class under `parent`.
-    fn owned(&self, placement: &Placement, direction: Direction) -> Vec<Owned> {
-        let prios = [placement.prio, placement.prio + 1];
-        self.filters
-            .iter()
-            .filter(|f| prios.contains(&f.prio) && f.kind == FilterKind::U32)
-            // In a table's bucket or the root table; not a table or a link.
-            .filter(|f| f.hashing.divisor.is_none() && f.hashing.link.is_none())
-            .filter_map(|f| {
-                let m = &f.matcher;
-                let address = match direction {
-                    Direction::Download if m.src.is_none() => m.dst?,
-                    Direction::Upload if m.dst.is_none() => m.src?,
-                    _ => return None,
-                };
-                // Nothing but the address (the family is the filter's protocol).
-                let bare = htb_ipc::Match {
-                    src: None,
-                    dst: None,
-                    family: None,
-                    arp: false,
-                    ..*m
-                };
-                if !bare.is_empty() {
-                    return None;
-                }
-                let class = f.class?;
-                self.is_below(class, placement.parent).then(|| Owned {
-                    address: key(&address),
-                    class,
-                    prio: f.prio,
-                    handle: f.handle,
-                })
-            })
-            .collect()
-    }
-
-    fn leaf(&self, id: ClassId) -> Option<&LeafConfig> {
-        self.leaves
-            .iter()
-            .find(|l| l.parent == Some(id) && l.handle.is_some())
-            .map(|l| &l.config)
-    }
 }
 
 /// The most frequent of `votes` (ties: the lowest id) that `ok` accepts.
@@ -591,7 +455,9 @@ fn flat(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use htb_ipc::{Command, LinkLayer, Match, Protocol};
+    use htb_ipc::{
+        ClassInfo, Command, FilterInfo, FilterKind, LeafQdiscInfo, LinkLayer, Match, Protocol,
+    };
 
     use std::fmt::Write as _;
 
@@ -667,13 +533,12 @@ mod tests {
         ["lan0", "wan0"]
             .into_iter()
             .map(|dev| {
-                let running = Running {
-                    index: std::cell::RefCell::default(),
-                    classes: vec![
+                let running = Running::new(
+                    vec![
                         class("1:1", None, 1_000_000_000, 1_000_000_000),
                         class("1:a", Some("1:1"), 100_000_000, 100_000_000),
                     ],
-                    filters: vec![FilterInfo {
+                    vec![FilterInfo {
                         police: None,
                         redirect: None,
                         dev: dev.parse().unwrap(),
@@ -689,8 +554,8 @@ mod tests {
                         },
                         hashing: htb_ipc::U32Hashing::default(),
                     }],
-                    leaves: Vec::new(),
-                };
+                    Vec::new(),
+                );
                 (dev.parse().unwrap(), running)
             })
             .collect()
