@@ -22,8 +22,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let placement = Placement {
-        download_dev: Some("lan0".into()),
-        upload_dev: Some("wan0".into()),
+        download_dev: Some("lan0".parse().unwrap()),
+        upload_dev: Some("wan0".parse().unwrap()),
         parent: "1:1".parse().unwrap(),
         nodes: BTreeMap::new(),
         prio: 10,
