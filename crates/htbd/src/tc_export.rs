@@ -6,7 +6,7 @@
 
 use htb_config::TreeSpec;
 use htb_config::filter::{Family, Filter, Match, PortRange};
-use htb_core::{ClassId, DiffservMode, LeafConfig, LeafSpec, LinkLayer, SizeTable};
+use htb_core::{ClassId, DiffservMode, Duration, LeafConfig, LeafSpec, LinkLayer, SizeTable};
 use htb_ipc::{
     ClassSpec, Command, FilterKind, FilterSpec, InterfaceName, LeafQdiscSpec, MqSpec, Protocol,
     QdiscSpec,
@@ -297,9 +297,8 @@ fn tree_commands(
 
 /// A leaf qdisc at `parent` (`None`: the root) with every option given, so that the kernel's
 /// qdisc matches htbd's whatever its defaults: the config's resolved parameters as the spec
-/// that gives them back ([`LeafConfig::to_spec`]). A spec the writer has no words for (cake's
-/// target apart from its RTT, say) is written by the kind's own printer,
-/// [`LeafConfig::tc_args`], as before the commands were typed.
+/// that gives them back ([`LeafConfig::to_spec`]), written by htb-tc's one writer. Cake's
+/// target apart from its rtt, which tc cannot say, becomes the rtt's, with a comment.
 fn leaf(
     lines: &mut Lines<'_>,
     parent: Option<ClassId>,
@@ -307,33 +306,33 @@ fn leaf(
     config: &LeafConfig,
     stab: Option<SizeTable>,
 ) -> Result<(), TcExportError> {
-    let command = Command::LeafAdd(LeafQdiscSpec {
+    let mut spec = leaf_spec(config);
+    if let LeafSpec::Cake(cake) = &mut spec
+        && let (Some(rtt), Some(target)) = (cake.rtt, cake.target)
+        && target != cake_target(rtt)
+    {
+        // tc's cake has no `target` keyword: a config's own target has no tc words, and the
+        // kernel's queue gets the rtt's twentieth.
+        lines.comment(&format!(
+            "cake's target {target} has no tc words (tc gives rtt {rtt}, whose twentieth, \
+             {}, the kernel's cake takes)",
+            cake_target(rtt)
+        ));
+        cake.target = Some(cake_target(rtt));
+    }
+    lines.command(&Command::LeafAdd(LeafQdiscSpec {
         dev: dev(lines.port),
         parent,
         handle: handle.map(|h| ClassId::new(h, 0)),
-        leaf: leaf_spec(config),
+        leaf: spec,
         stab: stab.map(|t| t.spec()),
-    });
-    match command_line(&command) {
-        Ok(line) => lines.out.push(format!("tc {line}")),
-        Err(WriteError::LeafOptions { .. }) => {
-            let at = parent.map_or_else(|| "root".to_owned(), |p| format!("parent {p}"));
-            let handle = handle.map_or_else(String::new, |h| format!(" handle {h:x}:"));
-            lines.out.push(format!(
-                "tc qdisc add dev {} {at}{handle} {}{}",
-                lines.port,
-                stab_args(stab),
-                tc_leaf_args(config)
-            ));
-        }
-        Err(source) => {
-            return Err(TcExportError {
-                dev: lines.port.to_string(),
-                source,
-            });
-        }
-    }
-    Ok(())
+    }))
+}
+
+/// The target tc's `rtt` gives cake: q_cake.c's `cake_parse_opt` sends a twentieth of the rtt
+/// (at least 1 µs) as `TCA_CAKE_TARGET` beside it, and has no `target` keyword of its own.
+fn cake_target(rtt: Duration) -> Duration {
+    Duration::from_micros((rtt.as_nanos() / 1000 / 20).max(1))
 }
 
 /// `config` as the spec that gives it back ([`LeafConfig::to_spec`]), in the writer's form:
@@ -349,35 +348,6 @@ fn leaf_spec(config: &LeafConfig) -> LeafSpec {
         }
         spec => spec,
     }
-}
-
-/// A size table as tc's options, before the qdisc's kind (`stab overhead 34 linklayer
-/// ethernet `), or nothing: for a leaf written by its kind's printer.
-fn stab_args(stab: Option<SizeTable>) -> String {
-    let Some(s) = stab.map(|t| t.spec()) else {
-        return String::new();
-    };
-    let mut out = String::from("stab ");
-    for (key, v) in [("mtu", s.mtu), ("tsize", s.tsize), ("mpu", s.mpu)] {
-        if v != 0 {
-            out += &format!("{key} {v} ");
-        }
-    }
-    if s.overhead != 0 {
-        out += &format!("overhead {} ", s.overhead);
-    }
-    if let Some(l) = s.link_layer {
-        out += &format!("linklayer {} ", l.name());
-    }
-    out
-}
-
-/// A leaf's kind and options as tc reads them (`fq_codel limit 10240 …`), every option given
-/// so that the kernel's qdisc matches htbd's whatever its defaults: each kind's own printer
-/// ([`LeafConfig::tc_args`]), kept with its spec in the core.
-#[must_use]
-pub fn tc_leaf_args(leaf: &LeafConfig) -> String {
-    format!("{}{}", leaf.kind().name(), leaf.tc_args())
 }
 
 /// The ingress qdisc's handle major.
@@ -612,6 +582,40 @@ mod tests {
             .filter(|c| c.starts_with("tc qdisc add dev r2 parent 1:"))
             .count();
         assert_eq!(written, leaves.len(), "{cmds:#?}");
+    }
+
+    /// A cake target of the config's own, which tc has no keyword for, is written as the rtt
+    /// gives it, saying so; the target tc's rtt gives (its twentieth) is that rtt, without a
+    /// comment.
+    #[test]
+    fn a_cake_target_tc_cannot_say_is_the_rtts_with_a_comment() {
+        let config = |leaf: &str| {
+            let text = format!(
+                "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r2\"\n\
+                 [[interface.class]]\nid = \"1:1\"\nrate = \"10mbit\"\nleaf = {leaf}\n"
+            );
+            DaemonConfig::parse(&text).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let cmds = commands(&config(
+            r#"{ kind = "cake", rtt = "50ms", target = "10ms" }"#,
+        ))
+        .unwrap();
+        parse_all(&cmds);
+        let cake = cmds
+            .iter()
+            .find(|c| c.starts_with("tc qdisc") && c.contains(" cake "))
+            .expect("cake's line");
+        assert!(cake.contains(" rtt 50ms "), "{cake}");
+        assert!(
+            cmds.iter()
+                .any(|c| c.starts_with("# r2: cake's target 10ms has no tc words")),
+            "{cmds:#?}"
+        );
+        let cmds = commands(&config(
+            r#"{ kind = "cake", rtt = "50ms", target = "2500us" }"#,
+        ))
+        .unwrap();
+        assert!(!cmds.iter().any(|c| c.contains("target")), "{cmds:#?}");
     }
 
     #[test]

@@ -31,7 +31,6 @@ mod random;
 mod sfq;
 mod spec;
 mod tbf;
-mod tc_args;
 
 use crate::CheckError;
 use alloc::vec::Vec;
@@ -46,7 +45,7 @@ pub use options::{LeafOption, OptionValue};
 pub use pool::PacketPool;
 pub use port::DEFAULT_PSCHED_MTU;
 pub use sfq::{SFQ_MAX_DEPTH, SFQ_MAX_FLOWS, SfqConfig, SfqSpec};
-pub use spec::{LeafConfig, LeafError, LeafKind, LeafSpec, TcArgs};
+pub use spec::{LeafConfig, LeafError, LeafKind, LeafSpec};
 pub use tbf::{TbfConfig, TbfError, TbfSpec};
 
 use self::cake::{Cake, CakeStore};

@@ -12,16 +12,6 @@ use super::options::{LeafOption, OptionValue};
 use super::sfq::{SfqConfig, SfqError, SfqSpec};
 use super::tbf::{TbfConfig, TbfError, TbfSpec};
 
-/// [`LeafConfig::tc_args`]: each option as ` KEYWORD VALUE` (a space before each).
-#[derive(Clone, Copy, Debug)]
-pub struct TcArgs<'a>(pub(super) &'a LeafConfig);
-
-impl fmt::Display for TcArgs<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.write_tc_args(f)
-    }
-}
-
 /// A leaf qdisc kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(
@@ -377,24 +367,6 @@ impl LeafConfig {
             Self::FqCodel(c) => LeafSpec::FqCodel(c.to_spec()),
             Self::Cake(c) => LeafSpec::Cake(c.to_spec()),
             Self::Tbf(c) => LeafSpec::Tbf(c.to_spec()),
-        }
-    }
-
-    /// Its options as tc's command line takes them, every one given (a space before each):
-    /// `htbd --print-tc` writes them after the kind's name.
-    #[must_use]
-    pub fn tc_args(&self) -> TcArgs<'_> {
-        TcArgs(self)
-    }
-
-    /// [`tc_args`](Self::tc_args), each kind's own words.
-    pub(super) fn write_tc_args(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Pfifo { limit } | Self::Bfifo { limit } => write!(f, " limit {limit}"),
-            Self::Sfq(c) => c.write_tc_args(f),
-            Self::FqCodel(c) => c.write_tc_args(f),
-            Self::Cake(c) => c.write_tc_args(f),
-            Self::Tbf(c) => c.write_tc_args(f),
         }
     }
 

@@ -12,7 +12,6 @@ use core::fmt;
 use super::fifo::Fifo;
 use super::options::{LeafOption, OptionValue};
 use super::pool::PacketPool;
-use super::tc_args::option;
 use crate::rate::Rate;
 use crate::time::Duration;
 use crate::{CheckError, Packet};
@@ -207,32 +206,6 @@ impl TbfConfig {
         let by_peak = self.peakrate.and_then(|p| wait(p, self.mtu));
         by_rate.max(by_peak).map(Duration::from_nanos)
     }
-
-    /// tc's words for it (`htbd --print-tc`): the limit, never the latency it came from.
-    pub(crate) fn write_tc_args(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            " rate {}bit burst {} limit {}",
-            self.rate.bits_per_sec(),
-            self.burst,
-            self.limit
-        )?;
-        option(
-            f,
-            "peakrate",
-            self.peakrate.map(|p| BitsText(p.bits_per_sec())),
-        )?;
-        option(f, "mtu", self.peakrate.map(|_| self.mtu))
-    }
-}
-
-/// A rate as `Nbit`, which tc reads exactly.
-struct BitsText(u64);
-
-impl fmt::Display for BitsText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}bit", self.0)
-    }
 }
 
 /// A running `tbf`: its queue and its two buckets (`struct tbf_sched_data`).
@@ -401,7 +374,6 @@ impl Tbf {
 #[cfg(test)]
 mod tests {
     extern crate std;
-    use std::string::ToString;
     use std::vec::Vec;
 
     use super::*;
@@ -554,15 +526,6 @@ mod tests {
         .unwrap();
         assert_eq!(peak.max_size(), 1500, "the smaller bucket bounds a packet");
         assert_eq!(peak.to_spec().resolve(), Ok(peak));
-        // What htbd --print-tc writes: the limit, and rates in bit/s that tc reads exactly.
-        assert_eq!(
-            LeafConfig::Tbf(peak).tc_args().to_string(),
-            " rate 1000000bit burst 10000 limit 20000 peakrate 2000000bit mtu 1500"
-        );
-        assert_eq!(
-            LeafConfig::Tbf(c).tc_args().to_string(),
-            " rate 20000bit burst 1500 limit 1750"
-        );
     }
 
     #[test]

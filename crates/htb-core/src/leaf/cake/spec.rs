@@ -306,48 +306,6 @@ impl CakeSpec {
 }
 
 impl CakeConfig {
-    /// Its options as tc reads them, every one given: the bandwidth first (it turns autorate
-    /// off), `raw` or `overhead` before the cell framing (`raw` clears it); the target is
-    /// `rtt`'s twentieth, as tc sets it.
-    pub(crate) fn write_tc_args(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let bits = self.bandwidth.bits_per_sec();
-        if bits == 0 {
-            f.write_str(" unlimited")?;
-        } else {
-            write!(f, " bandwidth {bits}bit")?;
-        }
-        if self.autorate_ingress {
-            f.write_str(" autorate-ingress")?;
-        }
-        write!(f, " rtt {}us", self.rtt.as_nanos() / 1000)?;
-        write!(f, " {} {}", self.diffserv.name(), self.flow_mode.name())?;
-        f.write_str(if self.nat { " nat" } else { " nonat" })?;
-        f.write_str(if self.wash { " wash" } else { " nowash" })?;
-        f.write_str(if self.split_gso {
-            " split-gso"
-        } else {
-            " no-split-gso"
-        })?;
-        f.write_str(if self.ingress { " ingress" } else { " egress" })?;
-        write!(f, " {}", self.ack_filter.name())?;
-        if self.overhead_set {
-            write!(f, " overhead {}", self.overhead)?;
-        } else {
-            f.write_str(" raw")?;
-        }
-        write!(f, " {}", self.atm.name())?;
-        if self.mpu != 0 {
-            write!(f, " mpu {}", self.mpu)?;
-        }
-        if self.memlimit != 0 {
-            write!(f, " memlimit {}", self.memlimit)?;
-        }
-        if self.fwmark != 0 {
-            write!(f, " fwmark {:#x}", self.fwmark)?;
-        }
-        Ok(())
-    }
-
     /// These parameters as a spec with every option given: it applies back to exactly them.
     #[must_use]
     pub fn to_spec(&self) -> CakeSpec {

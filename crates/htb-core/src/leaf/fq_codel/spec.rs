@@ -1,11 +1,8 @@
 //! What an `fq_codel` qdisc is asked to be (tc's options, unset ones `None`) and what it runs
 //! with: `fq_codel_init`'s defaults, `fq_codel_change`'s checks and clamps.
 
-use core::fmt;
-
 use crate::leaf::options::{LeafOption, OptionValue};
 use crate::leaf::port::DEFAULT_PSCHED_MTU;
-use crate::leaf::tc_args::option;
 use crate::time::Duration;
 
 /// Largest `fq_codel` quantum (`FQ_CODEL_QUANTUM_MAX`).
@@ -201,19 +198,6 @@ impl FqCodelConfig {
             memory_limit: Some(self.memory_limit),
             drop_batch: Some(self.drop_batch),
         }
-    }
-
-    /// tc's words for it (`htbd --print-tc`), every option given.
-    pub(crate) fn write_tc_args(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, " limit {} flows {}", self.limit, self.flows)?;
-        write!(f, " target {} interval {}", self.target, self.interval)?;
-        option(f, "ce_threshold", self.ce_threshold)?;
-        write!(
-            f,
-            " quantum {} memory_limit {} drop_batch {}",
-            self.quantum, self.memory_limit, self.drop_batch
-        )?;
-        f.write_str(if self.ecn { " ecn" } else { " noecn" })
     }
 }
 

@@ -1,11 +1,8 @@
 //! What an `sfq` qdisc is asked to be (tc's options, unset ones `None`) and what it runs with:
 //! `sfq_init`'s defaults, `sfq_change`'s checks and caps.
 
-use core::fmt;
-
 use crate::leaf::options::{LeafOption, OptionValue};
 use crate::leaf::port::DEFAULT_PSCHED_MTU;
-use crate::leaf::tc_args::option;
 
 /// `SFQ_MAX_DEPTH`.
 pub const SFQ_MAX_DEPTH: u32 = 127;
@@ -154,22 +151,6 @@ impl SfqConfig {
             depth: Some(self.depth),
             headdrop: self.headdrop,
         }
-    }
-
-    /// tc's words for it (`htbd --print-tc`): the spec leaves out what `sfq_change` would have
-    /// capped, so that tc makes the same config back.
-    pub(crate) fn write_tc_args(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = self.to_spec();
-        option(f, "limit", s.limit)?;
-        option(f, "quantum", s.quantum)?;
-        option(f, "depth", s.depth)?;
-        option(f, "divisor", s.divisor)?;
-        option(f, "flows", s.flows)?;
-        option(f, "perturb", s.perturb.filter(|&p| p != 0))?;
-        if s.headdrop {
-            f.write_str(" headdrop")?;
-        }
-        Ok(())
     }
 }
 
