@@ -34,32 +34,32 @@ impl Request {
 #[serde(tag = "type", rename_all = "snake_case")]
 #[serde(deny_unknown_fields)]
 pub enum RequestBody {
-    /// Is the daemon there? Answered with [`ReplyBody::Pong`]. (A struct variant, so that
+    /// Is the daemon there? Answered with [`ReplyBody::Pong`](crate::ReplyBody::Pong). (A struct variant, so that
     /// unknown fields are refused as in the others.)
     Ping {},
-    /// Read state: answered with [`ReplyBody::Shown`].
+    /// Read state: answered with [`ReplyBody::Shown`](crate::ReplyBody::Shown).
     Show(Show),
     /// Apply commands **atomically**: all of them or none. Answered with
-    /// [`ReplyBody::Applied`], once they are live in the data plane and persisted.
+    /// [`ReplyBody::Applied`](crate::ReplyBody::Applied), once they are live in the data plane and persisted.
     Apply {
         /// In order.
         commands: Vec<Command>,
     },
-    /// The data plane's counters: answered with [`ReplyBody::Status`].
+    /// The data plane's counters: answered with [`ReplyBody::Status`](crate::ReplyBody::Status).
     Status {},
     /// Hold these commands for this connection's next [`RequestBody::Apply`], which applies
     /// them first, all in one atomic batch with its own: a batch larger than one message
     /// (a million subscribers' classes and filters) arrives in several. Answered with
-    /// [`ReplyBody::Staged`]; dropped if the connection closes first. Error indexes of the
+    /// [`ReplyBody::Staged`](crate::ReplyBody::Staged); dropped if the connection closes first. Error indexes of the
     /// batch count the staged commands first, in order.
     Stage {
         /// In order, after those staged before.
         commands: Vec<Command>,
     },
     /// Which filter and class packets to and from an address take: answered with
-    /// [`ReplyBody::Explained`].
+    /// [`ReplyBody::Explained`](crate::ReplyBody::Explained).
     Explain(Explain),
-    /// The flow records kept now: answered with [`ReplyBody::Flows`].
+    /// The flow records kept now: answered with [`ReplyBody::Flows`](crate::ReplyBody::Flows).
     Flows(FlowsQuery),
 }
 
@@ -147,7 +147,7 @@ pub struct Show {
     #[serde(default)]
     pub invisible: bool,
     /// `class show` and `filter show`: only this window of the list (`None`: all of it, which
-    /// a large tree's `-s` show can push past [`MAX_MESSAGE_BYTES`]).
+    /// a large tree's `-s` show can push past [`MAX_MESSAGE_BYTES`](crate::MAX_MESSAGE_BYTES)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page: Option<Page>,
 }

@@ -31,27 +31,27 @@ impl Response {
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ReplyBody {
-    /// To [`RequestBody::Ping`].
+    /// To [`RequestBody::Ping`](crate::RequestBody::Ping).
     Pong {
         /// The daemon's version.
         daemon: String,
         /// Its process id.
         pid: u32,
     },
-    /// To [`RequestBody::Show`].
+    /// To [`RequestBody::Show`](crate::RequestBody::Show).
     Shown(Shown),
-    /// To [`RequestBody::Apply`]: one result per command.
+    /// To [`RequestBody::Apply`](crate::RequestBody::Apply): one result per command.
     Applied {
         /// In command order.
         results: Vec<CommandResult>,
     },
-    /// To [`RequestBody::Status`].
+    /// To [`RequestBody::Status`](crate::RequestBody::Status).
     Status(Status),
-    /// To [`RequestBody::Explain`].
+    /// To [`RequestBody::Explain`](crate::RequestBody::Explain).
     Explained(Explanation),
-    /// To [`RequestBody::Flows`].
+    /// To [`RequestBody::Flows`](crate::RequestBody::Flows).
     Flows(FlowList),
-    /// To [`RequestBody::Stage`].
+    /// To [`RequestBody::Stage`](crate::RequestBody::Stage).
     Staged {
         /// Commands staged on this connection so far.
         commands: u64,
