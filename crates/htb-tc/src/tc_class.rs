@@ -1,7 +1,7 @@
 //! `class add|change|replace|del|show` (iproute2 `tc/tc_class.c`): HTB classes (and htbd's
 //! `class label`, in [`crate::class_label`]).
 
-use htb_ipc::{ClassDelete, ClassSpec, Command, LabelSpec, Object, Parent, Show};
+use htb_ipc::{ClassDelete, ClassSpec, Command, InterfaceName, LabelSpec, Object, Parent, Show};
 
 use crate::action::{Action, Verb, verb};
 use crate::args::{Args, Result, class_id, device, interface, matches, usage};
@@ -56,39 +56,51 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
             }
         }
     }
-    if verb == Verb::Show {
-        return Ok(Action::Show(Show {
-            object: Some(Object::Class),
-            dev,
-            class: id,
-            parent: parent.map(|p| p.map_or(Parent::Root, Parent::Id)),
-            ..Show::default()
-        }));
-    }
-    let Some(dev) = dev else {
-        return usage("Must specify device (dev DEV).");
+    // The verb picks what the words make; tc asks for the device, then the classid, then the
+    // kind, in that order.
+    let make: fn(ClassSpec) -> Command = match verb {
+        Verb::Show => {
+            return Ok(Action::Show(Show {
+                object: Some(Object::Class),
+                dev,
+                class: id,
+                parent: parent.map(|p| p.map_or(Parent::Root, Parent::Id)),
+                ..Show::default()
+            }));
+        }
+        Verb::Delete => {
+            let (dev, id) = device_and_id(dev, id)?;
+            return Ok(Action::Change(Command::ClassDelete(ClassDelete {
+                dev,
+                id,
+            })));
+        }
+        Verb::Add => Command::ClassAdd,
+        Verb::Change => Command::ClassChange,
+        Verb::Replace => Command::ClassReplace,
     };
-    let Some(id) = id else {
-        return usage("Must specify classid (classid MAJ:MIN).");
-    };
-    if verb == Verb::Delete {
-        return Ok(Action::Change(Command::ClassDelete(ClassDelete {
-            dev,
-            id,
-        })));
-    }
+    let (_, id) = device_and_id(dev, id)?;
     let Some(mut spec) = spec else {
         return usage("Must specify the class kind: ... htb rate RATE");
     };
     spec.id = id;
     // The wire carries the parent typed, as parsed above.
     spec.parent = parent.flatten();
-    Ok(Action::Change(match verb {
-        Verb::Add => Command::ClassAdd(spec),
-        Verb::Change => Command::ClassChange(spec),
-        Verb::Replace => Command::ClassReplace(spec),
-        Verb::Delete | Verb::Show => unreachable!("handled above"),
-    }))
+    Ok(Action::Change(make(spec)))
+}
+
+/// The `dev` and `classid` a change needs, or tc's refusal naming the first missing.
+fn device_and_id(
+    dev: Option<InterfaceName>,
+    id: Option<htb_core::ClassId>,
+) -> Result<(InterfaceName, htb_core::ClassId)> {
+    let Some(dev) = dev else {
+        return usage("Must specify device (dev DEV).");
+    };
+    let Some(id) = id else {
+        return usage("Must specify classid (classid MAJ:MIN).");
+    };
+    Ok((dev, id))
 }
 
 /// `class VERB dev D parent P|root classid C htb …`, as [`parse`] reads it.
