@@ -361,8 +361,19 @@ pub fn run(options: &Options, log: &mut impl Write) -> ! {
         if let Some(wanted) = watch.wanted()
             && applied != Some(wanted)
         {
+            let applying = Instant::now();
             match apply(options, wanted) {
-                Ok(()) => applied = Some(wanted),
+                Ok(()) => {
+                    applied = Some(wanted);
+                    // How long the routing daemons took to be told: a slow failover says
+                    // here whether the watcher or what it ran was slow.
+                    let _ = writeln!(
+                        log,
+                        "htb-cli health-watch: {:.3} s: told the routing daemons in {} ms",
+                        started.elapsed().as_secs_f64(),
+                        applying.elapsed().as_millis()
+                    );
+                }
                 Err(e) => {
                     let _ = writeln!(log, "htb-cli health-watch: {e} (retried at the next check)");
                 }

@@ -22,6 +22,23 @@ pub const INTERNET: &str = "10.200.0.1";
 pub const SUBSCRIBER: &str = "10.220.0.100";
 /// The subscribers' prefix the boxes announce.
 pub const PREFIX: &str = "10.220.0.0/24";
+/// When each direction of the subscriber's traffic moved to a box, from the start of a wait.
+#[derive(Clone, Copy, Debug)]
+pub struct Moved {
+    /// The upstream's route to the subscribers' prefix (BGP): the download.
+    pub route: Duration,
+    /// The subscribers' gateway address (VRRP): the upload.
+    pub gateway: Duration,
+}
+
+impl Moved {
+    /// When the box carried both.
+    #[must_use]
+    pub fn both(self) -> Duration {
+        self.route.max(self.gateway)
+    }
+}
+
 /// The subscribers' gateway, which keepalived moves.
 pub const GATEWAY: &str = "10.220.0.1";
 
@@ -331,10 +348,32 @@ impl Fleet {
     /// # Panics
     /// When it does not within `limit`, with the daemons' logs.
     pub fn wait_carried_by(&self, b: FleetBox, limit: Duration) -> Duration {
+        self.wait_moved_to(b, limit).both()
+    }
+
+    /// Waits until box `b` carries the subscriber both ways; returns when each direction
+    /// moved to it (BGP's route for the download, VRRP's gateway for the upload), so that a
+    /// slow hand-over says which daemon was slow.
+    ///
+    /// # Panics
+    /// When it does not within `limit`, with the daemons' logs.
+    pub fn wait_moved_to(&self, b: FleetBox, limit: Duration) -> Moved {
         let start = Instant::now();
+        let (mut route, mut gateway) = (None, None);
         while start.elapsed() < limit {
-            if self.carried_by() == Some(b) {
-                return start.elapsed();
+            let at = start.elapsed();
+            if route.is_none() && self.download_via() == Some(b) {
+                route = Some(at);
+            }
+            if gateway.is_none() && self.gateway_on() == Some(b) {
+                gateway = Some(at);
+            }
+            if let (Some(route), Some(gateway)) = (route, gateway) {
+                // Both seen on it once: it carries both ways now (or the other direction
+                // moved on again, which the caller's next look finds).
+                if self.carried_by() == Some(b) {
+                    return Moved { route, gateway };
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
         }

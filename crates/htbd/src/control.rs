@@ -373,7 +373,11 @@ impl Control {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
+        // Where a big batch's time goes, logged at debug level: the model's checks, the
+        // journal, the data plane's jobs.
+        let started = std::time::Instant::now();
         let plan = self.model.apply(commands)?;
+        let modelled = started.elapsed();
         if expect.is_some_and(|trees| !reload::matches(&self.model, trees)) {
             self.model.revert(plan);
             return Err(internal(
@@ -422,6 +426,7 @@ impl Control {
                 return Err(e);
             }
         };
+        let journaled = started.elapsed();
         self.faults.poison_plane_ops(&mut ops);
         let mut touched: Vec<String> = ops.iter().map(|op| op.port().to_owned()).collect();
         touched.sort();
@@ -432,11 +437,13 @@ impl Control {
         let mut outcomes = Vec::with_capacity(ops.len());
         let mut rest = ops.into_iter();
         let slice_len = self.per_worker(PLANE_SLICE);
+        let mut jobs = 0usize;
         loop {
             let slice: Vec<PlaneOp> = rest.by_ref().take(slice_len).collect();
             if slice.is_empty() {
                 break;
             }
+            jobs += 1;
             match self.on_engine(move |engine| engine.apply(slice)).await {
                 Ok((done, retired)) => {
                     free_elsewhere(retired);
@@ -459,6 +466,14 @@ impl Control {
                 }
             }
         }
+        tracing::debug!(
+            "batch of {} commands: model {} ms, operations and journal {} ms, data plane {} ms \
+             in {jobs} jobs",
+            commands.len(),
+            modelled.as_millis(),
+            (journaled - modelled).as_millis(),
+            (started.elapsed() - journaled).as_millis()
+        );
         let mut results = plan.results.clone();
         let mut refused = None;
         for (owner, outcome) in owners.into_iter().zip(outcomes) {

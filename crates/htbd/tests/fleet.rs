@@ -187,7 +187,10 @@ fn failover(fleet: &Fleet, boxes: &mut Boxes, failure: Failure) -> String {
             boxes.dirs[p] = Some(dir);
         }
     }
-    fleet.wait_carried_by(standby, Duration::from_secs(5));
+    // What causing the failure took (a stop waits for htbd's exit): the directions' times
+    // count from when it was caused.
+    let caused = failed_at.elapsed();
+    let directions = fleet.wait_moved_to(standby, Duration::from_secs(5));
     let moved = failed_at.elapsed();
 
     // The standby holds the subscriber's rate, and only it shapes the subscriber.
@@ -280,10 +283,14 @@ fn failover(fleet: &Fleet, boxes: &mut Boxes, failure: Failure) -> String {
     }
 
     let line = format!(
-        "{:<40} standby carries after {:>4} ms; ping lost {:>2}/700 ({:.1} %, longest gap {} ms); \
-         back after {:>5} ms, lost {}/500 (longest gap {} ms); standby's class {:.3} Mbit/s",
+        "{:<40} standby carries after {:>4} ms (route {:>4} ms, gateway {:>4} ms after the \
+         failure's {:>3} ms); ping lost {:>2}/700 ({:.1} %, longest gap {} ms); back after {:>5} ms, \
+         lost {}/500 (longest gap {} ms); standby's class {:.3} Mbit/s",
         failure.name(),
         moved.as_millis(),
+        (caused + directions.route).as_millis(),
+        (caused + directions.gateway).as_millis(),
+        caused.as_millis(),
         loss.sent - loss.answered,
         loss.lost_share() * 100.0,
         loss.longest_gap * 20,
@@ -295,8 +302,11 @@ fn failover(fleet: &Fleet, boxes: &mut Boxes, failure: Failure) -> String {
     eprintln!("{line}");
     assert!(
         moved <= Duration::from_secs(1),
-        "{}: the standby carried the subscriber only {moved:?} after the failure\n{}",
+        "{}: the standby carried the subscriber only {moved:?} after the failure (the download's \
+         route {:?}, the gateway {:?} after it)\n{}",
         failure.name(),
+        caused + directions.route,
+        caused + directions.gateway,
         fleet.logs()
     );
     // The goals: at most a second cut off whatever failed; at most 2 % of the ping where the
