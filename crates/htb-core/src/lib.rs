@@ -95,4 +95,4 @@ pub use stab::{MAX_TSIZE, SizeSpec, SizeTable, SizeTableError};
 pub use stall::StallLog;
 pub use stats::{ClassStats, Mode, QueueCounters, SchedulerStats};
 pub use time::{Duration, Instant};
-pub use tree_spec::{ClassDef, LeafDef, PortTree, TreeSpec};
+pub use tree_spec::{ClassDef, LeafDef, PortTree, SplitChoice, TreeSpec};

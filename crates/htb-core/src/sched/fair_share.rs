@@ -133,6 +133,11 @@ impl SeatState {
         };
         // Only a leaf's copy holds packets; an inner class's turn is its leaves'.
         let backlogged = class.level == 0 && class.activity != 0;
+        if !backlogged && !self.backlogged {
+            // Idle here, and known so: the others read only the counts of backlogged workers,
+            // and this one's is levelled when it fills again. Nothing to write.
+            return false;
+        }
         if backlogged && !self.backlogged {
             // Back from idle: level with the least of those who kept asking.
             if let Some(floor) = seats.least_backlogged(Some(w)) {
@@ -158,6 +163,7 @@ impl SeatState {
                 tokens_of(excess, class.ceil).min(class.cbuffer / 2),
             )
         } else {
+            // Emptied: nothing waits here to hold back.
             (0, 0)
         };
         let changed = penalty != self.penalty;
