@@ -30,7 +30,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use super::arena::Class;
 use crate::rate::{Rate, TOKENS_PER_NS};
 
-/// The most workers a class's seats hold (one bit each in [`Seats::backlogged`]).
+/// The most workers a class's seats hold (one bit each in a word of who has packets waiting).
 pub const MAX_SEATS: usize = 64;
 
 /// One worker's count of bytes sent through its copy of the class, alone on its cache line:
