@@ -16,6 +16,7 @@
 //! rate = "30mbit"
 //! ceil = "100mbit"      # optional: burst cburst prio quantum mtu overhead mpu linklayer
 //! leaf = { kind = "sfq", perturb = 10 }   # optional: the leaf's queue discipline
+//! split = true          # htbd only: this subtree served by every worker at once
 //! ```
 
 mod error;
@@ -23,14 +24,16 @@ pub mod filter;
 pub mod interface_name;
 pub mod label;
 pub mod leaf;
+mod split;
 mod tree;
 pub mod values;
 
 pub use error::{ConfigError, Located, ValueError};
-pub use htb_core::{ClassDef, PortTree, TreeSpec};
+pub use htb_core::{ClassDef, PortTree, SplitChoice, TreeSpec};
 pub use interface_name::{InterfaceName, InterfaceNameError};
 pub use label::{ClassLabel, label_toml};
 pub use leaf::{LeafDef, LeafSection, LeafSectionError, leaf_toml};
+pub use split::split_choices;
 pub use tree::{ClassSection, QdiscSection, size_table, tree_from_sections};
 
 /// Parses `text` as TOML into `T`, turning any error into a [`ConfigError`] that names the

@@ -96,6 +96,11 @@ pub struct ClassSection {
     /// "…", addresses = ["10.0.3.7"] }] }` (not tc's; the console and `class show -d` show it).
     #[serde(default)]
     pub label: Option<crate::ClassLabel>,
+    /// htbd with several workers: the subtree this class tops served by every worker at once
+    /// (`true`) or by one (`false`), whatever `[daemon] split_above` says (not tc's; see
+    /// [`split_choices`](crate::split_choices)). The simulator runs one scheduler and ignores it.
+    #[serde(default)]
+    pub split: Option<Located<bool>>,
 }
 
 impl ClassSection {

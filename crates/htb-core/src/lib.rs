@@ -84,8 +84,8 @@ pub use leaf::*;
 pub use packet::Packet;
 pub use rate::{LengthAdjust, LinkLayer, Rate};
 pub use sched::{
-    Change, CheckError, ClassHandle, ClassInfo, DropReason, Dropped, Scheduler, SharedBuckets,
-    Target,
+    Change, CheckError, ClassHandle, ClassInfo, DropReason, Dropped, MAX_SEATS, Scheduler,
+    SharedBuckets, Target,
 };
 pub use spec::{
     ClassConfig, ClassSpec, DEFAULT_MTU, MAX_BURST_TIME, MAX_DEPTH, MAX_PRIO, SchedulerConfig,
@@ -95,4 +95,4 @@ pub use stab::{MAX_TSIZE, SizeSpec, SizeTable, SizeTableError};
 pub use stall::StallLog;
 pub use stats::{ClassStats, Mode, QueueCounters, SchedulerStats};
 pub use time::{Duration, Instant};
-pub use tree_spec::{ClassDef, LeafDef, PortTree, TreeSpec};
+pub use tree_spec::{ClassDef, LeafDef, PortTree, SplitChoice, TreeSpec};

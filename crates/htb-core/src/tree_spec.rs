@@ -2,6 +2,7 @@
 //! first, each with its leaf discipline. The config file (`htb-config`) and the control socket
 //! produce it; the engine builds one scheduler per worker from it.
 
+use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -50,6 +51,9 @@ pub struct PortTree {
     pub tree: TreeSpec,
     /// The minor `N` of the `mq` class it hangs under (1 for TX queue 0); `None`: the root.
     pub mq_minor: Option<u16>,
+    /// The operator's choices for its subtrees, by their top class (a tree under `mq` has
+    /// none: its queue's worker serves it whole).
+    pub split: BTreeMap<ClassId, SplitChoice>,
 }
 
 impl PortTree {
@@ -59,8 +63,26 @@ impl PortTree {
         Self {
             tree,
             mq_minor: None,
+            split: BTreeMap::new(),
         }
     }
+}
+
+/// How a subtree of a port's root tree is served when several workers run it, as the operator
+/// chose (`split = true` or `false` on its top class in the config file). A subtree without a
+/// choice is split when its top class's rate is above the daemon's `split_above`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+pub enum SplitChoice {
+    /// Served by every worker at once: each queues what it receives in its own copy of the
+    /// subtree, whose classes' buckets they all share.
+    Split,
+    /// Served by one worker, whatever its rate: frames received by the others are handed to it.
+    Owned,
 }
 
 impl TreeSpec {

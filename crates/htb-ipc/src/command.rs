@@ -3,7 +3,7 @@
 
 use crate::{
     ClassId, ClassLabel, FilterHandle, FilterKind, InterfaceName, LeafKind, LeafSpec, LinkLayer,
-    Match, PoliceConfig, Protocol, Rate, SizeSpec, U32Hashing,
+    Match, PoliceConfig, Protocol, Rate, SizeSpec, SplitChoice, U32Hashing,
 };
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +86,11 @@ pub enum Command {
     /// class shapes, or no label when `label` is `None`. It changes nothing the data plane
     /// does; the label goes with the class when it is deleted.
     ClassLabel(LabelSpec),
+    /// htbd's, not tc's (tc has no word for it; `split = …` in the config file, sent by a
+    /// reload): whether the subtree the class tops is served by every worker at once, by one,
+    /// or as the daemon's `split_above` decides. The choice goes with the class when it is
+    /// deleted.
+    ClassSplit(SplitSpec),
 }
 
 impl Command {
@@ -100,6 +105,7 @@ impl Command {
             }
             Self::ClassDelete(c) => &c.dev,
             Self::ClassLabel(l) => &l.dev,
+            Self::ClassSplit(s) => &s.dev,
             Self::FilterDelete(f) => &f.dev,
             Self::LeafDelete { dev, .. } => dev,
             Self::LeafAdd(l) | Self::LeafChange(l) | Self::LeafReplace(l) => &l.dev,
@@ -131,6 +137,20 @@ pub struct LabelSpec {
     /// Its label; `None` takes it away.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<ClassLabel>,
+}
+
+/// The operator's choice for the subtree class `id` tops ([`Command::ClassSplit`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SplitSpec {
+    /// Interface.
+    pub dev: InterfaceName,
+    /// The subtree's top class: at the top of the interface's root HTB tree, or a child of
+    /// one (`:20`: of the interface's qdisc).
+    pub id: ClassId,
+    /// `"split"` or `"owned"`; `None` leaves it to `split_above`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choice: Option<SplitChoice>,
 }
 
 /// `filter del dev D [parent 1:] [prio P [handle H KIND]]`.

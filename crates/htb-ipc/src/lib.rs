@@ -36,7 +36,7 @@ mod tagged;
 
 pub use command::{
     ClassDelete, ClassSpec, Command, FilterDelete, FilterSpec, LabelSpec, LeafQdiscSpec, MqSpec,
-    QdiscSpec,
+    QdiscSpec, SplitSpec,
 };
 pub use error::{ErrorCode, IpcError};
 pub use explain::{Direction, Explain, Explanation, Outcome, PortExplanation};
@@ -59,7 +59,7 @@ pub use htb_config::label::{ClassLabel, Device, LabelError, LabelFields, LabelTe
 /// Rates are the core's type, a number of bit/s on the wire.
 pub use htb_core::{
     CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, Rate, SizeSpec,
-    Warning,
+    SplitChoice, Warning,
 };
 pub use protocol::{Protocol, UnknownProtocol};
 pub use request::{Object, Page, Parent, Request, RequestBody, Show};

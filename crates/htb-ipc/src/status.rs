@@ -46,6 +46,10 @@ pub struct Status {
     /// Per data-plane worker (`loops`, `sleeps` and the frames above are their sums).
     #[serde(default)]
     pub workers: Vec<WorkerStatus>,
+    /// Subtrees served by every worker at once (split), over all ports; each worker's
+    /// `subtrees` counts those it owns.
+    #[serde(default)]
+    pub split_subtrees: u32,
     /// The most a class is given back per stall of its worker, in µs (`daemon.stall_credit`;
     /// 0: no stall credit).
     #[serde(default)]
@@ -83,7 +87,7 @@ pub struct WorkerStatus {
     pub sleeps: u64,
     /// Packets queued in its schedulers.
     pub queued: u64,
-    /// Subtrees it serves, over all ports.
+    /// Subtrees it owns, over all ports (split ones are every worker's: `split_subtrees`).
     pub subtrees: u32,
     /// Frames it received for another worker's classes and handed over.
     pub handed_out: u64,

@@ -44,7 +44,9 @@ fn batches_read_fast_as_the_derived_reader_reads_them() {
         r#"{"op":"leaf_add","dev":"r2","parent":"1:10","leaf":{"kind":"sfq","perturb":10}}"#,
         r#"{"dev":"r2","op":"class_delete","id":"1:20"}"#,
         r#"{"dev":"r2","op":"qdisc_delete"}"#,
+        r#"{"op":"class_split","dev":"r2","id":"1:10","choice":"split"}"#,
     ];
+    let commands_len = commands.len();
     let list = format!("[{}]", commands.join(","));
     let derived: Vec<Command> = serde_json::from_str(&list).unwrap();
     for kind in ["apply", "stage"] {
@@ -61,7 +63,9 @@ fn batches_read_fast_as_the_derived_reader_reads_them() {
         r#"{{"version":1,"request":{{"commands":{list},"type":"apply"}}}}"#
     ))
     .unwrap();
-    assert!(matches!(late.request, RequestBody::Apply { commands } if commands.len() == 13));
+    assert!(
+        matches!(late.request, RequestBody::Apply { commands } if commands.len() == commands_len)
+    );
     let ping: Request = serde_json::from_str(r#"{"version":1,"request":{"type":"ping"}}"#).unwrap();
     assert_eq!(ping.request, RequestBody::Ping {});
     // Refused as the derived reader refuses.
@@ -556,4 +560,39 @@ fn oversized_and_truncated_frames_are_refused() {
         read_frame::<Request>(&mut garbage.as_slice()),
         Err(FrameError::Json(_))
     ));
+}
+
+/// The operator's split choice is a typed value on the wire: `"split"`, `"owned"` or none;
+/// anything else is refused as it is read.
+#[test]
+fn a_split_choice_is_typed_on_the_wire() {
+    let read = |choice: &str| {
+        serde_json::from_str::<Command>(&format!(
+            r#"{{"op":"class_split","dev":"r2","id":"1:10"{choice}}}"#
+        ))
+    };
+    for (given, want) in [
+        (r#","choice":"split""#, Some(SplitChoice::Split)),
+        (r#","choice":"owned""#, Some(SplitChoice::Owned)),
+        ("", None),
+    ] {
+        let command = read(given).unwrap();
+        assert_eq!(
+            command,
+            Command::ClassSplit(SplitSpec {
+                dev: dev("r2"),
+                id: ClassId::new(1, 0x10),
+                choice: want,
+            })
+        );
+        let written = serde_json::to_string(&command).unwrap();
+        assert_eq!(serde_json::from_str::<Command>(&written).unwrap(), command);
+    }
+    for bad in [
+        r#","choice":"yes""#,
+        r#","choice":true"#,
+        r#","split":"split""#,
+    ] {
+        assert!(read(bad).is_err(), "{bad}");
+    }
 }

@@ -172,6 +172,8 @@ fn through<T>(
             "kernel_rx_dropped": sum(|p| p.kernel_rx_dropped),
             "handoff": status.workers.iter().map(|w| w.handoff_drops).sum::<u64>(),
             "handed_out": status.workers.iter().map(|w| w.handed_out).sum::<u64>(),
+            // Subtrees every worker served at once (one class above split_above).
+            "split_subtrees": status.split_subtrees,
         })
     });
     uninstall(lab, installed);

@@ -36,6 +36,9 @@ pub enum WriteError {
         /// What cannot be said.
         what: &'static str,
     },
+    /// A command of htbd's own that tc's grammar has no words for.
+    #[error("tc has no words for {0}")]
+    NotTc(&'static str),
 }
 
 /// A write result.

@@ -47,6 +47,33 @@ pub fn command_line(c: &Command) -> Result<String> {
         Command::FilterChange(f) => tc_filter::write_filter("change", f, w)?,
         Command::FilterReplace(f) => tc_filter::write_filter("replace", f, w)?,
         Command::FilterDelete(d) => tc_filter::write_delete(d, w)?,
+        // The config file's `split = …`: no tc word is invented for it.
+        Command::ClassSplit(_) => {
+            return Err(WriteError::NotTc(
+                "a subtree split over htbd's workers (the config file's split = …)",
+            ));
+        }
     }
     Ok(words.into_line())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// htbd's split choice has no words in tc's grammar, and none are invented for it.
+    #[test]
+    fn a_split_choice_has_no_tc_words() {
+        let c = Command::ClassSplit(htb_ipc::SplitSpec {
+            dev: "eth0".parse().unwrap(),
+            id: htb_core::ClassId::new(1, 0x10),
+            choice: Some(htb_core::SplitChoice::Split),
+        });
+        let e = command_line(&c).unwrap_err();
+        assert!(matches!(e, WriteError::NotTc(_)), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("tc has no words for a subtree split")
+        );
+    }
 }

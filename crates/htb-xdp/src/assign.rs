@@ -9,18 +9,42 @@
 //! The rule is stable: a new subtree goes to the worker with the fewest, ties to the lowest
 //! index, and a subtree never moves while it exists. A new tree (`qdisc replace`, a restart)
 //! is assigned afresh in class-id order, so the same tree always maps the same way.
+//!
+//! A subtree may instead be *split* (`split.rs` decides): served by every worker at once, each
+//! queueing what it receives in its own copy, all of them sharing its classes' buckets. It
+//! has no owner and counts in no worker's load; should it become owned again, it goes to the
+//! worker with the fewest, as a new one.
 
 use std::collections::BTreeMap;
 
 use htb_core::{ClassId, Packet, Scheduler};
+
+/// Who serves a subtree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Server {
+    /// This worker: the others hand it the subtree's frames.
+    Worker(u16),
+    /// Every worker, each the frames it received (a split subtree).
+    Every,
+}
+
+impl Server {
+    /// The worker that queues a frame of the subtree received by worker `me`.
+    pub(crate) fn for_frame_of(self, me: u16) -> u16 {
+        match self {
+            Self::Worker(w) => w,
+            Self::Every => me,
+        }
+    }
+}
 
 /// One port's subtrees and their workers.
 #[derive(Debug, Default)]
 pub(crate) struct Assignment {
     /// A B-tree: it grows on the data-plane thread, where a hash map's doubling rehashed every
     /// subtree in one job.
-    owner: BTreeMap<ClassId, u16>,
-    /// Subtrees per worker.
+    owner: BTreeMap<ClassId, Server>,
+    /// Owned subtrees per worker.
     load: Vec<u32>,
 }
 
@@ -33,6 +57,20 @@ pub(crate) fn is_subtree_top<P: Packet>(htb: &Scheduler<P>, id: ClassId) -> bool
     }
 }
 
+/// The top of the subtree class `id` is in (`id` itself for a top), as the data plane's
+/// `Port::owner_of` walks it. `None`: no such class.
+pub(crate) fn subtree_of<P: Packet>(htb: &Scheduler<P>, id: ClassId) -> Option<ClassId> {
+    htb.parent(id)?;
+    let mut unit = id;
+    while let Some(Some(parent)) = htb.parent(unit) {
+        if htb.parent(parent) == Some(None) {
+            break;
+        }
+        unit = parent;
+    }
+    Some(unit)
+}
+
 impl Assignment {
     /// No subtrees, for `workers` workers.
     pub(crate) fn new(workers: usize) -> Self {
@@ -42,31 +80,39 @@ impl Assignment {
         }
     }
 
-    /// Assigns a new subtree: to the worker with the fewest. Returns that worker (the old one
-    /// if `top` had one).
-    pub(crate) fn add(&mut self, top: ClassId) -> u16 {
-        if let Some(&w) = self.owner.get(&top) {
-            return w;
+    /// Places subtree `top`: split (served by every worker), or owned — by its owner if it
+    /// has one, else by the worker with the fewest. Returns who serves it now.
+    pub(crate) fn place(&mut self, top: ClassId, split: bool) -> Server {
+        match (self.owner.get(&top).copied(), split) {
+            (Some(Server::Every), true) => return Server::Every,
+            (Some(Server::Worker(w)), false) => return Server::Worker(w),
+            (Some(Server::Worker(w)), true) => self.load[usize::from(w)] -= 1,
+            (Some(Server::Every) | None, _) => {}
         }
-        let (w, _) = self
-            .load
-            .iter()
-            .enumerate()
-            .min_by_key(|&(i, load)| (*load, i))
-            .unwrap_or((0, &0));
-        self.load[w] += 1;
-        let w = u16::try_from(w).unwrap_or(0);
-        self.owner.insert(top, w);
-        w
+        let server = if split {
+            Server::Every
+        } else {
+            let (w, _) = self
+                .load
+                .iter()
+                .enumerate()
+                .min_by_key(|&(i, load)| (*load, i))
+                .unwrap_or((0, &0));
+            self.load[w] += 1;
+            Server::Worker(u16::try_from(w).unwrap_or(0))
+        };
+        self.owner.insert(top, server);
+        server
     }
 
     /// Forgets a subtree. Returns whether it was one.
     pub(crate) fn remove(&mut self, top: ClassId) -> bool {
         match self.owner.remove(&top) {
-            Some(w) => {
+            Some(Server::Worker(w)) => {
                 self.load[usize::from(w)] -= 1;
                 true
             }
+            Some(Server::Every) => true,
             None => false,
         }
     }
@@ -77,15 +123,22 @@ impl Assignment {
         self.load.iter_mut().for_each(|l| *l = 0);
     }
 
-    /// The worker serving subtree `top`.
-    #[cfg(test)]
-    pub(crate) fn owner(&self, top: ClassId) -> Option<u16> {
+    /// Who serves subtree `top`.
+    pub(crate) fn server(&self, top: ClassId) -> Option<Server> {
         self.owner.get(&top).copied()
     }
 
-    /// Subtrees per worker.
+    /// Owned subtrees per worker.
     pub(crate) fn load(&self) -> &[u32] {
         &self.load
+    }
+
+    /// The split subtrees, by their top.
+    pub(crate) fn split(&self) -> impl Iterator<Item = ClassId> + '_ {
+        self.owner
+            .iter()
+            .filter(|(_, s)| **s == Server::Every)
+            .map(|(&top, _)| top)
     }
 }
 
@@ -100,19 +153,48 @@ mod tests {
     #[test]
     fn subtrees_go_to_the_least_loaded_worker_and_stay() {
         let mut a = Assignment::new(2);
-        assert_eq!(a.add(id("1:10")), 0);
-        assert_eq!(a.add(id("1:20")), 1);
-        assert_eq!(a.add(id("1:30")), 0);
-        assert_eq!(a.add(id("1:10")), 0, "known: unchanged");
+        let owned = |a: &mut Assignment, top| a.place(id(top), false);
+        assert_eq!(owned(&mut a, "1:10"), Server::Worker(0));
+        assert_eq!(owned(&mut a, "1:20"), Server::Worker(1));
+        assert_eq!(owned(&mut a, "1:30"), Server::Worker(0));
+        assert_eq!(owned(&mut a, "1:10"), Server::Worker(0), "known: unchanged");
         assert!(a.remove(id("1:10")));
         assert!(!a.remove(id("1:10")));
         // Worker 0 has one now, worker 1 one: a tie goes to the lower index.
-        assert_eq!(a.add(id("1:40")), 0);
-        assert_eq!(a.owner(id("1:20")), Some(1), "existing subtrees never move");
+        assert_eq!(owned(&mut a, "1:40"), Server::Worker(0));
+        assert_eq!(
+            a.server(id("1:20")),
+            Some(Server::Worker(1)),
+            "existing subtrees never move"
+        );
         assert_eq!(a.load(), [2, 1]);
         a.clear();
         assert_eq!(a.load(), [0, 0]);
-        assert_eq!(a.owner(id("1:20")), None);
+        assert_eq!(a.server(id("1:20")), None);
+    }
+
+    /// A split subtree has no owner and weighs on no worker; owned again, it goes to the
+    /// worker with the fewest.
+    #[test]
+    fn a_split_subtree_is_nobody_s_load() {
+        let mut a = Assignment::new(2);
+        assert_eq!(a.place(id("1:10"), false), Server::Worker(0));
+        assert_eq!(a.place(id("1:20"), true), Server::Every);
+        assert_eq!(a.load(), [1, 0]);
+        assert_eq!(
+            a.place(id("1:10"), true),
+            Server::Every,
+            "owned, then split"
+        );
+        assert_eq!(a.load(), [0, 0]);
+        assert_eq!(a.split().collect::<Vec<_>>(), [id("1:10"), id("1:20")]);
+        assert_eq!(a.place(id("1:30"), false), Server::Worker(0));
+        assert_eq!(a.place(id("1:20"), false), Server::Worker(1), "the fewest");
+        assert_eq!(a.load(), [1, 1]);
+        assert!(a.remove(id("1:10")));
+        assert_eq!(a.load(), [1, 1], "a split subtree leaves no load behind");
+        assert_eq!(Server::Every.for_frame_of(3), 3);
+        assert_eq!(Server::Worker(1).for_frame_of(3), 1);
     }
 
     #[test]
@@ -138,5 +220,9 @@ mod tests {
         assert!(is_subtree_top(&s, id("1:10")));
         assert!(!is_subtree_top(&s, id("1:100")));
         assert!(!is_subtree_top(&s, id("1:99")), "not a class");
+        assert_eq!(subtree_of(&s, id("1:100")), Some(id("1:10")));
+        assert_eq!(subtree_of(&s, id("1:10")), Some(id("1:10")));
+        assert_eq!(subtree_of(&s, id("1:1")), Some(id("1:1")));
+        assert_eq!(subtree_of(&s, id("1:99")), None);
     }
 }

@@ -40,6 +40,8 @@ mod sequences;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
+mod split_tests;
+#[cfg(test)]
 mod stall_tests;
 #[cfg(test)]
 mod tests;

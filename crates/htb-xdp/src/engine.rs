@@ -298,7 +298,19 @@ impl Engine {
         let fleet = {
             let mut planes: Vec<&mut Dataplane<FrameIo>> =
                 pool.iter_mut().map(|w| &mut w.plane).collect();
-            Fleet::new(config.ports.len(), &mut planes)
+            // The operator's choices are for each port's root tree's subtrees.
+            let choices = config
+                .ports
+                .iter()
+                .map(|p| {
+                    p.trees
+                        .iter()
+                        .find(|t| t.mq_minor.is_none())
+                        .map(|t| t.split.clone())
+                        .unwrap_or_default()
+                })
+                .collect();
+            Fleet::new(config.ports.len(), &mut planes, config.split_above, choices)
         };
         let (jobs_tx, jobs) = mpsc::sync_channel(JOB_QUEUE);
         let stop = Arc::new(AtomicBool::new(false));

@@ -37,6 +37,7 @@ mod plane_op;
 mod program;
 mod rings;
 pub mod rtt;
+mod split;
 mod stall_watch;
 mod stats;
 mod sys;

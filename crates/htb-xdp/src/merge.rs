@@ -2,7 +2,8 @@
 //!
 //! Every worker holds a copy of every class; a subtree's packets go through its owner only,
 //! so its counters are (nearly) all the owner's, and a class at the top of the tree counts what
-//! each worker sent through it. Counters are summed, each type by its own `add` (which names
+//! each worker sent through it. A split subtree's packets go through every worker's copy:
+//! what each sent, dropped and holds (backlog, queue length) adds up to the class's. Counters are summed, each type by its own `add` (which names
 //! every field, so that a new counter cannot be left out of the sum); a class's buckets, mode
 //! and leaf details (fq_codel's flows) are those of the worker that sent the most through it.
 

@@ -7,7 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use htb_classify::{Classifier, Filter};
-use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig};
+use htb_core::{ClassId, ClassSpec, Instant, LeafConfig, Scheduler, SchedulerConfig, SplitChoice};
 use htb_core::{PortTree, TreeSpec};
 
 use crate::frame::Frame;
@@ -136,6 +136,16 @@ pub enum Change<S: Stage> {
         /// Its filters and their redirects (`None`: no ingress qdisc).
         ingress: S::Ingress,
     },
+    /// The operator's choice for the subtree class `id` tops (`split = …` in the config file;
+    /// tc has no word for it): served by every worker, or by one. Decided again at once.
+    SetSplit {
+        /// Port name.
+        port: String,
+        /// The subtree's top class.
+        id: ClassId,
+        /// The choice (`None`: the daemon's `split_above` decides).
+        choice: Option<SplitChoice>,
+    },
 }
 
 /// A change as the control plane keeps it (for undo and persistence) before it is compiled.
@@ -251,6 +261,11 @@ where
                 port: port.clone(),
                 ingress: ingress.clone(),
             },
+            Self::SetSplit { port, id, choice } => Self::SetSplit {
+                port: port.clone(),
+                id: *id,
+                choice: *choice,
+            },
         }
     }
 }
@@ -272,7 +287,8 @@ impl<S: Stage> Change<S> {
             | Self::ChangeClass { id, .. }
             | Self::DeleteClass { id, .. }
             | Self::SetLeaf { id, .. }
-            | Self::ChangeLeaf { id, .. } => Some(id.major()),
+            | Self::ChangeLeaf { id, .. }
+            | Self::SetSplit { id, .. } => Some(id.major()),
             Self::SetFilters { .. } | Self::SetIngress { .. } => None,
         }
     }
@@ -290,6 +306,7 @@ impl<S: Stage> Change<S> {
             Self::ChangeLeaf { .. } => "leaf qdisc change",
             Self::SetFilters { .. } => "filters replace",
             Self::SetIngress { .. } => "ingress replace",
+            Self::SetSplit { .. } => "split choice",
         }
     }
 
@@ -305,7 +322,8 @@ impl<S: Stage> Change<S> {
             | Self::SetLeaf { port, .. }
             | Self::ChangeLeaf { port, .. }
             | Self::SetFilters { port, .. }
-            | Self::SetIngress { port, .. } => port,
+            | Self::SetIngress { port, .. }
+            | Self::SetSplit { port, .. } => port,
         }
     }
 }
@@ -357,6 +375,7 @@ impl PlaneChange {
                 port,
                 ingress: ingress.map(|filters| Arc::new(IngressHook::new(filters))),
             },
+            Self::SetSplit { port, id, choice } => Change::SetSplit { port, id, choice },
         })
     }
 }
@@ -415,6 +434,7 @@ impl PlaneOp {
                                 warnings: Vec::new(),
                             },
                             mq_minor: tree.mq_minor,
+                            split: tree.split.clone(),
                         }),
                         schedulers: vec![scheduler],
                     })

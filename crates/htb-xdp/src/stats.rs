@@ -119,6 +119,9 @@ pub struct EngineStats {
     pub stall_credit: Option<htb_core::Duration>,
     /// The flow tables' counters, summed over the workers (`None`: flows are not metered).
     pub flows: Option<crate::flow_table::FlowCounters>,
+    /// Subtrees served by every worker at once (split), over all ports; the workers'
+    /// `subtrees` count only those each owns.
+    pub split_subtrees: u32,
 }
 
 /// One data-plane worker's counters.
@@ -132,7 +135,8 @@ pub struct WorkerStats {
     pub sleeps: u64,
     /// Frames queued in its schedulers.
     pub queued: u64,
-    /// Subtrees it serves (over all ports).
+    /// Subtrees it owns (over all ports); split subtrees are every worker's, counted in
+    /// [`EngineStats::split_subtrees`].
     pub subtrees: u32,
     /// Frames it handed to other workers and took from them.
     pub handoffs: HandoffCounts,

@@ -9,6 +9,8 @@
 //! http = "127.0.0.1:9469"      # optional: console, JSON API, /metrics, /health (off by default;
 //!                              # `metrics = …` is its older name)
 //! http_token = "/etc/htbd/http.token"  # required off loopback: requests carry this token
+//! split_above = "4gbit"        # with several workers: a subtree whose top class's rate is above
+//!                              # this is served by every worker at once ("0bit": only by choice)
 //!
 //! [[interface]]
 //! name = "r2"
@@ -18,6 +20,8 @@
 //! [[interface.class]]          # same keys as the simulator's [[class]]
 //! id = "1:1"
 //! rate = "100mbit"
+//! split = false                # optional, on a subtree's top: served by every worker (true)
+//!                              # or by one (false), whatever split_above says
 //! [[interface.filter]]
 //! prio = 1
 //! match = { dst = "10.201.1.0/24", proto = "udp", dport = "5201" }
@@ -43,7 +47,7 @@
 
 use std::path::PathBuf;
 
-use htb_config::values::TimeValue;
+use htb_config::values::{RateValue, TimeValue};
 use htb_config::{ConfigError, InterfaceName, Located};
 use htb_xdp::{AttachMode, EngineConfig, IoConfig, Mode, PortConfig};
 use serde::Deserialize;
@@ -91,6 +95,7 @@ struct DaemonSection {
     http_token: Option<Located<PathBuf>>,
     workers: Option<Located<usize>>,
     cpus: Option<Located<Vec<usize>>>,
+    split_above: Option<RateValue>,
 }
 
 /// A validated config.
@@ -450,11 +455,27 @@ impl DaemonConfig {
                 cpus,
                 stall_credit,
                 flows: flows.map(|f| f.table),
+                split_above: split_above(daemon.split_above),
             },
             netfilter,
             http,
             flows,
         })
+    }
+}
+
+/// `[daemon] split_above` when the file does not say: below the 5.6 Gbit/s of 1514-byte UDP
+/// one worker forwards on the 16-core lab machine (`docs/bench-16core.md`), with room for the
+/// handover a subtree's other workers pay (11 % of the packet rate) and for smaller packets.
+const SPLIT_ABOVE: htb_core::Rate = htb_core::Rate::from_gbit(4);
+
+/// `daemon.split_above`: [`SPLIT_ABOVE`] by default; `"0bit"` splits only what the trees choose
+/// (`split = true`).
+fn split_above(value: Option<RateValue>) -> Option<htb_core::Rate> {
+    match value {
+        None => Some(SPLIT_ABOVE),
+        Some(RateValue(rate)) if rate.bits_per_sec() == 0 => None,
+        Some(RateValue(rate)) => Some(rate),
     }
 }
 
@@ -713,6 +734,57 @@ classid = "1:20"
             e.starts_with("line 3, column 20: daemon.liveness_timeout: liveness_timeout 10us must be 1ms to 10s"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn split_above_defaults_to_4_gbit_and_turns_off_with_zero() {
+        let above = |line: &str| {
+            DaemonConfig::parse(&LAB.replace("[daemon]\n", &format!("[daemon]\n{line}\n")))
+                .map(|c| c.engine.split_above)
+        };
+        assert_eq!(above("").unwrap(), Some(htb_core::Rate::from_gbit(4)));
+        assert_eq!(
+            above("split_above = \"10gbit\"").unwrap(),
+            Some(htb_core::Rate::from_gbit(10))
+        );
+        assert_eq!(above("split_above = \"0bit\"").unwrap(), None);
+        let e = above("split_above = \"fast\"").unwrap_err().to_string();
+        assert!(
+            e.starts_with("line 3, column 15: daemon.split_above:"),
+            "{e}"
+        );
+    }
+
+    /// `split` on a subtree's top class reaches the engine's tree; below a top, or under mq,
+    /// it is refused where it is written.
+    #[test]
+    fn a_class_s_split_choice_reaches_the_engine_and_is_refused_below_a_subtree_top() {
+        let c = DaemonConfig::parse(
+            &LAB.replace("ceil = \"100mbit\"", "ceil = \"100mbit\"\nsplit = true"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.engine.ports[1].trees[0].split,
+            std::collections::BTreeMap::from([(
+                ClassId::new(1, 0x20),
+                htb_core::SplitChoice::Split
+            )])
+        );
+        let deep = LAB.replace(
+            "[[interface.filter]]",
+            "[[interface.class]]\nid = \"1:200\"\nparent = \"1:20\"\nrate = \"1mbit\"\nsplit = false\n[[interface.filter]]",
+        );
+        let e = error(&deep);
+        assert!(
+            e.starts_with("line 26, column 9: interface[1].class[2].split:")
+                && e.contains("in the subtree of 1:20"),
+            "{e}"
+        );
+        let head = "[[interface]]\nname = \"r1\"\nmq = \"7fff:\"\n[[interface.tree]]\nparent = \"7fff:1\"\n";
+        let e = error(&format!(
+            "{head}[[interface.tree.class]]\nid = \"1:1\"\nrate = \"10gbit\"\nsplit = true\n"
+        ));
+        assert!(e.contains("tree under mq is served whole"), "{e}");
     }
 
     #[test]

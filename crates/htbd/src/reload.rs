@@ -154,6 +154,7 @@ fn qdisc_matches(q: &QdiscModel, want: &InterfaceTree) -> bool {
         })
         && q.filters.holds_exactly(filters)
         && q.labels == want.labels
+        && q.splits == want.tree.split
 }
 
 fn leaf_matches(have: Option<&LeafDef>, want: Option<&LeafDef>) -> bool {
@@ -334,6 +335,20 @@ fn add_everything(dev: &InterfaceName, want: &InterfaceTree, out: &mut Vec<Comma
             .iter()
             .map(|(&id, label)| label_set(dev, id, Some(label.clone()))),
     );
+    out.extend(
+        want.tree
+            .split
+            .iter()
+            .map(|(&id, &choice)| split_set(dev, id, Some(choice))),
+    );
+}
+
+fn split_set(dev: &InterfaceName, id: ClassId, choice: Option<htb_core::SplitChoice>) -> Command {
+    Command::ClassSplit(htb_ipc::SplitSpec {
+        dev: dev.to_owned(),
+        id,
+        choice,
+    })
 }
 
 fn label_set(dev: &InterfaceName, id: ClassId, label: Option<htb_config::ClassLabel>) -> Command {
@@ -447,12 +462,17 @@ fn differences(
     if filters_change {
         out.extend(filters.iter().map(|f| filter_add(dev, major, f)));
     }
-    // Labels: a class that went took its label along.
+    // Labels and split choices: a class that went took its own along.
     for def in &tree.classes {
         let have = q.labels.get(&def.id).filter(|_| !gone.contains(&def.id));
         let wanted = want_tree.labels.get(&def.id);
         if have != wanted {
             out.push(label_set(dev, def.id, wanted.cloned()));
+        }
+        let have = q.splits.get(&def.id).filter(|_| !gone.contains(&def.id));
+        let wanted = want_tree.tree.split.get(&def.id);
+        if have != wanted {
+            out.push(split_set(dev, def.id, wanted.copied()));
         }
     }
 }

@@ -91,6 +91,7 @@ pub(crate) fn status(stats: &EngineStats, names: &[PortModel]) -> Status {
                 stalls: w.stalls,
             })
             .collect(),
+        split_subtrees: stats.split_subtrees,
         stall_credit_us: stats.stall_credit.map_or(0, |c| c.as_nanos() / 1000),
         flows: flow_status(stats),
         generation: None,

@@ -235,6 +235,16 @@ pub fn port_commands(
             _ => None,
         };
         tree_commands(&mut lines, at, &tree.tree)?;
+        for (id, choice) in &tree.split {
+            lines.comment(&format!(
+                "htbd serves subtree {id} {} (split = {}); the kernel's one HTB has no workers",
+                match choice {
+                    htb_core::SplitChoice::Split => "on every worker at once",
+                    htb_core::SplitChoice::Owned => "on one worker whatever its rate",
+                },
+                *choice == htb_core::SplitChoice::Split
+            ));
+        }
     }
     for f in &port.filters {
         u32_filters(&mut lines, f.class.major(), f, Some(f.class), None)?;
@@ -582,6 +592,26 @@ mod tests {
             .filter(|c| c.starts_with("tc qdisc add dev r2 parent 1:"))
             .count();
         assert_eq!(written, leaves.len(), "{cmds:#?}");
+    }
+
+    /// A subtree's split choice has no tc words: a comment says what htbd does instead.
+    #[test]
+    fn a_split_choice_is_a_comment() {
+        let text = "[daemon]\nstate_dir = \"/tmp/x\"\n[[interface]]\nname = \"r2\"\n\
+                    [[interface.class]]\nid = \"1:1\"\nrate = \"40gbit\"\n\
+                    [[interface.class]]\nid = \"1:10\"\nparent = \"1:1\"\nrate = \"20gbit\"\n\
+                    split = true\n";
+        let config = DaemonConfig::parse(text).unwrap_or_else(|e| panic!("{e}"));
+        let cmds = commands(&config).unwrap();
+        parse_all(&cmds);
+        assert!(
+            cmds.contains(
+                &"# r2: htbd serves subtree 1:10 on every worker at once (split = true); the \
+                  kernel's one HTB has no workers"
+                    .to_owned()
+            ),
+            "{cmds:#?}"
+        );
     }
 
     /// A cake target of the config's own, which tc has no keyword for, is written as the rtt

@@ -110,6 +110,12 @@ pub(super) fn format(s: &Status) -> String {
         ));
     }
     if s.workers.len() > 1 {
+        if s.split_subtrees > 0 {
+            text.push_str(&format!(
+                "split subtrees (served by every worker): {}\n",
+                s.split_subtrees
+            ));
+        }
         for (i, w) in s.workers.iter().enumerate() {
             let cpu = w
                 .cpu
@@ -194,10 +200,15 @@ mod tests {
                 },
             ],
             stall_credit_us: 10_000,
+            split_subtrees: 3,
             generation: Some(htb_ipc::Generation(0x0123_4567_89ab_cdef)),
             ..status
         };
         let text = format(&two);
+        assert!(
+            text.contains("split subtrees (served by every worker): 3\n"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "worker 0 (CPU 0): 5 passes, 0 sleeps, 0 queued, 2 subtrees; frames handed \

@@ -625,7 +625,7 @@ impl<P: Packet> Scheduler<P> {
             let mut wait = 0;
             let (old, new) = (class.mode, Self::class_mode(class, &mut wait, hysteresis));
             if shared {
-                self.owe_shared(cl, rate_cost, ceil_cost);
+                self.owe_shared(cl, rate_cost, ceil_cost, charged);
             }
             if new != old {
                 self.mode_changed(cl, old, new, wait);

@@ -5,6 +5,7 @@ mod arena;
 mod check;
 mod chunked;
 mod credit;
+mod fair_share;
 mod id_map;
 mod lifecycle;
 mod shared;
@@ -16,6 +17,7 @@ use core::fmt;
 use self::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, PrioNodes, WaitNode};
 pub use self::check::CheckError;
 use self::chunked::Chunked;
+pub use self::fair_share::MAX_SEATS;
 use self::id_map::IdMap;
 pub use self::lifecycle::Change;
 pub use self::shared::SharedBuckets;
@@ -722,5 +724,7 @@ impl<P: Packet> Scheduler<P> {
 
 #[cfg(test)]
 mod credit_tests;
+#[cfg(test)]
+mod fair_share_tests;
 #[cfg(test)]
 mod tests;

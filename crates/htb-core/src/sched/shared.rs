@@ -24,6 +24,10 @@
 //! granted as a bonus, which covers the bucket's debt as its class catches up. A bonus not
 //! spent on time (the class went idle) lapses. Two workers stalled together grant the same span once:
 //! a grant raises the bonus to it, never adds.
+//!
+//! Buckets made [`with_seats`](SharedBuckets::with_seats) also keep each worker's count of what
+//! it sent, for a leaf that several workers queue into at once: the workers with packets
+//! waiting then share it max-min fairly (`fair_share.rs`) instead of first come, first served.
 
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicI64, Ordering};
@@ -31,6 +35,7 @@ use core::sync::atomic::{AtomicI64, Ordering};
 use super::Scheduler;
 use super::algo::MBUFFER;
 use super::arena::{ClassIdx, NO_CLASS};
+use super::fair_share::{SeatState, Seats};
 use crate::Packet;
 use crate::class_id::ClassId;
 use crate::error::ClassError;
@@ -51,6 +56,8 @@ pub struct SharedBuckets {
     rate_bonus: AtomicI64,
     /// Stall credit for the ceil bucket not spent yet.
     ceil_bonus: AtomicI64,
+    /// Each worker's count of bytes sent, for fairness between them (none: first come).
+    seats: Seats,
 }
 
 /// "Empty long ago": a full bucket, whatever its depth.
@@ -63,15 +70,25 @@ impl Default for SharedBuckets {
 }
 
 impl SharedBuckets {
-    /// Full buckets.
+    /// Full buckets, taken first come, first served.
     #[must_use]
     pub fn new() -> Self {
+        Self::with_seats(0)
+    }
+
+    /// Full buckets with a seat for each of `workers` workers (at most 64): a leaf whose copies
+    /// several workers queue into at once is shared max-min fairly between those with packets
+    /// waiting (see `fair_share.rs`), if each scheduler takes its seat with
+    /// [`Scheduler::share_class_as`].
+    #[must_use]
+    pub fn with_seats(workers: usize) -> Self {
         Self {
             rate_empty: AtomicI64::new(LONG_AGO),
             ceil_empty: AtomicI64::new(LONG_AGO),
             paid_at: AtomicI64::new(LONG_AGO),
             rate_bonus: AtomicI64::new(0),
             ceil_bonus: AtomicI64::new(0),
+            seats: Seats::new(workers),
         }
     }
 
@@ -161,6 +178,8 @@ pub(super) struct SharedSlot {
     debt_rate: i64,
     /// Ceil tokens charged locally and not yet to the shared bucket.
     debt_ceil: i64,
+    /// This scheduler's seat, when the buckets are shared fairly.
+    fair: Option<SeatState>,
 }
 
 /// `now` in token units.
@@ -175,7 +194,8 @@ impl<P: Packet> Scheduler<P> {
     /// ones: every scheduler charges them, and each sees what the others sent (late by at most
     /// one unpaid debt each; see [`flush_shared`](Self::flush_shared)). The class's counters,
     /// mode and queue stay this scheduler's. All schedulers sharing buckets must be driven by
-    /// one clock (the same `now` means the same instant).
+    /// one clock (the same `now` means the same instant). Whoever asks first is served first:
+    /// see [`share_class_as`](Self::share_class_as) for a leaf several schedulers queue into.
     ///
     /// # Errors
     /// [`ClassError::NotFound`].
@@ -183,6 +203,33 @@ impl<P: Packet> Scheduler<P> {
         &mut self,
         id: ClassId,
         buckets: Arc<SharedBuckets>,
+    ) -> Result<(), ClassError> {
+        self.share(id, buckets, None)
+    }
+
+    /// As [`share_class`](Self::share_class), this scheduler taking seat `seat` of buckets made
+    /// [`with_seats`](SharedBuckets::with_seats): when the class is a leaf and several
+    /// schedulers have packets waiting in their copies, each gets an equal share of it within
+    /// an eighth of its ceil bucket, and one asking less gets all it asks (`fair_share.rs`).
+    /// A seat beyond the buckets' shares them first come, as `share_class`.
+    ///
+    /// # Errors
+    /// [`ClassError::NotFound`].
+    pub fn share_class_as(
+        &mut self,
+        id: ClassId,
+        buckets: Arc<SharedBuckets>,
+        seat: u16,
+    ) -> Result<(), ClassError> {
+        let fair = usize::from(seat) < buckets.seats.len();
+        self.share(id, buckets, fair.then(|| SeatState::new(seat)))
+    }
+
+    fn share(
+        &mut self,
+        id: ClassId,
+        buckets: Arc<SharedBuckets>,
+        fair: Option<SeatState>,
     ) -> Result<(), ClassError> {
         let slot = self.lookup(id);
         if slot == NO_CLASS {
@@ -197,6 +244,7 @@ impl<P: Packet> Scheduler<P> {
                 buckets,
                 debt_rate: 0,
                 debt_ceil: 0,
+                fair,
             },
         );
         self.classes[slot as usize].shared = true;
@@ -213,11 +261,23 @@ impl<P: Packet> Scheduler<P> {
     }
 
     /// Pays every debt to the shared buckets at the latest `now` seen: call it after each
-    /// batch of dequeues, so the other workers see this one's sending within a batch.
+    /// batch of dequeues, so the other workers see this one's sending within a batch. Classes
+    /// shared fairly also publish what this scheduler sent through them, and take the penalty
+    /// of a worker ahead of the others (`fair_share.rs`).
     pub fn flush_shared(&mut self) {
         let (now, hold) = (now_tokens(self.now), self.stall_credit.hold());
-        for slot in &mut self.shared {
-            Self::pay(&self.classes[slot.class as usize], slot, now, hold);
+        for i in 0..self.shared.len() {
+            let slot = &mut self.shared[i];
+            let class = &self.classes[slot.class as usize];
+            Self::pay(class, slot, now, hold);
+            let Some(fair) = slot.fair.as_mut() else {
+                continue;
+            };
+            if fair.update(&slot.buckets.seats, class) {
+                // Held back, or let go: the mode (and the wait-queue key) follows the view.
+                let cl = slot.class;
+                self.reevaluate_mode(cl);
+            }
         }
     }
 
@@ -229,6 +289,9 @@ impl<P: Packet> Scheduler<P> {
         }
         if let Ok(at) = self.shared.binary_search_by_key(&slot, |s| s.class) {
             let mut entry = self.shared.remove(at);
+            if let Some(fair) = &entry.fair {
+                entry.buckets.seats.leave(fair.seat());
+            }
             Self::pay(
                 &self.classes[slot as usize],
                 &mut entry,
@@ -283,20 +346,31 @@ impl<P: Packet> Scheduler<P> {
             .saturating_add(b.bonus(&b.rate_bonus, now, hold));
         let ceil = SharedBuckets::level(b.ceil_empty.load(Ordering::Acquire), now, class.cbuffer)
             .saturating_add(b.bonus(&b.ceil_bonus, now, hold));
-        class.tokens = rate.saturating_sub(entry.debt_rate).max(1 - MBUFFER);
-        class.ctokens = ceil.saturating_sub(entry.debt_ceil).max(1 - MBUFFER);
+        // A worker ahead of the others at a fairly shared leaf sees it emptier.
+        let (rate_penalty, ceil_penalty) = entry.fair.as_ref().map_or((0, 0), |f| f.penalty);
+        class.tokens = rate
+            .saturating_sub(entry.debt_rate)
+            .saturating_sub(rate_penalty)
+            .max(1 - MBUFFER);
+        class.ctokens = ceil
+            .saturating_sub(entry.debt_ceil)
+            .saturating_sub(ceil_penalty)
+            .max(1 - MBUFFER);
         class.t_c = self.now;
     }
 
-    /// Records that a shared class was charged `rate` and `ceil` tokens here; pays the debt
-    /// once it reaches an eighth of either bucket.
-    pub(super) fn owe_shared(&mut self, slot: ClassIdx, rate: i64, ceil: i64) {
+    /// Records that a shared class was charged `rate` and `ceil` tokens here for `bytes`
+    /// sent through it; pays the debt once it reaches an eighth of either bucket.
+    pub(super) fn owe_shared(&mut self, slot: ClassIdx, rate: i64, ceil: i64, bytes: u32) {
         let Some(at) = self.shared_index(slot) else {
             return;
         };
         let (now, hold) = (now_tokens(self.now), self.stall_credit.hold());
         let class = &self.classes[slot as usize];
         let entry = &mut self.shared[at];
+        if let Some(fair) = entry.fair.as_mut() {
+            fair.sent(bytes);
+        }
         entry.debt_rate = entry.debt_rate.saturating_add(rate);
         entry.debt_ceil = entry.debt_ceil.saturating_add(ceil);
         if entry.debt_rate >= class.buffer / 8 || entry.debt_ceil >= class.cbuffer / 8 {

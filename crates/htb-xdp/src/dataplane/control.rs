@@ -8,6 +8,7 @@ use htb_core::{ClassId, Instant, SharedBuckets};
 
 use super::port::{Ingress, resolve_redirects};
 use super::{Dataplane, SLOW_OPERATION_NS};
+use crate::assign::Server;
 use crate::error::PlaneError;
 use crate::frame::Frame;
 use crate::plane_op::{PlaneOp, Retired};
@@ -48,6 +49,12 @@ impl<R: Rings> Dataplane<R> {
                     redirects: Vec::new(),
                 });
                 resolve_redirects(&mut self.ports);
+                results.push(Ok(0));
+                continue;
+            }
+            if let PlaneOp::SetSplit { .. } = op {
+                // Nothing to change in the trees: the fleet decides who serves the subtree
+                // (`Fleet::reshape`), and sets the owners.
                 results.push(Ok(0));
                 continue;
             }
@@ -102,9 +109,9 @@ impl<R: Rings> Dataplane<R> {
         (results, retired)
     }
 
-    /// Sets which worker owns the subtree under `unit` of port `port` (`None`: forget it), and
+    /// Sets who serves the subtree under `unit` of port `port` (`None`: forget it), and
     /// forgets the owners resolved from the old.
-    pub(crate) fn set_owner(&mut self, port: usize, unit: ClassId, owner: Option<u16>) {
+    pub(crate) fn set_owner(&mut self, port: usize, unit: ClassId, owner: Option<Server>) {
         let Some(p) = self.ports.get_mut(port) else {
             return;
         };
@@ -115,14 +122,18 @@ impl<R: Rings> Dataplane<R> {
         p.reset_targets();
     }
 
-    /// Which worker serves each subtree of `port`, by the class at its top.
+    /// Which worker serves each subtree of `port` that one worker serves, by the class at its
+    /// top (split subtrees are not listed).
     #[must_use]
     pub(crate) fn owners(&self, port: &str) -> HashMap<ClassId, usize> {
         self.port(port)
             .map(|p| {
                 p.owners
                     .iter()
-                    .map(|(&id, &w)| (id, usize::from(w)))
+                    .filter_map(|(&id, &server)| match server {
+                        Server::Worker(w) => Some((id, usize::from(w))),
+                        Server::Every => None,
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -136,13 +147,15 @@ impl<R: Rings> Dataplane<R> {
         }
     }
 
-    /// Shares class `id`'s buckets on `port` with the other workers.
+    /// Shares class `id`'s buckets on `port` with the other workers, this one taking its seat
+    /// (buckets made with seats are shared fairly between the workers queueing into the class).
     pub(crate) fn share(&mut self, port: usize, id: ClassId, buckets: Arc<SharedBuckets>) {
+        let seat = u16::try_from(self.crew.me()).unwrap_or(u16::MAX);
         let Some(p) = self.ports.get_mut(port) else {
             return;
         };
         let tree = p.tree_of(id.major());
-        if tree.is_none_or(|t| p.trees[t].htb.share_class(id, buckets).is_err()) {
+        if tree.is_none_or(|t| p.trees[t].htb.share_class_as(id, buckets, seat).is_err()) {
             tracing::warn!("{}: class {id} to share is not in the tree", p.name);
         }
     }

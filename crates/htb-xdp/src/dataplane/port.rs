@@ -9,6 +9,7 @@ use htb_classify::Classifier;
 use htb_core::{ClassId, Instant, Scheduler, Target};
 
 use super::target_cache::{Resolved, TargetCache};
+use crate::assign::Server;
 use crate::error::PlaneError;
 use crate::frame::{Frame, FrameNeeds};
 use crate::plane_op::{IngressHook, PlaneOp, Retired};
@@ -64,13 +65,14 @@ pub(super) struct Port {
     /// The tree unclassified frames of this worker go to and the worker owning the class they
     /// land in, once looked up.
     pub(super) unclassified: Option<(Option<usize>, u16)>,
-    /// Which worker owns each subtree of a root tree: keyed by the subtree's top (a child of a
-    /// class at the top of the tree, or such a class itself); the engine's `Assignment`
-    /// decides. Subtrees of trees under `mq` belong to their queue's worker instead. A B-tree,
-    /// not a hash map: it grows on the data-plane thread, and a hash map's doubling rehashed a
-    /// million subtrees in one class add (20 ms a map, one map per worker: 348 ms of one job
-    /// with four workers); it is read only when a filter's target is first resolved.
-    pub(super) owners: BTreeMap<ClassId, u16>,
+    /// Who serves each subtree of a root tree — one worker, or every worker (split) —
+    /// keyed by the subtree's top (a child of a class at the top of the tree, or such a class
+    /// itself); the engine's `Assignment` decides. Subtrees of trees under `mq` belong to
+    /// their queue's worker instead. A B-tree, not a hash map: it grows on the data-plane
+    /// thread, and a hash map's doubling rehashed a million subtrees in one class add (20 ms a
+    /// map, one map per worker: 348 ms of one job with four workers); it is read only when a
+    /// filter's target is first resolved.
+    pub(super) owners: BTreeMap<ClassId, Server>,
     /// The tree the next transmit starts with: trees under `mq` take turns at the port's TX
     /// ring, as a NIC serves its TX queues in turn.
     pub(super) next_tree: usize,
@@ -113,8 +115,9 @@ impl Port {
             .chain(std::iter::once(&self.unshaped))
     }
 
-    /// The worker owning `class` of `tree`: its `mq` queue's worker, its subtree's owner, or
-    /// `me` for a class not in the tree or not assigned.
+    /// The worker that queues a frame of `class` of `tree` received by worker `me`: its `mq`
+    /// queue's worker, its subtree's owner, or `me` for a split subtree and for a class not in
+    /// the tree or not assigned.
     pub(super) fn owner_of(&self, tree: usize, class: ClassId, me: usize, workers: usize) -> u16 {
         let me16 = u16::try_from(me).unwrap_or(0);
         let Some(t) = self.trees.get(tree) else {
@@ -131,7 +134,9 @@ impl Port {
             }
             unit = parent;
         }
-        self.owners.get(&unit).copied().unwrap_or(me16)
+        self.owners
+            .get(&unit)
+            .map_or(me16, |server| server.for_frame_of(me16))
     }
 
     /// The worker owning the leaf `tree`'s scheduler files a frame for `class` in: the class
@@ -270,9 +275,11 @@ impl Port {
                         // Packets over new limits are dropped, not purged.
                         htb.change_leaf(now, id, &leaf).map(|c| c.purged)
                     }
+                    // The fleet decides who serves the subtree (`Fleet::reshape`).
                     PlaneOp::SetTree { .. }
                     | PlaneOp::SetFilters { .. }
-                    | PlaneOp::SetIngress { .. } => Ok(Vec::new()),
+                    | PlaneOp::SetIngress { .. }
+                    | PlaneOp::SetSplit { .. } => Ok(Vec::new()),
                 };
                 purged.map_err(PlaneError::from)
             }

@@ -2,12 +2,15 @@
 //! links and control changes, on one, two and four workers sharing a simulated UMEM: every
 //! frame in one place at every step, all back in their home worker's pool at the end, every
 //! packet accounted for, kicks at most one per pass, and a subtree's frames queued only by the
-//! worker owning it.
+//! worker owning it, or by the receiving worker for a split subtree. Some sequences split
+//! subtrees (by `split_above` or by choice), add classes under one, change its rate across the
+//! threshold and delete it.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use htb_classify::{Classifier, ControlAction, Police, PoliceConfig};
-use htb_core::{ClassId, ClassSpec, Duration, Instant, LeafConfig, Rate, SfqConfig};
+use htb_core::{ClassId, ClassSpec, Duration, Instant, LeafConfig, Rate, SfqConfig, SplitChoice};
 use proptest::prelude::*;
 
 use super::sim::SimRings;
@@ -35,6 +38,17 @@ enum Control {
     ChangeRate20 {
         mbit: u64,
     },
+    /// Across the 5 Mbit/s threshold of the sequences that have one.
+    ChangeRate10 {
+        mbit: u64,
+    },
+    /// The operator's choice for 1:10's subtree: none (0), split (1), owned (2).
+    Split10 {
+        choice: u8,
+    },
+    /// 1:100 under 1:10 (1:10 becomes an inner class), and its deletion.
+    AddChild10,
+    DeleteChild100,
     NewTree,
     /// The filter to 5001, without a policer (`police` 0), with one that drops (1) or hands
     /// the excess on (2).
@@ -88,6 +102,27 @@ impl Control {
                 port,
                 id: class(0x20),
                 spec: ClassSpec::new(Rate::from_mbit(mbit)).with_ceil(Rate::from_mbit(10)),
+            },
+            Self::ChangeRate10 { mbit } => PlaneOp::ChangeClass {
+                port,
+                id: class(0x10),
+                spec: ClassSpec::new(Rate::from_mbit(mbit)).with_ceil(Rate::from_mbit(10)),
+            },
+            Self::Split10 { choice } => PlaneOp::SetSplit {
+                port,
+                id: class(0x10),
+                choice: [None, Some(SplitChoice::Split), Some(SplitChoice::Owned)]
+                    [usize::from(choice % 3)],
+            },
+            Self::AddChild10 => PlaneOp::AddClass {
+                port,
+                id: class(0x100),
+                parent: Some(class(0x10)),
+                spec: ClassSpec::new(Rate::from_mbit(2)).with_ceil(Rate::from_mbit(10)),
+            },
+            Self::DeleteChild100 => PlaneOp::DeleteClass {
+                port,
+                id: class(0x100),
             },
             Self::NewTree => {
                 PlaneOp::set_tree("b".into(), 1, Some(tree_b_spec(32)), workers).unwrap()
@@ -184,6 +219,10 @@ fn control() -> impl Strategy<Value = Control> {
         any::<u8>().prop_map(|kind| Control::SetLeaf20 { kind }),
         (1u32..100).prop_map(|limit| Control::ChangeLeaf10 { limit }),
         (1u64..10).prop_map(|mbit| Control::ChangeRate20 { mbit }),
+        (1u64..10).prop_map(|mbit| Control::ChangeRate10 { mbit }),
+        any::<u8>().prop_map(|choice| Control::Split10 { choice }),
+        Just(Control::AddChild10),
+        Just(Control::DeleteChild100),
         Just(Control::NewTree),
         (any::<bool>(), any::<u8>()).prop_map(|(on, police)| Control::Filters { on, police }),
         (0u32..40, prop::option::of(-64i32..64), any::<bool>()).prop_map(
@@ -220,20 +259,41 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-/// Runs `steps` on fresh data planes of `workers` workers sharing one UMEM, checking after
-/// each that every frame is in one place, then lets everything drain and checks that every
-/// frame came back to its home and every packet is accounted for.
-fn run(
+/// The shape of one sequence: the planes' settings and the steps.
+#[derive(Clone, Debug)]
+struct Sequence {
     mode: Mode,
     frames: u32,
     ring: usize,
     batch: usize,
     chain: u32,
-    workers: usize,
-    steps: &[Step],
-) {
+    /// Subtrees whose top class's rate is above this many Mbit/s are split.
+    split_above: Option<u64>,
+    steps: Vec<Step>,
+}
+
+/// Runs `steps` on fresh data planes of `workers` workers sharing one UMEM, checking after
+/// each that every frame is in one place, then lets everything drain and checks that every
+/// frame came back to its home and every packet is accounted for.
+fn run(sequence: &Sequence, workers: usize) {
+    let Sequence {
+        mode,
+        frames,
+        ring,
+        batch,
+        chain,
+        split_above,
+        ref steps,
+    } = *sequence;
     let mut planes = planes(mode, frames, ring, batch, chain, workers);
-    let mut fleet = Fleet::new(2, &mut refs(&mut planes));
+    let mut fleet = Fleet::new(
+        2,
+        &mut refs(&mut planes),
+        split_above.map(Rate::from_mbit),
+        Vec::new(),
+    );
+    // Subtrees split at some time: their classes' frames may be queued by any worker.
+    let mut ever_split: BTreeSet<ClassId> = fleet.split_subtrees(1).into_iter().collect();
     let channels = if workers == 1 { 3 } else { 2 * workers };
     let mut now = Instant::ZERO;
     let mut seq = 0u16;
@@ -293,6 +353,7 @@ fn run(
                 for dp in &planes {
                     assert_eq!(dp.unaccounted_frames(), 0, "after {control:?}");
                 }
+                ever_split.extend(fleet.split_subtrees(1));
             }
         }
         for dp in &planes {
@@ -310,15 +371,18 @@ fn run(
     }
     drain_all(&mut planes, now);
     // A frame classified into a subtree another worker owns is handed over: only the owner
-    // ever queues it (the others' copies of the class stay empty).
+    // ever queues it (the others' copies of the class stay empty), unless the subtree was
+    // split (each worker queues what it received).
     if workers > 1 {
-        only_owners_queued(&planes);
+        only_owners_queued(&planes, &ever_split);
+    } else {
+        assert!(ever_split.is_empty(), "one worker splits nothing");
     }
 }
 
 /// Checks that every class of port b's tree sent packets only on the worker owning its
-/// subtree.
-fn only_owners_queued(planes: &[Dataplane<SimRings>]) {
+/// subtree, but for the subtrees that were split (`split`, by their tops).
+fn only_owners_queued(planes: &[Dataplane<SimRings>], split: &BTreeSet<ClassId>) {
     let owners = planes[0].owners("b");
     let Some(htb) = planes[0].scheduler("b", 1) else {
         return;
@@ -328,6 +392,9 @@ fn only_owners_queued(planes: &[Dataplane<SimRings>]) {
         let snapshot = dp.class_stats("b", &ids).unwrap();
         for (id, stats) in ids.iter().zip(&snapshot.classes) {
             let Some(stats) = stats else { continue };
+            if crate::assign::subtree_of(htb, *id).is_some_and(|top| split.contains(&top)) {
+                continue;
+            }
             let level = htb.class_info(*id).map_or(0, |i| i.level);
             let owner = owners.get(id).copied();
             if level == 0 && owner.is_some_and(|o| o != w) {
@@ -345,23 +412,36 @@ fn any_mode() -> impl Strategy<Value = Mode> {
     prop_oneof![Just(Mode::Bridge), Just(Mode::Router)]
 }
 
-/// One random sequence on `workers` workers.
-fn sequence(workers: usize) -> impl Strategy<Value = (Mode, u32, usize, usize, u32, Vec<Step>)> {
+/// One random sequence on `workers` workers: a third of them split subtrees whose top class
+/// is above 5 Mbit/s (1:10 at 6 Mbit/s, rates changed across it).
+fn sequence(workers: usize) -> impl Strategy<Value = Sequence> {
     (
         any_mode(),
         16u32..600,
         prop::sample::select(vec![4usize, 8, 16, 32]),
         1usize..24,
         prop::sample::select(vec![1u32, 17]),
+        prop::sample::select(vec![None, None, Some(5u64)]),
         prop::collection::vec(step(), 1..40),
     )
-        .prop_map(move |(mode, frames, ring, batch, chain, steps)| {
-            // A TX ring holds two of the longest chains at least (the engine refuses smaller);
-            // several workers split the frames, so each gets as many as one would.
-            let ring = if chain > 1 { ring * 8 } else { ring };
-            let frames = frames * workers as u32;
-            (mode, frames, ring, batch, chain, steps)
-        })
+        .prop_map(
+            move |(mode, frames, ring, batch, chain, split_above, steps)| {
+                // A TX ring holds two of the longest chains at least (the engine refuses
+                // smaller); several workers split the frames, so each gets as many as one
+                // would.
+                let ring = if chain > 1 { ring * 8 } else { ring };
+                let frames = frames * workers as u32;
+                Sequence {
+                    mode,
+                    frames,
+                    ring,
+                    batch,
+                    chain,
+                    split_above,
+                    steps,
+                }
+            },
+        )
 }
 
 proptest! {
@@ -375,10 +455,8 @@ proptest! {
     })]
 
     #[test]
-    fn every_frame_comes_back_whatever_happens(
-        (mode, frames, ring, batch, chain, steps) in sequence(1),
-    ) {
-        run(mode, frames, ring, batch, chain, 1, &steps);
+    fn every_frame_comes_back_whatever_happens(sequence in sequence(1)) {
+        run(&sequence, 1);
     }
 }
 
@@ -391,10 +469,8 @@ proptest! {
     /// Two workers: frames of a subtree the other worker owns are handed over, sent from
     /// its socket, and go back to their home worker's pool through the return rings.
     #[test]
-    fn two_workers_hand_over_and_return_every_frame(
-        (mode, frames, ring, batch, chain, steps) in sequence(2),
-    ) {
-        run(mode, frames, ring, batch, chain, 2, &steps);
+    fn two_workers_hand_over_and_return_every_frame(sequence in sequence(2)) {
+        run(&sequence, 2);
     }
 }
 
@@ -405,9 +481,7 @@ proptest! {
     })]
 
     #[test]
-    fn four_workers_hand_over_and_return_every_frame(
-        (mode, frames, ring, batch, chain, steps) in sequence(4),
-    ) {
-        run(mode, frames, ring, batch, chain, 4, &steps);
+    fn four_workers_hand_over_and_return_every_frame(sequence in sequence(4)) {
+        run(&sequence, 4);
     }
 }

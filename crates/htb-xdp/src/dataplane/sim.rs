@@ -109,6 +109,9 @@ struct Kernel {
     link_up: Vec<bool>,
     tx_limit: Vec<Option<u32>>,
     wire: Vec<Wire>,
+    /// Per port, the first frame of every packet sent, in the order sent, once the test asks
+    /// for them ([`SimRings::record`]).
+    heads: Vec<Option<Vec<Vec<u8>>>>,
 }
 
 impl Kernel {
@@ -170,6 +173,9 @@ impl Kernel {
                 .sum();
             let at = frames[0] as usize * self.frame_size;
             let head = &mem[at..at + self.lens[frames[0] as usize] as usize];
+            if let Some(heads) = &mut self.heads[port] {
+                heads.push(head.to_vec());
+            }
             let wire = &mut self.wire[port];
             wire.sent += 1;
             wire.sent_bytes += bytes;
@@ -254,6 +260,7 @@ impl SimRings {
             link_up: vec![true; queues.len()],
             tx_limit: vec![None; queues.len()],
             wire: vec![Wire::default(); queues.len()],
+            heads: vec![None; queues.len()],
         }));
         let pools = FramePool::shares(frames, workers, |home| home.rev().collect());
         pools
@@ -356,6 +363,17 @@ impl SimRings {
     /// What went over `port`'s wire (every worker's frames).
     pub(super) fn wire(&self, port: usize) -> Wire {
         self.kernel.borrow().wire[port]
+    }
+
+    /// From now on, keeps the first frame of every packet sent out of `port` (any worker's).
+    pub(super) fn record(&mut self, port: usize) {
+        self.kernel.borrow_mut().heads[port].get_or_insert_with(Vec::new);
+    }
+
+    /// The first frames of the packets sent out of `port` since [`record`](Self::record), in
+    /// the order they went over the wire.
+    pub(super) fn sent_heads(&self, port: usize) -> Vec<Vec<u8>> {
+        self.kernel.borrow().heads[port].clone().unwrap_or_default()
     }
 
     /// Frames the kernel put on this worker's RX rings that it has not taken yet.

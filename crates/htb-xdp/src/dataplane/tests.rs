@@ -98,6 +98,7 @@ pub(super) fn tree_b_spec(fq_limit: u32) -> PortTree {
             warnings: Vec::new(),
         },
         mq_minor: None,
+        split: std::collections::BTreeMap::new(),
     }
 }
 
@@ -214,6 +215,7 @@ pub(super) fn set_tree(port: &str, htb: Scheduler<Frame>, mq_minor: Option<u16>)
                 warnings: Vec::new(),
             },
             mq_minor,
+            split: std::collections::BTreeMap::new(),
         }),
         schedulers: vec![htb],
     }

@@ -81,6 +81,11 @@ pub struct EngineConfig {
     /// records go to the export ring ([`Engine::take_flow_records`](crate::Engine::take_flow_records)). `None`: no flows, and
     /// nothing spent on them.
     pub flows: Option<crate::flow_table::FlowConfig>,
+    /// With several workers, a subtree of a root tree whose top class's rate is above this is
+    /// split: served by every worker at once, each queueing what it receives (one class faster
+    /// than a core). `None`: only the subtrees the ports' trees choose
+    /// ([`PortTree::split`](htb_core::PortTree::split)) are.
+    pub split_above: Option<htb_core::Rate>,
 }
 
 impl EngineConfig {

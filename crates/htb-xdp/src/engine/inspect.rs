@@ -26,6 +26,7 @@ impl Engine {
         );
         stats.jobs = self.jobs_run;
         stats.stall_credit = self.stall_credit;
+        stats.split_subtrees = self.fleet.split_count();
         for table in self.workers.iter().filter_map(|w| w.plane.flow_table()) {
             stats
                 .flows
@@ -122,12 +123,24 @@ impl Engine {
         self.workers.first()?.plane.leaf_queue(port, class, frame)
     }
 
-    /// Which worker serves each subtree of `port`, by the class at its top.
+    /// Which worker serves each subtree of `port` that one worker serves, by the class at its
+    /// top ([`split_subtrees`](Self::split_subtrees) are every worker's).
     #[must_use]
     pub fn subtree_owners(&self, port: &str) -> HashMap<ClassId, usize> {
         let Some(worker) = self.workers.first() else {
             return HashMap::new();
         };
         worker.plane.owners(port)
+    }
+
+    /// The subtrees of `port` served by every worker at once (split: each worker queues the
+    /// frames it received), by the class at their top.
+    #[must_use]
+    pub fn split_subtrees(&self, port: &str) -> Vec<ClassId> {
+        self.workers
+            .first()
+            .and_then(|w| w.plane.port_index(port))
+            .map(|i| self.fleet.split_subtrees(i))
+            .unwrap_or_default()
     }
 }

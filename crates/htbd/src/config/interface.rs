@@ -280,11 +280,18 @@ fn egress_trees(
             false,
         )?;
         let trees = tree
-            .map(|tree| InterfaceTree {
-                tree: PortTree::root(tree),
-                filters,
-                labels: labels_of(&iface.class),
+            .map(|tree| {
+                let split = htb_config::split_choices(text, &iface.class, &tree, false)?;
+                Ok::<_, ConfigError>(InterfaceTree {
+                    tree: PortTree {
+                        split,
+                        ..PortTree::root(tree)
+                    },
+                    filters,
+                    labels: labels_of(&iface.class),
+                })
             })
+            .transpose()?
             .into_iter()
             .collect();
         return Ok((
@@ -356,10 +363,13 @@ fn egress_trees(
                 format!("qdisc handle {major:x}: is used twice on interface {name}"),
             ));
         }
+        // Refused: a tree under mq is its queue's worker's, whole.
+        htb_config::split_choices(text, &t.class, &tree, true)?;
         trees.push(InterfaceTree {
             tree: PortTree {
                 tree,
                 mq_minor: Some(minor),
+                split: BTreeMap::new(),
             },
             filters,
             labels: labels_of(&t.class),

@@ -1,7 +1,7 @@
 //! The `class add|change|replace|del` commands.
 
 use htb_config::{ClassDef, ClassLabel};
-use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust};
+use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, SplitChoice};
 use htb_ipc::{ErrorCode, FilterHandle, IpcError};
 
 use super::qdisc::Verb;
@@ -167,7 +167,8 @@ impl Model {
             )
         })?;
         step.undo.push(Undo::ClassDeleted { port, old });
-        // Its label goes with it (an undo, in reverse, puts the label back, then the class).
+        // Its label goes with it (an undo, in reverse, puts the label back, then the class),
+        // and its split choice (the data plane forgets it with the class).
         if let Some(label) = qdisc.labels.remove(&id) {
             step.undo.push(Undo::Label {
                 port,
@@ -175,7 +176,68 @@ impl Model {
                 old: Some(label),
             });
         }
+        if let Some(choice) = qdisc.splits.remove(&id) {
+            step.undo.push(Undo::Split {
+                port,
+                id,
+                old: Some(choice),
+            });
+        }
         step.effect(PlaneChange::DeleteClass { port: name, id });
+        Ok(())
+    }
+
+    /// `class_split` (htbd's, not tc's): the operator's choice for the subtree class `id` tops
+    /// (`None`: `split_above` decides). Only a subtree's top in the port's root HTB tree takes
+    /// one: a tree under `mq`, or a classless root's, is served whole by one worker.
+    pub(super) fn class_split(
+        &mut self,
+        step: &mut Step<'_>,
+        id: ClassId,
+        choice: Option<SplitChoice>,
+    ) -> Result<(), IpcError> {
+        let (port, name) = (step.port, step.name.clone());
+        let root_major = self.ports[port].htb().map(|q| q.config.major);
+        let (qdisc, id) = self.tree_of_class(port, id)?;
+        if root_major != Some(qdisc.config.major) {
+            return Err(error(
+                ErrorCode::Invalid,
+                format!(
+                    "class {id} is not in {name}'s root htb qdisc: a tree under mq is served \
+                     whole by its TX queue's worker"
+                ),
+            ));
+        }
+        let Some(def) = qdisc.classes.get(&id) else {
+            return Err(error(
+                ErrorCode::NotFound,
+                format!("class {id} does not exist on {name}"),
+            ));
+        };
+        if let Some(parent) = def.parent
+            && qdisc
+                .classes
+                .get(&parent)
+                .is_some_and(|p| p.parent.is_some())
+        {
+            return Err(error(
+                ErrorCode::Invalid,
+                format!(
+                    "class {id} is below {parent}: a split choice is made for a whole subtree, \
+                     at its top (a class at the top of the tree, or a child of one)"
+                ),
+            ));
+        }
+        let old = match choice {
+            Some(c) => qdisc.splits.insert(id, c),
+            None => qdisc.splits.remove(&id),
+        };
+        step.undo.push(Undo::Split { port, id, old });
+        step.effect(PlaneChange::SetSplit {
+            port: name,
+            id,
+            choice,
+        });
         Ok(())
     }
 

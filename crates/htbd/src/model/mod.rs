@@ -148,10 +148,7 @@ impl PortModel {
     pub fn port_trees(&self) -> Vec<PortTree> {
         self.trees()
             .into_iter()
-            .map(|(mq_minor, q)| PortTree {
-                tree: q.tree(),
-                mq_minor,
-            })
+            .map(|(mq_minor, q)| q.port_tree(mq_minor))
             .collect()
     }
 
@@ -265,6 +262,12 @@ enum Undo {
         port: usize,
         id: ClassId,
         old: Option<htb_config::ClassLabel>,
+    },
+    /// The split choice for the subtree class `id` tops before the step.
+    Split {
+        port: usize,
+        id: ClassId,
+        old: Option<htb_core::SplitChoice>,
     },
     /// The filter with this `(prio, handle)` was added to tree `major`.
     FilterAdded {
@@ -388,7 +391,7 @@ impl Model {
             // size table its config gave).
             let root_stab = i.trees.first().and_then(|t| t.tree.tree.config.stab);
             for t in i.trees.into_iter().filter(|_| i.root_leaf.is_none()) {
-                let q = QdiscModel::from_tree(&t.tree.tree, t.filters, t.labels).map_err(at)?;
+                let q = QdiscModel::from_tree(&t.tree, t.filters, t.labels).map_err(at)?;
                 trees.push((t.tree.mq_minor, q));
             }
             port.root = match (i.mq, i.root_leaf) {
@@ -601,6 +604,7 @@ impl Model {
             Command::ClassReplace(c) => self.class_set(step, c, Verb::Replace),
             Command::ClassDelete(htb_ipc::ClassDelete { id, .. }) => self.class_delete(step, *id),
             Command::ClassLabel(l) => self.class_label(step, l.id, l.label.clone()),
+            Command::ClassSplit(s) => self.class_split(step, s.id, s.choice),
             Command::LeafAdd(l) => self.leaf_set(step, l, Verb::Add),
             Command::LeafChange(l) => self.leaf_set(step, l, Verb::Change),
             Command::LeafReplace(l) => self.leaf_set(step, l, Verb::Replace),
@@ -683,6 +687,13 @@ impl Model {
                     };
                     Ok(())
                 }),
+                Undo::Split { port, id, old } => self.with_tree(port, id.major(), |q| {
+                    match old {
+                        Some(choice) => q.splits.insert(id, choice),
+                        None => q.splits.remove(&id),
+                    };
+                    Ok(())
+                }),
                 Undo::Ingress { port, old } => {
                     self.ports[port].ingress = old;
                     Ok(())
@@ -732,5 +743,7 @@ pub fn default_burst_time() -> Duration {
 mod ingress_tests;
 #[cfg(test)]
 mod saved_forms;
+#[cfg(test)]
+mod split_tests;
 #[cfg(test)]
 mod tests;

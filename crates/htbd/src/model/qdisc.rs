@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use htb_config::filter::Filter;
 use htb_config::{ClassDef, ClassLabel, PortTree, TreeSpec};
-use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig};
+use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig, SplitChoice};
 use htb_ipc::{ErrorCode, IpcError};
 
 use super::FilterList;
@@ -76,6 +76,8 @@ pub struct QdiscModel {
     pub filters: FilterList,
     /// Who classes shape, for those with a label (`class label`).
     pub labels: BTreeMap<ClassId, ClassLabel>,
+    /// The operator's split choices, by subtree top (`split = …`; the root tree's only).
+    pub splits: BTreeMap<ClassId, SplitChoice>,
     pub(super) shadow: Scheduler<u32>,
 }
 
@@ -88,20 +90,22 @@ impl QdiscModel {
             classes: BTreeMap::new(),
             filters: FilterList::default(),
             labels: BTreeMap::new(),
+            splits: BTreeMap::new(),
             shadow: Scheduler::new(config),
         }
     }
 
-    /// A qdisc holding a validated tree, filters and labels.
+    /// A qdisc holding a validated tree (with its split choices), filters and labels.
     ///
     /// # Errors
-    /// A class or leaf the tree cannot hold, a leaf handle used twice, or a filter or label
-    /// naming a missing class.
+    /// A class or leaf the tree cannot hold, a leaf handle used twice, or a filter, label or
+    /// split choice naming a missing class.
     pub fn from_tree(
-        tree: &TreeSpec,
+        tree: &PortTree,
         filters: Vec<FilterEntry>,
         labels: BTreeMap<ClassId, ClassLabel>,
     ) -> Result<Self, TreeError> {
+        let (splits, tree) = (&tree.split, &tree.tree);
         let mut model = Self::new(tree.config);
         model.shadow.reserve_classes(tree.classes.len());
         for def in &tree.classes {
@@ -133,12 +137,32 @@ impl QdiscModel {
         {
             return Err(TreeError::NoSuchClass(class));
         }
-        if let Some(class) = labels.keys().find(|c| !model.classes.contains_key(c)) {
+        if let Some(class) = labels
+            .keys()
+            .chain(splits.keys())
+            .find(|c| !model.classes.contains_key(c))
+        {
             return Err(TreeError::NoSuchClass(*class));
         }
         model.filters = filters.into_iter().collect();
         model.labels = labels;
+        model.splits.clone_from(splits);
         Ok(model)
+    }
+
+    /// The tree as the data plane takes it, hanging under `mq` class `mq_minor` (`None`: at
+    /// the root, with the split choices).
+    #[must_use]
+    pub fn port_tree(&self, mq_minor: Option<u16>) -> PortTree {
+        PortTree {
+            tree: self.tree(),
+            mq_minor,
+            split: if mq_minor.is_none() {
+                self.splits.clone()
+            } else {
+                BTreeMap::new()
+            },
+        }
     }
 
     /// The tree, parents before children.
@@ -349,10 +373,7 @@ impl Model {
             ));
         }
         let new = QdiscModel::new(config);
-        let tree = PortTree {
-            tree: new.tree(),
-            mq_minor: slot,
-        };
+        let tree = new.port_tree(slot);
         match slot {
             None => self.set_root(step, Root::Htb(Box::new(new))),
             Some(minor) => self.set_mq_tree(step, minor, Some(new))?,

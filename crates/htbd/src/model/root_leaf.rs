@@ -14,7 +14,6 @@ use htb_ipc::{ErrorCode, IpcError, LeafQdiscSpec};
 
 use super::qdisc::{QdiscModel, Verb};
 use super::{Model, PlaneChange, Root, Step, Undo, class_error, error};
-use htb_config::PortTree;
 
 /// The rate of the one class under a root qdisc: 10 Tbit/s, more than any port carries, so
 /// that only the qdisc's own shaper (if any) limits.
@@ -170,10 +169,7 @@ impl Model {
         };
         let new = QdiscModel::classless(major, leaf, stab)
             .map_err(|e| error(ErrorCode::Internal, e.to_string()))?;
-        let tree = PortTree {
-            tree: new.tree(),
-            mq_minor: None,
-        };
+        let tree = new.port_tree(None);
         self.set_root(step, Root::Leaf(Box::new(new)));
         step.effect(PlaneChange::tree(name, major, Some(tree)));
         Ok(())

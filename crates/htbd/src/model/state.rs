@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use htb_config::{LeafDef, label_toml, leaf_toml};
-use htb_core::{LeafConfig, LinkLayer, Rate};
+use htb_core::{LeafConfig, LinkLayer, Rate, SplitChoice};
 use htb_ipc::FilterHandle;
 
 use super::{Model, QdiscModel, Root};
@@ -152,6 +152,9 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
         }
         if let Some(label) = qdisc.labels.get(&def.id) {
             let _ = writeln!(out, "label = {}", label_toml(label));
+        }
+        if let Some(choice) = qdisc.splits.get(&def.id) {
+            let _ = writeln!(out, "split = {}", *choice == SplitChoice::Split);
         }
     }
     filters_toml(out, table, &qdisc.filters);

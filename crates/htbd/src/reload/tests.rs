@@ -364,3 +364,42 @@ fn labels_come_change_and_go_with_the_file_and_leave_with_their_class() {
     let commands = reload(&labelled, &without_30);
     assert!(!commands.iter().any(is_label), "{commands:#?}");
 }
+
+/// A subtree's split choice comes, changes and goes with the file as one typed command, and
+/// leaves with its class.
+#[test]
+fn split_choices_come_change_and_go_with_the_file() {
+    let at_30 = "id = \"1:30\"\nparent = \"1:1\"\nrate = \"20mbit\"\n";
+    let split = BASE.replace(at_30, &format!("{at_30}split = true\n"));
+    let choice = |c: &Command| match c {
+        Command::ClassSplit(s) => Some((s.id, s.choice)),
+        _ => None,
+    };
+    let id = ClassId::new(1, 0x30);
+    let commands = reload(BASE, &split);
+    assert_eq!(
+        commands.iter().map(choice).collect::<Vec<_>>(),
+        [Some((id, Some(htb_core::SplitChoice::Split)))],
+        "only the choice: {commands:#?}"
+    );
+    let owned = split.replace("split = true", "split = false");
+    let commands = reload(&split, &owned);
+    assert_eq!(
+        commands.iter().map(choice).collect::<Vec<_>>(),
+        [Some((id, Some(htb_core::SplitChoice::Owned)))]
+    );
+    let commands = reload(&owned, BASE);
+    assert_eq!(
+        commands.iter().map(choice).collect::<Vec<_>>(),
+        [Some((id, None))]
+    );
+    // Its class gone: the class delete takes it along.
+    let without_30 = split
+        .replace("default = \"30\"", "default = \"20\"")
+        .replace(&format!("[[interface.class]]\n{at_30}split = true\n"), "");
+    let commands = reload(&split, &without_30);
+    assert!(
+        !commands.iter().any(|c| choice(c).is_some()),
+        "{commands:#?}"
+    );
+}
