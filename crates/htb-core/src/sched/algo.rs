@@ -501,7 +501,7 @@ impl<P: Packet> Scheduler<P> {
                 return None;
             }
             let slot = cl as usize;
-            let queue = &mut self.queues[slot];
+            let queue = &mut self.classes[slot].queue;
             let mut empty = queue.is_empty();
             if !empty {
                 let before = (queue.len(), queue.backlog());
@@ -520,7 +520,8 @@ impl<P: Packet> Scheduler<P> {
             } else {
                 // A shaping leaf holds its packets back (`qdisc_warn_nonwc`): out of the round
                 // until it may send.
-                let at = self.queues[slot]
+                let at = self.classes[slot]
+                    .queue
                     .throttled_until()
                     .unwrap_or(self.now + crate::Duration::from_micros(100));
                 self.throttle(cl, at.max(self.now + crate::Duration::from_nanos(1)));

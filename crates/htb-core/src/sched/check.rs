@@ -145,7 +145,7 @@ impl<P: Packet> Scheduler<P> {
         let mut live = 0usize;
         let mut non_green = 0usize;
         for (slot, c) in self.classes.iter().enumerate() {
-            let queue = &self.queues[slot];
+            let queue = &self.classes[slot].queue;
             if !c.live {
                 ensure!(
                     !waits[slot].links.is_linked(),
@@ -394,7 +394,7 @@ impl<P: Packet> Scheduler<P> {
                 c.prio,
                 c.inner as i64,
                 c.prio_node,
-                self.queues[slot].len(),
+                self.classes[slot].queue.len(),
                 c.tokens,
                 c.ctokens,
                 c.t_c

@@ -28,8 +28,8 @@ const MASK: usize = CHUNK - 1;
 pub(crate) struct Chunked<T> {
     chunks: Vec<Box<[T; CHUNK]>>,
     len: usize,
-    /// What fills records not yet in use (`None` until the first push when not given: a copy
-    /// of the first record).
+    /// What fills records not yet in use: a copy of the first record pushed (`None` before),
+    /// so a record whose copies would allocate is pushed empty and filled in after.
     filler: Option<T>,
     /// The next chunk, being filled.
     spare: Vec<T>,
@@ -49,16 +49,6 @@ impl<T: Clone> Chunked<T> {
             chunks: Vec::new(),
             len: 0,
             filler: None,
-            spare: Vec::new(),
-        }
-    }
-
-    /// Records not in use are copies of `filler` (for records whose copies may allocate).
-    pub(crate) const fn with_filler(filler: T) -> Self {
-        Self {
-            chunks: Vec::new(),
-            len: 0,
-            filler: Some(filler),
             spare: Vec::new(),
         }
     }
@@ -160,7 +150,7 @@ mod tests {
         /// Pushes, pops, writes and reads behave as a `Vec`'s, across chunk boundaries.
         #[test]
         fn behaves_as_a_vec(ops in proptest::collection::vec((0u8..3, any::<u32>()), 0..3000)) {
-            let mut chunked = Chunked::with_filler(0);
+            let mut chunked = Chunked::new();
             let mut vec = Vec::new();
             for (op, value) in ops {
                 match op {

@@ -74,15 +74,16 @@ impl<P: Packet> Scheduler<P> {
         let mut class = Self::fresh_class(id, parent_slot, &config, self.now);
         class.prio_node = self.prio_nodes.alloc(slot, id.minor(), false);
         let queue = Leaf::unstarted(&mut self.store, &self.config.default_leaf, slot);
+        // The class is stored with a vacant queue: the records' chunks are filled with copies
+        // of the first one pushed, and a leaf's copy may allocate.
         if slot as usize == self.classes.len() {
             self.classes.push(class);
-            self.queues.push(queue);
             self.wait_nodes.push(WaitNode::UNLINKED);
         } else {
             self.classes[slot as usize] = class;
-            self.queues[slot as usize] = queue;
             self.wait_nodes[slot as usize] = WaitNode::UNLINKED;
         }
+        self.classes[slot as usize].queue = queue;
         self.ids.insert(id.minor(), slot);
         if parent_slot != NO_CLASS {
             self.classes[parent_slot as usize].children += 1;
@@ -284,6 +285,7 @@ impl<P: Packet> Scheduler<P> {
             ceil: config.ceil,
             live: true,
             shared: false,
+            queue: Leaf::Vacant,
         };
         Self::apply_config(&mut class, config);
         class.tokens = class.buffer;
@@ -307,7 +309,9 @@ impl<P: Packet> Scheduler<P> {
     fn purge_leaf(&mut self, slot: ClassIdx, purged: &mut Vec<P>) {
         self.unthrottle(slot);
         let before = purged.len();
-        self.queues[slot as usize].purge(&mut self.store, |p| purged.push(p));
+        self.classes[slot as usize]
+            .queue
+            .purge(&mut self.store, |p| purged.push(p));
         let mut bytes = 0;
         for p in &purged[before..] {
             bytes += u64::from(p.len_bytes());
@@ -338,7 +342,7 @@ impl<P: Packet> Scheduler<P> {
         let mut change = Change::new();
         self.purge_leaf(slot, &mut change.purged);
         self.deactivate(slot);
-        self.queues[slot as usize] = match leaf {
+        self.classes[slot as usize].queue = match leaf {
             Some(config) => Leaf::new(config, slot, self.config.seed, self.now),
             None => Leaf::unstarted(&mut self.store, &self.config.default_leaf, slot),
         };
@@ -360,11 +364,14 @@ impl<P: Packet> Scheduler<P> {
         self.advance_clock(now);
         let slot = self.leaf_slot(id)?;
         let s = slot as usize;
-        let before = (self.queues[s].len(), self.queues[s].backlog());
-        if !self.queues[s].reconfigure(&mut self.store, leaf, self.now) {
+        let before = (self.classes[s].queue.len(), self.classes[s].queue.backlog());
+        if !self.classes[s]
+            .queue
+            .reconfigure(&mut self.store, leaf, self.now)
+        {
             return self.set_leaf(now, id, Some(leaf));
         }
-        let after = (self.queues[s].len(), self.queues[s].backlog());
+        let after = (self.classes[s].queue.len(), self.classes[s].queue.backlog());
         let empty = self.account_leaf(slot, before, after, before.0);
         // New parameters may let a held-back leaf send now: it rejoins the round and says.
         self.unthrottle(slot);
@@ -428,7 +435,7 @@ impl<P: Packet> Scheduler<P> {
         class.level = level;
         class.deficit = [0; MAX_DEPTH];
         // An inner class holds no packets: its leaf goes (`qdisc_put` of the child qdisc).
-        self.queues[slot as usize] = Leaf::Vacant;
+        self.classes[slot as usize].queue = Leaf::Vacant;
         self.refresh_default();
     }
 
@@ -454,7 +461,7 @@ impl<P: Packet> Scheduler<P> {
         class.mode = Mode::CanSend;
         class.deficit = [0; MAX_DEPTH];
         // A leaf again, with a new default leaf qdisc (`htb_parent_to_leaf`'s `new_q`).
-        self.queues[slot as usize] =
+        self.classes[slot as usize].queue =
             Leaf::unstarted(&mut self.store, &self.config.default_leaf, slot);
     }
 }

@@ -24,7 +24,7 @@ pub use self::shared::SharedBuckets;
 use self::shared::SharedSlot;
 use crate::Packet;
 use crate::class_id::ClassId;
-use crate::leaf::{Leaf, LeafConfig, LeafStats, LeafStore};
+use crate::leaf::{LeafConfig, LeafStats, LeafStore};
 use crate::rate::{TOKENS_PER_TICK_SHIFT, tokens_to_ns_ceil};
 use crate::spec::{ClassConfig, MAX_DEPTH, SchedulerConfig};
 use crate::stats::{ClassStats, QueueCounters, SchedulerStats};
@@ -134,7 +134,6 @@ pub struct ClassInfo {
 pub struct Scheduler<P: Packet> {
     config: SchedulerConfig,
     classes: Chunked<Class>,
-    queues: Chunked<Leaf>,
     wait_nodes: Chunked<WaitNode>,
     prio_nodes: PrioNodes,
     inner: Chunked<InnerState>,
@@ -181,8 +180,6 @@ impl<P: Packet> Scheduler<P> {
                 ..config
             },
             classes: Chunked::new(),
-            // A leaf's copy may allocate (`cake`'s): new chunks hold empty fifos.
-            queues: Chunked::with_filler(Leaf::Vacant),
             wait_nodes: Chunked::new(),
             prio_nodes: PrioNodes::default(),
             inner: Chunked::new(),
@@ -209,7 +206,6 @@ impl<P: Packet> Scheduler<P> {
     /// Preallocates room for `classes` classes so that adding them does not reallocate.
     pub fn reserve_classes(&mut self, classes: usize) {
         self.classes.reserve(classes);
-        self.queues.reserve(classes);
         self.wait_nodes.reserve(classes);
         self.prio_nodes.reserve(classes);
         self.ids.reserve(classes);
@@ -303,7 +299,7 @@ impl<P: Packet> Scheduler<P> {
             });
         }
         let slot = leaf as usize;
-        let queue = &mut self.queues[slot];
+        let queue = &mut self.classes[slot].queue;
         let before = (queue.len(), queue.backlog());
         let taken = queue.enqueue(&mut self.store, packet, self.now);
         let after = (queue.len(), queue.backlog());
@@ -364,7 +360,7 @@ impl<P: Packet> Scheduler<P> {
             if at <= now {
                 self.throttled.swap_remove(i);
                 self.stats.leaf_wakeups += 1;
-                if !self.queues[cl as usize].is_empty() {
+                if !self.classes[cl as usize].queue.is_empty() {
                     self.activate(cl);
                 }
             } else {
@@ -520,7 +516,7 @@ impl<P: Packet> Scheduler<P> {
             return None;
         }
         let class = &self.classes[slot as usize];
-        let queue = &self.queues[slot as usize];
+        let queue = &self.classes[slot as usize].queue;
         let parent = (class.parent != NO_CLASS).then(|| self.classes[class.parent as usize].id);
         Some(ClassInfo {
             id,
@@ -556,7 +552,7 @@ impl<P: Packet> Scheduler<P> {
             return None;
         }
         let c = &self.classes[slot as usize];
-        let queue = &self.queues[slot as usize];
+        let queue = &self.classes[slot as usize].queue;
         let ticks = |tokens: i64| {
             (tokens >> TOKENS_PER_TICK_SHIFT).clamp(i32::MIN.into(), i32::MAX.into()) as i32
         };
@@ -589,7 +585,7 @@ impl<P: Packet> Scheduler<P> {
         if slot == NO_CLASS || self.classes[slot as usize].level != 0 {
             return None;
         }
-        Some(self.queues[slot as usize].stats(&self.store))
+        Some(self.classes[slot as usize].queue.stats(&self.store))
     }
 
     /// Which queue of class `id`'s leaf a packet of flow `hash` joins (`None` for an inner or
@@ -600,7 +596,9 @@ impl<P: Packet> Scheduler<P> {
         if slot == NO_CLASS || self.classes[slot as usize].level != 0 {
             return None;
         }
-        self.queues[slot as usize].queue_of(&self.store, hash)
+        self.classes[slot as usize]
+            .queue
+            .queue_of(&self.store, hash)
     }
 
     /// `(id, bytes sent, packets sent)` of every class, in no particular order: what a rate

@@ -6,6 +6,7 @@ use std::vec::Vec;
 
 use super::*;
 use crate::error::ClassError;
+use crate::leaf::Leaf;
 use crate::rate::Rate;
 use crate::spec::{ClassSpec, Warning};
 use crate::stats::Mode;
