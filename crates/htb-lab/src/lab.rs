@@ -311,6 +311,33 @@ impl Lab {
         (c[0], c[1])
     }
 
+    /// Frames each RX queue of veth `dev` in `which` redirected to an AF_XDP socket so far
+    /// (`ethtool -S`'s `rx_queue_N_xdp_redirect`), by queue: which workers received them.
+    ///
+    /// # Panics
+    /// When `ethtool -S` fails or lists no queue.
+    pub fn rx_queue_redirects(&self, which: &str, dev: &str) -> Vec<u64> {
+        let out = self.exec(which, &["ethtool", "-S", dev]);
+        assert!(out.status.success(), "ethtool -S {dev} failed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut queues: Vec<(usize, u64)> = text
+            .lines()
+            .filter_map(|l| {
+                let (name, value) = l.trim().split_once(':')?;
+                let queue = name
+                    .strip_prefix("rx_queue_")?
+                    .strip_suffix("_xdp_redirect")?;
+                Some((queue.parse().ok()?, value.trim().parse().ok()?))
+            })
+            .collect();
+        queues.sort_unstable();
+        assert!(
+            !queues.is_empty(),
+            "ethtool -S {dev} lists no queue:\n{text}"
+        );
+        queues.into_iter().map(|(_, n)| n).collect()
+    }
+
     /// Bytes and packets sent so far by `dev` in `which`.
     pub fn tx_counters(&self, which: &str, dev: &str) -> (u64, u64) {
         let c = self.dev_counters(which, dev);

@@ -104,28 +104,45 @@ impl Lab {
     /// When the generator cannot be started (it is built next to htbd: `cargo build --release
     /// -p htb-xdp-gen`).
     pub fn xdp_load(&self, dport: u16, rate: &str, size: usize, secs: u32) -> Load {
+        self.xdp_loads(&[(0, dport, rate)], size, secs)
+    }
+
+    /// As [`xdp_load`](Self::xdp_load), with one generator per `(queue, dport, rate)` at
+    /// once, each sending on that TX queue of node-1 (which a veth delivers to the same RX
+    /// queue of r1, so to the worker polling it); the rates are their sums.
+    ///
+    /// # Panics
+    /// As [`xdp_load`](Self::xdp_load).
+    pub fn xdp_loads(&self, flows: &[(u32, u16, &str)], size: usize, secs: u32) -> Load {
         let generator = gen_bin();
-        let child = self
-            .cmd(N1, generator.to_str().unwrap_or("htb-xdp-gen"))
-            .args(["eth0", "--src-mac", "02:00:0a:c9:01:02"])
-            .args(["--dst-mac", "02:00:0a:c9:01:01", "--src-ip", "10.201.1.2"])
-            .args(["--dst-ip", "10.201.2.2", "--dport", &dport.to_string()])
-            .args(["--size", &size.to_string(), "--rate", rate])
-            .args(["--seconds", &secs.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", generator.display()));
+        let children: Vec<_> = flows
+            .iter()
+            .map(|&(queue, dport, rate)| {
+                self.cmd(N1, generator.to_str().unwrap_or("htb-xdp-gen"))
+                    .args(["eth0", "--src-mac", "02:00:0a:c9:01:02"])
+                    .args(["--dst-mac", "02:00:0a:c9:01:01", "--src-ip", "10.201.1.2"])
+                    .args(["--dst-ip", "10.201.2.2", "--dport", &dport.to_string()])
+                    .args(["--queue", &queue.to_string()])
+                    .args(["--size", &size.to_string(), "--rate", rate])
+                    .args(["--seconds", &secs.to_string()])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap_or_else(|e| panic!("cannot start {}: {e}", generator.display()))
+            })
+            .collect();
         let load = self.measure_load(
             Duration::from_millis(1200),
             Duration::from_secs(u64::from(secs) - 2),
         );
-        let out = child.wait_with_output().expect("htb-xdp-gen");
-        assert!(
-            out.status.success(),
-            "htb-xdp-gen failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        for child in children {
+            let out = child.wait_with_output().expect("htb-xdp-gen");
+            assert!(
+                out.status.success(),
+                "htb-xdp-gen failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         load
     }
 
