@@ -9,7 +9,10 @@
 //!
 //! One module per tc object, as iproute2 has them: `qdisc` (an HTB qdisc: the root's, or one
 //! under an `mq` class), `mq` (tc's `mq` root, one class per TX queue), `class`, `leaf` (the
-//! leaf qdiscs of classes), `filters`; `state` writes the saved state.
+//! leaf qdiscs of classes), `filters`; `state` writes the saved state. What a tree holds is
+//! kept compactly, as a tree holds a million subscribers: `class_table` (one record per class,
+//! with its label in `label_arena`), `filter_entry` and `filter_list`, both on
+//! `sorted_chunks`.
 
 mod class;
 mod class_table;

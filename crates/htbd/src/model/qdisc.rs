@@ -78,7 +78,7 @@ pub struct QdiscModel {
     /// its label (`class label`: who it shapes) and how many filters use it.
     pub classes: ClassTable,
     /// Filters in evaluation order (prio, then handle): changed through
-    /// [`add_filter`](Self::add_filter) and the `remove` methods, which count each class's.
+    /// the model's `add_filter` and `remove` methods, which count each class's.
     pub filters: FilterList,
     pub(super) shadow: Scheduler<u32>,
 }
