@@ -7,10 +7,14 @@
 //! One type for the config file, the wire and the state file: each text is checked once, as it
 //! is read (length, no control characters), so a label that exists is a valid one.
 
+mod packed;
+
 use std::fmt;
 
 use htb_classify::IpPrefix;
 use serde::{Deserialize, Serialize};
+
+pub use self::packed::PackedLabel;
 
 /// The longest text a label holds (a name, an id, a comment), in bytes.
 pub const TEXT_MAX: usize = 256;
@@ -292,12 +296,16 @@ impl ClassLabel {
     #[must_use]
     pub fn title(&self) -> &str {
         let f = &self.0;
-        f.name
-            .as_ref()
-            .or(f.circuit.as_ref())
-            .or_else(|| f.devices.first().map(|d| d.name.as_ref().unwrap_or(&d.id)))
-            .or(f.comment.as_ref())
-            .map_or("", LabelText::as_str)
+        let first = f
+            .devices
+            .first()
+            .map(|d| (d.id.as_str(), d.name.as_ref().map(LabelText::as_str)));
+        title_of(
+            f.name.as_ref().map(LabelText::as_str),
+            f.circuit.as_ref().map(LabelText::as_str),
+            first,
+            f.comment.as_ref().map(LabelText::as_str),
+        )
     }
 
     /// Whether `query` (already lower case) is part of its name, circuit id, comment, a
@@ -305,19 +313,16 @@ impl ClassLabel {
     #[must_use]
     pub fn mentions(&self, query: &str) -> bool {
         let f = &self.0;
-        let has = |t: &Option<LabelText>| {
-            t.as_ref()
-                .is_some_and(|t| folded_contains(t.as_str(), query))
-        };
-        let mac: Option<MacAddr> = query.parse().ok();
-        has(&f.name)
-            || has(&f.circuit)
-            || has(&f.comment)
-            || f.devices.iter().any(|d| {
-                folded_contains(d.id.as_str(), query)
-                    || has(&d.name)
-                    || (mac.is_some() && d.mac == mac)
-            })
+        let texts = [&f.name, &f.circuit, &f.comment]
+            .into_iter()
+            .flatten()
+            .chain(
+                f.devices
+                    .iter()
+                    .flat_map(|d| std::iter::once(&d.id).chain(&d.name)),
+            )
+            .map(LabelText::as_str);
+        mentions_of(texts, f.devices.iter().filter_map(|d| d.mac), query)
     }
 
     /// As the words of `htb-cli class label` take it (`name "Ann" circuit "17" device "a"
@@ -400,6 +405,35 @@ impl ClassLabel {
     }
 }
 
+/// What a page shows of a label (its packed form's and its own): the name, else the circuit id,
+/// else the first device's name or id, else the comment.
+fn title_of<'a>(
+    name: Option<&'a str>,
+    circuit: Option<&'a str>,
+    first_device: Option<(&'a str, Option<&'a str>)>,
+    comment: Option<&'a str>,
+) -> &'a str {
+    name.or(circuit)
+        .or_else(|| first_device.map(|(id, name)| name.unwrap_or(id)))
+        .or(comment)
+        .unwrap_or("")
+}
+
+/// Whether `query` (lower case) is part of one of `texts`, or is one of `macs`.
+fn mentions_of<'a>(
+    texts: impl IntoIterator<Item = &'a str>,
+    macs: impl IntoIterator<Item = MacAddr>,
+    query: &str,
+) -> bool {
+    if texts.into_iter().any(|t| folded_contains(t, query)) {
+        return true;
+    }
+    let Ok(mac) = query.parse::<MacAddr>() else {
+        return false;
+    };
+    macs.into_iter().any(|m| m == mac)
+}
+
 /// Whether `needle` (lower case) is in `hay`, ignoring case: without allocating when the
 /// needle is ASCII (a search runs over every label of 100 000 subscribers).
 fn folded_contains(hay: &str, needle: &str) -> bool {
@@ -419,7 +453,7 @@ mod tests {
         s.parse().unwrap()
     }
 
-    fn ann() -> ClassLabel {
+    pub(super) fn ann() -> ClassLabel {
         ClassLabel::new(LabelFields {
             name: Some(text("Ann O'Neil")),
             circuit: Some(text("C-17")),

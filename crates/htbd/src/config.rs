@@ -389,11 +389,7 @@ impl DaemonConfig {
             interfaces.push(trees);
         }
         for (section, trees) in file.interface.iter().zip(&interfaces) {
-            let redirects = trees
-                .ingress
-                .iter()
-                .flatten()
-                .filter_map(|f| f.redirect.as_ref());
+            let redirects = trees.ingress.iter().flatten().filter_map(|f| f.redirect());
             for to in redirects {
                 if !interfaces.iter().any(|t| t.ifb && t.name == *to) {
                     return Err(err(
@@ -885,7 +881,10 @@ rate = "20mbit"
         let ingress = r2.ingress.as_ref().expect("r2 has an ingress qdisc");
         assert_eq!(ingress.len(), 1);
         let f = &ingress[0];
-        assert_eq!((f.prio, f.redirect.as_deref()), (10, Some("ifb4r2")));
+        assert_eq!(
+            (f.prio, f.redirect().map(InterfaceName::as_str)),
+            (10, Some("ifb4r2"))
+        );
         assert_eq!(
             FilterHandle(f.handle).display(f.kind).to_string(),
             "800::800"
@@ -900,7 +899,7 @@ rate = "20mbit"
         let c = DaemonConfig::parse(&general).unwrap_or_else(|e| panic!("{e}"));
         let ingress = c.interfaces[1].ingress.as_ref().unwrap();
         assert_eq!(ingress.len(), 2);
-        assert!(ingress[1].police.is_some() && ingress[1].redirect.is_none());
+        assert!(ingress[1].police().is_some() && ingress[1].redirect().is_none());
     }
 
     #[test]

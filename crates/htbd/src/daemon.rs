@@ -22,7 +22,7 @@ pub struct RunOptions {
 ///
 /// # Errors
 /// [`DaemonError`] when the data plane cannot start; then nothing stays attached.
-pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonError> {
+pub fn run(config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonError> {
     let faults = faults::Faults::from_env()?;
     if faults.any() {
         tracing::warn!(
@@ -82,7 +82,11 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
     );
-    for (port, state) in config.engine.ports.iter_mut().zip(&model.ports) {
+    // The running trees and filters go to the data plane only: `config` keeps the file's
+    // (a saved million subscribers' trees and filters, put in `config` and cloned for the data
+    // plane, were held twice more for as long as htbd ran).
+    let mut engine = config.engine.clone();
+    for (port, state) in engine.ports.iter_mut().zip(&model.ports) {
         port.trees = state.port_trees();
         port.filters = state.data_filters()?;
         port.ingress = state.ingress_hook();
@@ -95,7 +99,7 @@ pub fn run(mut config: DaemonConfig, options: &RunOptions) -> Result<(), DaemonE
         }
         Mode::Bridge => forwarding::check_bridge_fail_open(&ports),
     }
-    let mut dataplane = DataPlane::start(config.engine.clone())?;
+    let mut dataplane = DataPlane::start(engine)?;
     let exporter = match (config.flows, dataplane.flow_records.take()) {
         (Some(flows), Some(records)) => {
             let ifindexes = config

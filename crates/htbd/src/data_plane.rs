@@ -37,7 +37,7 @@ impl DataPlane {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("htbd-dataplane".into())
-            .spawn(move || match Engine::start(&config) {
+            .spawn(move || match start(config) {
                 Ok((mut engine, handle)) => {
                     let _ = tx.send(Ok((handle, engine.take_flow_records())));
                     let Some(engine) = supervise(engine, Engine::run, after_panic) else {
@@ -104,6 +104,13 @@ impl DataPlane {
             .join()
             .map_err(|_| DaemonError::DataPlanePanicked)
     }
+}
+
+/// Starts the engine from `config`, dropped then: the engine keeps what it needs of it (trees
+/// built, filters compiled), and its thread, which runs as long as the engine, need not hold a
+/// million subscribers' trees and filters besides.
+fn start(config: EngineConfig) -> Result<(Engine, EngineHandle), htb_xdp::XdpError> {
+    Engine::start(&config)
 }
 
 /// Runs `run` on `engine`. Should it panic, drops the engine (for the engine: detaches XDP and

@@ -17,7 +17,7 @@ use htb_ipc::{
     QdiscSpec,
 };
 
-use crate::model::{FilterEntry, Model, PortModel, QdiscModel, Root, on_wire};
+use crate::model::{ClassEntry, FilterEntry, Model, PortModel, QdiscModel, Root, on_wire};
 use crate::{InterfaceTree, InterfaceTrees};
 
 fn refuse(message: String) -> IpcError {
@@ -146,14 +146,14 @@ fn qdisc_matches(q: &QdiscModel, want: &InterfaceTree) -> bool {
         && fixed(c.0) == fixed(c.1)
         && q.classes.len() == tree.classes.len()
         && tree.classes.iter().all(|want| {
-            q.classes.get(&want.id).is_some_and(|have| {
-                have.parent == want.parent
-                    && have.spec == want.spec
-                    && leaf_matches(have.leaf.as_ref(), want.leaf.as_ref())
+            q.classes.get(want.id).is_some_and(|have| {
+                have.parent() == want.parent
+                    && have.spec() == want.spec
+                    && leaf_matches(have.leaf().as_ref(), want.leaf.as_ref())
             })
         })
         && q.filters.holds_exactly(filters)
-        && q.labels == want.labels
+        && q.classes.labels_are(want.labels.iter())
         && q.splits == want.tree.split
 }
 
@@ -378,16 +378,16 @@ fn differences(
     // Classes that go: gone from the file, moved to another parent, or below one that goes.
     let mut gone: BTreeSet<ClassId> = q
         .classes
-        .values()
-        .filter(|d| want.get(&d.id).is_none_or(|w| w.parent != d.parent))
-        .map(|d| d.id)
+        .iter()
+        .filter(|c| want.get(&c.id()).is_none_or(|w| w.parent != c.parent()))
+        .map(ClassEntry::id)
         .collect();
     loop {
         let more: Vec<ClassId> = q
             .classes
-            .values()
-            .filter(|d| !gone.contains(&d.id) && d.parent.is_some_and(|p| gone.contains(&p)))
-            .map(|d| d.id)
+            .iter()
+            .filter(|c| !gone.contains(&c.id()) && c.parent().is_some_and(|p| gone.contains(&p)))
+            .map(ClassEntry::id)
             .collect();
         if more.is_empty() {
             break;
@@ -422,8 +422,8 @@ fn differences(
         }));
     }
     for def in &tree.classes {
-        let kept = q.classes.get(&def.id).filter(|_| !gone.contains(&def.id));
-        let Some(have) = kept else {
+        let kept = q.classes.get(def.id).filter(|_| !gone.contains(&def.id));
+        let Some(have) = kept.map(ClassEntry::def) else {
             out.push(Command::ClassAdd(class_spec(dev, major, def)));
             if let Some(leaf) = &def.leaf {
                 out.push(Command::LeafAdd(leaf_spec(dev, def.id, leaf, leaf.handle)));
@@ -464,9 +464,13 @@ fn differences(
     }
     // Labels and split choices: a class that went took its own along.
     for def in &tree.classes {
-        let have = q.labels.get(&def.id).filter(|_| !gone.contains(&def.id));
+        let have = q
+            .classes
+            .label(def.id)
+            .filter(|_| !gone.contains(&def.id))
+            .and_then(|l| l.unpack());
         let wanted = want_tree.labels.get(&def.id);
-        if have != wanted {
+        if have.as_ref() != wanted {
             out.push(label_set(dev, def.id, wanted.cloned()));
         }
         let have = q.splits.get(&def.id).filter(|_| !gone.contains(&def.id));
@@ -519,11 +523,11 @@ fn filter_add(dev: &InterfaceName, major: u16, f: &FilterEntry) -> Command {
         prio: Some(f.prio),
         kind: f.kind,
         handle: Some(FilterHandle(f.handle)),
-        matcher: on_wire(&f.matcher),
+        matcher: on_wire(&f.matcher()),
         class: f.class,
         hashing: f.hashing(),
-        police: f.police.as_ref().map(|p| Box::new(*p.config())),
-        redirect: f.redirect.clone(),
+        police: f.police().map(|p| Box::new(*p.config())),
+        redirect: f.redirect().cloned(),
     })
 }
 

@@ -195,7 +195,7 @@ pub fn port_commands(
         for entry in ingress {
             // tc's `flowid :1` (class 1 of whatever qdisc): the ingress qdisc's filters need
             // a verdict, and a redirect is one.
-            let redirect = entry.redirect.as_ref();
+            let redirect = entry.redirect();
             let class = redirect.is_none().then_some(ClassId::new(0, 1));
             let filter = crate::model::ingress_filter(entry);
             u32_filters(&mut lines, INGRESS, &filter, class, redirect)?;

@@ -190,17 +190,17 @@ fn ingress_filters(
             .map(|f| f.handle + 1)
             .max()
             .unwrap_or(0x8000_0800);
-        filters.push(FilterEntry {
-            prio,
-            protocol: Protocol::All,
-            kind: FilterKind::U32,
-            handle,
-            matcher: htb_config::filter::Match::default(),
-            class: None,
-            u32: U32Parts::default(),
-            police: None,
-            redirect: Some(to.get_ref().clone()),
-        });
+        filters.push(
+            FilterEntry::new(
+                prio,
+                Protocol::All,
+                FilterKind::U32,
+                handle,
+                htb_config::filter::Match::default(),
+                None,
+            )
+            .with_redirect(Some(to.get_ref().clone())),
+        );
         filters.sort_by_key(FilterEntry::order);
     }
     Ok(filters)
@@ -494,20 +494,11 @@ fn tree_filters(
                     .map_err(|e| err(p.span(), e.to_string()))
             })
             .transpose()?;
-        filters.push((
-            FilterEntry {
-                prio: f.prio,
-                protocol,
-                kind,
-                handle: handle.unwrap_or(0),
-                matcher,
-                class,
-                u32,
-                police,
-                redirect,
-            },
-            handle.is_some(),
-        ));
+        let entry = FilterEntry::new(f.prio, protocol, kind, handle.unwrap_or(0), matcher, class)
+            .with_u32(u32)
+            .with_police(police)
+            .with_redirect(redirect);
+        filters.push((entry, handle.is_some()));
     }
     assign_handles(&mut filters)
         .map_err(|e| err(span.clone(), format!("interface {name}: {e}")))?;

@@ -93,9 +93,9 @@ impl Control {
         let mut found = Vec::new();
         for port in &self.model.ports {
             for (_, qdisc) in port.trees() {
-                let hits = qdisc.labels.iter().filter(|(_, l)| l.mentions(text));
+                let hits = qdisc.classes.labels().filter(|(_, l)| l.mentions(text));
                 for (id, label) in hits.take(limit - found.len()) {
-                    found.push(((port.name.clone(), *id), label.title().to_owned()));
+                    found.push(((port.name.clone(), id), label.title().to_owned()));
                 }
                 if found.len() == limit {
                     return found;

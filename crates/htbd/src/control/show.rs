@@ -11,7 +11,7 @@ use htb_xdp::PortSnapshot;
 
 use super::{Control, internal};
 use crate::metrics::{ClassScrape, Scrape, TreeScrape};
-use crate::model::{INGRESS_MAJOR, MqModel, QdiscModel, Root, on_wire};
+use crate::model::{ClassEntry, INGRESS_MAJOR, MqModel, QdiscModel, Root, on_wire};
 
 /// A tree's totals as `qdisc show -s` prints them, with `pool` drops of its port's frame
 /// pool.
@@ -168,10 +168,10 @@ fn tree_ids(
     match object {
         Object::Qdisc => qdisc
             .classes
-            .values()
-            .filter(|d| qdisc.class_info(d.id).is_some_and(|i| i.level == 0))
-            .filter(|d| d.leaf.is_some() || show.invisible)
-            .map(|d| d.id)
+            .iter()
+            .filter(|c| qdisc.class_info(c.id()).is_some_and(|i| i.level == 0))
+            .filter(|c| c.leaf().is_some() || show.invisible)
+            .map(ClassEntry::id)
             .collect(),
         Object::Class => {
             // `parent root` and `parent 1:` (the qdisc) both ask for the root classes.
@@ -179,10 +179,10 @@ fn tree_ids(
             window.take(
                 qdisc
                     .classes
-                    .values()
-                    .filter(|d| only.is_none_or(|o| o == d.id))
-                    .filter(|d| parent.is_none_or(|p| p == d.parent))
-                    .map(|d| d.id),
+                    .iter()
+                    .filter(|c| only.is_none_or(|o| o == c.id()))
+                    .filter(|c| parent.is_none_or(|p| p == c.parent()))
+                    .map(ClassEntry::id),
             )
         }
         Object::Filter => Vec::new(),
@@ -365,7 +365,7 @@ fn show_tree(
                     mpu: c.adjust.mpu,
                     linklayer: c.adjust.link_layer,
                     leaf_qdisc: qdisc.leaf_handle(*id),
-                    label: qdisc.labels.get(id).cloned(),
+                    label: qdisc.classes.label(*id).and_then(|l| l.unpack()),
                     stats,
                 });
             }
@@ -384,9 +384,9 @@ fn show_tree(
                     kind: f.kind,
                     handle: FilterHandle(f.handle),
                     class: f.class,
-                    matcher: on_wire(&f.matcher),
+                    matcher: on_wire(&f.matcher()),
                     hashing: f.hashing(),
-                    police: f.police.as_ref().map(|p| htb_ipc::PoliceInfo {
+                    police: f.police().map(|p| htb_ipc::PoliceInfo {
                         // The mtu in force, as the kernel keeps it.
                         config: htb_ipc::PoliceConfig {
                             mtu: p.config().effective_mtu(),
@@ -394,7 +394,7 @@ fn show_tree(
                         },
                         stats: show.stats.then(|| p.stats()),
                     }),
-                    redirect: f.redirect.clone(),
+                    redirect: f.redirect().cloned(),
                 });
             }
         }
@@ -555,7 +555,7 @@ impl Control {
             }
             let ids: Vec<ClassId> = tree_list
                 .iter()
-                .flat_map(|(_, q)| q.classes.values().map(|d| d.id))
+                .flat_map(|(_, q)| q.classes.iter().map(ClassEntry::id))
                 .collect();
             let snapshot = self.snapshot(&port.name, &ids).await?;
             let classes = ids

@@ -5,7 +5,7 @@ use htb_core::{ClassId, ClassSpec, Instant, LengthAdjust, SplitChoice};
 use htb_ipc::{ErrorCode, FilterHandle, IpcError};
 
 use super::qdisc::Verb;
-use super::{Model, PlaneChange, QdiscModel, Step, Undo, class_error, error, of_qdisc};
+use super::{ClassEntry, Model, PlaneChange, QdiscModel, Step, Undo, class_error, error, of_qdisc};
 
 /// A wire class spec as the scheduler's.
 pub(super) fn class_spec(c: &htb_ipc::ClassSpec) -> Result<ClassSpec, IpcError> {
@@ -63,7 +63,7 @@ impl Model {
         let change = match verb {
             Verb::Add => false,
             Verb::Change => true,
-            Verb::Replace => qdisc.classes.contains_key(&id),
+            Verb::Replace => qdisc.classes.contains(id),
         };
         if change {
             // As in the kernel, the parent of an existing class is not checked, and its leaf
@@ -73,22 +73,18 @@ impl Model {
                 .change_class(Instant::ZERO, id, &spec)
                 .map_err(class_error)?
                 .warnings;
-            let def = qdisc.classes.get_mut(&id).ok_or_else(|| {
+            let old = qdisc.classes.set_spec(id, spec.clone()).ok_or_else(|| {
                 error(
                     ErrorCode::Internal,
                     format!("class {id} missing from the model"),
                 )
             })?;
-            let old = std::mem::replace(&mut def.spec, spec);
-            let mut old_def = def.clone();
-            old_def.spec = old;
-            let def = def.clone();
             step.warn(warnings);
-            step.undo.push(Undo::ClassChanged { port, old: old_def });
+            step.undo.push(Undo::ClassChanged { port, id, old });
             step.effect(PlaneChange::ChangeClass {
                 port: name,
                 id,
-                spec: def.spec,
+                spec,
             });
         } else {
             let warnings = qdisc
@@ -98,25 +94,24 @@ impl Model {
                 .warnings;
             // A leaf parent becomes an inner class: its leaf qdisc goes (the kernel's
             // `htb_change_class` puts it), to come back only as the default.
-            if let Some(parent_def) = parent.and_then(|p| qdisc.classes.get_mut(&p))
-                && let Some(leaf) = parent_def.leaf.take()
+            if let Some(p) = parent
+                && let Some(Some(leaf)) = qdisc.classes.set_leaf(p, None)
             {
-                step.leaf_undo(parent_def.id, Some(leaf));
+                step.leaf_undo(p, Some(leaf));
             }
-            let def = ClassDef {
+            qdisc.classes.add(ClassDef {
                 id,
                 parent,
-                spec,
+                spec: spec.clone(),
                 leaf: None,
-            };
-            qdisc.classes.insert(id, def.clone());
+            });
             step.warn(warnings);
             step.undo.push(Undo::ClassAdded { port, id });
             step.effect(PlaneChange::AddClass {
                 port: name,
                 id,
                 parent,
-                spec: def.spec,
+                spec,
             });
         }
         Ok(())
@@ -143,7 +138,7 @@ impl Model {
         let (port, name) = (step.port, step.name.clone());
         let (qdisc, id) = self.tree_of_class(port, id)?;
         // The use count says whether; the walk to name a user runs only for the refusal.
-        if qdisc.filters.uses(id)
+        if qdisc.classes.get(id).is_some_and(ClassEntry::in_use)
             && let Some(f) = qdisc.filters.iter().find(|f| f.class == Some(id))
         {
             return Err(error(
@@ -160,22 +155,15 @@ impl Model {
             .shadow
             .delete_class(Instant::ZERO, id)
             .map_err(class_error)?;
-        let old = qdisc.classes.remove(&id).ok_or_else(|| {
+        // Its label goes with it, and comes back with it on an undo.
+        let old = qdisc.classes.remove(id).ok_or_else(|| {
             error(
                 ErrorCode::Internal,
                 format!("class {id} missing from the model"),
             )
         })?;
         step.undo.push(Undo::ClassDeleted { port, old });
-        // Its label goes with it (an undo, in reverse, puts the label back, then the class),
-        // and its split choice (the data plane forgets it with the class).
-        if let Some(label) = qdisc.labels.remove(&id) {
-            step.undo.push(Undo::Label {
-                port,
-                id,
-                old: Some(label),
-            });
-        }
+        // Its split choice goes with it (the data plane forgets it with the class).
         if let Some(choice) = qdisc.splits.remove(&id) {
             step.undo.push(Undo::Split {
                 port,
@@ -208,17 +196,17 @@ impl Model {
                 ),
             ));
         }
-        let Some(def) = qdisc.classes.get(&id) else {
+        let Some(def) = qdisc.classes.get(id) else {
             return Err(error(
                 ErrorCode::NotFound,
                 format!("class {id} does not exist on {name}"),
             ));
         };
-        if let Some(parent) = def.parent
+        if let Some(parent) = def.parent()
             && qdisc
                 .classes
-                .get(&parent)
-                .is_some_and(|p| p.parent.is_some())
+                .get(parent)
+                .is_some_and(|p| p.parent().is_some())
         {
             return Err(error(
                 ErrorCode::Invalid,
@@ -246,11 +234,11 @@ impl Model {
         &mut self,
         step: &mut Step<'_>,
         id: ClassId,
-        label: Option<ClassLabel>,
+        label: Option<&ClassLabel>,
     ) -> Result<(), IpcError> {
         let port = step.port;
         let (qdisc, id) = self.tree_of_class(port, id)?;
-        if !qdisc.classes.contains_key(&id) {
+        if !qdisc.classes.contains(id) {
             return Err(error(
                 ErrorCode::NotFound,
                 format!(
@@ -259,10 +247,10 @@ impl Model {
                 ),
             ));
         }
-        let old = match label {
-            Some(label) => qdisc.labels.insert(id, label),
-            None => qdisc.labels.remove(&id),
-        };
+        let old = qdisc
+            .classes
+            .set_label(id, label)
+            .map_err(|e| error(ErrorCode::TooLarge, e.to_string()))?;
         step.undo.push(Undo::Label { port, id, old });
         Ok(())
     }

@@ -57,29 +57,156 @@ pub struct U32Parts {
 }
 
 /// A filter with what tc shows about it.
+///
+/// Held compactly, 56 bytes, as a tree holds a million of them: a subscriber's filter matches
+/// one address, which is kept inline; a fuller match, u32 hash-table parts, a policer and a
+/// redirect go to boxes that only the filters having them pay for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FilterEntry {
     /// Priority (`pref`).
     pub prio: u32,
+    /// Handle within its priority.
+    pub handle: u32,
+    /// Target class (none: a u32 hash table, a link without a class, an empty u32 filter).
+    pub class: Option<ClassId>,
     /// `protocol`.
     pub protocol: Protocol,
     /// `u32` or `flower`.
     pub kind: FilterKind,
-    /// Handle within its priority.
-    pub handle: u32,
-    /// What it matches (the family comes from `protocol`).
-    pub matcher: Match,
-    /// Target class (none: a u32 hash table, a link without a class, an empty u32 filter).
-    pub class: Option<ClassId>,
-    /// u32 hash tables and links.
-    pub u32: U32Parts,
-    /// `action police …`, its bucket shared with the data plane's classifiers.
-    pub police: Option<Police>,
-    /// `action mirred egress redirect dev IFB` (filters of an ingress qdisc).
-    pub redirect: Option<InterfaceName>,
+    matcher: StoredMatch,
+    more: Option<Box<More>>,
+}
+
+/// A filter's match: one address inline, anything more boxed (one form per match, so that
+/// equal matches are held equal).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum StoredMatch {
+    /// A family and at most one address prefix, nothing else.
+    Address {
+        family: Option<Family>,
+        dst: bool,
+        prefix: Option<IpPrefix>,
+    },
+    Other(Box<Match>),
+}
+
+impl StoredMatch {
+    fn new(m: Match) -> Self {
+        let (dst, prefix) = match (m.src, m.dst) {
+            (Some(src), None) => (false, Some(src)),
+            (None, dst) => (true, dst),
+            (Some(_), Some(_)) => return Self::Other(Box::new(m)),
+        };
+        let address = Self::Address {
+            family: m.family,
+            dst,
+            prefix,
+        };
+        if address.get() == m {
+            address
+        } else {
+            Self::Other(Box::new(m))
+        }
+    }
+
+    fn get(&self) -> Match {
+        match *self {
+            Self::Address {
+                family,
+                dst,
+                prefix,
+            } => Match {
+                family,
+                src: prefix.filter(|_| !dst),
+                dst: prefix.filter(|_| dst),
+                ..Match::default()
+            },
+            Self::Other(ref m) => **m,
+        }
+    }
+}
+
+/// What few filters have.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct More {
+    u32: U32Parts,
+    police: Option<Police>,
+    redirect: Option<InterfaceName>,
 }
 
 impl FilterEntry {
+    /// A filter matching `matcher` (restricted to `protocol`'s family already, see
+    /// [`matcher`]); no hash-table parts, policer or redirect.
+    #[must_use]
+    pub fn new(
+        prio: u32,
+        protocol: Protocol,
+        kind: FilterKind,
+        handle: u32,
+        matcher: Match,
+        class: Option<ClassId>,
+    ) -> Self {
+        Self {
+            prio,
+            handle,
+            class,
+            protocol,
+            kind,
+            matcher: StoredMatch::new(matcher),
+            more: None,
+        }
+    }
+
+    /// With u32 hash-table parts.
+    #[must_use]
+    pub fn with_u32(self, u32: U32Parts) -> Self {
+        self.with_more(|m| m.u32 = u32)
+    }
+
+    /// With `action police …`.
+    #[must_use]
+    pub fn with_police(self, police: Option<Police>) -> Self {
+        self.with_more(|m| m.police = police)
+    }
+
+    /// With `action mirred egress redirect dev IFB`.
+    #[must_use]
+    pub fn with_redirect(self, redirect: Option<InterfaceName>) -> Self {
+        self.with_more(|m| m.redirect = redirect)
+    }
+
+    /// The boxed parts changed by `f`; no box when they are all unset.
+    fn with_more(mut self, f: impl FnOnce(&mut More)) -> Self {
+        let mut more = self.more.take().map_or_else(More::default, |b| *b);
+        f(&mut more);
+        self.more = (more != More::default()).then(|| Box::new(more));
+        self
+    }
+
+    /// What it matches (the family comes from `protocol`).
+    #[must_use]
+    pub fn matcher(&self) -> Match {
+        self.matcher.get()
+    }
+
+    /// Its u32 hash tables and links.
+    #[must_use]
+    pub fn u32(&self) -> U32Parts {
+        self.more.as_ref().map_or_else(U32Parts::default, |m| m.u32)
+    }
+
+    /// `action police …`, its bucket shared with the data plane's classifiers.
+    #[must_use]
+    pub fn police(&self) -> Option<&Police> {
+        self.more.as_ref()?.police.as_ref()
+    }
+
+    /// `action mirred egress redirect dev IFB` (filters of an ingress qdisc).
+    #[must_use]
+    pub fn redirect(&self) -> Option<&InterfaceName> {
+        self.more.as_ref()?.redirect.as_ref()
+    }
+
     /// Evaluation order: by priority, then handle (tc's order within a priority).
     #[must_use]
     pub fn order(&self) -> (u32, u32) {
@@ -89,11 +216,12 @@ impl FilterEntry {
     /// Its u32 parts as the wire carries them (the table and bucket are in its handle).
     #[must_use]
     pub fn hashing(&self) -> U32Hashing {
+        let parts = self.u32();
         U32Hashing {
-            divisor: self.u32.divisor.map(u32::from),
+            divisor: parts.divisor.map(u32::from),
             table: None,
-            link: self.u32.link.map(u32::from),
-            hashkey: self.u32.hashkey,
+            link: parts.link.map(u32::from),
+            hashkey: parts.hashkey,
         }
     }
 
@@ -108,6 +236,20 @@ impl FilterEntry {
     pub fn bucket(&self) -> u32 {
         (self.handle >> 12) & 0xff
     }
+
+    /// Whether it is a u32 hash table (made with `divisor`).
+    #[must_use]
+    pub fn is_hash_table(&self) -> bool {
+        self.u32().divisor.is_some()
+    }
+}
+
+impl super::sorted_chunks::Keyed for FilterEntry {
+    type Key = (u32, u32);
+
+    fn key(&self) -> (u32, u32) {
+        self.order()
+    }
 }
 
 /// Gives each filter without a handle one, the way the kernel would have: per priority, u32
@@ -121,7 +263,7 @@ pub fn assign_handles(filters: &mut [(FilterEntry, bool)]) -> Result<(), NoNodeI
     // root table.
     let hashed: Vec<u16> = filters
         .iter()
-        .filter(|(f, _)| f.u32.divisor.is_some())
+        .filter(|(f, _)| f.is_hash_table())
         .map(|(f, _)| f.table())
         .collect();
     for i in 0..filters.len() {
@@ -228,5 +370,106 @@ pub fn on_wire(m: &Match) -> Match {
         family: None,
         arp: false,
         ..*m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use htb_config::filter::{PortRange, RawKey, RawKeys};
+
+    use super::*;
+
+    /// Any match comes back as given; one address (and its family) is held inline, in a
+    /// 56-byte entry.
+    #[test]
+    fn matches_come_back_as_given() {
+        assert_eq!(size_of::<FilterEntry>(), 56);
+        let prefix: IpPrefix = "100.64.3.7/32".parse().unwrap();
+        let six: IpPrefix = "2001:db8::/64".parse().unwrap();
+        let raw = RawKeys::new(&[RawKey {
+            at: 16,
+            nexthdr: false,
+            mask: 0xff00,
+            value: 0x0100,
+        }])
+        .unwrap();
+        let inline = [
+            Match::default(),
+            Match {
+                dst: Some(prefix),
+                family: Some(Family::V4),
+                ..Match::default()
+            },
+            Match {
+                src: Some(six),
+                ..Match::default()
+            },
+            Match {
+                family: Some(Family::V6),
+                ..Match::default()
+            },
+        ];
+        let boxed = [
+            Match {
+                src: Some(prefix),
+                dst: Some(prefix),
+                ..Match::default()
+            },
+            Match {
+                dst: Some(prefix),
+                dport: Some(PortRange {
+                    first: 80,
+                    last: 80,
+                }),
+                ..Match::default()
+            },
+            Match {
+                arp: true,
+                ..Match::default()
+            },
+            Match {
+                raw,
+                ..Match::default()
+            },
+        ];
+        for (m, is_inline) in inline
+            .iter()
+            .map(|m| (m, true))
+            .chain(boxed.iter().map(|m| (m, false)))
+        {
+            let e = FilterEntry::new(10, Protocol::Ip, FilterKind::U32, 0x800, *m, None);
+            assert_eq!(e.matcher(), *m);
+            assert_eq!(
+                matches!(e.matcher, StoredMatch::Address { .. }),
+                is_inline,
+                "{m:?}"
+            );
+        }
+    }
+
+    /// The boxed parts come back, and the box goes when they are all unset again.
+    #[test]
+    fn rare_parts_are_boxed_only_while_set() {
+        let parts = U32Parts {
+            divisor: Some(256),
+            ..U32Parts::default()
+        };
+        let redirect: InterfaceName = "ifb0".parse().unwrap();
+        let e = FilterEntry::new(
+            1,
+            Protocol::All,
+            FilterKind::U32,
+            1 << 20,
+            Match::default(),
+            None,
+        )
+        .with_u32(parts)
+        .with_redirect(Some(redirect.clone()));
+        assert!(e.is_hash_table() && e.u32() == parts);
+        assert_eq!(e.redirect(), Some(&redirect));
+        assert!(e.police().is_none());
+        let bare = e.with_u32(U32Parts::default()).with_redirect(None);
+        assert!(bare.more.is_none());
+        assert_eq!(bare.u32(), U32Parts::default());
     }
 }

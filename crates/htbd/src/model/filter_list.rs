@@ -1,29 +1,28 @@
-//! A qdisc's filters: kept in (prio, handle) order, tc's evaluation order, in a B-tree, with
-//! the indexes its commands need, so that each `filter add`, `filter del` or `class del` of a
+//! A qdisc's filters: kept in (prio, handle) order, tc's evaluation order, in sorted chunks,
+//! with the per-prio index its commands need, so that each `filter add` or `filter del` of a
 //! 100 000-line batch costs O(log n), not O(n). (A sorted `Vec` made such batches quadratic:
 //! inserting into hash-table buckets moved half the list each time, and a per-prio protocol
-//! check walked it: 75 s for a 100 000-subscriber import.)
+//! check walked it: 75 s for a 100 000-subscriber import.) How many filters send packets to a
+//! class is counted in the class's record ([`ClassTable`](super::ClassTable)), where `class
+//! del` looks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 
-use htb_core::ClassId;
-
 use super::filter_entry::{FilterEntry, FilterKind, NoNodeId, Protocol, U32_FIRST_ID, U32_LAST_ID};
+use super::sorted_chunks::{Iter, SortedChunks};
 
 /// A qdisc's filters in evaluation order.
 #[derive(Clone, Debug, Default)]
 pub struct FilterList {
-    entries: BTreeMap<(u32, u32), FilterEntry>,
-    /// Per class, how many filters name it (`class del` refuses a class in use).
-    users: HashMap<ClassId, u32>,
+    entries: SortedChunks<FilterEntry>,
     /// Per prio, how many of its filters carry each protocol (one IP protocol per prio).
     protocols: BTreeMap<u32, Vec<(Protocol, u32)>>,
 }
 
 impl PartialEq for FilterList {
     fn eq(&self, other: &Self) -> bool {
-        self.entries == other.entries
+        self.len() == other.len() && self.iter().eq(other.iter())
     }
 }
 
@@ -41,10 +40,10 @@ impl FromIterator<FilterEntry> for FilterList {
 
 impl<'a> IntoIterator for &'a FilterList {
     type Item = &'a FilterEntry;
-    type IntoIter = std::collections::btree_map::Values<'a, (u32, u32), FilterEntry>;
+    type IntoIter = Iter<'a, FilterEntry>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.entries.values()
+        self.entries.iter()
     }
 }
 
@@ -62,8 +61,10 @@ impl FilterList {
     }
 
     /// The filters in evaluation order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &FilterEntry> + Clone {
-        self.entries.values()
+    pub fn iter(
+        &self,
+    ) -> impl DoubleEndedIterator<Item = &FilterEntry> + ExactSizeIterator + Clone {
+        self.entries.iter()
     }
 
     /// Whether it holds exactly `filters`, in this order (a config file's list, in
@@ -76,25 +77,26 @@ impl FilterList {
     /// The first filter (lowest prio).
     #[must_use]
     pub fn first(&self) -> Option<&FilterEntry> {
-        self.entries.values().next()
+        self.entries.first()
     }
 
     /// The last filter (highest prio).
     #[must_use]
     pub fn last(&self) -> Option<&FilterEntry> {
-        self.entries.values().next_back()
+        self.entries.last()
     }
 
     /// The filter at `prio` with `handle`.
     #[must_use]
     pub fn get(&self, prio: u32, handle: u32) -> Option<&FilterEntry> {
-        self.entries.get(&(prio, handle))
+        self.entries.get((prio, handle))
     }
 
     /// Puts `entry` in its place; returns the filter it replaces (same prio and handle).
-    pub fn insert(&mut self, entry: FilterEntry) -> Option<FilterEntry> {
+    /// (Through [`QdiscModel`](super::QdiscModel), which counts the filters of each class.)
+    pub(super) fn insert(&mut self, entry: FilterEntry) -> Option<FilterEntry> {
         self.count(&entry, true);
-        let old = self.entries.insert(entry.order(), entry);
+        let old = self.entries.insert(entry);
         if let Some(old) = &old {
             self.count(old, false);
         }
@@ -102,15 +104,15 @@ impl FilterList {
     }
 
     /// Takes out the filter at `order` (prio, handle).
-    pub fn remove(&mut self, order: (u32, u32)) -> Option<FilterEntry> {
-        let old = self.entries.remove(&order)?;
+    pub(super) fn remove(&mut self, order: (u32, u32)) -> Option<FilterEntry> {
+        let old = self.entries.remove(order)?;
         self.count(&old, false);
         Some(old)
     }
 
     /// Takes out the filters `remove` picks among `prio`'s (every prio's with `None`);
     /// returns them.
-    pub fn remove_where(
+    pub(super) fn remove_where(
         &mut self,
         prio: Option<u32>,
         mut remove: impl FnMut(&FilterEntry) -> bool,
@@ -119,8 +121,8 @@ impl FilterList {
         let orders: Vec<(u32, u32)> = self
             .entries
             .range(range)
-            .filter(|(_, e)| remove(e))
-            .map(|(&order, _)| order)
+            .filter(|e| remove(e))
+            .map(FilterEntry::order)
             .collect();
         orders.into_iter().filter_map(|o| self.remove(o)).collect()
     }
@@ -133,13 +135,6 @@ impl FilterList {
                 *n = n.saturating_sub(1);
             }
         };
-        if let Some(class) = entry.class {
-            let n = self.users.entry(class).or_default();
-            step(n);
-            if *n == 0 {
-                self.users.remove(&class);
-            }
-        }
         let protocols = self.protocols.entry(entry.prio).or_default();
         match protocols.iter_mut().find(|(p, _)| *p == entry.protocol) {
             Some((_, n)) => step(n),
@@ -150,12 +145,6 @@ impl FilterList {
         if protocols.is_empty() {
             self.protocols.remove(&entry.prio);
         }
-    }
-
-    /// Whether a filter sends packets to `class`.
-    #[must_use]
-    pub fn uses(&self, class: ClassId) -> bool {
-        self.users.contains_key(&class)
     }
 
     /// A protocol of `prio`'s filters that a filter of `protocol` may not join: one IP
@@ -190,22 +179,20 @@ impl FilterList {
     ) -> impl DoubleEndedIterator<Item = &FilterEntry> + Clone {
         self.entries
             .range((prio, *handles.start())..=(prio, *handles.end()))
-            .map(|(_, e)| e)
     }
 
     /// The filters with `handle`, one prio after the other (u32 table and node ids are the
     /// qdisc's, not a prio's).
     pub fn with_handle(&self, handle: u32) -> impl Iterator<Item = &FilterEntry> {
         self.prios()
-            .flat_map(move |p| self.entries.get(&(p, handle)))
+            .flat_map(move |p| self.entries.get((p, handle)))
     }
 
     /// The hash table `table`'s declaration (made with `divisor`: it has the table's own
     /// handle).
     #[must_use]
     pub fn hash_table(&self, table: u32) -> Option<&FilterEntry> {
-        self.with_handle(table << 20)
-            .find(|e| e.u32.divisor.is_some())
+        self.with_handle(table << 20).find(|e| e.is_hash_table())
     }
 
     /// Whether `table` was made with `divisor`.
@@ -333,20 +320,18 @@ mod tests {
     use super::*;
 
     fn entry(prio: u32, kind: FilterKind, handle: u32, divisor: bool) -> FilterEntry {
-        FilterEntry {
+        FilterEntry::new(
             prio,
-            protocol: Protocol::All,
+            Protocol::All,
             kind,
             handle,
-            matcher: htb_config::filter::Match::default(),
-            class: None,
-            police: None,
-            redirect: None,
-            u32: U32Parts {
-                divisor: divisor.then_some(256),
-                ..U32Parts::default()
-            },
-        }
+            htb_config::filter::Match::default(),
+            None,
+        )
+        .with_u32(U32Parts {
+            divisor: divisor.then_some(256),
+            ..U32Parts::default()
+        })
     }
 
     /// A list as batches build it: filters added one by one with the kernel's handles, some
@@ -368,7 +353,7 @@ mod tests {
                     let Some(table) = list
                         .iter()
                         .rev()
-                        .find(|e| e.u32.divisor.is_some())
+                        .find(|e| e.is_hash_table())
                         .map(|e| u32::from(e.table()))
                     else {
                         continue;
@@ -397,31 +382,26 @@ mod tests {
         list
     }
 
-    /// One filter for the index test: any prio, handle, protocol and class.
-    fn indexed(prio: u32, handle: u32, protocol: u8, class: Option<u32>) -> FilterEntry {
-        FilterEntry {
-            protocol: [Protocol::All, Protocol::Ip, Protocol::Ipv6][usize::from(protocol % 3)],
-            class: class.map(|c| ClassId::new(1, c)),
-            ..entry(prio, FilterKind::U32, handle, false)
-        }
+    /// One filter for the index test: any prio, handle and protocol.
+    fn indexed(prio: u32, handle: u32, protocol: u8) -> FilterEntry {
+        let mut e = entry(prio, FilterKind::U32, handle, false);
+        e.protocol = [Protocol::All, Protocol::Ip, Protocol::Ipv6][usize::from(protocol % 3)];
+        e
     }
 
     proptest! {
-        /// The class and protocol indexes agree with a walk of the list after any sequence of
-        /// inserts (some replacing), single removes and removals by prio, and the list stays
-        /// in (prio, handle) order.
+        /// The protocol index agrees with a walk of the list after any sequence of inserts
+        /// (some replacing), single removes and removals by prio, and the list stays in
+        /// (prio, handle) order.
         #[test]
         fn indexes_agree_with_a_walk(
-            ops in proptest::collection::vec(
-                (0u8..4, 1u32..4, 0u32..6, 0u8..3, proptest::option::of(1u32..5)),
-                0..80,
-            )
+            ops in proptest::collection::vec((0u8..4, 1u32..4, 0u32..6, 0u8..3), 0..80)
         ) {
             let mut list = FilterList::default();
-            for (op, prio, handle, protocol, class) in ops {
+            for (op, prio, handle, protocol) in ops {
                 match op {
                     0 | 1 => {
-                        list.insert(indexed(prio, handle, protocol, class));
+                        list.insert(indexed(prio, handle, protocol));
                     }
                     2 => {
                         list.remove((prio, handle));
@@ -432,13 +412,6 @@ mod tests {
                 }
                 let orders: Vec<(u32, u32)> = list.iter().map(FilterEntry::order).collect();
                 prop_assert!(orders.windows(2).all(|w| w[0] < w[1]));
-                for c in 1..5 {
-                    let class = ClassId::new(1, c);
-                    prop_assert_eq!(
-                        list.uses(class),
-                        list.iter().any(|e| e.class == Some(class))
-                    );
-                }
                 for p in 1..4 {
                     for protocol in [Protocol::All, Protocol::Ip, Protocol::Ipv6] {
                         let walk = list.in_prio(p).map(|e| e.protocol).find(|&q| {

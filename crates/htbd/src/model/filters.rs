@@ -113,10 +113,10 @@ fn u32_placement(
         }
         return place(qdisc, f, table, 0);
     };
-    if bucket >= u32::from(decl.u32.divisor.unwrap_or(1)) {
+    let buckets = decl.u32().divisor.unwrap_or(1);
+    if bucket >= u32::from(buckets) {
         return Err(invalid(format!(
-            "ht {table:x}:{bucket:x}: bucket out of range (the table has {} buckets)",
-            decl.u32.divisor.unwrap_or(1)
+            "ht {table:x}:{bucket:x}: bucket out of range (the table has {buckets} buckets)"
         )));
     }
     place(qdisc, f, table, bucket)
@@ -191,7 +191,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
                     ),
                 ));
             }
-            if !qdisc.classes.contains_key(&class) {
+            if !qdisc.classes.contains(class) {
                 return Err(error(
                     ErrorCode::NotFound,
                     format!("class {class} does not exist (add it before its filters)"),
@@ -252,17 +252,10 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
             "a policer belongs to a filter that classifies (give it a flowid)",
         ));
     }
-    let mut entry = FilterEntry {
-        prio,
-        protocol,
-        kind,
-        handle: 0,
-        matcher,
-        class,
-        u32,
-        police,
-        redirect: f.redirect.clone(),
-    };
+    let mut entry = FilterEntry::new(prio, protocol, kind, 0, matcher, class)
+        .with_u32(u32)
+        .with_police(police)
+        .with_redirect(f.redirect.clone());
     let placed = u32_placement(qdisc, f, &u32)?;
     // A filter in a hash table is that table's prio's, wherever it was added (the kernel's
     // u32 tables are shared by the qdisc's prios; `u32_walk` shows a table under its own).
@@ -284,7 +277,7 @@ fn new_filter(qdisc: &QdiscModel, f: &htb_ipc::FilterSpec) -> Result<FilterEntry
             e.prio == prio
                 || (kind == FilterKind::U32
                     && e.kind == FilterKind::U32
-                    && (hashed || e.u32.divisor.is_some()))
+                    && (hashed || e.is_hash_table()))
         }) {
             return Err(error(
                 ErrorCode::Exists,
@@ -332,7 +325,7 @@ impl Model {
         // The undo names the one entry (a copy of 100 000 filters per add would make a large
         // batch quadratic).
         let order = entry.order();
-        qdisc.filters.insert(entry);
+        qdisc.add_filter(entry);
         step.undo.push(Undo::FilterAdded { port, major, order });
         step.filters_changed(major);
         Ok(())
@@ -377,7 +370,7 @@ impl Model {
                     kind.name()
                 ),
             )),
-            Some(e) if e.u32.divisor.is_some() || f.hashing.divisor.is_some() => Err(error(
+            Some(e) if e.is_hash_table() || f.hashing.divisor.is_some() => Err(error(
                 ErrorCode::Invalid,
                 "a u32 hash table cannot be changed: delete it (with its filters) and add it again",
             )),
@@ -399,49 +392,48 @@ impl Model {
         let (port, name) = (step.port, step.name.clone());
         let qdisc = self.tree_mut(port, major)?;
         let major = qdisc.config.major;
-        let removed =
-            match (prio, handle) {
-                (None, None) => qdisc.filters.remove_where(None, |_| true),
-                (None, Some(_)) => {
+        let removed = match (prio, handle) {
+            (None, None) => qdisc.remove_filters_where(None, |_| true),
+            (None, Some(_)) => {
+                return Err(error(
+                    ErrorCode::Invalid,
+                    "deleting one filter by handle needs its prio, as in tc",
+                ));
+            }
+            (Some(prio), None) => {
+                let removed = qdisc.remove_filters_where(Some(prio), |_| true);
+                if removed.is_empty() {
                     return Err(error(
-                        ErrorCode::Invalid,
-                        "deleting one filter by handle needs its prio, as in tc",
+                        ErrorCode::NotFound,
+                        format!("no filter with prio {prio} on {name}"),
                     ));
                 }
-                (Some(prio), None) => {
-                    let removed = qdisc.filters.remove_where(Some(prio), |_| true);
-                    if removed.is_empty() {
-                        return Err(error(
-                            ErrorCode::NotFound,
-                            format!("no filter with prio {prio} on {name}"),
-                        ));
-                    }
-                    removed
+                removed
+            }
+            (Some(prio), Some(handle)) => {
+                let Some(removed) = qdisc.remove_filter((prio, handle.0)) else {
+                    // Named as the prio's filters are (a prio holds one kind).
+                    let kind = qdisc.filters.in_prio(prio).next().map(|f| f.kind);
+                    let text = kind.map_or_else(
+                        || format!("{:#x}", handle.0),
+                        |k| handle.display(k).to_string(),
+                    );
+                    return Err(error(
+                        ErrorCode::NotFound,
+                        format!("no filter with prio {prio} and handle {text} on {name}"),
+                    ));
+                };
+                let mut removed = vec![removed];
+                if removed[0].is_hash_table() {
+                    // A hash table goes with its filters (`u32_destroy_hnode`).
+                    let table = removed[0].table();
+                    removed.extend(qdisc.remove_filters_where(None, |f| {
+                        f.kind == FilterKind::U32 && f.table() == table
+                    }));
                 }
-                (Some(prio), Some(handle)) => {
-                    let Some(removed) = qdisc.filters.remove((prio, handle.0)) else {
-                        // Named as the prio's filters are (a prio holds one kind).
-                        let kind = qdisc.filters.in_prio(prio).next().map(|f| f.kind);
-                        let text = kind.map_or_else(
-                            || format!("{:#x}", handle.0),
-                            |k| handle.display(k).to_string(),
-                        );
-                        return Err(error(
-                            ErrorCode::NotFound,
-                            format!("no filter with prio {prio} and handle {text} on {name}"),
-                        ));
-                    };
-                    let mut removed = vec![removed];
-                    if removed[0].u32.divisor.is_some() {
-                        // A hash table goes with its filters (`u32_destroy_hnode`).
-                        let table = removed[0].table();
-                        removed.extend(qdisc.filters.remove_where(None, |f| {
-                            f.kind == FilterKind::U32 && f.table() == table
-                        }));
-                    }
-                    removed
-                }
-            };
+                removed
+            }
+        };
         step.undo.push(Undo::FiltersRemoved {
             port,
             major,

@@ -46,12 +46,7 @@ pub fn ingress_hook_of<'a>(
     filters
         .into_iter()
         // The data plane names ports by their plain names.
-        .map(|e| {
-            (
-                ingress_filter(e),
-                e.redirect.as_ref().map(ToString::to_string),
-            )
-        })
+        .map(|e| (ingress_filter(e), e.redirect().map(ToString::to_string)))
         .collect()
 }
 
@@ -60,11 +55,11 @@ pub fn ingress_hook_of<'a>(
 pub fn ingress_filter(e: &FilterEntry) -> Filter {
     Filter {
         prio: e.prio,
-        matcher: e.matcher,
+        matcher: e.matcher(),
         // The flowid an ingress filter gives is shown, not used: the IFB's own filters classify
         // what it redirects.
         class: e.class.unwrap_or(ClassId::new(INGRESS_MAJOR, 0)),
-        police: e.police.clone(),
+        police: e.police().cloned(),
     }
 }
 

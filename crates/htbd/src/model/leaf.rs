@@ -31,13 +31,14 @@ fn leaf_class(qdisc: &QdiscModel, id: ClassId) -> Result<Option<LeafDef>, IpcErr
             ),
         ));
     }
-    let Some(def) = qdisc.classes.get(&id) else {
+    let Some(class) = qdisc.classes.get(id) else {
         return Err(error(
             ErrorCode::NotFound,
             format!("Specified class not found ({id})"),
         ));
     };
-    if qdisc.classes.values().any(|d| d.parent == Some(id)) {
+    // The shadow knows its children (a walk of the classes did not scale).
+    if qdisc.class_info(id).is_some_and(|c| c.children > 0) {
         return Err(error(
             ErrorCode::Invalid,
             format!(
@@ -45,7 +46,7 @@ fn leaf_class(qdisc: &QdiscModel, id: ClassId) -> Result<Option<LeafDef>, IpcErr
             ),
         ));
     }
-    Ok(def.leaf)
+    Ok(class.leaf())
 }
 
 fn kind_mismatch(current: LeafKind, asked: LeafKind) -> IpcError {
@@ -59,14 +60,12 @@ fn kind_mismatch(current: LeafKind, asked: LeafKind) -> IpcError {
 
 /// Records `leaf` as class `id`'s own (`None`: the default) in the model.
 fn record_leaf(qdisc: &mut QdiscModel, id: ClassId, leaf: Option<LeafDef>) -> Result<(), IpcError> {
-    let def = qdisc.classes.get_mut(&id).ok_or_else(|| {
+    qdisc.classes.set_leaf(id, leaf).map(drop).ok_or_else(|| {
         error(
             ErrorCode::Internal,
             format!("class {id} missing from the model"),
         )
-    })?;
-    def.leaf = leaf;
-    Ok(())
+    })
 }
 
 impl Model {

@@ -9,34 +9,42 @@
 //!
 //! One module per tc object, as iproute2 has them: `qdisc` (an HTB qdisc: the root's, or one
 //! under an `mq` class), `mq` (tc's `mq` root, one class per TX queue), `class`, `leaf` (the
-//! leaf qdiscs of classes), `filters`; `state` writes the saved state.
+//! leaf qdiscs of classes), `filters`; `state` writes the saved state. What a tree holds is
+//! kept compactly, as a tree holds a million subscribers: `class_table` (one record per class,
+//! with its label in `label_arena`), `filter_entry` and `filter_list`, both on
+//! `sorted_chunks`.
 
 mod class;
+mod class_table;
 pub(crate) mod filter_entry;
 mod filter_list;
 mod filters;
 mod ingress;
+mod label_arena;
 mod leaf;
 mod mq;
 mod qdisc;
 mod root_leaf;
+mod sorted_chunks;
 mod state;
 mod u32_links;
 
 use std::collections::BTreeSet;
 
 use htb_config::filter::Filter;
-use htb_config::{ClassDef, InterfaceName, LeafDef, PortTree};
-use htb_core::{ClassError, ClassId, Duration, Instant, SchedulerConfig};
+use htb_config::{InterfaceName, LeafDef, PortTree};
+use htb_core::{ClassError, ClassId, ClassSpec, Duration, Instant, SchedulerConfig};
 use htb_ipc::{Command, CommandResult, ErrorCode, IpcError};
 pub use htb_xdp::PlaneChange;
 
+pub use self::class_table::{ClassEntry, ClassTable};
 pub use self::filter_entry::{
     FilterEntry, FilterKind, FilterValueError, NoNodeId, Protocol, U32Parts, assign_handles,
     matcher, on_wire, u32_divisor, with_protocol,
 };
 pub use self::filter_list::FilterList;
 pub use self::ingress::{INGRESS_MAJOR, ingress_filter, ingress_hook_of, new_ingress};
+pub use self::label_arena::LabelsFull;
 pub use self::mq::MqModel;
 pub use self::qdisc::{QdiscModel, TreeError};
 use self::qdisc::{Verb, set_qdisc_config};
@@ -130,6 +138,15 @@ impl PortModel {
             .into_iter()
             .map(|(_, q)| q)
             .find(|q| q.config.major == major)
+    }
+
+    /// Runs `f` on the class table of each of its HTB qdiscs.
+    fn for_each_tree(&mut self, mut f: impl FnMut(&mut ClassTable)) {
+        match &mut self.root {
+            Root::None => {}
+            Root::Htb(q) | Root::Leaf(q) => f(&mut q.classes),
+            Root::Mq(mq) => mq.trees.values_mut().for_each(|q| f(&mut q.classes)),
+        }
     }
 
     fn tree_mut(&mut self, major: u16) -> Option<&mut QdiscModel> {
@@ -232,13 +249,16 @@ enum Undo {
         port: usize,
         id: ClassId,
     },
+    /// Class `id`'s parameters before the step.
     ClassChanged {
         port: usize,
-        old: ClassDef,
+        id: ClassId,
+        old: ClassSpec,
     },
+    /// The class taken out, with its leaf qdisc and label.
     ClassDeleted {
         port: usize,
-        old: ClassDef,
+        old: ClassEntry,
     },
     /// A class's leaf qdisc before the step (restored in the model and the shadow).
     Leaf {
@@ -257,11 +277,11 @@ enum Undo {
         port: usize,
         old: Option<Box<QdiscModel>>,
     },
-    /// Class `id`'s label before the step.
+    /// Class `id`'s label before the step (where it still is in the tree's labels).
     Label {
         port: usize,
         id: ClassId,
-        old: Option<htb_config::ClassLabel>,
+        old: Option<label_arena::LabelRef>,
     },
     /// The split choice for the subtree class `id` tops before the step.
     Split {
@@ -457,6 +477,10 @@ impl Model {
     /// # Errors
     /// The first refused command's error, with its index; the model is unchanged.
     pub fn apply(&mut self, commands: &[Command]) -> Result<Plan, IpcError> {
+        // No plan of an earlier batch can be reverted now: its labels' old bytes may go.
+        for port in &mut self.ports {
+            port.for_each_tree(ClassTable::compact_labels);
+        }
         let mut undo = Vec::new();
         let mut plan = Plan {
             effects: Vec::new(),
@@ -519,7 +543,8 @@ impl Model {
         Ok(plan)
     }
 
-    /// Takes an accepted batch back (it could not be persisted).
+    /// Takes an accepted batch back (it could not be persisted), before the next
+    /// [`apply`](Self::apply).
     pub fn revert(&mut self, plan: Plan) {
         self.rollback(plan.undo);
     }
@@ -603,7 +628,7 @@ impl Model {
             Command::ClassChange(c) => self.class_set(step, c, Verb::Change),
             Command::ClassReplace(c) => self.class_set(step, c, Verb::Replace),
             Command::ClassDelete(htb_ipc::ClassDelete { id, .. }) => self.class_delete(step, *id),
-            Command::ClassLabel(l) => self.class_label(step, l.id, l.label.clone()),
+            Command::ClassLabel(l) => self.class_label(step, l.id, l.label.as_ref()),
             Command::ClassSplit(s) => self.class_split(step, s.id, s.choice),
             Command::LeafAdd(l) => self.leaf_set(step, l, Verb::Add),
             Command::LeafChange(l) => self.leaf_set(step, l, Verb::Change),
@@ -647,27 +672,28 @@ impl Model {
                     Ok(())
                 }),
                 Undo::ClassAdded { port, id } => self.with_tree(port, id.major(), |q| {
-                    q.classes.remove(&id);
+                    let _ = q.classes.remove(id);
                     q.shadow.delete_class(Instant::ZERO, id).map(drop)
                 }),
-                Undo::ClassChanged { port, old } => self.with_tree(port, old.id.major(), |q| {
-                    let r = q.shadow.change_class(Instant::ZERO, old.id, &old.spec);
-                    q.classes.insert(old.id, old);
+                Undo::ClassChanged { port, id, old } => self.with_tree(port, id.major(), |q| {
+                    let r = q.shadow.change_class(Instant::ZERO, id, &old);
+                    let _ = q.classes.set_spec(id, old);
                     r.map(drop)
                 }),
-                Undo::ClassDeleted { port, old } => self.with_tree(port, old.id.major(), |q| {
+                Undo::ClassDeleted { port, old } => self.with_tree(port, old.id().major(), |q| {
+                    let (id, leaf) = (old.id(), old.leaf());
                     let r = q
                         .shadow
-                        .add_class(Instant::ZERO, old.id, old.parent, &old.spec)
+                        .add_class(Instant::ZERO, id, old.parent(), &old.spec())
                         .map(drop)
-                        .and_then(|()| match &old.leaf {
+                        .and_then(|()| match leaf {
                             Some(leaf) => q
                                 .shadow
-                                .set_leaf(Instant::ZERO, old.id, Some(&leaf.config))
+                                .set_leaf(Instant::ZERO, id, Some(&leaf.config))
                                 .map(drop),
                             None => Ok(()),
                         });
-                    q.classes.insert(old.id, old);
+                    q.classes.restore(old);
                     r
                 }),
                 Undo::Leaf { port, id, old } => self.with_tree(port, id.major(), |q| {
@@ -675,16 +701,11 @@ impl Model {
                         .shadow
                         .set_leaf(Instant::ZERO, id, old.as_ref().map(|l| &l.config))
                         .map(drop);
-                    if let Some(def) = q.classes.get_mut(&id) {
-                        def.leaf = old;
-                    }
+                    let _ = q.classes.set_leaf(id, old);
                     r
                 }),
                 Undo::Label { port, id, old } => self.with_tree(port, id.major(), |q| {
-                    match old {
-                        Some(label) => q.labels.insert(id, label),
-                        None => q.labels.remove(&id),
-                    };
+                    q.classes.restore_label(id, old);
                     Ok(())
                 }),
                 Undo::Split { port, id, old } => self.with_tree(port, id.major(), |q| {
@@ -704,12 +725,12 @@ impl Model {
                     removed,
                 } => self.with_tree(port, major, |q| {
                     for entry in removed {
-                        q.filters.insert(entry);
+                        q.add_filter(entry);
                     }
                     Ok(())
                 }),
                 Undo::FilterAdded { port, major, order } => self.with_tree(port, major, |q| {
-                    q.filters.remove(order);
+                    let _ = q.remove_filter(order);
                     Ok(())
                 }),
             };

@@ -4,13 +4,14 @@
 use std::collections::BTreeMap;
 
 use htb_config::filter::Filter;
-use htb_config::{ClassDef, ClassLabel, PortTree, TreeSpec};
+use htb_config::{ClassLabel, PortTree, TreeSpec};
 use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig, SplitChoice};
 use htb_ipc::{ErrorCode, IpcError};
 
-use super::FilterList;
+use super::class_table::ClassTable;
 use super::filter_entry::FilterEntry;
 use super::u32_links::{LinkError, flatten};
+use super::{FilterList, LabelsFull};
 use super::{Model, PlaneChange, PortModel, Root, Step, Undo, error};
 
 /// The major of a qdisc handle (`10:`).
@@ -44,6 +45,9 @@ pub enum TreeError {
     /// A filter names a class the tree lacks.
     #[error("a filter or label names class {0}, which does not exist")]
     NoSuchClass(ClassId),
+    /// More labels than htbd keeps.
+    #[error(transparent)]
+    Labels(#[from] LabelsFull),
     /// A tree under an `mq` class the port has no TX queue for.
     #[error("mq class {mq:x}:{minor:x} has a tree, but the interface has {queues} TX queue(s)")]
     NoTxQueue {
@@ -70,12 +74,12 @@ pub enum TreeError {
 pub struct QdiscModel {
     /// Qdisc parameters.
     pub config: SchedulerConfig,
-    /// Classes as given (defaults unresolved), each with its own leaf qdisc if it has one.
-    pub classes: BTreeMap<ClassId, ClassDef>,
-    /// Filters in evaluation order (prio, then handle).
+    /// Classes as given (defaults unresolved), each with its own leaf qdisc if it has one,
+    /// its label (`class label`: who it shapes) and how many filters use it.
+    pub classes: ClassTable,
+    /// Filters in evaluation order (prio, then handle): changed through
+    /// the model's `add_filter` and `remove` methods, which count each class's.
     pub filters: FilterList,
-    /// Who classes shape, for those with a label (`class label`).
-    pub labels: BTreeMap<ClassId, ClassLabel>,
     /// The operator's split choices, by subtree top (`split = …`; the root tree's only).
     pub splits: BTreeMap<ClassId, SplitChoice>,
     pub(super) shadow: Scheduler<u32>,
@@ -87,9 +91,8 @@ impl QdiscModel {
     pub fn new(config: SchedulerConfig) -> Self {
         Self {
             config,
-            classes: BTreeMap::new(),
+            classes: ClassTable::default(),
             filters: FilterList::default(),
-            labels: BTreeMap::new(),
             splits: BTreeMap::new(),
             shadow: Scheduler::new(config),
         }
@@ -112,7 +115,7 @@ impl QdiscModel {
             let _ = model
                 .shadow
                 .add_class(Instant::ZERO, def.id, def.parent, &def.spec)?;
-            model.classes.insert(def.id, def.clone());
+            model.classes.add(def.clone());
         }
         let mut handles = vec![tree.config.major];
         for def in &tree.classes {
@@ -133,19 +136,23 @@ impl QdiscModel {
         if let Some(class) = filters
             .iter()
             .filter_map(|f| f.class)
-            .find(|class| !model.classes.contains_key(class))
+            .find(|&class| !model.classes.contains(class))
         {
             return Err(TreeError::NoSuchClass(class));
         }
         if let Some(class) = labels
             .keys()
             .chain(splits.keys())
-            .find(|c| !model.classes.contains_key(c))
+            .find(|&&c| !model.classes.contains(c))
         {
             return Err(TreeError::NoSuchClass(*class));
         }
-        model.filters = filters.into_iter().collect();
-        model.labels = labels;
+        for filter in filters {
+            model.add_filter(filter);
+        }
+        for (id, label) in &labels {
+            model.classes.set_label(*id, Some(label))?;
+        }
         model.splits.clone_from(splits);
         Ok(model)
     }
@@ -165,18 +172,57 @@ impl QdiscModel {
         }
     }
 
+    /// Puts `entry` among the filters (replacing the one with its prio and handle), counting
+    /// it as a user of its class.
+    pub(super) fn add_filter(&mut self, entry: FilterEntry) {
+        if let Some(class) = entry.class {
+            self.classes.count_user(class, true);
+        }
+        if let Some(old) = self.filters.insert(entry) {
+            self.uncount(&old);
+        }
+    }
+
+    /// Takes out the filter at `order` (prio, handle).
+    pub(super) fn remove_filter(&mut self, order: (u32, u32)) -> Option<FilterEntry> {
+        let old = self.filters.remove(order)?;
+        self.uncount(&old);
+        Some(old)
+    }
+
+    /// Takes out the filters `remove` picks among `prio`'s (every prio's with `None`).
+    pub(super) fn remove_filters_where(
+        &mut self,
+        prio: Option<u32>,
+        remove: impl FnMut(&FilterEntry) -> bool,
+    ) -> Vec<FilterEntry> {
+        let removed = self.filters.remove_where(prio, remove);
+        for old in &removed {
+            self.uncount(old);
+        }
+        removed
+    }
+
+    fn uncount(&mut self, old: &FilterEntry) {
+        if let Some(class) = old.class {
+            self.classes.count_user(class, false);
+        }
+    }
+
     /// The tree, parents before children.
     #[must_use]
     pub fn tree(&self) -> TreeSpec {
         let mut children: BTreeMap<Option<ClassId>, Vec<ClassId>> = BTreeMap::new();
-        for def in self.classes.values() {
-            children.entry(def.parent).or_default().push(def.id);
+        for c in self.classes.iter() {
+            children.entry(c.parent()).or_default().push(c.id());
         }
         let mut order = Vec::with_capacity(self.classes.len());
         let mut stack: Vec<ClassId> = children.get(&None).cloned().unwrap_or_default();
         stack.reverse();
         while let Some(id) = stack.pop() {
-            order.push(self.classes[&id].clone());
+            if let Some(c) = self.classes.get(id) {
+                order.push(c.def());
+            }
             if let Some(kids) = children.get(&Some(id)) {
                 stack.extend(kids.iter().rev());
             }
@@ -191,7 +237,7 @@ impl QdiscModel {
     /// The handle of class `id`'s own leaf qdisc (tc's `leaf 10:`), if it was given one.
     #[must_use]
     pub fn leaf_handle(&self, id: ClassId) -> Option<ClassId> {
-        let handle = self.classes.get(&id)?.leaf?.handle?;
+        let handle = self.classes.get(id)?.leaf()?.handle?;
         Some(ClassId::new(handle, 0))
     }
 
@@ -215,8 +261,8 @@ impl QdiscModel {
         self.config.major == major
             || self
                 .classes
-                .values()
-                .any(|d| d.leaf.is_some_and(|l| l.handle == Some(major)))
+                .iter()
+                .any(|c| c.leaf().is_some_and(|l| l.handle == Some(major)))
     }
 }
 
@@ -420,4 +466,62 @@ pub(super) enum Verb {
     Add,
     Change,
     Replace,
+}
+
+#[cfg(test)]
+mod tests {
+    use htb_config::ClassDef;
+    use htb_config::filter::Match;
+    use htb_core::{ClassSpec, Rate};
+    use proptest::prelude::*;
+
+    use super::super::ClassEntry;
+    use super::super::filter_entry::{FilterKind, Protocol};
+    use super::*;
+
+    proptest! {
+        /// Whether a class is in use (what `class del` asks) agrees with a walk of the filters
+        /// after any sequence of adds (some replacing a filter of another class), removes and
+        /// removals by prio.
+        #[test]
+        fn class_use_counts_agree_with_a_walk(
+            ops in proptest::collection::vec(
+                (0u8..4, 1u32..4, 0u32..6, proptest::option::of(1u32..5)),
+                0..80,
+            )
+        ) {
+            let mut q = QdiscModel::new(SchedulerConfig::default());
+            for minor in 1..5 {
+                q.classes.add(ClassDef {
+                    id: ClassId::new(1, minor),
+                    parent: None,
+                    spec: ClassSpec::new(Rate::from_mbit(1)),
+                    leaf: None,
+                });
+            }
+            for (op, prio, handle, class) in ops {
+                match op {
+                    0 | 1 => {
+                        let class = class.map(|c| ClassId::new(1, c));
+                        let kind = FilterKind::U32;
+                        let m = Match::default();
+                        q.add_filter(FilterEntry::new(prio, Protocol::Ip, kind, handle, m, class));
+                    }
+                    2 => {
+                        let _ = q.remove_filter((prio, handle));
+                    }
+                    _ => {
+                        let _ = q.remove_filters_where(Some(prio), |e| e.handle % 2 == handle % 2);
+                    }
+                }
+                for c in 1..5 {
+                    let class = ClassId::new(1, c);
+                    prop_assert_eq!(
+                        q.classes.get(class).is_some_and(ClassEntry::in_use),
+                        q.filters.iter().any(|e| e.class == Some(class))
+                    );
+                }
+            }
+        }
+    }
 }

@@ -13,7 +13,7 @@ use htb_core::{ClassId, ClassSpec, Instant, LeafKind, Rate, SchedulerConfig};
 use htb_ipc::{ErrorCode, IpcError, LeafQdiscSpec};
 
 use super::qdisc::{QdiscModel, Verb};
-use super::{Model, PlaneChange, Root, Step, Undo, class_error, error};
+use super::{ClassEntry, Model, PlaneChange, Root, Step, Undo, class_error, error};
 
 /// The rate of the one class under a root qdisc: 10 Tbit/s, more than any port carries, so
 /// that only the qdisc's own shaper (if any) limits.
@@ -52,7 +52,7 @@ impl QdiscModel {
         let _ = model
             .shadow
             .set_leaf(Instant::ZERO, id, Some(&leaf.config))?;
-        model.classes.insert(id, def);
+        model.classes.add(def);
         Ok(model)
     }
 
@@ -60,8 +60,8 @@ impl QdiscModel {
     #[must_use]
     pub fn root_leaf(&self) -> Option<LeafDef> {
         self.classes
-            .get(&the_class(self.config.major))
-            .and_then(|d| d.leaf)
+            .get(the_class(self.config.major))
+            .and_then(ClassEntry::leaf)
     }
 }
 
@@ -133,9 +133,7 @@ impl Model {
                 handle: cur.handle,
                 config,
             };
-            if let Some(def) = q.classes.get_mut(&id) {
-                def.leaf = Some(new);
-            }
+            let _ = q.classes.set_leaf(id, Some(new));
             step.leaf_undo(id, Some(cur));
             // The size table goes with every change, as tc sends it (none: removed).
             if q.config.stab != stab {

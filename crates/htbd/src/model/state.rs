@@ -150,8 +150,8 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
         if let Some(leaf) = &def.leaf {
             let _ = writeln!(out, "leaf = {}", leaf_toml(leaf));
         }
-        if let Some(label) = qdisc.labels.get(&def.id) {
-            let _ = writeln!(out, "label = {}", label_toml(label));
+        if let Some(label) = qdisc.classes.label(def.id).and_then(|l| l.unpack()) {
+            let _ = writeln!(out, "label = {}", label_toml(&label));
         }
         if let Some(choice) = qdisc.splits.get(&def.id) {
             let _ = writeln!(out, "split = {}", *choice == SplitChoice::Split);
@@ -164,7 +164,7 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
 fn filters_toml(out: &mut String, table: &str, filters: &super::FilterList) {
     let q = quoted;
     for f in filters {
-        let m = &f.matcher;
+        let m = f.matcher();
         let mut keys = Vec::new();
         let mut key = |k: &str, v: Option<String>| {
             if let Some(v) = v {
@@ -194,19 +194,20 @@ fn filters_toml(out: &mut String, table: &str, filters: &super::FilterList) {
         if let Some(class) = f.class {
             let _ = writeln!(out, "classid = \"{class}\"");
         }
-        if let Some(divisor) = f.u32.divisor {
+        let parts = f.u32();
+        if let Some(divisor) = parts.divisor {
             let _ = writeln!(out, "divisor = {divisor}");
         }
-        if let Some(link) = f.u32.link {
+        if let Some(link) = parts.link {
             let _ = writeln!(out, "link = \"{link:x}:\"");
         }
-        if let Some(key) = f.u32.hashkey {
+        if let Some(key) = parts.hashkey {
             let _ = writeln!(out, "hash_mask = {:#010x}\nhash_at = {}", key.mask, key.at);
         }
-        if let Some(p) = &f.police {
+        if let Some(p) = f.police() {
             let _ = writeln!(out, "police = {}", police_toml(p.config()));
         }
-        if let Some(to) = &f.redirect {
+        if let Some(to) = f.redirect() {
             let _ = writeln!(out, "redirect = {}", q(to));
         }
     }

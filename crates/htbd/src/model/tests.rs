@@ -271,7 +271,12 @@ fn the_state_file_round_trips_through_the_config_parser() {
         "800::800"
     );
     assert_eq!(
-        q.classes[&"1:20".parse().unwrap()].spec.rate.bits_per_sec(),
+        q.classes
+            .get("1:20".parse().unwrap())
+            .unwrap()
+            .spec()
+            .rate
+            .bits_per_sec(),
         1_234_567_891
     );
 }
@@ -292,7 +297,13 @@ fn leaf(
 }
 
 fn leaf_of(m: &Model, class: &str) -> Option<LeafDef> {
-    m.ports[1].htb().unwrap().classes[&class.parse().unwrap()].leaf
+    m.ports[1]
+        .htb()
+        .unwrap()
+        .classes
+        .get(class.parse().unwrap())
+        .unwrap()
+        .leaf()
 }
 
 fn sfq(perturb: u32) -> LeafSpec {
@@ -531,7 +542,7 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
     let f = q.filters.first().unwrap();
     assert_eq!(FilterHandle(f.handle).display(f.kind).to_string(), handle);
     assert_eq!(f.class, Some("1:30".parse().unwrap()));
-    assert_eq!(f.matcher.dport.map(|p| p.first), Some(6000));
+    assert_eq!(f.matcher().dport.map(|p| p.first), Some(6000));
     // change needs an existing filter; replace adds one.
     let e = m
         .apply(&[spec(Command::FilterChange, Some("800::999"), "1:30", 1)])
@@ -703,7 +714,7 @@ fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
         .iter()
         .find(|f| f.protocol == Protocol::Arp)
         .unwrap();
-    assert!(f.matcher.arp);
+    assert!(f.matcher().arp);
     saved_and_read_back(&m, "protocol = \"arp\"");
 }
 
@@ -728,7 +739,7 @@ fn a_policed_filter_keeps_its_policer_through_the_state_file_and_other_changes()
             .unwrap()
             .filters
             .iter()
-            .find_map(|f| f.police.clone())
+            .find_map(|f| f.police().cloned())
             .unwrap()
     };
     let before = police(&m);
@@ -785,8 +796,8 @@ fn protocol_all_shares_a_prio_with_ip_as_unprotocoled_u32_lines_do_in_the_kernel
 
 fn label_of(m: &Model, class: &str) -> Option<String> {
     let q = m.ports[1].htb().unwrap();
-    q.labels
-        .get(&class.parse().unwrap())
+    q.classes
+        .label(class.parse().unwrap())
         .map(|l| l.title().to_owned())
 }
 

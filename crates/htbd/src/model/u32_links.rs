@@ -117,13 +117,14 @@ impl<'a> Walk<'a> {
         context: &Match,
         depth: usize,
     ) -> Result<(), LinkError> {
-        if e.u32.divisor.is_some() {
+        let parts = e.u32();
+        if parts.divisor.is_some() {
             return Ok(());
         }
-        let Some(matcher) = context.intersect(&e.matcher) else {
+        let Some(matcher) = context.intersect(&e.matcher()) else {
             return Ok(());
         };
-        if let Some(link) = e.u32.link {
+        if let Some(link) = parts.link {
             if depth >= MAX_DEPTH {
                 return Err(LinkError::TooDeep { handle: name(e) });
             }
@@ -142,10 +143,10 @@ impl<'a> Walk<'a> {
                 protocol: e.protocol.name(),
             };
             for f in entries {
-                let bucket = match e.u32.hashkey {
+                let bucket = match parts.hashkey {
                     Some(key) if key.mask != 0 && divisor > 1 => {
                         let family = family.ok_or_else(|| hash_error(key))?;
-                        let Some(both) = matcher.intersect(&f.matcher) else {
+                        let Some(both) = matcher.intersect(&f.matcher()) else {
                             continue;
                         };
                         match hashed_bits(&both, key, family).ok_or_else(|| hash_error(key))? {
@@ -175,7 +176,7 @@ impl<'a> Walk<'a> {
             && let Some(matcher) = matcher.without_implied_keys()
         {
             self.out.push(Filter {
-                police: e.police.clone(),
+                police: e.police().cloned(),
                 prio,
                 matcher,
                 class,
@@ -196,7 +197,7 @@ where
     let mut tables: HashMap<u16, Table<'a>> = filters
         .into_iter()
         .filter_map(|e| {
-            e.u32.divisor.map(|d| {
+            e.u32().divisor.map(|d| {
                 let table = Table {
                     divisor: u32::from(d),
                     entries: Vec::new(),
@@ -208,7 +209,7 @@ where
     let mut roots = Vec::new();
     for e in filters {
         match tables.get_mut(&e.table()) {
-            Some(table) if e.kind == FilterKind::U32 && e.u32.divisor.is_none() => {
+            Some(table) if e.kind == FilterKind::U32 && !e.is_hash_table() => {
                 table.entries.push(e);
             }
             Some(_) => {}
@@ -235,17 +236,8 @@ mod tests {
     use super::*;
 
     fn u32_filter(handle: u32, matcher: Match, u32: U32Parts, class: Option<u32>) -> FilterEntry {
-        FilterEntry {
-            prio: 10,
-            protocol: Protocol::Ip,
-            kind: FilterKind::U32,
-            handle,
-            matcher,
-            class: class.map(|minor| ClassId::new(1, minor)),
-            u32,
-            police: None,
-            redirect: None,
-        }
+        let class = class.map(|minor| ClassId::new(1, minor));
+        FilterEntry::new(10, Protocol::Ip, FilterKind::U32, handle, matcher, class).with_u32(u32)
     }
 
     /// u32's handle `table:bucket:node`.
