@@ -729,4 +729,6 @@ impl Cake {
 }
 
 #[cfg(test)]
+mod replay;
+#[cfg(test)]
 mod tests;
