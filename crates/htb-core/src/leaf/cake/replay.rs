@@ -118,8 +118,10 @@ struct Scenario {
 fn run(s: &Scenario, seed: u64, steps: u32) -> u64 {
     let (flows, hosts, link) = (s.flows, s.hosts, s.link);
     let config = LeafConfig::Cake(s.spec.apply(&CakeConfig::default()));
-    let mut store: LeafStore<Pkt> = LeafStore::default();
-    store.seed = seed;
+    let mut store: LeafStore<Pkt> = LeafStore {
+        seed,
+        ..LeafStore::default()
+    };
     let mut leaves = [
         Leaf::new(&config, 3, seed, Instant::ZERO),
         Leaf::new(&config, 4, seed, Instant::ZERO),
@@ -157,12 +159,12 @@ fn run(s: &Scenario, seed: u64, steps: u32) -> u64 {
                     1 => 576,
                     _ => 1500,
                 },
-                ect: flow % 3 != 0,
+                ect: !flow.is_multiple_of(3),
                 ce: false,
                 tcp: None,
                 narrow: s.narrow,
             };
-            if flow % 5 == 0 {
+            if flow.is_multiple_of(5) {
                 // A pure ACK stream: the ACK filter's food.
                 ack_seq = ack_seq.wrapping_add(1448);
                 p.len = 66;
