@@ -130,6 +130,37 @@ impl<S: Default> FlowTable<S> {
         None
     }
 
+    /// The flows of `leaf` hashed to buckets `first..first + N`: one walk of the leaf's chain
+    /// where [`find`](Self::find) walks it once per bucket (`cake`'s eight ways of a set,
+    /// looked at together as `cake_hash` looks at its tag array).
+    #[inline]
+    pub(crate) fn find_run<const N: usize>(&self, leaf: &LeafFlows, first: u32) -> Run<N> {
+        let mut run = Run {
+            idx: [NONE; N],
+            occupied: 0,
+        };
+        if leaf.mapped {
+            for (k, slot) in run.idx.iter_mut().enumerate() {
+                if let Some(&idx) = self.map.get(&map_key(leaf.key, first + k as u32)) {
+                    *slot = idx;
+                    run.occupied |= 1 << k;
+                }
+            }
+            return run;
+        }
+        let mut idx = leaf.first;
+        while idx != NONE {
+            let flow = &self.flows[idx as usize];
+            let k = flow.bucket.wrapping_sub(first);
+            if let Some(slot) = run.idx.get_mut(k as usize) {
+                *slot = idx;
+                run.occupied |= 1 << k;
+            }
+            idx = flow.sib_next;
+        }
+        run
+    }
+
     /// A fresh flow of `leaf` at `bucket` (which must not have one).
     pub(crate) fn alloc(&mut self, leaf: &mut LeafFlows, bucket: u32) -> u32 {
         debug_assert!(
@@ -269,6 +300,15 @@ impl<S: Default> FlowTable<S> {
             + self.free.capacity() * 4
             + self.map.capacity() * (size_of::<(u64, u32)>() + 1)
     }
+}
+
+/// The flows of `N` consecutive buckets ([`FlowTable::find_run`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Run<const N: usize> {
+    /// The flow of bucket `first + k` at `k`, [`NONE`] where none.
+    pub(crate) idx: [u32; N],
+    /// Bit `k` set: bucket `first + k` has a flow.
+    pub(crate) occupied: u32,
 }
 
 /// A doubly linked list of flows (`struct list_head` of `new_flows`, `old_flows`).

@@ -16,7 +16,8 @@
 use super::cobalt::CobaltVars;
 use super::spec::FlowMode;
 use super::tins::{MAX_TINS, Tin};
-use crate::leaf::flows::{FlowTable, LeafFlows};
+use crate::leaf::flows::{FlowTable, LeafFlows, Run};
+use crate::leaf::pool::NONE;
 
 /// `CAKE_QUEUES`: queues (and host slots) per tin.
 pub(crate) const QUEUES: u32 = 1024;
@@ -125,6 +126,16 @@ fn host_bucket(tin: usize, h: u32, dst: bool) -> u32 {
     base + tin as u32 * QUEUES + h
 }
 
+/// Every way of a set, as bits.
+const ALL_WAYS: u32 = (1 << WAYS) - 1;
+
+/// The first of the ways in `mask` (bit k: way k, not empty) from way `inner` on, wrapping:
+/// the order `cake_hash` looks at the ways of a set in.
+fn first_from(mask: u32, inner: u32) -> u32 {
+    let rotated = ((mask >> inner) | (mask << (WAYS - inner))) & ALL_WAYS;
+    (inner + rotated.trailing_zeros()) % WAYS
+}
+
 /// Whether the host slots count `mode`'s hosts (source, destination).
 fn dual(mode: FlowMode) -> (bool, bool) {
     (mode.dual_src(), mode.dual_dst())
@@ -163,33 +174,35 @@ impl Slots<'_> {
         }
         let inner = reduced % WAYS;
         let outer = reduced - inner;
-        for i in 1..WAYS {
-            let k = (inner + i) % WAYS;
-            if let Some(idx) = self.flow(tin, outer + k)
-                && self.flows.get(idx).state.tag == flow_hash
-            {
+        let ways: Run<{ WAYS as usize }> = self
+            .flows
+            .find_run(self.flow_index, flow_bucket(tin, outer));
+        // A set never holds a tag twice (a queue takes its flow's tag only when no way had
+        // it), so the order `cake_hash` looks at the ways in does not matter here.
+        let mut occupied = ways.occupied & !(1 << inner);
+        while occupied != 0 {
+            let idx = ways.idx[occupied.trailing_zeros() as usize];
+            occupied &= occupied - 1;
+            if self.flows.get(idx).state.tag == flow_hash {
                 t.way_hits = t.way_hits.wrapping_add(1);
                 return idx;
             }
         }
-        for i in 0..WAYS {
-            let k = (inner + i) % WAYS;
-            if self.flow(tin, outer + k).is_none() {
-                t.way_misses = t.way_misses.wrapping_add(1);
-                let idx = self
-                    .flows
-                    .alloc(self.flow_index, flow_bucket(tin, outer + k));
-                self.flows.get_mut(idx).state.tag = flow_hash;
-                self.assign_hosts(tin, idx, mode, h);
-                return idx;
-            }
+        let free = !ways.occupied & ALL_WAYS;
+        if free != 0 {
+            t.way_misses = t.way_misses.wrapping_add(1);
+            let k = first_from(free, inner);
+            let idx = self
+                .flows
+                .alloc(self.flow_index, flow_bucket(tin, outer + k));
+            self.flows.get_mut(idx).state.tag = flow_hash;
+            self.assign_hosts(tin, idx, mode, h);
+            return idx;
         }
         // Every way is in use: share the queue the hash names, and move it to this flow's
         // hosts.
         t.way_collisions = t.way_collisions.wrapping_add(1);
-        let idx = self
-            .flow(tin, reduced)
-            .expect("a full set has a record at every way");
+        let idx = ways.idx[inner as usize];
         let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
         let (src, dst) = dual(mode);
         if bulk {
@@ -238,32 +251,34 @@ impl Slots<'_> {
         let idx = hash % QUEUES;
         let inner = idx % WAYS;
         let outer = idx - inner;
-        let find = |slots: &Self, k: u32| {
-            slots
-                .hosts
-                .find(slots.host_index, host_bucket(tin, outer + k, dst))
+        let ways: Run<{ WAYS as usize }> = self
+            .hosts
+            .find_run(self.host_index, host_bucket(tin, outer, dst));
+        // The way tagged with the hash (a set never holds a tag twice), else the first from
+        // the hash's own that is free or holds no bulk flow, else the hash's own, retagged.
+        let mut occupied = ways.occupied;
+        let mut spare = !occupied & ALL_WAYS;
+        while occupied != 0 {
+            let k = occupied.trailing_zeros();
+            occupied &= occupied - 1;
+            let host = &self.hosts.get(ways.idx[k as usize]).state;
+            if host.tag == hash {
+                return ways.idx[k as usize];
+            }
+            if host.bulk == 0 {
+                spare |= 1 << k;
+            }
+        }
+        let chosen = if spare == 0 {
+            inner
+        } else {
+            first_from(spare, inner)
         };
-        for i in 0..WAYS {
-            let k = (inner + i) % WAYS;
-            if let Some(slot) = find(self, k)
-                && self.hosts.get(slot).state.tag == hash
-            {
-                return slot;
-            }
-        }
-        let mut chosen = inner;
-        for i in 0..WAYS {
-            let k = (inner + i) % WAYS;
-            if find(self, k).is_none_or(|slot| self.hosts.get(slot).state.bulk == 0) {
-                chosen = k;
-                break;
-            }
-        }
-        let slot = match find(self, chosen) {
-            Some(slot) => slot,
-            None => self
+        let slot = match ways.idx[chosen as usize] {
+            NONE => self
                 .hosts
                 .alloc(self.host_index, host_bucket(tin, outer + chosen, dst)),
+            slot => slot,
         };
         self.hosts.get_mut(slot).state.tag = hash;
         slot
