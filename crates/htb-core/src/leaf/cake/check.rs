@@ -103,6 +103,7 @@ impl Cake {
                 )));
             }
         }
+        self.choice.check(&self.tins)?;
         if (len, bytes) != (self.counts.len, self.counts.backlog) {
             return Err(CheckError(format!(
                 "cake queues hold {len} packets / {bytes} B, counters say {} / {}",

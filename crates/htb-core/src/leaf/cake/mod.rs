@@ -16,6 +16,7 @@ mod ack_filter;
 mod autorate;
 mod change;
 mod check;
+mod choose;
 mod cobalt;
 mod hash;
 mod spec;
@@ -26,6 +27,7 @@ mod tins;
 use alloc::vec::Vec;
 
 use self::autorate::{Autorate, ewma};
+use self::choose::TinChoice;
 use self::hash::{FlowSet, Hashes, QUEUES, Slots};
 use self::tins::{RateNs, Tin};
 use super::LeafStore;
@@ -81,7 +83,8 @@ pub(crate) struct Cake {
     rate: RateNs,
     time_next_packet: u64,
     failsafe_next_packet: u64,
-    cur_tin: u8,
+    /// The tin served last, and which tins the next choice looks at.
+    choice: TinChoice,
     buffer_used: u32,
     buffer_max_used: u32,
     buffer_limit: u32,
@@ -127,7 +130,7 @@ impl Cake {
             rate: RateNs::default(),
             time_next_packet: 0,
             failsafe_next_packet: 0,
-            cur_tin: 0,
+            choice: TinChoice::default(),
             buffer_used: 0,
             buffer_max_used: 0,
             buffer_limit: 0,
@@ -143,6 +146,7 @@ impl Cake {
         };
         cake.tins.reserve_exact(config.tins());
         cake.tins.resize_with(config.tins(), Tin::new);
+        cake.choice = TinChoice::new(&cake.tins);
         cake.set_autorate();
         cake.configure_rates();
         cake
@@ -397,6 +401,7 @@ impl Cake {
                 }
                 b.new_flows.push_back(&mut store.cake.flows, idx);
                 b.sparse_flow_count += 1;
+                self.choice.busied(tin);
                 store.cake.flows.get_mut(idx).state.set = FlowSet::Sparse;
                 let quantum = self.flow_quantum(&store.cake, tin, idx);
                 store.cake.flows.get_mut(idx).deficit = quantum;
@@ -463,53 +468,13 @@ impl Cake {
         store.dropped.push(packet);
     }
 
-    /// Picks the tin to serve: by DRR weight when unlimited, else the highest-priority tin
-    /// within its threshold, or the earliest one. `None`: nothing to serve.
+    /// Picks the tin to serve (module `choose`). `None`: nothing to serve.
+    #[inline]
     fn choose_tin(&mut self, now: u64) -> Option<usize> {
-        let count = self.tins.len();
         if self.rate.ns == 0 {
-            let (mut wrapped, mut empty) = (false, true);
-            let mut cur = usize::from(self.cur_tin) % count;
-            loop {
-                let b = &mut self.tins[cur];
-                if b.tin_deficit >= 0 && b.busy() {
-                    break;
-                }
-                if b.tin_deficit <= 0 {
-                    b.tin_deficit += i32::from(b.tin_quantum);
-                }
-                if b.busy() {
-                    empty = false;
-                }
-                cur += 1;
-                if cur >= count {
-                    cur = 0;
-                    if wrapped {
-                        if empty {
-                            self.cur_tin = 0;
-                            return None;
-                        }
-                    } else {
-                        wrapped = true;
-                    }
-                }
-            }
-            self.cur_tin = cur as u8;
-            Some(cur)
+            self.choice.by_weight(&mut self.tins)
         } else {
-            let mut best_time = i64::MAX;
-            let mut best = 0;
-            for (i, b) in self.tins.iter().enumerate() {
-                if b.busy() {
-                    let to_packet = b.time_next_packet.wrapping_sub(now) as i64;
-                    if to_packet <= 0 || to_packet <= best_time {
-                        best_time = to_packet;
-                        best = i;
-                    }
-                }
-            }
-            self.cur_tin = best as u8;
-            self.tins[best].busy().then_some(best)
+            self.choice.by_threshold(&self.tins, now)
         }
     }
 
@@ -620,6 +585,7 @@ impl Cake {
                         self.advance_shaper(tin, charged, now, true);
                         store.cake.flows.get_mut(idx).deficit -= charged as i32;
                         self.tins[tin].tin_deficit -= charged as i32;
+                        self.choice.charged(&self.tins, tin);
                     }
                     self.tins[tin].tin_dropped = self.tins[tin].tin_dropped.wrapping_add(1);
                     self.counts.drops += 1;
@@ -648,6 +614,7 @@ impl Cake {
                 self.advance_shaper(tin, charged, now, false);
                 store.cake.flows.get_mut(idx).deficit -= charged as i32;
                 self.tins[tin].tin_deficit -= charged as i32;
+                self.choice.charged(&self.tins, tin);
                 return Some(packet);
             }
         }
@@ -675,6 +642,7 @@ impl Cake {
             FlowSet::Decaying if resting => self.tins[tin].decaying_flow_count -= 1,
             FlowSet::Decaying | FlowSet::None => {}
         }
+        self.choice.emptied(&self.tins, tin);
         if resting {
             self.move_to(&mut store.cake.flows, tin, idx, ListTag::Unlinked);
             store.cake.flows.get_mut(idx).state.set = FlowSet::None;
