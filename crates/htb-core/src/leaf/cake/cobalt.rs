@@ -137,6 +137,7 @@ impl CobaltVars {
 
     /// `cobalt_queue_empty`: the flow was served and found empty. True when BLUE went from
     /// active to quiescent.
+    #[inline]
     pub(crate) fn queue_empty(&mut self, p: &CobaltParams, now: u64) -> bool {
         let mut down = false;
         if self.p_drop != 0 && signed(now, self.blue_timer) > p.target as i64 {
@@ -218,6 +219,7 @@ impl CobaltVars {
 
     /// Whether the flow's state has decayed to rest, so that it may leave the decaying list
     /// (`cake_dequeue`'s test for keeping an empty flow in the flowchain).
+    #[inline]
     pub(crate) fn at_rest(&self, now: u64) -> bool {
         self.p_drop == 0 && self.count == 0 && signed(now, self.drop_next) >= 0
     }

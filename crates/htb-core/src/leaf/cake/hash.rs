@@ -98,6 +98,7 @@ pub(crate) struct Slots<'a> {
 
 /// The largest bulk count of queue `idx`'s hosts, at least 1 (`cake_get_flow_quantum`'s
 /// `host_load`).
+#[inline]
 pub(crate) fn host_load(
     flows: &FlowTable<CakeFlowState>,
     hosts: &FlowTable<HostState>,
@@ -142,6 +143,7 @@ fn dual(mode: FlowMode) -> (bool, bool) {
 }
 
 impl Slots<'_> {
+    #[inline]
     fn flow(&self, tin: usize, q: u32) -> Option<u32> {
         self.flows.find(self.flow_index, flow_bucket(tin, q))
     }
@@ -285,6 +287,7 @@ impl Slots<'_> {
     }
 
     /// One queue less refers to host slot `slot`; the slot goes with the last.
+    #[inline]
     pub(crate) fn release_host(&mut self, slot: u32) {
         if slot == NO_HOST {
             return;
@@ -298,6 +301,7 @@ impl Slots<'_> {
     }
 
     /// `cake_inc_*host_bulk_flow_count` (`delta` 1) and `cake_dec_*` (-1) for queue `idx`.
+    #[inline]
     pub(crate) fn bulk_count(&mut self, idx: u32, mode: FlowMode, delta: i32) {
         let (src, dst) = dual(mode);
         let state = self.flows.get(idx).state;
@@ -315,6 +319,7 @@ impl Slots<'_> {
     }
 
     /// Frees queue `idx` (empty, on no list) and its references to host slots.
+    #[inline]
     pub(crate) fn free_queue(&mut self, idx: u32) {
         let state = self.flows.get(idx).state;
         self.release_host(state.srchost);

@@ -167,6 +167,7 @@ impl Cake {
         }
     }
 
+    #[inline]
     fn next_random(&mut self) -> u32 {
         super::random::next_random(&mut self.random)
     }
@@ -189,6 +190,7 @@ impl Cake {
     }
 
     /// `cake_calc_overhead` without its statistics: the length the shaper charges.
+    #[inline]
     fn adjusted_len(&self, len: u32, offset: u32) -> u32 {
         let c = &self.config;
         let net = if c.overhead_set {
@@ -256,6 +258,7 @@ impl Cake {
 
     /// `cake_get_flow_quantum`: the tin's flow quantum divided by the bulk flows of the
     /// queue's hosts, dithered so that the rounding averages out.
+    #[inline]
     fn flow_quantum(&mut self, store: &CakeStore, tin: usize, idx: u32) -> i32 {
         let load = hash::host_load(&store.flows, &store.hosts, idx, self.config.flow_mode);
         let div = QUANTUM_DIV[load.min(QUEUES) as usize];
@@ -264,6 +267,7 @@ impl Cake {
     }
 
     /// `cake_advance_shaper`: charges `len` bytes to tin `tin`'s threshold and to the shaper.
+    #[inline]
     fn advance_shaper(&mut self, tin: usize, len: u32, now: u64, drop: bool) -> u32 {
         if self.rate.ns != 0 {
             let b = &mut self.tins[tin];
@@ -283,6 +287,7 @@ impl Cake {
     }
 
     /// The length the shaper charges for `packet`.
+    #[inline]
     fn charged<P: Packet>(&self, packet: &P) -> u32 {
         self.adjusted_len(packet.len_bytes(), packet.network_offset())
     }
@@ -422,8 +427,10 @@ impl Cake {
         while self.buffer_used > self.buffer_limit && self.counts.len > 0 {
             self.drop_longest(store, now);
         }
-        let b = &mut self.tins[tin];
-        b.drop_overlimit = b.drop_overlimit.wrapping_add(before - self.counts.len);
+        if before != self.counts.len {
+            let b = &mut self.tins[tin];
+            b.drop_overlimit = b.drop_overlimit.wrapping_add(before - self.counts.len);
+        }
         Ok(())
     }
 
@@ -479,6 +486,7 @@ impl Cake {
     }
 
     /// Moves queue `idx` of tin `tin` from whichever list it is on to the tail of `to`.
+    #[inline]
     fn move_to(&mut self, flows: &mut FlowTable<CakeFlowState>, tin: usize, idx: u32, to: ListTag) {
         let b = &mut self.tins[tin];
         match flows.get(idx).list {
@@ -564,7 +572,14 @@ impl Cake {
                     } else {
                         0
                     };
-                    let random = self.next_random();
+                    // BLUE's coin, tossed only while BLUE is active, as the kernel does; the
+                    // sequence moves on either way.
+                    let random = if store.cake.flows.get(idx).state.cvars.p_drop == 0 {
+                        super::random::skip_random(&mut self.random);
+                        0
+                    } else {
+                        self.next_random()
+                    };
                     let cparams = self.tins[tin].cparams;
                     let flow = store.cake.flows.get_mut(idx);
                     let drop = flow.state.cvars.should_drop(
@@ -623,6 +638,7 @@ impl Cake {
     /// A queue was served and found empty (`cake_dequeue`): it waits on the decaying list
     /// while its COBALT state has not come to rest, else it leaves the rotation and its
     /// record is freed.
+    #[inline]
     fn retire<P>(&mut self, store: &mut LeafStore<P>, tin: usize, idx: u32, now: u64) {
         let mode = self.config.flow_mode;
         let b = &mut self.tins[tin];
