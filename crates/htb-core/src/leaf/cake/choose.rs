@@ -90,6 +90,18 @@ impl TinChoice {
     #[inline]
     pub(super) fn by_weight(&mut self, tins: &mut [Tin]) -> Option<usize> {
         let cur = usize::from(self.cur);
+        if self.busy | self.owed == 1 << cur && self.busy(cur) {
+            // The walk would come back to this tin alone, topping it up once a round until it
+            // is in credit.
+            let b = &mut tins[cur];
+            while b.tin_deficit < 0 {
+                b.tin_deficit += i32::from(b.tin_quantum);
+            }
+            if b.tin_deficit > 0 {
+                self.owed = 0;
+            }
+            return Some(cur);
+        }
         if self.busy(cur) && tins[cur].tin_deficit >= 0 {
             return Some(cur);
         }
