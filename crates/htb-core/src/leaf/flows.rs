@@ -130,35 +130,43 @@ impl<S: Default> FlowTable<S> {
         None
     }
 
-    /// The flows of `leaf` hashed to buckets `first..first + N`: one walk of the leaf's chain
-    /// where [`find`](Self::find) walks it once per bucket (`cake`'s eight ways of a set,
-    /// looked at together as `cake_hash` looks at its tag array).
+    /// Hands `visit` each flow of `leaf` hashed to buckets `first..first + n`, with its
+    /// offset from `first`, until it returns `Some`: one walk of the leaf's chain where
+    /// [`find`](Self::find) walks it once per bucket (`cake`'s eight ways of a set, looked at
+    /// together as `cake_hash` looks at its tag array). A mapped leaf's buckets are looked up
+    /// from offset `start` on, wrapping; a walk goes in chain order.
     #[inline]
-    pub(crate) fn find_run<const N: usize>(&self, leaf: &LeafFlows, first: u32) -> Run<N> {
-        let mut run = Run {
-            idx: [NONE; N],
-            occupied: 0,
-        };
+    pub(crate) fn scan_run<T>(
+        &self,
+        leaf: &LeafFlows,
+        first: u32,
+        n: u32,
+        start: u32,
+        mut visit: impl FnMut(u32, u32, &Flow<S>) -> Option<T>,
+    ) -> Option<T> {
         if leaf.mapped {
-            for (k, slot) in run.idx.iter_mut().enumerate() {
-                if let Some(&idx) = self.map.get(&map_key(leaf.key, first + k as u32)) {
-                    *slot = idx;
-                    run.occupied |= 1 << k;
+            for i in 0..n {
+                let k = (start + i) % n;
+                if let Some(&idx) = self.map.get(&map_key(leaf.key, first + k))
+                    && let Some(found) = visit(k, idx, &self.flows[idx as usize])
+                {
+                    return Some(found);
                 }
             }
-            return run;
+            return None;
         }
         let mut idx = leaf.first;
         while idx != NONE {
             let flow = &self.flows[idx as usize];
             let k = flow.bucket.wrapping_sub(first);
-            if let Some(slot) = run.idx.get_mut(k as usize) {
-                *slot = idx;
-                run.occupied |= 1 << k;
+            if k < n
+                && let Some(found) = visit(k, idx, flow)
+            {
+                return Some(found);
             }
             idx = flow.sib_next;
         }
-        run
+        None
     }
 
     /// A fresh flow of `leaf` at `bucket` (which must not have one).
@@ -300,15 +308,6 @@ impl<S: Default> FlowTable<S> {
             + self.free.capacity() * 4
             + self.map.capacity() * (size_of::<(u64, u32)>() + 1)
     }
-}
-
-/// The flows of `N` consecutive buckets ([`FlowTable::find_run`]).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Run<const N: usize> {
-    /// The flow of bucket `first + k` at `k`, [`NONE`] where none.
-    pub(crate) idx: [u32; N],
-    /// Bit `k` set: bucket `first + k` has a flow.
-    pub(crate) occupied: u32,
 }
 
 /// A doubly linked list of flows (`struct list_head` of `new_flows`, `old_flows`).

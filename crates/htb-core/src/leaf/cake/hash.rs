@@ -16,7 +16,7 @@
 use super::cobalt::CobaltVars;
 use super::spec::FlowMode;
 use super::tins::{MAX_TINS, Tin};
-use crate::leaf::flows::{FlowTable, LeafFlows, Run};
+use crate::leaf::flows::{FlowTable, LeafFlows};
 use crate::leaf::pool::NONE;
 
 /// `CAKE_QUEUES`: queues (and host slots) per tin.
@@ -168,29 +168,36 @@ impl Slots<'_> {
             }
         }
         let reduced = flow_hash % QUEUES;
-        if let Some(idx) = self.flow(tin, reduced)
-            && self.flows.get(idx).state.tag == flow_hash
-        {
-            // A direct hit (`way_directs`, which tc does not print).
-            return idx;
-        }
         let inner = reduced % WAYS;
         let outer = reduced - inner;
-        let ways: Run<{ WAYS as usize }> = self
-            .flows
-            .find_run(self.flow_index, flow_bucket(tin, outer));
-        // A set never holds a tag twice (a queue takes its flow's tag only when no way had
-        // it), so the order `cake_hash` looks at the ways in does not matter here.
-        let mut occupied = ways.occupied & !(1 << inner);
-        while occupied != 0 {
-            let idx = ways.idx[occupied.trailing_zeros() as usize];
-            occupied &= occupied - 1;
-            if self.flows.get(idx).state.tag == flow_hash {
+        // One look at the set, as `cake_hash` looks at its tags: a set never holds a tag twice
+        // (a queue takes its flow's tag only when no way had it), so the first way found
+        // tagged is the only one; a mapped leaf looks at the hash's own way first.
+        let (mut occupied, mut at_inner) = (0u32, NONE);
+        let hit = self.flows.scan_run(
+            self.flow_index,
+            flow_bucket(tin, outer),
+            WAYS,
+            inner,
+            |k, idx, flow| {
+                if flow.state.tag == flow_hash {
+                    return Some((k, idx));
+                }
+                occupied |= 1 << k;
+                if k == inner {
+                    at_inner = idx;
+                }
+                None
+            },
+        );
+        if let Some((k, idx)) = hit {
+            if k != inner {
+                // An indirect hit; a direct one (`way_directs`) tc does not print.
                 t.way_hits = t.way_hits.wrapping_add(1);
-                return idx;
             }
+            return idx;
         }
-        let free = !ways.occupied & ALL_WAYS;
+        let free = !occupied & ALL_WAYS;
         if free != 0 {
             t.way_misses = t.way_misses.wrapping_add(1);
             let k = first_from(free, inner);
@@ -204,7 +211,7 @@ impl Slots<'_> {
         // Every way is in use: share the queue the hash names, and move it to this flow's
         // hosts.
         t.way_collisions = t.way_collisions.wrapping_add(1);
-        let idx = ways.idx[inner as usize];
+        let idx = at_inner;
         let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
         let (src, dst) = dual(mode);
         if bulk {
@@ -226,57 +233,62 @@ impl Slots<'_> {
     /// The host slots of a queue that was just given to a flow (`cake_hash`'s `allocate_src`
     /// and `allocate_dst`); a bulk queue counts in them at once.
     fn assign_hosts(&mut self, tin: usize, idx: u32, mode: FlowMode, h: Hashes) {
-        let (src, dst) = dual(mode);
         let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
-        for (wanted, is_dst, hash) in [(src, false, h.src), (dst, true, h.dst)] {
-            if !wanted {
-                continue;
-            }
-            let slot = self.host_slot(tin, hash, is_dst);
-            let host = &mut self.hosts.get_mut(slot).state;
-            host.refs += 1;
-            if bulk && u32::from(host.bulk) < QUEUES {
-                host.bulk += 1;
-            }
-            let state = &mut self.flows.get_mut(idx).state;
-            if is_dst {
-                state.dsthost = slot;
-            } else {
-                state.srchost = slot;
-            }
+        if mode.dual_src() {
+            let slot = self.take_host(tin, h.src, false, bulk);
+            self.flows.get_mut(idx).state.srchost = slot;
+        }
+        if mode.dual_dst() {
+            let slot = self.take_host(tin, h.dst, true, bulk);
+            self.flows.get_mut(idx).state.dsthost = slot;
         }
     }
 
-    /// The host slot for `hash`: the way tagged with it, else the first without bulk flows,
-    /// else the way its hash names (shared), retagged.
+    /// The host slot for `hash` with one queue more referring to it (a bulk one: counted).
+    fn take_host(&mut self, tin: usize, hash: u32, dst: bool, bulk: bool) -> u32 {
+        let slot = self.host_slot(tin, hash, dst);
+        let host = &mut self.hosts.get_mut(slot).state;
+        host.refs += 1;
+        if bulk && u32::from(host.bulk) < QUEUES {
+            host.bulk += 1;
+        }
+        slot
+    }
+
+    /// The host slot for `hash`: the way tagged with it, else the first from the hash's own
+    /// that is free or holds no bulk flow, else the hash's own (shared), retagged.
     fn host_slot(&mut self, tin: usize, hash: u32, dst: bool) -> u32 {
-        let idx = hash % QUEUES;
-        let inner = idx % WAYS;
-        let outer = idx - inner;
-        let ways: Run<{ WAYS as usize }> = self
-            .hosts
-            .find_run(self.host_index, host_bucket(tin, outer, dst));
-        // The way tagged with the hash (a set never holds a tag twice), else the first from
-        // the hash's own that is free or holds no bulk flow, else the hash's own, retagged.
-        let mut occupied = ways.occupied;
-        let mut spare = !occupied & ALL_WAYS;
-        while occupied != 0 {
-            let k = occupied.trailing_zeros();
-            occupied &= occupied - 1;
-            let host = &self.hosts.get(ways.idx[k as usize]).state;
-            if host.tag == hash {
-                return ways.idx[k as usize];
-            }
-            if host.bulk == 0 {
-                spare |= 1 << k;
-            }
+        let reduced = hash % QUEUES;
+        let inner = reduced % WAYS;
+        let outer = reduced - inner;
+        // Ways that are free or hold no bulk flow, and the slots held; a set never holds a
+        // tag twice, so the first way found tagged is the one.
+        let (mut spare, mut held) = (ALL_WAYS, [NONE; WAYS as usize]);
+        let tagged = self.hosts.scan_run(
+            self.host_index,
+            host_bucket(tin, outer, dst),
+            WAYS,
+            inner,
+            |k, slot, host| {
+                if host.state.tag == hash {
+                    return Some(slot);
+                }
+                held[k as usize] = slot;
+                if host.state.bulk != 0 {
+                    spare &= !(1 << k);
+                }
+                None
+            },
+        );
+        if let Some(slot) = tagged {
+            return slot;
         }
         let chosen = if spare == 0 {
             inner
         } else {
             first_from(spare, inner)
         };
-        let slot = match ways.idx[chosen as usize] {
+        let slot = match held[chosen as usize] {
             NONE => self
                 .hosts
                 .alloc(self.host_index, host_bucket(tin, outer + chosen, dst)),
