@@ -150,6 +150,7 @@ impl Slots<'_> {
 
     /// `cake_hash`: the record of the queue the packet goes to in tin `tin` (allocated, with
     /// its host slots, when the flow needs a queue), and the way counters.
+    #[inline]
     pub(crate) fn queue(&mut self, tin: usize, t: &mut Tin, mode: FlowMode, h: Hashes) -> u32 {
         let bits = mode.bits();
         if bits == 0 {
@@ -232,6 +233,7 @@ impl Slots<'_> {
 
     /// The host slots of a queue that was just given to a flow (`cake_hash`'s `allocate_src`
     /// and `allocate_dst`); a bulk queue counts in them at once.
+    #[inline]
     fn assign_hosts(&mut self, tin: usize, idx: u32, mode: FlowMode, h: Hashes) {
         let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
         if mode.dual_src() {
@@ -245,6 +247,7 @@ impl Slots<'_> {
     }
 
     /// The host slot for `hash` with one queue more referring to it (a bulk one: counted).
+    #[inline]
     fn take_host(&mut self, tin: usize, hash: u32, dst: bool, bulk: bool) -> u32 {
         let slot = self.host_slot(tin, hash, dst);
         let host = &mut self.hosts.get_mut(slot).state;
@@ -257,6 +260,7 @@ impl Slots<'_> {
 
     /// The host slot for `hash`: the way tagged with it, else the first from the hash's own
     /// that is free or holds no bulk flow, else the hash's own (shared), retagged.
+    #[inline]
     fn host_slot(&mut self, tin: usize, hash: u32, dst: bool) -> u32 {
         let reduced = hash % QUEUES;
         let inner = reduced % WAYS;
