@@ -85,6 +85,9 @@ pub(crate) struct Cake {
     failsafe_next_packet: u64,
     /// The tin served last, and which tins the next choice looks at.
     choice: TinChoice,
+    /// Tins whose decaying list may hold queues (bit `t`: tin `t`; a superset): what
+    /// [`trim_decaying`](Self::trim_decaying) looks at.
+    decaying_tins: u8,
     buffer_used: u32,
     buffer_max_used: u32,
     buffer_limit: u32,
@@ -131,6 +134,7 @@ impl Cake {
             time_next_packet: 0,
             failsafe_next_packet: 0,
             choice: TinChoice::default(),
+            decaying_tins: 0,
             buffer_used: 0,
             buffer_max_used: 0,
             buffer_limit: 0,
@@ -669,6 +673,7 @@ impl Cake {
             }
             store.cake.flows.get_mut(idx).state.set = FlowSet::Decaying;
             self.move_to(&mut store.cake.flows, tin, idx, ListTag::Dormant);
+            self.decaying_tins |= 1 << tin;
         }
     }
 
@@ -682,7 +687,11 @@ impl Cake {
             return;
         }
         self.next_trim = now.saturating_add(TRIM_EVERY_NS);
-        for tin in 0..self.tins.len() {
+        // In tin order, as a walk over every tin would free them.
+        let mut tins = u32::from(self.decaying_tins) & ((1 << self.tins.len()) - 1);
+        while tins != 0 {
+            let tin = tins.trailing_zeros() as usize;
+            tins &= tins - 1;
             for _ in 0..TRIM_PER_CALL {
                 let Some(idx) = self.tins[tin].decaying_flows.front() else {
                     break;
@@ -698,6 +707,9 @@ impl Cake {
                 self.tins[tin].decaying_flow_count -= 1;
                 store.cake.flows.get_mut(idx).state.set = FlowSet::None;
                 slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).free_queue(idx);
+            }
+            if self.tins[tin].decaying_flows.is_empty() {
+                self.decaying_tins &= !(1 << tin);
             }
         }
     }
