@@ -521,6 +521,11 @@ impl Cake {
                 return None;
             }
             let tin = self.choose_tin(now)?;
+            // Whether what was just checked and chosen still holds: a queue found empty
+            // changes neither the packets held, nor the shaper, nor a tin's deficit, so while
+            // its tin stays busy `goto begin` would come back to it; an `ingress` drop changes
+            // all three.
+            let mut checked = true;
             'retry: loop {
                 let b = &self.tins[tin];
                 let idx = if first_flow && !b.decaying_flows.is_empty() {
@@ -562,6 +567,9 @@ impl Cake {
                     let Some((mut packet, enqueued)) = store.packets.pop_front(&mut flow.packets)
                     else {
                         self.retire(store, tin, idx, now);
+                        if checked && self.choice.busy(tin) {
+                            continue 'retry;
+                        }
                         continue 'begin;
                     };
                     let len = packet.len_bytes();
@@ -610,6 +618,7 @@ impl Cake {
                     self.counts.drops += 1;
                     store.dropped.push(packet);
                     if self.config.ingress {
+                        checked = false;
                         continue 'retry;
                     }
                 };
