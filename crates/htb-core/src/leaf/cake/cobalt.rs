@@ -157,6 +157,7 @@ impl CobaltVars {
     /// `cobalt_should_drop`: a packet dequeued after `sojourn` ns, with `bulk_flows` bulk
     /// flows in its tin (0 unless `ingress`). `set_ce` marks the packet CE if it can carry it;
     /// `random` is BLUE's coin. True: drop it.
+    #[inline]
     pub(crate) fn should_drop(
         &mut self,
         p: &CobaltParams,

@@ -102,6 +102,9 @@ pub(crate) struct Cake {
     random: u64,
     /// When to look for decaying queues to free next.
     next_trim: u64,
+    /// The shaper charges a packet its own length: no `overhead`, `mpu` or cell framing
+    /// (`cake_calc_overhead` returns `len` untouched).
+    charges_len: bool,
 }
 
 /// The slots of one leaf: its indices and the scheduler's tables, borrowed apart from the
@@ -147,6 +150,7 @@ impl Cake {
             max_adjlen: 0,
             random: seed ^ u64::from(key).wrapping_mul(0xd6e8_feb8_6659_fd93),
             next_trim: 0,
+            charges_len: false,
         };
         cake.tins.reserve_exact(config.tins());
         cake.tins.resize_with(config.tins(), Tin::new);
@@ -178,6 +182,9 @@ impl Cake {
 
     /// `cake_reconfigure`: the tins' rates, the shaper's, and the buffer limit.
     fn configure_rates(&mut self) {
+        let c = &self.config;
+        self.charges_len =
+            !c.overhead_set && c.overhead == 0 && c.mpu == 0 && c.atm == AtmMode::None;
         tins::configure(&mut self.tins, &self.config, self.rate_bps);
         self.rate = self.tins[0].rate;
         let interval_us = self.config.rtt.as_nanos() / 1000;
@@ -196,6 +203,9 @@ impl Cake {
     /// `cake_calc_overhead` without its statistics: the length the shaper charges.
     #[inline]
     fn adjusted_len(&self, len: u32, offset: u32) -> u32 {
+        if self.charges_len {
+            return len;
+        }
         let c = &self.config;
         let net = if c.overhead_set {
             len.saturating_sub(offset)
