@@ -500,21 +500,8 @@ impl Cake {
     }
 
     /// Moves queue `idx` of tin `tin` from whichever list it is on to the tail of `to`.
-    #[inline]
     fn move_to(&mut self, flows: &mut FlowTable<CakeFlowState>, tin: usize, idx: u32, to: ListTag) {
-        let b = &mut self.tins[tin];
-        match flows.get(idx).list {
-            ListTag::New => b.new_flows.remove(flows, idx),
-            ListTag::Old => b.old_flows.remove(flows, idx),
-            ListTag::Dormant => b.decaying_flows.remove(flows, idx),
-            ListTag::Unlinked => {}
-        }
-        match to {
-            ListTag::New => b.new_flows.push_back(flows, idx),
-            ListTag::Old => b.old_flows.push_back(flows, idx),
-            ListTag::Dormant => b.decaying_flows.push_back(flows, idx),
-            ListTag::Unlinked => {}
-        }
+        self.tins[tin].move_to(flows, idx, to);
     }
 
     /// `cake_dequeue`. `None` while packets are held means the shaper holds them back until
@@ -671,27 +658,37 @@ impl Cake {
         }
         let set = flow.state.set;
         let resting = flow.state.cvars.at_rest(now);
+        flow.state.set = if resting {
+            FlowSet::None
+        } else {
+            FlowSet::Decaying
+        };
         match set {
-            FlowSet::Bulk => {
-                b.bulk_flow_count -= 1;
-                slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
-                    .bulk_count(idx, mode, -1);
-            }
-            FlowSet::Sparse | FlowSet::SparseWait => self.tins[tin].sparse_flow_count -= 1,
-            FlowSet::Decaying if resting => self.tins[tin].decaying_flow_count -= 1,
+            FlowSet::Bulk => b.bulk_flow_count -= 1,
+            FlowSet::Sparse | FlowSet::SparseWait => b.sparse_flow_count -= 1,
+            FlowSet::Decaying if resting => b.decaying_flow_count -= 1,
             FlowSet::Decaying | FlowSet::None => {}
         }
+        if !resting && set != FlowSet::Decaying {
+            b.decaying_flow_count += 1;
+        }
+        b.move_to(
+            &mut store.cake.flows,
+            idx,
+            if resting {
+                ListTag::Unlinked
+            } else {
+                ListTag::Dormant
+            },
+        );
         self.choice.emptied(&self.tins, tin);
+        if set == FlowSet::Bulk {
+            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
+                .bulk_count(idx, mode, -1);
+        }
         if resting {
-            self.move_to(&mut store.cake.flows, tin, idx, ListTag::Unlinked);
-            store.cake.flows.get_mut(idx).state.set = FlowSet::None;
             slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).free_queue(idx);
         } else {
-            if set != FlowSet::Decaying {
-                self.tins[tin].decaying_flow_count += 1;
-            }
-            store.cake.flows.get_mut(idx).state.set = FlowSet::Decaying;
-            self.move_to(&mut store.cake.flows, tin, idx, ListTag::Dormant);
             self.decaying_tins |= 1 << tin;
         }
     }

@@ -3,8 +3,9 @@
 //! the rate arithmetic of `cake_set_rate`.
 
 use super::cobalt::CobaltParams;
+use super::hash::CakeFlowState;
 use super::spec::{CakeConfig, DiffservMode};
-use crate::leaf::flows::{FlowList, ListTag};
+use crate::leaf::flows::{FlowList, FlowTable, ListTag};
 
 /// `CAKE_MAX_TINS`.
 pub(crate) const MAX_TINS: usize = 8;
@@ -164,6 +165,34 @@ impl Tin {
             way_hits: 0,
             way_misses: 0,
             way_collisions: 0,
+        }
+    }
+
+    /// The list of this tin that `tag` names.
+    #[inline]
+    fn list(&mut self, tag: ListTag) -> Option<&mut FlowList> {
+        match tag {
+            ListTag::New => Some(&mut self.new_flows),
+            ListTag::Old => Some(&mut self.old_flows),
+            ListTag::Dormant => Some(&mut self.decaying_flows),
+            ListTag::Unlinked => None,
+        }
+    }
+
+    /// `list_del_init`: queue `idx` of this tin leaves whichever list it is on.
+    #[inline]
+    pub(crate) fn unlink(&mut self, flows: &mut FlowTable<CakeFlowState>, idx: u32) {
+        if let Some(list) = self.list(flows.get(idx).list) {
+            list.remove(flows, idx);
+        }
+    }
+
+    /// `list_move_tail`: queue `idx` of this tin goes to the tail of the list `to` names.
+    #[inline]
+    pub(crate) fn move_to(&mut self, flows: &mut FlowTable<CakeFlowState>, idx: u32, to: ListTag) {
+        self.unlink(flows, idx);
+        if let Some(list) = self.list(to) {
+            list.push_back(flows, idx);
         }
     }
 
