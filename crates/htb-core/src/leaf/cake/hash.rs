@@ -96,22 +96,20 @@ pub(crate) struct Slots<'a> {
     pub(crate) host_index: &'a mut LeafFlows,
 }
 
-/// The largest bulk count of queue `idx`'s hosts, at least 1 (`cake_get_flow_quantum`'s
+/// The largest bulk count of a queue's hosts, at least 1 (`cake_get_flow_quantum`'s
 /// `host_load`).
 #[inline]
 pub(crate) fn host_load(
-    flows: &FlowTable<CakeFlowState>,
     hosts: &FlowTable<HostState>,
-    idx: u32,
+    queue: &CakeFlowState,
     mode: FlowMode,
 ) -> u32 {
-    let (src, dst) = dual(mode);
-    let state = flows.get(idx).state;
     let mut load = 1;
-    for (wanted, slot) in [(src, state.srchost), (dst, state.dsthost)] {
-        if wanted && slot != NO_HOST {
-            load = load.max(u32::from(hosts.get(slot).state.bulk));
-        }
+    if mode.dual_src() && queue.srchost != NO_HOST {
+        load = load.max(u32::from(hosts.get(queue.srchost).state.bulk));
+    }
+    if mode.dual_dst() && queue.dsthost != NO_HOST {
+        load = load.max(u32::from(hosts.get(queue.dsthost).state.bulk));
     }
     load
 }
@@ -319,9 +317,11 @@ impl Slots<'_> {
     /// `cake_inc_*host_bulk_flow_count` (`delta` 1) and `cake_dec_*` (-1) for queue `idx`.
     #[inline]
     pub(crate) fn bulk_count(&mut self, idx: u32, mode: FlowMode, delta: i32) {
-        let (src, dst) = dual(mode);
-        let state = self.flows.get(idx).state;
-        for (wanted, slot) in [(src, state.srchost), (dst, state.dsthost)] {
+        let queue = &self.flows.get(idx).state;
+        for (wanted, slot) in [
+            (mode.dual_src(), queue.srchost),
+            (mode.dual_dst(), queue.dsthost),
+        ] {
             if !wanted || slot == NO_HOST {
                 continue;
             }
@@ -337,9 +337,10 @@ impl Slots<'_> {
     /// Frees queue `idx` (empty, on no list) and its references to host slots.
     #[inline]
     pub(crate) fn free_queue(&mut self, idx: u32) {
-        let state = self.flows.get(idx).state;
-        self.release_host(state.srchost);
-        self.release_host(state.dsthost);
+        let queue = &self.flows.get(idx).state;
+        let (src, dst) = (queue.srchost, queue.dsthost);
+        self.release_host(src);
+        self.release_host(dst);
         self.flows.free(self.flow_index, idx);
     }
 }

@@ -274,7 +274,11 @@ impl Cake {
     /// queue's hosts, dithered so that the rounding averages out.
     #[inline]
     fn flow_quantum(&mut self, store: &CakeStore, tin: usize, idx: u32) -> i32 {
-        let load = hash::host_load(&store.flows, &store.hosts, idx, self.config.flow_mode);
+        let load = hash::host_load(
+            &store.hosts,
+            &store.flows.get(idx).state,
+            self.config.flow_mode,
+        );
         let div = QUANTUM_DIV[load.min(QUEUES) as usize];
         let dither = self.next_random() & 0xffff;
         ((u32::from(self.tins[tin].flow_quantum) * u32::from(div) + dither) >> 16) as i32
