@@ -272,7 +272,7 @@ impl Cake {
 
     /// `cake_get_flow_quantum`: the tin's flow quantum divided by the bulk flows of the
     /// queue's hosts, dithered so that the rounding averages out.
-    #[inline]
+    #[inline(always)]
     fn flow_quantum(&mut self, store: &CakeStore, tin: usize, idx: u32) -> i32 {
         let load = hash::host_load(
             &store.hosts,
