@@ -167,6 +167,13 @@ impl CobaltVars {
         set_ce: impl FnOnce() -> bool,
         random: u32,
     ) -> bool {
+        if self.count == 0 && !self.dropping && self.p_drop == 0 && sojourn <= p.target {
+            // At rest and under target (most packets): nothing to signal, no coin to toss;
+            // only the activity timeout moves, as below.
+            self.ecn_marked = false;
+            self.drop_next = now.wrapping_add(p.interval);
+            return false;
+        }
         let mut schedule = signed(now, self.drop_next);
         let over_target = sojourn > p.target
             && sojourn > p.mtu_time.saturating_mul(u64::from(bulk_flows) * 2)
