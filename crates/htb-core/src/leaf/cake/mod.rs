@@ -29,7 +29,7 @@ use alloc::vec::Vec;
 use self::autorate::{Autorate, ewma};
 use self::choose::TinChoice;
 use self::hash::{FlowSet, Hashes, QUEUES, Slots};
-use self::tins::{RateNs, Tin};
+use self::tins::Tin;
 use super::LeafStore;
 use super::counts::QueueCounts;
 use super::flows::{FlowTable, LeafFlows, ListTag};
@@ -80,7 +80,10 @@ pub(crate) struct Cake {
     pub(crate) counts: QueueCounts,
     /// The rate in effect (bytes/s): the bandwidth, or `autorate-ingress`'s estimate.
     rate_bps: u64,
-    rate: RateNs,
+    /// The shaper's time per byte, `rate_ns >> rate_shift` ns (0: unlimited): the first
+    /// tin's, as `cake_reconfigure` sets it.
+    rate_ns: u64,
+    rate_shift: u8,
     time_next_packet: u64,
     failsafe_next_packet: u64,
     /// The tin served last, and which tins the next choice looks at.
@@ -133,7 +136,8 @@ impl Cake {
             tins: Vec::new(),
             counts: QueueCounts::default(),
             rate_bps: config.bandwidth.bytes_per_sec(),
-            rate: RateNs::default(),
+            rate_ns: 0,
+            rate_shift: 0,
             time_next_packet: 0,
             failsafe_next_packet: 0,
             choice: TinChoice::default(),
@@ -186,7 +190,7 @@ impl Cake {
         self.charges_len =
             !c.overhead_set && c.overhead == 0 && c.mpu == 0 && c.atm == AtmMode::None;
         tins::configure(&mut self.tins, &self.config, self.rate_bps);
-        self.rate = self.tins[0].rate;
+        (self.rate_ns, self.rate_shift) = (self.tins[0].rate.ns, self.tins[0].rate.shift);
         let interval_us = self.config.rtt.as_nanos() / 1000;
         let limit = if self.config.memlimit != 0 {
             u64::from(self.config.memlimit)
@@ -287,10 +291,10 @@ impl Cake {
     /// `cake_advance_shaper`: charges `len` bytes to tin `tin`'s threshold and to the shaper.
     #[inline]
     fn advance_shaper(&mut self, tin: usize, len: u32, now: u64, drop: bool) -> u32 {
-        if self.rate.ns != 0 {
+        if self.rate_ns != 0 {
             let b = &mut self.tins[tin];
             let tin_dur = b.rate.duration(len);
-            let global = self.rate.duration(len);
+            let global = tins::duration(len, self.rate_ns, self.rate_shift);
             if b.time_next_packet < now {
                 b.time_next_packet += tin_dur;
             } else if b.time_next_packet < now + tin_dur {
@@ -496,7 +500,7 @@ impl Cake {
     /// Picks the tin to serve (module `choose`). `None`: nothing to serve.
     #[inline]
     fn choose_tin(&mut self, now: u64) -> Option<usize> {
-        if self.rate.ns == 0 {
+        if self.rate_ns == 0 {
             self.choice.by_weight(&mut self.tins)
         } else {
             self.choice.by_threshold(&self.tins, now)
@@ -736,7 +740,7 @@ impl Cake {
 
     /// When the shaper lets the next packet go, while it holds packets back.
     pub(crate) fn throttled_until(&self) -> Option<u64> {
-        (self.counts.len > 0 && self.rate.ns != 0)
+        (self.counts.len > 0 && self.rate_ns != 0)
             .then(|| self.time_next_packet.min(self.failsafe_next_packet))
     }
     pub(crate) fn config(&self) -> CakeConfig {

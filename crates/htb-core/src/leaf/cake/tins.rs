@@ -95,8 +95,15 @@ impl RateNs {
 
     /// Time `len` bytes take, ns (0 when unlimited).
     pub(crate) fn duration(self, len: u32) -> u64 {
-        ((u128::from(len) * u128::from(self.ns)) >> self.shift) as u64
+        duration(len, self.ns, self.shift)
     }
+}
+
+/// Time `len` bytes take at `ns >> shift` ns per byte (`cake_advance_shaper`'s
+/// `(len * rate_ns) >> rate_shft`).
+#[inline]
+pub(crate) fn duration(len: u32, ns: u64, shift: u8) -> u64 {
+    ((u128::from(len) * u128::from(ns)) >> shift) as u64
 }
 
 /// One tin (`struct cake_tin_data` without its flow arrays, which live in the flow table).
