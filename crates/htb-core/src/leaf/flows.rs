@@ -169,6 +169,45 @@ impl<S: Default> FlowTable<S> {
         None
     }
 
+    /// [`scan_run`](Self::scan_run) over `R` runs of `n` buckets at once (one walk of the
+    /// chain): `visit` gets the run's number, the offset, the index and the flow, and returns
+    /// true when it has seen enough. A mapped leaf's runs are looked up one after the other,
+    /// each from its `start`.
+    #[inline]
+    pub(crate) fn scan_runs<const R: usize>(
+        &self,
+        leaf: &LeafFlows,
+        first: [u32; R],
+        n: u32,
+        start: [u32; R],
+        mut visit: impl FnMut(usize, u32, u32, &Flow<S>) -> bool,
+    ) {
+        if leaf.mapped {
+            for (run, (&first, &start)) in first.iter().zip(&start).enumerate() {
+                for i in 0..n {
+                    let k = (start + i) % n;
+                    if let Some(&idx) = self.map.get(&map_key(leaf.key, first + k))
+                        && visit(run, k, idx, &self.flows[idx as usize])
+                    {
+                        return;
+                    }
+                }
+            }
+            return;
+        }
+        let mut idx = leaf.first;
+        while idx != NONE {
+            let flow = &self.flows[idx as usize];
+            for (run, &first) in first.iter().enumerate() {
+                let k = flow.bucket.wrapping_sub(first);
+                if k < n && visit(run, k, idx, flow) {
+                    return;
+                }
+            }
+            idx = flow.sib_next;
+        }
+    }
+
     /// A fresh flow of `leaf` at `bucket` (which must not have one).
     pub(crate) fn alloc(&mut self, leaf: &mut LeafFlows, bucket: u32) -> u32 {
         debug_assert!(

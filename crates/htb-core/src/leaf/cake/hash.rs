@@ -135,6 +135,51 @@ fn first_from(mask: u32, inner: u32) -> u32 {
     (inner + rotated.trailing_zeros()) % WAYS
 }
 
+/// One host's look at its set of slots ([`Slots::host_slots`]).
+#[derive(Clone, Copy)]
+struct HostLook {
+    hash: u32,
+    /// The way the hash names, and the set's first bucket.
+    inner: u32,
+    set: u32,
+    /// The slot tagged with the hash, once seen ([`NONE`] until then).
+    tagged: u32,
+    /// Ways free or holding no bulk flow.
+    spare: u32,
+    /// The slot at each way held.
+    held: [u32; WAYS as usize],
+}
+
+impl HostLook {
+    fn new(tin: usize, hash: u32, dst: bool) -> Self {
+        let reduced = hash % QUEUES;
+        let inner = reduced % WAYS;
+        Self {
+            hash,
+            inner,
+            set: host_bucket(tin, reduced - inner, dst),
+            tagged: NONE,
+            spare: ALL_WAYS,
+            held: [NONE; WAYS as usize],
+        }
+    }
+
+    /// Notes slot `slot` at way `k`; true when it is the one tagged with the hash (a set never
+    /// holds a tag twice).
+    #[inline]
+    fn see(&mut self, k: u32, slot: u32, host: &HostState) -> bool {
+        if host.tag == self.hash {
+            self.tagged = slot;
+            return true;
+        }
+        self.held[k as usize] = slot;
+        if host.bulk != 0 {
+            self.spare &= !(1 << k);
+        }
+        false
+    }
+}
+
 /// Whether the host slots count `mode`'s hosts (source, destination).
 fn dual(mode: FlowMode) -> (bool, bool) {
     (mode.dual_src(), mode.dual_dst())
@@ -234,70 +279,73 @@ impl Slots<'_> {
     #[inline]
     fn assign_hosts(&mut self, tin: usize, idx: u32, mode: FlowMode, h: Hashes) {
         let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
-        if mode.dual_src() {
-            let slot = self.take_host(tin, h.src, false, bulk);
-            self.flows.get_mut(idx).state.srchost = slot;
+        let (src, dst) = match (mode.dual_src(), mode.dual_dst()) {
+            (true, true) => {
+                let [src, dst] = self.host_slots(tin, [(h.src, false), (h.dst, true)]);
+                (src, dst)
+            }
+            (true, false) => (self.host_slots(tin, [(h.src, false)])[0], NO_HOST),
+            (false, true) => (NO_HOST, self.host_slots(tin, [(h.dst, true)])[0]),
+            (false, false) => return,
+        };
+        for slot in [src, dst] {
+            if slot != NO_HOST {
+                let host = &mut self.hosts.get_mut(slot).state;
+                host.refs += 1;
+                if bulk && u32::from(host.bulk) < QUEUES {
+                    host.bulk += 1;
+                }
+            }
         }
-        if mode.dual_dst() {
-            let slot = self.take_host(tin, h.dst, true, bulk);
-            self.flows.get_mut(idx).state.dsthost = slot;
+        let queue = &mut self.flows.get_mut(idx).state;
+        if src != NO_HOST {
+            queue.srchost = src;
+        }
+        if dst != NO_HOST {
+            queue.dsthost = dst;
         }
     }
 
-    /// The host slot for `hash` with one queue more referring to it (a bulk one: counted).
+    /// The host slot of each `(hash, destination)`, its set looked at once for all of them: the
+    /// way tagged with the hash, else the first from the hash's own that is free or holds no
+    /// bulk flow, else the hash's own (shared), retagged. A source and a destination set
+    /// never overlap, so looking at both before taking either changes nothing.
     #[inline]
-    fn take_host(&mut self, tin: usize, hash: u32, dst: bool, bulk: bool) -> u32 {
-        let slot = self.host_slot(tin, hash, dst);
-        let host = &mut self.hosts.get_mut(slot).state;
-        host.refs += 1;
-        if bulk && u32::from(host.bulk) < QUEUES {
-            host.bulk += 1;
-        }
-        slot
-    }
-
-    /// The host slot for `hash`: the way tagged with it, else the first from the hash's own
-    /// that is free or holds no bulk flow, else the hash's own (shared), retagged.
-    #[inline]
-    fn host_slot(&mut self, tin: usize, hash: u32, dst: bool) -> u32 {
-        let reduced = hash % QUEUES;
-        let inner = reduced % WAYS;
-        let outer = reduced - inner;
-        // Ways that are free or hold no bulk flow, and the slots held; a set never holds a
-        // tag twice, so the first way found tagged is the one.
-        let (mut spare, mut held) = (ALL_WAYS, [NONE; WAYS as usize]);
-        let tagged = self.hosts.scan_run(
+    fn host_slots<const R: usize>(&mut self, tin: usize, wanted: [(u32, bool); R]) -> [u32; R] {
+        let mut looks = wanted.map(|(hash, dst)| HostLook::new(tin, hash, dst));
+        let mut missing = R;
+        self.hosts.scan_runs(
             self.host_index,
-            host_bucket(tin, outer, dst),
+            looks.map(|l| l.set),
             WAYS,
-            inner,
-            |k, slot, host| {
-                if host.state.tag == hash {
-                    return Some(slot);
+            looks.map(|l| l.inner),
+            |run, k, slot, host| {
+                let look = &mut looks[run];
+                if look.tagged == NONE && look.see(k, slot, &host.state) {
+                    missing -= 1;
                 }
-                held[k as usize] = slot;
-                if host.state.bulk != 0 {
-                    spare &= !(1 << k);
-                }
-                None
+                missing == 0
             },
         );
-        if let Some(slot) = tagged {
-            return slot;
+        let mut slots = [NONE; R];
+        for (slot, look) in slots.iter_mut().zip(&looks) {
+            *slot = if look.tagged != NONE {
+                look.tagged
+            } else {
+                let chosen = if look.spare == 0 {
+                    look.inner
+                } else {
+                    first_from(look.spare, look.inner)
+                };
+                let slot = match look.held[chosen as usize] {
+                    NONE => self.hosts.alloc(self.host_index, look.set + chosen),
+                    slot => slot,
+                };
+                self.hosts.get_mut(slot).state.tag = look.hash;
+                slot
+            };
         }
-        let chosen = if spare == 0 {
-            inner
-        } else {
-            first_from(spare, inner)
-        };
-        let slot = match held[chosen as usize] {
-            NONE => self
-                .hosts
-                .alloc(self.host_index, host_bucket(tin, outer + chosen, dst)),
-            slot => slot,
-        };
-        self.hosts.get_mut(slot).state.tag = hash;
-        slot
+        slots
     }
 
     /// One queue less refers to host slot `slot`; the slot goes with the last.
