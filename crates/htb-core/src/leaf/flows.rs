@@ -130,49 +130,13 @@ impl<S: Default> FlowTable<S> {
         None
     }
 
-    /// Hands `visit` each flow of `leaf` hashed to buckets `first..first + n`, with its
-    /// offset from `first`, until it returns `Some`: one walk of the leaf's chain where
+    /// Hands `visit` each flow of `leaf` hashed to the `R` runs of buckets
+    /// `first[r]..first[r] + n`, with the run's number, its offset in the run and its index,
+    /// until it returns true (it has seen enough): one walk of the leaf's chain where
     /// [`find`](Self::find) walks it once per bucket (`cake`'s eight ways of a set, looked at
-    /// together as `cake_hash` looks at its tag array). A mapped leaf's buckets are looked up
-    /// from offset `start` on, wrapping; a walk goes in chain order.
-    #[inline]
-    pub(crate) fn scan_run<T>(
-        &self,
-        leaf: &LeafFlows,
-        first: u32,
-        n: u32,
-        start: u32,
-        mut visit: impl FnMut(u32, u32, &Flow<S>) -> Option<T>,
-    ) -> Option<T> {
-        if leaf.mapped {
-            for i in 0..n {
-                let k = (start + i) % n;
-                if let Some(&idx) = self.map.get(&map_key(leaf.key, first + k))
-                    && let Some(found) = visit(k, idx, &self.flows[idx as usize])
-                {
-                    return Some(found);
-                }
-            }
-            return None;
-        }
-        let mut idx = leaf.first;
-        while idx != NONE {
-            let flow = &self.flows[idx as usize];
-            let k = flow.bucket.wrapping_sub(first);
-            if k < n
-                && let Some(found) = visit(k, idx, flow)
-            {
-                return Some(found);
-            }
-            idx = flow.sib_next;
-        }
-        None
-    }
-
-    /// [`scan_run`](Self::scan_run) over `R` runs of `n` buckets at once (one walk of the
-    /// chain): `visit` gets the run's number, the offset, the index and the flow, and returns
-    /// true when it has seen enough. A mapped leaf's runs are looked up one after the other,
-    /// each from its `start`.
+    /// together as `cake_hash` looks at its tag array, and a new queue's two host sets at
+    /// once). A mapped leaf's runs are looked up one after the other, each from offset
+    /// `start[r]` on, wrapping; a walk goes in chain order.
     #[inline]
     pub(crate) fn scan_runs<const R: usize>(
         &self,

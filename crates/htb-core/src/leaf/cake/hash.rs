@@ -217,21 +217,22 @@ impl Slots<'_> {
         // One look at the set, as `cake_hash` looks at its tags: a set never holds a tag twice
         // (a queue takes its flow's tag only when no way had it), so the first way found
         // tagged is the only one; a mapped leaf looks at the hash's own way first.
-        let (mut occupied, mut at_inner) = (0u32, NONE);
-        let hit = self.flows.scan_run(
+        let (mut occupied, mut at_inner, mut hit) = (0u32, NONE, None);
+        self.flows.scan_runs(
             self.flow_index,
-            flow_bucket(tin, outer),
+            [flow_bucket(tin, outer)],
             WAYS,
-            inner,
-            |k, idx, flow| {
+            [inner],
+            |_, k, idx, flow| {
                 if flow.state.tag == flow_hash {
-                    return Some((k, idx));
+                    hit = Some((k, idx));
+                    return true;
                 }
                 occupied |= 1 << k;
                 if k == inner {
                     at_inner = idx;
                 }
-                None
+                false
             },
         );
         if let Some((k, idx)) = hit {
