@@ -9,7 +9,7 @@
 #   scripts/bench-count.sh REV [CLASSES] [LEAF]
 #
 # REV: the commit to compare with. CLASSES: leaves round-robin (default 100000). LEAF: pfifo
-# (default) or fq_codel. The driver (scripts/hotcount/main.rs) is built against each tree's
+# (default), fq_codel or cake. The driver (scripts/hotcount/main.rs) is built against each tree's
 # htb-core; it runs twice per build (N and 2N pairs) and the difference is divided by N, so the
 # tree's building is not counted. Needs valgrind (apt-get install valgrind).
 set -euo pipefail

@@ -4,14 +4,18 @@
 //! under cachegrind, whose counts (instructions, simulated cache misses) do not move with a
 //! noisy host as wall-clock time does.
 //!
-//! `hotcount CLASSES N [pfifo|fq_codel]`: prints the wall-clock ns per pair (indicative only).
+//! `hotcount CLASSES N [pfifo|fq_codel|cake]`: prints the wall-clock ns per pair (indicative
+//! only). cake is the complexity benchmark's: triple-isolate, diffserv3, unlimited (LibreQoS's
+//! leaf), one subscriber host per class.
 
 use htb_core::{
-    ClassId, ClassSpec, Duration, Instant, LeafConfig, Packet, Rate, Scheduler, SchedulerConfig,
+    CakeConfig, ClassId, ClassSpec, Duration, Instant, LeafConfig, Packet, Rate, Scheduler,
+    SchedulerConfig,
 };
 
 #[derive(Clone, Copy, Debug)]
 struct Pkt {
+    leaf: u32,
     len: u32,
     hash: u32,
 }
@@ -23,6 +27,11 @@ impl Packet for Pkt {
     fn flow_hash(&self) -> u32 {
         self.hash
     }
+    /// One subscriber host per leaf, talking to as many servers as it has flows (the
+    /// complexity benchmark's packet).
+    fn host_hashes(&self) -> (u32, u32) {
+        (self.hash ^ 0x5bd1_e995, self.leaf.wrapping_mul(0x85eb_ca6b))
+    }
 }
 
 fn main() {
@@ -31,14 +40,15 @@ fn main() {
         args.first().and_then(|a| a.parse::<usize>().ok()),
         args.get(1).and_then(|a| a.parse::<u64>().ok()),
     ) else {
-        eprintln!("usage: hotcount CLASSES N [pfifo|fq_codel]");
+        eprintln!("usage: hotcount CLASSES N [pfifo|fq_codel|cake]");
         std::process::exit(2);
     };
     let leaf = match args.get(2).map_or("pfifo", String::as_str) {
         "pfifo" => LeafConfig::Pfifo { limit: 1000 },
         "fq_codel" => LeafConfig::default(),
+        "cake" => LeafConfig::Cake(CakeConfig::default()),
         other => {
-            eprintln!("hotcount: leaf {other:?}: pfifo or fq_codel");
+            eprintln!("hotcount: leaf {other:?}: pfifo, fq_codel or cake");
             std::process::exit(2);
         }
     };
@@ -73,7 +83,12 @@ fn main() {
             .wrapping_mul(4)
             .wrapping_add(flow & 3)
             .wrapping_mul(0x9E37_79B1);
-        let _ = htb.enqueue(now, leaves[next], Pkt { len: 1500, hash });
+        let packet = Pkt {
+            leaf: next as u32,
+            len: 1500,
+            hash,
+        };
+        let _ = htb.enqueue(now, leaves[next], packet);
         next = if next + 1 == classes { 0 } else { next + 1 };
         if next == 0 {
             flow = flow.wrapping_add(1);

@@ -130,6 +130,48 @@ impl<S: Default> FlowTable<S> {
         None
     }
 
+    /// Hands `visit` each flow of `leaf` hashed to the `R` runs of buckets
+    /// `first[r]..first[r] + n`, with the run's number, its offset in the run and its index,
+    /// until it returns true (it has seen enough): one walk of the leaf's chain where
+    /// [`find`](Self::find) walks it once per bucket (`cake`'s eight ways of a set, looked at
+    /// together as `cake_hash` looks at its tag array, and a new queue's two host sets at
+    /// once). A mapped leaf's runs are looked up one after the other, each from offset
+    /// `start[r]` on, wrapping; a walk goes in chain order.
+    #[inline]
+    pub(crate) fn scan_runs<const R: usize>(
+        &self,
+        leaf: &LeafFlows,
+        first: [u32; R],
+        n: u32,
+        start: [u32; R],
+        mut visit: impl FnMut(usize, u32, u32, &Flow<S>) -> bool,
+    ) {
+        if leaf.mapped {
+            for (run, (&first, &start)) in first.iter().zip(&start).enumerate() {
+                for i in 0..n {
+                    let k = (start + i) % n;
+                    if let Some(&idx) = self.map.get(&map_key(leaf.key, first + k))
+                        && visit(run, k, idx, &self.flows[idx as usize])
+                    {
+                        return;
+                    }
+                }
+            }
+            return;
+        }
+        let mut idx = leaf.first;
+        while idx != NONE {
+            let flow = &self.flows[idx as usize];
+            for (run, &first) in first.iter().enumerate() {
+                let k = flow.bucket.wrapping_sub(first);
+                if k < n && visit(run, k, idx, flow) {
+                    return;
+                }
+            }
+            idx = flow.sib_next;
+        }
+    }
+
     /// A fresh flow of `leaf` at `bucket` (which must not have one).
     pub(crate) fn alloc(&mut self, leaf: &mut LeafFlows, bucket: u32) -> u32 {
         debug_assert!(

@@ -4,6 +4,7 @@
 
 use alloc::vec::Vec;
 
+use super::choose::TinChoice;
 use super::hash::{FlowSet, QUEUES};
 use super::tins::Tin;
 use super::{Cake, CakeConfig, slots};
@@ -51,6 +52,9 @@ impl Cake {
             b.decaying_flow_count = 0;
             b.unresponsive_flow_count = 0;
         }
+        for t in first..self.tins.len() {
+            self.choice.note(&self.tins, t);
+        }
     }
 
     /// `cake_reset`: every packet out through `out`, every queue freed.
@@ -87,7 +91,7 @@ impl Cake {
         if config.flow_mode != old.flow_mode {
             self.recount_hosts(store);
         }
-        self.cur_tin = 0;
+        self.choice = TinChoice::new(&self.tins);
         self.configure_rates();
         while self.buffer_used > self.buffer_limit && self.counts.len > 0 {
             self.drop_longest(store, now);

@@ -89,6 +89,11 @@ impl Cake {
             }
         }
         for (t, b) in self.tins.iter().enumerate() {
+            if !b.decaying_flows.is_empty() && self.decaying_tins >> t & 1 == 0 {
+                return Err(CheckError(format!(
+                    "cake tin {t} holds decaying queues its leaf does not note"
+                )));
+            }
             let c = per_tin[t];
             let listed = b.new_flows.len() + b.old_flows.len() + b.decaying_flows.len();
             let counted = [
@@ -103,6 +108,7 @@ impl Cake {
                 )));
             }
         }
+        self.choice.check(&self.tins)?;
         if (len, bytes) != (self.counts.len, self.counts.backlog) {
             return Err(CheckError(format!(
                 "cake queues hold {len} packets / {bytes} B, counters say {} / {}",

@@ -137,6 +137,7 @@ impl CobaltVars {
 
     /// `cobalt_queue_empty`: the flow was served and found empty. True when BLUE went from
     /// active to quiescent.
+    #[inline]
     pub(crate) fn queue_empty(&mut self, p: &CobaltParams, now: u64) -> bool {
         let mut down = false;
         if self.p_drop != 0 && signed(now, self.blue_timer) > p.target as i64 {
@@ -156,6 +157,7 @@ impl CobaltVars {
     /// `cobalt_should_drop`: a packet dequeued after `sojourn` ns, with `bulk_flows` bulk
     /// flows in its tin (0 unless `ingress`). `set_ce` marks the packet CE if it can carry it;
     /// `random` is BLUE's coin. True: drop it.
+    #[inline]
     pub(crate) fn should_drop(
         &mut self,
         p: &CobaltParams,
@@ -165,6 +167,13 @@ impl CobaltVars {
         set_ce: impl FnOnce() -> bool,
         random: u32,
     ) -> bool {
+        if self.count == 0 && !self.dropping && self.p_drop == 0 && sojourn <= p.target {
+            // At rest and under target (most packets): nothing to signal, no coin to toss;
+            // only the activity timeout moves, as below.
+            self.ecn_marked = false;
+            self.drop_next = now.wrapping_add(p.interval);
+            return false;
+        }
         let mut schedule = signed(now, self.drop_next);
         let over_target = sojourn > p.target
             && sojourn > p.mtu_time.saturating_mul(u64::from(bulk_flows) * 2)
@@ -218,6 +227,7 @@ impl CobaltVars {
 
     /// Whether the flow's state has decayed to rest, so that it may leave the decaying list
     /// (`cake_dequeue`'s test for keeping an empty flow in the flowchain).
+    #[inline]
     pub(crate) fn at_rest(&self, now: u64) -> bool {
         self.p_drop == 0 && self.count == 0 && signed(now, self.drop_next) >= 0
     }

@@ -17,6 +17,7 @@ use super::cobalt::CobaltVars;
 use super::spec::FlowMode;
 use super::tins::{MAX_TINS, Tin};
 use crate::leaf::flows::{FlowTable, LeafFlows};
+use crate::leaf::pool::NONE;
 
 /// `CAKE_QUEUES`: queues (and host slots) per tin.
 pub(crate) const QUEUES: u32 = 1024;
@@ -95,21 +96,20 @@ pub(crate) struct Slots<'a> {
     pub(crate) host_index: &'a mut LeafFlows,
 }
 
-/// The largest bulk count of queue `idx`'s hosts, at least 1 (`cake_get_flow_quantum`'s
+/// The largest bulk count of a queue's hosts, at least 1 (`cake_get_flow_quantum`'s
 /// `host_load`).
+#[inline]
 pub(crate) fn host_load(
-    flows: &FlowTable<CakeFlowState>,
     hosts: &FlowTable<HostState>,
-    idx: u32,
+    queue: &CakeFlowState,
     mode: FlowMode,
 ) -> u32 {
-    let (src, dst) = dual(mode);
-    let state = flows.get(idx).state;
     let mut load = 1;
-    for (wanted, slot) in [(src, state.srchost), (dst, state.dsthost)] {
-        if wanted && slot != NO_HOST {
-            load = load.max(u32::from(hosts.get(slot).state.bulk));
-        }
+    if mode.dual_src() && queue.srchost != NO_HOST {
+        load = load.max(u32::from(hosts.get(queue.srchost).state.bulk));
+    }
+    if mode.dual_dst() && queue.dsthost != NO_HOST {
+        load = load.max(u32::from(hosts.get(queue.dsthost).state.bulk));
     }
     load
 }
@@ -125,18 +125,75 @@ fn host_bucket(tin: usize, h: u32, dst: bool) -> u32 {
     base + tin as u32 * QUEUES + h
 }
 
+/// Every way of a set, as bits.
+const ALL_WAYS: u32 = (1 << WAYS) - 1;
+
+/// The first of the ways in `mask` (bit k: way k, not empty) from way `inner` on, wrapping:
+/// the order `cake_hash` looks at the ways of a set in.
+fn first_from(mask: u32, inner: u32) -> u32 {
+    let rotated = ((mask >> inner) | (mask << (WAYS - inner))) & ALL_WAYS;
+    (inner + rotated.trailing_zeros()) % WAYS
+}
+
+/// One host's look at its set of slots ([`Slots::host_slots`]).
+#[derive(Clone, Copy)]
+struct HostLook {
+    hash: u32,
+    /// The way the hash names, and the set's first bucket.
+    inner: u32,
+    set: u32,
+    /// The slot tagged with the hash, once seen ([`NONE`] until then).
+    tagged: u32,
+    /// Ways free or holding no bulk flow.
+    spare: u32,
+    /// The slot at each way held.
+    held: [u32; WAYS as usize],
+}
+
+impl HostLook {
+    fn new(tin: usize, hash: u32, dst: bool) -> Self {
+        let reduced = hash % QUEUES;
+        let inner = reduced % WAYS;
+        Self {
+            hash,
+            inner,
+            set: host_bucket(tin, reduced - inner, dst),
+            tagged: NONE,
+            spare: ALL_WAYS,
+            held: [NONE; WAYS as usize],
+        }
+    }
+
+    /// Notes slot `slot` at way `k`; true when it is the one tagged with the hash (a set never
+    /// holds a tag twice).
+    #[inline]
+    fn see(&mut self, k: u32, slot: u32, host: &HostState) -> bool {
+        if host.tag == self.hash {
+            self.tagged = slot;
+            return true;
+        }
+        self.held[k as usize] = slot;
+        if host.bulk != 0 {
+            self.spare &= !(1 << k);
+        }
+        false
+    }
+}
+
 /// Whether the host slots count `mode`'s hosts (source, destination).
 fn dual(mode: FlowMode) -> (bool, bool) {
     (mode.dual_src(), mode.dual_dst())
 }
 
 impl Slots<'_> {
+    #[inline]
     fn flow(&self, tin: usize, q: u32) -> Option<u32> {
         self.flows.find(self.flow_index, flow_bucket(tin, q))
     }
 
     /// `cake_hash`: the record of the queue the packet goes to in tin `tin` (allocated, with
     /// its host slots, when the flow needs a queue), and the way counters.
+    #[inline]
     pub(crate) fn queue(&mut self, tin: usize, t: &mut Tin, mode: FlowMode, h: Hashes) -> u32 {
         let bits = mode.bits();
         if bits == 0 {
@@ -155,41 +212,51 @@ impl Slots<'_> {
             }
         }
         let reduced = flow_hash % QUEUES;
-        if let Some(idx) = self.flow(tin, reduced)
-            && self.flows.get(idx).state.tag == flow_hash
-        {
-            // A direct hit (`way_directs`, which tc does not print).
-            return idx;
-        }
         let inner = reduced % WAYS;
         let outer = reduced - inner;
-        for i in 1..WAYS {
-            let k = (inner + i) % WAYS;
-            if let Some(idx) = self.flow(tin, outer + k)
-                && self.flows.get(idx).state.tag == flow_hash
-            {
+        // One look at the set, as `cake_hash` looks at its tags: a set never holds a tag twice
+        // (a queue takes its flow's tag only when no way had it), so the first way found
+        // tagged is the only one; a mapped leaf looks at the hash's own way first.
+        let (mut occupied, mut at_inner, mut hit) = (0u32, NONE, None);
+        self.flows.scan_runs(
+            self.flow_index,
+            [flow_bucket(tin, outer)],
+            WAYS,
+            [inner],
+            |_, k, idx, flow| {
+                if flow.state.tag == flow_hash {
+                    hit = Some((k, idx));
+                    return true;
+                }
+                occupied |= 1 << k;
+                if k == inner {
+                    at_inner = idx;
+                }
+                false
+            },
+        );
+        if let Some((k, idx)) = hit {
+            if k != inner {
+                // An indirect hit; a direct one (`way_directs`) tc does not print.
                 t.way_hits = t.way_hits.wrapping_add(1);
-                return idx;
             }
+            return idx;
         }
-        for i in 0..WAYS {
-            let k = (inner + i) % WAYS;
-            if self.flow(tin, outer + k).is_none() {
-                t.way_misses = t.way_misses.wrapping_add(1);
-                let idx = self
-                    .flows
-                    .alloc(self.flow_index, flow_bucket(tin, outer + k));
-                self.flows.get_mut(idx).state.tag = flow_hash;
-                self.assign_hosts(tin, idx, mode, h);
-                return idx;
-            }
+        let free = !occupied & ALL_WAYS;
+        if free != 0 {
+            t.way_misses = t.way_misses.wrapping_add(1);
+            let k = first_from(free, inner);
+            let idx = self
+                .flows
+                .alloc(self.flow_index, flow_bucket(tin, outer + k));
+            self.flows.get_mut(idx).state.tag = flow_hash;
+            self.assign_hosts(tin, idx, mode, h);
+            return idx;
         }
         // Every way is in use: share the queue the hash names, and move it to this flow's
         // hosts.
         t.way_collisions = t.way_collisions.wrapping_add(1);
-        let idx = self
-            .flow(tin, reduced)
-            .expect("a full set has a record at every way");
+        let idx = at_inner;
         let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
         let (src, dst) = dual(mode);
         if bulk {
@@ -210,66 +277,80 @@ impl Slots<'_> {
 
     /// The host slots of a queue that was just given to a flow (`cake_hash`'s `allocate_src`
     /// and `allocate_dst`); a bulk queue counts in them at once.
+    #[inline]
     fn assign_hosts(&mut self, tin: usize, idx: u32, mode: FlowMode, h: Hashes) {
-        let (src, dst) = dual(mode);
         let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
-        for (wanted, is_dst, hash) in [(src, false, h.src), (dst, true, h.dst)] {
-            if !wanted {
-                continue;
+        let (src, dst) = match (mode.dual_src(), mode.dual_dst()) {
+            (true, true) => {
+                let [src, dst] = self.host_slots(tin, [(h.src, false), (h.dst, true)]);
+                (src, dst)
             }
-            let slot = self.host_slot(tin, hash, is_dst);
-            let host = &mut self.hosts.get_mut(slot).state;
-            host.refs += 1;
-            if bulk && u32::from(host.bulk) < QUEUES {
-                host.bulk += 1;
+            (true, false) => (self.host_slots(tin, [(h.src, false)])[0], NO_HOST),
+            (false, true) => (NO_HOST, self.host_slots(tin, [(h.dst, true)])[0]),
+            (false, false) => return,
+        };
+        for slot in [src, dst] {
+            if slot != NO_HOST {
+                let host = &mut self.hosts.get_mut(slot).state;
+                host.refs += 1;
+                if bulk && u32::from(host.bulk) < QUEUES {
+                    host.bulk += 1;
+                }
             }
-            let state = &mut self.flows.get_mut(idx).state;
-            if is_dst {
-                state.dsthost = slot;
-            } else {
-                state.srchost = slot;
-            }
+        }
+        let queue = &mut self.flows.get_mut(idx).state;
+        if src != NO_HOST {
+            queue.srchost = src;
+        }
+        if dst != NO_HOST {
+            queue.dsthost = dst;
         }
     }
 
-    /// The host slot for `hash`: the way tagged with it, else the first without bulk flows,
-    /// else the way its hash names (shared), retagged.
-    fn host_slot(&mut self, tin: usize, hash: u32, dst: bool) -> u32 {
-        let idx = hash % QUEUES;
-        let inner = idx % WAYS;
-        let outer = idx - inner;
-        let find = |slots: &Self, k: u32| {
-            slots
-                .hosts
-                .find(slots.host_index, host_bucket(tin, outer + k, dst))
-        };
-        for i in 0..WAYS {
-            let k = (inner + i) % WAYS;
-            if let Some(slot) = find(self, k)
-                && self.hosts.get(slot).state.tag == hash
-            {
-                return slot;
-            }
+    /// The host slot of each `(hash, destination)`, its set looked at once for all of them: the
+    /// way tagged with the hash, else the first from the hash's own that is free or holds no
+    /// bulk flow, else the hash's own (shared), retagged. A source and a destination set
+    /// never overlap, so looking at both before taking either changes nothing.
+    #[inline]
+    fn host_slots<const R: usize>(&mut self, tin: usize, wanted: [(u32, bool); R]) -> [u32; R] {
+        let mut looks = wanted.map(|(hash, dst)| HostLook::new(tin, hash, dst));
+        let mut missing = R;
+        self.hosts.scan_runs(
+            self.host_index,
+            looks.map(|l| l.set),
+            WAYS,
+            looks.map(|l| l.inner),
+            |run, k, slot, host| {
+                let look = &mut looks[run];
+                if look.tagged == NONE && look.see(k, slot, &host.state) {
+                    missing -= 1;
+                }
+                missing == 0
+            },
+        );
+        let mut slots = [NONE; R];
+        for (slot, look) in slots.iter_mut().zip(&looks) {
+            *slot = if look.tagged != NONE {
+                look.tagged
+            } else {
+                let chosen = if look.spare == 0 {
+                    look.inner
+                } else {
+                    first_from(look.spare, look.inner)
+                };
+                let slot = match look.held[chosen as usize] {
+                    NONE => self.hosts.alloc(self.host_index, look.set + chosen),
+                    slot => slot,
+                };
+                self.hosts.get_mut(slot).state.tag = look.hash;
+                slot
+            };
         }
-        let mut chosen = inner;
-        for i in 0..WAYS {
-            let k = (inner + i) % WAYS;
-            if find(self, k).is_none_or(|slot| self.hosts.get(slot).state.bulk == 0) {
-                chosen = k;
-                break;
-            }
-        }
-        let slot = match find(self, chosen) {
-            Some(slot) => slot,
-            None => self
-                .hosts
-                .alloc(self.host_index, host_bucket(tin, outer + chosen, dst)),
-        };
-        self.hosts.get_mut(slot).state.tag = hash;
-        slot
+        slots
     }
 
     /// One queue less refers to host slot `slot`; the slot goes with the last.
+    #[inline]
     pub(crate) fn release_host(&mut self, slot: u32) {
         if slot == NO_HOST {
             return;
@@ -283,10 +364,13 @@ impl Slots<'_> {
     }
 
     /// `cake_inc_*host_bulk_flow_count` (`delta` 1) and `cake_dec_*` (-1) for queue `idx`.
+    #[inline]
     pub(crate) fn bulk_count(&mut self, idx: u32, mode: FlowMode, delta: i32) {
-        let (src, dst) = dual(mode);
-        let state = self.flows.get(idx).state;
-        for (wanted, slot) in [(src, state.srchost), (dst, state.dsthost)] {
+        let queue = &self.flows.get(idx).state;
+        for (wanted, slot) in [
+            (mode.dual_src(), queue.srchost),
+            (mode.dual_dst(), queue.dsthost),
+        ] {
             if !wanted || slot == NO_HOST {
                 continue;
             }
@@ -300,10 +384,12 @@ impl Slots<'_> {
     }
 
     /// Frees queue `idx` (empty, on no list) and its references to host slots.
+    #[inline]
     pub(crate) fn free_queue(&mut self, idx: u32) {
-        let state = self.flows.get(idx).state;
-        self.release_host(state.srchost);
-        self.release_host(state.dsthost);
+        let queue = &self.flows.get(idx).state;
+        let (src, dst) = (queue.srchost, queue.dsthost);
+        self.release_host(src);
+        self.release_host(dst);
         self.flows.free(self.flow_index, idx);
     }
 }

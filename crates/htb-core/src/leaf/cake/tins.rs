@@ -3,8 +3,9 @@
 //! the rate arithmetic of `cake_set_rate`.
 
 use super::cobalt::CobaltParams;
+use super::hash::CakeFlowState;
 use super::spec::{CakeConfig, DiffservMode};
-use crate::leaf::flows::{FlowList, ListTag};
+use crate::leaf::flows::{FlowList, FlowTable, ListTag};
 
 /// `CAKE_MAX_TINS`.
 pub(crate) const MAX_TINS: usize = 8;
@@ -94,8 +95,15 @@ impl RateNs {
 
     /// Time `len` bytes take, ns (0 when unlimited).
     pub(crate) fn duration(self, len: u32) -> u64 {
-        ((u128::from(len) * u128::from(self.ns)) >> self.shift) as u64
+        duration(len, self.ns, self.shift)
     }
+}
+
+/// Time `len` bytes take at `ns >> shift` ns per byte (`cake_advance_shaper`'s
+/// `(len * rate_ns) >> rate_shft`).
+#[inline]
+pub(crate) fn duration(len: u32, ns: u64, shift: u8) -> u64 {
+    ((u128::from(len) * u128::from(ns)) >> shift) as u64
 }
 
 /// One tin (`struct cake_tin_data` without its flow arrays, which live in the flow table).
@@ -164,6 +172,34 @@ impl Tin {
             way_hits: 0,
             way_misses: 0,
             way_collisions: 0,
+        }
+    }
+
+    /// The list of this tin that `tag` names.
+    #[inline]
+    fn list(&mut self, tag: ListTag) -> Option<&mut FlowList> {
+        match tag {
+            ListTag::New => Some(&mut self.new_flows),
+            ListTag::Old => Some(&mut self.old_flows),
+            ListTag::Dormant => Some(&mut self.decaying_flows),
+            ListTag::Unlinked => None,
+        }
+    }
+
+    /// `list_del_init`: queue `idx` of this tin leaves whichever list it is on.
+    #[inline]
+    pub(crate) fn unlink(&mut self, flows: &mut FlowTable<CakeFlowState>, idx: u32) {
+        if let Some(list) = self.list(flows.get(idx).list) {
+            list.remove(flows, idx);
+        }
+    }
+
+    /// `list_move_tail`: queue `idx` of this tin goes to the tail of the list `to` names.
+    #[inline]
+    pub(crate) fn move_to(&mut self, flows: &mut FlowTable<CakeFlowState>, idx: u32, to: ListTag) {
+        self.unlink(flows, idx);
+        if let Some(list) = self.list(to) {
+            list.push_back(flows, idx);
         }
     }
 

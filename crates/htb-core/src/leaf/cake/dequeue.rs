@@ -1,0 +1,220 @@
+//! `cake_dequeue`: the tin to serve, its queues in DRR++ order (decaying first on a call's
+//! first look, then new, then old), COBALT on the packet, and a queue found empty retired.
+
+use super::hash::{CakeFlowState, FlowSet};
+use super::{Cake, ewma, slots};
+use crate::Packet;
+use crate::leaf::flows::{FlowTable, ListTag};
+use crate::leaf::{LeafStore, random};
+
+impl Cake {
+    /// Picks the tin to serve (module `choose`). `None`: nothing to serve.
+    #[inline]
+    fn choose_tin(&mut self, now: u64) -> Option<usize> {
+        if self.rate_ns == 0 {
+            self.choice.by_weight(&mut self.tins)
+        } else {
+            self.choice.by_threshold(&self.tins, now)
+        }
+    }
+
+    /// Moves queue `idx` of tin `tin` from whichever list it is on to the tail of `to`.
+    pub(super) fn move_to(
+        &mut self,
+        flows: &mut FlowTable<CakeFlowState>,
+        tin: usize,
+        idx: u32,
+        to: ListTag,
+    ) {
+        self.tins[tin].move_to(flows, idx, to);
+    }
+
+    /// `cake_dequeue`. `None` while packets are held means the shaper holds them back until
+    /// [`throttled_until`](Self::throttled_until).
+    pub(crate) fn dequeue<P: Packet>(&mut self, store: &mut LeafStore<P>, now: u64) -> Option<P> {
+        let mode = self.config.flow_mode;
+        let mut first_flow = true;
+        'begin: loop {
+            if self.counts.len == 0 {
+                return None;
+            }
+            if self.time_next_packet > now && self.failsafe_next_packet > now {
+                self.overlimits = self.overlimits.wrapping_add(1);
+                return None;
+            }
+            let tin = self.choose_tin(now)?;
+            // Whether what was just checked and chosen still holds: a queue found empty
+            // changes neither the packets held, nor the shaper, nor a tin's deficit, so while
+            // its tin stays busy `goto begin` would come back to it; an `ingress` drop changes
+            // all three.
+            let mut checked = true;
+            'retry: loop {
+                let b = &self.tins[tin];
+                let idx = if first_flow && !b.decaying_flows.is_empty() {
+                    b.decaying_flows.front()
+                } else {
+                    b.new_flows
+                        .front()
+                        .or_else(|| b.old_flows.front())
+                        .or_else(|| b.decaying_flows.front())
+                };
+                let Some(idx) = idx else { continue 'begin };
+                first_flow = false;
+
+                // Flow isolation (DRR++).
+                if store.cake.flows.get(idx).deficit <= 0 {
+                    let flow = store.cake.flows.get_mut(idx);
+                    if flow.state.set == FlowSet::Sparse {
+                        if flow.len > 0 {
+                            flow.state.set = FlowSet::Bulk;
+                            let b = &mut self.tins[tin];
+                            b.sparse_flow_count -= 1;
+                            b.bulk_flow_count += 1;
+                            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
+                                .bulk_count(idx, mode, 1);
+                        } else {
+                            // In the bulk rotation for its deficit, still counted sparse.
+                            flow.state.set = FlowSet::SparseWait;
+                        }
+                    }
+                    let quantum = self.flow_quantum(&store.cake, tin, idx);
+                    store.cake.flows.get_mut(idx).deficit += quantum;
+                    self.move_to(&mut store.cake.flows, tin, idx, ListTag::Old);
+                    continue 'retry;
+                }
+
+                // A packet through COBALT.
+                let (packet, enqueued) = loop {
+                    let flow = store.cake.flows.get_mut(idx);
+                    let Some((mut packet, enqueued)) = store.packets.pop_front(&mut flow.packets)
+                    else {
+                        self.retire(store, tin, idx, now);
+                        if checked && self.choice.busy(tin) {
+                            continue 'retry;
+                        }
+                        continue 'begin;
+                    };
+                    let len = packet.len_bytes();
+                    flow.len -= 1;
+                    flow.backlog -= len;
+                    let b = &mut self.tins[tin];
+                    b.tin_backlog -= len;
+                    self.counts.remove(len);
+                    self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
+                    let bulk = if self.config.ingress {
+                        u32::from(b.bulk_flow_count)
+                    } else {
+                        0
+                    };
+                    // BLUE's coin, tossed only while BLUE is active, as the kernel does; the
+                    // sequence moves on either way.
+                    let random = if store.cake.flows.get(idx).state.cvars.p_drop == 0 {
+                        random::skip_random(&mut self.random);
+                        0
+                    } else {
+                        self.next_random()
+                    };
+                    let cparams = self.tins[tin].cparams;
+                    let flow = store.cake.flows.get_mut(idx);
+                    let drop = flow.state.cvars.should_drop(
+                        &cparams,
+                        now,
+                        now.saturating_sub(enqueued),
+                        bulk,
+                        || packet.set_ce(),
+                        random,
+                    );
+                    // The last packet of a queue may be marked, never dropped.
+                    if !drop || flow.len == 0 {
+                        break (packet, enqueued);
+                    }
+                    flow.state.dropped = flow.state.dropped.wrapping_add(1);
+                    if self.config.ingress {
+                        let charged = self.charged(&packet);
+                        self.advance_shaper(tin, charged, now, true);
+                        store.cake.flows.get_mut(idx).deficit -= charged as i32;
+                        self.tins[tin].tin_deficit -= charged as i32;
+                        self.choice.charged(&self.tins, tin);
+                    }
+                    self.tins[tin].tin_dropped = self.tins[tin].tin_dropped.wrapping_add(1);
+                    self.counts.drops += 1;
+                    store.dropped.push(packet);
+                    if self.config.ingress {
+                        checked = false;
+                        continue 'retry;
+                    }
+                };
+
+                let marked = store.cake.flows.get(idx).state.cvars.ecn_marked;
+                let b = &mut self.tins[tin];
+                b.tin_ecn_mark = b.tin_ecn_mark.wrapping_add(u32::from(marked));
+                let delay = now.saturating_sub(enqueued);
+                b.avge_delay = ewma(b.avge_delay, delay, 8);
+                b.peak_delay = ewma(
+                    b.peak_delay,
+                    delay,
+                    if delay > b.peak_delay { 2 } else { 8 },
+                );
+                b.base_delay = ewma(
+                    b.base_delay,
+                    delay,
+                    if delay < b.base_delay { 2 } else { 8 },
+                );
+                let charged = self.charged(&packet);
+                self.advance_shaper(tin, charged, now, false);
+                store.cake.flows.get_mut(idx).deficit -= charged as i32;
+                self.tins[tin].tin_deficit -= charged as i32;
+                self.choice.charged(&self.tins, tin);
+                return Some(packet);
+            }
+        }
+    }
+
+    /// A queue was served and found empty (`cake_dequeue`): it waits on the decaying list
+    /// while its COBALT state has not come to rest, else it leaves the rotation and its
+    /// record is freed.
+    #[inline]
+    fn retire<P>(&mut self, store: &mut LeafStore<P>, tin: usize, idx: u32, now: u64) {
+        let mode = self.config.flow_mode;
+        let b = &mut self.tins[tin];
+        let flow = store.cake.flows.get_mut(idx);
+        if flow.state.cvars.queue_empty(&b.cparams, now) {
+            b.unresponsive_flow_count = b.unresponsive_flow_count.saturating_sub(1);
+        }
+        let set = flow.state.set;
+        let resting = flow.state.cvars.at_rest(now);
+        flow.state.set = if resting {
+            FlowSet::None
+        } else {
+            FlowSet::Decaying
+        };
+        match set {
+            FlowSet::Bulk => b.bulk_flow_count -= 1,
+            FlowSet::Sparse | FlowSet::SparseWait => b.sparse_flow_count -= 1,
+            FlowSet::Decaying if resting => b.decaying_flow_count -= 1,
+            FlowSet::Decaying | FlowSet::None => {}
+        }
+        if !resting && set != FlowSet::Decaying {
+            b.decaying_flow_count += 1;
+        }
+        b.move_to(
+            &mut store.cake.flows,
+            idx,
+            if resting {
+                ListTag::Unlinked
+            } else {
+                ListTag::Dormant
+            },
+        );
+        self.choice.emptied(&self.tins, tin);
+        if set == FlowSet::Bulk {
+            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
+                .bulk_count(idx, mode, -1);
+        }
+        if resting {
+            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).free_queue(idx);
+        } else {
+            self.decaying_tins |= 1 << tin;
+        }
+    }
+}
