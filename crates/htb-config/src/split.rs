@@ -75,23 +75,12 @@ fn top_of(mut id: ClassId, parent_of: &impl Fn(ClassId) -> Option<ClassId>) -> C
 
 #[cfg(test)]
 mod tests {
-    use serde::Deserialize;
-
     use super::*;
-    use crate::{QdiscSection, tree_from_sections};
+    use crate::tree::TestDoc;
 
-    #[derive(Deserialize)]
-    struct Doc {
-        qdisc: Option<QdiscSection>,
-        #[serde(default)]
-        class: Vec<Located<ClassSection>>,
-    }
-
-    fn choices(text: &str, under_mq: bool) -> Result<BTreeMap<ClassId, SplitChoice>, String> {
-        let doc: Doc = crate::from_toml(text).map_err(|e| e.to_string())?;
-        let tree =
-            tree_from_sections(text, doc.qdisc.as_ref(), &doc.class).map_err(|e| e.to_string())?;
-        split_choices(text, &doc.class, &tree, under_mq).map_err(|e| e.to_string())
+    fn choices(text: &str, under_mq: bool) -> Result<BTreeMap<ClassId, SplitChoice>, ConfigError> {
+        let (doc, tree) = TestDoc::tree(text)?;
+        split_choices(text, &doc.class, &tree, under_mq)
     }
 
     const TREE: &str = "[[class]]\nid = \"1:1\"\nrate = \"40gbit\"\n\
@@ -118,18 +107,20 @@ mod tests {
         let deep = format!(
             "{TREE}[[class]]\nid = \"1:200\"\nparent = \"1:100\"\nrate = \"1mbit\"\nsplit = true\n"
         );
-        let e = choices(&deep, false).unwrap_err();
+        let e = choices(&deep, false).unwrap_err().to_string();
         assert!(
             e.starts_with("line 22, column 9: class[4].split: split is chosen for a whole subtree")
                 && e.contains("class 1:200 is in the subtree of 1:10"),
             "{e}"
         );
-        let e = choices(TREE, true).unwrap_err();
+        let e = choices(TREE, true).unwrap_err().to_string();
         assert!(
             e.starts_with("line 8, column 9: class[1].split: split is for htbd's own layout"),
             "{e}"
         );
-        let e = choices(&TREE.replace("split = true", "split = \"yes\""), false).unwrap_err();
+        let e = choices(&TREE.replace("split = true", "split = \"yes\""), false)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("class[1].split") && e.contains("bool"), "{e}");
     }
 }

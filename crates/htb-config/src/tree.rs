@@ -348,20 +348,32 @@ fn class_leaf(
     }
 }
 
+/// A config file of only `[qdisc]` and `[[class]]` sections, for the tests of what is built
+/// from them (this module's and `split.rs`'s).
+#[cfg(test)]
+#[derive(Deserialize)]
+pub(crate) struct TestDoc {
+    pub(crate) qdisc: Option<QdiscSection>,
+    #[serde(default)]
+    pub(crate) class: Vec<Located<ClassSection>>,
+}
+
+#[cfg(test)]
+impl TestDoc {
+    /// Reads `text` and builds its tree, as the daemon's config reader does.
+    pub(crate) fn tree(text: &str) -> Result<(Self, TreeSpec), ConfigError> {
+        let doc: Self = crate::from_toml(text)?;
+        let tree = tree_from_sections(text, doc.qdisc.as_ref(), &doc.class)?;
+        Ok((doc, tree))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[derive(Deserialize)]
-    struct Doc {
-        qdisc: Option<QdiscSection>,
-        #[serde(default)]
-        class: Vec<Located<ClassSection>>,
-    }
-
     fn tree(text: &str) -> Result<TreeSpec, ConfigError> {
-        let doc: Doc = crate::from_toml(text)?;
-        tree_from_sections(text, doc.qdisc.as_ref(), &doc.class)
+        TestDoc::tree(text).map(|(_, tree)| tree)
     }
 
     #[test]

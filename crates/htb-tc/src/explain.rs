@@ -70,10 +70,7 @@ pub(crate) fn parse(words: &[String]) -> Result<Explain> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn words(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_owned).collect()
-    }
+    use crate::words::split_words as words;
 
     #[test]
     fn explain_takes_an_address_and_optional_words() {

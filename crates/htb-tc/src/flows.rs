@@ -45,11 +45,8 @@ pub(crate) fn parse(words: &[String]) -> Result<FlowsQuery> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::words::split_words as words;
     use htb_core::ClassId;
-
-    fn words(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_owned).collect()
-    }
 
     #[test]
     fn flows_takes_a_dev_a_class_and_a_top_in_either_spelling() {

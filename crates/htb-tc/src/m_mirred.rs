@@ -77,7 +77,7 @@ mod tests {
     use super::*;
 
     fn parse(line: &str) -> (Result<InterfaceName>, Vec<String>) {
-        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let words = words::split_words(line);
         let mut a = Args::new(&words);
         let r = options(&mut a);
         (r, a.rest().to_vec())

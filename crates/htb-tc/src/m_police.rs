@@ -182,7 +182,7 @@ mod tests {
     use super::*;
 
     fn parse(line: &str) -> (Result<PoliceConfig>, Vec<String>) {
-        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let words = crate::words::split_words(line);
         let mut a = Args::new(&words);
         let p = options(&mut a);
         (p, a.rest().to_vec())

@@ -320,12 +320,9 @@ pub fn parse_batch_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::words::split_words as words;
     use htb_core::{LeafKind, LeafSpec};
     use htb_ipc::{Command, LeafQdiscSpec, Match, Object, PortRange, QdiscSpec, Rate, Show};
-
-    fn words(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_owned).collect()
-    }
 
     fn change(s: &str) -> Command {
         match parse_command(&words(s)) {

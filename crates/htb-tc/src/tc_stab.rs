@@ -98,7 +98,7 @@ mod tests {
     use super::*;
 
     fn parse(line: &str) -> (Result<SizeSpec>, Vec<String>) {
-        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let words = crate::words::split_words(line);
         let mut a = Args::new(&words);
         let spec = options(&mut a);
         (spec, a.rest().to_vec())

@@ -339,11 +339,8 @@ pub(super) fn u32_handle(s: &str, what: &str) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::words::split_words as words;
     use htb_ipc::PortRange;
-
-    fn words(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_owned).collect()
-    }
 
     fn read(s: &str, v6: bool) -> Result<Match> {
         let w = words(s);

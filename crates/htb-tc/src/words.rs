@@ -136,3 +136,10 @@ impl fmt::Display for RateWord {
         write!(f, "{bits}bit")
     }
 }
+
+/// A command line cut at its blanks, as the parsers' tests hand it over (no quoting: tests of
+/// quoting go through `args::split_line`).
+#[cfg(test)]
+pub(crate) fn split_words(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_owned).collect()
+}

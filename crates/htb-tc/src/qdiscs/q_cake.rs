@@ -538,7 +538,7 @@ mod tests {
     use htb_core::{CakeConfig, LeafConfig, Rate};
 
     fn parse(line: &str) -> Result<CakeSpec> {
-        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let words = words::split_words(line);
         match options(&mut Args::new(&words))? {
             LeafSpec::Cake(s) => Ok(s),
             _ => unreachable!(),

@@ -172,7 +172,7 @@ mod tests {
     use htb_core::{Duration, LeafConfig};
 
     fn parse(line: &str) -> Result<TbfSpec> {
-        let words: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let words = crate::words::split_words(line);
         match options(&mut Args::new(&words))? {
             LeafSpec::Tbf(s) => Ok(s),
             _ => unreachable!(),
