@@ -362,18 +362,20 @@ impl Fleet {
         let (mut route, mut gateway) = (None, None);
         while start.elapsed() < limit {
             let at = start.elapsed();
-            if route.is_none() && self.download_via() == Some(b) {
+            // One look at each direction a round: the same looks say when each moved and
+            // whether it carries both ways now (`carried_by` would look again).
+            let (down, up) = (self.download_via(), self.gateway_on());
+            if route.is_none() && down == Some(b) {
                 route = Some(at);
             }
-            if gateway.is_none() && self.gateway_on() == Some(b) {
+            if gateway.is_none() && up == Some(b) {
                 gateway = Some(at);
             }
-            if let (Some(route), Some(gateway)) = (route, gateway) {
-                // Both seen on it once: it carries both ways now (or the other direction
-                // moved on again, which the caller's next look finds).
-                if self.carried_by() == Some(b) {
-                    return Moved { route, gateway };
-                }
+            if let (Some(route), Some(gateway)) = (route, gateway)
+                && down == Some(b)
+                && up == Some(b)
+            {
+                return Moved { route, gateway };
             }
             std::thread::sleep(Duration::from_millis(20));
         }
