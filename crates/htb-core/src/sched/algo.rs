@@ -48,6 +48,18 @@ fn bits(mut mask: u8) -> impl Iterator<Item = u8> {
     })
 }
 
+/// Charges `len` bytes to a DRR `deficit`; when it runs out, tops it up by `quantum` and
+/// says so: the round moves on (`htb_dequeue_tree`).
+#[inline]
+fn spend_deficit(deficit: &mut i32, len: u32, quantum: i32) -> bool {
+    *deficit = deficit.saturating_sub(len.min(i32::MAX as u32) as i32);
+    let advance = *deficit < 0;
+    if advance {
+        *deficit = deficit.saturating_add(quantum);
+    }
+    advance
+}
+
 /// Where a class's nodes are: its level and first node.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Place {
@@ -266,11 +278,12 @@ impl<P: Packet> Scheduler<P> {
     /// `htb_change_class_mode` once the new mode is known (and differs): counts overlimits and
     /// moves the class between feeds and rows. The caller moves it in the wait queue.
     fn set_mode(&mut self, cl: ClassIdx, new_mode: Mode) {
-        let class = &mut self.classes[cl as usize];
         if new_mode == Mode::CantSend {
-            class.overlimits = class.overlimits.wrapping_add(1);
+            let cold = &mut self.cold[cl as usize];
+            cold.overlimits = cold.overlimits.wrapping_add(1);
             self.stats.overlimits += 1;
         }
+        let class = &mut self.classes[cl as usize];
         let old_mode = class.mode;
         if class.activity == 0 {
             class.mode = new_mode;
@@ -537,11 +550,16 @@ impl<P: Packet> Scheduler<P> {
         let class = &mut self.classes[cl as usize];
         class.bytes += u64::from(len);
         class.packets += 1;
-        class.deficit[level] = class.deficit[level].saturating_sub(len.min(i32::MAX as u32) as i32);
-        let advance = class.deficit[level] < 0;
-        if advance {
-            class.deficit[level] = class.deficit[level].saturating_add(class.quantum);
-        }
+        // `leaf.deficit[level]`: level 0's in the record, the borrowing levels' out of it.
+        let advance = if level == 0 {
+            spend_deficit(&mut class.deficit, len, class.quantum)
+        } else {
+            spend_deficit(
+                &mut self.cold[cl as usize].deficit_above[level - 1],
+                len,
+                class.quantum,
+            )
+        };
         let parent = class.parent;
         // An emptied leaf leaves the round (`htb_deactivate`, below): read while at hand.
         let leaving = (emptied && class.activity != 0).then(|| {

@@ -191,7 +191,8 @@ impl<P: Packet> Scheduler<P> {
             );
 
             // Tree shape and levels.
-            let expected_level = if c.children == 0 {
+            let children_counted = self.cold[slot].children;
+            let expected_level = if children_counted == 0 {
                 0
             } else if c.parent == NO_CLASS {
                 MAX_DEPTH as u8 - 1
@@ -212,7 +213,7 @@ impl<P: Packet> Scheduler<P> {
             if c.parent != NO_CLASS {
                 let p = &self.classes[c.parent as usize];
                 ensure!(
-                    p.live && p.children > 0,
+                    p.live && self.cold[c.parent as usize].children > 0,
                     "class {} has a dead or childless parent",
                     c.id
                 );
@@ -223,10 +224,10 @@ impl<P: Packet> Scheduler<P> {
                 .filter(|k| k.live && k.parent == slot as u32)
                 .count();
             ensure!(
-                children == c.children as usize,
+                children == children_counted as usize,
                 "class {} counts {} children, has {children}",
                 c.id,
-                c.children
+                children_counted
             );
 
             // Buckets.
