@@ -95,7 +95,6 @@ pub(super) struct Hook {
     activity: u8,
     mode: Mode,
     parent: ClassIdx,
-    inner: u32,
     minor: u32,
 }
 
@@ -107,7 +106,6 @@ impl Hook {
             activity: class.activity,
             mode: class.mode,
             parent: class.parent,
-            inner: class.inner,
             minor: class.id.minor(),
         }
     }
@@ -153,10 +151,10 @@ impl<P: Packet> Scheduler<P> {
         let mut mask = hook.activity;
         while hook.mode == Mode::MayBorrow && hook.parent != NO_CLASS && mask != 0 {
             let parent = hook.parent;
-            let up = Hook::of(&self.classes[parent as usize]);
+            let up = self.cold[parent as usize].inner;
             for prio in bits(mask) {
                 let node = hook.place.node(prio);
-                let feed = &mut self.inner[up.inner as usize].feeds[prio as usize];
+                let feed = &mut self.inner[up as usize].feeds[prio as usize];
                 if !feed.tree.is_empty() {
                     // The parent is already hooked up for this priority.
                     mask &= !(1 << prio);
@@ -179,13 +177,13 @@ impl<P: Packet> Scheduler<P> {
         let mut mask = hook.activity;
         while hook.mode == Mode::MayBorrow && hook.parent != NO_CLASS && mask != 0 {
             let parent = hook.parent;
-            let up = Hook::of(&self.classes[parent as usize]);
+            let up = self.cold[parent as usize].inner;
             let key = hook.minor;
             let todo = mask;
             mask = 0;
             for prio in bits(todo) {
                 let node = hook.place.node(prio);
-                let feed = &mut self.inner[up.inner as usize].feeds[prio as usize];
+                let feed = &mut self.inner[up as usize].feeds[prio as usize];
                 if feed.ptr == node {
                     // Removing the child the parent's DRR points at: forget the pointer but
                     // remember the id, so the round robin resumes after it.
@@ -472,7 +470,7 @@ impl<P: Packet> Scheduler<P> {
                     return NO_CLASS;
                 }
                 sp += 1;
-                feeds[sp] = class.inner;
+                feeds[sp] = self.cold[cl as usize].inner;
             }
         }
         self.stats.internal_faults += 1;
@@ -486,7 +484,7 @@ impl<P: Packet> Scheduler<P> {
     fn advance_pointer(&mut self, parent: ClassIdx, level: usize, prio: u8) {
         let r = if level > 0 {
             RowRef::Feed {
-                inner: self.classes[parent as usize].inner,
+                inner: self.cold[parent as usize].inner,
                 prio,
             }
         } else {
@@ -627,7 +625,8 @@ impl<P: Packet> Scheduler<P> {
                 class.tokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             } else {
                 // Classes below the lender borrowed: their rate bucket only catches up.
-                class.borrows = class.borrows.wrapping_add(1);
+                let cold = &mut self.cold[cl as usize];
+                cold.borrows = cold.borrows.wrapping_add(1);
                 class.tokens = class.tokens.saturating_add(diff);
             }
             let ceil_cost = class.ceil_cost.cost(charged);

@@ -267,7 +267,6 @@ impl<P: Packet> Scheduler<P> {
             id,
             parent,
             prio_node: 0,
-            inner: NO_INNER,
             level: 0,
             prio: 0,
             mode: Mode::CanSend,
@@ -285,7 +284,6 @@ impl<P: Packet> Scheduler<P> {
             bytes: 0,
             packets: 0,
             lends: 0,
-            borrows: 0,
             live: true,
             shared: false,
             queue: Leaf::Vacant,
@@ -433,7 +431,7 @@ impl<P: Packet> Scheduler<P> {
         let node = self.prio_nodes.alloc(slot, key, true);
         let class = &mut self.classes[slot as usize];
         class.prio_node = node;
-        class.inner = inner;
+        self.cold[slot as usize].inner = inner;
         class.level = level;
         class.deficit = 0;
         self.cold[slot as usize].deficit_above = [0; MAX_DEPTH - 1];
@@ -449,14 +447,18 @@ impl<P: Packet> Scheduler<P> {
             self.remove_from_wait_tree(slot);
         }
         let class = &self.classes[slot as usize];
-        let (old_node, inner, key) = (class.prio_node, class.inner, class.id.minor());
+        let (old_node, inner, key) = (
+            class.prio_node,
+            self.cold[slot as usize].inner,
+            class.id.minor(),
+        );
         self.prio_nodes.free(old_node, true);
         self.free_inner.push(inner);
         let node = self.prio_nodes.alloc(slot, key, false);
         let now = self.now;
         let class = &mut self.classes[slot as usize];
         class.prio_node = node;
-        class.inner = NO_INNER;
+        self.cold[slot as usize].inner = NO_INNER;
         class.level = 0;
         class.tokens = class.buffer;
         class.ctokens = class.cbuffer;

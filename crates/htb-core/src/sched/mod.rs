@@ -574,7 +574,7 @@ impl<P: Packet> Scheduler<P> {
                 backlog_packets: queue.len().into(),
             },
             lends: c.lends.into(),
-            borrows: c.borrows.into(),
+            borrows: cold.borrows.into(),
             giants: 0,
             tokens: ticks(c.tokens),
             ctokens: ticks(c.ctokens),
