@@ -48,6 +48,18 @@ fn bits(mut mask: u8) -> impl Iterator<Item = u8> {
     })
 }
 
+/// Charges `len` bytes to a DRR `deficit`; when it runs out, tops it up by `quantum` and
+/// says so: the round moves on (`htb_dequeue_tree`).
+#[inline]
+fn spend_deficit(deficit: &mut i32, len: u32, quantum: i32) -> bool {
+    *deficit = deficit.saturating_sub(len.min(i32::MAX as u32) as i32);
+    let advance = *deficit < 0;
+    if advance {
+        *deficit = deficit.saturating_add(quantum);
+    }
+    advance
+}
+
 /// Where a class's nodes are: its level and first node.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Place {
@@ -83,7 +95,6 @@ pub(super) struct Hook {
     activity: u8,
     mode: Mode,
     parent: ClassIdx,
-    inner: u32,
     minor: u32,
 }
 
@@ -95,7 +106,6 @@ impl Hook {
             activity: class.activity,
             mode: class.mode,
             parent: class.parent,
-            inner: class.inner,
             minor: class.id.minor(),
         }
     }
@@ -141,10 +151,10 @@ impl<P: Packet> Scheduler<P> {
         let mut mask = hook.activity;
         while hook.mode == Mode::MayBorrow && hook.parent != NO_CLASS && mask != 0 {
             let parent = hook.parent;
-            let up = Hook::of(&self.classes[parent as usize]);
+            let up = self.cold[parent as usize].inner;
             for prio in bits(mask) {
                 let node = hook.place.node(prio);
-                let feed = &mut self.inner[up.inner as usize].feeds[prio as usize];
+                let feed = &mut self.inner[up as usize].feeds[prio as usize];
                 if !feed.tree.is_empty() {
                     // The parent is already hooked up for this priority.
                     mask &= !(1 << prio);
@@ -167,13 +177,13 @@ impl<P: Packet> Scheduler<P> {
         let mut mask = hook.activity;
         while hook.mode == Mode::MayBorrow && hook.parent != NO_CLASS && mask != 0 {
             let parent = hook.parent;
-            let up = Hook::of(&self.classes[parent as usize]);
+            let up = self.cold[parent as usize].inner;
             let key = hook.minor;
             let todo = mask;
             mask = 0;
             for prio in bits(todo) {
                 let node = hook.place.node(prio);
-                let feed = &mut self.inner[up.inner as usize].feeds[prio as usize];
+                let feed = &mut self.inner[up as usize].feeds[prio as usize];
                 if feed.ptr == node {
                     // Removing the child the parent's DRR points at: forget the pointer but
                     // remember the id, so the round robin resumes after it.
@@ -266,11 +276,12 @@ impl<P: Packet> Scheduler<P> {
     /// `htb_change_class_mode` once the new mode is known (and differs): counts overlimits and
     /// moves the class between feeds and rows. The caller moves it in the wait queue.
     fn set_mode(&mut self, cl: ClassIdx, new_mode: Mode) {
-        let class = &mut self.classes[cl as usize];
         if new_mode == Mode::CantSend {
-            class.overlimits = class.overlimits.wrapping_add(1);
+            let cold = &mut self.cold[cl as usize];
+            cold.overlimits = cold.overlimits.wrapping_add(1);
             self.stats.overlimits += 1;
         }
+        let class = &mut self.classes[cl as usize];
         let old_mode = class.mode;
         if class.activity == 0 {
             class.mode = new_mode;
@@ -459,7 +470,7 @@ impl<P: Packet> Scheduler<P> {
                     return NO_CLASS;
                 }
                 sp += 1;
-                feeds[sp] = class.inner;
+                feeds[sp] = self.cold[cl as usize].inner;
             }
         }
         self.stats.internal_faults += 1;
@@ -473,7 +484,7 @@ impl<P: Packet> Scheduler<P> {
     fn advance_pointer(&mut self, parent: ClassIdx, level: usize, prio: u8) {
         let r = if level > 0 {
             RowRef::Feed {
-                inner: self.classes[parent as usize].inner,
+                inner: self.cold[parent as usize].inner,
                 prio,
             }
         } else {
@@ -537,11 +548,16 @@ impl<P: Packet> Scheduler<P> {
         let class = &mut self.classes[cl as usize];
         class.bytes += u64::from(len);
         class.packets += 1;
-        class.deficit[level] = class.deficit[level].saturating_sub(len.min(i32::MAX as u32) as i32);
-        let advance = class.deficit[level] < 0;
-        if advance {
-            class.deficit[level] = class.deficit[level].saturating_add(class.quantum);
-        }
+        // `leaf.deficit[level]`: level 0's in the record, the borrowing levels' out of it.
+        let advance = if level == 0 {
+            spend_deficit(&mut class.deficit, len, class.quantum)
+        } else {
+            spend_deficit(
+                &mut self.cold[cl as usize].deficit_above[level - 1],
+                len,
+                class.quantum,
+            )
+        };
         let parent = class.parent;
         // An emptied leaf leaves the round (`htb_deactivate`, below): read while at hand.
         let leaving = (emptied && class.activity != 0).then(|| {
@@ -609,7 +625,8 @@ impl<P: Packet> Scheduler<P> {
                 class.tokens = if toks <= -MBUFFER { 1 - MBUFFER } else { toks };
             } else {
                 // Classes below the lender borrowed: their rate bucket only catches up.
-                class.borrows = class.borrows.wrapping_add(1);
+                let cold = &mut self.cold[cl as usize];
+                cold.borrows = cold.borrows.wrapping_add(1);
                 class.tokens = class.tokens.saturating_add(diff);
             }
             let ceil_cost = class.ceil_cost.cost(charged);

@@ -89,12 +89,12 @@ impl<P: Packet> Scheduler<P> {
         // Inner state belongs to exactly one live inner class.
         let mut inner_owner = vec![NO_CLASS; self.inner.len()];
         for (slot, c) in self.classes.iter().enumerate() {
-            if c.live && c.inner != NO_INNER {
-                let owner = &mut inner_owner[c.inner as usize];
+            if c.live && self.cold[slot].inner != NO_INNER {
+                let owner = &mut inner_owner[self.cold[slot].inner as usize];
                 ensure!(
                     *owner == NO_CLASS,
                     "inner state {} shared by two classes",
-                    c.inner
+                    self.cold[slot].inner
                 );
                 *owner = slot as u32;
             }
@@ -108,17 +108,21 @@ impl<P: Packet> Scheduler<P> {
 
         // Record every feed's members first: membership is checked per class below.
         for (slot, c) in self.classes.iter().enumerate() {
-            if !c.live || c.inner == NO_INNER {
+            if !c.live || self.cold[slot].inner == NO_INNER {
                 continue;
             }
-            for (prio, feed) in self.inner[c.inner as usize].feeds.iter().enumerate() {
+            for (prio, feed) in self.inner[self.cold[slot].inner as usize]
+                .feeds
+                .iter()
+                .enumerate()
+            {
                 feed.tree
                     .check(nodes)
                     .map_err(|e| CheckError(format!("feed {}/{prio}: {e:?}", c.id)))?;
                 self.check_row(
                     feed,
                     Home::Feed {
-                        inner: c.inner,
+                        inner: self.cold[slot].inner,
                         prio,
                     },
                     &mut homes,
@@ -191,7 +195,8 @@ impl<P: Packet> Scheduler<P> {
             );
 
             // Tree shape and levels.
-            let expected_level = if c.children == 0 {
+            let children_counted = self.cold[slot].children;
+            let expected_level = if children_counted == 0 {
                 0
             } else if c.parent == NO_CLASS {
                 MAX_DEPTH as u8 - 1
@@ -205,14 +210,14 @@ impl<P: Packet> Scheduler<P> {
                 c.level
             );
             ensure!(
-                (c.level == 0) == (c.inner == NO_INNER),
+                (c.level == 0) == (self.cold[slot].inner == NO_INNER),
                 "class {} inner state vs level",
                 c.id
             );
             if c.parent != NO_CLASS {
                 let p = &self.classes[c.parent as usize];
                 ensure!(
-                    p.live && p.children > 0,
+                    p.live && self.cold[c.parent as usize].children > 0,
                     "class {} has a dead or childless parent",
                     c.id
                 );
@@ -223,10 +228,10 @@ impl<P: Packet> Scheduler<P> {
                 .filter(|k| k.live && k.parent == slot as u32)
                 .count();
             ensure!(
-                children == c.children as usize,
+                children == children_counted as usize,
                 "class {} counts {} children, has {children}",
                 c.id,
-                c.children
+                children_counted
             );
 
             // Buckets.
@@ -259,7 +264,11 @@ impl<P: Packet> Scheduler<P> {
                 );
             } else {
                 ensure!(queue.is_empty(), "inner class {} holds packets", c.id);
-                for (prio, feed) in self.inner[c.inner as usize].feeds.iter().enumerate() {
+                for (prio, feed) in self.inner[self.cold[slot].inner as usize]
+                    .feeds
+                    .iter()
+                    .enumerate()
+                {
                     ensure!(
                         (c.activity >> prio & 1 == 1) != feed.tree.is_empty(),
                         "inner {} activity {:#x} disagrees with feed {prio}",
@@ -277,7 +286,7 @@ impl<P: Packet> Scheduler<P> {
                         prio,
                     }),
                     (true, Mode::MayBorrow) if c.parent != NO_CLASS => Some(Home::Feed {
-                        inner: self.classes[c.parent as usize].inner,
+                        inner: self.cold[c.parent as usize].inner,
                         prio,
                     }),
                     _ => None,
@@ -392,15 +401,19 @@ impl<P: Packet> Scheduler<P> {
                 c.mode,
                 c.activity,
                 c.prio,
-                c.inner as i64,
+                self.cold[slot].inner as i64,
                 c.prio_node,
                 self.classes[slot].queue.len(),
                 c.tokens,
                 c.ctokens,
                 c.t_c
             );
-            if c.inner != NO_INNER {
-                for (prio, feed) in self.inner[c.inner as usize].feeds.iter().enumerate() {
+            if self.cold[slot].inner != NO_INNER {
+                for (prio, feed) in self.inner[self.cold[slot].inner as usize]
+                    .feeds
+                    .iter()
+                    .enumerate()
+                {
                     if !feed.tree.is_empty() || feed.ptr != NIL || feed.last_ptr_id != 0 {
                         let _ = writeln!(out, "  feed {prio}: {}", members(feed));
                     }

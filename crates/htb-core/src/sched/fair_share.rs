@@ -125,8 +125,14 @@ impl SeatState {
     }
 
     /// Once per pass: publishes the count and whether `class` (this copy) has packets
-    /// waiting, then recomputes the penalty. Returns whether it changed.
-    pub(super) fn update(&mut self, seats: &Seats, class: &Class) -> bool {
+    /// waiting, then recomputes the penalty from its `(rate, ceil)`. Returns whether it
+    /// changed.
+    pub(super) fn update(
+        &mut self,
+        seats: &Seats,
+        class: &Class,
+        (rate, ceil): (Rate, Rate),
+    ) -> bool {
         let w = usize::from(self.seat);
         let Some(mine) = seats.seats.get(w) else {
             return false;
@@ -156,11 +162,11 @@ impl SeatState {
         let penalty = if backlogged {
             let least = seats.least_backlogged(None).unwrap_or(self.served);
             let lead = self.served.saturating_sub(least);
-            let allowance = bytes_of(class.cbuffer / 8, class.ceil);
+            let allowance = bytes_of(class.cbuffer / 8, ceil);
             let excess = lead.saturating_sub(allowance);
             (
-                tokens_of(excess, class.rate).min(class.buffer / 2),
-                tokens_of(excess, class.ceil).min(class.cbuffer / 2),
+                tokens_of(excess, rate).min(class.buffer / 2),
+                tokens_of(excess, ceil).min(class.cbuffer / 2),
             )
         } else {
             // Emptied: nothing waits here to hold back.

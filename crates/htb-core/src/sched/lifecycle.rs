@@ -4,7 +4,9 @@
 use alloc::vec::Vec;
 
 use super::Scheduler;
-use super::arena::{Class, ClassIdx, InnerState, MAX_CLASSES, NO_CLASS, NO_INNER, WaitNode};
+use super::arena::{
+    Class, ClassCold, ClassIdx, InnerState, MAX_CLASSES, NO_CLASS, NO_INNER, WaitNode,
+};
 use crate::Packet;
 use crate::class_id::ClassId;
 use crate::error::ClassError;
@@ -76,17 +78,20 @@ impl<P: Packet> Scheduler<P> {
         let queue = Leaf::unstarted(&mut self.store, &self.config.default_leaf, slot);
         // The class is stored with a vacant queue: the records' chunks are filled with copies
         // of the first one pushed, and a leaf's copy may allocate.
+        let cold = ClassCold::new(config.rate, config.ceil);
         if slot as usize == self.classes.len() {
             self.classes.push(class);
+            self.cold.push(cold);
             self.wait_nodes.push(WaitNode::UNLINKED);
         } else {
             self.classes[slot as usize] = class;
+            self.cold[slot as usize] = cold;
             self.wait_nodes[slot as usize] = WaitNode::UNLINKED;
         }
         self.classes[slot as usize].queue = queue;
         self.ids.insert(id.minor(), slot);
         if parent_slot != NO_CLASS {
-            self.classes[parent_slot as usize].children += 1;
+            self.cold[parent_slot as usize].children += 1;
         }
         self.refresh_default();
         Ok(change)
@@ -167,20 +172,23 @@ impl<P: Packet> Scheduler<P> {
         }
 
         let class = &mut self.classes[slot as usize];
+        let cold = &mut self.cold[slot as usize];
         let rescale = |tokens: i64, old: u64, new: u64| -> i64 {
             let scaled = i128::from(tokens) * i128::from(old) / i128::from(new.max(1));
             i64::try_from(scaled).unwrap_or(if tokens < 0 { i64::MIN } else { i64::MAX })
         };
         let tokens = rescale(
             class.tokens,
-            class.rate.bits_per_sec(),
+            cold.rate.bits_per_sec(),
             config.rate.bits_per_sec(),
         );
         let ctokens = rescale(
             class.ctokens,
-            class.ceil.bits_per_sec(),
+            cold.ceil.bits_per_sec(),
             config.ceil.bits_per_sec(),
         );
+        cold.rate = config.rate;
+        cold.ceil = config.ceil;
         Self::apply_config(class, &config);
         class.tokens = tokens.clamp(1 - super::algo::MBUFFER, class.buffer);
         class.ctokens = ctokens.clamp(1 - super::algo::MBUFFER, class.cbuffer);
@@ -203,18 +211,18 @@ impl<P: Packet> Scheduler<P> {
         if slot == NO_CLASS {
             return Err(ClassError::NotFound(id));
         }
-        if self.classes[slot as usize].children > 0 {
+        if self.cold[slot as usize].children > 0 {
             return Err(ClassError::HasChildren(id));
         }
         let mut change = Change::new();
         self.purge_leaf(slot, &mut change.purged);
         self.unshare(slot);
         let parent = self.classes[slot as usize].parent;
-        let last_child = parent != NO_CLASS && self.classes[parent as usize].children == 1;
+        let last_child = parent != NO_CLASS && self.cold[parent as usize].children == 1;
 
         self.ids.remove(id.minor());
         if parent != NO_CLASS {
-            self.classes[parent as usize].children -= 1;
+            self.cold[parent as usize].children -= 1;
         }
         self.deactivate(slot);
         if self.classes[slot as usize].mode != Mode::CanSend {
@@ -259,13 +267,11 @@ impl<P: Packet> Scheduler<P> {
             id,
             parent,
             prio_node: 0,
-            inner: NO_INNER,
             level: 0,
             prio: 0,
             mode: Mode::CanSend,
             activity: 0,
             quantum: 0,
-            children: 0,
             tokens: 0,
             ctokens: 0,
             t_c: now,
@@ -274,15 +280,10 @@ impl<P: Packet> Scheduler<P> {
             rate_cost: TokenCost::new(config.rate),
             ceil_cost: TokenCost::new(config.ceil),
             adjust: config.adjust,
-            deficit: [0; MAX_DEPTH],
+            deficit: 0,
             bytes: 0,
             packets: 0,
             lends: 0,
-            borrows: 0,
-            drops: 0,
-            overlimits: 0,
-            rate: config.rate,
-            ceil: config.ceil,
             live: true,
             shared: false,
             queue: Leaf::Vacant,
@@ -293,9 +294,8 @@ impl<P: Packet> Scheduler<P> {
         class
     }
 
+    /// The parameters the packet path reads (the rates themselves are [`ClassCold`]'s).
     fn apply_config(class: &mut Class, config: &ClassConfig) {
-        class.rate = config.rate;
-        class.ceil = config.ceil;
         class.rate_cost = TokenCost::new(config.rate);
         class.ceil_cost = TokenCost::new(config.ceil);
         class.buffer = ns_to_tokens(config.buffer.as_nanos());
@@ -319,8 +319,8 @@ impl<P: Packet> Scheduler<P> {
         let count = (purged.len() - before) as u64;
         self.qlen -= count;
         self.backlog -= bytes;
-        let class = &mut self.classes[slot as usize];
-        class.drops = class.drops.wrapping_add(count as u32);
+        let cold = &mut self.cold[slot as usize];
+        cold.drops = cold.drops.wrapping_add(count as u32);
         self.stats.drops += count;
     }
 
@@ -431,9 +431,10 @@ impl<P: Packet> Scheduler<P> {
         let node = self.prio_nodes.alloc(slot, key, true);
         let class = &mut self.classes[slot as usize];
         class.prio_node = node;
-        class.inner = inner;
+        self.cold[slot as usize].inner = inner;
         class.level = level;
-        class.deficit = [0; MAX_DEPTH];
+        class.deficit = 0;
+        self.cold[slot as usize].deficit_above = [0; MAX_DEPTH - 1];
         // An inner class holds no packets: its leaf goes (`qdisc_put` of the child qdisc).
         self.classes[slot as usize].queue = Leaf::Vacant;
         self.refresh_default();
@@ -446,20 +447,25 @@ impl<P: Packet> Scheduler<P> {
             self.remove_from_wait_tree(slot);
         }
         let class = &self.classes[slot as usize];
-        let (old_node, inner, key) = (class.prio_node, class.inner, class.id.minor());
+        let (old_node, inner, key) = (
+            class.prio_node,
+            self.cold[slot as usize].inner,
+            class.id.minor(),
+        );
         self.prio_nodes.free(old_node, true);
         self.free_inner.push(inner);
         let node = self.prio_nodes.alloc(slot, key, false);
         let now = self.now;
         let class = &mut self.classes[slot as usize];
         class.prio_node = node;
-        class.inner = NO_INNER;
+        self.cold[slot as usize].inner = NO_INNER;
         class.level = 0;
         class.tokens = class.buffer;
         class.ctokens = class.cbuffer;
         class.t_c = now;
         class.mode = Mode::CanSend;
-        class.deficit = [0; MAX_DEPTH];
+        class.deficit = 0;
+        self.cold[slot as usize].deficit_above = [0; MAX_DEPTH - 1];
         // A leaf again, with a new default leaf qdisc (`htb_parent_to_leaf`'s `new_q`).
         self.classes[slot as usize].queue =
             Leaf::unstarted(&mut self.store, &self.config.default_leaf, slot);

@@ -14,7 +14,7 @@ use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::fmt;
 
-use self::arena::{Class, ClassIdx, InnerState, Level, NO_CLASS, PrioNodes, WaitNode};
+use self::arena::{Class, ClassCold, ClassIdx, InnerState, Level, NO_CLASS, PrioNodes, WaitNode};
 pub use self::check::CheckError;
 use self::chunked::Chunked;
 pub use self::fair_share::MAX_SEATS;
@@ -134,6 +134,8 @@ pub struct ClassInfo {
 pub struct Scheduler<P: Packet> {
     config: SchedulerConfig,
     classes: Chunked<Class>,
+    /// What the packet path does not touch of each class, by the same slot.
+    cold: Chunked<ClassCold>,
     wait_nodes: Chunked<WaitNode>,
     prio_nodes: PrioNodes,
     inner: Chunked<InnerState>,
@@ -180,6 +182,7 @@ impl<P: Packet> Scheduler<P> {
                 ..config
             },
             classes: Chunked::new(),
+            cold: Chunked::new(),
             wait_nodes: Chunked::new(),
             prio_nodes: PrioNodes::default(),
             inner: Chunked::new(),
@@ -206,6 +209,7 @@ impl<P: Packet> Scheduler<P> {
     /// Preallocates room for `classes` classes so that adding them does not reallocate.
     pub fn reserve_classes(&mut self, classes: usize) {
         self.classes.reserve(classes);
+        self.cold.reserve(classes);
         self.wait_nodes.reserve(classes);
         self.prio_nodes.reserve(classes);
         self.ids.reserve(classes);
@@ -319,12 +323,12 @@ impl<P: Packet> Scheduler<P> {
                 if self.account_leaf(leaf, before, after, before.0) {
                     self.deactivate(leaf);
                 }
-                let class = &mut self.classes[slot];
-                class.drops = class.drops.wrapping_add(1);
+                let cold = &mut self.cold[slot];
+                cold.drops = cold.drops.wrapping_add(1);
                 self.stats.drops += 1;
                 Err(Dropped {
                     packet,
-                    reason: DropReason::QueueFull(class.id),
+                    reason: DropReason::QueueFull(self.classes[slot].id),
                 })
             }
         }
@@ -385,8 +389,8 @@ impl<P: Packet> Scheduler<P> {
         self.backlog = self.backlog - before.1 + bytes;
         let dropped = u64::from(expected.saturating_sub(qlen));
         if dropped > 0 {
-            let class = &mut self.classes[leaf as usize];
-            class.drops = class.drops.wrapping_add(dropped as u32);
+            let cold = &mut self.cold[leaf as usize];
+            cold.drops = cold.drops.wrapping_add(dropped as u32);
             self.stats.drops += dropped;
         }
         qlen == 0
@@ -516,21 +520,22 @@ impl<P: Packet> Scheduler<P> {
             return None;
         }
         let class = &self.classes[slot as usize];
+        let cold = &self.cold[slot as usize];
         let queue = &self.classes[slot as usize].queue;
         let parent = (class.parent != NO_CLASS).then(|| self.classes[class.parent as usize].id);
         Some(ClassInfo {
             id,
             parent,
             level: class.level,
-            children: class.children,
+            children: cold.children,
             config: ClassConfig {
-                rate: class.rate,
-                ceil: class.ceil,
+                rate: cold.rate,
+                ceil: cold.ceil,
                 // Derived from the bucket depths, as tc derives what it prints.
-                burst: class
+                burst: cold
                     .rate
                     .bytes_in(Duration::from_nanos(tokens_to_ns_ceil(class.buffer))),
-                cburst: class
+                cburst: cold
                     .ceil
                     .bytes_in(Duration::from_nanos(tokens_to_ns_ceil(class.cbuffer))),
                 buffer: Duration::from_nanos(tokens_to_ns_ceil(class.buffer)),
@@ -552,6 +557,7 @@ impl<P: Packet> Scheduler<P> {
             return None;
         }
         let c = &self.classes[slot as usize];
+        let cold = &self.cold[slot as usize];
         let queue = &self.classes[slot as usize].queue;
         let ticks = |tokens: i64| {
             (tokens >> TOKENS_PER_TICK_SHIFT).clamp(i32::MIN.into(), i32::MAX.into()) as i32
@@ -561,14 +567,14 @@ impl<P: Packet> Scheduler<P> {
             queue: QueueCounters {
                 bytes: c.bytes,
                 packets: c.packets,
-                drops: c.drops.into(),
-                overlimits: c.overlimits.into(),
+                drops: cold.drops.into(),
+                overlimits: cold.overlimits.into(),
                 requeues: 0,
                 backlog_bytes: queue.backlog(),
                 backlog_packets: queue.len().into(),
             },
             lends: c.lends.into(),
-            borrows: c.borrows.into(),
+            borrows: cold.borrows.into(),
             giants: 0,
             tokens: ticks(c.tokens),
             ctokens: ticks(c.ctokens),

@@ -273,7 +273,8 @@ impl<P: Packet> Scheduler<P> {
             let Some(fair) = slot.fair.as_mut() else {
                 continue;
             };
-            if fair.update(&slot.buckets.seats, class) {
+            let cold = &self.cold[slot.class as usize];
+            if fair.update(&slot.buckets.seats, class, (cold.rate, cold.ceil)) {
                 // Held back, or let go: the mode (and the wait-queue key) follows the view.
                 let cl = slot.class;
                 self.reevaluate_mode(cl);

@@ -108,14 +108,13 @@ impl Cake {
                     };
                     // BLUE's coin, tossed only while BLUE is active, as the kernel does; the
                     // sequence moves on either way.
-                    let random = if store.cake.flows.get(idx).state.cvars.p_drop == 0 {
+                    let random = if flow.state.cvars.p_drop == 0 {
                         random::skip_random(&mut self.random);
                         0
                     } else {
                         self.next_random()
                     };
                     let cparams = self.tins[tin].cparams;
-                    let flow = store.cake.flows.get_mut(idx);
                     let drop = flow.state.cvars.should_drop(
                         &cparams,
                         now,
@@ -145,7 +144,8 @@ impl Cake {
                     }
                 };
 
-                let marked = store.cake.flows.get(idx).state.cvars.ecn_marked;
+                let flow = store.cake.flows.get_mut(idx);
+                let marked = flow.state.cvars.ecn_marked;
                 let b = &mut self.tins[tin];
                 b.tin_ecn_mark = b.tin_ecn_mark.wrapping_add(u32::from(marked));
                 let delay = now.saturating_sub(enqueued);
@@ -162,7 +162,7 @@ impl Cake {
                 );
                 let charged = self.charged(&packet);
                 self.advance_shaper(tin, charged, now, false);
-                store.cake.flows.get_mut(idx).deficit -= charged as i32;
+                flow.deficit -= charged as i32;
                 self.tins[tin].tin_deficit -= charged as i32;
                 self.choice.charged(&self.tins, tin);
                 return Some(packet);

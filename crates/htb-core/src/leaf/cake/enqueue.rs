@@ -162,7 +162,7 @@ impl Cake {
         }
 
         // The flow joins the rotation, or moves to bulk if it was waiting there.
-        let set = store.cake.flows.get(idx).state.set;
+        let set = flow.state.set;
         match set {
             FlowSet::None | FlowSet::Decaying => {
                 let b = &mut self.tins[tin];
@@ -173,9 +173,11 @@ impl Cake {
                 b.new_flows.push_back(&mut store.cake.flows, idx);
                 b.sparse_flow_count += 1;
                 self.choice.busied(tin);
-                store.cake.flows.get_mut(idx).state.set = FlowSet::Sparse;
+                // The quantum reads the queue's hosts, not its set.
                 let quantum = self.flow_quantum(&store.cake, tin, idx);
-                store.cake.flows.get_mut(idx).deficit = quantum;
+                let flow = store.cake.flows.get_mut(idx);
+                flow.state.set = FlowSet::Sparse;
+                flow.deficit = quantum;
             }
             FlowSet::SparseWait => {
                 store.cake.flows.get_mut(idx).state.set = FlowSet::Bulk;
