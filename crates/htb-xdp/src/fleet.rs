@@ -126,6 +126,12 @@ impl Fleet {
             .unwrap_or_default()
     }
 
+    /// The fleet's view of port `port`'s root tree.
+    #[cfg(test)]
+    pub(crate) fn view(&self, port: usize) -> Option<&TreeView> {
+        self.views.get(port).map(AsRef::as_ref)
+    }
+
     /// Takes every worker's copy of the views back: the fleet's are then the only ones.
     fn recall<R: Rings>(&mut self, planes: &mut [&mut Dataplane<R>]) {
         for plane in planes.iter_mut() {

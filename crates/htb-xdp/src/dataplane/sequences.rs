@@ -354,6 +354,7 @@ fn run(sequence: &Sequence, workers: usize) {
                     assert_eq!(dp.unaccounted_frames(), 0, "after {control:?}");
                 }
                 ever_split.extend(fleet.split_subtrees(1));
+                the_view_is_the_trees(&fleet, &planes);
             }
         }
         for dp in &planes {
@@ -377,6 +378,42 @@ fn run(sequence: &Sequence, workers: usize) {
         only_owners_queued(&planes, &ever_split);
     } else {
         assert!(ever_split.is_empty(), "one worker splits nothing");
+    }
+}
+
+/// Checks that the fleet's view of each port's root tree (the owner map the workers read) is
+/// every worker's tree: the same classes with the same parents, children and rates, shared
+/// where the workers' are (with several workers), the same default leaf, and that every
+/// subtree top has a server.
+fn the_view_is_the_trees(fleet: &Fleet, planes: &[Dataplane<SimRings>]) {
+    for port in 0..2 {
+        let view = fleet.view(port).expect("a view per port");
+        for (w, dp) in planes.iter().enumerate() {
+            let Some(htb) = dp.root_tree_at(port) else {
+                assert_eq!(view.major(), None, "port {port}: no root tree");
+                continue;
+            };
+            assert_eq!(view.major(), Some(htb.config().major), "port {port}");
+            assert_eq!(view.class_ids().count(), htb.class_count(), "port {port}");
+            assert_eq!(view.default_leaf(), htb.default_class(), "port {port}");
+            for id in htb.class_ids() {
+                let info = htb.class_info(id).unwrap();
+                let seen = view
+                    .class(id)
+                    .unwrap_or_else(|| panic!("{id} not in the view"));
+                assert_eq!(seen.parent, info.parent, "{id}'s parent");
+                assert_eq!(seen.children, info.children, "{id}'s children");
+                assert_eq!(seen.rate, info.config.rate, "{id}'s rate");
+                assert_eq!(
+                    seen.shared,
+                    htb.is_shared(id),
+                    "worker {w}: {id} shared as the view says"
+                );
+                if planes.len() > 1 && crate::assign::is_subtree_top(htb, id) {
+                    assert!(view.server(id).is_some(), "subtree {id} has a server");
+                }
+            }
+        }
     }
 }
 
