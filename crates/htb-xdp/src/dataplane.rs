@@ -30,6 +30,8 @@ use self::target_cache::TargetCache;
 #[cfg(test)]
 mod ifb_tests;
 #[cfg(test)]
+mod memory_tests;
+#[cfg(test)]
 mod metering_tests;
 #[cfg(test)]
 mod mq_tests;
