@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use htb_core::{ClassId, Instant, Rate, SharedBuckets, SplitChoice};
+use htb_core::{ClassId, ClassSpec, Instant, Rate, SharedBuckets, SplitChoice};
 
 use crate::assign::{Server, is_subtree_top, subtree_of};
 use crate::dataplane::Dataplane;
@@ -66,6 +66,11 @@ enum Shape {
         id: ClassId,
         choice: Option<SplitChoice>,
     },
+    /// A leaf qdisc set or changed.
+    Leaf {
+        port: usize,
+        id: ClassId,
+    },
     Other,
 }
 
@@ -93,9 +98,14 @@ impl Fleet {
             rule: SplitRule::new(split_above, choices),
         };
         fleet.recall(planes);
+        let mut touched = Vec::new();
         for port in 0..ports {
-            fleet.assign_tree(planes, port);
+            fleet.assign_tree(planes, Instant::ZERO, port);
+            if workers > 1 {
+                touched.extend(fleet.views[port].class_ids().map(|id| (port, id)));
+            }
         }
+        fleet.settle(planes, Instant::ZERO, &touched);
         fleet.hand_out(planes, &vec![true; ports]);
         fleet
     }
@@ -157,9 +167,12 @@ impl Fleet {
         Arc::make_mut(&mut self.views[port])
     }
 
-    /// Applies `ops` in order to every worker's data plane (see `Engine::apply`): per op, the
-    /// packets it dropped (summed over the workers) or why it failed; the first failure ends
-    /// the batch. Also returns what the ops replaced, to be dropped off the data-plane threads.
+    /// Applies `ops` in order to the workers' data planes (see `Engine::apply`): each class
+    /// operation to the workers holding the class (`holder_for`), the rest to every worker.
+    /// Per op, the packets it dropped (summed over the workers that applied it) or why it
+    /// failed; the first failure ends the batch. Also returns what the ops replaced, to be
+    /// dropped off the data-plane threads. Then the classes move to where the assignment says
+    /// (`settle`).
     pub(crate) fn apply<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
@@ -169,13 +182,25 @@ impl Fleet {
         let workers = planes.len();
         let mut shapes = Vec::with_capacity(ops.len());
         let mut copies: Vec<Vec<PlaneOp>> = (0..workers).map(|_| Vec::new()).collect();
+        // Per worker, the index in the batch of each op it was given.
+        let mut given: Vec<Vec<usize>> = (0..workers).map(|_| Vec::new()).collect();
+        // Classes added by this batch, with the worker holding them (`None`: every worker).
+        let mut added: BTreeMap<(usize, ClassId), Option<u16>> = BTreeMap::new();
         let mut refused = None;
-        for op in ops {
+        for (i, op) in ops.into_iter().enumerate() {
             let shape = shape_of(planes, &op);
+            let holder = if workers > 1 {
+                self.holder_for(&shape, &mut added)
+            } else {
+                None
+            };
             match op.per_worker(workers) {
                 Ok(ops) => {
-                    for (list, op) in copies.iter_mut().zip(ops) {
-                        list.push(op);
+                    for (w, op) in ops.into_iter().enumerate() {
+                        if holder.is_none_or(|h| usize::from(h) == w) {
+                            copies[w].push(op);
+                            given[w].push(i);
+                        }
                     }
                     shapes.push(shape);
                 }
@@ -185,25 +210,18 @@ impl Fleet {
                 }
             }
         }
-        let mut results: Vec<Result<u64, PlaneError>> = Vec::new();
+        let mut outcomes: Vec<Vec<Option<Result<u64, PlaneError>>>> =
+            (0..shapes.len()).map(|_| Vec::new()).collect();
         let mut retired = Retired::default();
         for (w, ops) in copies.into_iter().enumerate() {
             let (outcome, replaced) = planes[w].apply(now, ops);
             retired.extend(replaced);
-            if w == 0 {
-                results = outcome;
-                continue;
-            }
-            for (total, other) in results.iter_mut().zip(outcome) {
-                match (total, other) {
-                    (Ok(n), Ok(m)) => *n += m,
-                    (Ok(_), Err(e)) => {
-                        tracing::error!("data-plane worker {w} disagrees with worker 0: {e}");
-                    }
-                    (Err(_), _) => {}
-                }
+            let mut outcome = outcome.into_iter();
+            for &i in &given[w] {
+                outcomes[i].push(outcome.next());
             }
         }
+        let mut results = merge_outcomes(outcomes);
         self.recall(planes);
         let mut changed = vec![false; self.views.len()];
         // The view follows the whole batch first: the assignment reads the trees as the batch
@@ -214,13 +232,26 @@ impl Fleet {
             .filter(|(_, r)| r.is_ok())
             .map(|(shape, _)| shape)
             .collect();
+        // The classes the batch gave every worker: placed, they may be one worker's.
+        let mut touched: Vec<(usize, ClassId)> = added
+            .into_iter()
+            .filter(|(_, h)| h.is_none())
+            .map(|(k, _)| k)
+            .collect();
         let mut reshapes = Vec::with_capacity(applied.len());
         for shape in applied {
             reshapes.push(self.follow(shape, &mut changed));
         }
         for shape in reshapes {
-            self.reshape(planes, shape, &mut changed);
+            if let Shape::NewTree { port, .. } = &shape
+                && workers > 1
+            {
+                let port = *port;
+                touched.extend(self.views[port].class_ids().map(|id| (port, id)));
+            }
+            self.reshape(planes, now, shape, &mut changed);
         }
+        self.settle(planes, now, &touched);
         self.hand_out(planes, &changed);
         if let Some(e) = refused
             && results.iter().all(Result::is_ok)
@@ -228,6 +259,170 @@ impl Fleet {
             results.push(Err(e));
         }
         (results, retired)
+    }
+
+    /// The one worker a class operation goes to (`None`: every worker): the worker holding
+    /// the class — for a class added, its parent's holder; a new subtree goes to every worker
+    /// until the batch is applied and it is placed (`settle`). Notes the classes the batch
+    /// adds and deletes.
+    fn holder_for(
+        &self,
+        shape: &Shape,
+        added: &mut BTreeMap<(usize, ClassId), Option<u16>>,
+    ) -> Option<u16> {
+        let (port, id) = match shape {
+            Shape::Added { port, id, .. }
+            | Shape::Changed { port, id, .. }
+            | Shape::Deleted { port, id }
+            | Shape::Leaf { port, id } => (*port, *id),
+            _ => return None,
+        };
+        let view = &self.views[port];
+        if !view.covers(id) {
+            return None;
+        }
+        let of = |c: ClassId| match added.get(&(port, c)) {
+            Some(&h) => h,
+            None => view.holder(c),
+        };
+        match shape {
+            Shape::Added { parent, .. } => {
+                // A child of a top-level class tops a new subtree: every worker has it until
+                // it is placed.
+                let holder = parent
+                    .filter(|&p| {
+                        added.contains_key(&(port, p))
+                            || view.class(p).is_some_and(|c| c.parent.is_some())
+                    })
+                    .and_then(of);
+                added.insert((port, id), holder);
+                holder
+            }
+            Shape::Deleted { .. } => {
+                let holder = of(id);
+                added.remove(&(port, id));
+                holder
+            }
+            _ => of(id),
+        }
+    }
+
+    /// Moves the classes to where the assignment says, after a batch: the classes `touched`
+    /// (added to every worker by the batch, or of a new tree) that are in a subtree one
+    /// worker owns are deleted from the others, deepest first (they hold no frames: nothing
+    /// was received since they were added).
+    fn settle<R: Rings>(
+        &mut self,
+        planes: &mut [&mut Dataplane<R>],
+        now: Instant,
+        touched: &[(usize, ClassId)],
+    ) {
+        if planes.len() < 2 || touched.is_empty() {
+            return;
+        }
+        let mut gone: Vec<(usize, usize, ClassId, u16)> = touched
+            .iter()
+            .filter_map(|&(port, id)| {
+                let view = &self.views[port];
+                Some((view.depth(id), port, id, view.holder(id)?))
+            })
+            .collect();
+        gone.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        gone.dedup();
+        for (w, plane) in planes.iter_mut().enumerate() {
+            let ops: Vec<PlaneOp> = gone
+                .iter()
+                .filter(|&&(_, port, id, owner)| {
+                    usize::from(owner) != w
+                        && plane.root_tree_at(port).is_some_and(|t| t.contains(id))
+                })
+                .filter_map(|&(_, port, id, _)| {
+                    Some(PlaneOp::DeleteClass {
+                        port: plane.port_name(port)?.to_owned(),
+                        id,
+                    })
+                })
+                .collect();
+            if ops.is_empty() {
+                continue;
+            }
+            let (results, retired) = plane.apply(now, ops);
+            drop(retired);
+            for e in results.into_iter().filter_map(Result::err) {
+                tracing::error!("data-plane worker {w}: a class it does not serve stays: {e}");
+            }
+        }
+    }
+
+    /// Copies subtree `top` of `port` from worker `from`, its owner, to every other worker
+    /// (it is split): each class with its parameters and its leaf, parents first.
+    fn copy_subtree<R: Rings>(
+        &self,
+        planes: &mut [&mut Dataplane<R>],
+        now: Instant,
+        port: usize,
+        top: ClassId,
+        from: usize,
+    ) {
+        let view = &self.views[port];
+        let mut ids: Vec<ClassId> = view
+            .class_ids()
+            .filter(|&c| subtree_of(&**view, c) == Some(top))
+            .collect();
+        ids.sort_by_key(|&c| view.depth(c));
+        let Some(htb) = planes.get(from).and_then(|p| p.root_tree_at(port)) else {
+            return;
+        };
+        let classes: Vec<_> = ids
+            .into_iter()
+            .filter_map(|id| {
+                let info = htb.class_info(id)?;
+                let c = info.config;
+                let spec = ClassSpec {
+                    rate: c.rate,
+                    ceil: Some(c.ceil),
+                    burst: Some(c.burst),
+                    cburst: Some(c.cburst),
+                    prio: u32::from(c.prio),
+                    quantum: Some(c.quantum),
+                    mtu: None,
+                    adjust: c.adjust,
+                };
+                Some((id, info.parent, spec, info.leaf))
+            })
+            .collect();
+        for (w, plane) in planes.iter_mut().enumerate() {
+            let Some(name) = plane.port_name(port).map(str::to_owned) else {
+                continue;
+            };
+            if w == from {
+                continue;
+            }
+            let mut ops = Vec::new();
+            for (id, parent, spec, leaf) in &classes {
+                if plane.root_tree_at(port).is_some_and(|t| t.contains(*id)) {
+                    continue;
+                }
+                ops.push(PlaneOp::AddClass {
+                    port: name.clone(),
+                    id: *id,
+                    parent: *parent,
+                    spec: spec.clone(),
+                });
+                if let Some(leaf) = leaf {
+                    ops.push(PlaneOp::SetLeaf {
+                        port: name.clone(),
+                        id: *id,
+                        leaf: Some(*leaf),
+                    });
+                }
+            }
+            let (results, retired) = plane.apply(now, ops);
+            drop(retired);
+            for e in results.into_iter().filter_map(Result::err) {
+                tracing::error!("data-plane worker {w}: a class of split {top} not copied: {e}");
+            }
+        }
     }
 
     /// Brings the view's classes up to date after an operation applied; returns what is left
@@ -292,7 +487,7 @@ impl Fleet {
                     changed[port] = true;
                 }
             }
-            Shape::Chosen { .. } | Shape::Other => {}
+            Shape::Chosen { .. } | Shape::Leaf { .. } | Shape::Other => {}
         }
         shape
     }
@@ -302,6 +497,7 @@ impl Fleet {
     fn reshape<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
+        now: Instant,
         shape: Shape,
         changed: &mut [bool],
     ) {
@@ -317,17 +513,17 @@ impl Fleet {
             return;
         }
         match shape {
-            Shape::Added { port, id, .. } => self.assign_class(planes, port, id),
+            Shape::Added { port, id, .. } => self.assign_class(planes, now, port, id),
             Shape::Changed { port, id, .. } | Shape::Chosen { port, id, .. } => {
-                self.decide_again(planes, port, id);
+                self.decide_again(planes, now, port, id);
             }
             Shape::Deleted { port, id } => {
                 if self.view_mut(port).assignment.remove(id) {
                     changed[port] = true;
                 }
             }
-            Shape::NewTree { port, .. } => self.assign_tree(planes, port),
-            Shape::Qdisc { .. } | Shape::Other => return,
+            Shape::NewTree { port, .. } => self.assign_tree(planes, now, port),
+            Shape::Qdisc { .. } | Shape::Leaf { .. } | Shape::Other => return,
         }
         if let Some(port) = shape_port(&shape) {
             changed[port] = true;
@@ -336,7 +532,12 @@ impl Fleet {
 
     /// Assigns every subtree of `port`'s root tree afresh, in class-id order, shares the
     /// top-level classes' buckets, and those of every class of a split subtree.
-    fn assign_tree<R: Rings>(&mut self, planes: &mut [&mut Dataplane<R>], port: usize) {
+    fn assign_tree<R: Rings>(
+        &mut self,
+        planes: &mut [&mut Dataplane<R>],
+        now: Instant,
+        port: usize,
+    ) {
         let view = self.view_mut(port);
         view.assignment.clear();
         if planes.len() < 2 || view.major().is_none() {
@@ -347,7 +548,7 @@ impl Fleet {
         let (tops, below): (Vec<ClassId>, Vec<ClassId>) =
             view.class_ids().partition(|&id| is_subtree_top(&*view, id));
         for id in tops.into_iter().chain(below) {
-            self.assign_class(planes, port, id);
+            self.assign_class(planes, now, port, id);
         }
     }
 
@@ -357,6 +558,7 @@ impl Fleet {
     fn assign_class<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
+        now: Instant,
         port: usize,
         id: ClassId,
     ) {
@@ -374,7 +576,7 @@ impl Fleet {
                 self.share(planes, port, id);
             }
             // Its subtree is itself so far: the classes below come with their own adds.
-            self.place(planes, port, id, false);
+            self.place(planes, now, port, id, false);
         } else if view.server(top) == Some(Server::Every) && !shared {
             self.share(planes, port, id);
         }
@@ -385,12 +587,13 @@ impl Fleet {
     fn decide_again<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
+        now: Instant,
         port: usize,
         id: ClassId,
     ) {
         let view = &self.views[port];
         if view.covers(id) && is_subtree_top(&**view, id) {
-            self.place(planes, port, id, true);
+            self.place(planes, now, port, id, true);
         }
     }
 
@@ -401,6 +604,7 @@ impl Fleet {
     fn place<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
+        now: Instant,
         port: usize,
         top: ClassId,
         below: bool,
@@ -409,12 +613,20 @@ impl Fleet {
             return;
         };
         let split = self.rule.splits(port, top, rate);
+        // Who holds the subtree's classes before: its owner alone, or every worker.
+        let held_by = self.views[port].holder(top);
         let view = self.view_mut(port);
         let before = view.server(top);
         let server = view.assignment.place(top, split);
         if before == Some(server) || !split {
             return;
         }
+        // Split: every worker gets the classes, and keeps them should it be owned again (the
+        // frames queued in a copy drain there).
+        if let Some(owner) = held_by {
+            self.copy_subtree(planes, now, port, top, usize::from(owner));
+        }
+        self.view_mut(port).keep_everywhere(top);
         let view = &self.views[port];
         let unshared: Vec<ClassId> = if below {
             view.class_ids()
@@ -453,9 +665,13 @@ impl Fleet {
         top: ClassId,
     ) {
         self.recall(planes);
+        if let Some(owner) = self.views[port].holder(top) {
+            self.copy_subtree(planes, Instant::ZERO, port, top, usize::from(owner));
+        }
         let view = self.view_mut(port);
         view.assignment.remove(top);
         view.assignment.place(top, true);
+        view.keep_everywhere(top);
         self.hand_out(planes, &vec![true; self.views.len()]);
     }
 }
@@ -468,7 +684,8 @@ fn shape_port(shape: &Shape) -> Option<usize> {
         | Shape::Deleted { port, .. }
         | Shape::NewTree { port, .. }
         | Shape::Qdisc { port, .. }
-        | Shape::Chosen { port, .. } => Some(*port),
+        | Shape::Chosen { port, .. }
+        | Shape::Leaf { port, .. } => Some(*port),
         Shape::Other => None,
     }
 }
@@ -516,6 +733,9 @@ fn shape_of<R: Rings>(planes: &[&mut Dataplane<R>], op: &PlaneOp) -> Shape {
             major: config.major,
             default_minor: config.default_minor,
         },
+        PlaneOp::SetLeaf { id, .. } | PlaneOp::ChangeLeaf { id, .. } => {
+            Shape::Leaf { port, id: *id }
+        }
         PlaneOp::SetSplit { id, choice, .. } => Shape::Chosen {
             port,
             id: *id,
@@ -523,4 +743,32 @@ fn shape_of<R: Rings>(planes: &[&mut Dataplane<R>], op: &PlaneOp) -> Shape {
         },
         _ => Shape::Other,
     }
+}
+
+/// Per op, the outcomes of the workers it was given (`None`: the worker stopped before it)
+/// as one result: the packets summed, the first failure; the batch ends at the first op that
+/// failed or that no worker reached.
+fn merge_outcomes(
+    outcomes: Vec<Vec<Option<Result<u64, PlaneError>>>>,
+) -> Vec<Result<u64, PlaneError>> {
+    let mut results = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        let mut total: Option<Result<u64, PlaneError>> = None;
+        for result in outcome.into_iter().flatten() {
+            total = Some(match (total, result) {
+                (Some(Err(e)), _) | (None | Some(Ok(_)), Err(e)) => Err(e),
+                (None, Ok(n)) => Ok(n),
+                (Some(Ok(n)), Ok(m)) => Ok(n + m),
+            });
+        }
+        match total {
+            Some(Ok(n)) => results.push(Ok(n)),
+            Some(Err(e)) => {
+                results.push(Err(e));
+                break;
+            }
+            None => break,
+        }
+    }
+    results
 }

@@ -11,7 +11,7 @@
 //! hands clones out again — no lock, nothing for a pass to wait on. A lookup walks the class's
 //! parents in a B-tree: O(depth · log n), depth at most 8.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use htb_core::{ClassId, Packet, Rate, Scheduler, SchedulerConfig, TreeSpec};
 
@@ -41,6 +41,9 @@ pub(crate) struct TreeView {
     classes: BTreeMap<ClassId, ClassView>,
     /// Who serves each subtree.
     pub(crate) assignment: Assignment,
+    /// Subtrees (by their top) every worker holds though one may own them: split once, their
+    /// classes stay where they are, and frames queued in a copy drain there.
+    everywhere: BTreeSet<ClassId>,
 }
 
 impl Parents for TreeView {
@@ -57,6 +60,7 @@ impl TreeView {
             default_minor: 0,
             classes: BTreeMap::new(),
             assignment: Assignment::new(workers),
+            everywhere: BTreeSet::new(),
         }
     }
 
@@ -94,6 +98,7 @@ impl TreeView {
             None => {
                 self.classes.clear();
                 self.assignment.clear();
+                self.everywhere.clear();
                 self.major = None;
                 self.default_minor = 0;
             }
@@ -107,6 +112,7 @@ impl TreeView {
         self.major = new.major;
         self.default_minor = new.default_minor;
         self.assignment.clear();
+        self.everywhere.clear();
     }
 
     /// The shape of the tree `htb` holds (nothing assigned).
@@ -184,6 +190,7 @@ impl TreeView {
 
     /// Class `id` was deleted.
     pub(crate) fn delete(&mut self, id: ClassId) {
+        self.everywhere.remove(&id);
         let Some(gone) = self.classes.remove(&id) else {
             return;
         };
@@ -222,11 +229,51 @@ impl TreeView {
     /// the default class for an inner class or one that does not exist (yet), as
     /// `Scheduler::classify` falls back; `me` for the direct queue, which every worker has.
     pub(crate) fn leaf_owner(&self, class: ClassId, me: u16) -> u16 {
-        let leaf = match self.classes.get(&class) {
+        self.leaf_of(class)
+            .map_or(me, |leaf| self.owner_of(leaf, me))
+    }
+
+    /// The leaf a frame for `class` is filed in: the class if it is a leaf, else the default
+    /// class (`None`: the direct queue). A worker's own scheduler may not say: a top-level
+    /// class whose children are all other workers' is a leaf there.
+    pub(crate) fn leaf_of(&self, class: ClassId) -> Option<ClassId> {
+        match self.classes.get(&class) {
             Some(c) if c.children == 0 => Some(class),
             _ => self.default_leaf(),
-        };
-        leaf.map_or(me, |leaf| self.owner_of(leaf, me))
+        }
+    }
+
+    /// Subtree `top` stays on every worker from now on (it was split).
+    pub(crate) fn keep_everywhere(&mut self, top: ClassId) {
+        self.everywhere.insert(top);
+    }
+
+    /// The one worker holding class `id` in its scheduler, or `None` when every worker does:
+    /// a class of a subtree one worker owns is its owner's alone; the top-level classes, the
+    /// classes of split subtrees (and of those split once), of unassigned ones and classes
+    /// the view does not know are every worker's.
+    pub(crate) fn holder(&self, id: ClassId) -> Option<u16> {
+        let class = self.classes.get(&id)?;
+        class.parent?;
+        let top = subtree_of(self, id)?;
+        if self.everywhere.contains(&top) {
+            return None;
+        }
+        match self.assignment.server(top)? {
+            Server::Worker(w) => Some(w),
+            Server::Every => None,
+        }
+    }
+
+    /// Class `id`'s depth: 0 at the top of the tree.
+    pub(crate) fn depth(&self, id: ClassId) -> usize {
+        let mut depth = 0;
+        let mut at = id;
+        while let Some(Some(parent)) = self.parent(at) {
+            depth += 1;
+            at = parent;
+        }
+        depth
     }
 
     /// Who serves subtree `top`.

@@ -64,7 +64,7 @@ pub(super) struct Port {
     pub(super) targets: TargetCache,
     /// The tree unclassified frames of this worker go to and the worker owning the class they
     /// land in, once looked up.
-    pub(super) unclassified: Option<(Option<usize>, u16)>,
+    pub(super) unclassified: Option<(Option<usize>, u16, Target)>,
     /// The fleet's view of the port's root tree, shared by every worker (`None`: one worker,
     /// or not handed out yet): who serves each subtree — one worker, or every worker (split) —
     /// and each class's place in the tree, so that a worker finds a class's owner without
@@ -186,6 +186,39 @@ impl Port {
             // would, the frame leaves unclassified.
             return self.unclassified_slot(me, workers);
         };
+        if workers > 1
+            && let Some(view) = self.view_of(tree)
+        {
+            // Several workers: this one may hold only part of the tree, so the view says
+            // which leaf the frame lands in (and whose it is), not this worker's scheduler.
+            let me16 = u16::try_from(me).unwrap_or(0);
+            let leaf = view.leaf_of(class);
+            let owner = leaf.map_or(me16, |l| view.owner_of(l, me16));
+            let target = match leaf {
+                Some(l) => match self.trees[tree].htb.handle(l) {
+                    Some(handle) => {
+                        if let Ok(t16) = u16::try_from(tree) {
+                            self.targets.set(
+                                i,
+                                Resolved {
+                                    tree: t16,
+                                    handle,
+                                    owner,
+                                },
+                            );
+                        }
+                        Target::Handle(handle)
+                    }
+                    None => Target::Class(l),
+                },
+                None => Target::Direct,
+            };
+            let slot = Slot {
+                tree: Some(tree),
+                target,
+            };
+            return (slot, usize::from(owner));
+        }
         match self.trees[tree].htb.handle(class) {
             Some(handle) => {
                 let owner = self.leaf_owner(tree, class, me, workers);
@@ -306,7 +339,7 @@ impl Port {
     /// serves (as XPS keeps a CPU's packets on its own TX queue), else of tree `me` modulo
     /// their number; a port without trees sends them unshaped.
     pub(super) fn unclassified_slot(&mut self, me: usize, workers: usize) -> (Slot, usize) {
-        let (tree, owner) = match self.unclassified {
+        let (tree, owner, target) = match self.unclassified {
             Some(known) => known,
             None => {
                 let me16 = u16::try_from(me).unwrap_or(0);
@@ -319,24 +352,28 @@ impl Port {
                             .unwrap_or(me % n),
                     ),
                 };
-                let owner = match tree {
-                    Some(t) if self.trees[t].mq_minor.is_some() => {
-                        self.owner_of(t, ClassId::new(0, 0), me, workers)
+                let (owner, target) = match tree {
+                    Some(t) if self.trees[t].mq_minor.is_some() => (
+                        self.owner_of(t, ClassId::new(0, 0), me, workers),
+                        Target::Unclassified,
+                    ),
+                    // Several workers: the default leaf as the view says (this worker's
+                    // scheduler may hold only part of the tree).
+                    Some(t) if workers > 1 && self.view_of(t).is_some() => {
+                        match self.view_of(t).and_then(TreeView::default_leaf) {
+                            Some(class) => {
+                                (self.owner_of(t, class, me, workers), Target::Class(class))
+                            }
+                            None => (me16, Target::Direct),
+                        }
                     }
-                    Some(t) => self
-                        .view_of(t)
-                        .and_then(TreeView::default_leaf)
-                        .map_or(me16, |class| self.owner_of(t, class, me, workers)),
-                    None => me16,
+                    _ => (me16, Target::Unclassified),
                 };
-                self.unclassified = Some((tree, owner));
-                (tree, owner)
+                self.unclassified = Some((tree, owner, target));
+                (tree, owner, target)
             }
         };
-        let slot = Slot {
-            tree,
-            target: Target::Unclassified,
-        };
+        let slot = Slot { tree, target };
         (slot, usize::from(owner))
     }
 }
