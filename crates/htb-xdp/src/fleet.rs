@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use htb_core::{ClassId, ClassSpec, Instant, Rate, SharedBuckets, SplitChoice};
+use htb_core::{ClassId, Instant, Rate, SharedBuckets, SplitChoice};
 
 use crate::assign::{Server, is_subtree_top, subtree_of};
 use crate::dataplane::Dataplane;
@@ -18,6 +18,10 @@ use crate::plane_op::{PlaneOp, Retired};
 use crate::rings::Rings;
 use crate::split::SplitRule;
 use crate::tree_view::TreeView;
+
+mod holders;
+
+use self::holders::merge_outcomes;
 
 /// Per port, the fleet's view of its root tree with who serves which subtree, and the rule
 /// that splits some.
@@ -259,170 +263,6 @@ impl Fleet {
             results.push(Err(e));
         }
         (results, retired)
-    }
-
-    /// The one worker a class operation goes to (`None`: every worker): the worker holding
-    /// the class — for a class added, its parent's holder; a new subtree goes to every worker
-    /// until the batch is applied and it is placed (`settle`). Notes the classes the batch
-    /// adds and deletes.
-    fn holder_for(
-        &self,
-        shape: &Shape,
-        added: &mut BTreeMap<(usize, ClassId), Option<u16>>,
-    ) -> Option<u16> {
-        let (port, id) = match shape {
-            Shape::Added { port, id, .. }
-            | Shape::Changed { port, id, .. }
-            | Shape::Deleted { port, id }
-            | Shape::Leaf { port, id } => (*port, *id),
-            _ => return None,
-        };
-        let view = &self.views[port];
-        if !view.covers(id) {
-            return None;
-        }
-        let of = |c: ClassId| match added.get(&(port, c)) {
-            Some(&h) => h,
-            None => view.holder(c),
-        };
-        match shape {
-            Shape::Added { parent, .. } => {
-                // A child of a top-level class tops a new subtree: every worker has it until
-                // it is placed.
-                let holder = parent
-                    .filter(|&p| {
-                        added.contains_key(&(port, p))
-                            || view.class(p).is_some_and(|c| c.parent.is_some())
-                    })
-                    .and_then(of);
-                added.insert((port, id), holder);
-                holder
-            }
-            Shape::Deleted { .. } => {
-                let holder = of(id);
-                added.remove(&(port, id));
-                holder
-            }
-            _ => of(id),
-        }
-    }
-
-    /// Moves the classes to where the assignment says, after a batch: the classes `touched`
-    /// (added to every worker by the batch, or of a new tree) that are in a subtree one
-    /// worker owns are deleted from the others, deepest first (they hold no frames: nothing
-    /// was received since they were added).
-    fn settle<R: Rings>(
-        &mut self,
-        planes: &mut [&mut Dataplane<R>],
-        now: Instant,
-        touched: &[(usize, ClassId)],
-    ) {
-        if planes.len() < 2 || touched.is_empty() {
-            return;
-        }
-        let mut gone: Vec<(usize, usize, ClassId, u16)> = touched
-            .iter()
-            .filter_map(|&(port, id)| {
-                let view = &self.views[port];
-                Some((view.depth(id), port, id, view.holder(id)?))
-            })
-            .collect();
-        gone.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        gone.dedup();
-        for (w, plane) in planes.iter_mut().enumerate() {
-            let ops: Vec<PlaneOp> = gone
-                .iter()
-                .filter(|&&(_, port, id, owner)| {
-                    usize::from(owner) != w
-                        && plane.root_tree_at(port).is_some_and(|t| t.contains(id))
-                })
-                .filter_map(|&(_, port, id, _)| {
-                    Some(PlaneOp::DeleteClass {
-                        port: plane.port_name(port)?.to_owned(),
-                        id,
-                    })
-                })
-                .collect();
-            if ops.is_empty() {
-                continue;
-            }
-            let (results, retired) = plane.apply(now, ops);
-            drop(retired);
-            for e in results.into_iter().filter_map(Result::err) {
-                tracing::error!("data-plane worker {w}: a class it does not serve stays: {e}");
-            }
-        }
-    }
-
-    /// Copies subtree `top` of `port` from worker `from`, its owner, to every other worker
-    /// (it is split): each class with its parameters and its leaf, parents first.
-    fn copy_subtree<R: Rings>(
-        &self,
-        planes: &mut [&mut Dataplane<R>],
-        now: Instant,
-        port: usize,
-        top: ClassId,
-        from: usize,
-    ) {
-        let view = &self.views[port];
-        let mut ids: Vec<ClassId> = view
-            .class_ids()
-            .filter(|&c| subtree_of(&**view, c) == Some(top))
-            .collect();
-        ids.sort_by_key(|&c| view.depth(c));
-        let Some(htb) = planes.get(from).and_then(|p| p.root_tree_at(port)) else {
-            return;
-        };
-        let classes: Vec<_> = ids
-            .into_iter()
-            .filter_map(|id| {
-                let info = htb.class_info(id)?;
-                let c = info.config;
-                let spec = ClassSpec {
-                    rate: c.rate,
-                    ceil: Some(c.ceil),
-                    burst: Some(c.burst),
-                    cburst: Some(c.cburst),
-                    prio: u32::from(c.prio),
-                    quantum: Some(c.quantum),
-                    mtu: None,
-                    adjust: c.adjust,
-                };
-                Some((id, info.parent, spec, info.leaf))
-            })
-            .collect();
-        for (w, plane) in planes.iter_mut().enumerate() {
-            let Some(name) = plane.port_name(port).map(str::to_owned) else {
-                continue;
-            };
-            if w == from {
-                continue;
-            }
-            let mut ops = Vec::new();
-            for (id, parent, spec, leaf) in &classes {
-                if plane.root_tree_at(port).is_some_and(|t| t.contains(*id)) {
-                    continue;
-                }
-                ops.push(PlaneOp::AddClass {
-                    port: name.clone(),
-                    id: *id,
-                    parent: *parent,
-                    spec: spec.clone(),
-                });
-                if let Some(leaf) = leaf {
-                    ops.push(PlaneOp::SetLeaf {
-                        port: name.clone(),
-                        id: *id,
-                        leaf: Some(*leaf),
-                    });
-                }
-            }
-            let (results, retired) = plane.apply(now, ops);
-            drop(retired);
-            for e in results.into_iter().filter_map(Result::err) {
-                tracing::error!("data-plane worker {w}: a class of split {top} not copied: {e}");
-            }
-        }
     }
 
     /// Brings the view's classes up to date after an operation applied; returns what is left
@@ -743,32 +583,4 @@ fn shape_of<R: Rings>(planes: &[&mut Dataplane<R>], op: &PlaneOp) -> Shape {
         },
         _ => Shape::Other,
     }
-}
-
-/// Per op, the outcomes of the workers it was given (`None`: the worker stopped before it)
-/// as one result: the packets summed, the first failure; the batch ends at the first op that
-/// failed or that no worker reached.
-fn merge_outcomes(
-    outcomes: Vec<Vec<Option<Result<u64, PlaneError>>>>,
-) -> Vec<Result<u64, PlaneError>> {
-    let mut results = Vec::with_capacity(outcomes.len());
-    for outcome in outcomes {
-        let mut total: Option<Result<u64, PlaneError>> = None;
-        for result in outcome.into_iter().flatten() {
-            total = Some(match (total, result) {
-                (Some(Err(e)), _) | (None | Some(Ok(_)), Err(e)) => Err(e),
-                (None, Ok(n)) => Ok(n),
-                (Some(Ok(n)), Ok(m)) => Ok(n + m),
-            });
-        }
-        match total {
-            Some(Ok(n)) => results.push(Ok(n)),
-            Some(Err(e)) => {
-                results.push(Err(e));
-                break;
-            }
-            None => break,
-        }
-    }
-    results
 }
