@@ -39,7 +39,7 @@ impl Server {
 }
 
 /// One port's subtrees and their workers.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Assignment {
     /// A B-tree: it grows on the data-plane thread, where a hash map's doubling rehashed every
     /// subtree in one job.
@@ -48,8 +48,20 @@ pub(crate) struct Assignment {
     load: Vec<u32>,
 }
 
+/// A tree's shape: class `id`'s parent (`None`: no class `id`; `Some(None)`: at the top).
+/// A worker's scheduler has it, and so has the fleet's view of the tree (`tree_view.rs`).
+pub(crate) trait Parents {
+    fn parent(&self, id: ClassId) -> Option<Option<ClassId>>;
+}
+
+impl<P: Packet> Parents for Scheduler<P> {
+    fn parent(&self, id: ClassId) -> Option<Option<ClassId>> {
+        Self::parent(self, id)
+    }
+}
+
 /// Whether class `id` tops a subtree: it is at the top of the tree, or its parent is.
-pub(crate) fn is_subtree_top<P: Packet>(htb: &Scheduler<P>, id: ClassId) -> bool {
+pub(crate) fn is_subtree_top<T: Parents + ?Sized>(htb: &T, id: ClassId) -> bool {
     match htb.parent(id) {
         Some(None) => true,
         Some(Some(parent)) => htb.parent(parent) == Some(None),
@@ -58,8 +70,8 @@ pub(crate) fn is_subtree_top<P: Packet>(htb: &Scheduler<P>, id: ClassId) -> bool
 }
 
 /// The top of the subtree class `id` is in (`id` itself for a top), as the data plane's
-/// `Port::owner_of` walks it. `None`: no such class.
-pub(crate) fn subtree_of<P: Packet>(htb: &Scheduler<P>, id: ClassId) -> Option<ClassId> {
+/// owner lookup (`TreeView::owner_of`) walks it. `None`: no such class.
+pub(crate) fn subtree_of<T: Parents + ?Sized>(htb: &T, id: ClassId) -> Option<ClassId> {
     htb.parent(id)?;
     let mut unit = id;
     while let Some(Some(parent)) = htb.parent(unit) {

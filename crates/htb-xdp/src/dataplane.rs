@@ -5,7 +5,7 @@
 //! the property tests run it on a simulated UMEM (`sim`) with random traffic, ring stalls and
 //! control changes, and check that every frame comes back.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use htb_classify::{Classifier, Verdict};
@@ -29,6 +29,8 @@ use self::port::{Ingress, Port, Slot, Tree, resolve_redirects};
 use self::target_cache::TargetCache;
 #[cfg(test)]
 mod ifb_tests;
+#[cfg(test)]
+mod memory_tests;
 #[cfg(test)]
 mod metering_tests;
 #[cfg(test)]
@@ -226,7 +228,7 @@ impl<R: Rings> Dataplane<R> {
                     classifier: p.classifier,
                     targets: TargetCache::default(),
                     unclassified: None,
-                    owners: BTreeMap::new(),
+                    view: None,
                     next_tree: 0,
                     rtt_on: p.rtt,
                     rtt: HashMap::new(),

@@ -1,100 +1,182 @@
 //! The workers' data planes seen from the control side: a batch of changes applied to every
-//! worker's copy of the trees, and the subtrees' owners (or their split, `split.rs`) and the
-//! shared buckets kept up to date as classes come and go. Generic over the rings, so that the engine (AF_XDP) and
-//! the several-worker property test (simulated rings) run the same code.
+//! worker's copy of the trees, and the fleet's own view of each port's root tree
+//! (`tree_view.rs`: the classes' shape, the subtrees' owners or their split, `split.rs`, and
+//! which classes share their buckets) kept up to date as classes come and go. The view is the
+//! data plane's owner map too: every worker holds an `Arc` of it. Generic over the rings, so
+//! that the engine (AF_XDP) and the several-worker property test (simulated rings) run the
+//! same code.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use htb_core::{ClassId, Instant, Rate, Scheduler, SharedBuckets, SplitChoice};
+use htb_core::{ClassId, Instant, Rate, SharedBuckets, SplitChoice};
 
-use crate::assign::{Assignment, Server, is_subtree_top, subtree_of};
+use crate::assign::{Server, is_subtree_top, subtree_of};
 use crate::dataplane::Dataplane;
 use crate::error::PlaneError;
-use crate::frame::Frame;
 use crate::plane_op::{PlaneOp, Retired};
 use crate::rings::Rings;
 use crate::split::SplitRule;
+use crate::tree_view::TreeView;
 
-/// Per port, who serves which subtree, and the rule that splits some.
+mod holders;
+
+use self::holders::merge_outcomes;
+
+/// Per port, the fleet's view of its root tree with who serves which subtree, and the rule
+/// that splits some.
 #[derive(Debug)]
 pub(crate) struct Fleet {
-    assignments: Vec<Assignment>,
+    /// One per port. The workers hold clones between jobs; during one the fleet takes them
+    /// back (`recall`) so that its own is the only one and is written in place.
+    views: Vec<Arc<TreeView>>,
     rule: SplitRule,
 }
 
-/// What an operation does to the tree's shape, for the assignment of subtrees.
+/// What an operation does to the tree's shape, for the view and the assignment of subtrees.
 enum Shape {
     Added {
         port: usize,
         id: ClassId,
+        parent: Option<ClassId>,
+        rate: Rate,
     },
     /// New parameters: its rate may have crossed `split_above`.
     Changed {
         port: usize,
         id: ClassId,
+        rate: Rate,
     },
     Deleted {
         port: usize,
         id: ClassId,
     },
-    /// A new tree, with the operator's choices for its subtrees.
+    /// A new tree `major` (`root`: its shape, when it hangs at the root), with the operator's
+    /// choices for its subtrees.
     NewTree {
         port: usize,
+        major: u16,
+        root: Option<TreeView>,
         choices: BTreeMap<ClassId, SplitChoice>,
+    },
+    /// New qdisc parameters of tree `major`: its default class.
+    Qdisc {
+        port: usize,
+        major: u16,
+        default_minor: u32,
     },
     Chosen {
         port: usize,
         id: ClassId,
         choice: Option<SplitChoice>,
     },
+    /// A leaf qdisc set or changed.
+    Leaf {
+        port: usize,
+        id: ClassId,
+    },
     Other,
 }
 
 impl Fleet {
     /// `ports` ports served by `planes`, whose trees are assigned afresh: subtrees whose top
-    /// class's rate is above `split_above` split, and those in `choices[port]` as chosen.
+    /// class's rate is above `split_above` split, and those in `choices[port]` as chosen. The
+    /// view of each root tree is taken from worker 0's initial scheduler, once: every worker's
+    /// was built from the same spec; from then on the fleet follows the operations.
     pub(crate) fn new<R: Rings>(
         ports: usize,
         planes: &mut [&mut Dataplane<R>],
         split_above: Option<Rate>,
         choices: Vec<BTreeMap<ClassId, SplitChoice>>,
     ) -> Self {
+        let workers = planes.len();
+        let views = (0..ports)
+            .map(|port| {
+                let mut view = TreeView::new(workers);
+                view.set_tree(planes.first().and_then(|p| p.root_tree_at(port)));
+                Arc::new(view)
+            })
+            .collect();
         let mut fleet = Self {
-            assignments: (0..ports).map(|_| Assignment::new(planes.len())).collect(),
+            views,
             rule: SplitRule::new(split_above, choices),
         };
+        fleet.recall(planes);
+        let mut touched = Vec::new();
         for port in 0..ports {
-            fleet.assign_tree(planes, port);
+            fleet.assign_tree(planes, Instant::ZERO, port);
+            if workers > 1 {
+                touched.extend(fleet.views[port].class_ids().map(|id| (port, id)));
+            }
         }
+        fleet.settle(planes, Instant::ZERO, &touched);
+        fleet.hand_out(planes, &vec![true; ports]);
         fleet
     }
 
     /// Owned subtrees per worker, summed over the ports.
     pub(crate) fn subtrees(&self, worker: usize) -> u32 {
-        self.assignments
+        self.views
             .iter()
-            .map(|a| a.load().get(worker).copied().unwrap_or(0))
+            .map(|v| v.assignment.load().get(worker).copied().unwrap_or(0))
             .sum()
     }
 
     /// Split subtrees, over all ports.
     pub(crate) fn split_count(&self) -> u32 {
-        let n: usize = self.assignments.iter().map(|a| a.split().count()).sum();
+        let n: usize = self
+            .views
+            .iter()
+            .map(|v| v.assignment.split().count())
+            .sum();
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
     /// The split subtrees of port `port` (by index), by their top class.
     pub(crate) fn split_subtrees(&self, port: usize) -> Vec<ClassId> {
-        self.assignments
+        self.views
             .get(port)
-            .map(|a| a.split().collect())
+            .map(|v| v.assignment.split().collect())
             .unwrap_or_default()
     }
 
-    /// Applies `ops` in order to every worker's data plane (see `Engine::apply`): per op, the
-    /// packets it dropped (summed over the workers) or why it failed; the first failure ends
-    /// the batch. Also returns what the ops replaced, to be dropped off the data-plane threads.
+    /// The fleet's view of port `port`'s root tree.
+    #[cfg(test)]
+    pub(crate) fn view(&self, port: usize) -> Option<&TreeView> {
+        self.views.get(port).map(AsRef::as_ref)
+    }
+
+    /// Takes every worker's copy of the views back: the fleet's are then the only ones.
+    fn recall<R: Rings>(&mut self, planes: &mut [&mut Dataplane<R>]) {
+        for plane in planes.iter_mut() {
+            for port in 0..self.views.len() {
+                plane.set_view(port, None, false);
+            }
+        }
+    }
+
+    /// Hands every worker a copy of the views; the workers forget the owners they resolved on
+    /// the ports whose view changed (`changed`).
+    fn hand_out<R: Rings>(&mut self, planes: &mut [&mut Dataplane<R>], changed: &[bool]) {
+        for plane in planes.iter_mut() {
+            for (port, view) in self.views.iter().enumerate() {
+                let changed = changed.get(port).copied().unwrap_or(true);
+                plane.set_view(port, Some(Arc::clone(view)), changed);
+            }
+        }
+    }
+
+    /// Port `port`'s view, to write (recalled: no worker holds a copy, nothing is cloned).
+    fn view_mut(&mut self, port: usize) -> &mut TreeView {
+        Arc::make_mut(&mut self.views[port])
+    }
+
+    /// Applies `ops` in order to the workers' data planes (see `Engine::apply`): each class
+    /// operation to the workers holding the class (`holder_for`), the rest to every worker.
+    /// Per op, the packets it dropped (summed over the workers that applied it) or why it
+    /// failed; the first failure ends the batch. Also returns what the ops replaced, to be
+    /// dropped off the data-plane threads. Then the classes move to where the assignment says
+    /// (`settle`).
     pub(crate) fn apply<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
@@ -104,13 +186,25 @@ impl Fleet {
         let workers = planes.len();
         let mut shapes = Vec::with_capacity(ops.len());
         let mut copies: Vec<Vec<PlaneOp>> = (0..workers).map(|_| Vec::new()).collect();
+        // Per worker, the index in the batch of each op it was given.
+        let mut given: Vec<Vec<usize>> = (0..workers).map(|_| Vec::new()).collect();
+        // Classes added by this batch, with the worker holding them (`None`: every worker).
+        let mut added: BTreeMap<(usize, ClassId), Option<u16>> = BTreeMap::new();
         let mut refused = None;
-        for op in ops {
+        for (i, op) in ops.into_iter().enumerate() {
             let shape = shape_of(planes, &op);
+            let holder = if workers > 1 {
+                self.holder_for(&shape, &mut added)
+            } else {
+                None
+            };
             match op.per_worker(workers) {
                 Ok(ops) => {
-                    for (list, op) in copies.iter_mut().zip(ops) {
-                        list.push(op);
+                    for (w, op) in ops.into_iter().enumerate() {
+                        if holder.is_none_or(|h| usize::from(h) == w) {
+                            copies[w].push(op);
+                            given[w].push(i);
+                        }
                     }
                     shapes.push(shape);
                 }
@@ -120,30 +214,49 @@ impl Fleet {
                 }
             }
         }
-        let mut results: Vec<Result<u64, PlaneError>> = Vec::new();
+        let mut outcomes: Vec<Vec<Option<Result<u64, PlaneError>>>> =
+            (0..shapes.len()).map(|_| Vec::new()).collect();
         let mut retired = Retired::default();
         for (w, ops) in copies.into_iter().enumerate() {
             let (outcome, replaced) = planes[w].apply(now, ops);
             retired.extend(replaced);
-            if w == 0 {
-                results = outcome;
-                continue;
-            }
-            for (total, other) in results.iter_mut().zip(outcome) {
-                match (total, other) {
-                    (Ok(n), Ok(m)) => *n += m,
-                    (Ok(_), Err(e)) => {
-                        tracing::error!("data-plane worker {w} disagrees with worker 0: {e}");
-                    }
-                    (Err(_), _) => {}
-                }
+            let mut outcome = outcome.into_iter();
+            for &i in &given[w] {
+                outcomes[i].push(outcome.next());
             }
         }
-        for (shape, result) in shapes.into_iter().zip(&results) {
-            if result.is_ok() {
-                self.reshape(planes, shape);
-            }
+        let mut results = merge_outcomes(outcomes);
+        self.recall(planes);
+        let mut changed = vec![false; self.views.len()];
+        // The view follows the whole batch first: the assignment reads the trees as the batch
+        // left them, as the workers' are.
+        let applied: Vec<Shape> = shapes
+            .into_iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(shape, _)| shape)
+            .collect();
+        // The classes the batch gave every worker: placed, they may be one worker's.
+        let mut touched: Vec<(usize, ClassId)> = added
+            .into_iter()
+            .filter(|(_, h)| h.is_none())
+            .map(|(k, _)| k)
+            .collect();
+        let mut reshapes = Vec::with_capacity(applied.len());
+        for shape in applied {
+            reshapes.push(self.follow(shape, &mut changed));
         }
+        for shape in reshapes {
+            if let Shape::NewTree { port, .. } = &shape
+                && workers > 1
+            {
+                let port = *port;
+                touched.extend(self.views[port].class_ids().map(|id| (port, id)));
+            }
+            self.reshape(planes, now, shape, &mut changed);
+        }
+        self.settle(planes, now, &touched);
+        self.hand_out(planes, &changed);
         if let Some(e) = refused
             && results.iter().all(Result::is_ok)
         {
@@ -152,12 +265,85 @@ impl Fleet {
         (results, retired)
     }
 
+    /// Brings the view's classes up to date after an operation applied; returns what is left
+    /// for `reshape`.
+    fn follow(&mut self, shape: Shape, changed: &mut [bool]) -> Shape {
+        match shape {
+            Shape::Added {
+                port,
+                id,
+                parent,
+                rate,
+            } => {
+                let view = self.view_mut(port);
+                if view.covers(id) {
+                    view.add(id, parent, rate);
+                    changed[port] = true;
+                }
+            }
+            Shape::Changed { port, id, rate } => {
+                let view = self.view_mut(port);
+                if view.covers(id) {
+                    view.change(id, rate);
+                }
+            }
+            Shape::Deleted { port, id } => {
+                let view = self.view_mut(port);
+                if view.covers(id) {
+                    view.delete(id);
+                    changed[port] = true;
+                }
+            }
+            Shape::NewTree {
+                port,
+                major,
+                root,
+                choices,
+            } => {
+                let view = self.view_mut(port);
+                match root {
+                    Some(new) => view.replace_tree(new),
+                    None if view.major() == Some(major) => {
+                        view.set_tree::<crate::frame::Frame>(None);
+                    }
+                    None => {}
+                }
+                changed[port] = true;
+                return Shape::NewTree {
+                    port,
+                    major,
+                    root: None,
+                    choices,
+                };
+            }
+            Shape::Qdisc {
+                port,
+                major,
+                default_minor,
+            } => {
+                let view = self.view_mut(port);
+                if view.major() == Some(major) {
+                    view.set_default(default_minor);
+                    changed[port] = true;
+                }
+            }
+            Shape::Chosen { .. } | Shape::Leaf { .. } | Shape::Other => {}
+        }
+        shape
+    }
+
     /// Brings the subtrees' servers and the shared classes up to date after an operation
-    /// (the whole batch applied: the trees are as the batch left them).
-    fn reshape<R: Rings>(&mut self, planes: &mut [&mut Dataplane<R>], shape: Shape) {
+    /// (the whole batch applied: the trees, and the view, are as the batch left them).
+    fn reshape<R: Rings>(
+        &mut self,
+        planes: &mut [&mut Dataplane<R>],
+        now: Instant,
+        shape: Shape,
+        changed: &mut [bool],
+    ) {
         // The operator's choices are kept whatever the workers: the rule is one.
         match &shape {
-            Shape::NewTree { port, choices } => self.rule.set_tree(*port, choices.clone()),
+            Shape::NewTree { port, choices, .. } => self.rule.set_tree(*port, choices.clone()),
             Shape::Chosen { port, id, choice } => self.rule.choose(*port, *id, *choice),
             Shape::Deleted { port, id } => self.rule.forget(*port, *id),
             _ => {}
@@ -167,42 +353,42 @@ impl Fleet {
             return;
         }
         match shape {
-            Shape::Added { port, id } => self.assign_class(planes, port, id),
-            Shape::Changed { port, id } | Shape::Chosen { port, id, .. } => {
-                self.decide_again(planes, port, id);
+            Shape::Added { port, id, .. } => self.assign_class(planes, now, port, id),
+            Shape::Changed { port, id, .. } | Shape::Chosen { port, id, .. } => {
+                self.decide_again(planes, now, port, id);
             }
             Shape::Deleted { port, id } => {
-                if self.assignments[port].remove(id) {
-                    for plane in planes.iter_mut() {
-                        plane.set_owner(port, id, None);
-                    }
+                if self.view_mut(port).assignment.remove(id) {
+                    changed[port] = true;
                 }
             }
-            Shape::NewTree { port, .. } => self.assign_tree(planes, port),
-            Shape::Other => {}
+            Shape::NewTree { port, .. } => self.assign_tree(planes, now, port),
+            Shape::Qdisc { .. } | Shape::Leaf { .. } | Shape::Other => return,
+        }
+        if let Some(port) = shape_port(&shape) {
+            changed[port] = true;
         }
     }
 
-    /// Assigns every subtree of `port`'s tree afresh, in class-id order, shares the top-level
-    /// classes' buckets, and those of every class of a split subtree.
-    fn assign_tree<R: Rings>(&mut self, planes: &mut [&mut Dataplane<R>], port: usize) {
-        self.assignments[port].clear();
-        for plane in planes.iter_mut() {
-            plane.clear_owners(port);
-        }
-        if planes.len() < 2 {
+    /// Assigns every subtree of `port`'s root tree afresh, in class-id order, shares the
+    /// top-level classes' buckets, and those of every class of a split subtree.
+    fn assign_tree<R: Rings>(
+        &mut self,
+        planes: &mut [&mut Dataplane<R>],
+        now: Instant,
+        port: usize,
+    ) {
+        let view = self.view_mut(port);
+        view.assignment.clear();
+        if planes.len() < 2 || view.major().is_none() {
             return;
         }
-        let Some(htb) = root_tree_at(planes, port) else {
-            return;
-        };
-        let mut ids: Vec<ClassId> = htb.class_ids().collect();
-        ids.sort_unstable();
-        // Tops first, so that each class below knows whether its subtree is split.
+        // In class-id order (the view's B-tree), tops first, so that each class below knows
+        // whether its subtree is split.
         let (tops, below): (Vec<ClassId>, Vec<ClassId>) =
-            ids.into_iter().partition(|&id| is_subtree_top(htb, id));
+            view.class_ids().partition(|&id| is_subtree_top(&*view, id));
         for id in tops.into_iter().chain(below) {
-            self.assign_class(planes, port, id);
+            self.assign_class(planes, now, port, id);
         }
     }
 
@@ -212,26 +398,27 @@ impl Fleet {
     fn assign_class<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
+        now: Instant,
         port: usize,
         id: ClassId,
     ) {
-        let Some(htb) = root_tree_at(planes, port).filter(|htb| htb.config().major == id.major())
-        else {
+        let view = &self.views[port];
+        let Some(class) = view.class(id).filter(|_| view.covers(id)) else {
             return;
         };
-        let Some(top) = subtree_of(htb, id) else {
+        let Some(top) = subtree_of(&**view, id) else {
             return;
         };
-        let top_level = htb.parent(id) == Some(None);
-        let shared = htb.is_shared(id);
+        let top_level = class.parent.is_none();
+        let shared = class.shared;
         if top == id {
             if top_level && !shared {
-                share(planes, port, id);
+                self.share(planes, port, id);
             }
             // Its subtree is itself so far: the classes below come with their own adds.
-            self.place(planes, port, id, false);
-        } else if self.assignments[port].server(top) == Some(Server::Every) && !shared {
-            share(planes, port, id);
+            self.place(planes, now, port, id, false);
+        } else if view.server(top) == Some(Server::Every) && !shared {
+            self.share(planes, port, id);
         }
     }
 
@@ -240,14 +427,13 @@ impl Fleet {
     fn decide_again<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
+        now: Instant,
         port: usize,
         id: ClassId,
     ) {
-        let is_top = root_tree_at(planes, port)
-            .filter(|htb| htb.config().major == id.major())
-            .is_some_and(|htb| is_subtree_top(htb, id));
-        if is_top {
-            self.place(planes, port, id, true);
+        let view = &self.views[port];
+        if view.covers(id) && is_subtree_top(&**view, id) {
+            self.place(planes, now, port, id, true);
         }
     }
 
@@ -258,58 +444,90 @@ impl Fleet {
     fn place<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
+        now: Instant,
         port: usize,
         top: ClassId,
         below: bool,
     ) {
-        let Some(rate) = root_tree_at(planes, port)
-            .and_then(|htb| htb.class_info(top))
-            .map(|info| info.config.rate)
-        else {
+        let Some(rate) = self.views[port].class(top).map(|c| c.rate) else {
             return;
         };
         let split = self.rule.splits(port, top, rate);
-        let before = self.assignments[port].server(top);
-        let server = self.assignments[port].place(top, split);
-        if before == Some(server) {
+        // Who holds the subtree's classes before: its owner alone, or every worker.
+        let held_by = self.views[port].holder(top);
+        let view = self.view_mut(port);
+        let before = view.server(top);
+        let server = view.assignment.place(top, split);
+        if before == Some(server) || !split {
             return;
         }
-        if split && below {
-            let Some(htb) = root_tree_at(planes, port) else {
-                return;
-            };
-            let unshared: Vec<ClassId> = htb
-                .class_ids()
-                .filter(|&c| subtree_of(htb, c) == Some(top) && !htb.is_shared(c))
-                .collect();
-            for id in unshared {
-                share(planes, port, id);
-            }
-        } else if split && !root_tree_at(planes, port).is_some_and(|htb| htb.is_shared(top)) {
-            share(planes, port, top);
+        // Split: every worker gets the classes, and keeps them should it be owned again (the
+        // frames queued in a copy drain there).
+        if let Some(owner) = held_by {
+            self.copy_subtree(planes, now, port, top, usize::from(owner));
         }
+        self.view_mut(port).keep_everywhere(top);
+        let view = &self.views[port];
+        let unshared: Vec<ClassId> = if below {
+            view.class_ids()
+                .filter(|&c| {
+                    subtree_of(&**view, c) == Some(top) && view.class(c).is_some_and(|c| !c.shared)
+                })
+                .collect()
+        } else {
+            view.class(top)
+                .filter(|c| !c.shared)
+                .map(|_| vec![top])
+                .unwrap_or_default()
+        };
+        for id in unshared {
+            self.share(planes, port, id);
+        }
+    }
+
+    /// Shares class `id`'s buckets on `port` between every worker, each with a seat (fair
+    /// between the workers queueing into it, should it be a leaf of a split subtree).
+    fn share<R: Rings>(&mut self, planes: &mut [&mut Dataplane<R>], port: usize, id: ClassId) {
+        let buckets = Arc::new(SharedBuckets::with_seats(planes.len()));
         for plane in planes.iter_mut() {
-            plane.set_owner(port, top, Some(server));
+            plane.share(port, id, Arc::clone(&buckets));
         }
+        self.view_mut(port).mark_shared(id);
+    }
+
+    /// Every worker queues the frames of subtree `top` it receives, its buckets NOT shared
+    /// (a control for the tests that measure the sharing).
+    #[cfg(test)]
+    pub(crate) fn serve_unshared<R: Rings>(
+        &mut self,
+        planes: &mut [&mut Dataplane<R>],
+        port: usize,
+        top: ClassId,
+    ) {
+        self.recall(planes);
+        if let Some(owner) = self.views[port].holder(top) {
+            self.copy_subtree(planes, Instant::ZERO, port, top, usize::from(owner));
+        }
+        let view = self.view_mut(port);
+        view.assignment.remove(top);
+        view.assignment.place(top, true);
+        view.keep_everywhere(top);
+        self.hand_out(planes, &vec![true; self.views.len()]);
     }
 }
 
-/// Shares class `id`'s buckets on `port` between every worker, each with a seat (fair between
-/// the workers queueing into it, should it be a leaf of a split subtree).
-fn share<R: Rings>(planes: &mut [&mut Dataplane<R>], port: usize, id: ClassId) {
-    let buckets = Arc::new(SharedBuckets::with_seats(planes.len()));
-    for plane in planes.iter_mut() {
-        plane.share(port, id, Arc::clone(&buckets));
+/// The port an operation's shape is about.
+fn shape_port(shape: &Shape) -> Option<usize> {
+    match shape {
+        Shape::Added { port, .. }
+        | Shape::Changed { port, .. }
+        | Shape::Deleted { port, .. }
+        | Shape::NewTree { port, .. }
+        | Shape::Qdisc { port, .. }
+        | Shape::Chosen { port, .. }
+        | Shape::Leaf { port, .. } => Some(*port),
+        Shape::Other => None,
     }
-}
-
-/// Worker 0's scheduler of the root tree of the port at `index` (every worker has the same
-/// classes): the tree whose subtrees the workers share out.
-fn root_tree_at<'a, R: Rings>(
-    planes: &'a [&mut Dataplane<R>],
-    index: usize,
-) -> Option<&'a Scheduler<Frame>> {
-    planes.first()?.root_tree_at(index)
 }
 
 fn shape_of<R: Rings>(planes: &[&mut Dataplane<R>], op: &PlaneOp) -> Shape {
@@ -317,17 +535,47 @@ fn shape_of<R: Rings>(planes: &[&mut Dataplane<R>], op: &PlaneOp) -> Shape {
         return Shape::Other;
     };
     match op {
-        PlaneOp::AddClass { id, .. } => Shape::Added { port, id: *id },
-        PlaneOp::ChangeClass { id, .. } => Shape::Changed { port, id: *id },
-        PlaneOp::DeleteClass { id, .. } => Shape::Deleted { port, id: *id },
-        PlaneOp::SetTree { tree, .. } => Shape::NewTree {
+        PlaneOp::AddClass {
+            id, parent, spec, ..
+        } => Shape::Added {
             port,
-            choices: tree
-                .as_ref()
-                .filter(|t| t.mq_minor.is_none())
-                .map(|t| t.split.clone())
-                .unwrap_or_default(),
+            id: *id,
+            parent: *parent,
+            rate: spec.rate,
         },
+        PlaneOp::ChangeClass { id, spec, .. } => Shape::Changed {
+            port,
+            id: *id,
+            rate: spec.rate,
+        },
+        PlaneOp::DeleteClass { id, .. } => Shape::Deleted { port, id: *id },
+        PlaneOp::SetTree {
+            tree,
+            major,
+            schedulers,
+            ..
+        } => {
+            let root = tree.as_ref().filter(|t| t.mq_minor.is_none());
+            Shape::NewTree {
+                port,
+                major: *major,
+                // The new tree's shape, from the scheduler the op carries for worker 0 (or
+                // the spec the others are built from).
+                root: root.map(|t| match schedulers.first() {
+                    Some(htb) => TreeView::of_scheduler(htb),
+                    None => TreeView::of_spec(&t.tree),
+                }),
+                choices: root.map(|t| t.split.clone()).unwrap_or_default(),
+            }
+        }
+        PlaneOp::SetQdisc { config, .. } => Shape::Qdisc {
+            port,
+            major: config.major,
+            default_minor: config.default_minor,
+        },
+        PlaneOp::SetLeaf { id, .. } | PlaneOp::ChangeLeaf { id, .. } => {
+            Shape::Leaf { port, id: *id }
+        }
         PlaneOp::SetSplit { id, choice, .. } => Shape::Chosen {
             port,
             id: *id,

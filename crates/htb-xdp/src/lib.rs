@@ -41,6 +41,7 @@ mod split;
 mod stall_watch;
 mod stats;
 mod sys;
+mod tree_view;
 mod umem;
 mod worker;
 

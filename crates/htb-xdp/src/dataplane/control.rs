@@ -14,6 +14,7 @@ use crate::frame::Frame;
 use crate::plane_op::{PlaneOp, Retired};
 use crate::rings::Rings;
 use crate::sys;
+use crate::tree_view::TreeView;
 
 impl<R: Rings> Dataplane<R> {
     /// Applies `ops` in order at `now`: nothing is received or sent while they apply, so a
@@ -109,42 +110,31 @@ impl<R: Rings> Dataplane<R> {
         (results, retired)
     }
 
-    /// Sets who serves the subtree under `unit` of port `port` (`None`: forget it), and
-    /// forgets the owners resolved from the old.
-    pub(crate) fn set_owner(&mut self, port: usize, unit: ClassId, owner: Option<Server>) {
+    /// Hands the worker the fleet's view of `port`'s root tree (`None`: takes it back, for
+    /// the fleet to write); with `changed`, forgets the owners resolved from the old.
+    pub(crate) fn set_view(&mut self, port: usize, view: Option<Arc<TreeView>>, changed: bool) {
         let Some(p) = self.ports.get_mut(port) else {
             return;
         };
-        match owner {
-            Some(w) => p.owners.insert(unit, w),
-            None => p.owners.remove(&unit),
-        };
-        p.reset_targets();
+        p.view = view;
+        if changed {
+            p.reset_targets();
+        }
     }
 
     /// Which worker serves each subtree of `port` that one worker serves, by the class at its
     /// top (split subtrees are not listed).
     #[must_use]
     pub(crate) fn owners(&self, port: &str) -> HashMap<ClassId, usize> {
-        self.port(port)
-            .map(|p| {
-                p.owners
-                    .iter()
-                    .filter_map(|(&id, &server)| match server {
-                        Server::Worker(w) => Some((id, usize::from(w))),
-                        Server::Every => None,
-                    })
-                    .collect()
+        let Some(view) = self.port(port).and_then(|p| p.view.as_deref()) else {
+            return HashMap::new();
+        };
+        view.class_ids()
+            .filter_map(|id| match view.server(id)? {
+                Server::Worker(w) => Some((id, usize::from(w))),
+                Server::Every => None,
             })
-            .unwrap_or_default()
-    }
-
-    /// Forgets every owner of `port`'s subtrees.
-    pub(crate) fn clear_owners(&mut self, port: usize) {
-        if let Some(p) = self.ports.get_mut(port) {
-            p.owners.clear();
-            p.reset_targets();
-        }
+            .collect()
     }
 
     /// Shares class `id`'s buckets on `port` with the other workers, this one taking its seat

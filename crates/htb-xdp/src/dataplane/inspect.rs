@@ -51,6 +51,12 @@ impl<R: Rings> Dataplane<R> {
         self.ports.iter().position(|p| p.name == name)
     }
 
+    /// The name of the port at `index`.
+    #[must_use]
+    pub(crate) fn port_name(&self, index: usize) -> Option<&str> {
+        self.ports.get(index).map(|p| p.name.as_str())
+    }
+
     /// The root tree's scheduler of the port at `index` (`None` when its trees hang under
     /// `mq`, or it has none): the tree whose subtrees the workers share out.
     #[must_use]
@@ -88,8 +94,17 @@ impl<R: Rings> Dataplane<R> {
     #[must_use]
     pub(crate) fn explain(&self, port: &str, frame: &[u8]) -> Option<crate::explain::Classified> {
         let p = self.port(port)?;
-        let defaults: Vec<Option<ClassId>> =
-            p.trees.iter().map(|t| t.htb.default_class()).collect();
+        // With several workers this one may hold only part of the root tree: its default
+        // class is the fleet's view's.
+        let several = self.crew.workers() > 1;
+        let defaults: Vec<Option<ClassId>> = p
+            .trees
+            .iter()
+            .map(|t| match p.view.as_deref() {
+                Some(view) if several && view.major() == Some(t.major()) => view.default_leaf(),
+                _ => t.htb.default_class(),
+            })
+            .collect();
         Some(crate::explain::classify(&p.classifier, &defaults, frame))
     }
 

@@ -76,10 +76,15 @@ pub(super) struct Metered<'a> {
 pub(super) fn class_of(port: &Port, classified: Option<usize>, slot: Slot) -> Option<ClassId> {
     match classified {
         Some(i) => port.classifier.filters().get(i).map(|filter| filter.class),
-        None => slot
-            .tree
-            .and_then(|t| port.trees.get(t))
-            .and_then(|t| t.htb.default_class()),
+        // Several workers resolve the default class from the fleet's view (`Port::
+        // unclassified_slot`): the slot names it.
+        None => match slot.target {
+            htb_core::Target::Class(class) => Some(class),
+            _ => slot
+                .tree
+                .and_then(|t| port.trees.get(t))
+                .and_then(|t| t.htb.default_class()),
+        },
     }
 }
 

@@ -2,19 +2,19 @@
 //! unshaped FIFO, its filters with their resolved targets, its ingress hook, and which worker
 //! owns each subtree; and what a control operation does to it (`Port::apply`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use htb_classify::Classifier;
 use htb_core::{ClassId, Instant, Scheduler, Target};
 
 use super::target_cache::{Resolved, TargetCache};
-use crate::assign::Server;
 use crate::error::PlaneError;
 use crate::frame::{Frame, FrameNeeds};
 use crate::plane_op::{IngressHook, PlaneOp, Retired};
 use crate::rtt::ClassRtt;
 use crate::stats::PortStats;
+use crate::tree_view::TreeView;
 
 /// A port's ingress qdisc, with each filter's redirect resolved to a port index.
 pub(super) struct Ingress {
@@ -64,15 +64,13 @@ pub(super) struct Port {
     pub(super) targets: TargetCache,
     /// The tree unclassified frames of this worker go to and the worker owning the class they
     /// land in, once looked up.
-    pub(super) unclassified: Option<(Option<usize>, u16)>,
-    /// Who serves each subtree of a root tree — one worker, or every worker (split) —
-    /// keyed by the subtree's top (a child of a class at the top of the tree, or such a class
-    /// itself); the engine's `Assignment` decides. Subtrees of trees under `mq` belong to
-    /// their queue's worker instead. A B-tree, not a hash map: it grows on the data-plane
-    /// thread, and a hash map's doubling rehashed a million subtrees in one class add (20 ms a
-    /// map, one map per worker: 348 ms of one job with four workers); it is read only when a
-    /// filter's target is first resolved.
-    pub(super) owners: BTreeMap<ClassId, Server>,
+    pub(super) unclassified: Option<(Option<usize>, u16, Target)>,
+    /// The fleet's view of the port's root tree, shared by every worker (`None`: one worker,
+    /// or not handed out yet): who serves each subtree — one worker, or every worker (split) —
+    /// and each class's place in the tree, so that a worker finds a class's owner without
+    /// walking its own scheduler (`tree_view.rs`). Read only when a filter's target is first
+    /// resolved. Subtrees of trees under `mq` belong to their queue's worker instead.
+    pub(super) view: Option<Arc<TreeView>>,
     /// The tree the next transmit starts with: trees under `mq` take turns at the port's TX
     /// ring, as a NIC serves its TX queues in turn.
     pub(super) next_tree: usize,
@@ -115,39 +113,47 @@ impl Port {
             .chain(std::iter::once(&self.unshaped))
     }
 
+    /// The worker serving the `mq` tree `tree`, if it hangs under `mq`.
+    fn mq_owner(&self, tree: usize, workers: usize) -> Option<u16> {
+        let minor = self.trees.get(tree)?.mq_minor?;
+        Some(u16::try_from((usize::from(minor).saturating_sub(1)) % workers.max(1)).unwrap_or(0))
+    }
+
+    /// The root tree's view, if `tree` is the tree it follows.
+    fn view_of(&self, tree: usize) -> Option<&TreeView> {
+        let view = self.view.as_deref()?;
+        let t = self.trees.get(tree)?;
+        (view.major() == Some(t.major())).then_some(view)
+    }
+
     /// The worker that queues a frame of `class` of `tree` received by worker `me`: its `mq`
     /// queue's worker, its subtree's owner, or `me` for a split subtree and for a class not in
     /// the tree or not assigned.
     pub(super) fn owner_of(&self, tree: usize, class: ClassId, me: usize, workers: usize) -> u16 {
         let me16 = u16::try_from(me).unwrap_or(0);
-        let Some(t) = self.trees.get(tree) else {
-            return me16;
-        };
-        if let Some(minor) = t.mq_minor {
-            return u16::try_from((usize::from(minor).saturating_sub(1)) % workers.max(1))
-                .unwrap_or(0);
+        if let Some(w) = self.mq_owner(tree, workers) {
+            return w;
         }
-        let mut unit = class;
-        while let Some(Some(parent)) = t.htb.parent(unit) {
-            if t.htb.parent(parent) == Some(None) {
-                break;
-            }
-            unit = parent;
-        }
-        self.owners
-            .get(&unit)
-            .map_or(me16, |server| server.for_frame_of(me16))
+        self.view_of(tree)
+            .map_or(me16, |view| view.owner_of(class, me16))
     }
 
     /// The worker owning the leaf `tree`'s scheduler files a frame for `class` in: the class
     /// if it is a leaf; the default class for an inner class or one that does not exist (yet),
     /// as `Scheduler::classify` falls back (the kernel's `htb_classify`); `me` for the direct
-    /// queue, which every worker has.
+    /// queue, which every worker has. Read from the fleet's view for the root tree (this
+    /// worker may not hold the class), from the tree itself under `mq` (its worker holds it
+    /// whole).
     pub(super) fn leaf_owner(&self, tree: usize, class: ClassId, me: usize, workers: usize) -> u16 {
         let me16 = u16::try_from(me).unwrap_or(0);
         let Some(t) = self.trees.get(tree) else {
             return me16;
         };
+        if t.mq_minor.is_none() {
+            return self
+                .view_of(tree)
+                .map_or(me16, |view| view.leaf_owner(class, me16));
+        }
         let leaf = match t.htb.class_info(class) {
             Some(info) if info.level == 0 => Some(class),
             _ => t.htb.default_class(),
@@ -180,6 +186,39 @@ impl Port {
             // would, the frame leaves unclassified.
             return self.unclassified_slot(me, workers);
         };
+        if workers > 1
+            && let Some(view) = self.view_of(tree)
+        {
+            // Several workers: this one may hold only part of the tree, so the view says
+            // which leaf the frame lands in (and whose it is), not this worker's scheduler.
+            let me16 = u16::try_from(me).unwrap_or(0);
+            let leaf = view.leaf_of(class);
+            let owner = leaf.map_or(me16, |l| view.owner_of(l, me16));
+            let target = match leaf {
+                Some(l) => match self.trees[tree].htb.handle(l) {
+                    Some(handle) => {
+                        if let Ok(t16) = u16::try_from(tree) {
+                            self.targets.set(
+                                i,
+                                Resolved {
+                                    tree: t16,
+                                    handle,
+                                    owner,
+                                },
+                            );
+                        }
+                        Target::Handle(handle)
+                    }
+                    None => Target::Class(l),
+                },
+                None => Target::Direct,
+            };
+            let slot = Slot {
+                tree: Some(tree),
+                target,
+            };
+            return (slot, usize::from(owner));
+        }
         match self.trees[tree].htb.handle(class) {
             Some(handle) => {
                 let owner = self.leaf_owner(tree, class, me, workers);
@@ -300,7 +339,7 @@ impl Port {
     /// serves (as XPS keeps a CPU's packets on its own TX queue), else of tree `me` modulo
     /// their number; a port without trees sends them unshaped.
     pub(super) fn unclassified_slot(&mut self, me: usize, workers: usize) -> (Slot, usize) {
-        let (tree, owner) = match self.unclassified {
+        let (tree, owner, target) = match self.unclassified {
             Some(known) => known,
             None => {
                 let me16 = u16::try_from(me).unwrap_or(0);
@@ -313,24 +352,28 @@ impl Port {
                             .unwrap_or(me % n),
                     ),
                 };
-                let owner = match tree {
-                    Some(t) => match self.trees[t].htb.default_class() {
-                        Some(class) => self.owner_of(t, class, me, workers),
-                        None if self.trees[t].mq_minor.is_some() => {
-                            self.owner_of(t, ClassId::new(0, 0), me, workers)
+                let (owner, target) = match tree {
+                    Some(t) if self.trees[t].mq_minor.is_some() => (
+                        self.owner_of(t, ClassId::new(0, 0), me, workers),
+                        Target::Unclassified,
+                    ),
+                    // Several workers: the default leaf as the view says (this worker's
+                    // scheduler may hold only part of the tree).
+                    Some(t) if workers > 1 && self.view_of(t).is_some() => {
+                        match self.view_of(t).and_then(TreeView::default_leaf) {
+                            Some(class) => {
+                                (self.owner_of(t, class, me, workers), Target::Class(class))
+                            }
+                            None => (me16, Target::Direct),
                         }
-                        None => me16,
-                    },
-                    None => me16,
+                    }
+                    _ => (me16, Target::Unclassified),
                 };
-                self.unclassified = Some((tree, owner));
-                (tree, owner)
+                self.unclassified = Some((tree, owner, target));
+                (tree, owner, target)
             }
         };
-        let slot = Slot {
-            tree,
-            target: Target::Unclassified,
-        };
+        let slot = Slot { tree, target };
         (slot, usize::from(owner))
     }
 }

@@ -354,6 +354,7 @@ fn run(sequence: &Sequence, workers: usize) {
                     assert_eq!(dp.unaccounted_frames(), 0, "after {control:?}");
                 }
                 ever_split.extend(fleet.split_subtrees(1));
+                the_view_is_the_trees(&fleet, &planes);
             }
         }
         for dp in &planes {
@@ -374,30 +375,89 @@ fn run(sequence: &Sequence, workers: usize) {
     // ever queues it (the others' copies of the class stay empty), unless the subtree was
     // split (each worker queues what it received).
     if workers > 1 {
-        only_owners_queued(&planes, &ever_split);
+        only_owners_queued(&planes, &ever_split, fleet.view(1).expect("port b's view"));
     } else {
         assert!(ever_split.is_empty(), "one worker splits nothing");
     }
 }
 
+/// Checks that the fleet's view of each port's root tree (the owner map the workers read)
+/// agrees with every worker's tree, and that each worker holds exactly the classes the
+/// assignment gives it: with several workers, a class of a subtree one worker owns is held by
+/// that worker alone, the top-level classes and those of split subtrees by every worker. The
+/// classes it holds have the view's parents, children and rates, are shared where the view
+/// says, and every subtree top has a server.
+fn the_view_is_the_trees(fleet: &Fleet, planes: &[Dataplane<SimRings>]) {
+    for port in 0..2 {
+        let view = fleet.view(port).expect("a view per port");
+        for (w, dp) in planes.iter().enumerate() {
+            let Some(htb) = dp.root_tree_at(port) else {
+                assert_eq!(view.major(), None, "port {port}: no root tree");
+                continue;
+            };
+            assert_eq!(view.major(), Some(htb.config().major), "port {port}");
+            let w16 = u16::try_from(w).unwrap();
+            let mine: Vec<ClassId> = view
+                .class_ids()
+                .filter(|&id| view.holder(id).is_none_or(|h| h == w16))
+                .collect();
+            let mut held: Vec<ClassId> = htb.class_ids().collect();
+            held.sort_unstable();
+            assert_eq!(
+                held, mine,
+                "port {port}: worker {w} holds its part, no more"
+            );
+            if view.default_leaf().is_none_or(|d| held.contains(&d)) {
+                assert_eq!(view.default_leaf(), htb.default_class(), "port {port}");
+            }
+            for id in htb.class_ids() {
+                let info = htb.class_info(id).unwrap();
+                let seen = view
+                    .class(id)
+                    .unwrap_or_else(|| panic!("{id} not in the view"));
+                assert_eq!(seen.parent, info.parent, "{id}'s parent");
+                let children = mine
+                    .iter()
+                    .filter(|&&c| view.class(c).is_some_and(|c| c.parent == Some(id)))
+                    .count();
+                assert_eq!(info.children as usize, children, "{id}'s children held");
+                assert_eq!(seen.rate, info.config.rate, "{id}'s rate");
+                assert_eq!(
+                    seen.shared,
+                    htb.is_shared(id),
+                    "worker {w}: {id} shared as the view says"
+                );
+                if planes.len() > 1 && crate::assign::is_subtree_top(htb, id) {
+                    assert!(view.server(id).is_some(), "subtree {id} has a server");
+                }
+            }
+        }
+    }
+}
+
 /// Checks that every class of port b's tree sent packets only on the worker owning its
 /// subtree, but for the subtrees that were split (`split`, by their tops).
-fn only_owners_queued(planes: &[Dataplane<SimRings>], split: &BTreeSet<ClassId>) {
+fn only_owners_queued(
+    planes: &[Dataplane<SimRings>],
+    split: &BTreeSet<ClassId>,
+    view: &crate::tree_view::TreeView,
+) {
     let owners = planes[0].owners("b");
-    let Some(htb) = planes[0].scheduler("b", 1) else {
+    if view.major() != Some(1) {
         return;
-    };
-    let ids: Vec<ClassId> = htb.class_ids().collect();
+    }
+    let ids: Vec<ClassId> = view.class_ids().collect();
     for (w, dp) in planes.iter().enumerate() {
         let snapshot = dp.class_stats("b", &ids).unwrap();
         for (id, stats) in ids.iter().zip(&snapshot.classes) {
             let Some(stats) = stats else { continue };
-            if crate::assign::subtree_of(htb, *id).is_some_and(|top| split.contains(&top)) {
+            if crate::assign::subtree_of(view, *id).is_some_and(|top| split.contains(&top)) {
                 continue;
             }
-            let level = htb.class_info(*id).map_or(0, |i| i.level);
+            // A leaf as the tree has it (a worker's copy of an inner class may be childless).
+            let leaf = view.class(*id).is_some_and(|c| c.children == 0);
             let owner = owners.get(id).copied();
-            if level == 0 && owner.is_some_and(|o| o != w) {
+            if leaf && owner.is_some_and(|o| o != w) {
                 assert_eq!(
                     stats.queue.packets, 0,
                     "worker {w} sent {} packets of {id}, which worker {owner:?} owns",

@@ -15,7 +15,6 @@ use htb_core::{
 use super::sim::SimRings;
 use super::tests::{A, B, MAC_B, class, drain_all, planes, refs, udp_frame};
 use super::{Dataplane, Mode, Progress};
-use crate::assign::Server;
 use crate::fleet::Fleet;
 use crate::plane_op::PlaneOp;
 
@@ -182,11 +181,10 @@ fn a_split_class_sends_its_rate_from_every_worker() {
 fn without_shared_buckets_every_worker_sends_the_whole_rate() {
     let rate = Rate::from_mbit(200);
     for workers in [2, 4] {
-        let (mut planes, fleet) = setup(workers, None, tree(rate, &[(0x10, SplitChoice::Owned)]));
+        let (mut planes, mut fleet) =
+            setup(workers, None, tree(rate, &[(0x10, SplitChoice::Owned)]));
         assert!(fleet.split_subtrees(B).is_empty());
-        for dp in &mut planes {
-            dp.set_owner(B, class(0x10), Some(Server::Every));
-        }
+        fleet.serve_unshared(&mut refs(&mut planes), B, class(0x10));
         let (total, _) = saturate(&mut planes, rate);
         let over = total / rate.bits_per_sec() as f64;
         assert!(

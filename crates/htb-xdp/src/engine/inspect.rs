@@ -49,8 +49,9 @@ impl Engine {
         stats
     }
 
-    /// The scheduler of tree `major` of `port` (worker 0's: every worker has the same
-    /// classes, each serving its own subtrees).
+    /// The scheduler of tree `major` of `port`, worker 0's: with several workers it holds the
+    /// top-level classes, the split subtrees and its own subtrees only (each worker holds its
+    /// part of a root tree; a tree under `mq` whole).
     #[must_use]
     pub fn scheduler(&self, port: &str, major: u16) -> Option<&Scheduler<Frame>> {
         self.workers.first()?.plane.scheduler(port, major)
@@ -116,11 +117,14 @@ impl Engine {
 
     /// Which queue of `class`'s leaf on `port` `frame`'s flow joins (fq_codel's or sfq's flow
     /// bucket; `None` for a leaf with one queue, or cake). Every worker hashes with one key,
-    /// so worker 0's fq_codel answer is every worker's; sfq re-keys each instance, so for a
-    /// class another worker serves, its answer is worker 0's instance's.
+    /// so the first worker holding the class answers for all (a class of an owned subtree is
+    /// its owner's alone); sfq re-keys each instance, so for a split class, its answer is the
+    /// first worker's instance's.
     #[must_use]
     pub fn leaf_queue(&self, port: &str, class: ClassId, frame: &[u8]) -> Option<u32> {
-        self.workers.first()?.plane.leaf_queue(port, class, frame)
+        self.workers
+            .iter()
+            .find_map(|w| w.plane.leaf_queue(port, class, frame))
     }
 
     /// Which worker serves each subtree of `port` that one worker serves, by the class at its

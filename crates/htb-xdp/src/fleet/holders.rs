@@ -1,0 +1,236 @@
+//! Which workers hold which classes of a root tree: a class operation goes to the workers
+//! holding the class (`Fleet::holder_for`), a subtree placed on one worker leaves the others
+//! (`Fleet::settle`), a subtree split is copied to every worker (`Fleet::copy_subtree`), and
+//! the workers' results of a batch are merged (`merge_outcomes`).
+
+use std::collections::BTreeMap;
+
+use htb_core::{ClassId, ClassSpec, Instant};
+
+use super::{Fleet, Shape};
+use crate::assign::subtree_of;
+use crate::dataplane::Dataplane;
+use crate::error::PlaneError;
+use crate::plane_op::PlaneOp;
+use crate::rings::Rings;
+
+impl Fleet {
+    /// The one worker a class operation goes to (`None`: every worker): the worker holding
+    /// the class — for a class added, its parent's holder; a new subtree goes to every worker
+    /// until the batch is applied and it is placed (`settle`). Notes the classes the batch
+    /// adds and deletes.
+    pub(super) fn holder_for(
+        &self,
+        shape: &Shape,
+        added: &mut BTreeMap<(usize, ClassId), Option<u16>>,
+    ) -> Option<u16> {
+        let (port, id) = match shape {
+            Shape::Added { port, id, .. }
+            | Shape::Changed { port, id, .. }
+            | Shape::Deleted { port, id }
+            | Shape::Leaf { port, id } => (*port, *id),
+            _ => return None,
+        };
+        let view = &self.views[port];
+        if !view.covers(id) {
+            return None;
+        }
+        let of = |c: ClassId| match added.get(&(port, c)) {
+            Some(&h) => h,
+            None => view.holder(c),
+        };
+        match shape {
+            Shape::Added { parent, .. } => {
+                // A child of a top-level class tops a new subtree: every worker has it until
+                // it is placed.
+                let holder = parent
+                    .filter(|&p| {
+                        added.contains_key(&(port, p))
+                            || view.class(p).is_some_and(|c| c.parent.is_some())
+                    })
+                    .and_then(of);
+                added.insert((port, id), holder);
+                holder
+            }
+            Shape::Deleted { .. } => {
+                let holder = of(id);
+                added.remove(&(port, id));
+                holder
+            }
+            _ => of(id),
+        }
+    }
+
+    /// Moves the classes to where the assignment says, after a batch: the classes `touched`
+    /// (added to every worker by the batch, or of a new tree) that are in a subtree one
+    /// worker owns are deleted from the others, deepest first (they hold no frames: nothing
+    /// was received since they were added).
+    pub(super) fn settle<R: Rings>(
+        &mut self,
+        planes: &mut [&mut Dataplane<R>],
+        now: Instant,
+        touched: &[(usize, ClassId)],
+    ) {
+        if planes.len() < 2 || touched.is_empty() {
+            return;
+        }
+        let mut gone: Vec<(usize, usize, ClassId, u16)> = touched
+            .iter()
+            .filter_map(|&(port, id)| {
+                let view = &self.views[port];
+                Some((view.depth(id), port, id, view.holder(id)?))
+            })
+            .collect();
+        gone.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        gone.dedup();
+        for (w, plane) in planes.iter_mut().enumerate() {
+            let ops: Vec<PlaneOp> = gone
+                .iter()
+                .filter(|&&(_, port, id, owner)| {
+                    usize::from(owner) != w
+                        && plane.root_tree_at(port).is_some_and(|t| t.contains(id))
+                })
+                .filter_map(|&(_, port, id, _)| {
+                    Some(PlaneOp::DeleteClass {
+                        port: plane.port_name(port)?.to_owned(),
+                        id,
+                    })
+                })
+                .collect();
+            if ops.is_empty() {
+                continue;
+            }
+            let (results, retired) = plane.apply(now, ops);
+            drop(retired);
+            for e in results.into_iter().filter_map(Result::err) {
+                tracing::error!("data-plane worker {w}: a class it does not serve stays: {e}");
+            }
+        }
+    }
+
+    /// Copies subtree `top` of `port` from worker `from`, its owner, to every other worker
+    /// (it is split): each class with its parameters and its leaf, parents first.
+    pub(super) fn copy_subtree<R: Rings>(
+        &self,
+        planes: &mut [&mut Dataplane<R>],
+        now: Instant,
+        port: usize,
+        top: ClassId,
+        from: usize,
+    ) {
+        let view = &self.views[port];
+        let mut ids: Vec<ClassId> = view
+            .class_ids()
+            .filter(|&c| subtree_of(&**view, c) == Some(top))
+            .collect();
+        ids.sort_by_key(|&c| view.depth(c));
+        let Some(htb) = planes.get(from).and_then(|p| p.root_tree_at(port)) else {
+            return;
+        };
+        let classes: Vec<_> = ids
+            .into_iter()
+            .filter_map(|id| {
+                let info = htb.class_info(id)?;
+                let c = info.config;
+                let spec = ClassSpec {
+                    rate: c.rate,
+                    ceil: Some(c.ceil),
+                    burst: Some(c.burst),
+                    cburst: Some(c.cburst),
+                    prio: u32::from(c.prio),
+                    quantum: Some(c.quantum),
+                    mtu: None,
+                    adjust: c.adjust,
+                };
+                Some((id, info.parent, spec, info.leaf))
+            })
+            .collect();
+        for (w, plane) in planes.iter_mut().enumerate() {
+            let Some(name) = plane.port_name(port).map(str::to_owned) else {
+                continue;
+            };
+            if w == from {
+                continue;
+            }
+            let mut ops = Vec::new();
+            for (id, parent, spec, leaf) in &classes {
+                if plane.root_tree_at(port).is_some_and(|t| t.contains(*id)) {
+                    continue;
+                }
+                ops.push(PlaneOp::AddClass {
+                    port: name.clone(),
+                    id: *id,
+                    parent: *parent,
+                    spec: spec.clone(),
+                });
+                if let Some(leaf) = leaf {
+                    ops.push(PlaneOp::SetLeaf {
+                        port: name.clone(),
+                        id: *id,
+                        leaf: Some(*leaf),
+                    });
+                }
+            }
+            let (results, retired) = plane.apply(now, ops);
+            drop(retired);
+            for e in results.into_iter().filter_map(Result::err) {
+                tracing::error!("data-plane worker {w}: a class of split {top} not copied: {e}");
+            }
+        }
+    }
+}
+
+/// Per op, the outcomes of the workers it was given (`None`: the worker stopped before it)
+/// as one result: the packets summed, the first failure; the batch ends at the first op that
+/// failed or that no worker reached.
+pub(super) fn merge_outcomes(
+    outcomes: Vec<Vec<Option<Result<u64, PlaneError>>>>,
+) -> Vec<Result<u64, PlaneError>> {
+    let mut results = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        let mut total: Option<Result<u64, PlaneError>> = None;
+        for result in outcome.into_iter().flatten() {
+            total = Some(match (total, result) {
+                (Some(Err(e)), _) | (None | Some(Ok(_)), Err(e)) => Err(e),
+                (None, Ok(n)) => Ok(n),
+                (Some(Ok(n)), Ok(m)) => Ok(n + m),
+            });
+        }
+        match total {
+            Some(Ok(n)) => results.push(Ok(n)),
+            Some(Err(e)) => {
+                results.push(Err(e));
+                break;
+            }
+            None => break,
+        }
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_port() -> PlaneError {
+        PlaneError::NoPort("x".into())
+    }
+
+    /// Packets are summed over the workers an op went to; a worker not given it says
+    /// nothing; the batch ends at the first failure, or where no worker got to.
+    #[test]
+    fn outcomes_merge_over_the_workers_given_each_op() {
+        let merged = merge_outcomes(vec![
+            vec![Some(Ok(1)), Some(Ok(2))],
+            vec![Some(Ok(5))],
+            vec![Some(Ok(0)), Some(Err(no_port())), None],
+            vec![Some(Ok(7))],
+        ]);
+        assert_eq!(merged.len(), 3, "{merged:?}");
+        assert!(matches!(merged[0], Ok(3)));
+        assert!(matches!(merged[1], Ok(5)));
+        assert!(merged[2].is_err());
+        let stopped = merge_outcomes(vec![vec![Some(Ok(1))], vec![None, None], vec![Some(Ok(1))]]);
+        assert_eq!(stopped.len(), 1, "no worker reached the second op");
+    }
+}
