@@ -266,7 +266,7 @@ impl PartialEq<&str> for InterfaceName {
 
 impl PartialEq<String> for InterfaceName {
     fn eq(&self, other: &String) -> bool {
-        &self.as_str() == other
+        self.as_str() == other.as_str()
     }
 }
 
@@ -439,7 +439,7 @@ mod tests {
     /// Inline: the kernel's IFNAMSIZ bytes, whatever the name.
     #[test]
     fn a_name_is_sixteen_bytes_inline() {
-        assert_eq!(std::mem::size_of::<InterfaceName>(), IFNAMSIZ);
+        assert_eq!(size_of::<InterfaceName>(), IFNAMSIZ);
         let long = InterfaceName::new("wlp0s20f3-mon15").unwrap();
         let moved = long.clone();
         assert_eq!(moved.as_str(), "wlp0s20f3-mon15");
