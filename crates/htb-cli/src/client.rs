@@ -28,7 +28,8 @@ fn weight(command: &Command) -> usize {
 
 /// How many of `commands` go in the next message: at most [`STAGE_CHUNK`] and
 /// [`STAGE_BYTES`] (at least one).
-fn chunk_len(commands: &[Command]) -> usize {
+#[must_use]
+pub fn chunk_len(commands: &[Command]) -> usize {
     let mut bytes = 0;
     commands
         .iter()

@@ -97,42 +97,100 @@ impl ForbiddenByte {
 /// `.` or `..`, no `/`, `:` or white space. Made only by [`InterfaceName::new`] (or
 /// [`FromStr`], [`TryFrom`], serde), so one that exists is valid; on the wire and in files it
 /// is the plain string it always was.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct InterfaceName(String);
+///
+/// Held inline, as the kernel's `char name[IFNAMSIZ]` is: its length and up to
+/// [`IFNAME_MAX`] bytes, 16 bytes in all, no allocation (a million subscribers' batch names
+/// the port in each of its three million commands, read, checked and cloned each time).
+#[derive(Clone)]
+pub struct InterfaceName {
+    len: u8,
+    bytes: [u8; IFNAME_MAX],
+}
 
 impl InterfaceName {
     /// Checks `name` as `dev_valid_name()` does.
     ///
     /// # Errors
     /// The first rule it breaks, with the name.
-    pub fn new(name: impl Into<String>) -> Result<Self, InterfaceNameError> {
-        let name = name.into();
+    pub fn new(name: impl AsRef<str>) -> Result<Self, InterfaceNameError> {
+        let name = name.as_ref();
         if name.is_empty() {
             return Err(InterfaceNameError::Empty);
         }
         if name.len() > IFNAME_MAX {
             let len = name.len();
-            return Err(InterfaceNameError::TooLong { name, len });
+            return Err(InterfaceNameError::TooLong {
+                name: name.to_owned(),
+                len,
+            });
         }
         if name == "." || name == ".." {
-            return Err(InterfaceNameError::Dots { name });
+            return Err(InterfaceNameError::Dots {
+                name: name.to_owned(),
+            });
         }
         if let Some(byte) = name.bytes().find_map(ForbiddenByte::of) {
-            return Err(InterfaceNameError::Forbidden { name, byte });
+            return Err(InterfaceNameError::Forbidden {
+                name: name.to_owned(),
+                byte,
+            });
         }
-        Ok(Self(name))
+        let mut bytes = [0; IFNAME_MAX];
+        bytes[..name.len()].copy_from_slice(name.as_bytes());
+        Ok(Self {
+            // At most IFNAME_MAX, checked above.
+            len: name.len() as u8,
+            bytes,
+        })
     }
 
     /// The name.
     #[must_use]
     pub fn as_str(&self) -> &str {
-        &self.0
+        // The bytes are a whole `str`'s, copied by `new`: never the empty default.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
     }
 
     /// The name, as a `String`.
     #[must_use]
     pub fn into_string(self) -> String {
-        self.0
+        self.as_str().to_owned()
+    }
+}
+
+/// As the name's `str` (what [`Borrow<str>`] needs: maps keyed by name are looked up with a
+/// `&str`).
+impl PartialEq for InterfaceName {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for InterfaceName {}
+
+impl PartialOrd for InterfaceName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for InterfaceName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl std::hash::Hash for InterfaceName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for InterfaceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("InterfaceName")
+            .field(&self.as_str())
+            .finish()
     }
 }
 
@@ -162,14 +220,14 @@ impl TryFrom<&str> for InterfaceName {
 
 impl From<InterfaceName> for String {
     fn from(name: InterfaceName) -> Self {
-        name.0
+        name.into_string()
     }
 }
 
 impl fmt::Display for InterfaceName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // `pad`, not `write_str`: tables align names with `{:<16}`.
-        f.pad(&self.0)
+        f.pad(self.as_str())
     }
 }
 
@@ -177,72 +235,83 @@ impl Deref for InterfaceName {
     type Target = str;
 
     fn deref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl AsRef<str> for InterfaceName {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
-/// Maps keyed by name are looked up with a `&str` (a derived `Eq`, `Ord` and `Hash` of the one
-/// `String` agree with `str`'s).
+/// Maps keyed by name are looked up with a `&str` (`Eq`, `Ord` and `Hash` are `str`'s).
 impl Borrow<str> for InterfaceName {
     fn borrow(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
 impl PartialEq<str> for InterfaceName {
     fn eq(&self, other: &str) -> bool {
-        self.0 == other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<&str> for InterfaceName {
     fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
+        self.as_str() == *other
     }
 }
 
 impl PartialEq<String> for InterfaceName {
     fn eq(&self, other: &String) -> bool {
-        &self.0 == other
+        self.as_str() == other.as_str()
     }
 }
 
 impl PartialEq<InterfaceName> for str {
     fn eq(&self, other: &InterfaceName) -> bool {
-        self == other.0
+        self == other.as_str()
     }
 }
 
 impl PartialEq<InterfaceName> for &str {
     fn eq(&self, other: &InterfaceName) -> bool {
-        *self == other.0
+        *self == other.as_str()
     }
 }
 
 impl PartialEq<InterfaceName> for String {
     fn eq(&self, other: &InterfaceName) -> bool {
-        *self == other.0
+        *self == other.as_str()
     }
 }
 
 /// A plain string, as the name always was on the wire and in files.
 impl Serialize for InterfaceName {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
+        s.serialize_str(self.as_str())
     }
 }
 
 /// Checked as it is read: a message or file with a bad name fails to parse, with the rule.
+/// Read from the message's own bytes where the format lends them (no `String` in between).
 impl<'de> Deserialize<'de> for InterfaceName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        Self::new(name).map_err(serde::de::Error::custom)
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = InterfaceName;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an interface name")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<InterfaceName, E> {
+                InterfaceName::new(name).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Name)
     }
 }
 
@@ -365,6 +434,58 @@ mod tests {
         let e = serde_json::from_str::<InterfaceName>("\"x/y\"").unwrap_err();
         assert!(e.to_string().contains("not a valid interface name"), "{e}");
         assert!(serde_json::from_str::<InterfaceName>("7").is_err());
+    }
+
+    /// Inline: the kernel's IFNAMSIZ bytes, whatever the name.
+    #[test]
+    fn a_name_is_sixteen_bytes_inline() {
+        assert_eq!(size_of::<InterfaceName>(), IFNAMSIZ);
+        let long = InterfaceName::new("wlp0s20f3-mon15").unwrap();
+        let moved = long.clone();
+        assert_eq!(moved.as_str(), "wlp0s20f3-mon15");
+        assert_eq!(String::from(moved), "wlp0s20f3-mon15");
+    }
+
+    /// Order, equality and hashes are the names' as `str`s, as `Borrow<str>` requires.
+    #[test]
+    fn names_compare_and_hash_as_their_text() {
+        use std::hash::BuildHasher;
+        let names = ["eth0", "eth", "eth10", "a", "ñandú0", "wlp0s20f3-mon15"];
+        for a in names {
+            for b in names {
+                let (na, nb) = (
+                    InterfaceName::new(a).unwrap(),
+                    InterfaceName::new(b).unwrap(),
+                );
+                assert_eq!(na.cmp(&nb), a.cmp(b), "{a} {b}");
+                assert_eq!(na == nb, a == b, "{a} {b}");
+            }
+            let hasher = std::collections::hash_map::RandomState::new();
+            assert_eq!(
+                hasher.hash_one(InterfaceName::new(a).unwrap()),
+                hasher.hash_one(a),
+                "{a}"
+            );
+        }
+        let mut set = std::collections::HashSet::new();
+        set.insert(InterfaceName::new("eth0").unwrap());
+        assert!(set.contains("eth0"));
+        assert_eq!(
+            format!("{:?}", InterfaceName::new("eth0").unwrap()),
+            "InterfaceName(\"eth0\")"
+        );
+    }
+
+    /// Read from TOML too (whose strings serde hands over owned).
+    #[test]
+    fn read_from_toml_and_checked() {
+        #[derive(Deserialize)]
+        struct File {
+            name: InterfaceName,
+        }
+        let f: File = toml::from_str("name = \"bond0.100\"").unwrap();
+        assert_eq!(f.name, "bond0.100");
+        assert!(toml::from_str::<File>("name = \"eth0:1\"").is_err());
     }
 
     #[test]

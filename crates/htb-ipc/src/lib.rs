@@ -27,6 +27,7 @@ mod filter_kind;
 mod flows;
 mod frame;
 mod generation;
+mod incoming;
 mod protocol;
 mod request;
 mod response;
@@ -61,6 +62,7 @@ pub use htb_core::{
     CakeStats, ClassId, FqCodelStats, LeafConfig, LeafKind, LeafSpec, LinkLayer, Rate, SizeSpec,
     SplitChoice, Warning,
 };
+pub use incoming::{Incoming, RawCommands, read_incoming};
 pub use protocol::{Protocol, UnknownProtocol};
 pub use request::{Object, Page, Parent, Request, RequestBody, Show};
 pub use response::{CommandResult, ReplyBody, Response};

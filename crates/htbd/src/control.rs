@@ -50,7 +50,17 @@ pub struct Peer {
 #[derive(Debug)]
 pub enum Call {
     /// A client's request, with where its answer goes.
-    Client(Request, Peer, oneshot::Sender<Response>),
+    Client {
+        /// The request.
+        request: Request,
+        /// For a batch, the text its commands came in, message by message
+        /// ([`htb_ipc::read_incoming`]): the journal writes it as it is.
+        received: Option<Vec<htb_ipc::RawCommands>>,
+        /// Who sent it.
+        peer: Peer,
+        /// Where the answer goes.
+        reply: oneshot::Sender<Response>,
+    },
     /// SIGHUP: make the running trees the config file's (`trees`, whose hash is `hash`).
     Reload {
         /// The config file's trees.
@@ -182,11 +192,16 @@ impl Control {
         self.generation_now();
         while let Some(call) = calls.recv().await {
             let changed = match call {
-                Call::Client(request, peer, reply) => {
+                Call::Client {
+                    request,
+                    received,
+                    peer,
+                    reply,
+                } => {
                     let applies = matches!(request.request, RequestBody::Apply { .. });
                     let kind = requests::Request::of(&request.request);
                     let started = std::time::Instant::now();
-                    let response = self.handle(request, peer).await;
+                    let response = self.handle(request, received, peer).await;
                     let outcome = match response.result {
                         Ok(_) => requests::Outcome::ok,
                         Err(_) => requests::Outcome::error,
@@ -235,7 +250,12 @@ impl Control {
         &self.model
     }
 
-    async fn handle(&mut self, request: Request, peer: Peer) -> Response {
+    async fn handle(
+        &mut self,
+        request: Request,
+        received: Option<Vec<htb_ipc::RawCommands>>,
+        peer: Peer,
+    ) -> Response {
         if request.version != htb_ipc::PROTOCOL_VERSION {
             return Response::new(Err(IpcError::new(
                 ErrorCode::Version,
@@ -260,7 +280,7 @@ impl Control {
                     peer.uid,
                     peer.pid
                 );
-                self.apply(&commands, None)
+                self.apply(&commands, received, None)
                     .await
                     .map(|results| ReplyBody::Applied { results })
             }
@@ -289,6 +309,14 @@ impl Control {
         &self,
         f: impl FnOnce(&mut Store) -> T + Send + 'static,
     ) -> Result<T, IpcError> {
+        store_done(self.start_on_store(f)).await
+    }
+
+    /// Starts `f` on the store on a blocking thread now; [`store_done`] waits for it.
+    fn start_on_store<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Store) -> T + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
         let store = Arc::clone(&self.store);
         tokio::task::spawn_blocking(move || {
             let mut store = store
@@ -296,8 +324,6 @@ impl Control {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             f(&mut store)
         })
-        .await
-        .map_err(|e| internal(format!("the state store's thread failed: {e}")))
     }
 
     /// SIGHUP: the difference between the running trees and `trees`, as one batch.
@@ -307,7 +333,7 @@ impl Control {
         hash: String,
     ) -> Result<Reloaded, IpcError> {
         let commands = reload::commands(&self.model, trees)?;
-        let results = self.apply(&commands, Some(trees)).await?;
+        let results = self.apply(&commands, None, Some(trees)).await?;
         // The running trees are the file's now: a restart with this file keeps them (and the
         // live changes made after this), so the snapshot records the file's hash.
         let state = self.model.to_toml();
@@ -365,9 +391,12 @@ impl Control {
 
     /// Applies one batch all or nothing: model, journal, data plane. `expect`: the trees the
     /// batch must produce (a reload's check of its own difference).
+    /// `received`: the text the commands came in, which the journal writes instead of
+    /// encoding them again.
     async fn apply(
         &mut self,
         commands: &[htb_ipc::Command],
+        received: Option<Vec<htb_ipc::RawCommands>>,
         expect: Option<&[InterfaceTrees]>,
     ) -> Result<Vec<CommandResult>, IpcError> {
         if commands.is_empty() {
@@ -385,13 +414,32 @@ impl Control {
                  report it): nothing was changed",
             ));
         }
-        // Build the data plane's operations before anything is written: building can fail.
+        // The journal is written on the store's thread while the data plane's operations are
+        // built here; they go to the data plane only once both are done. Written as the
+        // client sent it when it can be (a million subscribers' batch encoded again took
+        // longer than the write), else encoded here, from the request's own commands (a copy
+        // for the writing thread cost more than the encoding).
+        let batch = match received {
+            Some(received) => Encoded::received(received),
+            None => match Encoded::new(commands) {
+                Ok(batch) => batch,
+                Err(e) => {
+                    self.model.revert(plan);
+                    return Err(internal(format!("cannot encode the batch: {e}")));
+                }
+            },
+        };
+        let journal = self.start_on_store(move |store| {
+            let appended = store.append_encoded(&batch)?;
+            Ok::<_, StoreError>((appended, store.wants_compaction()))
+        });
         // The effects are moved out of the plan, which only its undo is needed of from here
         // (copied, a million subscribers' batch held its class changes and the flat filter
         // list twice until it was done).
         let effects = std::mem::take(&mut plan.effects);
         let mut owners = Vec::with_capacity(effects.len());
         let mut ops = Vec::with_capacity(effects.len());
+        let mut failed = None;
         for (command, effect) in effects {
             match effect.compile(self.engine.workers()) {
                 Ok(op) => {
@@ -399,37 +447,28 @@ impl Control {
                     ops.push(op);
                 }
                 Err(e) => {
-                    self.model.revert(plan);
-                    return Err(internal(e.to_string()));
+                    failed = Some(internal(e.to_string()));
+                    break;
                 }
             }
         }
-        // Encoded here, from the request's own commands: a copy of a million subscribers'
-        // batch for the writing thread cost more than the encoding.
-        let batch = match Encoded::new(commands) {
-            Ok(batch) => batch,
-            Err(e) => {
-                self.model.revert(plan);
-                return Err(internal(format!("cannot encode the batch: {e}")));
-            }
-        };
-        let appended = self
-            .on_store(move |store| {
-                let appended = store.append_encoded(&batch)?;
-                Ok::<_, StoreError>((appended, store.wants_compaction()))
-            })
-            .await;
+        let appended = store_done(journal).await;
         let (appended, wants_compaction) = match appended {
             Ok(Ok(appended)) => appended,
             Ok(Err(e)) => {
                 self.model.revert(plan);
-                return Err(persist_error(&e));
+                return Err(failed.unwrap_or_else(|| persist_error(&e)));
             }
             Err(e) => {
                 self.model.revert(plan);
-                return Err(e);
+                return Err(failed.unwrap_or(e));
             }
         };
+        if let Some(e) = failed {
+            // Nothing reached the data plane: the batch comes off the journal and the model.
+            self.take_back(plan, appended, Vec::new()).await;
+            return Err(e);
+        }
         let journaled = started.elapsed();
         self.faults.poison_plane_ops(&mut ops);
         let mut touched: Vec<String> = ops.iter().map(|op| op.port().to_owned()).collect();
@@ -599,6 +638,12 @@ impl Control {
             Err(e) => tracing::error!("cannot rebuild the trees on the data plane: {e}"),
         }
     }
+}
+
+/// Waits for a job [`Control::start_on_store`] started.
+async fn store_done<T>(job: tokio::task::JoinHandle<T>) -> Result<T, IpcError> {
+    job.await
+        .map_err(|e| internal(format!("the state store's thread failed: {e}")))
 }
 
 fn persist_error(e: &StoreError) -> IpcError {

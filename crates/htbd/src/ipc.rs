@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use htb_ipc::{ErrorCode, FrameError, IpcError, ReplyBody, Request, RequestBody, Response};
+use htb_ipc::{
+    ErrorCode, FrameError, Incoming, IpcError, RawCommands, ReplyBody, Request, RequestBody,
+    Response,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
@@ -315,7 +318,7 @@ async fn client(
         }
     };
     // Commands staged for this connection's next batch (`RequestBody::Stage`).
-    let mut staged: Vec<htb_ipc::Command> = Vec::new();
+    let mut staged = Staged::default();
     loop {
         let mut header = [0u8; 4];
         // Between frames a client may idle (htb-cli monitor does), up to IDLE_TIMEOUT.
@@ -379,14 +382,15 @@ async fn client(
                 return;
             }
         }
-        let parsed = serde_json::from_slice::<Request>(&body);
-        drop(body);
+        // A batch keeps the text of its commands (for the journal): the body's bytes, counted
+        // against the reserve no longer.
+        let parsed = htb_ipc::read_incoming(body);
         drop(reserved);
-        let request: Request = match parsed {
-            Ok(request) => request,
+        let incoming = match parsed {
+            Ok(incoming) => incoming,
             Err(e) => {
                 // What was staged was meant for a batch this client can no longer be sure of.
-                staged.clear();
+                staged = Staged::default();
                 let error = IpcError::new(ErrorCode::BadRequest, format!("malformed request: {e}"));
                 if send(&mut stream, &Response::new(Err(error))).await {
                     continue;
@@ -394,17 +398,23 @@ async fn client(
                 return;
             }
         };
-        let request = match stage(&mut staged, request) {
+        let (request, received) = match stage(&mut staged, incoming) {
             Staging::Answer(response) => {
                 if send(&mut stream, &response).await {
                     continue;
                 }
                 return;
             }
-            Staging::Forward(request) => request,
+            Staging::Forward(request, received) => (request, received),
         };
         let (tx, rx) = oneshot::channel();
-        if calls.send(Call::Client(request, peer, tx)).await.is_err() {
+        let call = Call::Client {
+            request,
+            received,
+            peer,
+            reply: tx,
+        };
+        if calls.send(call).await.is_err() {
             refuse(
                 stream,
                 IpcError::new(ErrorCode::ShuttingDown, "htbd is stopping"),
@@ -425,51 +435,95 @@ async fn client(
 /// (each staged command holds some hundreds of bytes of htbd's memory until its batch runs).
 pub const MAX_STAGED_COMMANDS: usize = 4_000_000;
 
-/// What a connection does with a request: answer it itself (a stage), or forward it.
+/// What a connection does with a request: answer it itself (a stage), or forward it (with
+/// the text of a batch's commands, when every message of it had theirs).
 enum Staging {
     /// Boxed: a response is several times a request's size.
     Answer(Box<Response>),
-    Forward(Request),
+    Forward(Request, Option<Vec<RawCommands>>),
+}
+
+/// The commands staged for a connection's next batch, and the text of each message's, as
+/// long as every message kept it.
+#[derive(Debug)]
+struct Staged {
+    commands: Vec<htb_ipc::Command>,
+    received: Option<Vec<RawCommands>>,
+}
+
+impl Default for Staged {
+    fn default() -> Self {
+        Self {
+            commands: Vec::new(),
+            received: Some(Vec::new()),
+        }
+    }
+}
+
+impl Staged {
+    /// Adds one message's commands and text.
+    fn push(&mut self, commands: Vec<htb_ipc::Command>, raw: Option<RawCommands>) {
+        if self.commands.is_empty() {
+            // Moved, not copied: an unstaged batch is one message.
+            self.commands = commands;
+        } else {
+            self.commands.extend(commands);
+        }
+        match (&mut self.received, raw) {
+            (Some(all), Some(raw)) => all.push(raw),
+            (received, _) => *received = None,
+        }
+    }
 }
 
 /// Keeps a [`RequestBody::Stage`]'s commands in `staged`; puts them in front of the next
 /// [`RequestBody::Apply`]'s, which then runs them all as one batch.
-fn stage(staged: &mut Vec<htb_ipc::Command>, request: Request) -> Staging {
+fn stage(staged: &mut Staged, incoming: Incoming) -> Staging {
+    let Incoming { request, raw } = incoming;
     let Request { version, request } = request;
     match request {
         RequestBody::Stage { commands } => {
             if version != htb_ipc::PROTOCOL_VERSION {
                 // The control plane's check answers it, as for any request.
-                return Staging::Forward(Request {
-                    version,
-                    request: RequestBody::Stage { commands },
-                });
+                return Staging::Forward(
+                    Request {
+                        version,
+                        request: RequestBody::Stage { commands },
+                    },
+                    None,
+                );
             }
-            if staged.len() + commands.len() > MAX_STAGED_COMMANDS {
+            let staged_len = staged.commands.len();
+            if staged_len + commands.len() > MAX_STAGED_COMMANDS {
                 return Staging::Answer(Box::new(Response::new(Err(IpcError::new(
                     ErrorCode::TooLarge,
                     format!(
                         "{} commands staged and {} more: above the {MAX_STAGED_COMMANDS} a \
                          connection may stage (the staged ones are kept)",
-                        staged.len(),
+                        staged_len,
                         commands.len()
                     ),
                 )))));
             }
-            staged.extend(commands);
+            staged.push(commands, raw);
             Staging::Answer(Box::new(Response::new(Ok(ReplyBody::Staged {
-                commands: staged.len() as u64,
+                commands: staged.commands.len() as u64,
             }))))
         }
-        RequestBody::Apply { commands } if !staged.is_empty() => {
+        RequestBody::Apply { commands } => {
             let mut all = std::mem::take(staged);
-            all.extend(commands);
-            Staging::Forward(Request {
-                version,
-                request: RequestBody::Apply { commands: all },
-            })
+            all.push(commands, raw);
+            Staging::Forward(
+                Request {
+                    version,
+                    request: RequestBody::Apply {
+                        commands: all.commands,
+                    },
+                },
+                all.received,
+            )
         }
-        request => Staging::Forward(Request { version, request }),
+        request => Staging::Forward(Request { version, request }, None),
     }
 }
 
@@ -484,48 +538,121 @@ mod tests {
         })
     }
 
-    /// Staged commands go in front of the next batch's, in order, once; a stage over the cap
-    /// is refused and keeps what was staged.
+    /// A request as the connection reads it off the wire.
+    fn incoming(body: RequestBody) -> Incoming {
+        htb_ipc::read_incoming(serde_json::to_vec(&Request::new(body)).unwrap()).unwrap()
+    }
+
+    /// What an apply of `commands` forwards to the control plane.
+    fn apply(
+        staged: &mut Staged,
+        incoming: Incoming,
+    ) -> (Vec<htb_ipc::Command>, Option<Vec<RawCommands>>) {
+        match stage(staged, incoming) {
+            Staging::Forward(
+                Request {
+                    request: RequestBody::Apply { commands },
+                    ..
+                },
+                received,
+            ) => (commands, received),
+            _ => panic!("the apply goes on"),
+        }
+    }
+
+    /// The items of each message's text, joined as the journal writes them.
+    fn joined(received: &[RawCommands]) -> Vec<htb_ipc::Command> {
+        let items: Vec<&[u8]> = received
+            .iter()
+            .map(RawCommands::items)
+            .filter(|t| !t.is_empty())
+            .collect();
+        let list = [b"[".as_slice(), &items.join(&b","[..]), b"]"].concat();
+        let mut d = serde_json::Deserializer::from_slice(&list);
+        htb_ipc::deserialize_commands(&mut d).unwrap()
+    }
+
+    /// Staged commands go in front of the next batch's, in order, once, with the text each
+    /// message brought; a stage over the cap is refused and keeps what was staged.
     #[test]
     fn staged_commands_lead_the_next_batch() {
-        let mut staged = Vec::new();
-        let request = |body| Request::new(body);
+        let mut staged = Staged::default();
         for (minors, total) in [(vec![1, 2], 2), (vec![3], 3)] {
             let commands = minors.into_iter().map(delete).collect();
             let Staging::Answer(response) =
-                stage(&mut staged, request(RequestBody::Stage { commands }))
+                stage(&mut staged, incoming(RequestBody::Stage { commands }))
             else {
                 panic!("a stage is answered by the connection");
             };
             assert_eq!(response.result, Ok(ReplyBody::Staged { commands: total }));
         }
-        let too_many = vec![delete(9); MAX_STAGED_COMMANDS];
-        let Staging::Answer(response) = stage(
-            &mut staged,
-            request(RequestBody::Stage { commands: too_many }),
-        ) else {
+        let too_many = Incoming {
+            request: Request::new(RequestBody::Stage {
+                commands: vec![delete(9); MAX_STAGED_COMMANDS],
+            }),
+            raw: None,
+        };
+        let Staging::Answer(response) = stage(&mut staged, too_many) else {
             panic!("refused by the connection");
         };
         assert_eq!(
             response.result.map_err(|e| e.code),
             Err(ErrorCode::TooLarge)
         );
-        // What an apply of `commands` forwards to the control plane.
-        let apply = |staged: &mut Vec<htb_ipc::Command>, commands| match stage(
-            staged,
-            request(RequestBody::Apply { commands }),
-        ) {
-            Staging::Forward(Request {
-                request: RequestBody::Apply { commands },
-                ..
-            }) => commands,
-            _ => panic!("the apply goes on"),
-        };
-        let commands = apply(&mut staged, vec![delete(4)]);
+        let (commands, received) = apply(
+            &mut staged,
+            incoming(RequestBody::Apply {
+                commands: vec![delete(4)],
+            }),
+        );
         assert_eq!(commands, (1..=4).map(delete).collect::<Vec<_>>());
-        assert!(staged.is_empty());
-        let commands = apply(&mut staged, vec![delete(5)]);
+        assert_eq!(
+            joined(&received.expect("every message had its text")),
+            commands
+        );
+        assert!(staged.commands.is_empty());
+        let (commands, received) = apply(
+            &mut staged,
+            incoming(RequestBody::Apply {
+                commands: vec![delete(5)],
+            }),
+        );
         assert_eq!(commands, [delete(5)], "staged once");
+        assert_eq!(joined(&received.unwrap()), commands);
+    }
+
+    /// One message without its text (a list over several lines), and the batch has none: the
+    /// journal encodes it.
+    #[test]
+    fn a_message_without_its_text_leaves_the_batch_without() {
+        let mut staged = Staged::default();
+        let lines = serde_json::to_vec_pretty(&Request::new(RequestBody::Stage {
+            commands: vec![delete(1)],
+        }))
+        .unwrap();
+        let _ = stage(&mut staged, htb_ipc::read_incoming(lines).unwrap());
+        let _ = stage(
+            &mut staged,
+            incoming(RequestBody::Stage {
+                commands: vec![delete(2)],
+            }),
+        );
+        let (commands, received) = apply(
+            &mut staged,
+            incoming(RequestBody::Apply {
+                commands: vec![delete(3)],
+            }),
+        );
+        assert_eq!(commands, (1..=3).map(delete).collect::<Vec<_>>());
+        assert!(received.is_none());
+        // The next batch starts afresh.
+        let (_, received) = apply(
+            &mut staged,
+            incoming(RequestBody::Apply {
+                commands: vec![delete(4)],
+            }),
+        );
+        assert!(received.is_some());
     }
 
     #[test]

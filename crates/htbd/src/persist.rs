@@ -22,7 +22,7 @@ use std::ops::ControlFlow;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use htb_ipc::Command;
+use htb_ipc::{Command, RawCommands};
 
 mod saved;
 
@@ -93,9 +93,18 @@ fn io_error<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
     }
 }
 
-/// A batch's commands as the journal writes them (JSON), for [`Store::append_encoded`].
+/// A batch's commands as the journal writes them (a JSON list), for
+/// [`Store::append_encoded`].
 #[derive(Debug)]
-pub struct Encoded(Vec<u8>);
+pub struct Encoded(List);
+
+#[derive(Debug)]
+enum List {
+    /// `[…]`, encoded here.
+    Encoded(Vec<u8>),
+    /// The items of each message's list as the client sent them, written as one list.
+    Received(Vec<RawCommands>),
+}
 
 impl Encoded {
     /// Encodes `batch`.
@@ -103,7 +112,37 @@ impl Encoded {
     /// # Errors
     /// serde_json's (none for these types).
     pub fn new(batch: &[Command]) -> Result<Self, serde_json::Error> {
-        serde_json::to_vec(batch).map(Self)
+        serde_json::to_vec(batch).map(|json| Self(List::Encoded(json)))
+    }
+
+    /// The batch as it came: the text of its messages' commands, in order
+    /// ([`htb_ipc::read_incoming`]), written as it is (a million subscribers' commands are
+    /// not encoded a second time). A replay reads it as any journal line.
+    #[must_use]
+    pub fn received(messages: Vec<RawCommands>) -> Self {
+        Self(List::Received(messages))
+    }
+
+    /// Writes the list to `w`; returns its length in bytes.
+    fn write_to(&self, w: &mut impl Write) -> io::Result<u64> {
+        match &self.0 {
+            List::Encoded(json) => w.write_all(json).map(|()| json.len() as u64),
+            List::Received(messages) => {
+                let mut len = 2;
+                w.write_all(b"[")?;
+                let items = messages.iter().map(RawCommands::items);
+                for (i, text) in items.filter(|t| !t.is_empty()).enumerate() {
+                    if i > 0 {
+                        w.write_all(b",")?;
+                        len += 1;
+                    }
+                    w.write_all(text)?;
+                    len += text.len() as u64;
+                }
+                w.write_all(b"]")?;
+                Ok(len)
+            }
+        }
     }
 }
 
@@ -254,16 +293,22 @@ impl Store {
         let written = self
             .journal
             .write_all(head.as_bytes())
-            .and_then(|()| self.journal.write_all(&batch.0))
-            .and_then(|()| self.journal.write_all(tail))
-            .and_then(|()| self.journal.sync_data());
-        if let Err(e) = written {
-            let path = self.dir.join(JOURNAL);
-            self.cut_back(self.end);
-            return Err(io_error("append to", &path)(e));
-        }
+            .and_then(|()| batch.write_to(&mut self.journal))
+            .and_then(|list| {
+                self.journal.write_all(tail)?;
+                self.journal.sync_data()?;
+                Ok(list)
+            });
+        let list = match written {
+            Ok(list) => list,
+            Err(e) => {
+                let path = self.dir.join(JOURNAL);
+                self.cut_back(self.end);
+                return Err(io_error("append to", &path)(e));
+            }
+        };
         let start = self.end;
-        self.end += (head.len() + batch.0.len() + tail.len()) as u64;
+        self.end += (head.len() + tail.len()) as u64 + list;
         self.next_seq += 1;
         self.batches += 1;
         Ok(Appended { seq, start })

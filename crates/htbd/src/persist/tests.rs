@@ -354,3 +354,80 @@ fn the_snapshot_records_its_last_batch_and_config_hash() {
     assert_ne!(trees_hash("a"), trees_hash("b"));
     assert!(crate::config::parse_state(saved.snapshot.as_deref().unwrap()).is_ok());
 }
+
+/// The text of `commands` as a client's message carries it (`htb_ipc::read_incoming`).
+fn received(commands: Vec<Command>) -> RawCommands {
+    let wire = serde_json::to_vec(&htb_ipc::Request::new(htb_ipc::RequestBody::Stage {
+        commands,
+    }))
+    .unwrap();
+    htb_ipc::read_incoming(wire).unwrap().raw.unwrap()
+}
+
+/// A batch journaled as its messages brought it (an empty one among them) is one line that
+/// serde would have written the same, and loads as its commands; a torn line after it is cut
+/// off, a garbled one stops the load with its number, and the batches before are kept.
+#[test]
+fn a_batch_journaled_as_received_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = batch("1:5");
+    let two = [batch("1:6"), batch("1:7")].concat();
+    let whole = [one.clone(), two.clone()].concat();
+    let (mut store, _) = reopen(dir.path()).unwrap();
+    let messages = vec![received(one), received(Vec::new()), received(two)];
+    assert_eq!(
+        store
+            .append_encoded(&Encoded::received(messages))
+            .unwrap()
+            .seq(),
+        1
+    );
+    let _ = store
+        .append_encoded(&Encoded::received(vec![received(Vec::new())]))
+        .unwrap();
+    drop(store);
+    let text = fs::read_to_string(dir.path().join(JOURNAL)).unwrap();
+    let first = text.lines().next().unwrap();
+    let expected = serde_json::to_string(&saved::JournalLine {
+        seq: 1,
+        commands: whole.clone(),
+    })
+    .unwrap();
+    assert_eq!(first, expected);
+    assert_eq!(loaded(dir.path()), [whole.clone(), Vec::new()]);
+    // A crash in the middle of the third batch's line: cut off, the two before kept, and the
+    // next batch numbered on.
+    let line = String::from_utf8(received(batch("1:8")).items().to_vec()).unwrap();
+    append_line(
+        dir.path(),
+        format!("{{\"seq\":3,\"commands\":[{}", &line[..line.len() / 2]).as_bytes(),
+    );
+    let (mut store, saved) = reopen(dir.path()).unwrap();
+    assert_eq!(saved.torn_line, Some(3));
+    assert_eq!(loaded(dir.path()), [whole.clone(), Vec::new()]);
+    let _ = store
+        .append_encoded(&Encoded::received(vec![received(batch("1:8"))]))
+        .unwrap();
+    drop(store);
+    assert_eq!(
+        loaded(dir.path()),
+        [whole.clone(), Vec::new(), batch("1:8")]
+    );
+    // A byte of the second line garbled: the load stops there, naming it, erasing nothing.
+    let garbled = text.replacen("\"seq\":2,\"commands\":[", "\"seq\":2,\"commands\":{", 1);
+    assert_ne!(garbled, text);
+    fs::write(dir.path().join(JOURNAL), &garbled).unwrap();
+    let e = reopen(dir.path()).map(|_| ()).unwrap_err();
+    assert!(matches!(e, StoreError::Damaged { line: 2, .. }), "{e}");
+    assert_eq!(
+        fs::read_to_string(dir.path().join(JOURNAL)).unwrap(),
+        garbled
+    );
+    let before = format!("{}\n", garbled.lines().next().unwrap());
+    let journal = parse_journal(before.as_bytes(), 0);
+    assert_eq!(
+        journal.unwrap().batches,
+        [(1, whole)],
+        "the line before reads"
+    );
+}

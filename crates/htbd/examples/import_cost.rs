@@ -1,0 +1,179 @@
+//! Where a large import's time goes on its way through htbd's control path, in-process and
+//! without root: a stand-in for `htb-lab scale`'s import (which needs root, a lab and
+//! AF_XDP), to measure changes to the path before the lab run.
+//!
+//! `cargo run --release -p htbd --example import_cost -- [CIRCUITS] [ROUNDS]` (200 000 by
+//! default) makes the lab's `ShapedDevices.csv` (`htb_lab::scale::shaped_devices`: one device
+//! and one address a circuit), then times each stage the real import runs, in order:
+//!
+//! - `cli`: htb-cli's import making the batch (read, group, sync: a class, a filter and a
+//!   label per circuit, under r2's `1:1`, as `htb-lab scale` imports it);
+//! - `encode`: the messages `Client::apply` sends (staged chunks, then the apply);
+//! - `decode`: htbd reading them back (`crate::ipc`: each frame's body read by
+//!   `htb_ipc::read_incoming`, which keeps a batch's text) and joining the staged commands;
+//! - `model`: `Model::apply` (checks, the shadow scheduler, labels);
+//! - `ops+journal`: the data plane's operations built (`PlaneChange::compile`, one worker)
+//!   while another thread appends the batch, as it came, to a journal in a temporary
+//!   `state_dir` with its `fdatasync` (as `Control::apply` does); each one's own time is
+//!   printed after it.
+//!
+//! Not timed: the socket itself, the data plane applying the operations (it needs AF_XDP
+//! sockets; the lab measured it at about 1.1 s of a million subscribers' 20 s), the answer.
+//! Each round starts from the same empty tree.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use htb_cli::import::{circuits, shaped_devices, sync};
+use htb_ipc::{Command, RawCommands, Request, RequestBody};
+use htbd::model::Model;
+use htbd::persist::{Encoded, Store};
+use std::sync::mpsc;
+
+/// r2's tree as `htb-lab scale` runs it (the lab's config, without its `[daemon]`).
+const TREES: &str = "[[interface]]\nname = \"r1\"\n\
+     [[interface]]\nname = \"r2\"\n[interface.qdisc]\ndefault = \"99\"\n\
+     [[interface.class]]\nid = \"1:1\"\nrate = \"10gbit\"\n\
+     [[interface.class]]\nid = \"1:99\"\nparent = \"1:1\"\nrate = \"1gbit\"\n";
+
+/// The stages' times of one round.
+#[derive(Default)]
+struct Round {
+    stages: Vec<(&'static str, Duration)>,
+    /// The operations' and the journal's own times, overlapped in `ops+journal`.
+    alone: Option<(Duration, Duration)>,
+}
+
+impl Round {
+    fn time<T>(&mut self, stage: &'static str, f: impl FnOnce() -> T) -> T {
+        let started = Instant::now();
+        let out = f();
+        self.stages.push((stage, started.elapsed()));
+        out
+    }
+
+    fn total(&self) -> Duration {
+        self.stages.iter().map(|(_, d)| *d).sum()
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let circuits: u32 = args.next().map_or(Ok(200_000), |a| a.parse())?;
+    let rounds: u32 = args.next().map_or(Ok(1), |a| a.parse())?;
+    let csv = htb_lab::scale::shaped_devices("", circuits);
+    for round in 1..=rounds {
+        let r = one_round(&csv)?;
+        let stages: Vec<String> = r
+            .stages
+            .iter()
+            .map(|(name, d)| format!("{name} {:.2} s", d.as_secs_f64()))
+            .collect();
+        let alone = r.alone.map_or_else(String::new, |(ops, journal)| {
+            format!(
+                " (ops {:.2} s, journal {:.2} s)",
+                ops.as_secs_f64(),
+                journal.as_secs_f64()
+            )
+        });
+        println!(
+            "{circuits} circuits, round {round}: {}{alone} (htbd's part {:.2} s, total {:.2} s)",
+            stages.join(", "),
+            r.stages
+                .iter()
+                .filter(|(name, _)| !matches!(*name, "cli" | "encode"))
+                .map(|(_, d)| d.as_secs_f64())
+                .sum::<f64>(),
+            r.total().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+fn one_round(csv: &str) -> anyhow::Result<Round> {
+    let mut r = Round::default();
+    let placement = circuits::Placement {
+        download_dev: Some("r2".parse()?),
+        upload_dev: None,
+        parent: "1:1".parse()?,
+        nodes: BTreeMap::new(),
+        prio: 10,
+    };
+    let commands = r.time("cli", || -> anyhow::Result<Vec<Command>> {
+        let devices = shaped_devices::read(csv).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let circuits = circuits::group(devices)?;
+        Ok(sync::batch(&circuits, None, &placement, &BTreeMap::new(), 0x100)?.commands)
+    })?;
+    let frames = r.time("encode", || encode(commands))?;
+    // The connection reads each body alone, without its header.
+    let bodies = frames.into_iter().map(|f| f[4..].to_vec()).collect();
+    let (commands, received) = r.time("decode", || decode(bodies))?;
+    let mut model = Model::from_trees(htbd::parse_state(TREES)?, &|_| 1)?;
+    let mut plan = r.time("model", || model.apply(&commands))?;
+    let effects = std::mem::take(&mut plan.effects);
+    let dir = tempfile::tempdir()?;
+    let (mut store, _) = Store::open(dir.path())?;
+    let (journaled_tx, journaled) = mpsc::channel();
+    let both = Instant::now();
+    let ops = std::thread::scope(|s| {
+        s.spawn(move || {
+            let started = Instant::now();
+            let batch = Encoded::received(received);
+            let appended = store.append_encoded(&batch).map(|_| ());
+            let _ = journaled_tx.send((appended, started.elapsed()));
+        });
+        let started = Instant::now();
+        let ops = effects
+            .into_iter()
+            .map(|(_, effect)| effect.compile(1))
+            .collect::<Result<Vec<_>, _>>();
+        (ops, started.elapsed())
+    });
+    r.stages.push(("ops+journal", both.elapsed()));
+    let (ops, ops_took) = ops;
+    let ops = ops?;
+    let (appended, journal_took) = journaled.recv()?;
+    appended?;
+    r.alone = Some((ops_took, journal_took));
+    // Freed outside the stages, as htbd frees them after answering.
+    drop((ops, plan, model, commands));
+    Ok(r)
+}
+
+/// The frames `Client::apply` writes: staged chunks, then the apply.
+fn encode(mut commands: Vec<Command>) -> anyhow::Result<Vec<Vec<u8>>> {
+    let mut frames = Vec::new();
+    loop {
+        let n = htb_cli::client::chunk_len(&commands);
+        if commands.len() <= n {
+            break;
+        }
+        let rest = commands.split_off(n);
+        let chunk = std::mem::replace(&mut commands, rest);
+        frames.push(htb_ipc::encode(&Request::new(RequestBody::Stage {
+            commands: chunk,
+        }))?);
+    }
+    frames.push(htb_ipc::encode(&Request::new(RequestBody::Apply {
+        commands,
+    }))?);
+    Ok(frames)
+}
+
+/// What htbd's connection task makes of them: one batch, and the text of its commands.
+fn decode(bodies: Vec<Vec<u8>>) -> anyhow::Result<(Vec<Command>, Vec<RawCommands>)> {
+    let mut all = Vec::new();
+    let mut received = Vec::new();
+    for body in bodies {
+        let incoming = htb_ipc::read_incoming(body)?;
+        received.push(incoming.raw.context("a batch on one line keeps its text")?);
+        match incoming.request.request {
+            RequestBody::Stage { commands } | RequestBody::Apply { commands } => {
+                all.extend(commands);
+            }
+            _ => anyhow::bail!("not a batch"),
+        }
+    }
+    Ok((all, received))
+}
