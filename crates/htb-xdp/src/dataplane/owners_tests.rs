@@ -1,0 +1,107 @@
+//! Workers that hold only their own subtrees, through the fleet on the simulated rings: the
+//! merged statistics of classes another worker owns, the resolution of their frames on a
+//! worker that does not hold them, and a batch that fails part-way.
+
+use htb_core::{
+    ClassDef, ClassId, ClassSpec, Instant, LeafConfig, LeafDef, PortTree, Rate, SchedulerConfig,
+    TreeSpec,
+};
+
+use super::sim::SimRings;
+use super::tests::{B, class, planes, refs};
+use super::{Dataplane, Mode};
+use crate::fleet::Fleet;
+use crate::plane_op::PlaneOp;
+
+/// Port b's tree: 1:1 at 1 Gbit/s at the top, its children 1:100 and 1:101 (the default) at
+/// 100 Mbit/s, each with a pfifo.
+fn tree() -> PortTree {
+    let def = |minor, parent: Option<u32>, leaf: bool| ClassDef {
+        id: class(minor),
+        parent: parent.map(class),
+        spec: ClassSpec::new(if parent.is_none() {
+            Rate::from_gbit(1)
+        } else {
+            Rate::from_mbit(100)
+        }),
+        leaf: leaf.then_some(LeafDef {
+            handle: None,
+            config: LeafConfig::Pfifo { limit: 100 },
+        }),
+    };
+    PortTree {
+        tree: TreeSpec {
+            config: SchedulerConfig {
+                default_minor: 0x101,
+                ..SchedulerConfig::default()
+            },
+            classes: vec![
+                def(1, None, false),
+                def(0x100, Some(1), true),
+                def(0x101, Some(1), true),
+            ],
+            warnings: Vec::new(),
+        },
+        mq_minor: None,
+        split: std::collections::BTreeMap::new(),
+    }
+}
+
+/// Two workers bridging a to b, port b's tree replaced by [`tree`] through the fleet.
+fn setup() -> (Vec<Dataplane<SimRings>>, Fleet) {
+    let mut planes = planes(Mode::Bridge, 4096, 256, 64, 1, 2);
+    let mut fleet = Fleet::new(2, &mut refs(&mut planes), None, Vec::new());
+    let op = PlaneOp::set_tree("b".into(), 1, Some(tree()), 2).unwrap();
+    let (results, _) = fleet.apply(&mut refs(&mut planes), Instant::ZERO, vec![op]);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    (planes, fleet)
+}
+
+/// The child of 1:1 that worker `w` owns.
+fn owned_by(fleet: &Fleet, w: u16) -> ClassId {
+    let view = fleet.view(B).expect("port b's view");
+    [class(0x100), class(0x101)]
+        .into_iter()
+        .find(|&id| view.holder(id) == Some(w))
+        .expect("each worker owns one of the two subtrees")
+}
+
+/// `tc -s class show` of idle classes: one that worker 1 owns (worker 0 has no copy) is shown,
+/// and 1:1, whose copy on worker 0 has no children left, shows its real level and no leaf.
+#[test]
+fn idle_classes_of_other_workers_keep_their_statistics() {
+    let (mut planes, fleet) = setup();
+    let theirs = owned_by(&fleet, 1);
+    let ours = owned_by(&fleet, 0);
+    let delete = PlaneOp::DeleteClass {
+        port: "b".into(),
+        id: ours,
+    };
+    let mut fleet = fleet;
+    let (results, _) = fleet.apply(&mut refs(&mut planes), Instant::ZERO, vec![delete]);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let ids = [class(1), theirs];
+    let each: Vec<_> = planes
+        .iter()
+        .map(|p| p.class_stats("b", &ids).unwrap())
+        .collect();
+    assert!(
+        each[0].classes[1].is_none(),
+        "premise: worker 0 does not hold {theirs}"
+    );
+    let top = |w: usize| each[w].classes[0].expect("1:1 is on every worker");
+    assert!(
+        top(0).level == 0 && top(1).level > 0,
+        "premise: 1:1 has children on worker 1 only: {} {}",
+        top(0).level,
+        top(1).level
+    );
+    let real_level = top(1).level;
+    let merged = crate::merge::snapshots(each);
+    let stats = merged.classes[1].expect("worker 1's idle class is shown");
+    assert_eq!(stats.id, theirs);
+    assert!(merged.leaves[1].is_some(), "and its leaf");
+    let top = merged.classes[0].expect("1:1 is shown");
+    assert_eq!(top.level, real_level, "1:1 is an inner class");
+    assert!(merged.leaves[0].is_none(), "1:1 has no leaf qdisc");
+}
