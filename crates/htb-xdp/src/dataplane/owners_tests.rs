@@ -2,9 +2,12 @@
 //! merged statistics of classes another worker owns, the resolution of their frames on a
 //! worker that does not hold them, and a batch that fails part-way.
 
+use std::sync::Arc;
+
+use htb_classify::{Classifier, Filter, Match};
 use htb_core::{
     ClassDef, ClassId, ClassSpec, Instant, LeafConfig, LeafDef, PortTree, Rate, SchedulerConfig,
-    TreeSpec,
+    Target, TreeSpec,
 };
 
 use super::sim::SimRings;
@@ -104,4 +107,38 @@ fn idle_classes_of_other_workers_keep_their_statistics() {
     let top = merged.classes[0].expect("1:1 is shown");
     assert_eq!(top.level, real_level, "1:1 is an inner class");
     assert!(merged.leaves[0].is_none(), "1:1 has no leaf qdisc");
+}
+
+/// A frame whose class another worker owns (RSS sends most of a subtree's frames to workers
+/// that hand them over) is resolved once: the filter's owner and class are kept, and the next
+/// frame takes them from the cache without walking the view.
+#[test]
+fn a_class_of_another_worker_is_resolved_once() {
+    let (mut planes, fleet) = setup();
+    let theirs = owned_by(&fleet, 1);
+    let port = &mut planes[0].ports[B];
+    port.classifier = Arc::new(Classifier::new(vec![Filter {
+        police: None,
+        prio: 1,
+        matcher: Match::default(),
+        class: theirs,
+    }]));
+    port.reset_targets();
+    assert_eq!(port.targets.get(0), None, "nothing resolved yet");
+    let (slot, owner) = port.target(0, 0, 2);
+    assert_eq!((owner, slot.target), (1, Target::Class(theirs)));
+    let kept = port
+        .targets
+        .get(0)
+        .expect("the first frame's resolution is kept");
+    assert_eq!((kept.owner, kept.target), (1, Target::Class(theirs)));
+    let (slot, owner) = port.target(0, 0, 2);
+    assert_eq!(
+        (owner, slot.target),
+        (1, Target::Class(theirs)),
+        "from the cache"
+    );
+    // New owners forget it.
+    port.reset_targets();
+    assert_eq!(port.targets.get(0), None);
 }
