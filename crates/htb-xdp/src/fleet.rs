@@ -21,7 +21,7 @@ use crate::tree_view::TreeView;
 
 mod holders;
 
-use self::holders::merge_outcomes;
+use self::holders::{apply_in_order, merge_outcomes};
 
 /// Per port, the fleet's view of its root tree with who serves which subtree, and the rule
 /// that splits some.
@@ -174,9 +174,9 @@ impl Fleet {
     /// Applies `ops` in order to the workers' data planes (see `Engine::apply`): each class
     /// operation to the workers holding the class (`holder_for`), the rest to every worker.
     /// Per op, the packets it dropped (summed over the workers that applied it) or why it
-    /// failed; the first failure ends the batch. Also returns what the ops replaced, to be
-    /// dropped off the data-plane threads. Then the classes move to where the assignment says
-    /// (`settle`).
+    /// failed; the first failure ends the batch: no worker applies the later operations
+    /// (`apply_in_order`). Also returns what the ops replaced, to be dropped off the
+    /// data-plane threads. Then the classes move to where the assignment says (`settle`).
     pub(crate) fn apply<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
@@ -185,13 +185,12 @@ impl Fleet {
     ) -> (Vec<Result<u64, PlaneError>>, Retired) {
         let workers = planes.len();
         let mut shapes = Vec::with_capacity(ops.len());
-        let mut copies: Vec<Vec<PlaneOp>> = (0..workers).map(|_| Vec::new()).collect();
-        // Per worker, the index in the batch of each op it was given.
-        let mut given: Vec<Vec<usize>> = (0..workers).map(|_| Vec::new()).collect();
+        // Per op, the worker it goes to (`None`: every worker) and its copy for each worker.
+        let mut batch: Vec<(Option<u16>, Vec<PlaneOp>)> = Vec::with_capacity(ops.len());
         // Classes added by this batch, with the worker holding them (`None`: every worker).
         let mut added: BTreeMap<(usize, ClassId), Option<u16>> = BTreeMap::new();
         let mut refused = None;
-        for (i, op) in ops.into_iter().enumerate() {
+        for op in ops {
             let shape = shape_of(planes, &op);
             let holder = if workers > 1 {
                 self.holder_for(&shape, &mut added)
@@ -199,13 +198,8 @@ impl Fleet {
                 None
             };
             match op.per_worker(workers) {
-                Ok(ops) => {
-                    for (w, op) in ops.into_iter().enumerate() {
-                        if holder.is_none_or(|h| usize::from(h) == w) {
-                            copies[w].push(op);
-                            given[w].push(i);
-                        }
-                    }
+                Ok(copies) => {
+                    batch.push((holder, copies));
                     shapes.push(shape);
                 }
                 Err(e) => {
@@ -214,17 +208,7 @@ impl Fleet {
                 }
             }
         }
-        let mut outcomes: Vec<Vec<Option<Result<u64, PlaneError>>>> =
-            (0..shapes.len()).map(|_| Vec::new()).collect();
-        let mut retired = Retired::default();
-        for (w, ops) in copies.into_iter().enumerate() {
-            let (outcome, replaced) = planes[w].apply(now, ops);
-            retired.extend(replaced);
-            let mut outcome = outcome.into_iter();
-            for &i in &given[w] {
-                outcomes[i].push(outcome.next());
-            }
-        }
+        let (outcomes, retired) = apply_in_order(planes, now, batch);
         let mut results = merge_outcomes(outcomes);
         self.recall(planes);
         let mut changed = vec![false; self.views.len()];

@@ -142,3 +142,43 @@ fn a_class_of_another_worker_is_resolved_once() {
     port.reset_targets();
     assert_eq!(port.targets.get(0), None);
 }
+
+/// A batch that fails part-way: the second delete of a class worker 0 owns fails (on worker 0
+/// alone), and the class added after it, which every worker would get, is added by none — no
+/// worker's tree is ahead of the fleet's view.
+#[test]
+fn no_worker_applies_what_follows_a_failure() {
+    let (mut planes, mut fleet) = setup();
+    let ours = owned_by(&fleet, 0);
+    let delete = || PlaneOp::DeleteClass {
+        port: "b".into(),
+        id: ours,
+    };
+    let add = PlaneOp::AddClass {
+        port: "b".into(),
+        id: class(0x102),
+        parent: Some(class(1)),
+        spec: ClassSpec::new(Rate::from_mbit(100)),
+    };
+    let (results, _) = fleet.apply(
+        &mut refs(&mut planes),
+        Instant::ZERO,
+        vec![delete(), delete(), add],
+    );
+    assert_eq!(
+        results.len(),
+        2,
+        "the batch ends at the failure: {results:?}"
+    );
+    assert!(results[0].is_ok() && results[1].is_err(), "{results:?}");
+    for (w, plane) in planes.iter().enumerate() {
+        let htb = plane.root_tree_at(B).expect("port b's tree");
+        assert!(!htb.contains(class(0x102)), "worker {w} added 1:102");
+    }
+    let view = fleet.view(B).expect("port b's view");
+    assert!(view.class(class(0x102)).is_none());
+    assert!(
+        view.class(ours).is_none(),
+        "the delete that succeeded is followed"
+    );
+}

@@ -1,7 +1,8 @@
 //! Which workers hold which classes of a root tree: a class operation goes to the workers
 //! holding the class (`Fleet::holder_for`), a subtree placed on one worker leaves the others
 //! (`Fleet::settle`), a subtree split is copied to every worker (`Fleet::copy_subtree`), and
-//! the workers' results of a batch are merged (`merge_outcomes`).
+//! a batch is applied in order across the workers (`apply_in_order`) and their results are
+//! merged (`merge_outcomes`).
 
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ use super::{Fleet, Shape};
 use crate::assign::subtree_of;
 use crate::dataplane::Dataplane;
 use crate::error::PlaneError;
-use crate::plane_op::PlaneOp;
+use crate::plane_op::{PlaneOp, Retired};
 use crate::rings::Rings;
 
 impl Fleet {
@@ -180,16 +181,81 @@ impl Fleet {
     }
 }
 
-/// Per op, the outcomes of the workers it was given (`None`: the worker stopped before it)
-/// as one result: the packets summed, the first failure; the batch ends at the first op that
-/// failed or that no worker reached.
+/// Applies a batch — per op, the worker it goes to (`None`: every worker) and its copy for
+/// each worker — in op order across the workers, and stops every worker at the first
+/// failure, so that no worker is ahead of the view (which follows only the ops that
+/// succeeded). Consecutive ops for one worker go to it in one `Dataplane::apply` (which stops
+/// at its first failure); an op for every worker is applied by each before any goes on. Per
+/// op, the outcome of each worker it was applied by (none: no worker got to it), and what the
+/// ops replaced.
+pub(super) fn apply_in_order<R: Rings>(
+    planes: &mut [&mut Dataplane<R>],
+    now: Instant,
+    batch: Vec<(Option<u16>, Vec<PlaneOp>)>,
+) -> (Vec<Vec<Result<u64, PlaneError>>>, Retired) {
+    let workers = planes.len();
+    let mut outcomes: Vec<Vec<Result<u64, PlaneError>>> =
+        (0..batch.len()).map(|_| Vec::new()).collect();
+    let mut retired = Retired::default();
+    // One worker: every op is its, and the batch one run.
+    let one = |holder: Option<u16>| holder.or(if workers == 1 { Some(0) } else { None });
+    let mut batch = batch
+        .into_iter()
+        .map(|(holder, copies)| (one(holder), copies))
+        .enumerate()
+        .peekable();
+    while let Some((first, (holder, copies))) = batch.next() {
+        // The run: per worker, its copies of the ops, and the index of the op after the run.
+        let mut run: Vec<Vec<PlaneOp>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut end = first + 1;
+        match holder {
+            None => {
+                for (w, op) in copies.into_iter().enumerate() {
+                    run[w].push(op);
+                }
+            }
+            Some(h) => {
+                let h = usize::from(h);
+                run[h].extend(copies.into_iter().nth(h));
+                while let Some((_, (next, _))) = batch.peek()
+                    && *next == holder
+                {
+                    let Some((_, (_, copies))) = batch.next() else {
+                        break;
+                    };
+                    run[h].extend(copies.into_iter().nth(h));
+                    end += 1;
+                }
+            }
+        }
+        let mut failed = false;
+        for (w, ops) in run.into_iter().enumerate() {
+            if ops.is_empty() {
+                continue;
+            }
+            let (outcome, replaced) = planes[w].apply(now, ops);
+            retired.extend(replaced);
+            failed |= outcome.iter().any(Result::is_err);
+            for (i, result) in (first..end).zip(outcome) {
+                outcomes[i].push(result);
+            }
+        }
+        if failed {
+            break;
+        }
+    }
+    (outcomes, retired)
+}
+
+/// Per op, the outcomes of the workers that applied it as one result: the packets summed,
+/// the first failure; the batch ends at the first op that failed or that no worker got to.
 pub(super) fn merge_outcomes(
-    outcomes: Vec<Vec<Option<Result<u64, PlaneError>>>>,
+    outcomes: Vec<Vec<Result<u64, PlaneError>>>,
 ) -> Vec<Result<u64, PlaneError>> {
     let mut results = Vec::with_capacity(outcomes.len());
     for outcome in outcomes {
         let mut total: Option<Result<u64, PlaneError>> = None;
-        for result in outcome.into_iter().flatten() {
+        for result in outcome {
             total = Some(match (total, result) {
                 (Some(Err(e)), _) | (None | Some(Ok(_)), Err(e)) => Err(e),
                 (None, Ok(n)) => Ok(n),
@@ -216,21 +282,21 @@ mod tests {
         PlaneError::NoPort("x".into())
     }
 
-    /// Packets are summed over the workers an op went to; a worker not given it says
-    /// nothing; the batch ends at the first failure, or where no worker got to.
+    /// Packets are summed over the workers an op went to; the batch ends at the first
+    /// failure, or at the first op no worker got to.
     #[test]
     fn outcomes_merge_over_the_workers_given_each_op() {
         let merged = merge_outcomes(vec![
-            vec![Some(Ok(1)), Some(Ok(2))],
-            vec![Some(Ok(5))],
-            vec![Some(Ok(0)), Some(Err(no_port())), None],
-            vec![Some(Ok(7))],
+            vec![Ok(1), Ok(2)],
+            vec![Ok(5)],
+            vec![Ok(0), Err(no_port())],
+            vec![Ok(7)],
         ]);
         assert_eq!(merged.len(), 3, "{merged:?}");
         assert!(matches!(merged[0], Ok(3)));
         assert!(matches!(merged[1], Ok(5)));
         assert!(merged[2].is_err());
-        let stopped = merge_outcomes(vec![vec![Some(Ok(1))], vec![None, None], vec![Some(Ok(1))]]);
+        let stopped = merge_outcomes(vec![vec![Ok(1)], vec![], vec![Ok(1)]]);
         assert_eq!(stopped.len(), 1, "no worker reached the second op");
     }
 }
