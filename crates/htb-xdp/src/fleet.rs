@@ -290,7 +290,10 @@ impl Fleet {
                     None if view.major() == Some(major) => {
                         view.set_tree::<crate::frame::Frame>(None);
                     }
-                    None => {}
+                    // A tree under `mq` next to the root tree (another major), new or
+                    // deleted: the root tree, its subtrees' servers and the operator's
+                    // choices stay as they are.
+                    None => return Shape::Other,
                 }
                 changed[port] = true;
                 return Shape::NewTree {

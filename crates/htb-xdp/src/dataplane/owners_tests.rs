@@ -182,3 +182,54 @@ fn no_worker_applies_what_follows_a_failure() {
         "the delete that succeeded is followed"
     );
 }
+
+/// A tree set under `mq` next to the root tree (another major) leaves the root tree's
+/// subtrees with their owners: no reassignment, which would give a worker a subtree whose
+/// classes it does not hold.
+#[test]
+fn a_tree_under_mq_leaves_the_root_tree_s_owners() {
+    let (mut planes, mut fleet) = setup();
+    let ours = owned_by(&fleet, 0);
+    let theirs = owned_by(&fleet, 1);
+    // Worker 1's subtree goes and a new one takes its place: in class-id order (1:1, whose
+    // subtree is itself, first) a fresh assignment would give the two the other way round.
+    let ops = vec![
+        PlaneOp::DeleteClass {
+            port: "b".into(),
+            id: theirs,
+        },
+        PlaneOp::AddClass {
+            port: "b".into(),
+            id: class(0x102),
+            parent: Some(class(1)),
+            spec: ClassSpec::new(Rate::from_mbit(100)),
+        },
+    ];
+    let (results, _) = fleet.apply(&mut refs(&mut planes), Instant::ZERO, ops);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let owners = |fleet: &Fleet| {
+        let view = fleet.view(B).expect("port b's view");
+        (view.holder(ours), view.holder(class(0x102)))
+    };
+    assert_eq!(owners(&fleet), (Some(0), Some(1)), "premise");
+    let mq_child = PortTree {
+        tree: TreeSpec {
+            config: SchedulerConfig {
+                major: 2,
+                ..SchedulerConfig::default()
+            },
+            classes: Vec::new(),
+            warnings: Vec::new(),
+        },
+        mq_minor: Some(1),
+        split: std::collections::BTreeMap::new(),
+    };
+    let op = PlaneOp::set_tree("b".into(), 2, Some(mq_child), 2).unwrap();
+    let (results, _) = fleet.apply(&mut refs(&mut planes), Instant::ZERO, vec![op]);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(owners(&fleet), (Some(0), Some(1)), "the owners stay");
+    for (w, id) in [(0, ours), (1, class(0x102))] {
+        let htb = planes[w].root_tree_at(B).expect("port b's root tree");
+        assert!(htb.contains(id), "worker {w} holds {id}, which it owns");
+    }
+}
