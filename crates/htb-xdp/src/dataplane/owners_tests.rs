@@ -7,7 +7,7 @@ use std::sync::Arc;
 use htb_classify::{Classifier, Filter, Match};
 use htb_core::{
     ClassDef, ClassId, ClassSpec, Instant, LeafConfig, LeafDef, PortTree, Rate, SchedulerConfig,
-    Target, TreeSpec,
+    SplitChoice, Target, TreeSpec,
 };
 
 use super::sim::SimRings;
@@ -232,4 +232,29 @@ fn a_tree_under_mq_leaves_the_root_tree_s_owners() {
         let htb = planes[w].root_tree_at(B).expect("port b's root tree");
         assert!(htb.contains(id), "worker {w} holds {id}, which it owns");
     }
+}
+
+/// A split subtree's classes that a worker does not take (its tree is not what the view says:
+/// here worker 1 lost 1:1 behind the fleet's back) fail the op that split the subtree, so that
+/// the control plane rebuilds the port.
+#[test]
+fn a_subtree_not_copied_fails_the_op_that_split_it() {
+    let (mut planes, mut fleet) = setup();
+    let ours = owned_by(&fleet, 0);
+    let theirs = owned_by(&fleet, 1);
+    for id in [theirs, class(1)] {
+        let delete = PlaneOp::DeleteClass {
+            port: "b".into(),
+            id,
+        };
+        let (results, _) = planes[1].apply(Instant::ZERO, vec![delete]);
+        assert!(results.iter().all(Result::is_ok), "premise: {results:?}");
+    }
+    let split = PlaneOp::SetSplit {
+        port: "b".into(),
+        id: ours,
+        choice: Some(SplitChoice::Split),
+    };
+    let (results, _) = fleet.apply(&mut refs(&mut planes), Instant::ZERO, vec![split]);
+    assert!(matches!(results[..], [Err(_)]), "{results:?}");
 }

@@ -65,52 +65,65 @@ impl Fleet {
     /// Moves the classes to where the assignment says, after a batch: the classes `touched`
     /// (added to every worker by the batch, or of a new tree) that are in a subtree one
     /// worker owns are deleted from the others, deepest first (they hold no frames: nothing
-    /// was received since they were added).
+    /// was received since they were added). Each comes with the index of the op that put it
+    /// there; returns the deletions that failed, by that index.
     pub(super) fn settle<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
         now: Instant,
-        touched: &[(usize, ClassId)],
-    ) {
+        touched: &[(usize, ClassId, usize)],
+    ) -> Vec<(usize, PlaneError)> {
+        let mut failed = Vec::new();
         if planes.len() < 2 || touched.is_empty() {
-            return;
+            return failed;
         }
-        let mut gone: Vec<(usize, usize, ClassId, u16)> = touched
+        let mut gone: Vec<(usize, usize, ClassId, u16, usize)> = touched
             .iter()
-            .filter_map(|&(port, id)| {
+            .filter_map(|&(port, id, op)| {
                 let view = &self.views[port];
-                Some((view.depth(id), port, id, view.holder(id)?))
+                Some((view.depth(id), port, id, view.holder(id)?, op))
             })
             .collect();
-        gone.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        gone.dedup();
+        gone.sort_unstable_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then(a.1.cmp(&b.1))
+                .then(a.2.cmp(&b.2))
+                .then(a.4.cmp(&b.4))
+        });
+        gone.dedup_by_key(|g| (g.1, g.2));
         for (w, plane) in planes.iter_mut().enumerate() {
-            let ops: Vec<PlaneOp> = gone
+            let (origins, ops): (Vec<usize>, Vec<PlaneOp>) = gone
                 .iter()
-                .filter(|&&(_, port, id, owner)| {
+                .filter(|&&(_, port, id, owner, _)| {
                     usize::from(owner) != w
                         && plane.root_tree_at(port).is_some_and(|t| t.contains(id))
                 })
-                .filter_map(|&(_, port, id, _)| {
-                    Some(PlaneOp::DeleteClass {
+                .filter_map(|&(_, port, id, _, op)| {
+                    let delete = PlaneOp::DeleteClass {
                         port: plane.port_name(port)?.to_owned(),
                         id,
-                    })
+                    };
+                    Some((op, delete))
                 })
-                .collect();
+                .unzip();
             if ops.is_empty() {
                 continue;
             }
             let (results, retired) = plane.apply(now, ops);
             drop(retired);
-            for e in results.into_iter().filter_map(Result::err) {
-                tracing::error!("data-plane worker {w}: a class it does not serve stays: {e}");
+            for (op, result) in origins.into_iter().zip(results) {
+                if let Err(e) = result {
+                    tracing::error!("data-plane worker {w}: a class it does not serve stays: {e}");
+                    failed.push((op, e));
+                }
             }
         }
+        failed
     }
 
     /// Copies subtree `top` of `port` from worker `from`, its owner, to every other worker
-    /// (it is split): each class with its parameters and its leaf, parents first.
+    /// (it is split): each class with its parameters and its leaf, parents first. Err: the
+    /// first class a worker did not take (every worker is tried).
     pub(super) fn copy_subtree<R: Rings>(
         &self,
         planes: &mut [&mut Dataplane<R>],
@@ -118,7 +131,7 @@ impl Fleet {
         port: usize,
         top: ClassId,
         from: usize,
-    ) {
+    ) -> Result<(), PlaneError> {
         let view = &self.views[port];
         let mut ids: Vec<ClassId> = view
             .class_ids()
@@ -126,7 +139,7 @@ impl Fleet {
             .collect();
         ids.sort_by_key(|&c| view.depth(c));
         let Some(htb) = planes.get(from).and_then(|p| p.root_tree_at(port)) else {
-            return;
+            return Ok(());
         };
         let classes: Vec<_> = ids
             .into_iter()
@@ -146,6 +159,7 @@ impl Fleet {
                 Some((id, info.parent, spec, info.leaf))
             })
             .collect();
+        let mut first = Ok(());
         for (w, plane) in planes.iter_mut().enumerate() {
             let Some(name) = plane.port_name(port).map(str::to_owned) else {
                 continue;
@@ -176,8 +190,12 @@ impl Fleet {
             drop(retired);
             for e in results.into_iter().filter_map(Result::err) {
                 tracing::error!("data-plane worker {w}: a class of split {top} not copied: {e}");
+                if first.is_ok() {
+                    first = Err(e);
+                }
             }
         }
+        first
     }
 }
 
