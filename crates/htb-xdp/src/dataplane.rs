@@ -36,6 +36,8 @@ mod metering_tests;
 #[cfg(test)]
 mod mq_tests;
 #[cfg(test)]
+mod owners_tests;
+#[cfg(test)]
 mod rtt_tests;
 #[cfg(test)]
 mod sequences;

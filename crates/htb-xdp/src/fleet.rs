@@ -21,7 +21,7 @@ use crate::tree_view::TreeView;
 
 mod holders;
 
-use self::holders::merge_outcomes;
+use self::holders::{apply_in_order, merge_outcomes};
 
 /// Per port, the fleet's view of its root tree with who serves which subtree, and the rule
 /// that splits some.
@@ -104,12 +104,16 @@ impl Fleet {
         fleet.recall(planes);
         let mut touched = Vec::new();
         for port in 0..ports {
-            fleet.assign_tree(planes, Instant::ZERO, port);
+            if let Err(e) = fleet.assign_tree(planes, Instant::ZERO, port) {
+                tracing::error!("port {port}: a split subtree not copied to every worker: {e}");
+            }
             if workers > 1 {
-                touched.extend(fleet.views[port].class_ids().map(|id| (port, id)));
+                touched.extend(fleet.views[port].class_ids().map(|id| (port, id, 0)));
             }
         }
-        fleet.settle(planes, Instant::ZERO, &touched);
+        for (_, e) in fleet.settle(planes, Instant::ZERO, &touched) {
+            tracing::error!("a class a worker does not serve stays there: {e}");
+        }
         fleet.hand_out(planes, &vec![true; ports]);
         fleet
     }
@@ -174,9 +178,12 @@ impl Fleet {
     /// Applies `ops` in order to the workers' data planes (see `Engine::apply`): each class
     /// operation to the workers holding the class (`holder_for`), the rest to every worker.
     /// Per op, the packets it dropped (summed over the workers that applied it) or why it
-    /// failed; the first failure ends the batch. Also returns what the ops replaced, to be
-    /// dropped off the data-plane threads. Then the classes move to where the assignment says
-    /// (`settle`).
+    /// failed; the first failure ends the batch: no worker applies the later operations
+    /// (`apply_in_order`). Also returns what the ops replaced, to be dropped off the
+    /// data-plane threads. Then the classes move to where the assignment says (`settle`,
+    /// `copy_subtree`): a move a worker refuses (its tree is not what the view says, a bug)
+    /// makes the op that caused it fail, though the ops after it stay applied, so that the
+    /// control plane rebuilds the port.
     pub(crate) fn apply<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
@@ -185,27 +192,26 @@ impl Fleet {
     ) -> (Vec<Result<u64, PlaneError>>, Retired) {
         let workers = planes.len();
         let mut shapes = Vec::with_capacity(ops.len());
-        let mut copies: Vec<Vec<PlaneOp>> = (0..workers).map(|_| Vec::new()).collect();
-        // Per worker, the index in the batch of each op it was given.
-        let mut given: Vec<Vec<usize>> = (0..workers).map(|_| Vec::new()).collect();
+        // Per op, the worker it goes to (`None`: every worker) and its copy for each worker.
+        let mut batch: Vec<(Option<u16>, Vec<PlaneOp>)> = Vec::with_capacity(ops.len());
         // Classes added by this batch, with the worker holding them (`None`: every worker).
         let mut added: BTreeMap<(usize, ClassId), Option<u16>> = BTreeMap::new();
+        // The op that added each class of the batch, by its index.
+        let mut origins: BTreeMap<(usize, ClassId), usize> = BTreeMap::new();
         let mut refused = None;
         for (i, op) in ops.into_iter().enumerate() {
             let shape = shape_of(planes, &op);
+            if let Shape::Added { port, id, .. } = shape {
+                origins.insert((port, id), i);
+            }
             let holder = if workers > 1 {
                 self.holder_for(&shape, &mut added)
             } else {
                 None
             };
             match op.per_worker(workers) {
-                Ok(ops) => {
-                    for (w, op) in ops.into_iter().enumerate() {
-                        if holder.is_none_or(|h| usize::from(h) == w) {
-                            copies[w].push(op);
-                            given[w].push(i);
-                        }
-                    }
+                Ok(copies) => {
+                    batch.push((holder, copies));
                     shapes.push(shape);
                 }
                 Err(e) => {
@@ -214,48 +220,51 @@ impl Fleet {
                 }
             }
         }
-        let mut outcomes: Vec<Vec<Option<Result<u64, PlaneError>>>> =
-            (0..shapes.len()).map(|_| Vec::new()).collect();
-        let mut retired = Retired::default();
-        for (w, ops) in copies.into_iter().enumerate() {
-            let (outcome, replaced) = planes[w].apply(now, ops);
-            retired.extend(replaced);
-            let mut outcome = outcome.into_iter();
-            for &i in &given[w] {
-                outcomes[i].push(outcome.next());
-            }
-        }
+        let (outcomes, retired) = apply_in_order(planes, now, batch);
         let mut results = merge_outcomes(outcomes);
         self.recall(planes);
         let mut changed = vec![false; self.views.len()];
         // The view follows the whole batch first: the assignment reads the trees as the batch
         // left them, as the workers' are.
-        let applied: Vec<Shape> = shapes
+        let applied: Vec<(usize, Shape)> = shapes
             .into_iter()
             .zip(&results)
-            .filter(|(_, r)| r.is_ok())
-            .map(|(shape, _)| shape)
+            .enumerate()
+            .filter(|(_, (_, r))| r.is_ok())
+            .map(|(i, (shape, _))| (i, shape))
             .collect();
-        // The classes the batch gave every worker: placed, they may be one worker's.
-        let mut touched: Vec<(usize, ClassId)> = added
+        // The classes the batch gave every worker, with the op that added each: placed, they
+        // may be one worker's.
+        let mut touched: Vec<(usize, ClassId, usize)> = added
             .into_iter()
             .filter(|(_, h)| h.is_none())
-            .map(|(k, _)| k)
+            .map(|((port, id), _)| (port, id, origins.get(&(port, id)).copied().unwrap_or(0)))
             .collect();
         let mut reshapes = Vec::with_capacity(applied.len());
-        for shape in applied {
-            reshapes.push(self.follow(shape, &mut changed));
+        for (i, shape) in applied {
+            reshapes.push((i, self.follow(shape, &mut changed)));
         }
-        for shape in reshapes {
+        // Moving classes between workers can fail where the workers' trees are not what the
+        // view says (a bug): the op that caused the move fails, and the control plane
+        // rebuilds the port.
+        let mut failed = Vec::new();
+        for (i, shape) in reshapes {
             if let Shape::NewTree { port, .. } = &shape
                 && workers > 1
             {
                 let port = *port;
-                touched.extend(self.views[port].class_ids().map(|id| (port, id)));
+                touched.extend(self.views[port].class_ids().map(|id| (port, id, i)));
             }
-            self.reshape(planes, now, shape, &mut changed);
+            if let Err(e) = self.reshape(planes, now, shape, &mut changed) {
+                failed.push((i, e));
+            }
         }
-        self.settle(planes, now, &touched);
+        failed.extend(self.settle(planes, now, &touched));
+        for (i, e) in failed {
+            if let Some(result) = results.get_mut(i).filter(|r| r.is_ok()) {
+                *result = Err(e);
+            }
+        }
         self.hand_out(planes, &changed);
         if let Some(e) = refused
             && results.iter().all(Result::is_ok)
@@ -306,7 +315,10 @@ impl Fleet {
                     None if view.major() == Some(major) => {
                         view.set_tree::<crate::frame::Frame>(None);
                     }
-                    None => {}
+                    // A tree under `mq` next to the root tree (another major), new or
+                    // deleted: the root tree, its subtrees' servers and the operator's
+                    // choices stay as they are.
+                    None => return Shape::Other,
                 }
                 changed[port] = true;
                 return Shape::NewTree {
@@ -340,7 +352,7 @@ impl Fleet {
         now: Instant,
         shape: Shape,
         changed: &mut [bool],
-    ) {
+    ) -> Result<(), PlaneError> {
         // The operator's choices are kept whatever the workers: the rule is one.
         match &shape {
             Shape::NewTree { port, choices, .. } => self.rule.set_tree(*port, choices.clone()),
@@ -350,46 +362,54 @@ impl Fleet {
         }
         if planes.len() < 2 {
             // One worker serves everything: no owners, nothing shared.
-            return;
+            return Ok(());
         }
-        match shape {
+        let moved = match shape {
             Shape::Added { port, id, .. } => self.assign_class(planes, now, port, id),
             Shape::Changed { port, id, .. } | Shape::Chosen { port, id, .. } => {
-                self.decide_again(planes, now, port, id);
+                self.decide_again(planes, now, port, id)
             }
             Shape::Deleted { port, id } => {
                 if self.view_mut(port).assignment.remove(id) {
                     changed[port] = true;
                 }
+                Ok(())
             }
             Shape::NewTree { port, .. } => self.assign_tree(planes, now, port),
-            Shape::Qdisc { .. } | Shape::Leaf { .. } | Shape::Other => return,
-        }
+            Shape::Qdisc { .. } | Shape::Leaf { .. } | Shape::Other => return Ok(()),
+        };
         if let Some(port) = shape_port(&shape) {
             changed[port] = true;
         }
+        moved
     }
 
     /// Assigns every subtree of `port`'s root tree afresh, in class-id order, shares the
-    /// top-level classes' buckets, and those of every class of a split subtree.
+    /// top-level classes' buckets, and those of every class of a split subtree. Err: a split
+    /// subtree not copied to every worker (the first such failure; every subtree is placed).
     fn assign_tree<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
         now: Instant,
         port: usize,
-    ) {
+    ) -> Result<(), PlaneError> {
         let view = self.view_mut(port);
         view.assignment.clear();
         if planes.len() < 2 || view.major().is_none() {
-            return;
+            return Ok(());
         }
         // In class-id order (the view's B-tree), tops first, so that each class below knows
         // whether its subtree is split.
         let (tops, below): (Vec<ClassId>, Vec<ClassId>) =
             view.class_ids().partition(|&id| is_subtree_top(&*view, id));
+        let mut first = Ok(());
         for id in tops.into_iter().chain(below) {
-            self.assign_class(planes, now, port, id);
+            let placed = self.assign_class(planes, now, port, id);
+            if first.is_ok() {
+                first = placed;
+            }
         }
+        first
     }
 
     /// A new class of `port`: shares its buckets if it is at the top of the root tree or in a
@@ -401,13 +421,13 @@ impl Fleet {
         now: Instant,
         port: usize,
         id: ClassId,
-    ) {
+    ) -> Result<(), PlaneError> {
         let view = &self.views[port];
         let Some(class) = view.class(id).filter(|_| view.covers(id)) else {
-            return;
+            return Ok(());
         };
         let Some(top) = subtree_of(&**view, id) else {
-            return;
+            return Ok(());
         };
         let top_level = class.parent.is_none();
         let shared = class.shared;
@@ -416,10 +436,11 @@ impl Fleet {
                 self.share(planes, port, id);
             }
             // Its subtree is itself so far: the classes below come with their own adds.
-            self.place(planes, now, port, id, false);
+            return self.place(planes, now, port, id, false);
         } else if view.server(top) == Some(Server::Every) && !shared {
             self.share(planes, port, id);
         }
+        Ok(())
     }
 
     /// The top class of subtree `id` changed, or the operator's choice for it: splits it or
@@ -430,11 +451,12 @@ impl Fleet {
         now: Instant,
         port: usize,
         id: ClassId,
-    ) {
+    ) -> Result<(), PlaneError> {
         let view = &self.views[port];
         if view.covers(id) && is_subtree_top(&**view, id) {
-            self.place(planes, now, port, id, true);
+            return self.place(planes, now, port, id, true);
         }
+        Ok(())
     }
 
     /// Places subtree `top` of `port` as the rule says. Split: every worker queues what it
@@ -448,9 +470,9 @@ impl Fleet {
         port: usize,
         top: ClassId,
         below: bool,
-    ) {
+    ) -> Result<(), PlaneError> {
         let Some(rate) = self.views[port].class(top).map(|c| c.rate) else {
-            return;
+            return Ok(());
         };
         let split = self.rule.splits(port, top, rate);
         // Who holds the subtree's classes before: its owner alone, or every worker.
@@ -459,13 +481,14 @@ impl Fleet {
         let before = view.server(top);
         let server = view.assignment.place(top, split);
         if before == Some(server) || !split {
-            return;
+            return Ok(());
         }
         // Split: every worker gets the classes, and keeps them should it be owned again (the
         // frames queued in a copy drain there).
-        if let Some(owner) = held_by {
-            self.copy_subtree(planes, now, port, top, usize::from(owner));
-        }
+        let copied = match held_by {
+            Some(owner) => self.copy_subtree(planes, now, port, top, usize::from(owner)),
+            None => Ok(()),
+        };
         self.view_mut(port).keep_everywhere(top);
         let view = &self.views[port];
         let unshared: Vec<ClassId> = if below {
@@ -483,6 +506,7 @@ impl Fleet {
         for id in unshared {
             self.share(planes, port, id);
         }
+        copied
     }
 
     /// Shares class `id`'s buckets on `port` between every worker, each with a seat (fair
@@ -506,7 +530,8 @@ impl Fleet {
     ) {
         self.recall(planes);
         if let Some(owner) = self.views[port].holder(top) {
-            self.copy_subtree(planes, Instant::ZERO, port, top, usize::from(owner));
+            let copied = self.copy_subtree(planes, Instant::ZERO, port, top, usize::from(owner));
+            assert!(copied.is_ok(), "{copied:?}");
         }
         let view = self.view_mut(port);
         view.assignment.remove(top);

@@ -1,11 +1,12 @@
 //! The workers' counters as one data plane's: what `htb-cli` and the metrics show.
 //!
-//! Every worker holds a copy of every class; a subtree's packets go through its owner only,
-//! so its counters are (nearly) all the owner's, and a class at the top of the tree counts what
-//! each worker sent through it. A split subtree's packets go through every worker's copy:
+//! A subtree one worker owns is on that worker only (the others say `None` for its classes),
+//! so its counters are its owner's; a class at the top of the tree is on every worker and
+//! counts what each sent through it. A split subtree's packets go through every worker's copy:
 //! what each sent, dropped and holds (backlog, queue length) adds up to the class's. Counters are summed, each type by its own `add` (which names
 //! every field, so that a new counter cannot be left out of the sum); a class's buckets, mode
-//! and leaf details (fq_codel's flows) are those of the worker that sent the most through it.
+//! and leaf details (fq_codel's flows) are those of one worker holding it: a copy with children
+//! first (the class's level), then the worker that sent the most through it.
 
 use htb_core::{ClassStats, LeafStats};
 
@@ -97,13 +98,15 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
             .chain(&others)
             .map(|s| s.leaves.get(i).cloned().flatten())
             .collect();
-        // The worker that sent the most through the class speaks for its state (the first
-        // such: worker 0 for an idle class).
+        // Among the workers holding the class (a subtree one worker owns is on that worker
+        // only), one speaks for its state: a copy with children first (a top-level class's
+        // copy on a worker holding none of its subtrees has no children there and looks like
+        // a leaf), then the one that sent the most through it, then the first.
         let speaker = (0..classes.len())
             .rev()
-            .max_by_key(|&w| classes[w].map_or(0, |c| c.queue.bytes))
-            .unwrap_or(0);
-        let Some(speaking) = classes[speaker] else {
+            .filter_map(|w| classes[w].map(|c| (w, c)))
+            .max_by_key(|(_, c)| (c.level, c.queue.bytes));
+        let Some((speaker, speaking)) = speaker else {
             continue;
         };
         let mut class = speaking.without_counters();
@@ -111,14 +114,16 @@ pub(crate) fn snapshots(all: Vec<PortSnapshot>) -> PortSnapshot {
             class.add_counters(c);
         }
         merged.classes[i] = Some(class);
-        if let Some(speaking) = leaves[speaker].clone() {
+        // The speaker's leaf, with every copy's counts: none for an inner class.
+        let leaf = leaves[speaker].clone().map(|speaking| {
             let mut leaf = speaking.without_counts();
             for l in leaves.iter().flatten() {
                 leaf.add_counts(l);
             }
-            if let Some(slot) = merged.leaves.get_mut(i) {
-                *slot = Some(leaf);
-            }
+            leaf
+        });
+        if let Some(slot) = merged.leaves.get_mut(i) {
+            *slot = leaf;
         }
     }
     merged

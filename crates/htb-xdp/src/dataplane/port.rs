@@ -57,10 +57,13 @@ pub(super) struct Port {
     /// Frames of a port without trees leave through this: no classes, one direct queue.
     pub(super) unshaped: Scheduler<Frame>,
     pub(super) classifier: Arc<Classifier>,
-    /// Per filter, its tree, its class as a checked handle and the worker that owns the class,
-    /// looked up when a packet first matches it (no id lookup per packet after that; a handle
-    /// made stale by a tree change falls back to the id). Resolved lazily so that swapping in
-    /// 100 000 filters costs a memset on the data plane, not 100 000 lookups.
+    /// Per filter, its tree, its class as a checked handle (or, for a class another worker
+    /// holds, its id) and the worker that owns the class, looked up when a packet first
+    /// matches it: no id, view or assignment lookup per packet after that, whether this
+    /// worker queues the frame or hands it to the owner (a handle made stale by a tree change
+    /// falls back to the id). Forgotten on new filters, a new tree and new owners
+    /// (`reset_targets`). Resolved lazily so that swapping in 100 000 filters costs a
+    /// generation bump on the data plane, not 100 000 lookups.
     pub(super) targets: TargetCache,
     /// The tree unclassified frames of this worker go to and the worker owning the class they
     /// land in, once looked up.
@@ -166,13 +169,13 @@ impl Port {
     pub(super) fn target(&mut self, i: usize, me: usize, workers: usize) -> (Slot, usize) {
         if let Some(Resolved {
             tree,
-            handle,
+            target,
             owner,
         }) = self.targets.get(i)
         {
             let slot = Slot {
                 tree: Some(usize::from(tree)),
-                target: Target::Handle(handle),
+                target,
             };
             return (slot, usize::from(owner));
         }
@@ -195,24 +198,26 @@ impl Port {
             let leaf = view.leaf_of(class);
             let owner = leaf.map_or(me16, |l| view.owner_of(l, me16));
             let target = match leaf {
-                Some(l) => match self.trees[tree].htb.handle(l) {
-                    Some(handle) => {
-                        if let Ok(t16) = u16::try_from(tree) {
-                            self.targets.set(
-                                i,
-                                Resolved {
-                                    tree: t16,
-                                    handle,
-                                    owner,
-                                },
-                            );
-                        }
-                        Target::Handle(handle)
-                    }
-                    None => Target::Class(l),
-                },
+                Some(l) => self.trees[tree]
+                    .htb
+                    .handle(l)
+                    .map_or(Target::Class(l), Target::Handle),
                 None => Target::Direct,
             };
+            // Kept when this worker holds the class, and when another worker owns it: RSS
+            // sends most of a subtree's frames to workers that hand them over, and each would
+            // otherwise walk the view again.
+            let kept = matches!(target, Target::Handle(_)) || owner != me16;
+            if kept && let Ok(t16) = u16::try_from(tree) {
+                self.targets.set(
+                    i,
+                    Resolved {
+                        tree: t16,
+                        target,
+                        owner,
+                    },
+                );
+            }
             let slot = Slot {
                 tree: Some(tree),
                 target,
@@ -227,7 +232,7 @@ impl Port {
                         i,
                         Resolved {
                             tree: t16,
-                            handle,
+                            target: Target::Handle(handle),
                             owner,
                         },
                     );

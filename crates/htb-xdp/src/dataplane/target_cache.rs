@@ -1,5 +1,5 @@
 //! Per filter of a port, where its packets go once looked up: the tree, the class's checked
-//! handle and the worker that owns it.
+//! handle (or, for a class another worker holds, its id) and the worker that owns it.
 //!
 //! Filters are swapped in by the 100 000 and the cache is forgotten whenever a tree, the
 //! filters or the owners change, all between two packet batches. A flat vector sized to the
@@ -7,7 +7,7 @@
 //! data-plane job of an import). Here forgetting is a generation bump, and entries live in
 //! chunks allocated when a packet first needs one: no step touches every entry.
 
-use htb_core::ClassHandle;
+use htb_core::Target;
 
 const CHUNK_BITS: u32 = 10;
 const CHUNK: usize = 1 << CHUNK_BITS;
@@ -18,7 +18,9 @@ const MASK: usize = CHUNK - 1;
 pub(super) struct Resolved {
     /// The port's tree the class is in.
     pub(super) tree: u16,
-    pub(super) handle: ClassHandle,
+    /// The class's handle, or its id when this worker does not hold it (its frames go to
+    /// the owner, which resolves the id in its own tree).
+    pub(super) target: Target,
     /// The worker that owns the class.
     pub(super) owner: u16,
 }
@@ -88,7 +90,7 @@ impl TargetCache {
 
 #[cfg(test)]
 mod tests {
-    use htb_core::{ClassId, ClassSpec, Instant, Rate, Scheduler, SchedulerConfig};
+    use htb_core::{ClassHandle, ClassId, ClassSpec, Instant, Rate, Scheduler, SchedulerConfig};
 
     use super::*;
 
@@ -107,7 +109,7 @@ mod tests {
         cache.reset(3 * CHUNK + 5);
         let r = Resolved {
             tree: 1,
-            handle: handle(7),
+            target: Target::Handle(handle(7)),
             owner: 2,
         };
         for i in [0, CHUNK - 1, CHUNK, 3 * CHUNK + 4] {

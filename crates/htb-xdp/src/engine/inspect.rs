@@ -83,10 +83,13 @@ impl Engine {
 
     /// Applies `ops` in order, between two batches (run it through [`EngineHandle::execute`](crate::EngineHandle::execute)):
     /// no packet is received or sent while they apply, so a batch of changes is atomic for
-    /// the traffic. Every worker applies them to its copy of the trees. Frames the changes
+    /// the traffic. A class operation goes to the workers holding its class (a subtree one
+    /// worker owns is on it alone), the others to every worker, in op order. Frames the changes
     /// purge go back to the pool. Returns, per op, the packets it dropped or why it failed
     /// (the control plane validates first, so a failure is a bug); the first failure ends the
-    /// batch, later operations are not applied. Also returns what the ops replaced, to be
+    /// batch: no worker applies the later operations. (A class the batch moves between
+    /// workers that a worker refuses fails the op that moved it, once the batch is applied:
+    /// the ops after it stay applied.) Also returns what the ops replaced, to be
     /// dropped off the data-plane thread.
     pub fn apply(&mut self, ops: Vec<PlaneOp>) -> (Vec<Result<u64, PlaneError>>, Retired) {
         let now = self.now();

@@ -1,7 +1,8 @@
 //! Which workers hold which classes of a root tree: a class operation goes to the workers
 //! holding the class (`Fleet::holder_for`), a subtree placed on one worker leaves the others
 //! (`Fleet::settle`), a subtree split is copied to every worker (`Fleet::copy_subtree`), and
-//! the workers' results of a batch are merged (`merge_outcomes`).
+//! a batch is applied in order across the workers (`apply_in_order`) and their results are
+//! merged (`merge_outcomes`).
 
 use std::collections::BTreeMap;
 
@@ -11,7 +12,7 @@ use super::{Fleet, Shape};
 use crate::assign::subtree_of;
 use crate::dataplane::Dataplane;
 use crate::error::PlaneError;
-use crate::plane_op::PlaneOp;
+use crate::plane_op::{PlaneOp, Retired};
 use crate::rings::Rings;
 
 impl Fleet {
@@ -64,52 +65,65 @@ impl Fleet {
     /// Moves the classes to where the assignment says, after a batch: the classes `touched`
     /// (added to every worker by the batch, or of a new tree) that are in a subtree one
     /// worker owns are deleted from the others, deepest first (they hold no frames: nothing
-    /// was received since they were added).
+    /// was received since they were added). Each comes with the index of the op that put it
+    /// there; returns the deletions that failed, by that index.
     pub(super) fn settle<R: Rings>(
         &mut self,
         planes: &mut [&mut Dataplane<R>],
         now: Instant,
-        touched: &[(usize, ClassId)],
-    ) {
+        touched: &[(usize, ClassId, usize)],
+    ) -> Vec<(usize, PlaneError)> {
+        let mut failed = Vec::new();
         if planes.len() < 2 || touched.is_empty() {
-            return;
+            return failed;
         }
-        let mut gone: Vec<(usize, usize, ClassId, u16)> = touched
+        let mut gone: Vec<(usize, usize, ClassId, u16, usize)> = touched
             .iter()
-            .filter_map(|&(port, id)| {
+            .filter_map(|&(port, id, op)| {
                 let view = &self.views[port];
-                Some((view.depth(id), port, id, view.holder(id)?))
+                Some((view.depth(id), port, id, view.holder(id)?, op))
             })
             .collect();
-        gone.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-        gone.dedup();
+        gone.sort_unstable_by(|a, b| {
+            b.0.cmp(&a.0)
+                .then(a.1.cmp(&b.1))
+                .then(a.2.cmp(&b.2))
+                .then(a.4.cmp(&b.4))
+        });
+        gone.dedup_by_key(|g| (g.1, g.2));
         for (w, plane) in planes.iter_mut().enumerate() {
-            let ops: Vec<PlaneOp> = gone
+            let (origins, ops): (Vec<usize>, Vec<PlaneOp>) = gone
                 .iter()
-                .filter(|&&(_, port, id, owner)| {
+                .filter(|&&(_, port, id, owner, _)| {
                     usize::from(owner) != w
                         && plane.root_tree_at(port).is_some_and(|t| t.contains(id))
                 })
-                .filter_map(|&(_, port, id, _)| {
-                    Some(PlaneOp::DeleteClass {
+                .filter_map(|&(_, port, id, _, op)| {
+                    let delete = PlaneOp::DeleteClass {
                         port: plane.port_name(port)?.to_owned(),
                         id,
-                    })
+                    };
+                    Some((op, delete))
                 })
-                .collect();
+                .unzip();
             if ops.is_empty() {
                 continue;
             }
             let (results, retired) = plane.apply(now, ops);
             drop(retired);
-            for e in results.into_iter().filter_map(Result::err) {
-                tracing::error!("data-plane worker {w}: a class it does not serve stays: {e}");
+            for (op, result) in origins.into_iter().zip(results) {
+                if let Err(e) = result {
+                    tracing::error!("data-plane worker {w}: a class it does not serve stays: {e}");
+                    failed.push((op, e));
+                }
             }
         }
+        failed
     }
 
     /// Copies subtree `top` of `port` from worker `from`, its owner, to every other worker
-    /// (it is split): each class with its parameters and its leaf, parents first.
+    /// (it is split): each class with its parameters and its leaf, parents first. Err: the
+    /// first class a worker did not take (every worker is tried).
     pub(super) fn copy_subtree<R: Rings>(
         &self,
         planes: &mut [&mut Dataplane<R>],
@@ -117,7 +131,7 @@ impl Fleet {
         port: usize,
         top: ClassId,
         from: usize,
-    ) {
+    ) -> Result<(), PlaneError> {
         let view = &self.views[port];
         let mut ids: Vec<ClassId> = view
             .class_ids()
@@ -125,7 +139,7 @@ impl Fleet {
             .collect();
         ids.sort_by_key(|&c| view.depth(c));
         let Some(htb) = planes.get(from).and_then(|p| p.root_tree_at(port)) else {
-            return;
+            return Ok(());
         };
         let classes: Vec<_> = ids
             .into_iter()
@@ -145,6 +159,7 @@ impl Fleet {
                 Some((id, info.parent, spec, info.leaf))
             })
             .collect();
+        let mut first = Ok(());
         for (w, plane) in planes.iter_mut().enumerate() {
             let Some(name) = plane.port_name(port).map(str::to_owned) else {
                 continue;
@@ -175,21 +190,90 @@ impl Fleet {
             drop(retired);
             for e in results.into_iter().filter_map(Result::err) {
                 tracing::error!("data-plane worker {w}: a class of split {top} not copied: {e}");
+                if first.is_ok() {
+                    first = Err(e);
+                }
             }
         }
+        first
     }
 }
 
-/// Per op, the outcomes of the workers it was given (`None`: the worker stopped before it)
-/// as one result: the packets summed, the first failure; the batch ends at the first op that
-/// failed or that no worker reached.
+/// Applies a batch — per op, the worker it goes to (`None`: every worker) and its copy for
+/// each worker — in op order across the workers, and stops every worker at the first
+/// failure, so that no worker is ahead of the view (which follows only the ops that
+/// succeeded). Consecutive ops for one worker go to it in one `Dataplane::apply` (which stops
+/// at its first failure); an op for every worker is applied by each before any goes on. Per
+/// op, the outcome of each worker it was applied by (none: no worker got to it), and what the
+/// ops replaced.
+pub(super) fn apply_in_order<R: Rings>(
+    planes: &mut [&mut Dataplane<R>],
+    now: Instant,
+    batch: Vec<(Option<u16>, Vec<PlaneOp>)>,
+) -> (Vec<Vec<Result<u64, PlaneError>>>, Retired) {
+    let workers = planes.len();
+    let mut outcomes: Vec<Vec<Result<u64, PlaneError>>> =
+        (0..batch.len()).map(|_| Vec::new()).collect();
+    let mut retired = Retired::default();
+    // One worker: every op is its, and the batch one run.
+    let one = |holder: Option<u16>| holder.or(if workers == 1 { Some(0) } else { None });
+    let mut batch = batch
+        .into_iter()
+        .map(|(holder, copies)| (one(holder), copies))
+        .enumerate()
+        .peekable();
+    while let Some((first, (holder, copies))) = batch.next() {
+        // The run: per worker, its copies of the ops, and the index of the op after the run.
+        let mut run: Vec<Vec<PlaneOp>> = (0..workers).map(|_| Vec::new()).collect();
+        let mut end = first + 1;
+        match holder {
+            None => {
+                for (w, op) in copies.into_iter().enumerate() {
+                    run[w].push(op);
+                }
+            }
+            Some(h) => {
+                let h = usize::from(h);
+                run[h].extend(copies.into_iter().nth(h));
+                while let Some((_, (next, _))) = batch.peek()
+                    && *next == holder
+                {
+                    let Some((_, (_, copies))) = batch.next() else {
+                        break;
+                    };
+                    run[h].extend(copies.into_iter().nth(h));
+                    end += 1;
+                }
+            }
+        }
+        let mut failed = false;
+        for (w, ops) in run.into_iter().enumerate() {
+            if ops.is_empty() {
+                continue;
+            }
+            let (outcome, replaced) = planes[w].apply(now, ops);
+            retired.extend(replaced);
+            failed |= outcome.iter().any(Result::is_err);
+            for (i, result) in (first..end).zip(outcome) {
+                outcomes[i].push(result);
+            }
+        }
+        if failed {
+            break;
+        }
+    }
+    (outcomes, retired)
+}
+
+/// Per op, the outcomes of the workers that applied it as one result: the packets summed,
+/// the first failure; the batch ends at the first op that failed or that no worker got to.
 pub(super) fn merge_outcomes(
-    outcomes: Vec<Vec<Option<Result<u64, PlaneError>>>>,
+    outcomes: Vec<Vec<Result<u64, PlaneError>>>,
 ) -> Vec<Result<u64, PlaneError>> {
     let mut results = Vec::with_capacity(outcomes.len());
     for outcome in outcomes {
         let mut total: Option<Result<u64, PlaneError>> = None;
-        for result in outcome.into_iter().flatten() {
+        for result in outcome {
             total = Some(match (total, result) {
                 (Some(Err(e)), _) | (None | Some(Ok(_)), Err(e)) => Err(e),
                 (None, Ok(n)) => Ok(n),
@@ -216,21 +300,21 @@ mod tests {
         PlaneError::NoPort("x".into())
     }
 
-    /// Packets are summed over the workers an op went to; a worker not given it says
-    /// nothing; the batch ends at the first failure, or where no worker got to.
+    /// Packets are summed over the workers an op went to; the batch ends at the first
+    /// failure, or at the first op no worker got to.
     #[test]
     fn outcomes_merge_over_the_workers_given_each_op() {
         let merged = merge_outcomes(vec![
-            vec![Some(Ok(1)), Some(Ok(2))],
-            vec![Some(Ok(5))],
-            vec![Some(Ok(0)), Some(Err(no_port())), None],
-            vec![Some(Ok(7))],
+            vec![Ok(1), Ok(2)],
+            vec![Ok(5)],
+            vec![Ok(0), Err(no_port())],
+            vec![Ok(7)],
         ]);
         assert_eq!(merged.len(), 3, "{merged:?}");
         assert!(matches!(merged[0], Ok(3)));
         assert!(matches!(merged[1], Ok(5)));
         assert!(merged[2].is_err());
-        let stopped = merge_outcomes(vec![vec![Some(Ok(1))], vec![None, None], vec![Some(Ok(1))]]);
+        let stopped = merge_outcomes(vec![vec![Ok(1)], vec![], vec![Ok(1)]]);
         assert_eq!(stopped.len(), 1, "no worker reached the second op");
     }
 }
