@@ -164,7 +164,7 @@ enum Command {
         /// Namespace prefix of the lab.
         #[arg(long, default_value = "htbscale")]
         lab: String,
-        /// Data-plane workers (each holds every class today: RSS grows with them).
+        /// Data-plane workers (each holds its own subtrees and the classes at the top).
         #[arg(long, default_value_t = 1)]
         workers: u32,
     },

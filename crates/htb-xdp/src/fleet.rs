@@ -172,6 +172,11 @@ impl Fleet {
 
     /// Port `port`'s view, to write (recalled: no worker holds a copy, nothing is cloned).
     fn view_mut(&mut self, port: usize) -> &mut TreeView {
+        debug_assert_eq!(
+            Arc::strong_count(&self.views[port]),
+            1,
+            "view {port} not recalled"
+        );
         Arc::make_mut(&mut self.views[port])
     }
 
