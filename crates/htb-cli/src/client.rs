@@ -27,7 +27,7 @@ fn weight(command: &Command) -> usize {
 }
 
 /// How many of `commands` go in the next message: at most [`STAGE_CHUNK`] and
-/// [`STAGE_BYTES`] (at least one).
+/// some 20 MB of estimated weight (at least one).
 #[must_use]
 pub fn chunk_len(commands: &[Command]) -> usize {
     let mut bytes = 0;
