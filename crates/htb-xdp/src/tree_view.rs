@@ -30,6 +30,18 @@ pub(crate) struct ClassView {
     pub(crate) shared: bool,
 }
 
+impl ClassView {
+    /// A class just added: no children yet, its buckets not shared.
+    fn new(parent: Option<ClassId>, rate: Rate) -> Self {
+        Self {
+            parent,
+            rate,
+            children: 0,
+            shared: false,
+        }
+    }
+}
+
 /// A port's root tree as the fleet sees it, and who serves its subtrees.
 #[derive(Clone, Debug)]
 pub(crate) struct TreeView {
@@ -141,15 +153,7 @@ impl TreeView {
         view.default_minor = config.default_minor;
         let mut parents = Vec::new();
         for (id, parent, rate) in classes {
-            view.classes.insert(
-                id,
-                ClassView {
-                    parent,
-                    rate,
-                    children: 0,
-                    shared: false,
-                },
-            );
+            view.classes.insert(id, ClassView::new(parent, rate));
             parents.extend(parent);
         }
         for p in parents {
@@ -170,15 +174,7 @@ impl TreeView {
         if let Some(p) = parent.and_then(|p| self.classes.get_mut(&p)) {
             p.children += 1;
         }
-        self.classes.insert(
-            id,
-            ClassView {
-                parent,
-                rate,
-                children: 0,
-                shared: false,
-            },
-        );
+        self.classes.insert(id, ClassView::new(parent, rate));
     }
 
     /// Class `id`'s rate is now `rate`.
