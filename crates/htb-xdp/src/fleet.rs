@@ -128,11 +128,7 @@ impl Fleet {
 
     /// Split subtrees, over all ports.
     pub(crate) fn split_count(&self) -> u32 {
-        let n: usize = self
-            .views
-            .iter()
-            .map(|v| v.assignment.split().count())
-            .sum();
+        let n: usize = self.views.iter().map(|v| v.assignment.split().len()).sum();
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
