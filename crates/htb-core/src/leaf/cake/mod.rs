@@ -72,6 +72,7 @@ pub(crate) struct CakeStore {
 
 /// One `cake` instance (`struct cake_sched_data`).
 #[derive(Clone, Debug)]
+#[repr(align(64))]
 pub(crate) struct Cake {
     config: CakeConfig,
     flow_index: LeafFlows,
