@@ -18,28 +18,26 @@ pub(super) const PFIFO_OPTIONS: [LeafOption; 1] = [LeafOption::new("limit", Opti
 /// `bfifo`'s option: its limit in bytes.
 pub(super) const BFIFO_OPTIONS: [LeafOption; 1] = [LeafOption::new("limit", OptionValue::Size)];
 
-/// A FIFO with a packet limit (`pfifo`) or a byte limit (`bfifo`).
+/// A FIFO's queue and limit, in packets (`pfifo`) or bytes (`bfifo`): which, and the packets it
+/// refused, its owner keeps (a leaf's slot, [`Leaf::Fifo`](super::Leaf), in the bytes its box
+/// pointer leaves over; tbf in its counters). 24 bytes, so that a boxed fifo takes one 32-byte
+/// heap chunk, not 48: with 100 000 leaves round-robin, a packet's enqueue misses half a cache
+/// line on it, not three quarters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Fifo {
     packets: PacketList,
     len: u32,
-    /// Packets (`pfifo`) or bytes (`bfifo`).
     limit: u32,
-    bytes_limit: bool,
     backlog: u64,
-    /// 32 bits, wrapping, as the kernel's `qstats.drops`: a fifo leaf is a few words.
-    drops: u32,
 }
 
 impl Fifo {
-    pub(crate) fn new(limit: u32, bytes_limit: bool) -> Self {
+    pub(crate) fn new(limit: u32) -> Self {
         Self {
             packets: PacketList::EMPTY,
             len: 0,
             limit,
-            bytes_limit,
             backlog: 0,
-            drops: 0,
         }
     }
 
@@ -53,22 +51,23 @@ impl Fifo {
         })
     }
 
-    /// `pfifo_enqueue` / `bfifo_enqueue`.
+    /// `pfifo_enqueue` (`bytes_limit` false) / `bfifo_enqueue` (true); a packet over the
+    /// limit comes back, for the owner to count as dropped.
     #[inline]
     pub(crate) fn enqueue<P: Packet>(
         &mut self,
         pool: &mut PacketPool<P>,
         packet: P,
         now: u64,
+        bytes_limit: bool,
     ) -> Result<(), P> {
         let len = u64::from(packet.len_bytes());
-        let fits = if self.bytes_limit {
+        let fits = if bytes_limit {
             self.backlog + len <= u64::from(self.limit)
         } else {
             self.len < self.limit
         };
         if !fits {
-            self.drops = self.drops.wrapping_add(1);
             return Err(packet);
         }
         pool.push_back(&mut self.packets, packet, now)?;
@@ -112,15 +111,6 @@ impl Fifo {
 
     pub(crate) fn limit(&self) -> u32 {
         self.limit
-    }
-
-    /// Whether the limit is in bytes (`bfifo`).
-    pub(crate) fn bytes_limit(&self) -> bool {
-        self.bytes_limit
-    }
-
-    pub(crate) fn drops(&self) -> u64 {
-        self.drops.into()
     }
 
     pub(crate) fn check<P: Packet>(&self, pool: &PacketPool<P>) -> Result<(), CheckError> {

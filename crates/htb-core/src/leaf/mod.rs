@@ -221,7 +221,14 @@ pub(crate) enum Leaf {
     /// What fills a slot that holds no leaf (an inner class's, or storage not yet in use): holds
     /// nothing, allocates nothing, takes no packet.
     Vacant,
-    Fifo(alloc::boxed::Box<Fifo>),
+    /// `pfifo` (`bytes_limit` false) or `bfifo`, and the packets it refused (32 bits,
+    /// wrapping, as the kernel's `qstats.drops`): both beside the box's pointer, in bytes the
+    /// slot has anyway, so that the box holds the queue alone ([`Fifo`]).
+    Fifo {
+        bytes_limit: bool,
+        drops: u32,
+        queue: alloc::boxed::Box<Fifo>,
+    },
     Sfq(alloc::boxed::Box<Sfq>),
     FqCodel(alloc::boxed::Box<FqCodel>),
     Cake(alloc::boxed::Box<Cake>),
@@ -233,12 +240,8 @@ impl Leaf {
     /// slot), `seed` keys `sfq`'s perturbation.
     pub(crate) fn new(config: &LeafConfig, key: u32, seed: u64, now: Instant) -> Self {
         match *config {
-            LeafConfig::Pfifo { limit } => {
-                Self::Fifo(alloc::boxed::Box::new(Fifo::new(limit, false)))
-            }
-            LeafConfig::Bfifo { limit } => {
-                Self::Fifo(alloc::boxed::Box::new(Fifo::new(limit, true)))
-            }
+            LeafConfig::Pfifo { limit } => Self::fifo(limit, false),
+            LeafConfig::Bfifo { limit } => Self::fifo(limit, true),
             LeafConfig::Sfq(c) => Self::Sfq(alloc::boxed::Box::new(Sfq::new(
                 c,
                 key,
@@ -248,6 +251,14 @@ impl Leaf {
             LeafConfig::FqCodel(c) => Self::FqCodel(alloc::boxed::Box::new(FqCodel::new(c, key))),
             LeafConfig::Cake(c) => Self::Cake(alloc::boxed::Box::new(Cake::new(c, key, seed))),
             LeafConfig::Tbf(c) => Self::Tbf(alloc::boxed::Box::new(Tbf::new(c, now.as_nanos()))),
+        }
+    }
+
+    fn fifo(limit: u32, bytes_limit: bool) -> Self {
+        Self::Fifo {
+            bytes_limit,
+            drops: 0,
+            queue: alloc::boxed::Box::new(Fifo::new(limit)),
         }
     }
 
@@ -281,7 +292,13 @@ impl Leaf {
         let now = now.as_nanos();
         match self {
             Self::Unstarted { .. } | Self::Vacant => Err(packet),
-            Self::Fifo(q) => q.enqueue(&mut store.packets, packet, now),
+            Self::Fifo {
+                bytes_limit,
+                drops,
+                queue,
+            } => queue
+                .enqueue(&mut store.packets, packet, now, *bytes_limit)
+                .inspect_err(|_| *drops = drops.wrapping_add(1)),
             Self::Sfq(q) => q.enqueue(store, packet, now),
             Self::FqCodel(q) => q.enqueue(store, packet, now),
             Self::Cake(q) => q.enqueue(store, packet, now),
@@ -300,7 +317,7 @@ impl Leaf {
     ) -> Option<P> {
         match self {
             Self::Unstarted { .. } | Self::Vacant => None,
-            Self::Fifo(q) => q.dequeue(&mut store.packets),
+            Self::Fifo { queue: q, .. } => q.dequeue(&mut store.packets),
             Self::Sfq(q) => q.dequeue(store, now.as_nanos()),
             Self::FqCodel(q) => q.dequeue(store, now.as_nanos()),
             Self::Cake(q) => q.dequeue(store, now.as_nanos()),
@@ -313,7 +330,7 @@ impl Leaf {
     pub(crate) fn len(&self) -> u32 {
         match self {
             Self::Unstarted { .. } | Self::Vacant => 0,
-            Self::Fifo(q) => q.len(),
+            Self::Fifo { queue: q, .. } => q.len(),
             Self::Sfq(q) => q.counts.len,
             Self::FqCodel(q) => q.counts.len,
             Self::Cake(q) => q.counts.len,
@@ -332,7 +349,7 @@ impl Leaf {
     pub(crate) fn backlog(&self) -> u64 {
         match self {
             Self::Unstarted { .. } | Self::Vacant => 0,
-            Self::Fifo(q) => q.backlog(),
+            Self::Fifo { queue: q, .. } => q.backlog(),
             Self::Sfq(q) => q.counts.backlog,
             Self::FqCodel(q) => q.counts.backlog,
             Self::Cake(q) => q.counts.backlog,
@@ -344,7 +361,7 @@ impl Leaf {
     pub(crate) fn purge<P: Packet>(&mut self, store: &mut LeafStore<P>, mut out: impl FnMut(P)) {
         match self {
             Self::Unstarted { .. } | Self::Vacant => {}
-            Self::Fifo(q) => q.purge(&mut store.packets, &mut out),
+            Self::Fifo { queue: q, .. } => q.purge(&mut store.packets, &mut out),
             Self::Sfq(q) => q.purge(store, &mut out),
             Self::FqCodel(q) => q.purge(store, &mut out),
             Self::Cake(q) => q.purge(store, &mut out),
@@ -364,8 +381,22 @@ impl Leaf {
         now: Instant,
     ) -> bool {
         match (self, *config) {
-            (Self::Fifo(q), LeafConfig::Pfifo { limit }) if !q.bytes_limit() => q.set_limit(limit),
-            (Self::Fifo(q), LeafConfig::Bfifo { limit }) if q.bytes_limit() => q.set_limit(limit),
+            (
+                Self::Fifo {
+                    bytes_limit: false,
+                    queue,
+                    ..
+                },
+                LeafConfig::Pfifo { limit },
+            )
+            | (
+                Self::Fifo {
+                    bytes_limit: true,
+                    queue,
+                    ..
+                },
+                LeafConfig::Bfifo { limit },
+            ) => queue.set_limit(limit),
             (Self::Sfq(q), LeafConfig::Sfq(c)) => q.reconfigure(store, c, now.as_nanos()),
             (Self::FqCodel(q), LeafConfig::FqCodel(c)) if q.config().flows == c.flows => {
                 q.reconfigure(store, c, now.as_nanos());
@@ -382,8 +413,16 @@ impl Leaf {
         match self {
             Self::Unstarted { start, .. } => store.starts[*start as usize],
             Self::Vacant => LeafConfig::Pfifo { limit: 0 },
-            Self::Fifo(q) if q.bytes_limit() => LeafConfig::Bfifo { limit: q.limit() },
-            Self::Fifo(q) => LeafConfig::Pfifo { limit: q.limit() },
+            Self::Fifo {
+                bytes_limit: true,
+                queue,
+                ..
+            } => LeafConfig::Bfifo {
+                limit: queue.limit(),
+            },
+            Self::Fifo { queue, .. } => LeafConfig::Pfifo {
+                limit: queue.limit(),
+            },
             Self::Sfq(q) => LeafConfig::Sfq(q.config()),
             Self::FqCodel(q) => LeafConfig::FqCodel(q.config()),
             Self::Cake(q) => LeafConfig::Cake(q.config()),
@@ -406,7 +445,7 @@ impl Leaf {
                 }
             }
             Self::Vacant => Ok(0),
-            Self::Fifo(q) => q.check(&store.packets).map(|()| 0),
+            Self::Fifo { queue: q, .. } => q.check(&store.packets).map(|()| 0),
             Self::Sfq(q) => q.check(store),
             Self::FqCodel(q) => q.check(store),
             Self::Cake(q) => q.check(store),
@@ -426,7 +465,7 @@ impl Leaf {
                 LeafConfig::FqCodel(c) => Some(fq_codel::bucket(hash, c.flows)),
                 _ => None,
             },
-            Self::Vacant | Self::Fifo(_) | Self::Cake(_) | Self::Tbf(_) => None,
+            Self::Vacant | Self::Fifo { .. } | Self::Cake(_) | Self::Tbf(_) => None,
         }
     }
 
@@ -443,7 +482,7 @@ impl Leaf {
                 _ => (0, None, None),
             },
             Self::Vacant => (0, None, None),
-            Self::Fifo(q) => (q.drops(), None, None),
+            Self::Fifo { drops, .. } => (u64::from(*drops), None, None),
             Self::Sfq(q) => (q.counts.drops, None, None),
             Self::Tbf(q) => (q.drops(), None, None),
             Self::FqCodel(q) => (q.counts.drops, Some(q.stats()), None),

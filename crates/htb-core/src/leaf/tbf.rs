@@ -213,10 +213,11 @@ impl TbfConfig {
 pub(crate) struct Tbf {
     config: TbfConfig,
     /// The inner qdisc: a bfifo of `limit` bytes (`fifo_create_dflt`), which counts what it
-    /// holds and what it dropped over its limit.
+    /// holds.
     queue: Fifo,
-    /// Packets dropped on arrival for being larger than the bucket (tbf's own `qdisc_drop`).
-    oversize_drops: u64,
+    /// Packets dropped: on arrival for being larger than the bucket (tbf's own `qdisc_drop`),
+    /// and over the bfifo's limit.
+    drops: u64,
     /// Dequeues that found the head packet short of tokens and set the watchdog
     /// (`qdisc_qstats_overlimit` in `tbf_dequeue`).
     overlimits: u64,
@@ -246,8 +247,8 @@ impl Tbf {
     pub(crate) fn new(config: TbfConfig, now: u64) -> Self {
         let mut tbf = Self {
             config,
-            queue: Fifo::new(config.limit, true),
-            oversize_drops: 0,
+            queue: Fifo::new(config.limit),
+            drops: 0,
             overlimits: 0,
             max_size: 0,
             buffer: 0,
@@ -295,10 +296,12 @@ impl Tbf {
         now: u64,
     ) -> Result<(), P> {
         if packet.len_bytes() > self.max_size {
-            self.oversize_drops += 1;
+            self.drops += 1;
             return Err(packet);
         }
-        self.queue.enqueue(pool, packet, now)
+        self.queue
+            .enqueue(pool, packet, now, true)
+            .inspect_err(|_| self.drops += 1)
     }
 
     /// `tbf_dequeue`: the head packet if both buckets hold its length, else nothing, and the
@@ -349,7 +352,7 @@ impl Tbf {
 
     /// Packets dropped: over the limit, and larger than the bucket.
     pub(crate) fn drops(&self) -> u64 {
-        self.queue.drops() + self.oversize_drops
+        self.drops
     }
 
     /// Dequeues the buckets refused (`qstats.overlimits`).

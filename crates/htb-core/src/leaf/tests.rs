@@ -523,3 +523,11 @@ fn a_leaf_names_the_queue_a_flow_joins_where_it_has_queues() {
         assert_eq!(b.leaf.queue_of(&b.store, 1), None, "{config:?}");
     }
 }
+
+/// A fifo's box holds its queue alone, so that it takes one 32-byte heap chunk (glibc's for
+/// up to 24 bytes): the kind and drops ride in the leaf slot beside the pointer.
+#[test]
+fn fifo_box_and_leaf_slot_stay_small() {
+    assert_eq!(size_of::<Fifo>(), 24);
+    assert_eq!(size_of::<Leaf>(), 16);
+}

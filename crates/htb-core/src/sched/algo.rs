@@ -106,7 +106,7 @@ impl Hook {
             activity: class.activity,
             mode: class.mode,
             parent: class.parent,
-            minor: class.id.minor(),
+            minor: class.minor,
         }
     }
 }
@@ -614,7 +614,11 @@ impl<P: Packet> Scheduler<P> {
                 }
             };
             let diff = Self::elapsed_tokens(class, now);
-            let charged = class.adjust.charged_len(len);
+            let charged = if class.adjusted {
+                self.cold[cl as usize].adjust.charged_len(len)
+            } else {
+                len
+            };
             let mut rate_cost = 0;
             if class.level >= level {
                 if class.level == level {

@@ -64,10 +64,12 @@ impl<P: Packet> Scheduler<P> {
             let mut wait_err = None;
             lvl.wait.for_each(waits, |cl| {
                 let c = &self.classes[cl as usize];
-                if !c.live || c.level as usize != level || c.mode == Mode::CanSend {
+                if !c.live() || c.level as usize != level || c.mode == Mode::CanSend {
                     wait_err = Some(format!(
                         "class {} (level {}, {:?}) in wait queue {level}",
-                        c.id, c.level, c.mode
+                        c.id(),
+                        c.level,
+                        c.mode
                     ));
                 }
             });
@@ -89,7 +91,7 @@ impl<P: Packet> Scheduler<P> {
         // Inner state belongs to exactly one live inner class.
         let mut inner_owner = vec![NO_CLASS; self.inner.len()];
         for (slot, c) in self.classes.iter().enumerate() {
-            if c.live && self.cold[slot].inner != NO_INNER {
+            if c.live() && self.cold[slot].inner != NO_INNER {
                 let owner = &mut inner_owner[self.cold[slot].inner as usize];
                 ensure!(
                     *owner == NO_CLASS,
@@ -108,7 +110,7 @@ impl<P: Packet> Scheduler<P> {
 
         // Record every feed's members first: membership is checked per class below.
         for (slot, c) in self.classes.iter().enumerate() {
-            if !c.live || self.cold[slot].inner == NO_INNER {
+            if !c.live() || self.cold[slot].inner == NO_INNER {
                 continue;
             }
             for (prio, feed) in self.inner[self.cold[slot].inner as usize]
@@ -118,7 +120,7 @@ impl<P: Packet> Scheduler<P> {
             {
                 feed.tree
                     .check(nodes)
-                    .map_err(|e| CheckError(format!("feed {}/{prio}: {e:?}", c.id)))?;
+                    .map_err(|e| CheckError(format!("feed {}/{prio}: {e:?}", c.id())))?;
                 self.check_row(
                     feed,
                     Home::Feed {
@@ -131,13 +133,13 @@ impl<P: Packet> Scheduler<P> {
                 feed.tree.for_each(nodes, |node| {
                     let owner = nodes[node as usize].owner;
                     if self.classes[owner as usize].parent != slot as u32 {
-                        stranger = Some(self.classes[owner as usize].id);
+                        stranger = Some(self.classes[owner as usize].id());
                     }
                 });
                 if let Some(id) = stranger {
                     return Err(CheckError(format!(
                         "{id} in a feed of {}, not its parent",
-                        c.id
+                        c.id()
                     )));
                 }
             }
@@ -150,7 +152,7 @@ impl<P: Packet> Scheduler<P> {
         let mut non_green = 0usize;
         for (slot, c) in self.classes.iter().enumerate() {
             let queue = &self.classes[slot].queue;
-            if !c.live {
+            if !c.live() {
                 ensure!(
                     !waits[slot].links.is_linked(),
                     "dead slot {slot} in a wait queue"
@@ -159,25 +161,25 @@ impl<P: Packet> Scheduler<P> {
             }
             live += 1;
             ensure!(
-                self.ids.get(c.id.minor()) == Some(slot as u32),
+                self.ids.get(c.id().minor()) == Some(slot as u32),
                 "id map misses class {}",
-                c.id
+                c.id()
             );
             ensure!(
-                c.id.major() == self.config.major,
+                c.id().major() == self.config.major,
                 "class {} has a foreign major",
-                c.id
+                c.id()
             );
             qlen += u64::from(queue.len());
             backlog += queue.backlog();
             match queue.check(&self.store) {
                 Ok(records) => flow_records += records,
-                Err(e) => return Err(CheckError(format!("class {}: {e}", c.id))),
+                Err(e) => return Err(CheckError(format!("class {}: {e}", c.id()))),
             }
             ensure!(
                 c.level == 0 || queue.is_empty(),
                 "inner class {} holds packets in its leaf slot",
-                c.id
+                c.id()
             );
             if c.mode != Mode::CanSend {
                 non_green += 1;
@@ -185,7 +187,7 @@ impl<P: Packet> Scheduler<P> {
             ensure!(
                 waits[slot].links.is_linked() == (c.mode != Mode::CanSend),
                 "class {} is {:?} but {} the wait queue",
-                c.id,
+                c.id(),
                 c.mode,
                 if waits[slot].links.is_linked() {
                     "in"
@@ -206,31 +208,31 @@ impl<P: Packet> Scheduler<P> {
             ensure!(
                 c.level == expected_level,
                 "class {} at level {} expected {expected_level}",
-                c.id,
+                c.id(),
                 c.level
             );
             ensure!(
                 (c.level == 0) == (self.cold[slot].inner == NO_INNER),
                 "class {} inner state vs level",
-                c.id
+                c.id()
             );
             if c.parent != NO_CLASS {
                 let p = &self.classes[c.parent as usize];
                 ensure!(
-                    p.live && self.cold[c.parent as usize].children > 0,
+                    p.live() && self.cold[c.parent as usize].children > 0,
                     "class {} has a dead or childless parent",
-                    c.id
+                    c.id()
                 );
             }
             let children = self
                 .classes
                 .iter()
-                .filter(|k| k.live && k.parent == slot as u32)
+                .filter(|k| k.live() && k.parent == slot as u32)
                 .count();
             ensure!(
                 children == children_counted as usize,
                 "class {} counts {} children, has {children}",
-                c.id,
+                c.id(),
                 children_counted
             );
 
@@ -238,12 +240,12 @@ impl<P: Packet> Scheduler<P> {
             ensure!(
                 c.ctokens <= c.cbuffer,
                 "class {} ctokens above cbuffer",
-                c.id
+                c.id()
             );
             ensure!(
                 c.tokens > -super::algo::MBUFFER - 1,
                 "class {} tokens below the floor",
-                c.id
+                c.id()
             );
 
             // Activity and tree membership.
@@ -253,17 +255,17 @@ impl<P: Packet> Scheduler<P> {
                     (c.activity != 0 && !queue.is_empty())
                         || (c.activity == 0 && (queue.is_empty() || throttled)),
                     "leaf {} activity {:#x} with {} packets queued (throttled: {throttled})",
-                    c.id,
+                    c.id(),
                     c.activity,
                     queue.len()
                 );
                 ensure!(
                     c.activity == 0 || c.activity == 1 << c.prio,
                     "leaf {} active at a foreign prio",
-                    c.id
+                    c.id()
                 );
             } else {
-                ensure!(queue.is_empty(), "inner class {} holds packets", c.id);
+                ensure!(queue.is_empty(), "inner class {} holds packets", c.id());
                 for (prio, feed) in self.inner[self.cold[slot].inner as usize]
                     .feeds
                     .iter()
@@ -272,7 +274,7 @@ impl<P: Packet> Scheduler<P> {
                     ensure!(
                         (c.activity >> prio & 1 == 1) != feed.tree.is_empty(),
                         "inner {} activity {:#x} disagrees with feed {prio}",
-                        c.id,
+                        c.id(),
                         c.activity
                     );
                 }
@@ -297,7 +299,7 @@ impl<P: Packet> Scheduler<P> {
                 ensure!(
                     homes[node as usize] == expected,
                     "class {} prio {prio} ({:?}, active {active}) is in {:?}, expected {:?}",
-                    c.id,
+                    c.id(),
                     c.mode,
                     homes[node as usize],
                     expected
@@ -352,7 +354,7 @@ impl<P: Packet> Scheduler<P> {
             }
             homes[node as usize] = Some(home);
             let owner = nodes[node as usize].owner;
-            if (owner == NO_CLASS || !self.classes[owner as usize].live) && result.is_ok() {
+            if (owner == NO_CLASS || !self.classes[owner as usize].live()) && result.is_ok() {
                 result = Err(CheckError(format!(
                     "node {node} in {home:?} has no live owner"
                 )));
@@ -385,17 +387,17 @@ impl<P: Packet> Scheduler<P> {
         let members = |row: &super::arena::Row| {
             let mut v = Vec::new();
             row.tree.for_each(nodes, |n| {
-                v.push(self.classes[nodes[n as usize].owner as usize].id);
+                v.push(self.classes[nodes[n as usize].owner as usize].id());
             });
             let ptr =
-                (row.ptr != NIL).then(|| self.classes[nodes[row.ptr as usize].owner as usize].id);
+                (row.ptr != NIL).then(|| self.classes[nodes[row.ptr as usize].owner as usize].id());
             format!("{v:?} ptr {ptr:?} last {:#x}", row.last_ptr_id)
         };
-        for (slot, c) in self.classes.iter().enumerate().filter(|(_, c)| c.live) {
+        for (slot, c) in self.classes.iter().enumerate().filter(|(_, c)| c.live()) {
             let _ = writeln!(
                 out,
                 "class {} slot {slot} parent {} level {} {:?} act {:#x} prio {} inner {} node {} q {} tokens {} ctokens {} t_c {}",
-                c.id,
+                c.id(),
                 c.parent as i64,
                 c.level,
                 c.mode,
@@ -428,7 +430,10 @@ impl<P: Packet> Scheduler<P> {
             }
             let mut waiting = Vec::new();
             lvl.wait.for_each(&self.wait_nodes, |n| {
-                waiting.push((self.classes[n as usize].id, self.wait_nodes[n as usize].key));
+                waiting.push((
+                    self.classes[n as usize].id(),
+                    self.wait_nodes[n as usize].key,
+                ));
             });
             if !waiting.is_empty() {
                 let _ = writeln!(out, "wait {level}: {waiting:?}");

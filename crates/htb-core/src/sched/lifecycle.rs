@@ -11,7 +11,7 @@ use crate::Packet;
 use crate::class_id::ClassId;
 use crate::error::ClassError;
 use crate::leaf::{Leaf, LeafConfig};
-use crate::rate::{TokenCost, ns_to_tokens};
+use crate::rate::{LengthAdjust, TokenCost, ns_to_tokens};
 use crate::spec::{ClassConfig, ClassSpec, MAX_DEPTH, Warning};
 use crate::stats::Mode;
 use crate::time::Instant;
@@ -78,7 +78,7 @@ impl<P: Packet> Scheduler<P> {
         let queue = Leaf::unstarted(&mut self.store, &self.config.default_leaf, slot);
         // The class is stored with a vacant queue: the records' chunks are filled with copies
         // of the first one pushed, and a leaf's copy may allocate.
-        let cold = ClassCold::new(config.rate, config.ceil);
+        let cold = ClassCold::new(config.rate, config.ceil, config.adjust);
         if slot as usize == self.classes.len() {
             self.classes.push(class);
             self.cold.push(cold);
@@ -189,6 +189,7 @@ impl<P: Packet> Scheduler<P> {
         );
         cold.rate = config.rate;
         cold.ceil = config.ceil;
+        cold.adjust = config.adjust;
         Self::apply_config(class, &config);
         class.tokens = tokens.clamp(1 - super::algo::MBUFFER, class.buffer);
         class.ctokens = ctokens.clamp(1 - super::algo::MBUFFER, class.cbuffer);
@@ -232,7 +233,7 @@ impl<P: Packet> Scheduler<P> {
             self.inner_to_leaf(parent);
         }
         let class = &mut self.classes[slot as usize];
-        class.live = false;
+        class.minor = 0;
         let node = class.prio_node;
         self.prio_nodes.free(node, false);
         self.free_classes.push(slot);
@@ -249,7 +250,7 @@ impl<P: Packet> Scheduler<P> {
             let slot = slot as ClassIdx;
             let class = &self.classes[slot as usize];
             // Empty leaves too: an fq_codel leaf may keep flow state.
-            if class.live && class.level == 0 {
+            if class.live() && class.level == 0 {
                 self.purge_leaf(slot, &mut purged);
                 self.deactivate(slot);
             }
@@ -264,7 +265,8 @@ impl<P: Packet> Scheduler<P> {
     /// A new class: full buckets, green, idle (`htb_change_class`, new-class branch).
     fn fresh_class(id: ClassId, parent: ClassIdx, config: &ClassConfig, now: Instant) -> Class {
         let mut class = Class {
-            id,
+            major: id.major(),
+            minor: id.minor(),
             parent,
             prio_node: 0,
             level: 0,
@@ -279,12 +281,11 @@ impl<P: Packet> Scheduler<P> {
             cbuffer: 0,
             rate_cost: TokenCost::new(config.rate),
             ceil_cost: TokenCost::new(config.ceil),
-            adjust: config.adjust,
+            adjusted: false,
             deficit: 0,
             bytes: 0,
             packets: 0,
             lends: 0,
-            live: true,
             shared: false,
             queue: Leaf::Vacant,
         };
@@ -302,7 +303,7 @@ impl<P: Packet> Scheduler<P> {
         class.cbuffer = ns_to_tokens(config.cbuffer.as_nanos());
         class.prio = config.prio;
         class.quantum = config.quantum as i32;
-        class.adjust = config.adjust;
+        class.adjusted = config.adjust != LengthAdjust::default();
     }
 
     /// Empties a leaf's queue into `purged`, counting the packets as the class's drops.
@@ -425,7 +426,7 @@ impl<P: Packet> Scheduler<P> {
                 (self.inner.len() - 1) as u32
             }
         };
-        let key = self.classes[slot as usize].id.minor();
+        let key = self.classes[slot as usize].id().minor();
         let old_node = self.classes[slot as usize].prio_node;
         self.prio_nodes.free(old_node, false);
         let node = self.prio_nodes.alloc(slot, key, true);
@@ -447,11 +448,7 @@ impl<P: Packet> Scheduler<P> {
             self.remove_from_wait_tree(slot);
         }
         let class = &self.classes[slot as usize];
-        let (old_node, inner, key) = (
-            class.prio_node,
-            self.cold[slot as usize].inner,
-            class.id.minor(),
-        );
+        let (old_node, inner, key) = (class.prio_node, self.cold[slot as usize].inner, class.minor);
         self.prio_nodes.free(old_node, true);
         self.free_inner.push(inner);
         let node = self.prio_nodes.alloc(slot, key, false);

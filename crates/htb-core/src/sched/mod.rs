@@ -328,7 +328,7 @@ impl<P: Packet> Scheduler<P> {
                 self.stats.drops += 1;
                 Err(Dropped {
                     packet,
-                    reason: DropReason::QueueFull(self.classes[slot].id),
+                    reason: DropReason::QueueFull(self.classes[slot].id()),
                 })
             }
         }
@@ -478,7 +478,7 @@ impl<P: Packet> Scheduler<P> {
 
     /// Ids of all classes, in no particular order.
     pub fn class_ids(&self) -> impl Iterator<Item = ClassId> + '_ {
-        self.classes.iter().filter(|c| c.live).map(|c| c.id)
+        self.classes.iter().filter(|c| c.live()).map(Class::id)
     }
 
     /// Whether `id` names a class.
@@ -496,13 +496,13 @@ impl<P: Packet> Scheduler<P> {
             return None;
         }
         let parent = self.classes[slot as usize].parent;
-        Some((parent != NO_CLASS).then(|| self.classes[parent as usize].id))
+        Some((parent != NO_CLASS).then(|| self.classes[parent as usize].id()))
     }
 
     /// The class unclassified packets go to (`default` when it names a leaf), if any.
     #[must_use]
     pub fn default_class(&self) -> Option<ClassId> {
-        (self.default_leaf != NO_CLASS).then(|| self.classes[self.default_leaf as usize].id)
+        (self.default_leaf != NO_CLASS).then(|| self.classes[self.default_leaf as usize].id())
     }
 
     /// A checked shortcut to class `id` for [`Target::Handle`].
@@ -522,7 +522,7 @@ impl<P: Packet> Scheduler<P> {
         let class = &self.classes[slot as usize];
         let cold = &self.cold[slot as usize];
         let queue = &self.classes[slot as usize].queue;
-        let parent = (class.parent != NO_CLASS).then(|| self.classes[class.parent as usize].id);
+        let parent = (class.parent != NO_CLASS).then(|| self.classes[class.parent as usize].id());
         Some(ClassInfo {
             id,
             parent,
@@ -542,7 +542,7 @@ impl<P: Packet> Scheduler<P> {
                 cbuffer: Duration::from_nanos(tokens_to_ns_ceil(class.cbuffer)),
                 prio: class.prio,
                 quantum: class.quantum as u32,
-                adjust: class.adjust,
+                adjust: cold.adjust,
             },
             leaf: (class.level == 0).then(|| queue.config(&self.store)),
         })
@@ -612,8 +612,8 @@ impl<P: Packet> Scheduler<P> {
     pub fn class_counters(&self) -> impl Iterator<Item = (ClassId, u64, u64)> + '_ {
         self.classes
             .iter()
-            .filter(|c| c.live)
-            .map(|c| (c.id, c.bytes, c.packets))
+            .filter(|c| c.live())
+            .map(|c| (c.id(), c.bytes, c.packets))
     }
 
     /// Scheduler-wide statistics.
@@ -681,8 +681,7 @@ impl<P: Packet> Scheduler<P> {
                 // The handle's slot, if it still holds its class: checked and judged in one
                 // look-up of the record.
                 if let Some(class) = self.classes.get(handle.slot as usize)
-                    && class.live
-                    && class.id == handle.id
+                    && class.id() == handle.id
                 {
                     return if class.level == 0 {
                         handle.slot

@@ -734,3 +734,41 @@ fn default_leaves_start_on_their_first_packet_with_the_default_they_were_given()
     }
     assert_eq!(s.leaf_stats(id(0x20)).unwrap().qlen, 2, "its own limit");
 }
+
+#[test]
+fn a_class_length_adjustment_sets_what_its_buckets_are_charged() {
+    // tc's `overhead 500` on a class sending 1000-byte packets: its buckets pay 1500 bytes a
+    // packet, so the packets go at two thirds of its rate (its counters keep their own
+    // lengths); `class change` without it gives the whole rate back.
+    let adjusted = ClassSpec {
+        adjust: crate::LengthAdjust {
+            overhead: 500,
+            ..crate::LengthAdjust::default()
+        },
+        ..ClassSpec::new(mbit(10))
+    };
+    let s = tree(&[(1, None, adjusted.clone())]);
+    assert_eq!(s.class_info(id(1)).unwrap().config.adjust, adjusted.adjust);
+    let mut d = Driver::new(s);
+    d.backlogged.push((id(1), 1000));
+    d.run_until(SEC);
+    let sent0 = d.bytes(1);
+    d.run_until(5 * SEC);
+    let rate = Driver::rate_between(sent0, d.bytes(1), SEC, 5 * SEC);
+    assert_close(rate, 10e6 * 1000.0 / 1500.0, 0.002, "adjusted rate");
+
+    let change =
+        d.s.change_class(Instant::from_nanos(d.now), id(1), &ClassSpec::new(mbit(10)))
+            .unwrap();
+    assert!(change.purged.is_empty());
+    assert_eq!(
+        d.s.class_info(id(1)).unwrap().config.adjust,
+        crate::LengthAdjust::default()
+    );
+    d.run_until(6 * SEC);
+    let sent1 = d.bytes(1);
+    d.run_until(10 * SEC);
+    let rate = Driver::rate_between(sent1, d.bytes(1), 6 * SEC, 10 * SEC);
+    assert_close(rate, 10e6, 0.002, "rate without the adjustment");
+    d.s.check().unwrap();
+}

@@ -90,7 +90,9 @@ impl Cake {
         );
 
         // The shaper's state may be stale after an idle spell.
+        let len = packet.len_bytes();
         let b = &mut self.tins[tin];
+        b.max_skblen = b.max_skblen.max(len);
         if b.tin_backlog == 0 {
             b.time_next_packet = b.time_next_packet.max(now);
             if self.counts.len == 0 {
@@ -102,8 +104,6 @@ impl Cake {
                 }
             }
         }
-        let len = packet.len_bytes();
-        self.tins[tin].max_skblen = self.tins[tin].max_skblen.max(len);
         self.note_lengths(&packet);
         let truesize = packet.truesize();
         let flow = store.cake.flows.get_mut(idx);
