@@ -11,7 +11,8 @@
 //! - `encode`: the messages `Client::apply` sends (staged chunks, then the apply);
 //! - `decode`: htbd reading them back (`crate::ipc`: each frame's body read by
 //!   `htb_ipc::read_incoming`, which keeps a batch's text) and joining the staged commands;
-//! - `model`: `Model::apply` (checks, the shadow scheduler, labels);
+//! - `model`: `Model::apply` (checks, the shadow scheduler, labels), after which the decoded
+//!   commands are freed;
 //! - `ops+journal`: the data plane's operations built (`PlaneChange::compile`, one worker)
 //!   while another thread appends the batch, as it came, to a journal in a temporary
 //!   `state_dir` with its `fdatasync` (as `Control::apply` does); each one's own time is
@@ -202,6 +203,8 @@ fn one_round(csv: &str) -> anyhow::Result<Round> {
     let (commands, received) = r.htbd("decode", || decode(bodies))?;
     let mut plan = r.htbd("model", || model.apply(&commands))?;
     let effects = std::mem::take(&mut plan.effects);
+    // Freed once the model has them, as `Control::apply` does (the journal writes the text).
+    r.heap.count("commands freed", || drop(commands));
     let dir = tempfile::tempdir()?;
     let (mut store, _) = Store::open(dir.path())?;
     let (journaled_tx, journaled) = mpsc::channel();
@@ -234,7 +237,6 @@ fn one_round(csv: &str) -> anyhow::Result<Round> {
     r.heap
         .count("freed results", || drop(std::mem::take(&mut plan.results)));
     r.heap.count("freed undo", || drop(plan));
-    r.heap.count("freed commands", || drop(commands));
     r.heap.count("freed text", || drop(batch));
     r.model_bytes = r.heap.current;
     r.hwm = status_bytes("VmHWM")?;
