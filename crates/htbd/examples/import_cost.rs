@@ -11,11 +11,20 @@
 //! - `encode`: the messages `Client::apply` sends (staged chunks, then the apply);
 //! - `decode`: htbd reading them back (`crate::ipc`: each frame's body read by
 //!   `htb_ipc::read_incoming`, which keeps a batch's text) and joining the staged commands;
-//! - `model`: `Model::apply` (checks, the shadow scheduler, labels);
+//! - `model`: `Model::apply` (checks, the shadow scheduler, labels), after which the decoded
+//!   commands are freed;
 //! - `ops+journal`: the data plane's operations built (`PlaneChange::compile`, one worker)
 //!   while another thread appends the batch, as it came, to a journal in a temporary
 //!   `state_dir` with its `fdatasync` (as `Control::apply` does); each one's own time is
 //!   printed after it.
+//!
+//! With each of htbd's stages, the heap it holds (a counting allocator, the allocations of
+//! htbd's thread: the journal's thread hands the batch back to be freed there): what the stage
+//! kept and the highest the heap reached during it, from the staged messages' bodies on (what
+//! htbd's connection reads), and the process's peak and final resident size
+//! (`/proc/self/status`: `VmHWM`, reset before htbd's part by `/proc/self/clear_refs`, and
+//! `VmRSS`) after it, everything but the model freed. The peak is what stays resident after an
+//! import: glibc returns little of a freed heap to the kernel.
 //!
 //! Not timed: the socket itself, the data plane applying the operations (it needs AF_XDP
 //! sockets; the lab measured it at about 1.1 s of a million subscribers' 20 s), the answer.
@@ -37,18 +46,57 @@ const TREES: &str = "[[interface]]\nname = \"r1\"\n\
      [[interface.class]]\nid = \"1:1\"\nrate = \"10gbit\"\n\
      [[interface.class]]\nid = \"1:99\"\nparent = \"1:1\"\nrate = \"1gbit\"\n";
 
-/// The stages' times of one round.
+/// The stages' times of one round, and htbd's heap.
 #[derive(Default)]
 struct Round {
     stages: Vec<(&'static str, Duration)>,
     /// The operations' and the journal's own times, overlapped in `ops+journal`.
     alone: Option<(Duration, Duration)>,
+    heap: Heap,
+    /// What the model holds after the import (counted).
+    model_bytes: i64,
+    /// The process's peak and final resident size (bytes).
+    hwm: i64,
+    rss: i64,
+    /// The resident size when htbd's part began (htb-cli's part, in this process, left it).
+    rss_before: i64,
+}
+
+/// htbd's heap through its stages, counted on this thread.
+#[derive(Default)]
+struct Heap {
+    /// Bytes allocated now, since htbd's part began.
+    current: i64,
+    /// The most allocated at once.
+    peak: i64,
+    /// Per stage: the bytes it left allocated, and the heap's peak during it.
+    stages: Vec<(&'static str, i64, i64)>,
+}
+
+impl Heap {
+    fn count<T>(&mut self, stage: &'static str, f: impl FnOnce() -> T) -> T {
+        let mut out = None;
+        let info = allocation_counter::measure(|| out = Some(f()));
+        let peak = self.current + i64::try_from(info.bytes_max).unwrap_or(i64::MAX);
+        self.peak = self.peak.max(peak);
+        self.current += info.bytes_current;
+        self.stages.push((stage, info.bytes_current, peak));
+        out.expect("measured")
+    }
 }
 
 impl Round {
     fn time<T>(&mut self, stage: &'static str, f: impl FnOnce() -> T) -> T {
         let started = Instant::now();
         let out = f();
+        self.stages.push((stage, started.elapsed()));
+        out
+    }
+
+    /// Times and counts one of htbd's stages.
+    fn htbd<T>(&mut self, stage: &'static str, f: impl FnOnce() -> T) -> T {
+        let started = Instant::now();
+        let out = self.heap.count(stage, f);
         self.stages.push((stage, started.elapsed()));
         out
     }
@@ -87,8 +135,44 @@ fn main() -> anyhow::Result<()> {
                 .sum::<f64>(),
             r.total().as_secs_f64()
         );
+        let per = |bytes: i64| bytes as f64 / f64::from(circuits);
+        let heap: Vec<String> = r
+            .heap
+            .stages
+            .iter()
+            .map(|(name, kept, peak)| {
+                format!("{name} kept {:.0} B (peak {:.0} B)", per(*kept), per(*peak))
+            })
+            .collect();
+        println!(
+            "  htbd's heap per circuit: {}; peak {:.0} B, the model after {:.0} B",
+            heap.join(", "),
+            per(r.heap.peak),
+            per(r.model_bytes),
+        );
+        println!(
+            "  process: VmRSS {:.0} MB before htbd's part, VmHWM {:.0} MB during it, VmRSS {:.0} MB \
+             after it with only the model left ({:.0}, {:.0} and {:.0} B per circuit)",
+            r.rss_before as f64 / 1e6,
+            r.hwm as f64 / 1e6,
+            r.rss as f64 / 1e6,
+            per(r.rss_before),
+            per(r.hwm),
+            per(r.rss),
+        );
     }
     Ok(())
+}
+
+/// A field of `/proc/self/status` in bytes (`VmHWM`, `VmRSS`).
+fn status_bytes(field: &str) -> anyhow::Result<i64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .with_context(|| format!("no {field} in /proc/self/status"))?;
+    let kb: i64 = line.trim().trim_end_matches("kB").trim().parse()?;
+    Ok(kb * 1024)
 }
 
 fn one_round(csv: &str) -> anyhow::Result<Round> {
@@ -106,38 +190,58 @@ fn one_round(csv: &str) -> anyhow::Result<Round> {
         Ok(sync::batch(&circuits, None, &placement, &BTreeMap::new(), 0x100)?.commands)
     })?;
     let frames = r.time("encode", || encode(commands))?;
-    // The connection reads each body alone, without its header.
-    let bodies = frames.into_iter().map(|f| f[4..].to_vec()).collect();
-    let (commands, received) = r.time("decode", || decode(bodies))?;
     let mut model = Model::from_trees(htbd::parse_state(TREES)?, &|_| 1)?;
-    let mut plan = r.time("model", || model.apply(&commands))?;
+    // htbd's part starts here: the peak resident size from now on.
+    std::fs::write("/proc/self/clear_refs", "5")?;
+    r.rss_before = status_bytes("VmRSS")?;
+    // The connection reads each body alone, without its header.
+    let bodies = r.htbd("read", || {
+        frames.iter().map(|f| f[4..].to_vec()).collect::<Vec<_>>()
+    });
+    // The client's frames are not htbd's.
+    allocation_counter::opt_out(|| drop(frames));
+    let (commands, received) = r.htbd("decode", || decode(bodies))?;
+    let mut plan = r.htbd("model", || model.apply(&commands))?;
     let effects = std::mem::take(&mut plan.effects);
+    // Freed once the model has them, as `Control::apply` does (the journal writes the text).
+    r.heap.count("commands freed", || drop(commands));
     let dir = tempfile::tempdir()?;
     let (mut store, _) = Store::open(dir.path())?;
     let (journaled_tx, journaled) = mpsc::channel();
     let both = Instant::now();
-    let ops = std::thread::scope(|s| {
-        s.spawn(move || {
+    let ops = r.heap.count("ops+journal", || {
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let started = Instant::now();
+                let batch = Encoded::received(received);
+                let appended = store.append_encoded(&batch).map(|_| ());
+                // Freed by htbd's thread, where it was counted.
+                let _ = journaled_tx.send((appended, started.elapsed(), batch));
+            });
             let started = Instant::now();
-            let batch = Encoded::received(received);
-            let appended = store.append_encoded(&batch).map(|_| ());
-            let _ = journaled_tx.send((appended, started.elapsed()));
-        });
-        let started = Instant::now();
-        let ops = effects
-            .into_iter()
-            .map(|(_, effect)| effect.compile(1))
-            .collect::<Result<Vec<_>, _>>();
-        (ops, started.elapsed())
+            let ops = effects
+                .into_iter()
+                .map(|(_, effect)| effect.compile(1))
+                .collect::<Result<Vec<_>, _>>();
+            (ops, started.elapsed())
+        })
     });
     r.stages.push(("ops+journal", both.elapsed()));
     let (ops, ops_took) = ops;
-    let ops = ops?;
-    let (appended, journal_took) = journaled.recv()?;
+    let (appended, journal_took, batch) = journaled.recv()?;
     appended?;
+    let ops = ops?;
     r.alone = Some((ops_took, journal_took));
-    // Freed outside the stages, as htbd frees them after answering.
-    drop((ops, plan, model, commands));
+    // Freed as htbd frees them after answering (the operations once the data plane ran them).
+    r.heap.count("freed ops", || drop(ops));
+    r.heap
+        .count("freed results", || drop(std::mem::take(&mut plan.results)));
+    r.heap.count("freed undo", || drop(plan));
+    r.heap.count("freed text", || drop(batch));
+    r.model_bytes = r.heap.current;
+    r.hwm = status_bytes("VmHWM")?;
+    r.rss = status_bytes("VmRSS")?;
+    drop(model);
     Ok(r)
 }
 

@@ -80,7 +80,11 @@ impl Model {
                 )
             })?;
             step.warn(warnings);
-            step.undo.push(Undo::ClassChanged { port, id, old });
+            step.undo.push(Undo::ClassChanged {
+                port,
+                id,
+                old: Box::new(old),
+            });
             step.effect(PlaneChange::ChangeClass {
                 port: name,
                 id,
@@ -162,7 +166,10 @@ impl Model {
                 format!("class {id} missing from the model"),
             )
         })?;
-        step.undo.push(Undo::ClassDeleted { port, old });
+        step.undo.push(Undo::ClassDeleted {
+            port,
+            old: Box::new(old),
+        });
         // Its split choice goes with it (the data plane forgets it with the class).
         if let Some(choice) = qdisc.splits.remove(&id) {
             step.undo.push(Undo::Split {

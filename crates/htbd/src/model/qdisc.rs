@@ -391,7 +391,7 @@ impl Model {
             config.seed = qdisc.config.seed;
             step.undo.push(Undo::QdiscConfig {
                 port,
-                old: qdisc.config,
+                old: Box::new(qdisc.config),
             });
             set_qdisc_config(qdisc, config);
             step.effect(PlaneChange::SetQdisc { port: name, config });

@@ -139,7 +139,7 @@ impl Model {
             if q.config.stab != stab {
                 step.undo.push(Undo::QdiscConfig {
                     port,
-                    old: q.config,
+                    old: Box::new(q.config),
                 });
                 let config = SchedulerConfig { stab, ..q.config };
                 super::qdisc::set_qdisc_config(q, config);
