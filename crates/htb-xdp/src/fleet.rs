@@ -200,7 +200,8 @@ impl Fleet {
         let all_shapes: Vec<Shape> = ops.iter().map(|op| shape_of(planes, op)).collect();
         // Classes added by this batch and where they go; new subtrees placed as they are
         // routed where nothing else in the batch moves subtrees.
-        let mut routing = Routing::new(self, &all_shapes);
+        // (One worker holds everything: nothing to route, no batch to scan.)
+        let mut routing = Routing::new(self, if workers > 1 { &all_shapes } else { &[] });
         let mut shapes = Vec::with_capacity(ops.len());
         // Per op, the worker it goes to (`None`: every worker) and its copy for each worker
         // (for one worker, the op itself).
