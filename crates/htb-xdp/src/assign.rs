@@ -87,6 +87,15 @@ pub(crate) fn subtree_of<T: Parents + ?Sized>(htb: &T, id: ClassId) -> Option<Cl
     Some(unit)
 }
 
+/// The worker a new owned subtree goes to: the one with the fewest, ties to the lowest index.
+/// `Fleet::apply` routes a new subtree with it before the batch, on a copy of the loads.
+pub(crate) fn least_loaded(load: &[u32]) -> usize {
+    load.iter()
+        .enumerate()
+        .min_by_key(|&(i, load)| (*load, i))
+        .map_or(0, |(w, _)| w)
+}
+
 impl Assignment {
     /// No subtrees, for `workers` workers.
     pub(crate) fn new(workers: usize) -> Self {
@@ -111,12 +120,7 @@ impl Assignment {
             Server::Every
         } else {
             self.split.remove(&top);
-            let (w, _) = self
-                .load
-                .iter()
-                .enumerate()
-                .min_by_key(|&(i, load)| (*load, i))
-                .unwrap_or((0, &0));
+            let w = least_loaded(&self.load);
             self.load[w] += 1;
             Server::Worker(u16::try_from(w).unwrap_or(0))
         };

@@ -21,7 +21,7 @@ use crate::tree_view::TreeView;
 
 mod holders;
 
-use self::holders::{apply_in_order, merge_outcomes};
+use self::holders::{Routing, apply_in_order, merge_outcomes};
 
 /// Per port, the fleet's view of its root tree with who serves which subtree, and the rule
 /// that splits some.
@@ -31,6 +31,9 @@ pub(crate) struct Fleet {
     /// back (`recall`) so that its own is the only one and is written in place.
     views: Vec<Arc<TreeView>>,
     rule: SplitRule,
+    /// Classes `settle` deleted from workers that do not serve them (the tests count them).
+    #[cfg(test)]
+    pub(crate) settled: usize,
 }
 
 /// What an operation does to the tree's shape, for the view and the assignment of subtrees.
@@ -100,6 +103,8 @@ impl Fleet {
         let mut fleet = Self {
             views,
             rule: SplitRule::new(split_above, choices),
+            #[cfg(test)]
+            settled: 0,
         };
         fleet.recall(planes);
         let mut touched = Vec::new();
@@ -192,25 +197,33 @@ impl Fleet {
         ops: Vec<PlaneOp>,
     ) -> (Vec<Result<u64, PlaneError>>, Retired) {
         let workers = planes.len();
+        let all_shapes: Vec<Shape> = ops.iter().map(|op| shape_of(planes, op)).collect();
+        // Classes added by this batch and where they go; new subtrees placed as they are
+        // routed where nothing else in the batch moves subtrees.
+        // (One worker holds everything: nothing to route, no batch to scan.)
+        let mut routing = Routing::new(self, if workers > 1 { &all_shapes } else { &[] });
         let mut shapes = Vec::with_capacity(ops.len());
-        // Per op, the worker it goes to (`None`: every worker) and its copy for each worker.
+        // Per op, the worker it goes to (`None`: every worker) and its copy for each worker
+        // (for one worker, the op itself).
         let mut batch: Vec<(Option<u16>, Vec<PlaneOp>)> = Vec::with_capacity(ops.len());
-        // Classes added by this batch, with the worker holding them (`None`: every worker).
-        let mut added: BTreeMap<(usize, ClassId), Option<u16>> = BTreeMap::new();
         // The op that added each class of the batch, by its index.
         let mut origins: BTreeMap<(usize, ClassId), usize> = BTreeMap::new();
         let mut refused = None;
-        for (i, op) in ops.into_iter().enumerate() {
-            let shape = shape_of(planes, &op);
+        for (i, (op, shape)) in ops.into_iter().zip(all_shapes).enumerate() {
             if let Shape::Added { port, id, .. } = shape {
                 origins.insert((port, id), i);
             }
             let holder = if workers > 1 {
-                self.holder_for(&shape, &mut added)
+                self.holder_for(i, &shape, &mut routing)
             } else {
                 None
             };
-            match op.per_worker(workers) {
+            // An op for one worker goes to it as it is: no copies to make and drop.
+            let copies = match holder {
+                Some(_) => Ok(vec![op]),
+                None => op.per_worker(workers),
+            };
+            match copies {
                 Ok(copies) => {
                     batch.push((holder, copies));
                     shapes.push(shape);
@@ -236,7 +249,8 @@ impl Fleet {
             .collect();
         // The classes the batch gave every worker, with the op that added each: placed, they
         // may be one worker's.
-        let mut touched: Vec<(usize, ClassId, usize)> = added
+        let mut touched: Vec<(usize, ClassId, usize)> = routing
+            .added
             .into_iter()
             .filter(|(_, h)| h.is_none())
             .map(|((port, id), _)| (port, id, origins.get(&(port, id)).copied().unwrap_or(0)))
@@ -258,6 +272,17 @@ impl Fleet {
             }
             if let Err(e) = self.reshape(planes, now, shape, &mut changed) {
                 failed.push((i, e));
+            }
+        }
+        // The new subtrees routed to one worker are where the assignment placed them: the
+        // rule ran the same, in the same order (`Routing::new`).
+        for &(i, port, top, w) in &routing.placed {
+            if results.get(i).is_some_and(Result::is_ok) {
+                let server = self.views[port].server(top);
+                debug_assert_eq!(server, Some(Server::Worker(w)), "subtree {top} routed");
+                if server != Some(Server::Worker(w)) {
+                    tracing::error!("subtree {top} added to worker {w} but served by {server:?}");
+                }
             }
         }
         failed.extend(self.settle(planes, now, &touched));

@@ -258,3 +258,57 @@ fn a_subtree_not_copied_fails_the_op_that_split_it() {
     let (results, _) = fleet.apply(&mut refs(&mut planes), Instant::ZERO, vec![split]);
     assert!(matches!(results[..], [Err(_)]), "{results:?}");
 }
+
+/// An import on 4 workers: new subtrees (each with a class below it) under 1:1, in batches.
+/// Each is added only to the worker that will own it — the least-loaded, ties to the lowest
+/// index, as the assignment places it — so no worker is given a class it does not serve and
+/// nothing is deleted after the batch.
+#[test]
+fn an_import_adds_each_subtree_to_its_owner_alone() {
+    let mut planes = planes(Mode::Bridge, 4096, 256, 64, 1, 4);
+    let mut fleet = Fleet::new(2, &mut refs(&mut planes), None, Vec::new());
+    let op = PlaneOp::set_tree("b".into(), 1, Some(tree()), 4).unwrap();
+    let (results, _) = fleet.apply(&mut refs(&mut planes), Instant::ZERO, vec![op]);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let settled = fleet.settled;
+    let add = |id: u32, parent: u32| PlaneOp::AddClass {
+        port: "b".into(),
+        id: class(id),
+        parent: Some(class(parent)),
+        spec: ClassSpec::new(Rate::from_mbit(10)),
+    };
+    for batch in 0..4u32 {
+        let ops: Vec<PlaneOp> = (0..10u32)
+            .flat_map(|k| {
+                let top = 0x200 + batch * 16 + k;
+                [add(top, 1), add(0x1000 + top, top)]
+            })
+            .collect();
+        let (results, _) = fleet.apply(&mut refs(&mut planes), Instant::ZERO, ops);
+        assert_eq!(results.len(), 20, "{results:?}");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+    assert_eq!(
+        fleet.settled, settled,
+        "a worker was given a class it does not serve"
+    );
+    let view = fleet.view(B).expect("port b's view");
+    for batch in 0..4u32 {
+        for k in 0..10u32 {
+            let top = 0x200 + batch * 16 + k;
+            let owner = view.holder(class(top)).expect("an owned subtree");
+            assert_eq!(view.holder(class(0x1000 + top)), Some(owner));
+            for (w, plane) in planes.iter().enumerate() {
+                let htb = plane.root_tree_at(B).expect("port b's tree");
+                let mine = usize::from(owner) == w;
+                assert_eq!(htb.contains(class(top)), mine, "worker {w}, 1:{top:x}");
+                assert_eq!(htb.contains(class(0x1000 + top)), mine, "worker {w}");
+            }
+        }
+    }
+    // 1:1 and its 2 subtrees, and 40 new ones: the least-loaded rule keeps the 4 even.
+    assert_eq!(
+        (0..4).map(|w| fleet.subtrees(w)).collect::<Vec<_>>(),
+        [11, 11, 11, 10]
+    );
+}

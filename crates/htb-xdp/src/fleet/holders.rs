@@ -4,26 +4,116 @@
 //! a batch is applied in order across the workers (`apply_in_order`) and their results are
 //! merged (`merge_outcomes`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use htb_core::{ClassId, ClassSpec, Instant};
+use htb_core::{ClassId, ClassSpec, Instant, Rate};
 
 use super::{Fleet, Shape};
-use crate::assign::subtree_of;
+use crate::assign::{is_subtree_top, least_loaded, subtree_of};
 use crate::dataplane::Dataplane;
 use crate::error::PlaneError;
 use crate::plane_op::{PlaneOp, Retired};
 use crate::rings::Rings;
+use crate::split::SplitRule;
+
+/// A batch's routing of class operations, built as its ops are routed (`Fleet::holder_for`).
+pub(super) struct Routing {
+    /// Classes added by this batch, with the worker holding them (`None`: every worker).
+    pub(super) added: BTreeMap<(usize, ClassId), Option<u16>>,
+    /// Top-level classes added by this batch: a class added under one tops a new subtree.
+    top_level: BTreeSet<(usize, ClassId)>,
+    /// Per port, the owned subtrees per worker as the batch's new subtrees so far leave them,
+    /// where a new subtree's server is decided as it is routed; `None`: every worker gets
+    /// it, and the assignment places it after the batch (`settle` deletes the copies).
+    loads: Vec<Option<Vec<u32>>>,
+    /// The new subtrees routed to one worker: (op index, port, top, the worker), for the
+    /// check that the assignment placed them there.
+    pub(super) placed: Vec<(usize, usize, ClassId, u16)>,
+}
+
+impl Routing {
+    /// Decides, for each port, whether the batch's new subtrees are placed as they are
+    /// routed. Exactly as `reshape` will place them after the batch, in op order, if nothing
+    /// else in the batch moves a subtree or reads the rule differently: only class adds
+    /// (each of a class not in the tree yet, once), leaf ops, qdisc parameters and changes
+    /// of classes that do not top a subtree. A delete, a split choice, a new tree, a change
+    /// of a subtree's top or of a class of the batch leave the port as before: every worker
+    /// gets its new subtrees until the batch is applied.
+    pub(super) fn new(fleet: &Fleet, shapes: &[Shape]) -> Self {
+        let mut direct = vec![true; fleet.views.len()];
+        let mut seen = BTreeSet::new();
+        for shape in shapes {
+            let (port, ok) = match *shape {
+                Shape::Added { port, id, .. } => (
+                    port,
+                    seen.insert((port, id)) && fleet.views[port].class(id).is_none(),
+                ),
+                Shape::Changed { port, id, .. } => {
+                    let view = &fleet.views[port];
+                    (
+                        port,
+                        !seen.contains(&(port, id))
+                            && view.class(id).is_some()
+                            && !is_subtree_top(&**view, id),
+                    )
+                }
+                Shape::Deleted { port, .. }
+                | Shape::NewTree { port, .. }
+                | Shape::Chosen { port, .. } => (port, false),
+                Shape::Qdisc { .. } | Shape::Leaf { .. } | Shape::Other => continue,
+            };
+            if let Some(d) = direct.get_mut(port) {
+                *d &= ok;
+            }
+        }
+        let loads = fleet
+            .views
+            .iter()
+            .zip(direct)
+            .map(|(view, direct)| direct.then(|| view.assignment.load().to_vec()))
+            .collect();
+        Self {
+            added: BTreeMap::new(),
+            top_level: BTreeSet::new(),
+            loads,
+            placed: Vec::new(),
+        }
+    }
+
+    /// Places new subtree `top` of `port` (op `op`), whose top class has rate `rate`, as
+    /// `Assignment::place` will: split by the rule, else to the least-loaded worker. Returns
+    /// its owner; `None` where it is split or the port's subtrees are placed after the batch.
+    fn place(
+        &mut self,
+        rule: &SplitRule,
+        op: usize,
+        port: usize,
+        top: ClassId,
+        rate: Rate,
+    ) -> Option<u16> {
+        let load = self.loads.get_mut(port)?.as_mut()?;
+        if rule.splits(port, top, rate) {
+            return None;
+        }
+        let w = least_loaded(load);
+        load[w] += 1;
+        let w = u16::try_from(w).unwrap_or(0);
+        self.placed.push((op, port, top, w));
+        Some(w)
+    }
+}
 
 impl Fleet {
-    /// The one worker a class operation goes to (`None`: every worker): the worker holding
-    /// the class — for a class added, its parent's holder; a new subtree goes to every worker
-    /// until the batch is applied and it is placed (`settle`). Notes the classes the batch
-    /// adds and deletes.
+    /// The one worker class operation `op` goes to (`None`: every worker): the worker
+    /// holding the class — for a class added, its parent's holder; a new subtree, its owner
+    /// as the assignment will place it (`Routing::place`), or every worker until the batch
+    /// is applied and it is placed (`settle`) where the batch may move subtrees. Notes the
+    /// classes the batch adds and deletes.
     pub(super) fn holder_for(
         &self,
+        op: usize,
         shape: &Shape,
-        added: &mut BTreeMap<(usize, ClassId), Option<u16>>,
+        routing: &mut Routing,
     ) -> Option<u16> {
         let (port, id) = match shape {
             Shape::Added { port, id, .. }
@@ -36,29 +126,48 @@ impl Fleet {
         if !view.covers(id) {
             return None;
         }
-        let of = |c: ClassId| match added.get(&(port, c)) {
+        let of = |added: &BTreeMap<(usize, ClassId), Option<u16>>, c: ClassId| match added
+            .get(&(port, c))
+        {
             Some(&h) => h,
             None => view.holder(c),
         };
         match shape {
-            Shape::Added { parent, .. } => {
-                // A child of a top-level class tops a new subtree: every worker has it until
-                // it is placed.
-                let holder = parent
-                    .filter(|&p| {
-                        added.contains_key(&(port, p))
-                            || view.class(p).is_some_and(|c| c.parent.is_some())
-                    })
-                    .and_then(of);
-                added.insert((port, id), holder);
+            Shape::Added { parent, rate, .. } => {
+                let holder = match *parent {
+                    None => {
+                        // At the top: every worker holds it; placed, it weighs on a load.
+                        routing.place(&self.rule, op, port, id, *rate);
+                        routing.top_level.insert((port, id));
+                        None
+                    }
+                    Some(p) => {
+                        let in_batch = routing.added.contains_key(&(port, p));
+                        let new_top = if in_batch {
+                            routing.top_level.contains(&(port, p))
+                        } else {
+                            view.class(p).is_some_and(|c| c.parent.is_none())
+                        };
+                        if new_top {
+                            // A child of a top-level class tops a new subtree.
+                            routing.place(&self.rule, op, port, id, *rate)
+                        } else if in_batch || view.class(p).is_some() {
+                            of(&routing.added, p)
+                        } else {
+                            None
+                        }
+                    }
+                };
+                routing.added.insert((port, id), holder);
                 holder
             }
             Shape::Deleted { .. } => {
-                let holder = of(id);
-                added.remove(&(port, id));
+                let holder = of(&routing.added, id);
+                routing.added.remove(&(port, id));
+                routing.top_level.remove(&(port, id));
                 holder
             }
-            _ => of(id),
+            _ => of(&routing.added, id),
         }
     }
 
@@ -108,6 +217,10 @@ impl Fleet {
                 .unzip();
             if ops.is_empty() {
                 continue;
+            }
+            #[cfg(test)]
+            {
+                self.settled += ops.len();
             }
             let (results, retired) = plane.apply(now, ops);
             drop(retired);
@@ -199,8 +312,8 @@ impl Fleet {
     }
 }
 
-/// Applies a batch — per op, the worker it goes to (`None`: every worker) and its copy for
-/// each worker — in op order across the workers, and stops every worker at the first
+/// Applies a batch — per op, the worker it goes to and the op (`None`: every worker, and
+/// its copy for each) — in op order across the workers, and stops every worker at the first
 /// failure, so that no worker is ahead of the view (which follows only the ops that
 /// succeeded). Consecutive ops for one worker go to it in one `Dataplane::apply` (which stops
 /// at its first failure), and so do consecutive ops for every worker: an import's 1 000 000
@@ -246,14 +359,14 @@ pub(super) fn apply_in_order<R: Rings>(
             }
             Some(h) => {
                 let h = usize::from(h);
-                run[h].extend(copies.into_iter().nth(h));
+                run[h].extend(copies);
                 while let Some((_, (next, _))) = batch.peek()
                     && *next == holder
                 {
                     let Some((_, (_, copies))) = batch.next() else {
                         break;
                     };
-                    run[h].extend(copies.into_iter().nth(h));
+                    run[h].extend(copies);
                     end += 1;
                 }
             }
