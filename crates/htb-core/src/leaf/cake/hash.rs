@@ -277,7 +277,7 @@ impl Slots<'_> {
 
     /// The host slots of a queue that was just given to a flow (`cake_hash`'s `allocate_src`
     /// and `allocate_dst`); a bulk queue counts in them at once.
-    #[inline]
+    #[inline(always)]
     fn assign_hosts(&mut self, tin: usize, idx: u32, mode: FlowMode, h: Hashes) {
         let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
         let (src, dst) = match (mode.dual_src(), mode.dual_dst()) {
@@ -350,7 +350,7 @@ impl Slots<'_> {
     }
 
     /// One queue less refers to host slot `slot`; the slot goes with the last.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release_host(&mut self, slot: u32) {
         if slot == NO_HOST {
             return;
@@ -384,7 +384,7 @@ impl Slots<'_> {
     }
 
     /// Frees queue `idx` (empty, on no list) and its references to host slots.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn free_queue(&mut self, idx: u32) {
         let queue = &self.flows.get(idx).state;
         let (src, dst) = (queue.srchost, queue.dsthost);
