@@ -173,7 +173,6 @@ impl<S: Default> FlowTable<S> {
     }
 
     /// A fresh flow of `leaf` at `bucket` (which must not have one).
-    #[inline(always)]
     pub(crate) fn alloc(&mut self, leaf: &mut LeafFlows, bucket: u32) -> u32 {
         debug_assert!(
             self.find(leaf, bucket).is_none(),
@@ -217,7 +216,6 @@ impl<S: Default> FlowTable<S> {
     }
 
     /// Frees flow `idx` of `leaf` (it must be empty and on no list).
-    #[inline(always)]
     pub(crate) fn free(&mut self, leaf: &mut LeafFlows, idx: u32) {
         let flow = &self.flows[idx as usize];
         debug_assert!(flow.len == 0 && flow.list == ListTag::Unlinked);

@@ -281,7 +281,7 @@ impl Slots<'_> {
 
     /// The host slots of a queue that was just given to a flow (`cake_hash`'s `allocate_src`
     /// and `allocate_dst`); a bulk queue counts in them at once.
-    #[inline(always)]
+    #[inline]
     fn assign_hosts(&mut self, tin: usize, idx: u32, mode: FlowMode, h: Hashes) {
         let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
         let (src, dst) = match (mode.dual_src(), mode.dual_dst()) {
@@ -315,7 +315,7 @@ impl Slots<'_> {
     /// way tagged with the hash, else the first from the hash's own that is free or holds no
     /// bulk flow, else the hash's own (shared), retagged. A source and a destination set
     /// never overlap, so looking at both before taking either changes nothing.
-    #[inline(always)]
+    #[inline]
     fn host_slots<const R: usize>(&mut self, tin: usize, wanted: [(u32, bool); R]) -> [u32; R] {
         let mut looks = wanted.map(|(hash, dst)| HostLook::new(tin, hash, dst));
         let mut missing = R;
@@ -354,7 +354,7 @@ impl Slots<'_> {
     }
 
     /// One queue less refers to host slot `slot`; the slot goes with the last.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn release_host(&mut self, slot: u32) {
         if slot == NO_HOST {
             return;
@@ -388,7 +388,7 @@ impl Slots<'_> {
     }
 
     /// Frees queue `idx` (empty, on no list) and its references to host slots.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn free_queue(&mut self, idx: u32) {
         let queue = &self.flows.get(idx).state;
         let (src, dst) = (queue.srchost, queue.dsthost);
