@@ -30,7 +30,7 @@ build() {
     local name=$1 core=$2 dir="$PWD/$out/driver-$1"
     mkdir -p "$dir/src"
     cp scripts/hotcount/main.rs "$dir/src/main.rs"
-    if ! grep -q CakeConfig "$core/src/lib.rs"; then
+    if ! grep -rq CakeConfig "$core/src"; then
         # A tree from before cake (fe81c1e, issue 41's baseline): the driver without it.
         sed -i -e 's/CakeConfig, //' -e '/"cake" => LeafConfig::Cake/d' \
             -e '/One subscriber host per leaf/,/^    }$/d' "$dir/src/main.rs"

@@ -130,8 +130,12 @@ const ALL_WAYS: u32 = (1 << WAYS) - 1;
 
 /// The first of the ways in `mask` (bit k: way k, not empty) from way `inner` on, wrapping:
 /// the order `cake_hash` looks at the ways of a set in.
+#[inline(always)]
 fn first_from(mask: u32, inner: u32) -> u32 {
-    let rotated = ((mask >> inner) | (mask << (WAYS - inner))) & ALL_WAYS;
+    debug_assert!(mask & !ALL_WAYS == 0 && inner < WAYS);
+    // Eight ways: one byte, turned by one rotate where two shifts, a subtraction and a mask
+    // did the same.
+    let rotated = (mask as u8).rotate_right(inner);
     (inner + rotated.trailing_zeros()) % WAYS
 }
 
@@ -391,5 +395,28 @@ impl Slots<'_> {
         self.release_host(src);
         self.release_host(dst);
         self.flows.free(self.flow_index, idx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ALL_WAYS, WAYS, first_from};
+
+    /// `first_from` against `cake_hash`'s own order: ways `inner`, `inner + 1`, … wrapping.
+    #[test]
+    fn first_from_is_the_first_way_on_from_inner() {
+        for mask in 1..=ALL_WAYS {
+            for inner in 0..WAYS {
+                let walked = (0..WAYS)
+                    .map(|i| (inner + i) % WAYS)
+                    .find(|&k| mask >> k & 1 != 0)
+                    .expect("a way is set");
+                assert_eq!(
+                    first_from(mask, inner),
+                    walked,
+                    "mask {mask:#b}, inner {inner}"
+                );
+            }
+        }
     }
 }
