@@ -171,12 +171,21 @@ impl Witnessed {
         }
     }
 
-    /// A job's own time in µs: its time less what was taken from its CPU while it ran.
+    /// A job's own time in µs: the lesser of two bounds that each err towards the job — its
+    /// time less what the witness saw taken from its CPU while it ran, and the CPU time its
+    /// thread was charged (never less than what it ran; more where a guest charges stolen
+    /// time to the running thread). The second bound is needed where the CPU is taken in a way
+    /// the witness does not see: on this 2-vCPU VM, `sched_switch` traces of htbd's real-time
+    /// data-plane thread during a 200 000-subscriber import show it preempted (runnable) for
+    /// up to 41 ms while the import's client and htbd's control thread (`SCHED_OTHER`) ran —
+    /// the kernel's guard against real-time starvation, by all signs — and jobs of 0.7–2.5 ms
+    /// of CPU came out at 3–12 ms "own". A job that blocks (sleeps) instead of working is not
+    /// caught by this; no job waits on anything.
     #[must_use]
     pub fn own_us(&self, job: &htb_ipc::JobSpan) -> u64 {
         let took_ns = job.took_us * 1000;
         let taken = self.taken(job.cpu, job.started_ns, job.started_ns + took_ns);
-        took_ns.saturating_sub(taken) / 1000
+        (took_ns.saturating_sub(taken) / 1000).min(job.cpu_us)
     }
 }
 
@@ -228,6 +237,17 @@ mod tests {
             seen.own_us(&job(None)),
             11_750,
             "CPU unknown: nothing given back"
+        );
+        let preempted_unseen = htb_ipc::JobSpan {
+            started_ns: 1_000_000,
+            took_us: 11_750,
+            cpu_us: 2_500,
+            cpu: Some(0),
+        };
+        assert_eq!(
+            seen.own_us(&preempted_unseen),
+            2_500,
+            "no more than the CPU it was charged"
         );
     }
 

@@ -102,12 +102,14 @@ pub struct Control {
     flows: Option<crate::flow_export::FlowExportState>,
 }
 
-/// Data-plane operations per job and worker: a class add with its `fq_codel` leaf costs the
-/// live data plane ~2.5 µs (512 per job measured 1.26 ms at 100 000 subscribers, `htb-lab
-/// scale`), so a slice stays near 0.6 ms, under the 1 ms goal. Every worker applies every
-/// operation to its copy of the trees, so a job takes this many over the number of workers
-/// (with four workers and 256 a job, a million-subscriber import's longest took 3.6 ms).
-const PLANE_SLICE: usize = 256;
+/// Data-plane operations per job and worker. A class add with its filter costs the live data
+/// plane 2.5 µs when nothing else runs (512 per job measured 1.26 ms at 100 000 subscribers,
+/// `htb-lab scale`), but 4–14 µs while the import's client and htbd's control thread share the
+/// machine with it (page faults and the allocator, 2-vCPU VM, 200 000 subscribers, one worker:
+/// jobs of 256 took up to 3.5 ms of CPU), so a slice of 128 keeps a job near 0.5 ms and under
+/// 2 ms at worst. With several workers a job takes this many over the number of workers (a
+/// class op goes to the workers holding the class, a new subtree to its owner alone).
+const PLANE_SLICE: usize = 128;
 
 /// Frees what the data plane replaced (old compiled filters: milliseconds for 100 000) on a
 /// blocking thread, neither on the data plane nor on the control plane's.

@@ -3,7 +3,8 @@
 //! one circuit deletes the other 200 000 in one batch, and node-2's circuit is shaped to its plan
 //! before and after, and `class show -s` lists every class (in pages); htbd's own account of
 //! its data-plane jobs (`htb-cli status`) bounds the longest stall throughout, each job judged
-//! by its own time: what a witness saw the host take from its CPU meanwhile does not count.
+//! by its own time: what a witness saw the host take from its CPU meanwhile does not count, nor
+//! more than the CPU time its thread was charged (`StallWitness::own_us`).
 //! Needs root and network namespaces, so the test is `#[ignore]`d; `scripts/test.sh` includes
 //! it as root.
 

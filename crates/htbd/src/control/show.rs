@@ -39,9 +39,12 @@ fn rtt_stats(r: &htb_xdp::rtt::ClassRtt) -> RttStats {
 
 /// Classes whose statistics one data-plane job copies: 4 096 took 1.46 ms at 100 000
 /// subscribers (`htb-lab scale`), over the 1 ms goal; 2 048 up to 1.7 ms on a busy moment of
-/// this 2-vCPU VM. A quarter of that keeps a margin. Per worker: each class's statistics are
-/// read from every worker's copy and merged, so a job takes this many over the workers.
-const STATS_CHUNK: usize = 1024;
+/// this 2-vCPU VM. A quarter of that kept a margin until, at 200 000 subscribers with
+/// `class show -s` and the import's client sharing the two vCPUs, a job of 1 024 ran 7.6 ms of
+/// its own (the scale test): 256 keeps even such a job near 2 ms. Per worker: each class's
+/// statistics are read from every worker's copy and merged, so a job takes this many over the
+/// workers.
+const STATS_CHUNK: usize = 256;
 
 /// The part of the listed classes or filters a paged show answers ([`htb_ipc::Page`]): items
 /// are offered in list order, and the window admits those from `from`, `limit` of them.
