@@ -336,15 +336,20 @@ impl Drop for Htbd {
     }
 }
 
-/// The status of the htbd listening on `socket` (`htb-cli -j status`).
+/// The status of the htbd listening on `socket` (`htb-cli -j status`), waited for up to a
+/// minute: htbd answers once the request before it is done, and at a million subscribers on
+/// two loaded vCPUs that can be a batch's last seconds (the answer's 10 s default failed a
+/// `scale` run right after its import).
 ///
 /// # Panics
 /// When htb-cli fails or answers something else.
 pub(crate) fn status_at(socket: &Path) -> htb_ipc::Status {
-    let out = run(Command::new(cli_bin())
-        .arg("--socket")
-        .arg(socket)
-        .args(["-j", "status"]));
+    let out = run(Command::new(cli_bin()).arg("--socket").arg(socket).args([
+        "--timeout",
+        "60",
+        "-j",
+        "status",
+    ]));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -97,15 +97,26 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn rss_kib(pid: u32) -> u64 {
+/// A `/proc/PID/status` figure in KiB (`VmRSS:`, `VmHWM:`), 0 where it cannot be read.
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// The resident set's high-water mark: what the machine must have had free for the import,
+/// which the RSS after it (freed memory the allocator keeps, or locked pages) can understate.
+fn peak_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:")
 }
 
 /// The longest gap between consecutive arrivals inside `[from, to]` (unix seconds), and how
@@ -294,6 +305,7 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
     }
     std::thread::sleep(Duration::from_secs(1));
     let rss_after = rss_kib(htbd.pid());
+    let peak_after_import = peak_rss_kib(htbd.pid());
 
     let before = jobs(&htbd);
     let t0 = unix_now();
@@ -405,7 +417,9 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
             "flow": window(&arrivals, "delete all but one", &delete_window),
             "cli": String::from_utf8_lossy(&delete.stderr).trim(),
         },
-        "rss_kib": { "before": rss_before, "after": rss_after },
+        "rss_kib": { "before": rss_before, "after": rss_after, "peak_through_import": peak_after_import },
+        "peak_rss_bytes_per_subscriber":
+            (peak_after_import.saturating_sub(rss_before) * 1024) as f64 / f64::from(options.subscribers.max(1)),
         "rss_bytes_per_subscriber":
             (rss_after.saturating_sub(rss_before) * 1024) as f64 / f64::from(options.subscribers.max(1)),
     });
