@@ -17,12 +17,44 @@ impl Generation {
     /// The generation of a state's canonical text.
     #[must_use]
     pub fn of_text(text: &str) -> Self {
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut hasher = GenerationHasher::default();
+        hasher.add(text);
+        hasher.finish()
+    }
+}
+
+/// The generation of a text written to it piece by piece (`write!`), never held whole: a
+/// million subscribers' state is hundreds of megabytes of text, which htbd hashed after every
+/// change from a string built for the purpose.
+#[derive(Clone, Copy, Debug)]
+pub struct GenerationHasher(u64);
+
+impl Default for GenerationHasher {
+    fn default() -> Self {
+        // FNV-1a 64's offset basis.
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl GenerationHasher {
+    fn add(&mut self, text: &str) {
         for b in text.bytes() {
-            hash ^= u64::from(b);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
         }
-        Self(hash)
+    }
+
+    /// The generation of everything written.
+    #[must_use]
+    pub fn finish(self) -> Generation {
+        Generation(self.0)
+    }
+}
+
+impl fmt::Write for GenerationHasher {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.add(s);
+        Ok(())
     }
 }
 
@@ -66,6 +98,19 @@ impl<'de> Deserialize<'de> for Generation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_hashed_in_pieces_has_the_generation_of_the_whole() {
+        use std::fmt::Write as _;
+        let text = "[[interface]]\nname = \"r2\"\nrate = 1000000\n";
+        for cut in 0..text.len() {
+            let mut h = GenerationHasher::default();
+            write!(h, "{}", &text[..cut]).unwrap();
+            h.write_str(&text[cut..]).unwrap();
+            assert_eq!(h.finish(), Generation::of_text(text), "cut at {cut}");
+        }
+        assert_ne!(Generation::of_text(text), Generation::of_text(&text[1..]));
+    }
 
     #[test]
     fn a_generation_is_16_hex_digits_both_ways() {

@@ -45,7 +45,7 @@ pub use filter_handle::{FilterHandle, FilterHandleError};
 pub use filter_kind::{FilterKind, UnknownFilterKind};
 pub use flows::{FlowEntry, FlowList, FlowStatus, FlowsQuery};
 pub use frame::{FrameError, body_len, encode, read_frame, write_frame};
-pub use generation::{BadGeneration, Generation};
+pub use generation::{BadGeneration, Generation, GenerationHasher};
 /// A filter's match is the classifier's own, checked as it is read (`htb_classify`'s wire
 /// form: the JSON older versions sent, refused field by field when the classifier cannot hold
 /// it), so that htbd never validates one after the fact.

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 
 use htb_config::filter::Filter;
-use htb_config::{ClassLabel, PortTree, TreeSpec};
+use htb_config::{ClassDef, ClassLabel, PortTree, TreeSpec};
 use htb_core::{ClassId, Instant, Scheduler, SchedulerConfig, SplitChoice};
 use htb_ipc::{ErrorCode, IpcError};
 
-use super::class_table::ClassTable;
+use super::class_table::{ClassEntry, ClassTable};
 use super::filter_entry::FilterEntry;
 use super::u32_links::{LinkError, flatten};
 use super::{FilterList, LabelsFull};
@@ -212,6 +212,21 @@ impl QdiscModel {
     /// The tree, parents before children.
     #[must_use]
     pub fn tree(&self) -> TreeSpec {
+        TreeSpec {
+            config: self.config,
+            classes: self
+                .tree_order()
+                .into_iter()
+                .filter_map(|id| self.class_def(id))
+                .collect(),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The classes' ids, parents before children (depth first, siblings in id order): the
+    /// order of [`QdiscModel::tree`]'s classes.
+    #[must_use]
+    pub fn tree_order(&self) -> Vec<ClassId> {
         let mut children: BTreeMap<Option<ClassId>, Vec<ClassId>> = BTreeMap::new();
         for c in self.classes.iter() {
             children.entry(c.parent()).or_default().push(c.id());
@@ -220,18 +235,20 @@ impl QdiscModel {
         let mut stack: Vec<ClassId> = children.get(&None).cloned().unwrap_or_default();
         stack.reverse();
         while let Some(id) = stack.pop() {
-            if let Some(c) = self.classes.get(id) {
-                order.push(c.def());
+            if self.classes.get(id).is_some() {
+                order.push(id);
             }
             if let Some(kids) = children.get(&Some(id)) {
                 stack.extend(kids.iter().rev());
             }
         }
-        TreeSpec {
-            config: self.config,
-            classes: order,
-            warnings: Vec::new(),
-        }
+        order
+    }
+
+    /// Class `id`'s definition, made from its record.
+    #[must_use]
+    pub fn class_def(&self, id: ClassId) -> Option<ClassDef> {
+        self.classes.get(id).map(ClassEntry::def)
     }
 
     /// The handle of class `id`'s own leaf qdisc (tc's `leaf 10:`), if it was given one.

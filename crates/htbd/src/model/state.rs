@@ -1,6 +1,6 @@
 //! The saved state: every port's tree, leaves and filters in the config file's format.
 
-use std::fmt::Write as _;
+use std::fmt::Write;
 
 use htb_config::{LeafDef, label_toml, leaf_toml};
 use htb_core::{LeafConfig, LinkLayer, Rate, SplitChoice};
@@ -58,14 +58,31 @@ impl Model {
     #[must_use]
     pub fn to_toml(&self) -> String {
         let mut out = String::new();
+        self.write_toml(&mut out);
+        out
+    }
+
+    /// The generation of the state: the hash of [`Model::to_toml`]'s text, written into the
+    /// hash as it is made instead of into a string (at a million subscribers the text is some
+    /// 300 MB, which the memory lock then kept resident).
+    #[must_use]
+    pub fn generation(&self) -> htb_ipc::Generation {
+        let mut hasher = htb_ipc::GenerationHasher::default();
+        self.write_toml(&mut hasher);
+        hasher.finish()
+    }
+
+    /// Writes [`Model::to_toml`]'s text to `out`. Writing to a `String` or a hash cannot fail,
+    /// which is why the results are ignored.
+    fn write_toml(&self, out: &mut impl Write) {
         for port in &self.ports {
             let _ = writeln!(out, "[[interface]]\nname = {}", quoted(&port.name));
             if port.ifb {
-                out.push_str("type = \"ifb\"\n");
+                let _ = out.write_str("type = \"ifb\"\n");
             }
             match &port.root {
                 Root::None => {}
-                Root::Htb(qdisc) => tree_toml(&mut out, "interface", qdisc),
+                Root::Htb(qdisc) => tree_toml(out, "interface", qdisc),
                 Root::Leaf(qdisc) => {
                     if let Some(def) = qdisc.root_leaf() {
                         let _ = writeln!(out, "root = {}", leaf_toml(&def));
@@ -82,23 +99,22 @@ impl Model {
                             "[[interface.tree]]\nparent = \"{:x}:{minor:x}\"",
                             mq.handle
                         );
-                        tree_toml(&mut out, "interface.tree", qdisc);
+                        tree_toml(out, "interface.tree", qdisc);
                     }
                 }
             }
             if let Some(ingress) = &port.ingress {
-                out.push_str("[interface.ingress]\n");
-                filters_toml(&mut out, "interface.ingress", &ingress.filters);
+                let _ = out.write_str("[interface.ingress]\n");
+                filters_toml(out, "interface.ingress", &ingress.filters);
             }
-            out.push('\n');
+            let _ = out.write_char('\n');
         }
-        out
     }
 }
 
 /// One HTB qdisc, its classes and filters, as tables under `table` (`interface`, or
 /// `interface.tree` under mq).
-fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
+fn tree_toml(out: &mut impl Write, table: &str, qdisc: &QdiscModel) {
     let c = &qdisc.config;
     let _ = writeln!(
         out,
@@ -119,14 +135,20 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
         };
         let _ = writeln!(out, "leaf = {}", leaf_toml(&def));
     }
-    for def in qdisc.tree().classes {
+    // Each class's definition made as it is written: the tree's list of them all would be
+    // another 200 MB at a million subscribers.
+    for def in qdisc
+        .tree_order()
+        .into_iter()
+        .filter_map(|id| qdisc.class_def(id))
+    {
         let s = &def.spec;
         let _ = writeln!(out, "[[{table}.class]]\nid = \"{}\"", def.id);
         if let Some(p) = def.parent {
             let _ = writeln!(out, "parent = \"{p}\"");
         }
         let _ = writeln!(out, "rate = {}", s.rate.bits_per_sec());
-        let opt = |out: &mut String, key: &str, v: Option<u64>| {
+        let opt = |out: &mut dyn Write, key: &str, v: Option<u64>| {
             if let Some(v) = v {
                 let _ = writeln!(out, "{key} = {v}");
             }
@@ -145,7 +167,7 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
         );
         opt(out, "mpu", (a.mpu != 0).then_some(u64::from(a.mpu)));
         if a.link_layer == LinkLayer::Atm {
-            out.push_str("linklayer = \"atm\"\n");
+            let _ = out.write_str("linklayer = \"atm\"\n");
         }
         if let Some(leaf) = &def.leaf {
             let _ = writeln!(out, "leaf = {}", leaf_toml(leaf));
@@ -161,7 +183,7 @@ fn tree_toml(out: &mut String, table: &str, qdisc: &QdiscModel) {
 }
 
 /// Filters as `[[TABLE.filter]]` tables.
-fn filters_toml(out: &mut String, table: &str, filters: &super::FilterList) {
+fn filters_toml(out: &mut impl Write, table: &str, filters: &super::FilterList) {
     let q = quoted;
     for f in filters {
         let m = f.matcher();

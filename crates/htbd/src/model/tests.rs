@@ -93,6 +93,9 @@ fn saved_and_read_back(m: &Model, line: &str) -> Model {
     assert!(text.contains(line), "{line} not in:\n{text}");
     let back = Model::from_trees(crate::config::parse_state(&text).unwrap(), &|_| 4).unwrap();
     assert_eq!(back.to_toml(), text);
+    // The generation is the saved text's hash, though hashed without making the text.
+    assert_eq!(m.generation(), htb_ipc::Generation::of_text(&text));
+    assert_eq!(back.generation(), m.generation());
     back
 }
 
