@@ -9,7 +9,7 @@
 //! runs it on the AF_XDP sockets and a clock (and `links` watches the ports); the tests run it on
 //! a simulated UMEM.
 //!
-//! `unsafe` is confined to `sys` (three system calls) and `umem` (the ring operations); both
+//! `unsafe` is confined to `sys` (system calls and glibc's `malloc_trim`) and `umem` (the ring operations); both
 //! document why each block is sound.
 
 #![deny(unsafe_code)]
@@ -28,6 +28,7 @@ mod fleet;
 pub mod flow_table;
 mod frame;
 mod frame_pool;
+pub mod heap;
 mod io_config;
 mod links;
 mod merge;

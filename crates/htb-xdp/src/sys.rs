@@ -40,10 +40,42 @@ pub(crate) fn lock_memory() -> io::Result<()> {
     // SAFETY: mlockall takes flags only and touches no memory of ours.
     let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT) };
     if rc == 0 {
+        MEMORY_LOCKED.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Whether [`lock_memory`] succeeded (and the lock is in force, but for [`trim_heap`]'s
+/// moment without it).
+static MEMORY_LOCKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub(crate) fn memory_locked() -> bool {
+    MEMORY_LOCKED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Gives the allocator's free pages back to the kernel: glibc's `malloc_trim(0)`, which
+/// `madvise(MADV_DONTNEED)`s every whole free page of every arena, not only the heap's top.
+/// The kernel refuses that advice on locked pages (`EINVAL`), and glibc ignores the refusal, so
+/// where [`lock_memory`] is in force the lock is lifted for the trim (`munlockall`) and put
+/// back after it with the same flags (`MCL_ONFAULT`: only the pages still present are locked
+/// again). Returns whether any memory was released, as `malloc_trim` says.
+pub(crate) fn trim_heap() -> io::Result<bool> {
+    let locked = memory_locked();
+    if locked {
+        // SAFETY: munlockall takes no arguments and touches no memory of ours.
+        if unsafe { libc::munlockall() } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    // SAFETY: malloc_trim only walks the allocator's own free lists under its arena locks; the
+    // pad argument is a plain integer.
+    let released = unsafe { libc::malloc_trim(0) } != 0;
+    if locked {
+        lock_memory()?;
+    }
+    Ok(released)
 }
 
 /// Sets this thread's timer slack: how late the kernel may fire its timers to batch wake-ups.

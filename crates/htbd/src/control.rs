@@ -14,6 +14,7 @@
 
 mod explain;
 mod flows;
+mod heap;
 mod query;
 mod show;
 
@@ -100,6 +101,10 @@ pub struct Control {
     hashed: Option<Generation>,
     /// `[flows]` and the exporter's counters, when flows are kept.
     flows: Option<crate::flow_export::FlowExportState>,
+    /// The trim after a large batch.
+    heap: heap::HeapReturn,
+    /// Commands in the last batch applied, for [`heap::HeapReturn::after_batch`].
+    last_batch: usize,
 }
 
 /// Data-plane operations per job and worker. A class add with its filter costs the live data
@@ -144,6 +149,8 @@ impl Control {
             generation: tokio::sync::watch::Sender::new(None),
             hashed: None,
             flows: None,
+            heap: heap::HeapReturn::default(),
+            last_batch: 0,
         }
     }
 
@@ -171,7 +178,7 @@ impl Control {
         if let Some(g) = self.hashed {
             return g;
         }
-        let g = Generation::of_text(&self.model.to_toml());
+        let g = self.model.generation();
         self.hashed = Some(g);
         self.generation.send_replace(Some(g));
         g
@@ -235,6 +242,8 @@ impl Control {
                     false
                 }
             };
+            // Answered: a large batch's freed memory goes back now.
+            self.heap.after_batch(std::mem::take(&mut self.last_batch));
             if changed {
                 // Hashed again when asked (status, a scrape), not after every change: the
                 // hash reads the whole state (0.75 s at 100 000 subscribers both ways with
@@ -412,6 +421,7 @@ impl Control {
         let started = std::time::Instant::now();
         let mut plan = self.model.apply(&commands)?;
         let count = commands.len();
+        self.last_batch = count;
         let modelled = started.elapsed();
         if expect.is_some_and(|trees| !reload::matches(&self.model, trees)) {
             self.model.revert(plan);
