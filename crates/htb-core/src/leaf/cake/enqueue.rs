@@ -1,7 +1,7 @@
 //! `cake_enqueue`: a packet's tin and queue, the queue's place in its tin's rotation, and the
 //! buffer limit (`cake_drop`); an idle leaf's decaying queues are freed on the way.
 
-use super::hash::{FlowSet, Hashes, QUEUES};
+use super::hash::{self, FlowSet, Hashes, QUEUES};
 use super::{
     AckFilter, Cake, DiffservMode, STALE_NS, TRIM_EVERY_NS, TRIM_PER_CALL, ack_filter, ewma, slots,
     tins,
@@ -22,7 +22,12 @@ impl Cake {
         let net = net.min(u32::from(u16::MAX)) as u16;
         self.max_netlen = self.max_netlen.max(net);
         self.min_netlen = self.min_netlen.min(net);
-        let adj = self.adjusted_len(len, offset).min(u32::from(u16::MAX)) as u16;
+        // A cake that charges a packet its length (no overhead set) charges `net`.
+        let adj = if self.charges_len {
+            net
+        } else {
+            self.adjusted_len(len, offset).min(u32::from(u16::MAX)) as u16
+        };
         self.max_adjlen = self.max_adjlen.max(adj);
         self.min_adjlen = self.min_adjlen.min(adj);
     }
@@ -82,7 +87,7 @@ impl Cake {
             src,
             dst,
         };
-        let idx = slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).queue(
+        let (idx, load) = slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).queue(
             tin,
             &mut self.tins[tin],
             mode,
@@ -172,9 +177,16 @@ impl Cake {
                 }
                 b.new_flows.push_back(&mut store.cake.flows, idx);
                 b.sparse_flow_count += 1;
+                let flow_quantum = b.flow_quantum;
                 self.choice.busied(tin);
-                // The quantum reads the queue's hosts, not its set.
-                let quantum = self.flow_quantum(&store.cake, tin, idx);
+                // The quantum reads the queue's hosts, not its set: their load as `cake_hash`
+                // left them, which it hands back when it gave the queue its slots.
+                let load = if load != 0 {
+                    load
+                } else {
+                    hash::host_load(&store.cake.hosts, &store.cake.flows.get(idx).state, mode)
+                };
+                let quantum = self.quantum_for(flow_quantum, load);
                 let flow = store.cake.flows.get_mut(idx);
                 flow.state.set = FlowSet::Sparse;
                 flow.deficit = quantum;
@@ -253,6 +265,9 @@ impl Cake {
             return;
         }
         self.next_trim = now.saturating_add(TRIM_EVERY_NS);
+        if self.decaying_tins == 0 {
+            return;
+        }
         // In tin order, as a walk over every tin would free them.
         let mut tins = u32::from(self.decaying_tins) & ((1 << self.tins.len()) - 1);
         while tins != 0 {

@@ -239,9 +239,16 @@ impl Cake {
             &store.flows.get(idx).state,
             self.config.flow_mode,
         );
+        self.quantum_for(self.tins[tin].flow_quantum, load)
+    }
+
+    /// [`flow_quantum`](Self::flow_quantum) of a tin's `flow_quantum` for a queue whose
+    /// hosts' load is known.
+    #[inline(always)]
+    fn quantum_for(&mut self, flow_quantum: u16, load: u32) -> i32 {
         let div = QUANTUM_DIV[load.min(QUEUES) as usize];
         let dither = self.next_random() & 0xffff;
-        ((u32::from(self.tins[tin].flow_quantum) * u32::from(div) + dither) >> 16) as i32
+        ((u32::from(flow_quantum) * u32::from(div) + dither) >> 16) as i32
     }
 
     /// `cake_advance_shaper`: charges `len` bytes to tin `tin`'s threshold and to the shaper.
