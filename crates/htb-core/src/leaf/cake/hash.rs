@@ -263,8 +263,7 @@ impl Slots<'_> {
             let idx = self
                 .flows
                 .alloc(self.flow_index, flow_bucket(tin, outer + k));
-            self.flows.get_mut(idx).state.tag = flow_hash;
-            let load = self.assign_hosts(tin, idx, mode, h);
+            let load = self.assign_hosts(tin, idx, false, flow_hash, mode, h);
             return (idx, load);
         }
         // Every way is in use: share the queue the hash names, and move it to this flow's
@@ -284,17 +283,24 @@ impl Slots<'_> {
             let old = core::mem::replace(&mut self.flows.get_mut(idx).state.dsthost, NO_HOST);
             self.release_host(old);
         }
-        self.flows.get_mut(idx).state.tag = flow_hash;
-        let load = self.assign_hosts(tin, idx, mode, h);
+        let load = self.assign_hosts(tin, idx, bulk, flow_hash, mode, h);
         (idx, load)
     }
 
-    /// The host slots of a queue that was just given to a flow (`cake_hash`'s `allocate_src`
-    /// and `allocate_dst`); a bulk queue counts in them at once. Returns the queue's
-    /// [`host_load`] as it stands after (the slots are the queue's, each counted by `mode`).
+    /// The host slots of queue `idx`, just given to the flow tagged `tag` (`cake_hash`'s
+    /// `allocate_src` and `allocate_dst`), and the tag; a `bulk` queue counts in them at once.
+    /// Returns the queue's [`host_load`] as it stands after (the slots are the queue's, each
+    /// counted by `mode`).
     #[inline]
-    fn assign_hosts(&mut self, tin: usize, idx: u32, mode: FlowMode, h: Hashes) -> u32 {
-        let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
+    fn assign_hosts(
+        &mut self,
+        tin: usize,
+        idx: u32,
+        bulk: bool,
+        tag: u32,
+        mode: FlowMode,
+        h: Hashes,
+    ) -> u32 {
         let (src, dst) = match (mode.dual_src(), mode.dual_dst()) {
             (true, true) => {
                 let [src, dst] = self.host_slots(tin, [(h.src, false), (h.dst, true)]);
@@ -302,7 +308,7 @@ impl Slots<'_> {
             }
             (true, false) => (self.host_slots(tin, [(h.src, false)])[0], NO_HOST),
             (false, true) => (NO_HOST, self.host_slots(tin, [(h.dst, true)])[0]),
-            (false, false) => return 1,
+            (false, false) => (NO_HOST, NO_HOST),
         };
         let mut load = 1;
         for slot in [src, dst] {
@@ -315,7 +321,9 @@ impl Slots<'_> {
                 load = load.max(u32::from(host.bulk));
             }
         }
+        // One look-up of the queue's record for its tag and its slots.
         let queue = &mut self.flows.get_mut(idx).state;
+        queue.tag = tag;
         if src != NO_HOST {
             queue.srchost = src;
         }
