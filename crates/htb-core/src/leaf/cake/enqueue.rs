@@ -170,29 +170,28 @@ impl Cake {
         let set = flow.state.set;
         match set {
             FlowSet::None | FlowSet::Decaying => {
+                // The quantum reads the queue's hosts, not its set: their load as `cake_hash`
+                // left them, which it hands back when it gave the queue its slots. The
+                // record is written through the borrow in hand before the tin's lists move
+                // it (they touch its links alone).
+                let load = if load != 0 {
+                    load
+                } else {
+                    hash::host_load(&store.cake.hosts, &flow.state, mode)
+                };
                 let b = &mut self.tins[tin];
+                flow.deficit = super::dithered_quantum(&mut self.random, b.flow_quantum, load);
+                flow.state.set = FlowSet::Sparse;
                 if set == FlowSet::Decaying {
                     b.decaying_flow_count -= 1;
                     b.decaying_flows.remove(&mut store.cake.flows, idx);
                 }
                 b.new_flows.push_back(&mut store.cake.flows, idx);
                 b.sparse_flow_count += 1;
-                let flow_quantum = b.flow_quantum;
                 self.choice.busied(tin);
-                // The quantum reads the queue's hosts, not its set: their load as `cake_hash`
-                // left them, which it hands back when it gave the queue its slots.
-                let load = if load != 0 {
-                    load
-                } else {
-                    hash::host_load(&store.cake.hosts, &store.cake.flows.get(idx).state, mode)
-                };
-                let quantum = self.quantum_for(flow_quantum, load);
-                let flow = store.cake.flows.get_mut(idx);
-                flow.state.set = FlowSet::Sparse;
-                flow.deficit = quantum;
             }
             FlowSet::SparseWait => {
-                store.cake.flows.get_mut(idx).state.set = FlowSet::Bulk;
+                flow.state.set = FlowSet::Bulk;
                 let b = &mut self.tins[tin];
                 b.sparse_flow_count -= 1;
                 b.bulk_flow_count += 1;
