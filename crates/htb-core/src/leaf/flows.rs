@@ -60,6 +60,27 @@ pub(crate) struct Flow<S = CodelVars> {
     sib_next: u32,
 }
 
+impl<S: Default> Flow<S> {
+    /// A record for `bucket`, on no list, chained before `sib_next`.
+    #[inline(always)]
+    fn fresh(bucket: u32, sib_next: u32) -> Self {
+        Self {
+            packets: PacketList::EMPTY,
+            len: 0,
+            backlog: 0,
+            prev: NONE,
+            next: NONE,
+            list: ListTag::Unlinked,
+            bucket,
+            deficit: 0,
+            stamp: 0,
+            state: S::default(),
+            sib_prev: NONE,
+            sib_next,
+        }
+    }
+}
+
 /// A leaf walks its flows to find a bucket's while it has at most this many; past it, the
 /// table's map indexes them.
 const SCAN_MAX: u32 = 4;
@@ -172,50 +193,59 @@ impl<S: Default> FlowTable<S> {
         }
     }
 
-    /// A fresh flow of `leaf` at `bucket` (which must not have one).
+    /// A fresh flow of `leaf` at `bucket` (which must not have one). A record from the free
+    /// list, chained to the leaf; taking a new record and indexing a mapped leaf's are
+    /// functions of their own, so that the common case saves no registers.
     pub(crate) fn alloc(&mut self, leaf: &mut LeafFlows, bucket: u32) -> u32 {
         debug_assert!(
             self.find(leaf, bucket).is_none(),
             "bucket {bucket} had a flow"
         );
-        let flow = Flow {
-            packets: PacketList::EMPTY,
-            len: 0,
-            backlog: 0,
-            prev: NONE,
-            next: NONE,
-            list: ListTag::Unlinked,
-            bucket,
-            deficit: 0,
-            stamp: 0,
-            state: S::default(),
-            sib_prev: NONE,
-            sib_next: leaf.first,
+        let Some(idx) = self.free.pop() else {
+            return self.alloc_grown(leaf, bucket);
         };
-        let idx = match self.free.pop() {
-            Some(idx) => {
-                self.flows[idx as usize] = flow;
-                idx
-            }
-            None => {
-                self.flows.push(flow);
-                (self.flows.len() - 1) as u32
-            }
-        };
+        self.flows[idx as usize] = Flow::fresh(bucket, leaf.first);
+        self.chain(leaf, bucket, idx)
+    }
+
+    /// [`alloc`](Self::alloc) with no record free: the table grows by one.
+    #[cold]
+    #[inline(never)]
+    fn alloc_grown(&mut self, leaf: &mut LeafFlows, bucket: u32) -> u32 {
+        self.flows.push(Flow::fresh(bucket, leaf.first));
+        let idx = (self.flows.len() - 1) as u32;
+        self.chain(leaf, bucket, idx)
+    }
+
+    /// Chains the fresh record `idx` first among `leaf`'s; returns it.
+    #[inline(always)]
+    fn chain(&mut self, leaf: &mut LeafFlows, bucket: u32, idx: u32) -> u32 {
         if leaf.first != NONE {
             self.flows[leaf.first as usize].sib_prev = idx;
         }
         leaf.first = idx;
         leaf.count += 1;
+        if leaf.mapped || leaf.count > SCAN_MAX {
+            return self.index_new(leaf, bucket, idx);
+        }
+        idx
+    }
+
+    /// A mapped leaf's new record goes into the map; a leaf past [`SCAN_MAX`] records is
+    /// mapped. Returns `idx`.
+    #[cold]
+    #[inline(never)]
+    fn index_new(&mut self, leaf: &mut LeafFlows, bucket: u32, idx: u32) -> u32 {
         if leaf.mapped {
             self.map.insert(map_key(leaf.key, bucket), idx);
-        } else if leaf.count > SCAN_MAX {
+        } else {
             self.set_mapped(leaf, true);
         }
         idx
     }
 
-    /// Frees flow `idx` of `leaf` (it must be empty and on no list).
+    /// Frees flow `idx` of `leaf` (it must be empty and on no list). Growing the free list
+    /// and a mapped leaf's map are functions of their own, as in [`alloc`](Self::alloc).
     pub(crate) fn free(&mut self, leaf: &mut LeafFlows, idx: u32) {
         let flow = &self.flows[idx as usize];
         debug_assert!(flow.len == 0 && flow.list == ListTag::Unlinked);
@@ -229,6 +259,16 @@ impl<S: Default> FlowTable<S> {
             self.flows[next as usize].sib_prev = prev;
         }
         leaf.count -= 1;
+        if leaf.mapped || self.free.len() == self.free.capacity() {
+            return self.free_slow(leaf, idx, bucket);
+        }
+        self.free.push(idx);
+    }
+
+    /// The rest of [`free`](Self::free) where the free list grows or the leaf is mapped.
+    #[cold]
+    #[inline(never)]
+    fn free_slow(&mut self, leaf: &mut LeafFlows, idx: u32, bucket: u32) {
         self.free.push(idx);
         if leaf.mapped {
             self.map.remove(&map_key(leaf.key, bucket));

@@ -73,7 +73,13 @@ impl TinChoice {
     /// Tin `t` was charged for a packet: its deficit may have run out.
     #[inline]
     pub(super) fn charged(&mut self, tins: &[Tin], t: usize) {
-        if tins[t].tin_deficit <= 0 {
+        self.charged_to(t, tins[t].tin_deficit);
+    }
+
+    /// Tin `t` was charged for a packet, down to `deficit`.
+    #[inline]
+    pub(super) fn charged_to(&mut self, t: usize, deficit: i32) {
+        if deficit <= 0 {
             self.owed |= 1 << t;
         }
     }
@@ -90,7 +96,9 @@ impl TinChoice {
     #[inline]
     pub(super) fn by_weight(&mut self, tins: &mut [Tin]) -> Option<usize> {
         let cur = usize::from(self.cur);
-        if self.busy | self.owed == 1 << cur && self.busy(cur) {
+        let bit = 1u8 << cur;
+        // `busy | owed == bit` with `cur` busy.
+        if self.busy == bit && self.owed & !bit == 0 {
             // The walk would come back to this tin alone, topping it up once a round until it
             // is in credit.
             let b = &mut tins[cur];

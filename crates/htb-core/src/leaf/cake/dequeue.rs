@@ -1,8 +1,8 @@
 //! `cake_dequeue`: the tin to serve, its queues in DRR++ order (decaying first on a call's
 //! first look, then new, then old), COBALT on the packet, and a queue found empty retired.
 
-use super::hash::{CakeFlowState, FlowSet};
-use super::{Cake, ewma, slots};
+use super::hash::{self, CakeFlowState, FlowSet};
+use super::{Cake, ewma};
 use crate::Packet;
 use crate::leaf::flows::{FlowTable, ListTag};
 use crate::leaf::{LeafStore, random};
@@ -32,7 +32,6 @@ impl Cake {
     /// `cake_dequeue`. `None` while packets are held means the shaper holds them back until
     /// [`throttled_until`](Self::throttled_until).
     pub(crate) fn dequeue<P: Packet>(&mut self, store: &mut LeafStore<P>, now: u64) -> Option<P> {
-        let mode = self.config.flow_mode;
         let mut first_flow = true;
         'begin: loop {
             if self.counts.len == 0 {
@@ -70,8 +69,13 @@ impl Cake {
                             let b = &mut self.tins[tin];
                             b.sparse_flow_count -= 1;
                             b.bulk_flow_count += 1;
-                            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
-                                .bulk_count(idx, mode, 1);
+                            hash::bulk_count(
+                                &store.cake.flows,
+                                &mut store.cake.hosts,
+                                idx,
+                                self.config.flow_mode,
+                                1,
+                            );
                         } else {
                             // In the bulk rotation for its deficit, still counted sparse.
                             flow.state.set = FlowSet::SparseWait;
@@ -99,13 +103,14 @@ impl Cake {
                     flow.backlog -= len;
                     let b = &mut self.tins[tin];
                     b.tin_backlog -= len;
-                    self.counts.remove(len);
-                    self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
+                    let cparams = b.cparams;
                     let bulk = if self.config.ingress {
                         u32::from(b.bulk_flow_count)
                     } else {
                         0
                     };
+                    self.counts.remove(len);
+                    self.buffer_used = self.buffer_used.saturating_sub(packet.truesize());
                     // BLUE's coin, tossed only while BLUE is active, as the kernel does; the
                     // sequence moves on either way.
                     let random = if flow.state.cvars.p_drop == 0 {
@@ -114,7 +119,6 @@ impl Cake {
                     } else {
                         self.next_random()
                     };
-                    let cparams = self.tins[tin].cparams;
                     let drop = flow.state.cvars.should_drop(
                         &cparams,
                         now,
@@ -144,7 +148,10 @@ impl Cake {
                     }
                 };
 
+                let charged = self.charged(&packet);
+                self.advance_shaper(tin, charged, now, false);
                 let flow = store.cake.flows.get_mut(idx);
+                flow.deficit -= charged as i32;
                 let marked = flow.state.cvars.ecn_marked;
                 let b = &mut self.tins[tin];
                 b.tin_ecn_mark = b.tin_ecn_mark.wrapping_add(u32::from(marked));
@@ -160,11 +167,8 @@ impl Cake {
                     delay,
                     if delay < b.base_delay { 2 } else { 8 },
                 );
-                let charged = self.charged(&packet);
-                self.advance_shaper(tin, charged, now, false);
-                flow.deficit -= charged as i32;
-                self.tins[tin].tin_deficit -= charged as i32;
-                self.choice.charged(&self.tins, tin);
+                b.tin_deficit -= charged as i32;
+                self.choice.charged_to(tin, b.tin_deficit);
                 return Some(packet);
             }
         }
@@ -175,7 +179,6 @@ impl Cake {
     /// record is freed.
     #[inline]
     fn retire<P>(&mut self, store: &mut LeafStore<P>, tin: usize, idx: u32, now: u64) {
-        let mode = self.config.flow_mode;
         let b = &mut self.tins[tin];
         let flow = store.cake.flows.get_mut(idx);
         if flow.state.cvars.queue_empty(&b.cparams, now) {
@@ -208,11 +211,22 @@ impl Cake {
         );
         self.choice.emptied(&self.tins, tin);
         if set == FlowSet::Bulk {
-            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
-                .bulk_count(idx, mode, -1);
+            hash::bulk_count(
+                &store.cake.flows,
+                &mut store.cake.hosts,
+                idx,
+                self.config.flow_mode,
+                -1,
+            );
         }
         if resting {
-            slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).free_queue(idx);
+            hash::free_queue(
+                &mut store.cake.flows,
+                &mut store.cake.hosts,
+                &mut self.flow_index,
+                &mut self.host_index,
+                idx,
+            );
         } else {
             self.decaying_tins |= 1 << tin;
         }

@@ -1,7 +1,7 @@
 //! `cake_enqueue`: a packet's tin and queue, the queue's place in its tin's rotation, and the
 //! buffer limit (`cake_drop`); an idle leaf's decaying queues are freed on the way.
 
-use super::hash::{FlowSet, Hashes, QUEUES};
+use super::hash::{self, FlowSet, Hashes, QUEUES};
 use super::{
     AckFilter, Cake, DiffservMode, STALE_NS, TRIM_EVERY_NS, TRIM_PER_CALL, ack_filter, ewma, slots,
     tins,
@@ -22,7 +22,12 @@ impl Cake {
         let net = net.min(u32::from(u16::MAX)) as u16;
         self.max_netlen = self.max_netlen.max(net);
         self.min_netlen = self.min_netlen.min(net);
-        let adj = self.adjusted_len(len, offset).min(u32::from(u16::MAX)) as u16;
+        // A cake that charges a packet its length (no overhead set) charges `net`.
+        let adj = if self.charges_len {
+            net
+        } else {
+            self.adjusted_len(len, offset).min(u32::from(u16::MAX)) as u16
+        };
         self.max_adjlen = self.max_adjlen.max(adj);
         self.min_adjlen = self.min_adjlen.min(adj);
     }
@@ -82,7 +87,7 @@ impl Cake {
             src,
             dst,
         };
-        let idx = slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).queue(
+        let (idx, load) = slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).queue(
             tin,
             &mut self.tins[tin],
             mode,
@@ -165,7 +170,18 @@ impl Cake {
         let set = flow.state.set;
         match set {
             FlowSet::None | FlowSet::Decaying => {
+                // The quantum reads the queue's hosts, not its set: their load as `cake_hash`
+                // left them, which it hands back when it gave the queue its slots. The
+                // record is written through the borrow in hand before the tin's lists move
+                // it (they touch its links alone).
+                let load = if load != 0 {
+                    load
+                } else {
+                    hash::host_load(&store.cake.hosts, &flow.state, mode)
+                };
                 let b = &mut self.tins[tin];
+                flow.deficit = super::dithered_quantum(&mut self.random, b.flow_quantum, load);
+                flow.state.set = FlowSet::Sparse;
                 if set == FlowSet::Decaying {
                     b.decaying_flow_count -= 1;
                     b.decaying_flows.remove(&mut store.cake.flows, idx);
@@ -173,14 +189,9 @@ impl Cake {
                 b.new_flows.push_back(&mut store.cake.flows, idx);
                 b.sparse_flow_count += 1;
                 self.choice.busied(tin);
-                // The quantum reads the queue's hosts, not its set.
-                let quantum = self.flow_quantum(&store.cake, tin, idx);
-                let flow = store.cake.flows.get_mut(idx);
-                flow.state.set = FlowSet::Sparse;
-                flow.deficit = quantum;
             }
             FlowSet::SparseWait => {
-                store.cake.flows.get_mut(idx).state.set = FlowSet::Bulk;
+                flow.state.set = FlowSet::Bulk;
                 let b = &mut self.tins[tin];
                 b.sparse_flow_count -= 1;
                 b.bulk_flow_count += 1;
@@ -253,6 +264,9 @@ impl Cake {
             return;
         }
         self.next_trim = now.saturating_add(TRIM_EVERY_NS);
+        if self.decaying_tins == 0 {
+            return;
+        }
         // In tin order, as a walk over every tin would free them.
         let mut tins = u32::from(self.decaying_tins) & ((1 << self.tins.len()) - 1);
         while tins != 0 {

@@ -196,15 +196,25 @@ impl Slots<'_> {
     }
 
     /// `cake_hash`: the record of the queue the packet goes to in tin `tin` (allocated, with
-    /// its host slots, when the flow needs a queue), and the way counters.
+    /// its host slots, when the flow needs a queue), and the way counters. With it, the
+    /// queue's [`host_load`] where this look gave the queue its host slots (or it has none),
+    /// else 0: what `cake_get_flow_quantum` reads next for a new queue, taken from the slots
+    /// in hand.
     #[inline]
-    pub(crate) fn queue(&mut self, tin: usize, t: &mut Tin, mode: FlowMode, h: Hashes) -> u32 {
+    pub(crate) fn queue(
+        &mut self,
+        tin: usize,
+        t: &mut Tin,
+        mode: FlowMode,
+        h: Hashes,
+    ) -> (u32, u32) {
         let bits = mode.bits();
         if bits == 0 {
-            // flowblind: everything in queue 0.
-            return self
+            // flowblind: everything in queue 0, which counts no host.
+            let idx = self
                 .flow(tin, 0)
                 .unwrap_or_else(|| self.flows.alloc(self.flow_index, flow_bucket(tin, 0)));
+            return (idx, 1);
         }
         let mut flow_hash = if bits & 4 != 0 { h.flow } else { 0 };
         if bits & 4 == 0 {
@@ -244,7 +254,7 @@ impl Slots<'_> {
                 // An indirect hit; a direct one (`way_directs`) tc does not print.
                 t.way_hits = t.way_hits.wrapping_add(1);
             }
-            return idx;
+            return (idx, 0);
         }
         let free = !occupied & ALL_WAYS;
         if free != 0 {
@@ -253,9 +263,8 @@ impl Slots<'_> {
             let idx = self
                 .flows
                 .alloc(self.flow_index, flow_bucket(tin, outer + k));
-            self.flows.get_mut(idx).state.tag = flow_hash;
-            self.assign_hosts(tin, idx, mode, h);
-            return idx;
+            let load = self.assign_hosts(tin, idx, false, flow_hash, mode, h);
+            return (idx, load);
         }
         // Every way is in use: share the queue the hash names, and move it to this flow's
         // hosts.
@@ -274,16 +283,24 @@ impl Slots<'_> {
             let old = core::mem::replace(&mut self.flows.get_mut(idx).state.dsthost, NO_HOST);
             self.release_host(old);
         }
-        self.flows.get_mut(idx).state.tag = flow_hash;
-        self.assign_hosts(tin, idx, mode, h);
-        idx
+        let load = self.assign_hosts(tin, idx, bulk, flow_hash, mode, h);
+        (idx, load)
     }
 
-    /// The host slots of a queue that was just given to a flow (`cake_hash`'s `allocate_src`
-    /// and `allocate_dst`); a bulk queue counts in them at once.
+    /// The host slots of queue `idx`, just given to the flow tagged `tag` (`cake_hash`'s
+    /// `allocate_src` and `allocate_dst`), and the tag; a `bulk` queue counts in them at once.
+    /// Returns the queue's [`host_load`] as it stands after (the slots are the queue's, each
+    /// counted by `mode`).
     #[inline]
-    fn assign_hosts(&mut self, tin: usize, idx: u32, mode: FlowMode, h: Hashes) {
-        let bulk = self.flows.get(idx).state.set == FlowSet::Bulk;
+    fn assign_hosts(
+        &mut self,
+        tin: usize,
+        idx: u32,
+        bulk: bool,
+        tag: u32,
+        mode: FlowMode,
+        h: Hashes,
+    ) -> u32 {
         let (src, dst) = match (mode.dual_src(), mode.dual_dst()) {
             (true, true) => {
                 let [src, dst] = self.host_slots(tin, [(h.src, false), (h.dst, true)]);
@@ -291,8 +308,9 @@ impl Slots<'_> {
             }
             (true, false) => (self.host_slots(tin, [(h.src, false)])[0], NO_HOST),
             (false, true) => (NO_HOST, self.host_slots(tin, [(h.dst, true)])[0]),
-            (false, false) => return,
+            (false, false) => (NO_HOST, NO_HOST),
         };
+        let mut load = 1;
         for slot in [src, dst] {
             if slot != NO_HOST {
                 let host = &mut self.hosts.get_mut(slot).state;
@@ -300,15 +318,19 @@ impl Slots<'_> {
                 if bulk && u32::from(host.bulk) < QUEUES {
                     host.bulk += 1;
                 }
+                load = load.max(u32::from(host.bulk));
             }
         }
+        // One look-up of the queue's record for its tag and its slots.
         let queue = &mut self.flows.get_mut(idx).state;
+        queue.tag = tag;
         if src != NO_HOST {
             queue.srchost = src;
         }
         if dst != NO_HOST {
             queue.dsthost = dst;
         }
+        load
     }
 
     /// The host slot of each `(hash, destination)`, its set looked at once for all of them: the
@@ -370,31 +392,89 @@ impl Slots<'_> {
     /// `cake_inc_*host_bulk_flow_count` (`delta` 1) and `cake_dec_*` (-1) for queue `idx`.
     #[inline]
     pub(crate) fn bulk_count(&mut self, idx: u32, mode: FlowMode, delta: i32) {
-        let queue = &self.flows.get(idx).state;
-        for (wanted, slot) in [
-            (mode.dual_src(), queue.srchost),
-            (mode.dual_dst(), queue.dsthost),
-        ] {
-            if !wanted || slot == NO_HOST {
-                continue;
-            }
-            let host = &mut self.hosts.get_mut(slot).state;
-            if delta > 0 && u32::from(host.bulk) < QUEUES {
-                host.bulk += 1;
-            } else if delta < 0 && host.bulk > 0 {
-                host.bulk -= 1;
-            }
-        }
+        bulk_count(self.flows, self.hosts, idx, mode, delta);
     }
 
     /// Frees queue `idx` (empty, on no list) and its references to host slots.
     #[inline]
     pub(crate) fn free_queue(&mut self, idx: u32) {
-        let queue = &self.flows.get(idx).state;
-        let (src, dst) = (queue.srchost, queue.dsthost);
-        self.release_host(src);
-        self.release_host(dst);
-        self.flows.free(self.flow_index, idx);
+        free_queue(
+            self.flows,
+            self.hosts,
+            self.flow_index,
+            self.host_index,
+            idx,
+        );
+    }
+}
+
+/// Frees queue `idx` of a leaf (empty, on no list) and its references to host slots: its
+/// arguments in registers, where [`Slots`] would go by the stack, since it is a call of its
+/// own on every queue that `cake_dequeue` finds empty and at rest.
+#[inline(never)]
+pub(crate) fn free_queue(
+    flows: &mut FlowTable<CakeFlowState>,
+    hosts: &mut FlowTable<HostState>,
+    flow_index: &mut LeafFlows,
+    host_index: &mut LeafFlows,
+    idx: u32,
+) {
+    let queue = &flows.get(idx).state;
+    let (src, dst) = (queue.srchost, queue.dsthost);
+    // The host slots are another table's records: the queue's goes first, where no call is
+    // needed after it to hold its index for.
+    flows.free(flow_index, idx);
+    let src_gone = unref(hosts, src);
+    let dst_gone = unref(hosts, dst);
+    if src_gone {
+        hosts.free(host_index, src);
+    }
+    if dst_gone {
+        hosts.free(host_index, dst);
+    }
+}
+
+/// One queue less refers to host slot `slot` ([`NO_HOST`]: none); true when none does now
+/// and the slot is to be freed.
+#[inline(always)]
+fn unref(hosts: &mut FlowTable<HostState>, slot: u32) -> bool {
+    if slot == NO_HOST {
+        return false;
+    }
+    let host = &mut hosts.get_mut(slot).state;
+    host.refs -= 1;
+    debug_assert!(
+        host.refs != 0 || host.bulk == 0,
+        "a bulk flow refers to every counted slot"
+    );
+    host.refs == 0
+}
+
+/// [`Slots::bulk_count`], its arguments in registers: `cake_dequeue` calls it where a sparse
+/// queue turns bulk or a bulk one empties, and a [`Slots`] built for it on the stack (and its
+/// addresses kept from the call's start) cost every dequeue.
+#[inline(never)]
+pub(crate) fn bulk_count(
+    flows: &FlowTable<CakeFlowState>,
+    hosts: &mut FlowTable<HostState>,
+    idx: u32,
+    mode: FlowMode,
+    delta: i32,
+) {
+    let queue = &flows.get(idx).state;
+    for (wanted, slot) in [
+        (mode.dual_src(), queue.srchost),
+        (mode.dual_dst(), queue.dsthost),
+    ] {
+        if !wanted || slot == NO_HOST {
+            continue;
+        }
+        let host = &mut hosts.get_mut(slot).state;
+        if delta > 0 && u32::from(host.bulk) < QUEUES {
+            host.bulk += 1;
+        } else if delta < 0 && host.bulk > 0 {
+            host.bulk -= 1;
+        }
     }
 }
 

@@ -129,6 +129,16 @@ fn slots<'a>(
     }
 }
 
+/// `cake_get_flow_quantum`'s arithmetic: a tin's `flow_quantum` divided by `load`, dithered
+/// by a draw of the instance's generator `random` (a field of its own, so that a caller may
+/// hold a tin while it draws).
+#[inline(always)]
+fn dithered_quantum(random: &mut u64, flow_quantum: u16, load: u32) -> i32 {
+    let div = QUANTUM_DIV[load.min(QUEUES) as usize];
+    let dither = super::random::next_random(random) & 0xffff;
+    ((u32::from(flow_quantum) * u32::from(div) + dither) >> 16) as i32
+}
+
 impl Cake {
     /// `cake_init`: an empty instance keyed `key` in the flow tables, its BLUE coin drawn
     /// from `seed`.
@@ -239,9 +249,14 @@ impl Cake {
             &store.flows.get(idx).state,
             self.config.flow_mode,
         );
-        let div = QUANTUM_DIV[load.min(QUEUES) as usize];
-        let dither = self.next_random() & 0xffff;
-        ((u32::from(self.tins[tin].flow_quantum) * u32::from(div) + dither) >> 16) as i32
+        self.quantum_for(self.tins[tin].flow_quantum, load)
+    }
+
+    /// [`flow_quantum`](Self::flow_quantum) of a tin's `flow_quantum` for a queue whose
+    /// hosts' load is known.
+    #[inline(always)]
+    fn quantum_for(&mut self, flow_quantum: u16, load: u32) -> i32 {
+        dithered_quantum(&mut self.random, flow_quantum, load)
     }
 
     /// `cake_advance_shaper`: charges `len` bytes to tin `tin`'s threshold and to the shaper.
