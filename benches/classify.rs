@@ -178,7 +178,8 @@ fn bench(c: &mut Criterion, runs: &mut Vec<Run>) {
     type Lookup = fn(&Classifier, &PacketInfo) -> Option<usize>;
     type Case = (&'static str, fn(u32) -> Vec<Filter>, Lookup, u32);
     let compiled: Lookup = |c, p| c.classify_index(p);
-    let linear: Lookup = |c, p| c.filters().iter().position(|f| f.matcher.matches(p));
+    let linear: Lookup =
+        |c, p| (0..c.len()).position(|i| c.filter(i).is_some_and(|f| f.matcher.matches(p)));
     let general: Lookup = |c, p| {
         let h = Headers {
             network: &SEGMENT,

@@ -9,9 +9,9 @@
 //!   labels;
 //! - the core alone: a scheduler with the same classes (what each data-plane worker holds, and
 //!   the shadow's share of the classes' step);
-//! - the classifier compiled from the filters (one, shared by the workers through an `Arc`),
-//!   with the flat filter list the model builds for it at each filter batch and that the
-//!   classifier keeps (moved in, not copied).
+//! - the classifier compiled from the filters (one, shared by the workers through an `Arc`):
+//!   what it keeps of the flat filter list the model builds for it at each filter batch (moved
+//!   in; it holds the filters compactly and drops the list) and its tables.
 //!
 //! Each part is given in bytes and in live allocations per subscriber: the allocator adds its
 //! own header and rounding to every allocation (glibc: 8 bytes and a 16-byte step, 32 bytes at
@@ -176,8 +176,9 @@ fn main() {
     let mut flat = Vec::new();
     let flat_part = held(|| flat = port.data_filters().expect("the filters flatten"));
     let flat_filters = flat.len();
-    // The classifier takes the list as htbd's data plane gets it: moved in, so that it holds
-    // the list and its own tables.
+    // The classifier takes the list as htbd's data plane gets it: moved in; what it keeps is
+    // the list's part plus what building it left (the list dropped, its own records and
+    // tables).
     let classifier = flat_part
         + held(|| {
             std::mem::forget(htb_classify::Classifier::new(flat));
@@ -194,8 +195,8 @@ fn main() {
         ("model: filters and their hash tables", filter_part),
         ("model: labels", label_part),
         ("model in all", model_part),
-        ("classifier with its flat filter list", classifier),
-        ("  of which the flat list (the model builds it)", flat_part),
+        ("classifier (what it keeps)", classifier),
+        ("  the flat list the model builds for it", flat_part),
     ];
     println!("{n} subscribers, {total} commands, {flat_filters} flat filters:");
     println!(
@@ -210,8 +211,7 @@ fn main() {
             blocks(h)
         );
     }
-    // One worker: the model with its shadow, one more core, the classifier (which holds the
-    // flat list the model built for it).
+    // One worker: the model with its shadow, one more core, the classifier.
     let one_worker = model_part + core + classifier;
     let one_worker_bare = without_labels + core + classifier;
     let four_workers = |one: Held| per(one) + 3.0 * per(core);

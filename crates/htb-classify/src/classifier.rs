@@ -18,6 +18,7 @@ use alloc::vec::Vec;
 use hashbrown::HashMap;
 use htb_core::ClassId;
 
+use crate::filter_list::FilterList;
 use crate::matcher::{Match, masked};
 use crate::packet::{Family, PacketInfo};
 use crate::police::{ControlAction, Police};
@@ -154,6 +155,14 @@ impl Shape {
         (f.src & self.src_mask) << 32 | (f.dst & self.dst_mask) | u128::from(self.rest(f)) << 64
     }
 
+    /// A shape of at most an IPv4 destination (no source, no other key, not IPv6): its
+    /// [`narrow_key`](Self::narrow_key) is the masked destination alone, under 2^32.
+    #[inline]
+    fn dst_key(&self, f: &Fields) -> u32 {
+        debug_assert!(self.family != Some(Family::V6) && self.needs & !(DST | ARP) == 0);
+        (f.dst & self.dst_mask) as u32
+    }
+
     #[inline]
     fn wide_key(&self, f: &Fields) -> WideKey {
         (f.src & self.src_mask, f.dst & self.dst_mask, self.rest(f))
@@ -217,6 +226,9 @@ fn compile(m: &Match) -> Compiled {
 /// Key values → position of the first filter with them.
 #[derive(Clone, Debug)]
 enum Positions {
+    /// A shape whose key is at most an IPv4 destination (every subscriber's `dst A/32`): 8
+    /// bytes an entry rather than [`Narrow`](Self::Narrow)'s 32.
+    Dst(HashMap<u32, u32>),
     Narrow(HashMap<u128, u32>),
     Wide(HashMap<WideKey, u32>),
 }
@@ -235,6 +247,8 @@ impl Table {
     fn new(shape: Shape, first: u32) -> Self {
         let positions = if shape.family == Some(Family::V6) {
             Positions::Wide(HashMap::default())
+        } else if shape.needs & !(DST | ARP) == 0 {
+            Positions::Dst(HashMap::default())
         } else {
             Positions::Narrow(HashMap::default())
         };
@@ -248,6 +262,7 @@ impl Table {
     /// Records `position` under `values` unless an earlier filter has them.
     fn insert(&mut self, values: &Fields, position: u32) {
         match &mut self.positions {
+            Positions::Dst(m) => m.entry(self.shape.dst_key(values)).or_insert(position),
             Positions::Narrow(m) => m.entry(self.shape.narrow_key(values)).or_insert(position),
             Positions::Wide(m) => m.entry(self.shape.wide_key(values)).or_insert(position),
         };
@@ -259,6 +274,7 @@ impl Table {
             return None;
         }
         match &self.positions {
+            Positions::Dst(m) => m.get(&self.shape.dst_key(f)).copied(),
             Positions::Narrow(m) => m.get(&self.shape.narrow_key(f)).copied(),
             Positions::Wide(m) => m.get(&self.shape.wide_key(f)).copied(),
         }
@@ -268,7 +284,8 @@ impl Table {
 /// Filters in evaluation order, compiled for lookup (see the module docs).
 #[derive(Clone, Debug, Default)]
 pub struct Classifier {
-    filters: Vec<Filter>,
+    /// The filters, compact (a plain IPv4 host filter is 16 bytes).
+    list: FilterList,
     /// By `first`, ascending.
     tables: Vec<Table>,
     /// Positions of the port-range filters, ascending.
@@ -277,23 +294,25 @@ pub struct Classifier {
 
 impl PartialEq for Classifier {
     fn eq(&self, other: &Self) -> bool {
-        self.filters == other.filters
+        self.list == other.list
     }
 }
 
 impl Eq for Classifier {}
 
 impl Classifier {
-    /// Orders `filters` by prio (stable: equal prios keep their order) and compiles them.
+    /// Orders `filters` by prio (stable: equal prios keep their order) and compiles them;
+    /// `filters` is dropped once held compactly, before the tables are built.
     #[must_use]
     pub fn new(mut filters: Vec<Filter>) -> Self {
         filters.sort_by_key(|f| f.prio);
+        let list = FilterList::new(filters);
         let mut tables: Vec<Table> = Vec::new();
         let mut ranges = Vec::new();
-        for (position, filter) in filters.iter().enumerate() {
+        for i in 0..list.len() {
             // More than 2^32 filters cannot be held in memory here.
-            let position = u32::try_from(position).unwrap_or(u32::MAX);
-            match compile(&filter.matcher) {
+            let position = u32::try_from(i).unwrap_or(u32::MAX);
+            match list.with_match(i, compile).unwrap_or(Compiled::Never) {
                 Compiled::Never => {}
                 Compiled::Range => ranges.push(position),
                 Compiled::Exact(shape, values) => {
@@ -311,7 +330,7 @@ impl Classifier {
         }
         // Tables were created in the order of their first filter: already sorted by `first`.
         Self {
-            filters,
+            list,
             tables,
             ranges,
         }
@@ -320,7 +339,7 @@ impl Classifier {
     /// The class of the first matching filter.
     #[must_use]
     pub fn classify(&self, p: &PacketInfo) -> Option<ClassId> {
-        self.classify_index(p).map(|i| self.filters[i].class)
+        self.classify_index(p).and_then(|i| self.list.class(i))
     }
 
     /// The position (in [`filters`](Self::filters)) of the first matching filter, for a
@@ -356,7 +375,7 @@ impl Classifier {
             return Verdict::Unclassified;
         };
         loop {
-            let Some(police) = &self.filters[i].police else {
+            let Some(police) = self.list.police(i) else {
                 return Verdict::Filter(i);
             };
             match police.act(now, len) {
@@ -364,9 +383,9 @@ impl Classifier {
                 ControlAction::Drop | ControlAction::Reclassify => return Verdict::Drop,
                 ControlAction::Continue => {
                     // Rare (a policer over its rate): the walk of the rest of the list.
-                    match (i + 1..self.filters.len())
-                        .find(|&j| self.filters[j].matcher.matches_headers(p, h))
-                    {
+                    match (i + 1..self.list.len()).find(|&j| {
+                        self.list.with_match(j, |m| m.matches_headers(p, h)) == Some(true)
+                    }) {
                         Some(j) => i = j,
                         None => return Verdict::Unclassified,
                     }
@@ -393,7 +412,7 @@ impl Classifier {
             if position >= best {
                 break;
             }
-            if walked(&self.filters[position as usize].matcher) {
+            if self.list.with_match(position as usize, &walked) == Some(true) {
                 best = position;
                 break;
             }
@@ -401,10 +420,39 @@ impl Classifier {
         (best != u32::MAX).then_some(best as usize)
     }
 
-    /// The filters in evaluation order.
+    /// The filters in evaluation order, as they were given (made anew from the compact form:
+    /// a copy, for inspection; [`filter`](Self::filter) and [`class`](Self::class) read one).
     #[must_use]
-    pub fn filters(&self) -> &[Filter] {
-        &self.filters
+    pub fn filters(&self) -> Vec<Filter> {
+        (0..self.list.len())
+            .filter_map(|i| self.list.get(i))
+            .collect()
+    }
+
+    /// How many filters it holds (the positions [`Verdict::Filter`] and
+    /// [`classify_index`](Self::classify_index) give are below it).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether it holds no filter.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.list.len() == 0
+    }
+
+    /// The filter at position `i`, as it was given.
+    #[must_use]
+    pub fn filter(&self, i: usize) -> Option<Filter> {
+        self.list.get(i)
+    }
+
+    /// The class of the filter at position `i`.
+    #[must_use]
+    #[inline]
+    pub fn class(&self, i: usize) -> Option<ClassId> {
+        self.list.class(i)
     }
 
     /// How many hash tables a packet may be looked up in (the distinct filter shapes) and how

@@ -20,6 +20,7 @@
 extern crate alloc;
 
 mod classifier;
+mod filter_list;
 mod matcher;
 mod packet;
 mod parse_error;

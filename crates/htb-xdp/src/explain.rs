@@ -117,7 +117,7 @@ pub enum Classified {
 pub fn classify(classifier: &Classifier, defaults: &[Option<ClassId>], frame: &[u8]) -> Classified {
     let parsed = crate::parse::parse(frame);
     if let Some(index) = classifier.classify_index_headers(&parsed.info, &parsed.headers(frame))
-        && let Some(filter) = classifier.filters().get(index)
+        && let Some(filter) = classifier.filter(index)
     {
         return Classified::Filter {
             index,

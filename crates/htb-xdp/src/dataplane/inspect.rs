@@ -115,9 +115,9 @@ impl<R: Rings> Dataplane<R> {
         self.scheduler(port, class.major())?.leaf_queue(class, hash)
     }
 
-    /// The filters of `port`, in evaluation order.
+    /// The filters of `port`, in evaluation order (a copy: the classifier holds them compact).
     #[must_use]
-    pub(crate) fn filters(&self, port: &str) -> Option<&[Filter]> {
+    pub(crate) fn filters(&self, port: &str) -> Option<Vec<Filter>> {
         self.port(port).map(|p| p.classifier.filters())
     }
 

@@ -75,7 +75,7 @@ pub(super) struct Metered<'a> {
 /// The class a frame went to on `port`: its filter's, or its tree's default.
 pub(super) fn class_of(port: &Port, classified: Option<usize>, slot: Slot) -> Option<ClassId> {
     match classified {
-        Some(i) => port.classifier.filters().get(i).map(|filter| filter.class),
+        Some(i) => port.classifier.class(i),
         // Several workers resolve the default class from the fleet's view (`Port::
         // unclassified_slot`): the slot names it.
         None => match slot.target {

@@ -91,7 +91,7 @@ pub(super) struct Port {
 impl Port {
     /// Forgets every resolved handle and owner (new filters, a new tree, new owners).
     pub(super) fn reset_targets(&mut self) {
-        self.targets.reset(self.classifier.filters().len());
+        self.targets.reset(self.classifier.len());
         self.unclassified = None;
     }
 
@@ -179,11 +179,10 @@ impl Port {
             };
             return (slot, usize::from(owner));
         }
-        let Some(filter) = self.classifier.filters().get(i) else {
+        let Some(class) = self.classifier.class(i) else {
             // A frame classified by filters replaced while it was on its way to this worker.
             return self.unclassified_slot(me, workers);
         };
-        let class = filter.class;
         let Some(tree) = self.tree_of(class.major()) else {
             // The filter's tree went (an mq child deleted): as the kernel's default qdisc
             // would, the frame leaves unclassified.

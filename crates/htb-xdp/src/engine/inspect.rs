@@ -75,9 +75,9 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    /// The filters of `port`, in evaluation order.
+    /// The filters of `port`, in evaluation order (a copy: the classifier holds them compact).
     #[must_use]
-    pub fn filters(&self, port: &str) -> Option<&[Filter]> {
+    pub fn filters(&self, port: &str) -> Option<Vec<Filter>> {
         self.workers.first()?.plane.filters(port)
     }
 
