@@ -264,11 +264,11 @@ mod tests {
         let name = "n".repeat(name_len);
         let label: htb_ipc::ClassLabel =
             serde_json::from_value(serde_json::json!({ "name": name })).unwrap();
-        Command::ClassLabel(htb_ipc::LabelSpec {
+        Command::ClassLabel(Box::new(htb_ipc::LabelSpec {
             dev: "eth0".parse().unwrap(),
             id: htb_ipc::ClassId::new(1, 1),
             label: Some(label),
-        })
+        }))
     }
 
     /// A message of a staged batch holds at most 100 000 commands and about 20 MB, whatever

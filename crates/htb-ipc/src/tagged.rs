@@ -128,15 +128,15 @@ impl<'de> Visitor<'de> for CommandSeed {
         };
         // The rest of the object, read straight into the variant's struct.
         let read: fn(MapAccessDeserializer<A>) -> Result<Command, A::Error> = match op.as_str() {
-            "class_add" => |f| ClassSpec::deserialize(f).map(Command::ClassAdd),
-            "class_change" => |f| ClassSpec::deserialize(f).map(Command::ClassChange),
-            "class_replace" => |f| ClassSpec::deserialize(f).map(Command::ClassReplace),
+            "class_add" => |f| Box::<ClassSpec>::deserialize(f).map(Command::ClassAdd),
+            "class_change" => |f| Box::<ClassSpec>::deserialize(f).map(Command::ClassChange),
+            "class_replace" => |f| Box::<ClassSpec>::deserialize(f).map(Command::ClassReplace),
             "class_delete" => |f| ClassDelete::deserialize(f).map(Command::ClassDelete),
-            "filter_add" => |f| FilterSpec::deserialize(f).map(Command::FilterAdd),
-            "filter_change" => |f| FilterSpec::deserialize(f).map(Command::FilterChange),
-            "filter_replace" => |f| FilterSpec::deserialize(f).map(Command::FilterReplace),
+            "filter_add" => |f| Box::<FilterSpec>::deserialize(f).map(Command::FilterAdd),
+            "filter_change" => |f| Box::<FilterSpec>::deserialize(f).map(Command::FilterChange),
+            "filter_replace" => |f| Box::<FilterSpec>::deserialize(f).map(Command::FilterReplace),
             "filter_delete" => |f| FilterDelete::deserialize(f).map(Command::FilterDelete),
-            "class_label" => |f| LabelSpec::deserialize(f).map(Command::ClassLabel),
+            "class_label" => |f| Box::<LabelSpec>::deserialize(f).map(Command::ClassLabel),
             _ => return derived_variant(map, "op", op),
         };
         read(MapAccessDeserializer::new(map))

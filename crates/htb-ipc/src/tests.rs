@@ -443,11 +443,11 @@ fn pages_are_optional_on_both_sides() {
 fn frames_round_trip_and_errors_are_data() {
     let request = Request::new(RequestBody::Apply {
         commands: vec![
-            Command::ClassChange(ClassSpec {
+            Command::ClassChange(Box::new(ClassSpec {
                 parent: Some(ClassId::new(1, 1)),
                 ceil: Some(Rate::from_mbit(100)),
                 ..ClassSpec::new(dev("r2"), ClassId::new(1, 0x10), Rate::from_mbit(20))
-            }),
+            })),
             Command::FilterDelete(FilterDelete {
                 dev: dev("r2"),
                 parent: None,
@@ -487,13 +487,13 @@ fn leaf_qdisc_commands_are_typed_on_the_wire() {
         ecn: Some(false),
         ..htb_core::FqCodelSpec::default()
     });
-    let command = Command::LeafAdd(LeafQdiscSpec {
+    let command = Command::LeafAdd(Box::new(LeafQdiscSpec {
         dev: dev("r2"),
         parent: Some(ClassId::new(1, 0x10)),
         handle: Some(ClassId::new(0x10, 0)),
         leaf: spec,
         stab: None,
-    });
+    }));
     let json = serde_json::to_string(&command).unwrap();
     assert_eq!(
         json,
@@ -501,14 +501,14 @@ fn leaf_qdisc_commands_are_typed_on_the_wire() {
     );
     assert_eq!(serde_json::from_str::<Command>(&json).unwrap(), command);
     // A size table travels as tc's options, the link layer by its name.
-    let stab = Command::QdiscAdd(QdiscSpec {
+    let stab = Command::QdiscAdd(Box::new(QdiscSpec {
         stab: Some(SizeSpec {
             overhead: 34,
             link_layer: Some(LinkLayer::Ethernet),
             ..SizeSpec::default()
         }),
         ..QdiscSpec::new(dev("r2"))
-    });
+    }));
     let stab_json = serde_json::to_string(&stab).unwrap();
     assert!(
         stab_json
@@ -595,4 +595,14 @@ fn a_split_choice_is_typed_on_the_wire() {
     ] {
         assert!(read(bad).is_err(), "{bad}");
     }
+}
+
+/// A batch holds millions of commands: each is the size of the largest variant, so the large
+/// specs are boxed (the journal's and the wire's JSON are the same: `Box<T>` reads and writes
+/// as `T`, which the round trips above check).
+#[test]
+fn a_command_is_small() {
+    assert!(size_of::<Command>() <= 64, "{}", size_of::<Command>());
+    assert!(size_of::<ClassSpec>() > 64 && size_of::<FilterSpec>() > 64);
+    println!("Command: {} bytes", size_of::<Command>());
 }

@@ -159,7 +159,7 @@ fn one_per_request(htbd: &Htbd, changes: usize) -> anyhow::Result<Value> {
     let start = Instant::now();
     for n in 0..changes {
         let request = Request::new(RequestBody::Apply {
-            commands: vec![Change::ClassChange(change(n, &dev))],
+            commands: vec![Change::ClassChange(Box::new(change(n, &dev)))],
         });
         let t0 = Instant::now();
         htb_ipc::write_frame(&mut stream, &request)?;

@@ -81,11 +81,11 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
     } else {
         Some(ClassLabel::new(fields).or_else(|e| usage(e.to_string()))?)
     };
-    Ok(Action::Change(Command::ClassLabel(LabelSpec {
+    Ok(Action::Change(Command::ClassLabel(Box::new(LabelSpec {
         dev,
         id,
         label,
-    })))
+    }))))
 }
 
 /// `label dev D classid C …`'s words (after `class`): the label's own words, as the one
@@ -110,7 +110,7 @@ mod tests {
 
     fn label(line: &str) -> Result<LabelSpec> {
         match parse_command(&split_line(line))? {
-            Action::Change(Command::ClassLabel(l)) => Ok(l),
+            Action::Change(Command::ClassLabel(l)) => Ok(*l),
             other => panic!("{other:?}"),
         }
     }

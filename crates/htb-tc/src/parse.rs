@@ -365,11 +365,11 @@ mod tests {
     fn the_seed_lines_parse() {
         assert_eq!(
             change("qdisc add dev D root handle 1: htb default 20"),
-            Command::QdiscAdd(QdiscSpec {
+            Command::QdiscAdd(Box::new(QdiscSpec {
                 handle: Some(htb_core::ClassId::new(1, 0)),
                 default_minor: Some(0x20),
                 ..QdiscSpec::new("D".parse().unwrap())
-            })
+            }))
         );
         let Command::ClassAdd(c) =
             change("class add dev D parent 1: classid 1:20 htb rate 180kbit ceil 180kbit")
@@ -414,7 +414,7 @@ mod tests {
         // wondershaper
         assert_eq!(
             change("qdisc add dev eth0 parent 1:10 handle 10: sfq perturb 10"),
-            Command::LeafAdd(LeafQdiscSpec {
+            Command::LeafAdd(Box::new(LeafQdiscSpec {
                 stab: None,
                 dev: "eth0".parse().unwrap(),
                 parent: Some(ClassId::new(1, 0x10)),
@@ -423,7 +423,7 @@ mod tests {
                     perturb: Some(10),
                     ..SfqSpec::default()
                 }),
-            })
+            }))
         );
         // home routers and LibreQoS's fq_codel mode
         let Command::LeafAdd(l) = change(
@@ -448,18 +448,18 @@ mod tests {
         );
         assert!(matches!(
             change("qdisc add dev eth0 parent 1:3 fq_codel"),
-            Command::LeafAdd(LeafQdiscSpec { handle: None, .. })
+            Command::LeafAdd(spec) if matches!(*spec, LeafQdiscSpec { handle: None, .. })
         ));
         assert!(matches!(
             change("qdisc replace dev eth0 parent 1:20 pfifo limit 100"),
-            Command::LeafReplace(LeafQdiscSpec {
+            Command::LeafReplace(spec) if matches!(*spec, LeafQdiscSpec {
                 leaf: LeafSpec::Pfifo { limit: Some(100) },
                 ..
             })
         ));
         assert!(matches!(
             change("qdisc add dev eth0 parent 1:30 bfifo limit 30kb"),
-            Command::LeafAdd(LeafQdiscSpec {
+            Command::LeafAdd(spec) if matches!(*spec, LeafQdiscSpec {
                 leaf: LeafSpec::Bfifo {
                     limit: Some(30_720)
                 },
@@ -468,7 +468,7 @@ mod tests {
         ));
         assert!(matches!(
             change("qdisc change dev eth0 parent 1:10 handle 10: fq_codel target 10ms noecn"),
-            Command::LeafChange(LeafQdiscSpec {
+            Command::LeafChange(spec) if matches!(*spec, LeafQdiscSpec {
                 leaf: LeafSpec::FqCodel(FqCodelSpec {
                     target: Some(_),
                     ecn: Some(false),
@@ -519,7 +519,7 @@ mod tests {
             change(
                 "qdisc add dev eth0 parent 1:10 handle 10: tbf rate 1mbit burst 10kb latency 50ms"
             ),
-            Command::LeafAdd(LeafQdiscSpec {
+            Command::LeafAdd(Box::new(LeafQdiscSpec {
                 stab: None,
                 dev: "eth0".parse().unwrap(),
                 parent: Some(ClassId::new(1, 0x10)),
@@ -530,7 +530,7 @@ mod tests {
                     latency: Some(Duration::from_millis(50)),
                     ..TbfSpec::default()
                 }),
-            })
+            }))
         );
         assert!(error("qdisc add dev eth0 parent 1:10 tbf rate 1mbit").contains("\"burst\""));
         assert!(error("qdisc add dev D parent 1:10 red").contains(", cake, tbf (under"));
@@ -721,7 +721,7 @@ mod tests {
         // A classless qdisc at the root: a leaf command without a parent.
         assert!(matches!(
             change("qdisc add dev D root fq_codel"),
-            Command::LeafAdd(LeafQdiscSpec { parent: None, .. })
+            Command::LeafAdd(spec) if matches!(*spec, LeafQdiscSpec { parent: None, .. })
         ));
         assert!(error("qdisc add dev D fq_codel").contains("Classid cannot be zero"));
         // A size table needs something to change; under a class it has nothing to count.

@@ -58,7 +58,7 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
     }
     // The verb picks what the words make; tc asks for the device, then the classid, then the
     // kind, in that order.
-    let make: fn(ClassSpec) -> Command = match verb {
+    let make: fn(Box<ClassSpec>) -> Command = match verb {
         Verb::Show => {
             return Ok(Action::Show(Show {
                 object: Some(Object::Class),
@@ -86,7 +86,7 @@ pub(crate) fn parse(words: &[String], link_speed: LinkSpeed<'_>) -> Result<Actio
     spec.id = id;
     // The wire carries the parent typed, as parsed above.
     spec.parent = parent.flatten();
-    Ok(Action::Change(make(spec)))
+    Ok(Action::Change(make(Box::new(spec))))
 }
 
 /// The `dev` and `classid` a change needs, or tc's refusal naming the first missing.

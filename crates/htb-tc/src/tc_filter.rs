@@ -160,9 +160,9 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
                 return usage("filter change needs the filter's pref and handle (pref N handle H)");
             }
             Ok(Action::Change(match verb {
-                Verb::Change => Command::FilterChange(spec),
-                Verb::Replace => Command::FilterReplace(spec),
-                _ => Command::FilterAdd(spec),
+                Verb::Change => Command::FilterChange(Box::new(spec)),
+                Verb::Replace => Command::FilterReplace(Box::new(spec)),
+                _ => Command::FilterAdd(Box::new(spec)),
             }))
         }
     }

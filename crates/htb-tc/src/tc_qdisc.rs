@@ -144,9 +144,9 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         spec.handle = handle;
         spec.stab = stab;
         return Ok(Action::Change(match verb {
-            Verb::Add => Command::QdiscAdd(spec),
-            Verb::Change => Command::QdiscChange(spec),
-            _ => Command::QdiscReplace(spec),
+            Verb::Add => Command::QdiscAdd(Box::new(spec)),
+            Verb::Change => Command::QdiscChange(Box::new(spec)),
+            _ => Command::QdiscReplace(Box::new(spec)),
         }));
     }
     let Some(leaf) = leaf else {
@@ -173,9 +173,9 @@ pub(super) fn parse(words: &[String]) -> Result<Action> {
         stab,
     };
     Ok(Action::Change(match verb {
-        Verb::Add => Command::LeafAdd(spec),
-        Verb::Change => Command::LeafChange(spec),
-        _ => Command::LeafReplace(spec),
+        Verb::Add => Command::LeafAdd(Box::new(spec)),
+        Verb::Change => Command::LeafChange(Box::new(spec)),
+        _ => Command::LeafReplace(Box::new(spec)),
     }))
 }
 

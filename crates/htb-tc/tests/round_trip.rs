@@ -59,15 +59,15 @@ fn every_command_reads_back_as_itself() {
 fn the_words_are_tcs() {
     let cases: [(Command, &str); 7] = [
         (
-            Command::QdiscAdd(QdiscSpec {
+            Command::QdiscAdd(Box::new(QdiscSpec {
                 handle: Some(ClassId::new(1, 0)),
                 default_minor: Some(0x20),
                 ..QdiscSpec::new("eth0".parse().unwrap())
-            }),
+            })),
             "qdisc add dev eth0 root handle 1: htb default 20",
         ),
         (
-            Command::ClassAdd(ClassSpec {
+            Command::ClassAdd(Box::new(ClassSpec {
                 parent: Some(ClassId::new(1, 1)),
                 ceil: Some(Rate::from_bits_per_sec(1_234_567)),
                 burst: Some(15 * 1024),
@@ -76,11 +76,11 @@ fn the_words_are_tcs() {
                     ClassId::new(1, 0x20),
                     Rate::from_kbit(1500),
                 )
-            }),
+            })),
             "class add dev eth0 parent 1:1 classid 1:20 htb rate 1500kbit ceil 1234567bit burst 15360",
         ),
         (
-            Command::LeafAdd(LeafQdiscSpec {
+            Command::LeafAdd(Box::new(LeafQdiscSpec {
                 dev: "eth0".parse().unwrap(),
                 parent: Some(ClassId::new(1, 0x10)),
                 handle: Some(ClassId::new(0x10, 0)),
@@ -89,11 +89,11 @@ fn the_words_are_tcs() {
                     ..SfqSpec::default()
                 }),
                 stab: None,
-            }),
+            })),
             "qdisc add dev eth0 parent 1:10 handle 10: sfq perturb 10",
         ),
         (
-            Command::FilterAdd(FilterSpec {
+            Command::FilterAdd(Box::new(FilterSpec {
                 parent: Some(ClassId::new(1, 0)),
                 protocol: Protocol::Ip,
                 prio: Some(1),
@@ -109,11 +109,11 @@ fn the_words_are_tcs() {
                 },
                 class: Some(ClassId::new(1, 0x10)),
                 ..FilterSpec::new("eth0".parse().unwrap())
-            }),
+            })),
             "filter add dev eth0 parent 1: protocol ip pref 1 u32 match ip dst 10.0.0.0/24 match ip dport 5200 0xfff0 match ip protocol 17 0xff classid 1:10",
         ),
         (
-            Command::FilterAdd(FilterSpec {
+            Command::FilterAdd(Box::new(FilterSpec {
                 parent: Some(ClassId::new(0xffff, 0)),
                 protocol: Protocol::Ip,
                 kind: FilterKind::Flower,
@@ -127,20 +127,20 @@ fn the_words_are_tcs() {
                 },
                 redirect: Some("ifb0".parse().unwrap()),
                 ..FilterSpec::new("eth0".parse().unwrap())
-            }),
+            })),
             "filter add dev eth0 parent ffff: protocol ip flower ip_proto tcp dst_port 80-90 action mirred egress redirect dev ifb0",
         ),
         (
             // A u32 filter matching everything: tc sends no selector without a `match`, and
             // the kernel's u32_change refuses a filter without one.
-            Command::FilterAdd(FilterSpec {
+            Command::FilterAdd(Box::new(FilterSpec {
                 parent: Some(ClassId::new(1, 0)),
                 protocol: Protocol::All,
                 prio: Some(2),
                 kind: FilterKind::U32,
                 class: Some(ClassId::new(1, 0x10)),
                 ..FilterSpec::new("eth0".parse().unwrap())
-            }),
+            })),
             "filter add dev eth0 parent 1: protocol all pref 2 u32 match u32 0 0 classid 1:10",
         ),
         (
@@ -159,7 +159,7 @@ fn the_words_are_tcs() {
 
 #[test]
 fn what_the_grammar_cannot_say_is_refused_saying_why() {
-    let u32_ports = Command::FilterAdd(FilterSpec {
+    let u32_ports = Command::FilterAdd(Box::new(FilterSpec {
         protocol: Protocol::Ip,
         kind: FilterKind::U32,
         matcher: Match {
@@ -171,7 +171,7 @@ fn what_the_grammar_cannot_say_is_refused_saying_why() {
         },
         class: Some(ClassId::new(1, 1)),
         ..FilterSpec::new("eth0".parse().unwrap())
-    });
+    }));
     assert!(matches!(
         command_line(&u32_ports),
         Err(WriteError::PortRange(_))
@@ -185,7 +185,7 @@ fn what_the_grammar_cannot_say_is_refused_saying_why() {
         ..FilterSpec::new("eth0".parse().unwrap())
     };
     assert!(matches!(
-        command_line(&Command::FilterAdd(flower_keys)),
+        command_line(&Command::FilterAdd(Box::new(flower_keys))),
         Err(WriteError::NotInKind { kind: "flower", .. })
     ));
     // A leading `'` is quoted by `"`, a `"` by `'`; a text with both has no words.

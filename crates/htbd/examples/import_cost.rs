@@ -245,22 +245,23 @@ fn one_round(csv: &str) -> anyhow::Result<Round> {
     Ok(r)
 }
 
-/// The frames `Client::apply` writes: staged chunks, then the apply.
-fn encode(mut commands: Vec<Command>) -> anyhow::Result<Vec<Vec<u8>>> {
+/// The frames `Client::apply` writes: staged chunks, then the apply, taken off the front of
+/// one iterator as the client takes them (each command moves once).
+fn encode(commands: Vec<Command>) -> anyhow::Result<Vec<Vec<u8>>> {
     let mut frames = Vec::new();
+    let mut rest = commands.into_iter();
     loop {
-        let n = htb_cli::client::chunk_len(&commands);
-        if commands.len() <= n {
+        let n = htb_cli::client::chunk_len(rest.as_slice());
+        if rest.len() <= n {
             break;
         }
-        let rest = commands.split_off(n);
-        let chunk = std::mem::replace(&mut commands, rest);
+        let chunk: Vec<Command> = rest.by_ref().take(n).collect();
         frames.push(htb_ipc::encode(&Request::new(RequestBody::Stage {
             commands: chunk,
         }))?);
     }
     frames.push(htb_ipc::encode(&Request::new(RequestBody::Apply {
-        commands,
+        commands: rest.collect(),
     }))?);
     Ok(frames)
 }

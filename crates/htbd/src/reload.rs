@@ -206,13 +206,13 @@ fn port_commands(
         if !root_leaf_matches(port, want) {
             // A classless root: changed in place when its handle and kind stay (`qdisc
             // replace` with every option given), else put in place of whatever was there.
-            out.push(Command::LeafReplace(LeafQdiscSpec {
+            out.push(Command::LeafReplace(Box::new(LeafQdiscSpec {
                 dev: dev.to_owned(),
                 parent: None,
                 handle: Some(ClassId::new(def.handle.unwrap_or(1), 0)),
                 leaf: def.config.to_spec(),
                 stab: wanted_root_stab(want).map(|t| t.spec()),
-            }));
+            })));
         }
         return Ok(());
     }
@@ -223,11 +223,11 @@ fn port_commands(
         });
         if let Some(t) = want.trees.first().filter(|_| want.mq.is_none()) {
             check_fixed(dev, &SchedulerConfig::default(), &t.tree.tree.config)?;
-            out.push(Command::QdiscAdd(qdisc_spec(
+            out.push(Command::QdiscAdd(Box::new(qdisc_spec(
                 dev,
                 None,
                 &t.tree.tree.config,
-            )));
+            ))));
             add_everything(dev, t, out);
             return Ok(());
         }
@@ -276,7 +276,11 @@ fn port_commands(
             // mq → an htb root: `qdisc replace` builds it empty in mq's place.
             let tree = &t.tree.tree;
             check_fixed(dev, &SchedulerConfig::default(), &tree.config)?;
-            out.push(Command::QdiscReplace(qdisc_spec(dev, None, &tree.config)));
+            out.push(Command::QdiscReplace(Box::new(qdisc_spec(
+                dev,
+                None,
+                &tree.config,
+            ))));
             add_everything(dev, t, out);
         }
         (have, Some(t)) => tree_commands(dev, None, have, t, out)?,
@@ -300,13 +304,21 @@ fn tree_commands(
     match have {
         None => {
             check_fixed(dev, &SchedulerConfig::default(), &tree.config)?;
-            out.push(Command::QdiscAdd(qdisc_spec(dev, parent, &tree.config)));
+            out.push(Command::QdiscAdd(Box::new(qdisc_spec(
+                dev,
+                parent,
+                &tree.config,
+            ))));
             add_everything(dev, want, out);
         }
         Some(q) if q.config.major != tree.config.major => {
             // Another handle is another qdisc: `qdisc replace` builds it empty.
             check_fixed(dev, &q.config, &tree.config)?;
-            out.push(Command::QdiscReplace(qdisc_spec(dev, parent, &tree.config)));
+            out.push(Command::QdiscReplace(Box::new(qdisc_spec(
+                dev,
+                parent,
+                &tree.config,
+            ))));
             add_everything(dev, want, out);
         }
         Some(q) => {
@@ -320,9 +332,18 @@ fn tree_commands(
 fn add_everything(dev: &InterfaceName, want: &InterfaceTree, out: &mut Vec<Command>) {
     let (tree, filters) = (&want.tree.tree, &want.filters);
     for def in &tree.classes {
-        out.push(Command::ClassAdd(class_spec(dev, tree.config.major, def)));
+        out.push(Command::ClassAdd(Box::new(class_spec(
+            dev,
+            tree.config.major,
+            def,
+        ))));
         if let Some(leaf) = &def.leaf {
-            out.push(Command::LeafAdd(leaf_spec(dev, def.id, leaf, leaf.handle)));
+            out.push(Command::LeafAdd(Box::new(leaf_spec(
+                dev,
+                def.id,
+                leaf,
+                leaf.handle,
+            ))));
         }
     }
     out.extend(
@@ -352,11 +373,11 @@ fn split_set(dev: &InterfaceName, id: ClassId, choice: Option<htb_core::SplitCho
 }
 
 fn label_set(dev: &InterfaceName, id: ClassId, label: Option<htb_config::ClassLabel>) -> Command {
-    Command::ClassLabel(htb_ipc::LabelSpec {
+    Command::ClassLabel(Box::new(htb_ipc::LabelSpec {
         dev: dev.to_owned(),
         id,
         label,
-    })
+    }))
 }
 
 fn differences(
@@ -372,7 +393,7 @@ fn differences(
     if (c.0.default_minor, c.0.r2q, c.0.direct_qlen, c.0.stab)
         != (c.1.default_minor, c.1.r2q, c.1.direct_qlen, c.1.stab)
     {
-        out.push(Command::QdiscChange(qdisc_spec(dev, parent, c.1)));
+        out.push(Command::QdiscChange(Box::new(qdisc_spec(dev, parent, c.1))));
     }
     let want: BTreeMap<ClassId, &ClassDef> = tree.classes.iter().map(|d| (d.id, d)).collect();
     // Classes that go: gone from the file, moved to another parent, or below one that goes.
@@ -424,14 +445,19 @@ fn differences(
     for def in &tree.classes {
         let kept = q.classes.get(def.id).filter(|_| !gone.contains(&def.id));
         let Some(have) = kept.map(ClassEntry::def) else {
-            out.push(Command::ClassAdd(class_spec(dev, major, def)));
+            out.push(Command::ClassAdd(Box::new(class_spec(dev, major, def))));
             if let Some(leaf) = &def.leaf {
-                out.push(Command::LeafAdd(leaf_spec(dev, def.id, leaf, leaf.handle)));
+                out.push(Command::LeafAdd(Box::new(leaf_spec(
+                    dev,
+                    def.id,
+                    leaf,
+                    leaf.handle,
+                ))));
             }
             continue;
         };
         if have.spec != def.spec {
-            out.push(Command::ClassChange(class_spec(dev, major, def)));
+            out.push(Command::ClassChange(Box::new(class_spec(dev, major, def))));
         }
         if leaf_matches(have.leaf.as_ref(), def.leaf.as_ref()) {
             continue;
@@ -442,7 +468,9 @@ fn differences(
                     && w.handle.is_none_or(|x| h.handle == Some(x)) =>
             {
                 // Same qdisc, new options: changed in place, its queue kept.
-                out.push(Command::LeafChange(leaf_spec(dev, def.id, w, h.handle)));
+                out.push(Command::LeafChange(Box::new(leaf_spec(
+                    dev, def.id, w, h.handle,
+                ))));
             }
             (have_leaf, want_leaf) => {
                 if have_leaf.is_some() {
@@ -454,7 +482,9 @@ fn differences(
                     });
                 }
                 if let Some(w) = want_leaf {
-                    out.push(Command::LeafAdd(leaf_spec(dev, def.id, w, w.handle)));
+                    out.push(Command::LeafAdd(Box::new(leaf_spec(
+                        dev, def.id, w, w.handle,
+                    ))));
                 }
             }
         }
@@ -516,7 +546,7 @@ fn leaf_spec(
 }
 
 fn filter_add(dev: &InterfaceName, major: u16, f: &FilterEntry) -> Command {
-    Command::FilterAdd(FilterSpec {
+    Command::FilterAdd(Box::new(FilterSpec {
         dev: dev.to_owned(),
         parent: Some(ClassId::new(major, 0)),
         protocol: f.protocol,
@@ -528,7 +558,7 @@ fn filter_add(dev: &InterfaceName, major: u16, f: &FilterEntry) -> Command {
         hashing: f.hashing(),
         police: f.police().map(|p| Box::new(*p.config())),
         redirect: f.redirect().cloned(),
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -159,7 +159,7 @@ fn u32_filters(
                     redirect: redirect.cloned(),
                     ..FilterSpec::new(dev(lines.port))
                 };
-                lines.command(&Command::FilterAdd(spec))?;
+                lines.command(&Command::FilterAdd(Box::new(spec)))?;
             }
         }
     }
@@ -261,7 +261,7 @@ fn tree_commands(
 ) -> Result<(), TcExportError> {
     let c = &tree.config;
     let major = c.major;
-    lines.command(&Command::QdiscAdd(QdiscSpec {
+    lines.command(&Command::QdiscAdd(Box::new(QdiscSpec {
         dev: dev(lines.port),
         parent: at,
         handle: Some(ClassId::new(major, 0)),
@@ -269,11 +269,11 @@ fn tree_commands(
         r2q: Some(c.r2q),
         direct_qlen: Some(c.direct_qlen),
         stab: c.stab.map(|t| t.spec()),
-    }))?;
+    })))?;
     for class in &tree.classes {
         let s = &class.spec;
         let a = s.adjust;
-        lines.command(&Command::ClassAdd(ClassSpec {
+        lines.command(&Command::ClassAdd(Box::new(ClassSpec {
             dev: dev(lines.port),
             id: class.id,
             parent: Some(class.parent.unwrap_or(ClassId::new(major, 0))),
@@ -288,7 +288,7 @@ fn tree_commands(
             overhead: (a.overhead != 0).then_some(a.overhead),
             mpu: (a.mpu != 0).then_some(a.mpu),
             linklayer: (a.link_layer == LinkLayer::Atm).then_some(LinkLayer::Atm),
-        }))?;
+        })))?;
     }
     // Every leaf gets its qdisc, the default one too: the kernel's default is pfifo, htbd's
     // fq_codel unless the config says otherwise.
@@ -330,13 +330,13 @@ fn leaf(
         ));
         cake.target = Some(cake_target(rtt));
     }
-    lines.command(&Command::LeafAdd(LeafQdiscSpec {
+    lines.command(&Command::LeafAdd(Box::new(LeafQdiscSpec {
         dev: dev(lines.port),
         parent,
         handle: handle.map(|h| ClassId::new(h, 0)),
         leaf: spec,
         stab: stab.map(|t| t.spec()),
-    }))
+    })))
 }
 
 /// The target tc's `rtt` gives cake: q_cake.c's `cake_parse_opt` sends a twentieth of the rtt

@@ -179,7 +179,7 @@ impl Port<'_> {
             },
             ..self.filter(family)
         };
-        out.push(Origin::Running, Command::FilterAdd(table));
+        out.push(Origin::Running, Command::FilterAdd(Box::new(table)));
         let mut matcher = Match::default();
         if let Some(k) = key {
             matcher.raw = matcher.raw.with(k).unwrap_or_default();
@@ -194,7 +194,7 @@ impl Port<'_> {
             },
             ..self.filter(family)
         };
-        out.push(Origin::Running, Command::FilterAdd(linking));
+        out.push(Origin::Running, Command::FilterAdd(Box::new(linking)));
     }
 
     /// The filters of `want` (address → its prefix, class and CSV line) not in `kept`, each
@@ -300,7 +300,7 @@ impl Port<'_> {
                 },
                 ..self.filter(family)
             };
-            out.push(Origin::Csv(line), Command::FilterAdd(filter));
+            out.push(Origin::Csv(line), Command::FilterAdd(Box::new(filter)));
             out.changes.filters_added += 1;
         }
     }

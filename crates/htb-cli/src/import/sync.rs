@@ -391,16 +391,16 @@ fn port_batch(
         match kept {
             None => {
                 out.comment(format!("{} ({})", w.comment, w.origin));
-                out.push(w.origin.clone(), Command::ClassAdd(class()));
+                out.push(w.origin.clone(), Command::ClassAdd(Box::new(class())));
                 out.changes.added += 1;
                 if let Some(spec) = w.leaf {
-                    out.push(w.origin.clone(), Command::LeafAdd(leaf(spec)));
+                    out.push(w.origin.clone(), Command::LeafAdd(Box::new(leaf(spec))));
                     out.changes.leaves += 1;
                 }
             }
             Some(have) => {
                 if (have.rate.bits_per_sec(), have.ceil.bits_per_sec()) != (w.rate, w.ceil) {
-                    out.push(w.origin.clone(), Command::ClassChange(class()));
+                    out.push(w.origin.clone(), Command::ClassChange(Box::new(class())));
                     out.changes.changed += 1;
                 }
                 match (w.leaf, r.leaf(id)) {
@@ -417,7 +417,7 @@ fn port_batch(
                     }
                     (Some(spec), have_leaf) => {
                         if have_leaf.is_none_or(|l| Some(*l) != spec.resolve().ok()) {
-                            out.push(w.origin.clone(), Command::LeafReplace(leaf(spec)));
+                            out.push(w.origin.clone(), Command::LeafReplace(Box::new(leaf(spec))));
                             out.changes.leaves += 1;
                         }
                     }
@@ -433,7 +433,7 @@ fn port_batch(
                 id,
                 label,
             };
-            out.push(w.origin.clone(), Command::ClassLabel(spec));
+            out.push(w.origin.clone(), Command::ClassLabel(Box::new(spec)));
             out.changes.labels += 1;
         }
     }

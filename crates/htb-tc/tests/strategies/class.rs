@@ -96,15 +96,13 @@ fn label() -> BoxedStrategy<Option<ClassLabel>> {
 
 pub(super) fn class_command() -> BoxedStrategy<Command> {
     prop_oneof![
-        class_spec().prop_map(Command::ClassAdd),
-        class_spec().prop_map(Command::ClassChange),
-        class_spec().prop_map(Command::ClassReplace),
+        class_spec().prop_map(|s| Command::ClassAdd(Box::new(s))),
+        class_spec().prop_map(|s| Command::ClassChange(Box::new(s))),
+        class_spec().prop_map(|s| Command::ClassReplace(Box::new(s))),
         (dev(), class_id()).prop_map(|(dev, id)| Command::ClassDelete(ClassDelete { dev, id })),
-        (dev(), class_id(), label()).prop_map(|(dev, id, label)| Command::ClassLabel(LabelSpec {
-            dev,
-            id,
-            label
-        })),
+        (dev(), class_id(), label()).prop_map(|(dev, id, label)| Command::ClassLabel(Box::new(
+            LabelSpec { dev, id, label }
+        ))),
     ]
     .boxed()
 }

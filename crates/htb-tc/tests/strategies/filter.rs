@@ -275,9 +275,9 @@ pub(super) fn filter_command() -> BoxedStrategy<Command> {
         f
     });
     prop_oneof![
-        spec.clone().prop_map(Command::FilterAdd),
-        named.prop_map(Command::FilterChange),
-        spec.prop_map(Command::FilterReplace),
+        spec.clone().prop_map(|s| Command::FilterAdd(Box::new(s))),
+        named.prop_map(|s| Command::FilterChange(Box::new(s))),
+        spec.prop_map(|s| Command::FilterReplace(Box::new(s))),
         (
             dev(),
             proptest::option::of(qdisc_handle()),

@@ -263,17 +263,17 @@ pub(super) fn qdisc_command() -> BoxedStrategy<Command> {
             .collect::<Vec<_>>(),
     );
     prop_oneof![
-        htb_qdisc().prop_map(Command::QdiscAdd),
-        htb_qdisc().prop_map(Command::QdiscChange),
-        htb_qdisc().prop_map(Command::QdiscReplace),
+        htb_qdisc().prop_map(|s| Command::QdiscAdd(Box::new(s))),
+        htb_qdisc().prop_map(|s| Command::QdiscChange(Box::new(s))),
+        htb_qdisc().prop_map(|s| Command::QdiscReplace(Box::new(s))),
         mq.clone().prop_map(Command::MqAdd),
         mq.prop_map(Command::MqReplace),
         dev().prop_map(|dev| Command::QdiscDelete { dev }),
         dev().prop_map(|dev| Command::IngressAdd { dev }),
         dev().prop_map(|dev| Command::IngressDelete { dev }),
-        leaf_qdisc().prop_map(Command::LeafAdd),
-        leaf_qdisc().prop_map(Command::LeafChange),
-        leaf_qdisc().prop_map(Command::LeafReplace),
+        leaf_qdisc().prop_map(|s| Command::LeafAdd(Box::new(s))),
+        leaf_qdisc().prop_map(|s| Command::LeafChange(Box::new(s))),
+        leaf_qdisc().prop_map(|s| Command::LeafReplace(Box::new(s))),
         (
             dev(),
             class_id(),

@@ -20,7 +20,7 @@ fn model() -> Model {
 /// sqm-scripts' redirect: `filter add dev r2 parent ffff: protocol all prio 10 u32 match u32 0 0
 /// flowid 1:1 action mirred egress redirect dev TO`.
 fn redirect(to: &str) -> Command {
-    Command::FilterAdd(FilterSpec {
+    Command::FilterAdd(Box::new(FilterSpec {
         parent: Some(ClassId::new(INGRESS_MAJOR, 0)),
         protocol: Protocol::parse("all").unwrap(),
         prio: Some(10),
@@ -28,7 +28,7 @@ fn redirect(to: &str) -> Command {
         class: Some("1:1".parse().unwrap()),
         redirect: Some(to.parse().unwrap()),
         ..FilterSpec::new("r2".parse().unwrap())
-    })
+    }))
 }
 
 fn ingress_add(dev: &str) -> Command {
@@ -38,11 +38,11 @@ fn ingress_add(dev: &str) -> Command {
 }
 
 fn ifb_tree() -> Command {
-    Command::QdiscAdd(QdiscSpec {
+    Command::QdiscAdd(Box::new(QdiscSpec {
         handle: Some(ClassId::new(1, 0)),
         default_minor: Some(0x10),
         ..QdiscSpec::new("ifb0".parse().unwrap())
-    })
+    }))
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn an_ingress_policer_needs_no_redirect() {
         exceed: htb_config::filter::ControlAction::Drop,
         ..PoliceConfig::default()
     };
-    let filter = Command::FilterAdd(FilterSpec {
+    let filter = Command::FilterAdd(Box::new(FilterSpec {
         parent: Some(ClassId::new(INGRESS_MAJOR, 0)),
         protocol: Protocol::parse("ip").unwrap(),
         prio: Some(50),
@@ -155,7 +155,7 @@ fn an_ingress_policer_needs_no_redirect() {
         },
         police: Some(Box::new(police)),
         ..FilterSpec::new("r2".parse().unwrap())
-    });
+    }));
     m.apply(&[ingress_add("r2"), filter]).unwrap();
     let hook = m.ports[1].ingress_hook().unwrap();
     assert_eq!(hook.len(), 1);
@@ -206,10 +206,10 @@ fn ingress_and_tree_filters_are_sent_to_the_data_plane_apart() {
             .collect()
     };
     assert_eq!(sent(&plan), ["ingress"], "{:?}", plan.effects);
-    let tree = Command::QdiscAdd(QdiscSpec {
+    let tree = Command::QdiscAdd(Box::new(QdiscSpec {
         handle: Some(ClassId::new(1, 0)),
         ..QdiscSpec::new("r2".parse().unwrap())
-    });
+    }));
     let plan = m.apply(&[tree]).unwrap();
     assert!(!sent(&plan).contains(&"ingress"), "{:?}", plan.effects);
 }

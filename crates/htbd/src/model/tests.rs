@@ -30,26 +30,26 @@ fn model() -> Model {
 }
 
 fn qdisc_add(dev: &str) -> Command {
-    Command::QdiscAdd(QdiscSpec {
+    Command::QdiscAdd(Box::new(QdiscSpec {
         handle: Some(ClassId::new(1, 0)),
         default_minor: Some(0x20),
         ..QdiscSpec::new(dev.parse().unwrap())
-    })
+    }))
 }
 
-fn class(op: fn(WireClass) -> Command, id: &str, parent: &str, mbit: u64) -> Command {
-    op(WireClass {
+fn class(op: fn(Box<WireClass>) -> Command, id: &str, parent: &str, mbit: u64) -> Command {
+    op(Box::new(WireClass {
         parent: Some(parent.parse().unwrap()),
         ..WireClass::new(
             "r2".parse().unwrap(),
             id.parse().unwrap(),
             Rate::from_mbit(mbit),
         )
-    })
+    }))
 }
 
 fn filter(class: &str, dport: u16, prio: Option<u32>, kind: &str) -> Command {
-    Command::FilterAdd(filter_spec(class, dport, prio, kind))
+    Command::FilterAdd(Box::new(filter_spec(class, dport, prio, kind)))
 }
 
 /// An IP filter on r2's `1:` sending UDP/TCP port `dport` to `class`.
@@ -217,7 +217,7 @@ fn tc_rules_for_classes_filters_and_qdiscs() {
 #[test]
 fn the_state_file_round_trips_through_the_config_parser() {
     let mut m = base();
-    m.apply(&[Command::ClassChange(WireClass {
+    m.apply(&[Command::ClassChange(Box::new(WireClass {
         parent: Some("1:1".parse().unwrap()),
         ceil: Some(Rate::from_bits_per_sec(2_000_000_001)),
         burst: Some(15_000),
@@ -231,10 +231,10 @@ fn the_state_file_round_trips_through_the_config_parser() {
             "1:20".parse().unwrap(),
             Rate::from_bits_per_sec(1_234_567_891),
         )
-    })])
+    }))])
     .unwrap();
     // A filter with u32 general keys (wondershaper's small-ACK words) survives the trip.
-    m.apply(&[Command::FilterAdd(FilterSpec {
+    m.apply(&[Command::FilterAdd(Box::new(FilterSpec {
         parent: Some(ClassId::new(1, 0)),
         protocol: Protocol::parse("ip").unwrap(),
         prio: Some(2),
@@ -260,7 +260,7 @@ fn the_state_file_round_trips_through_the_config_parser() {
         },
         class: Some("1:20".parse().unwrap()),
         ..FilterSpec::new("r2".parse().unwrap())
-    })])
+    }))])
     .unwrap();
     let back = saved_and_read_back(
         &m,
@@ -285,18 +285,18 @@ fn the_state_file_round_trips_through_the_config_parser() {
 }
 
 fn leaf(
-    op: fn(LeafQdiscSpec) -> Command,
+    op: fn(Box<LeafQdiscSpec>) -> Command,
     class: &str,
     handle: Option<u16>,
     spec: LeafSpec,
 ) -> Command {
-    op(LeafQdiscSpec {
+    op(Box::new(LeafQdiscSpec {
         dev: "r2".parse().unwrap(),
         parent: Some(class.parse().unwrap()),
         handle: handle.map(|h| ClassId::new(h, 0)),
         leaf: spec,
         stab: None,
-    })
+    }))
 }
 
 fn leaf_of(m: &Model, class: &str) -> Option<LeafDef> {
@@ -531,13 +531,14 @@ fn filter_change_and_replace_keep_the_handle_and_take_the_new_match() {
         let f = m.ports[1].htb().unwrap().filters.first().unwrap();
         FilterHandle(f.handle).display(f.kind).to_string()
     };
-    let spec = |op: fn(FilterSpec) -> Command, handle: Option<&str>, class: &str, dport: u16| {
-        let Command::FilterAdd(mut f) = filter(class, dport, Some(1), "u32") else {
-            unreachable!()
+    let spec =
+        |op: fn(Box<FilterSpec>) -> Command, handle: Option<&str>, class: &str, dport: u16| {
+            let Command::FilterAdd(mut f) = filter(class, dport, Some(1), "u32") else {
+                unreachable!()
+            };
+            f.handle = handle.map(|h| FilterHandle::parse(Some(FilterKind::U32), h).unwrap());
+            op(f)
         };
-        f.handle = handle.map(|h| FilterHandle::parse(Some(FilterKind::U32), h).unwrap());
-        op(f)
-    };
     m.apply(&[spec(Command::FilterChange, Some(&handle), "1:30", 6000)])
         .unwrap();
     let q = m.ports[1].htb().unwrap();
@@ -592,13 +593,13 @@ fn a_size_table_is_kept_changed_removed_and_saved_as_tc_does() {
         link_layer: Some(link_layer),
         ..htb_ipc::SizeSpec::default()
     };
-    let with_stab = |s: Option<htb_ipc::SizeSpec>, op: fn(QdiscSpec) -> Command| {
-        op(QdiscSpec {
+    let with_stab = |s: Option<htb_ipc::SizeSpec>, op: fn(Box<QdiscSpec>) -> Command| {
+        op(Box::new(QdiscSpec {
             handle: Some(ClassId::new(1, 0)),
             default_minor: Some(0x20),
             stab: s,
             ..QdiscSpec::new("r2".parse().unwrap())
-        })
+        }))
     };
     let mut m = model();
     let plan = m
@@ -649,13 +650,13 @@ fn a_size_table_is_kept_changed_removed_and_saved_as_tc_does() {
     assert_eq!(m.to_toml(), before);
     // Under a class a size table is refused, naming where it belongs.
     let e = m
-        .apply(&[Command::LeafAdd(LeafQdiscSpec {
+        .apply(&[Command::LeafAdd(Box::new(LeafQdiscSpec {
             dev: "r2".parse().unwrap(),
             parent: Some("1:1".parse().unwrap()),
             handle: None,
             leaf: sfq(10),
             stab: Some(stab(4, htb_core::LinkLayer::Ethernet)),
-        })])
+        }))])
         .unwrap_err();
     assert!(e.message.contains("root htb qdisc"), "{}", e.message);
 }
@@ -663,14 +664,14 @@ fn a_size_table_is_kept_changed_removed_and_saved_as_tc_does() {
 #[test]
 fn a_classless_root_keeps_its_size_table_through_changes_and_the_state_file() {
     let mut m = model();
-    let cake = |op: fn(LeafQdiscSpec) -> Command, s: Option<htb_ipc::SizeSpec>| {
-        op(LeafQdiscSpec {
+    let cake = |op: fn(Box<LeafQdiscSpec>) -> Command, s: Option<htb_ipc::SizeSpec>| {
+        op(Box::new(LeafQdiscSpec {
             dev: "r2".parse().unwrap(),
             parent: None,
             handle: Some(ClassId::new(1, 0)),
             leaf: LeafSpec::Pfifo { limit: Some(100) },
             stab: s,
-        })
+        }))
     };
     let atm = htb_ipc::SizeSpec {
         overhead: 44,
@@ -699,14 +700,14 @@ fn a_classless_root_keeps_its_size_table_through_changes_and_the_state_file() {
 fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
     let mut m = base();
     let arp = |dst: Option<&str>| {
-        Command::FilterAdd(FilterSpec {
+        Command::FilterAdd(Box::new(FilterSpec {
             protocol: Protocol::Arp,
             matcher: Match {
                 dst: dst.map(|d| d.parse().unwrap()),
                 ..Match::default()
             },
             ..filter_spec("1:20", 0, Some(3), "u32")
-        })
+        }))
     };
     let e = m.apply(&[arp(Some("10.0.0.0/8"))]).unwrap_err();
     assert!(e.message.contains("protocol arp"), "{}", e.message);
@@ -725,7 +726,7 @@ fn protocol_arp_filters_are_kept_and_refuse_ip_addresses() {
 fn a_policed_filter_keeps_its_policer_through_the_state_file_and_other_changes() {
     let mut m = base();
     let policed = |exceed| {
-        Command::FilterAdd(FilterSpec {
+        Command::FilterAdd(Box::new(FilterSpec {
             police: Some(Box::new(htb_ipc::PoliceConfig {
                 rate: Some(Rate::from_mbit(5)),
                 burst: 20_000,
@@ -733,7 +734,7 @@ fn a_policed_filter_keeps_its_policer_through_the_state_file_and_other_changes()
                 ..htb_ipc::PoliceConfig::default()
             })),
             ..filter_spec("1:20", 5202, Some(1), "u32")
-        })
+        }))
     };
     m.apply(&[policed(htb_ipc::ControlAction::Drop)]).unwrap();
     let police = |m: &Model| {
@@ -781,10 +782,10 @@ fn protocol_all_shares_a_prio_with_ip_as_unprotocoled_u32_lines_do_in_the_kernel
     // reads as IPv4; the kernel keeps both `all`, in one tcf_proto.
     let mut m = base();
     let at5 = |protocol: &str, dport: u16| {
-        Command::FilterAdd(FilterSpec {
+        Command::FilterAdd(Box::new(FilterSpec {
             protocol: Protocol::parse(protocol).unwrap(),
             ..filter_spec("1:20", dport, Some(5), "u32")
-        })
+        }))
     };
     m.apply(&[at5("all", 1), at5("ip", 2), at5("all", 3)])
         .unwrap();
