@@ -74,10 +74,10 @@ check "no_std" bash -c 'cd crates/htb-nostd-check && cargo run --release --quiet
 
 step "summary"
 if [ -s "$rates_log" ]; then
-    echo "rate checks ($(wc -l <"$rates_log"), each judged by what its class owed in its window):"
+    echo "rate checks ($(wc -l <"$rates_log"), each judged by what its class owed in its window; \"unmeasured\": a window the host took, measured again):"
     sed 's/^/  /' "$rates_log"
 fi
-scripts/test-summary.sh "$tests_log"
+scripts/test-summary.sh "$tests_log" "$rates_log"
 tests_ok=$?
 if ((${#failed_steps[@]} == 0)) && ((tests_ok == 0)); then
     echo "==> all checks passed in $(($(date +%s) - started)) s"

@@ -18,6 +18,8 @@ pub mod latency;
 mod load;
 pub mod owed;
 pub use owed::{Counted, Promise, Stalls, assert_filled, assert_owed};
+pub mod premise;
+pub use premise::{remeasured, unmeasured};
 pub mod prometheus_server;
 mod rtts;
 pub mod scale;

@@ -28,6 +28,8 @@ use std::time::Duration;
 
 use htb_core::StallLog;
 
+use crate::premise::{note, unmeasured};
+
 /// A window where the data plane lost more than this share to stalls beyond burst and credit
 /// measures the host, not the shaper: a premise failure.
 pub const MAX_LOST_SHARE: f64 = 0.10;
@@ -194,20 +196,44 @@ impl Owed {
     }
 }
 
+/// Why a window failed its check.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Misjudged {
+    /// The delivery was outside what the class owed by more than the tolerance: the shaper's
+    /// fault, whatever the host did.
+    #[error("{0}")]
+    Off(String),
+    /// The host took so much of the window that the bound means little: a premise failure,
+    /// measured again ([`crate::premise`]).
+    #[error("{0}")]
+    Unmeasured(String),
+}
+
+impl Misjudged {
+    /// The report, whichever failure it is.
+    #[must_use]
+    pub fn report(&self) -> &str {
+        match self {
+            Self::Off(report) | Self::Unmeasured(report) => report,
+        }
+    }
+}
+
 /// Judges `counted` (a class, or classes summed, that were full for the whole window) against
 /// what `promise` owed with `stalls`, within `tolerance` of the bound. `Ok` and `Err` both
 /// carry the report: the raw error against the rate, the bound, and the accounted error.
 ///
 /// # Errors
-/// The report, when the delivery is outside the bound by more than `tolerance`, or the
-/// stalls took so much of the window that the bound means little (a premise failure).
+/// [`Misjudged::Off`] with the report when the delivery is outside the bound by more than
+/// `tolerance`; [`Misjudged::Unmeasured`] when the stalls took so much of the window that the
+/// bound means little (a premise failure).
 pub fn judge(
     what: &str,
     counted: &Counted,
     promise: &Promise,
     stalls: &Stalls,
     tolerance: f64,
-) -> Result<String, String> {
+) -> Result<String, Misjudged> {
     let owed = Owed::of(promise, counted, stalls);
     let rate = promise.rate_bps;
     let raw = (counted.bps() - rate) / rate;
@@ -237,22 +263,23 @@ pub fn judge(
         tolerance * 100.0
     );
     if share > MAX_LOST_SHARE {
-        return Err(format!(
+        return Err(Misjudged::Unmeasured(format!(
             "{report}\n{what}: premise failed: the data plane was kept from forwarding beyond \
              burst and credit for {:.1} % of the window (more than {:.0} %), so the window \
              measures the host, not the shaper",
             share * 100.0,
             MAX_LOST_SHARE * 100.0
-        ));
+        )));
     }
     if accounted.abs() <= tolerance {
         Ok(report)
     } else {
-        Err(report)
+        Err(Misjudged::Off(report))
     }
 }
 
-/// [`judge`], printing the report, panicking with it when the delivery is off.
+/// [`judge`], printing the report, panicking with it when the delivery is off, or abandoning
+/// the attempt ([`unmeasured`]) when the host took the window.
 ///
 /// # Panics
 /// When [`judge`] fails.
@@ -263,38 +290,19 @@ pub fn assert_owed(
     stalls: &Stalls,
     tolerance: f64,
 ) {
-    let verdict = judge(what, counted, promise, stalls, tolerance);
-    record(&verdict);
-    match verdict {
-        Ok(report) => eprintln!("{report}"),
-        Err(report) => panic!("{report}"),
-    }
-}
-
-/// The environment variable naming a file every rate check's report is appended to, one line
-/// each with its test's name (`scripts/test.sh` sets it and prints the file in its summary):
-/// the raw and accounted errors of every rate test of a run, passed or failed.
-pub const REPORT_ENV: &str = "HTB_LAB_REPORT";
-
-/// Appends a verdict to `HTB_LAB_REPORT`'s file, if set (a report that cannot be written is
-/// not a test's failure).
-fn record(verdict: &Result<String, String>) {
-    let Some(path) = std::env::var_os(REPORT_ENV) else {
-        return;
-    };
-    let (mark, report) = match verdict {
-        Ok(r) => ("ok", r),
-        Err(r) => ("FAILED", r),
-    };
-    let test = std::thread::current().name().unwrap_or("?").to_owned();
-    let line = format!("{mark} {test}: {}\n", report.lines().next().unwrap_or(""));
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path);
-    if let Ok(mut file) = file {
-        use std::io::Write;
-        let _ = file.write_all(line.as_bytes());
+    match judge(what, counted, promise, stalls, tolerance) {
+        Ok(report) => {
+            note("ok", &report);
+            eprintln!("{report}");
+        }
+        Err(Misjudged::Off(report)) => {
+            note("FAILED", &report);
+            panic!("{report}");
+        }
+        Err(Misjudged::Unmeasured(report)) => {
+            eprintln!("{report}");
+            unmeasured(report)
+        }
     }
 }
 
@@ -398,7 +406,8 @@ mod tests {
         let promise = Promise::class(RATE);
         let lost = stalled(&[40; 20], 0);
         let err = judge("lost", &counted(0.85), &promise, &lost, 0.01).unwrap_err();
-        assert!(err.contains("premise failed"), "{err}");
+        assert!(matches!(err, Misjudged::Unmeasured(_)), "{err}");
+        assert!(err.report().contains("premise failed"), "{err}");
     }
 
     #[test]
