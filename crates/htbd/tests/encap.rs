@@ -108,17 +108,19 @@ fn shaped_by_inner_ip(lab: &Lab, htbd: &Htbd, encap: &str) {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn pppoe_qinq_and_mpls_subscribers_are_shaped_by_their_inner_ip() {
-    let lab = Lab::up_with_queues("htbe", "bridge", 2);
-    let htbd = Htbd::start(&lab, CONFIG);
-    // The kernel bridge is down: frames can only cross through htbd.
-    assert!(
-        lab.exec(R, &["ip", "link", "set", "br0", "down"])
-            .status
-            .success()
-    );
-    for encap in ["pppoe", "qinq", "mpls"] {
-        shaped_by_inner_ip(&lab, &htbd, encap);
-        // Let the classes drain before the next encapsulation.
-        std::thread::sleep(Duration::from_millis(1500));
-    }
+    htb_lab::remeasured(|| {
+        let lab = Lab::up_with_queues("htbe", "bridge", 2);
+        let htbd = Htbd::start(&lab, CONFIG);
+        // The kernel bridge is down: frames can only cross through htbd.
+        assert!(
+            lab.exec(R, &["ip", "link", "set", "br0", "down"])
+                .status
+                .success()
+        );
+        for encap in ["pppoe", "qinq", "mpls"] {
+            shaped_by_inner_ip(&lab, &htbd, encap);
+            // Let the classes drain before the next encapsulation.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    });
 }

@@ -488,43 +488,45 @@ fn one_way_classes_are_seen(fleet: &Fleet) {
 #[test]
 #[ignore = "needs root, network namespaces, bird2 and keepalived (scripts/test.sh runs it as root)"]
 fn bgp_and_vrrp_move_the_subscriber_to_the_standby_and_back_whatever_fails() {
-    let fleet = Fleet::up("htbf");
-    let mut boxes = Boxes {
-        htbd: [None, None],
-        dirs: [None, None],
-    };
-    for b in [FleetBox::PRIMARY, FleetBox::STANDBY] {
-        let htbd = fleet.start_htbd(b, CONFIG, tempfile::tempdir().unwrap());
-        boxes.htbd[usize::from(b.n - 1)] = Some(htbd);
-        fleet.start_routing(b, &format!("{}s", HOLD_DOWN.as_secs()));
-    }
-    let first = fleet.wait_carried_by(FleetBox::PRIMARY, Duration::from_secs(30));
-    eprintln!("the primary carries the subscriber {first:?} after the daemons started");
-    // Both boxes announce; the upstream prefers the primary's MED and keeps the standby's.
-    let both = Instant::now();
-    loop {
-        let routes = fleet.birdc("up", &["show", "route", "for", SUBSCRIBER]);
-        if routes.contains("10.210.1.2") && routes.contains("10.210.2.2") {
-            break;
+    htb_lab::remeasured(|| {
+        let fleet = Fleet::up("htbf");
+        let mut boxes = Boxes {
+            htbd: [None, None],
+            dirs: [None, None],
+        };
+        for b in [FleetBox::PRIMARY, FleetBox::STANDBY] {
+            let htbd = fleet.start_htbd(b, CONFIG, tempfile::tempdir().unwrap());
+            boxes.htbd[usize::from(b.n - 1)] = Some(htbd);
+            fleet.start_routing(b, &format!("{}s", HOLD_DOWN.as_secs()));
         }
-        assert!(
-            both.elapsed() < Duration::from_secs(20),
-            "the upstream should know both boxes' routes:\n{routes}\n{}",
-            fleet.logs()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    generations_tell_the_boxes_apart(&fleet, &boxes);
-    one_way_classes_are_seen(&fleet);
-    let mut lines = Vec::new();
-    for failure in [
-        Failure::Kill9,
-        Failure::Hang,
-        Failure::LinkDown,
-        Failure::Stop,
-        Failure::BoxGone,
-    ] {
-        lines.push(failover(&fleet, &mut boxes, failure));
-    }
-    eprintln!("\n{}", lines.join("\n"));
+        let first = fleet.wait_carried_by(FleetBox::PRIMARY, Duration::from_secs(30));
+        eprintln!("the primary carries the subscriber {first:?} after the daemons started");
+        // Both boxes announce; the upstream prefers the primary's MED and keeps the standby's.
+        let both = Instant::now();
+        loop {
+            let routes = fleet.birdc("up", &["show", "route", "for", SUBSCRIBER]);
+            if routes.contains("10.210.1.2") && routes.contains("10.210.2.2") {
+                break;
+            }
+            assert!(
+                both.elapsed() < Duration::from_secs(20),
+                "the upstream should know both boxes' routes:\n{routes}\n{}",
+                fleet.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        generations_tell_the_boxes_apart(&fleet, &boxes);
+        one_way_classes_are_seen(&fleet);
+        let mut lines = Vec::new();
+        for failure in [
+            Failure::Kill9,
+            Failure::Hang,
+            Failure::LinkDown,
+            Failure::Stop,
+            Failure::BoxGone,
+        ] {
+            lines.push(failover(&fleet, &mut boxes, failure));
+        }
+        eprintln!("\n{}", lines.join("\n"));
+    });
 }

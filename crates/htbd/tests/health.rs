@@ -50,34 +50,36 @@ fn until(lab: &Lab, want: u16, limit: Duration) -> Duration {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn health_is_200_while_the_data_plane_passes_503_once_it_hangs_and_silent_once_killed() {
-    let lab = Lab::up("htbh", "router");
-    // The data plane hangs for good 4 s after start (htbd's fault injection).
-    let mut htbd = Htbd::start_with(
-        &lab,
-        CONFIG,
-        tempfile::tempdir().unwrap(),
-        &[("HTBD_FAULTS", "hang-data-plane-after:4000")],
-    );
-    let ready = until(&lab, 200, Duration::from_secs(1));
-    eprintln!("200 {ready:?} after htbd reported running");
-    let (code, body) = health(&lab);
-    assert_eq!(code, 200, "{body}");
-    assert!(
-        body.starts_with("ok: every data-plane worker passed"),
-        "{body}"
-    );
+    htb_lab::remeasured(|| {
+        let lab = Lab::up("htbh", "router");
+        // The data plane hangs for good 4 s after start (htbd's fault injection).
+        let mut htbd = Htbd::start_with(
+            &lab,
+            CONFIG,
+            tempfile::tempdir().unwrap(),
+            &[("HTBD_FAULTS", "hang-data-plane-after:4000")],
+        );
+        let ready = until(&lab, 200, Duration::from_secs(1));
+        eprintln!("200 {ready:?} after htbd reported running");
+        let (code, body) = health(&lab);
+        assert_eq!(code, 200, "{body}");
+        assert!(
+            body.starts_with("ok: every data-plane worker passed"),
+            "{body}"
+        );
 
-    htbd.wait_for_log("hanging the data plane", Duration::from_secs(10));
-    let down = until(&lab, 503, Duration::from_secs(1));
-    eprintln!("503 {down:?} after the data plane hung");
-    let (code, body) = health(&lab);
-    assert_eq!(code, 503, "{body}");
-    assert!(
-        body.starts_with("down: the data-plane workers have not all passed"),
-        "{body}"
-    );
+        htbd.wait_for_log("hanging the data plane", Duration::from_secs(10));
+        let down = until(&lab, 503, Duration::from_secs(1));
+        eprintln!("503 {down:?} after the data plane hung");
+        let (code, body) = health(&lab);
+        assert_eq!(code, 503, "{body}");
+        assert!(
+            body.starts_with("down: the data-plane workers have not all passed"),
+            "{body}"
+        );
 
-    htbd.kill9();
-    let (code, body) = health(&lab);
-    assert_eq!(code, 0, "a killed htbd answered {code}: {body}");
+        htbd.kill9();
+        let (code, body) = health(&lab);
+        assert_eq!(code, 0, "a killed htbd answered {code}: {body}");
+    });
 }

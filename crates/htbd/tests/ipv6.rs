@@ -109,81 +109,89 @@ fn udp_and_tcp_are_shaped(lab: &Lab, htbd: &Htbd, mode: &str) {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn router_mode_forwards_classifies_and_shapes_ipv6() {
-    let lab = Lab::up_ipv6("htb6", "router");
-    let htbd = Htbd::start(&lab, &config("router"));
-    assert_reachable(&lab);
-    udp_and_tcp_are_shaped(&lab, &htbd, "router");
-    // The data plane forwarded the flows (not the kernel behind it).
-    let xdp = htbd.status().xdp;
-    assert!(xdp.redirected > 10_000, "{xdp:?}");
+    htb_lab::remeasured(|| {
+        let lab = Lab::up_ipv6("htb6", "router");
+        let htbd = Htbd::start(&lab, &config("router"));
+        assert_reachable(&lab);
+        udp_and_tcp_are_shaped(&lab, &htbd, "router");
+        // The data plane forwarded the flows (not the kernel behind it).
+        let xdp = htbd.status().xdp;
+        assert!(xdp.redirected > 10_000, "{xdp:?}");
+    });
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn bridge_mode_classifies_and_shapes_ipv6() {
-    let lab = Lab::up_ipv6("htb6", "bridge");
-    let htbd = Htbd::start(&lab, &config("bridge"));
-    // The kernel bridge is down: frames can only cross through htbd.
-    assert!(
-        lab.exec(R, &["ip", "link", "set", "br0", "down"])
-            .status
-            .success()
-    );
-    assert_reachable(&lab);
-    udp_and_tcp_are_shaped(&lab, &htbd, "bridge");
+    htb_lab::remeasured(|| {
+        let lab = Lab::up_ipv6("htb6", "bridge");
+        let htbd = Htbd::start(&lab, &config("bridge"));
+        // The kernel bridge is down: frames can only cross through htbd.
+        assert!(
+            lab.exec(R, &["ip", "link", "set", "br0", "down"])
+                .status
+                .success()
+        );
+        assert_reachable(&lab);
+        udp_and_tcp_are_shaped(&lab, &htbd, "bridge");
+    });
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn ipv6_packet_too_big_and_hop_limit_go_to_the_kernel() {
-    let lab = Lab::up_ipv6("htb6", "router");
-    let htbd = Htbd::start(&lab, &config("router"));
-    // Hop limit 1: the kernel answers "time exceeded" (a router must not forward it).
-    let out = ping6(&lab, lab.n2_ip(), &["-c", "2", "-i", "0.2", "-t", "1"]);
-    assert!(
-        out.contains("Time exceeded") && out.contains(" 0 received"),
-        "hop limit 1: {out}"
-    );
-    let pass_ttl = htbd.status().xdp.pass_ttl;
-    assert!(
-        pass_ttl >= 2,
-        "the XDP program handed {pass_ttl} to the kernel"
-    );
-    // The r2 <-> node-2 link's MTU becomes IPv6's minimum, 1280 (both ends).
-    let _ = lab.exec(R, &["ip", "link", "set", "r2", "mtu", "1280"]);
-    let _ = lab.exec(N2, &["ip", "link", "set", "eth0", "mtu", "1280"]);
-    // A 1348-byte packet: routers never fragment IPv6, so the kernel answers "packet too big"
-    // with r2's MTU (it could not, had htbd sent the packet out of the smaller link, where the
-    // veth drops it).
-    let pass_fib = htbd.status().xdp.pass_fib;
-    let out = ping6(
-        &lab,
-        lab.n2_ip(),
-        &["-c", "3", "-i", "0.2", "-M", "do", "-s", "1300"],
-    );
-    assert!(
-        out.contains("mtu=1280") || out.contains("mtu = 1280"),
-        "no packet-too-big for a 1348-byte packet: {out}"
-    );
-    assert!(
-        htbd.status().xdp.pass_fib > pass_fib,
-        "the XDP program did not hand the big packet to the kernel"
-    );
-    // Packets that fit still cross.
-    let out = ping6(&lab, lab.n2_ip(), &["-c", "3", "-i", "0.2", "-s", "1000"]);
-    assert!(out.contains(" 3 received"), "{out}");
+    htb_lab::remeasured(|| {
+        let lab = Lab::up_ipv6("htb6", "router");
+        let htbd = Htbd::start(&lab, &config("router"));
+        // Hop limit 1: the kernel answers "time exceeded" (a router must not forward it).
+        let out = ping6(&lab, lab.n2_ip(), &["-c", "2", "-i", "0.2", "-t", "1"]);
+        assert!(
+            out.contains("Time exceeded") && out.contains(" 0 received"),
+            "hop limit 1: {out}"
+        );
+        let pass_ttl = htbd.status().xdp.pass_ttl;
+        assert!(
+            pass_ttl >= 2,
+            "the XDP program handed {pass_ttl} to the kernel"
+        );
+        // The r2 <-> node-2 link's MTU becomes IPv6's minimum, 1280 (both ends).
+        let _ = lab.exec(R, &["ip", "link", "set", "r2", "mtu", "1280"]);
+        let _ = lab.exec(N2, &["ip", "link", "set", "eth0", "mtu", "1280"]);
+        // A 1348-byte packet: routers never fragment IPv6, so the kernel answers "packet too big"
+        // with r2's MTU (it could not, had htbd sent the packet out of the smaller link, where the
+        // veth drops it).
+        let pass_fib = htbd.status().xdp.pass_fib;
+        let out = ping6(
+            &lab,
+            lab.n2_ip(),
+            &["-c", "3", "-i", "0.2", "-M", "do", "-s", "1300"],
+        );
+        assert!(
+            out.contains("mtu=1280") || out.contains("mtu = 1280"),
+            "no packet-too-big for a 1348-byte packet: {out}"
+        );
+        assert!(
+            htbd.status().xdp.pass_fib > pass_fib,
+            "the XDP program did not hand the big packet to the kernel"
+        );
+        // Packets that fit still cross.
+        let out = ping6(&lab, lab.n2_ip(), &["-c", "3", "-i", "0.2", "-s", "1000"]);
+        assert!(out.contains(" 3 received"), "{out}");
+    });
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn a_stopped_data_plane_fails_open_for_ipv6() {
-    let lab = Lab::up_ipv6("htb6", "router");
-    let htbd = Htbd::start(&lab, &config("router"));
-    assert_reachable(&lab);
-    // 120 pings, one every 50 ms; htbd is stopped for 3 s in the middle.
-    let prompt = htbd.pings_answered_across_a_stop(&lab, lab.n2_ip());
-    assert!(
-        prompt >= 115,
-        "only {prompt} of 120 IPv6 pings answered within 300 ms"
-    );
+    htb_lab::remeasured(|| {
+        let lab = Lab::up_ipv6("htb6", "router");
+        let htbd = Htbd::start(&lab, &config("router"));
+        assert_reachable(&lab);
+        // 120 pings, one every 50 ms; htbd is stopped for 3 s in the middle.
+        let prompt = htbd.pings_answered_across_a_stop(&lab, lab.n2_ip());
+        assert!(
+            prompt >= 115,
+            "only {prompt} of 120 IPv6 pings answered within 300 ms"
+        );
+    });
 }

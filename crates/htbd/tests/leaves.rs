@@ -112,26 +112,30 @@ fn queue_shared_with_the_ping(htbd: &Htbd, run: &Saturated) -> Option<String> {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn ping_through_a_10_mbit_class_full_of_tcp_stays_under_30_ms() {
-    let lab = Lab::up("htbq", "router");
-    let (_htbd, run) = saturated_10_mbit(&lab);
-    let p95 = run.rtts.quantile(0.95);
-    // A pfifo leaf holds 1000 packets here: 1.2 s (htbd's former FIFO leaf measured p95 198 ms
-    // with TCP's smaller windows). fq_codel serves the ping as a new flow.
-    assert!(p95 <= 30.0, "p95 {p95} ms through fq_codel");
+    htb_lab::remeasured(|| {
+        let lab = Lab::up("htbq", "router");
+        let (_htbd, run) = saturated_10_mbit(&lab);
+        let p95 = run.rtts.quantile(0.95);
+        // A pfifo leaf holds 1000 packets here: 1.2 s (htbd's former FIFO leaf measured p95 198 ms
+        // with TCP's smaller windows). fq_codel serves the ping as a new flow.
+        assert!(p95 <= 30.0, "p95 {p95} ms through fq_codel");
+    });
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn ecn_capable_tcp_is_marked_instead_of_dropped() {
-    let lab = Lab::up("htbe", "router");
-    set_tcp_ecn(&lab, true);
-    let (_htbd, run) = saturated_10_mbit(&lab);
-    let leaf = run.leaf.expect("htbd shows its leaf");
-    // Premise: CoDel had a standing queue to control, so it signalled.
-    assert!(leaf.ecn_mark > 0, "no CE marks from a full class: {leaf:?}");
-    // After the warm-up, every signal is a mark: the flows are ECN-capable, the ping is a
-    // sparse flow that CoDel leaves alone.
-    assert_eq!(leaf.drops, 0, "drops with ECN on: {leaf:?}");
+    htb_lab::remeasured(|| {
+        let lab = Lab::up("htbe", "router");
+        set_tcp_ecn(&lab, true);
+        let (_htbd, run) = saturated_10_mbit(&lab);
+        let leaf = run.leaf.expect("htbd shows its leaf");
+        // Premise: CoDel had a standing queue to control, so it signalled.
+        assert!(leaf.ecn_mark > 0, "no CE marks from a full class: {leaf:?}");
+        // After the warm-up, every signal is a mark: the flows are ECN-capable, the ping is a
+        // sparse flow that CoDel leaves alone.
+        assert_eq!(leaf.drops, 0, "drops with ECN on: {leaf:?}");
+    });
 }
 
 /// `htb-cli` with a tc line as a shell script writes it.
@@ -146,148 +150,150 @@ fn json(text: &str) -> Value {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn tc_leaf_lines_of_real_scripts_run_and_shape() {
-    let lab = Lab::up("htbf", "router");
-    let htbd = Htbd::start(
-        &lab,
-        "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n\
+    htb_lab::remeasured(|| {
+        let lab = Lab::up("htbf", "router");
+        let htbd = Htbd::start(
+            &lab,
+            "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n\
          realtime = 1\n[[interface]]\nname = \"r1\"\n[[interface]]\nname = \"r2\"\n",
-    );
-    // wondershaper 1.1a's egress tree, verbatim but for `tc` and the device, then a
-    // LibreQoS-style fq_codel leaf written with hex parts, a pfifo and a bfifo.
-    for line in [
-        "qdisc add dev r2 root handle 1: htb default 20",
-        "class add dev r2 parent 1: classid 1:1 htb rate 40mbit burst 6k",
-        "class add dev r2 parent 1:1 classid 1:10 htb rate 10mbit burst 6k prio 1",
-        "class add dev r2 parent 1:1 classid 1:20 htb rate 10mbit burst 6k prio 2",
-        "class add dev r2 parent 0x1:0x1 classid 0x1:0x30 htb rate 10mbit burst 6k prio 2",
-        "class add dev r2 parent 1:1 classid 1:40 htb rate 10mbit burst 6k prio 2",
-        "qdisc add dev r2 parent 1:10 handle 10: sfq perturb 10",
-        "qdisc add dev r2 parent 0x1:0x20 fq_codel",
-        "qdisc add dev r2 parent 1:30 handle 30: pfifo limit 500",
-        "qdisc add dev r2 parent 1:40 handle 40: bfifo limit 300kb",
-    ] {
-        tc(&htbd, line);
-    }
-    for (port, class) in [
-        (5201, "1:10"),
-        (5202, "1:20"),
-        (5203, "1:30"),
-        (5204, "1:40"),
-    ] {
+        );
+        // wondershaper 1.1a's egress tree, verbatim but for `tc` and the device, then a
+        // LibreQoS-style fq_codel leaf written with hex parts, a pfifo and a bfifo.
+        for line in [
+            "qdisc add dev r2 root handle 1: htb default 20",
+            "class add dev r2 parent 1: classid 1:1 htb rate 40mbit burst 6k",
+            "class add dev r2 parent 1:1 classid 1:10 htb rate 10mbit burst 6k prio 1",
+            "class add dev r2 parent 1:1 classid 1:20 htb rate 10mbit burst 6k prio 2",
+            "class add dev r2 parent 0x1:0x1 classid 0x1:0x30 htb rate 10mbit burst 6k prio 2",
+            "class add dev r2 parent 1:1 classid 1:40 htb rate 10mbit burst 6k prio 2",
+            "qdisc add dev r2 parent 1:10 handle 10: sfq perturb 10",
+            "qdisc add dev r2 parent 0x1:0x20 fq_codel",
+            "qdisc add dev r2 parent 1:30 handle 30: pfifo limit 500",
+            "qdisc add dev r2 parent 1:40 handle 40: bfifo limit 300kb",
+        ] {
+            tc(&htbd, line);
+        }
+        for (port, class) in [
+            (5201, "1:10"),
+            (5202, "1:20"),
+            (5203, "1:30"),
+            (5204, "1:40"),
+        ] {
+            tc(
+                &htbd,
+                &format!(
+                    "filter add dev r2 parent 1: protocol ip prio 1 u32 match ip dport {port} \
+                 0xffff flowid {class}"
+                ),
+            );
+        }
+        let shown = tc(&htbd, "qdisc show dev r2");
+        for want in [
+            "qdisc sfq 10: parent 1:10 limit 127p quantum 1514b depth 127 divisor 1024 perturb 10sec \n",
+            // tc numbers a leaf added without a handle from 8001: as the kernel does.
+            "qdisc fq_codel 8001: parent 1:20 limit 10240p flows 1024 quantum 1514 target 5ms \
+         interval 100ms memory_limit 32Mb ecn drop_batch 64 \n",
+            "qdisc pfifo 30: parent 1:30 limit 500p\n",
+            "qdisc bfifo 40: parent 1:40 limit 300Kb\n",
+        ] {
+            assert!(shown.contains(want), "missing {want:?} in\n{shown}");
+        }
+
+        // Traffic through every kind at once: each class delivers its rate.
+        let flows: Vec<FlowSpec> = (5201..=5204)
+            .map(|port| FlowSpec {
+                port,
+                offered_bps: 13e6,
+            })
+            .collect();
+        let (results, stalls) = htbd.accounted(|| udp_flows(&lab, &flows, 7, 2.0));
+        let leaves = json(&tc(&htbd, "-s -j qdisc show dev r2"));
+        for (result, (class, kind)) in results.iter().zip([
+            ("1:10", "sfq"),
+            ("1:20", "fq_codel"),
+            ("1:30", "pfifo"),
+            ("1:40", "bfifo"),
+        ]) {
+            let leaf = leaves
+                .as_array()
+                .and_then(|l| l.iter().find(|q| q["parent"] == class))
+                .unwrap_or_else(|| panic!("no leaf under {class}: {leaves}"));
+            assert_eq!(leaf["kind"], kind);
+            // Premise: the leaf held a queue (the class was saturated) and dropped its excess.
+            assert!(
+                leaf["drops"].as_u64().unwrap_or(0) > 0,
+                "{kind} leaf of {class} never overflowed: {leaf}"
+            );
+            assert_owed(
+                &format!("class {class} under {kind}"),
+                &result.counted,
+                &Promise::class(10e6),
+                &stalls,
+                0.03,
+            );
+        }
+        let fq = leaves
+            .as_array()
+            .and_then(|l| l.iter().find(|q| q["kind"] == "fq_codel"))
+            .expect("fq_codel shown");
+        assert!(fq["new_flow_count"].as_u64().unwrap_or(0) >= 1, "{fq}");
+        // tc's JSON key and unit (µs); exact, where the kernel's 1024-ns units give 4999.
+        assert_eq!(fq["options"]["target"], 5000);
+
+        // change keeps the queue and its kind, replace with a new handle swaps the kind, del
+        // restores the default.
         tc(
             &htbd,
-            &format!(
-                "filter add dev r2 parent 1: protocol ip prio 1 u32 match ip dport {port} \
-                 0xffff flowid {class}"
-            ),
+            "qdisc change dev r2 parent 1:10 handle 10: sfq perturb 5 quantum 3000",
         );
-    }
-    let shown = tc(&htbd, "qdisc show dev r2");
-    for want in [
-        "qdisc sfq 10: parent 1:10 limit 127p quantum 1514b depth 127 divisor 1024 perturb 10sec \n",
-        // tc numbers a leaf added without a handle from 8001: as the kernel does.
-        "qdisc fq_codel 8001: parent 1:20 limit 10240p flows 1024 quantum 1514 target 5ms \
-         interval 100ms memory_limit 32Mb ecn drop_batch 64 \n",
-        "qdisc pfifo 30: parent 1:30 limit 500p\n",
-        "qdisc bfifo 40: parent 1:40 limit 300Kb\n",
-    ] {
-        assert!(shown.contains(want), "missing {want:?} in\n{shown}");
-    }
-
-    // Traffic through every kind at once: each class delivers its rate.
-    let flows: Vec<FlowSpec> = (5201..=5204)
-        .map(|port| FlowSpec {
-            port,
-            offered_bps: 13e6,
-        })
-        .collect();
-    let (results, stalls) = htbd.accounted(|| udp_flows(&lab, &flows, 7, 2.0));
-    let leaves = json(&tc(&htbd, "-s -j qdisc show dev r2"));
-    for (result, (class, kind)) in results.iter().zip([
-        ("1:10", "sfq"),
-        ("1:20", "fq_codel"),
-        ("1:30", "pfifo"),
-        ("1:40", "bfifo"),
-    ]) {
-        let leaf = leaves
-            .as_array()
-            .and_then(|l| l.iter().find(|q| q["parent"] == class))
-            .unwrap_or_else(|| panic!("no leaf under {class}: {leaves}"));
-        assert_eq!(leaf["kind"], kind);
-        // Premise: the leaf held a queue (the class was saturated) and dropped its excess.
+        let refused = htbd.cli(&[
+            "qdisc", "replace", "dev", "r2", "parent", "1:30", "handle", "30:", "fq_codel",
+        ]);
         assert!(
-            leaf["drops"].as_u64().unwrap_or(0) > 0,
-            "{kind} leaf of {class} never overflowed: {leaf}"
+            String::from_utf8_lossy(&refused.stderr).contains("must match existing qdisc"),
+            "the kernel changes 30: in place, so its kind must match"
         );
-        assert_owed(
-            &format!("class {class} under {kind}"),
-            &result.counted,
-            &Promise::class(10e6),
-            &stalls,
-            0.03,
+        tc(
+            &htbd,
+            "qdisc replace dev r2 parent 1:30 handle 31: fq_codel target 2ms noecn",
         );
-    }
-    let fq = leaves
-        .as_array()
-        .and_then(|l| l.iter().find(|q| q["kind"] == "fq_codel"))
-        .expect("fq_codel shown");
-    assert!(fq["new_flow_count"].as_u64().unwrap_or(0) >= 1, "{fq}");
-    // tc's JSON key and unit (µs); exact, where the kernel's 1024-ns units give 4999.
-    assert_eq!(fq["options"]["target"], 5000);
-
-    // change keeps the queue and its kind, replace with a new handle swaps the kind, del
-    // restores the default.
-    tc(
-        &htbd,
-        "qdisc change dev r2 parent 1:10 handle 10: sfq perturb 5 quantum 3000",
-    );
-    let refused = htbd.cli(&[
-        "qdisc", "replace", "dev", "r2", "parent", "1:30", "handle", "30:", "fq_codel",
-    ]);
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("must match existing qdisc"),
-        "the kernel changes 30: in place, so its kind must match"
-    );
-    tc(
-        &htbd,
-        "qdisc replace dev r2 parent 1:30 handle 31: fq_codel target 2ms noecn",
-    );
-    tc(&htbd, "qdisc del dev r2 parent 1:40 handle 40: bfifo");
-    let shown = tc(&htbd, "qdisc show dev r2");
-    assert!(
+        tc(&htbd, "qdisc del dev r2 parent 1:40 handle 40: bfifo");
+        let shown = tc(&htbd, "qdisc show dev r2");
+        assert!(
         shown.contains(
             "qdisc sfq 10: parent 1:10 limit 127p quantum 3000b depth 127 divisor 1024 perturb 5sec"
         ),
         "{shown}"
     );
-    assert!(
+        assert!(
         shown.contains("qdisc fq_codel 31: parent 1:30 limit 10240p flows 1024 quantum 1514 target 2ms interval 100ms memory_limit 32Mb drop_batch 64"),
         "{shown}"
     );
-    assert!(
-        !shown.contains("parent 1:40"),
-        "deleted leaf is back to the hidden default:\n{shown}"
-    );
-    let invisible = tc(&htbd, "qdisc show dev r2 invisible");
-    assert!(
-        invisible.contains("qdisc fq_codel 0: parent 1:40 "),
-        "{invisible}"
-    );
-    // tc's refusals, in tc's words.
-    let out = htbd.cli(&["qdisc", "add", "dev", "r2", "parent", "1:1", "fq_codel"]);
-    assert!(!out.status.success(), "a leaf under an inner class");
-    let out = htbd.cli(&["qdisc", "add", "dev", "r2", "parent", "1:10", "cake"]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("has a qdisc already"),
-        "add over a leaf is refused as the kernel's exclusivity: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = htbd.cli(&["qdisc", "add", "dev", "r2", "parent", "1:10", "netem"]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("\"netem\""),
-        "a kind htbd lacks is refused by name: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        assert!(
+            !shown.contains("parent 1:40"),
+            "deleted leaf is back to the hidden default:\n{shown}"
+        );
+        let invisible = tc(&htbd, "qdisc show dev r2 invisible");
+        assert!(
+            invisible.contains("qdisc fq_codel 0: parent 1:40 "),
+            "{invisible}"
+        );
+        // tc's refusals, in tc's words.
+        let out = htbd.cli(&["qdisc", "add", "dev", "r2", "parent", "1:1", "fq_codel"]);
+        assert!(!out.status.success(), "a leaf under an inner class");
+        let out = htbd.cli(&["qdisc", "add", "dev", "r2", "parent", "1:10", "cake"]);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("has a qdisc already"),
+            "add over a leaf is refused as the kernel's exclusivity: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = htbd.cli(&["qdisc", "add", "dev", "r2", "parent", "1:10", "netem"]);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("\"netem\""),
+            "a kind htbd lacks is refused by name: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
 }
 
 /// tbf as an HTB class's leaf (`tc qdisc add … parent 1:10 tbf …`, as scripts that cap a
@@ -297,49 +303,51 @@ fn tc_leaf_lines_of_real_scripts_run_and_shape() {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn tbf_under_an_htb_class_holds_its_rate_and_counts_overlimits() {
-    let lab = Lab::up("htbt", "router");
-    let htbd = Htbd::start(
-        &lab,
-        "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n\
+    htb_lab::remeasured(|| {
+        let lab = Lab::up("htbt", "router");
+        let htbd = Htbd::start(
+            &lab,
+            "[daemon]\nmode = \"router\"\nsocket = \"@SOCKET@\"\nstate_dir = \"@STATE@\"\n\
          realtime = 1\n[[interface]]\nname = \"r1\"\n[[interface]]\nname = \"r2\"\n",
-    );
-    for line in [
-        "qdisc add dev r2 root handle 1: htb default 10",
-        "class add dev r2 parent 1: classid 1:10 htb rate 20mbit",
-        "qdisc add dev r2 parent 1:10 handle 10: tbf rate 8mbit burst 10kb latency 50ms",
-    ] {
-        tc(&htbd, line);
-    }
-    let shown = tc(&htbd, "qdisc show dev r2");
-    assert!(
-        shown.contains("qdisc tbf 10: parent 1:10 rate 8Mbit burst 10Kb lat 50ms"),
-        "{shown}"
-    );
-    let flows = [FlowSpec {
-        port: 5201,
-        offered_bps: 13e6,
-    }];
-    let (results, stalls) = htbd.accounted(|| udp_flows(&lab, &flows, 7, 2.0));
-    let leaves = json(&tc(&htbd, "-s -j qdisc show dev r2"));
-    let leaf = leaves
-        .as_array()
-        .and_then(|l| l.iter().find(|q| q["kind"] == "tbf"))
-        .unwrap_or_else(|| panic!("no tbf leaf: {leaves}"));
-    // Premise: tbf was full: it held a queue and dropped the excess (13 Mbit/s offered for
-    // 8). The class (20 Mbit/s) cannot be the limit: assert_owed's upper bound is tbf's rate.
-    assert!(
-        leaf["drops"].as_u64().unwrap_or(0) > 0,
-        "tbf never overflowed: {leaf}"
-    );
-    assert!(
-        leaf["overlimits"].as_u64().unwrap_or(0) > 0,
-        "a full tbf that held packets back counts overlimits: {leaf}"
-    );
-    assert_owed(
-        "tbf 8 Mbit/s under a 20 Mbit/s class",
-        &results[0].counted,
-        &Promise::class(8e6).with_burst(10_240.0),
-        &stalls,
-        0.03,
-    );
+        );
+        for line in [
+            "qdisc add dev r2 root handle 1: htb default 10",
+            "class add dev r2 parent 1: classid 1:10 htb rate 20mbit",
+            "qdisc add dev r2 parent 1:10 handle 10: tbf rate 8mbit burst 10kb latency 50ms",
+        ] {
+            tc(&htbd, line);
+        }
+        let shown = tc(&htbd, "qdisc show dev r2");
+        assert!(
+            shown.contains("qdisc tbf 10: parent 1:10 rate 8Mbit burst 10Kb lat 50ms"),
+            "{shown}"
+        );
+        let flows = [FlowSpec {
+            port: 5201,
+            offered_bps: 13e6,
+        }];
+        let (results, stalls) = htbd.accounted(|| udp_flows(&lab, &flows, 7, 2.0));
+        let leaves = json(&tc(&htbd, "-s -j qdisc show dev r2"));
+        let leaf = leaves
+            .as_array()
+            .and_then(|l| l.iter().find(|q| q["kind"] == "tbf"))
+            .unwrap_or_else(|| panic!("no tbf leaf: {leaves}"));
+        // Premise: tbf was full: it held a queue and dropped the excess (13 Mbit/s offered for
+        // 8). The class (20 Mbit/s) cannot be the limit: assert_owed's upper bound is tbf's rate.
+        assert!(
+            leaf["drops"].as_u64().unwrap_or(0) > 0,
+            "tbf never overflowed: {leaf}"
+        );
+        assert!(
+            leaf["overlimits"].as_u64().unwrap_or(0) > 0,
+            "a full tbf that held packets back counts overlimits: {leaf}"
+        );
+        assert_owed(
+            "tbf 8 Mbit/s under a 20 Mbit/s class",
+            &results[0].counted,
+            &Promise::class(8e6).with_burst(10_240.0),
+            &stalls,
+            0.03,
+        );
+    });
 }

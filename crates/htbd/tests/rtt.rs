@@ -104,54 +104,56 @@ fn measure(
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn the_classes_round_trips_match_ping_idle_and_loaded() {
-    let lab = Lab::up("htbr", "router");
-    let htbd = Htbd::start(&lab, CONFIG);
-    assert_eq!(lab.ping(N1, "10.201.2.2", 1, "0.2"), 1);
+    htb_lab::remeasured(|| {
+        let lab = Lab::up("htbr", "router");
+        let htbd = Htbd::start(&lab, CONFIG);
+        assert_eq!(lab.ping(N1, "10.201.2.2", 1, "0.2"), 1);
 
-    // Idle: 1 Mbit/s of TCP leaves the queue empty.
-    let (ping, class) = measure(&lab, &htbd, &["-b", "1M", "-l", "1400"], 7, 2, (40, 0.1));
-    let samples_idle = class["samples"].as_u64().unwrap_or(0);
-    eprintln!(
-        "idle: ping p50 {:.3} ms (middle half ±{:.3}), class {class}",
-        ping.p50, ping.spread
-    );
-    assert!(samples_idle >= 50, "few samples: {class}");
-    let p50 = ms(&class["p50_us"]);
-    assert!(
-        (p50 - ping.p50).abs() <= ping.tolerance(),
-        "idle: class p50 {p50:.3} ms against ping's {:.3} ms (±{:.3})",
-        ping.p50,
-        ping.tolerance()
-    );
+        // Idle: 1 Mbit/s of TCP leaves the queue empty.
+        let (ping, class) = measure(&lab, &htbd, &["-b", "1M", "-l", "1400"], 7, 2, (40, 0.1));
+        let samples_idle = class["samples"].as_u64().unwrap_or(0);
+        eprintln!(
+            "idle: ping p50 {:.3} ms (middle half ±{:.3}), class {class}",
+            ping.p50, ping.spread
+        );
+        assert!(samples_idle >= 50, "few samples: {class}");
+        let p50 = ms(&class["p50_us"]);
+        assert!(
+            (p50 - ping.p50).abs() <= ping.tolerance(),
+            "idle: class p50 {p50:.3} ms against ping's {:.3} ms (±{:.3})",
+            ping.p50,
+            ping.tolerance()
+        );
 
-    let before = htbd.class_stats("r2", "1:1");
-    // Loaded: four TCP flows keep the queue full; ping waits in it too, in the last 2 s (40
-    // pings, 50 ms apart) before the class is read: about the span of its last 256 samples.
-    let (ping, class) = measure(&lab, &htbd, &["-P", "4"], 12, 8, (40, 0.05));
-    htbd.assert_class_saturated("r2", "1:1", &before);
-    let samples = class["samples"].as_u64().unwrap_or(0) - samples_idle;
-    eprintln!(
-        "loaded: ping p50 {:.3} ms (middle half ±{:.3}), class {class} ({samples} new samples)",
-        ping.p50, ping.spread
-    );
-    // Premise: the window (256 samples) holds only samples of the loaded run, and the queue
-    // made the round trip long.
-    assert!(samples >= 300, "too few samples under load: {samples}");
-    assert!(
-        ping.p50 > 5.0,
-        "premise failed: the queue did not fill: ping p50 {:.3} ms",
-        ping.p50
-    );
-    let p50 = ms(&class["p50_us"]);
-    assert!(
-        (p50 - ping.p50).abs() <= ping.tolerance(),
-        "loaded: class p50 {p50:.3} ms against ping's {:.3} ms (±{:.3})",
-        ping.p50,
-        ping.tolerance()
-    );
-    // pfifo drops under load: TCP sent again, and the class saw it.
-    assert!(
-        class["retransmits"].as_u64().unwrap_or(0) > 0,
-        "no retransmission seen: {class}"
-    );
+        let before = htbd.class_stats("r2", "1:1");
+        // Loaded: four TCP flows keep the queue full; ping waits in it too, in the last 2 s (40
+        // pings, 50 ms apart) before the class is read: about the span of its last 256 samples.
+        let (ping, class) = measure(&lab, &htbd, &["-P", "4"], 12, 8, (40, 0.05));
+        htbd.assert_class_saturated("r2", "1:1", &before);
+        let samples = class["samples"].as_u64().unwrap_or(0) - samples_idle;
+        eprintln!(
+            "loaded: ping p50 {:.3} ms (middle half ±{:.3}), class {class} ({samples} new samples)",
+            ping.p50, ping.spread
+        );
+        // Premise: the window (256 samples) holds only samples of the loaded run, and the queue
+        // made the round trip long.
+        assert!(samples >= 300, "too few samples under load: {samples}");
+        assert!(
+            ping.p50 > 5.0,
+            "premise failed: the queue did not fill: ping p50 {:.3} ms",
+            ping.p50
+        );
+        let p50 = ms(&class["p50_us"]);
+        assert!(
+            (p50 - ping.p50).abs() <= ping.tolerance(),
+            "loaded: class p50 {p50:.3} ms against ping's {:.3} ms (±{:.3})",
+            ping.p50,
+            ping.tolerance()
+        );
+        // pfifo drops under load: TCP sent again, and the class saw it.
+        assert!(
+            class["retransmits"].as_u64().unwrap_or(0) > 0,
+            "no retransmission seen: {class}"
+        );
+    });
 }

@@ -118,115 +118,127 @@ fn kernel_and_htbd_agree(name: &str, file: &str, flows: &[Flow], offered_bps: f6
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn sqm_simplest_with_an_ethernet_size_table_shapes_as_the_kernel() {
-    // stab overhead 34: each 1442-byte frame counts 1476 bytes against 20 Mbit/s.
-    kernel_and_htbd_agree(
-        "htbs1",
-        "sqm-simplest.batch",
-        &[Flow {
-            port: 5201,
-            class: "1:10",
-            expected_bps: 20e6 * FRAME / (FRAME + 34.0),
-        }],
-        40e6,
-    );
+    htb_lab::remeasured(|| {
+        // stab overhead 34: each 1442-byte frame counts 1476 bytes against 20 Mbit/s.
+        kernel_and_htbd_agree(
+            "htbs1",
+            "sqm-simplest.batch",
+            &[Flow {
+                port: 5201,
+                class: "1:10",
+                expected_bps: 20e6 * FRAME / (FRAME + 34.0),
+            }],
+            40e6,
+        );
+    });
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn sqm_simplest_on_adsl_counts_atm_cells_as_the_kernel() {
-    // stab overhead 44 linklayer atm: 1442 + 44 bytes fill 31 cells of 48, 1643 bytes of 53.
-    let cells = ((FRAME + 44.0) / 48.0).ceil();
-    kernel_and_htbd_agree(
-        "htbs2",
-        "sqm-simplest-adsl.batch",
-        &[Flow {
-            port: 5201,
-            class: "1:10",
-            expected_bps: 10e6 * FRAME / (cells * 53.0),
-        }],
-        25e6,
-    );
+    htb_lab::remeasured(|| {
+        // stab overhead 44 linklayer atm: 1442 + 44 bytes fill 31 cells of 48, 1643 bytes of 53.
+        let cells = ((FRAME + 44.0) / 48.0).ceil();
+        kernel_and_htbd_agree(
+            "htbs2",
+            "sqm-simplest-adsl.batch",
+            &[Flow {
+                port: 5201,
+                class: "1:10",
+                expected_bps: 10e6 * FRAME / (cells * 53.0),
+            }],
+            25e6,
+        );
+    });
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn wondershaper_uplink_shares_as_the_kernel() {
-    // Bulk (the catch-all, prio 2) and a NOPRIOPORTDST port (prio 3) both saturated under a
-    // 40 Mbit/s parent: each gets its rate (16, 8) and the spare 16 goes to the lower prio
-    // number.
-    kernel_and_htbd_agree(
-        "htbs3",
-        "wondershaper-1.4.1-uplink.batch",
-        &[
-            Flow {
-                port: 5201,
-                class: "1:20",
-                expected_bps: 32e6,
-            },
-            Flow {
-                port: 5202,
-                class: "1:30",
-                expected_bps: 8e6,
-            },
-        ],
-        50e6,
-    );
+    htb_lab::remeasured(|| {
+        // Bulk (the catch-all, prio 2) and a NOPRIOPORTDST port (prio 3) both saturated under a
+        // 40 Mbit/s parent: each gets its rate (16, 8) and the spare 16 goes to the lower prio
+        // number.
+        kernel_and_htbd_agree(
+            "htbs3",
+            "wondershaper-1.4.1-uplink.batch",
+            &[
+                Flow {
+                    port: 5201,
+                    class: "1:20",
+                    expected_bps: 32e6,
+                },
+                Flow {
+                    port: 5202,
+                    class: "1:30",
+                    expected_bps: 8e6,
+                },
+            ],
+            50e6,
+        );
+    });
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn lartc_htb_example_shares_as_the_kernel() {
-    // Port 80 to 1:10 (5 Mbit/s, no ceil above it); the rest to the default 1:30, which
-    // borrows what 1:1's 6 Mbit/s leave.
-    kernel_and_htbd_agree(
-        "htbs4",
-        "lartc-htb.batch",
-        &[
-            Flow {
-                port: 80,
-                class: "1:10",
-                expected_bps: 5e6,
-            },
-            Flow {
-                port: 5201,
-                class: "1:30",
-                expected_bps: 1e6,
-            },
-        ],
-        12e6,
-    );
+    htb_lab::remeasured(|| {
+        // Port 80 to 1:10 (5 Mbit/s, no ceil above it); the rest to the default 1:30, which
+        // borrows what 1:1's 6 Mbit/s leave.
+        kernel_and_htbd_agree(
+            "htbs4",
+            "lartc-htb.batch",
+            &[
+                Flow {
+                    port: 80,
+                    class: "1:10",
+                    expected_bps: 5e6,
+                },
+                Flow {
+                    port: 5201,
+                    class: "1:30",
+                    expected_bps: 1e6,
+                },
+            ],
+            12e6,
+        );
+    });
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn lartc_hashing_filters_pick_the_bucket_as_the_kernel() {
-    // node-1's source address hashes to bucket 2 of table 2:, whose filter sends it to 1:1
-    // (12 Mbit/s); a miss would land in the default 1:99 (30 Mbit/s).
-    kernel_and_htbd_agree(
-        "htbs5",
-        "lartc-hashing.batch",
-        &[Flow {
-            port: 5201,
-            class: "1:1",
-            expected_bps: 12e6,
-        }],
-        25e6,
-    );
+    htb_lab::remeasured(|| {
+        // node-1's source address hashes to bucket 2 of table 2:, whose filter sends it to 1:1
+        // (12 Mbit/s); a miss would land in the default 1:99 (30 Mbit/s).
+        kernel_and_htbd_agree(
+            "htbs5",
+            "lartc-hashing.batch",
+            &[Flow {
+                port: 5201,
+                class: "1:1",
+                expected_bps: 12e6,
+            }],
+            25e6,
+        );
+    });
 }
 
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn libreqos_v0_6_hash_tables_shape_each_subscriber_as_the_kernel() {
-    // node-2 (10.201.2.2) is the second subscriber: bucket 2 of table 2:, class 1:102 at
-    // 5 Mbit/s; a miss would take the inner default class 1:1 (the direct queue, unshaped).
-    kernel_and_htbd_agree(
-        "htbs6",
-        "libreqos-v0.6-alpha.batch",
-        &[Flow {
-            port: 5201,
-            class: "1:102",
-            expected_bps: 5e6,
-        }],
-        15e6,
-    );
+    htb_lab::remeasured(|| {
+        // node-2 (10.201.2.2) is the second subscriber: bucket 2 of table 2:, class 1:102 at
+        // 5 Mbit/s; a miss would take the inner default class 1:1 (the direct queue, unshaped).
+        kernel_and_htbd_agree(
+            "htbs6",
+            "libreqos-v0.6-alpha.batch",
+            &[Flow {
+                port: 5201,
+                class: "1:102",
+                expected_bps: 5e6,
+            }],
+            15e6,
+        );
+    });
 }

@@ -74,34 +74,36 @@ fn run(lab: &Lab, split: bool) -> Seen {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn a_split_class_is_served_by_both_workers_at_its_rate_without_handing_frames_over() {
-    let lab = Lab::up_with_queues("htbsp", "router", 2);
-    let owned = run(&lab, false);
-    let split = run(&lab, true);
-    eprintln!(
-        "owned: frames per RX queue {:?}, handed to the other worker {:?}; split: {:?}, {:?}",
-        owned.per_queue, owned.handed_out, split.per_queue, split.handed_out
-    );
-    for (what, seen) in [("owned", &owned), ("split", &split)] {
-        // The premise: each worker's queue received a good part of the class's traffic.
-        let total: u64 = seen.per_queue.iter().sum();
-        assert!(
-            seen.per_queue.len() == 2 && seen.per_queue.iter().all(|&n| n * 4 >= total),
-            "{what}: r1's RX queues did not both carry the load: {:?}",
-            seen.per_queue
+    htb_lab::remeasured(|| {
+        let lab = Lab::up_with_queues("htbsp", "router", 2);
+        let owned = run(&lab, false);
+        let split = run(&lab, true);
+        eprintln!(
+            "owned: frames per RX queue {:?}, handed to the other worker {:?}; split: {:?}, {:?}",
+            owned.per_queue, owned.handed_out, split.per_queue, split.handed_out
         );
-    }
-    // Owned, what the other worker received is handed to the owner: about half of it.
-    let owned_total: u64 = owned.per_queue.iter().sum();
-    let owned_handed: u64 = owned.handed_out.iter().sum();
-    assert!(
-        owned_handed * 4 >= owned_total,
-        "owned: only {owned_handed} of {owned_total} frames were handed over: {:?}",
-        owned.handed_out
-    );
-    // Split, each worker queues what it received: nothing is handed over.
-    assert_eq!(
-        split.handed_out,
-        vec![0, 0],
-        "split: frames were handed between the workers"
-    );
+        for (what, seen) in [("owned", &owned), ("split", &split)] {
+            // The premise: each worker's queue received a good part of the class's traffic.
+            let total: u64 = seen.per_queue.iter().sum();
+            assert!(
+                seen.per_queue.len() == 2 && seen.per_queue.iter().all(|&n| n * 4 >= total),
+                "{what}: r1's RX queues did not both carry the load: {:?}",
+                seen.per_queue
+            );
+        }
+        // Owned, what the other worker received is handed to the owner: about half of it.
+        let owned_total: u64 = owned.per_queue.iter().sum();
+        let owned_handed: u64 = owned.handed_out.iter().sum();
+        assert!(
+            owned_handed * 4 >= owned_total,
+            "owned: only {owned_handed} of {owned_total} frames were handed over: {:?}",
+            owned.handed_out
+        );
+        // Split, each worker queues what it received: nothing is handed over.
+        assert_eq!(
+            split.handed_out,
+            vec![0, 0],
+            "split: frames were handed between the workers"
+        );
+    });
 }

@@ -101,21 +101,22 @@ fn words(line: &str) -> Vec<&str> {
 #[test]
 #[ignore = "needs root and network namespaces (scripts/test.sh runs it as root)"]
 fn the_kernels_u32_cases_pass_through_htb_cli() {
-    let lab = Lab::up("htbk", "router");
-    let htbd = Htbd::start(&lab, CONFIG);
-    let mut failed = Vec::new();
-    for case in CASES {
-        htbd.cli_ok(&words("qdisc replace dev r2 root handle 1: htb"));
-        for minor in 1..=4 {
-            htbd.cli_ok(&words(&format!(
-                "class add dev r2 parent 1: classid 1:{minor} htb rate 1mbit"
-            )));
-        }
-        for line in case.setup {
-            htbd.cli_ok(&words(line));
-        }
-        // tdc's sample cases run one command per mask.
-        let status = match case.command.strip_prefix("SAMPLE ") {
+    htb_lab::remeasured(|| {
+        let lab = Lab::up("htbk", "router");
+        let htbd = Htbd::start(&lab, CONFIG);
+        let mut failed = Vec::new();
+        for case in CASES {
+            htbd.cli_ok(&words("qdisc replace dev r2 root handle 1: htb"));
+            for minor in 1..=4 {
+                htbd.cli_ok(&words(&format!(
+                    "class add dev r2 parent 1: classid 1:{minor} htb rate 1mbit"
+                )));
+            }
+            for line in case.setup {
+                htbd.cli_ok(&words(line));
+            }
+            // tdc's sample cases run one command per mask.
+            let status = match case.command.strip_prefix("SAMPLE ") {
             Some(masks) => masks
                 .split(' ')
                 .map(|mask| {
@@ -128,24 +129,25 @@ fn the_kernels_u32_cases_pass_through_htb_cli() {
                 .unwrap_or(0),
             None => exit_of(&htbd.cli(&words(case.command))),
         };
-        let shown = htbd.cli_ok(&words("filter show dev r2 parent 1:"));
-        let pattern = regex::RegexBuilder::new(case.pattern)
-            .dot_matches_new_line(true)
-            .multi_line(true)
-            .build()
-            .unwrap();
-        let count = pattern.find_iter(&shown).count();
-        let verdict = if status == case.exit && count == case.count {
-            "ok"
-        } else {
-            failed.push(case.id);
-            "FAILED"
-        };
-        eprintln!(
-            "{verdict}: {} (exit {status}, want {}; {count} matches, want {})\n{shown}",
-            case.id, case.exit, case.count
-        );
-        htbd.cli_ok(&words("qdisc del dev r2 root"));
-    }
-    assert!(failed.is_empty(), "tc-testing u32 cases failed: {failed:?}");
+            let shown = htbd.cli_ok(&words("filter show dev r2 parent 1:"));
+            let pattern = regex::RegexBuilder::new(case.pattern)
+                .dot_matches_new_line(true)
+                .multi_line(true)
+                .build()
+                .unwrap();
+            let count = pattern.find_iter(&shown).count();
+            let verdict = if status == case.exit && count == case.count {
+                "ok"
+            } else {
+                failed.push(case.id);
+                "FAILED"
+            };
+            eprintln!(
+                "{verdict}: {} (exit {status}, want {}; {count} matches, want {})\n{shown}",
+                case.id, case.exit, case.count
+            );
+            htbd.cli_ok(&words("qdisc del dev r2 root"));
+        }
+        assert!(failed.is_empty(), "tc-testing u32 cases failed: {failed:?}");
+    });
 }
