@@ -19,6 +19,7 @@ mod load;
 pub mod owed;
 pub use owed::{Counted, Promise, Stalls, assert_filled, assert_owed};
 pub mod premise;
+pub mod proc_status;
 pub use premise::{remeasured, unmeasured};
 pub mod prometheus_server;
 mod rtts;

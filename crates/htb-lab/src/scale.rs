@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
+use crate::proc_status::{peak_rss_kib, rss_kib};
 use crate::{Htbd, Lab, N1, N2, R, cli_bin, gen_bin};
 
 /// What to run.
@@ -95,28 +96,6 @@ fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// A `/proc/PID/status` figure in KiB (`VmRSS:`, `VmHWM:`), 0 where it cannot be read.
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    status_kib(pid, "VmRSS:")
-}
-
-/// The resident set's high-water mark: what the machine must have had free for the import,
-/// which the RSS after it (freed memory the allocator keeps, or locked pages) can understate.
-fn peak_rss_kib(pid: u32) -> u64 {
-    status_kib(pid, "VmHWM:")
 }
 
 /// The longest gap between consecutive arrivals inside `[from, to]` (unix seconds), and how
@@ -219,7 +198,7 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
     let htbd = Htbd::start(&lab, &config);
     let csv = htbd.dir().join("ShapedDevices.csv");
     std::fs::write(&csv, shaped_devices("", options.subscribers))?;
-    let rss_before = rss_kib(htbd.pid());
+    let rss_before = rss_kib(htbd.pid())?;
 
     let mut dump = lab
         .cmd(N2, "tcpdump")
@@ -304,8 +283,8 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
         );
     }
     std::thread::sleep(Duration::from_secs(1));
-    let rss_after = rss_kib(htbd.pid());
-    let peak_after_import = peak_rss_kib(htbd.pid());
+    let rss_after = rss_kib(htbd.pid())?;
+    let peak_after_import = peak_rss_kib(htbd.pid())?;
 
     let before = jobs(&htbd);
     let t0 = unix_now();

@@ -20,6 +20,7 @@ use anyhow::{Context, bail};
 use htb_ipc::Status;
 use serde_json::{Value, json};
 
+use crate::proc_status::rss_kib;
 use crate::{Htbd, Lab, N1, N2, gen_bin};
 
 /// What to run.
@@ -73,16 +74,6 @@ fn change(n: u64) -> Vec<String> {
             "class add dev r2 parent 1:1 classid {leaf} htb rate 1mbit ceil 1gbit"
         )),
     }
-}
-
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("htbd (pid {pid}) is gone"))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("no VmRSS in /proc/PID/status")
 }
 
 fn drops(s: &Status) -> u64 {
