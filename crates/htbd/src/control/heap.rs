@@ -35,10 +35,20 @@ impl HeapReturn {
             match htb_xdp::heap::return_freed_heap() {
                 Ok(r) => tracing::info!(
                     "after a batch of {commands} commands: resident memory {} → {} MB, freed \
-                     heap given back in {} ms",
+                     heap given back in {} ms{}{}",
                     r.resident_before >> 20,
                     r.resident_after >> 20,
-                    started.elapsed().as_millis()
+                    started.elapsed().as_millis(),
+                    if r.relocked {
+                        " (the memory lock lifted for it and put back)"
+                    } else {
+                        ""
+                    },
+                    if r.released {
+                        ""
+                    } else {
+                        "; the allocator had nothing to release"
+                    }
                 ),
                 Err(e) => tracing::warn!(
                     "cannot give the freed heap back after a batch of {commands} commands: {e}"
