@@ -305,6 +305,9 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
         .filter(|l| l.starts_with("htb_class_bytes_total{"))
         .count();
     std::thread::sleep(Duration::from_secs(1));
+    // What a scrape leaves in htbd's resident set (its text and counters are freed once sent;
+    // the memory lock keeps what the allocator does not give back).
+    let rss_after_scrape = rss_kib(htbd.pid())?;
 
     let before = jobs(&htbd);
     let t0 = unix_now();
@@ -315,6 +318,8 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
         jobs: (before, jobs(&htbd)),
     };
     let show_ok = shown.status.success();
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_after_show = rss_kib(htbd.pid())?;
     let show_note = if show_ok {
         String::new()
     } else {
@@ -396,7 +401,13 @@ pub fn run(options: &ScaleOptions) -> anyhow::Result<Value> {
             "flow": window(&arrivals, "delete all but one", &delete_window),
             "cli": String::from_utf8_lossy(&delete.stderr).trim(),
         },
-        "rss_kib": { "before": rss_before, "after": rss_after, "peak_through_import": peak_after_import },
+        "rss_kib": {
+            "before": rss_before,
+            "after": rss_after,
+            "peak_through_import": peak_after_import,
+            "after_scrape": rss_after_scrape,
+            "after_class_show": rss_after_show,
+        },
         "peak_rss_bytes_per_subscriber":
             (peak_after_import.saturating_sub(rss_before) * 1024) as f64 / f64::from(options.subscribers.max(1)),
         "rss_bytes_per_subscriber":

@@ -5,7 +5,7 @@
 //! data plane copies the statistics of [`STATS_CHUNK`](crate::control) classes per job, between
 //! two packet batches, so a scrape of 100 000 classes never stops forwarding for more than one
 //! chunk's copy), then encoded on a blocking thread ([`exposition`]) and sent by the HTTP
-//! listener ([`crate::web`]). Requests on the control socket are counted and timed as they are served
+//! listener ([`crate::web`]) in chunks as it is encoded ([`chunks`]). Requests on the control socket are counted and timed as they are served
 //! ([`requests`]).
 //!
 //! | metric | type | labels |
@@ -33,6 +33,7 @@
 //! | `htb_generation_info` | gauge (1) | `generation`: the hash of the state the box runs |
 //! | `htb_one_way_classes` | gauge | classes on two ports carried one way since the previous scrape ([`one_way`]) |
 
+pub mod chunks;
 pub mod exposition;
 pub mod one_way;
 pub mod requests;

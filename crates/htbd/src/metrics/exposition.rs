@@ -14,17 +14,30 @@ use prometheus_client::registry::Registry;
 use super::requests::RequestMetrics;
 use super::{ClassScrape, Scrape};
 
-/// The whole exposition: the scrape and the request counters.
+/// The whole exposition as one text: the scrape and the request counters.
 ///
 /// # Errors
 /// Only if formatting fails (it writes to a `String`).
 pub fn encode(scrape: Scrape, requests: &RequestMetrics) -> Result<String, fmt::Error> {
+    let mut out = String::new();
+    encode_into(&mut out, scrape, requests)?;
+    Ok(out)
+}
+
+/// The whole exposition, written to `out` as it is encoded (the HTTP listener sends it in
+/// chunks: [`super::chunks`]).
+///
+/// # Errors
+/// When `out` refuses a write (the client went away).
+pub fn encode_into(
+    out: &mut impl fmt::Write,
+    scrape: Scrape,
+    requests: &RequestMetrics,
+) -> fmt::Result {
     let mut registry = Registry::default();
     requests.register(&mut registry);
     registry.register_collector(Box::new(ScrapeCollector(scrape)));
-    let mut out = String::new();
-    text::encode(&mut out, &registry)?;
-    Ok(out)
+    text::encode(out, &registry)
 }
 
 #[derive(Debug)]
