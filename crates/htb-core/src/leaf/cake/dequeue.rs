@@ -48,7 +48,10 @@ impl Cake {
             // all three.
             let mut checked = true;
             'retry: loop {
-                let b = &self.tins[tin];
+                // The tin is held by one borrow (`b`) for the rest of the pass, its bounds
+                // checked once; a rare path that needs the whole instance (the ingress shaper,
+                // a shaped send) takes it back after.
+                let mut b = &mut self.tins[tin];
                 let idx = if first_flow && !b.decaying_flows.is_empty() {
                     b.decaying_flows.front()
                 } else {
@@ -61,19 +64,19 @@ impl Cake {
                 first_flow = false;
 
                 // Flow isolation (DRR++).
+                let mode = self.config.flow_mode;
                 if store.cake.flows.get(idx).deficit <= 0 {
                     let flow = store.cake.flows.get_mut(idx);
                     if flow.state.set == FlowSet::Sparse {
                         if flow.len > 0 {
                             flow.state.set = FlowSet::Bulk;
-                            let b = &mut self.tins[tin];
                             b.sparse_flow_count -= 1;
                             b.bulk_flow_count += 1;
                             hash::bulk_count(
                                 &store.cake.flows,
                                 &mut store.cake.hosts,
                                 idx,
-                                self.config.flow_mode,
+                                mode,
                                 1,
                             );
                         } else {
@@ -81,7 +84,10 @@ impl Cake {
                             flow.state.set = FlowSet::SparseWait;
                         }
                     }
-                    let quantum = self.flow_quantum(&store.cake, tin, idx);
+                    // `cake_get_flow_quantum`.
+                    let load =
+                        hash::host_load(&store.cake.hosts, &store.cake.flows.get(idx).state, mode);
+                    let quantum = super::dithered_quantum(&mut self.random, b.flow_quantum, load);
                     store.cake.flows.get_mut(idx).deficit += quantum;
                     self.move_to(&mut store.cake.flows, tin, idx, ListTag::Old);
                     continue 'retry;
@@ -101,9 +107,7 @@ impl Cake {
                     let len = packet.len_bytes();
                     flow.len -= 1;
                     flow.backlog -= len;
-                    let b = &mut self.tins[tin];
                     b.tin_backlog -= len;
-                    let cparams = b.cparams;
                     let bulk = if self.config.ingress {
                         u32::from(b.bulk_flow_count)
                     } else {
@@ -117,10 +121,10 @@ impl Cake {
                         random::skip_random(&mut self.random);
                         0
                     } else {
-                        self.next_random()
+                        random::next_random(&mut self.random)
                     };
                     let drop = flow.state.cvars.should_drop(
-                        &cparams,
+                        &b.cparams,
                         now,
                         now.saturating_sub(enqueued),
                         bulk,
@@ -138,8 +142,9 @@ impl Cake {
                         store.cake.flows.get_mut(idx).deficit -= charged as i32;
                         self.tins[tin].tin_deficit -= charged as i32;
                         self.choice.charged(&self.tins, tin);
+                        b = &mut self.tins[tin];
                     }
-                    self.tins[tin].tin_dropped = self.tins[tin].tin_dropped.wrapping_add(1);
+                    b.tin_dropped = b.tin_dropped.wrapping_add(1);
                     self.counts.drops += 1;
                     store.dropped.push(packet);
                     if self.config.ingress {
@@ -148,12 +153,14 @@ impl Cake {
                     }
                 };
 
-                let charged = self.charged(&packet);
-                self.advance_shaper(tin, charged, now, false);
+                let charged = super::charged_len(&self.config, self.charges_len, &packet);
+                if self.rate_ns != 0 {
+                    self.advance_shaper(tin, charged, now, false);
+                    b = &mut self.tins[tin];
+                }
                 let flow = store.cake.flows.get_mut(idx);
                 flow.deficit -= charged as i32;
                 let marked = flow.state.cvars.ecn_marked;
-                let b = &mut self.tins[tin];
                 b.tin_ecn_mark = b.tin_ecn_mark.wrapping_add(u32::from(marked));
                 let delay = now.saturating_sub(enqueued);
                 b.avge_delay = ewma(b.avge_delay, delay, 8);
