@@ -2,6 +2,7 @@
 //! first look, then new, then old), COBALT on the packet, and a queue found empty retired.
 
 use super::hash::{self, CakeFlowState, FlowSet};
+use super::tins::Tin;
 use super::{Cake, ewma};
 use crate::Packet;
 use crate::leaf::flows::{FlowTable, ListTag};
@@ -94,11 +95,13 @@ impl Cake {
                 }
 
                 // A packet through COBALT.
-                let (packet, enqueued) = loop {
+                let (packet, enqueued, flow) = loop {
                     let flow = store.cake.flows.get_mut(idx);
                     let Some((mut packet, enqueued)) = store.packets.pop_front(&mut flow.packets)
                     else {
-                        self.retire(store, tin, idx, now);
+                        let (set, resting) = b.retire(&mut store.cake.flows, idx, now);
+                        self.choice.emptied(tin, b);
+                        self.retired(store, tin, idx, set, resting);
                         if checked && self.choice.busy(tin) {
                             continue 'retry;
                         }
@@ -133,7 +136,7 @@ impl Cake {
                     );
                     // The last packet of a queue may be marked, never dropped.
                     if !drop || flow.len == 0 {
-                        break (packet, enqueued);
+                        break (packet, enqueued, flow);
                     }
                     flow.state.dropped = flow.state.dropped.wrapping_add(1);
                     if self.config.ingress {
@@ -158,7 +161,6 @@ impl Cake {
                     self.advance_shaper(tin, charged, now, false);
                     b = &mut self.tins[tin];
                 }
-                let flow = store.cake.flows.get_mut(idx);
                 flow.deficit -= charged as i32;
                 let marked = flow.state.cvars.ecn_marked;
                 b.tin_ecn_mark = b.tin_ecn_mark.wrapping_add(u32::from(marked));
@@ -181,42 +183,18 @@ impl Cake {
         }
     }
 
-    /// A queue was served and found empty (`cake_dequeue`): it waits on the decaying list
-    /// while its COBALT state has not come to rest, else it leaves the rotation and its
-    /// record is freed.
+    /// A queue was served and found empty (`cake_dequeue`), the instance's side, after its
+    /// tin's ([`Tin::retire`]): a bulk queue leaves its hosts' counts, and a queue `resting`
+    /// is freed, else its tin is noted as holding decaying queues.
     #[inline]
-    fn retire<P>(&mut self, store: &mut LeafStore<P>, tin: usize, idx: u32, now: u64) {
-        let b = &mut self.tins[tin];
-        let flow = store.cake.flows.get_mut(idx);
-        if flow.state.cvars.queue_empty(&b.cparams, now) {
-            b.unresponsive_flow_count = b.unresponsive_flow_count.saturating_sub(1);
-        }
-        let set = flow.state.set;
-        let resting = flow.state.cvars.at_rest(now);
-        flow.state.set = if resting {
-            FlowSet::None
-        } else {
-            FlowSet::Decaying
-        };
-        match set {
-            FlowSet::Bulk => b.bulk_flow_count -= 1,
-            FlowSet::Sparse | FlowSet::SparseWait => b.sparse_flow_count -= 1,
-            FlowSet::Decaying if resting => b.decaying_flow_count -= 1,
-            FlowSet::Decaying | FlowSet::None => {}
-        }
-        if !resting && set != FlowSet::Decaying {
-            b.decaying_flow_count += 1;
-        }
-        b.move_to(
-            &mut store.cake.flows,
-            idx,
-            if resting {
-                ListTag::Unlinked
-            } else {
-                ListTag::Dormant
-            },
-        );
-        self.choice.emptied(&self.tins, tin);
+    fn retired<P>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        tin: usize,
+        idx: u32,
+        set: FlowSet,
+        resting: bool,
+    ) {
         if set == FlowSet::Bulk {
             hash::bulk_count(
                 &store.cake.flows,
@@ -237,5 +215,50 @@ impl Cake {
         } else {
             self.decaying_tins |= 1 << tin;
         }
+    }
+}
+
+impl Tin {
+    /// A queue of this tin was served and found empty (`cake_dequeue`), the tin's side: it
+    /// waits on the decaying list while its COBALT state has not come to rest, else it leaves
+    /// the rotation (its record to be freed by [`Cake::retired`]). Returns the queue's set
+    /// before, and whether it rests.
+    #[inline]
+    fn retire(
+        &mut self,
+        flows: &mut FlowTable<CakeFlowState>,
+        idx: u32,
+        now: u64,
+    ) -> (FlowSet, bool) {
+        let flow = flows.get_mut(idx);
+        if flow.state.cvars.queue_empty(&self.cparams, now) {
+            self.unresponsive_flow_count = self.unresponsive_flow_count.saturating_sub(1);
+        }
+        let set = flow.state.set;
+        let resting = flow.state.cvars.at_rest(now);
+        flow.state.set = if resting {
+            FlowSet::None
+        } else {
+            FlowSet::Decaying
+        };
+        match set {
+            FlowSet::Bulk => self.bulk_flow_count -= 1,
+            FlowSet::Sparse | FlowSet::SparseWait => self.sparse_flow_count -= 1,
+            FlowSet::Decaying if resting => self.decaying_flow_count -= 1,
+            FlowSet::Decaying | FlowSet::None => {}
+        }
+        if !resting && set != FlowSet::Decaying {
+            self.decaying_flow_count += 1;
+        }
+        self.move_to(
+            flows,
+            idx,
+            if resting {
+                ListTag::Unlinked
+            } else {
+                ListTag::Dormant
+            },
+        );
+        (set, resting)
     }
 }
