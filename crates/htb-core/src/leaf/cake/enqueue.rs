@@ -155,13 +155,12 @@ impl Cake {
         b.bytes += u64::from(len) - u64::from(ack_len);
         b.tin_backlog = (b.tin_backlog + len) - ack_len;
         self.counts.backlog = (self.counts.backlog + u64::from(len)) - u64::from(ack_len);
-        if let Some(mut a) = self.autorate.take() {
+        if let Some(a) = &mut self.autorate {
             a.avg_window_bytes += u64::from(len) - u64::from(ack_len);
             if a.estimate(now) {
                 self.rate_bps = a.avg_peak_bandwidth.saturating_mul(15) >> 4;
                 self.configure_rates();
             }
-            self.autorate = Some(a);
             b = &mut self.tins[tin];
         }
 
