@@ -202,17 +202,42 @@ impl<S: Default> FlowTable<S> {
             "bucket {bucket} had a flow"
         );
         let Some(idx) = self.free.pop() else {
-            return self.alloc_grown(leaf, bucket);
+            return self.alloc_grown(leaf, bucket, |_| {});
         };
         self.flows[idx as usize] = Flow::fresh(bucket, leaf.first);
         self.chain(leaf, bucket, idx)
     }
 
-    /// [`alloc`](Self::alloc) with no record free: the table grows by one.
+    /// [`alloc`](Self::alloc), the fresh record's state then set by `init` through the
+    /// record in hand (`cake`'s tag and host slots), not through a look-up of its own.
+    /// `alloc` keeps a body of its own: through this one with an empty `init`, the compiler
+    /// laid `fq_codel`'s out one instruction longer.
+    pub(crate) fn alloc_with(
+        &mut self,
+        leaf: &mut LeafFlows,
+        bucket: u32,
+        init: impl FnOnce(&mut S),
+    ) -> u32 {
+        debug_assert!(
+            self.find(leaf, bucket).is_none(),
+            "bucket {bucket} had a flow"
+        );
+        let Some(idx) = self.free.pop() else {
+            return self.alloc_grown(leaf, bucket, init);
+        };
+        let flow = &mut self.flows[idx as usize];
+        *flow = Flow::fresh(bucket, leaf.first);
+        init(&mut flow.state);
+        self.chain(leaf, bucket, idx)
+    }
+
+    /// [`alloc_with`](Self::alloc_with) with no record free: the table grows by one.
     #[cold]
     #[inline(never)]
-    fn alloc_grown(&mut self, leaf: &mut LeafFlows, bucket: u32) -> u32 {
-        self.flows.push(Flow::fresh(bucket, leaf.first));
+    fn alloc_grown(&mut self, leaf: &mut LeafFlows, bucket: u32, init: impl FnOnce(&mut S)) -> u32 {
+        let mut flow = Flow::fresh(bucket, leaf.first);
+        init(&mut flow.state);
+        self.flows.push(flow);
         let idx = (self.flows.len() - 1) as u32;
         self.chain(leaf, bucket, idx)
     }

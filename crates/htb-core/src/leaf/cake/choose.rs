@@ -62,10 +62,10 @@ impl TinChoice {
         self.busy |= 1 << t;
     }
 
-    /// Tin `t` has a flow less: it may have none left.
+    /// Tin `t` (`tin`) has a flow less: it may have none left.
     #[inline]
-    pub(super) fn emptied(&mut self, tins: &[Tin], t: usize) {
-        if !tins[t].busy() {
+    pub(super) fn emptied(&mut self, t: usize, tin: &Tin) {
+        if !tin.busy() {
             self.busy &= !(1 << t);
         }
     }

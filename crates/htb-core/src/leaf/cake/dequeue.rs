@@ -2,6 +2,7 @@
 //! first look, then new, then old), COBALT on the packet, and a queue found empty retired.
 
 use super::hash::{self, CakeFlowState, FlowSet};
+use super::tins::Tin;
 use super::{Cake, ewma};
 use crate::Packet;
 use crate::leaf::flows::{FlowTable, ListTag};
@@ -48,7 +49,10 @@ impl Cake {
             // all three.
             let mut checked = true;
             'retry: loop {
-                let b = &self.tins[tin];
+                // The tin is held by one borrow (`b`) for the rest of the pass, its bounds
+                // checked once; a rare path that needs the whole instance (the ingress shaper,
+                // a shaped send) takes it back after.
+                let mut b = &mut self.tins[tin];
                 let idx = if first_flow && !b.decaying_flows.is_empty() {
                     b.decaying_flows.front()
                 } else {
@@ -61,19 +65,19 @@ impl Cake {
                 first_flow = false;
 
                 // Flow isolation (DRR++).
+                let mode = self.config.flow_mode;
                 if store.cake.flows.get(idx).deficit <= 0 {
                     let flow = store.cake.flows.get_mut(idx);
                     if flow.state.set == FlowSet::Sparse {
                         if flow.len > 0 {
                             flow.state.set = FlowSet::Bulk;
-                            let b = &mut self.tins[tin];
                             b.sparse_flow_count -= 1;
                             b.bulk_flow_count += 1;
                             hash::bulk_count(
                                 &store.cake.flows,
                                 &mut store.cake.hosts,
                                 idx,
-                                self.config.flow_mode,
+                                mode,
                                 1,
                             );
                         } else {
@@ -81,18 +85,23 @@ impl Cake {
                             flow.state.set = FlowSet::SparseWait;
                         }
                     }
-                    let quantum = self.flow_quantum(&store.cake, tin, idx);
+                    // `cake_get_flow_quantum`.
+                    let load =
+                        hash::host_load(&store.cake.hosts, &store.cake.flows.get(idx).state, mode);
+                    let quantum = super::dithered_quantum(&mut self.random, b.flow_quantum, load);
                     store.cake.flows.get_mut(idx).deficit += quantum;
                     self.move_to(&mut store.cake.flows, tin, idx, ListTag::Old);
                     continue 'retry;
                 }
 
                 // A packet through COBALT.
-                let (packet, enqueued) = loop {
+                let (packet, enqueued, flow) = loop {
                     let flow = store.cake.flows.get_mut(idx);
                     let Some((mut packet, enqueued)) = store.packets.pop_front(&mut flow.packets)
                     else {
-                        self.retire(store, tin, idx, now);
+                        let (set, resting) = b.retire(&mut store.cake.flows, idx, now);
+                        self.choice.emptied(tin, b);
+                        self.retired(store, tin, idx, set, resting);
                         if checked && self.choice.busy(tin) {
                             continue 'retry;
                         }
@@ -101,9 +110,7 @@ impl Cake {
                     let len = packet.len_bytes();
                     flow.len -= 1;
                     flow.backlog -= len;
-                    let b = &mut self.tins[tin];
                     b.tin_backlog -= len;
-                    let cparams = b.cparams;
                     let bulk = if self.config.ingress {
                         u32::from(b.bulk_flow_count)
                     } else {
@@ -117,10 +124,10 @@ impl Cake {
                         random::skip_random(&mut self.random);
                         0
                     } else {
-                        self.next_random()
+                        random::next_random(&mut self.random)
                     };
                     let drop = flow.state.cvars.should_drop(
-                        &cparams,
+                        &b.cparams,
                         now,
                         now.saturating_sub(enqueued),
                         bulk,
@@ -129,7 +136,7 @@ impl Cake {
                     );
                     // The last packet of a queue may be marked, never dropped.
                     if !drop || flow.len == 0 {
-                        break (packet, enqueued);
+                        break (packet, enqueued, flow);
                     }
                     flow.state.dropped = flow.state.dropped.wrapping_add(1);
                     if self.config.ingress {
@@ -138,8 +145,9 @@ impl Cake {
                         store.cake.flows.get_mut(idx).deficit -= charged as i32;
                         self.tins[tin].tin_deficit -= charged as i32;
                         self.choice.charged(&self.tins, tin);
+                        b = &mut self.tins[tin];
                     }
-                    self.tins[tin].tin_dropped = self.tins[tin].tin_dropped.wrapping_add(1);
+                    b.tin_dropped = b.tin_dropped.wrapping_add(1);
                     self.counts.drops += 1;
                     store.dropped.push(packet);
                     if self.config.ingress {
@@ -148,12 +156,13 @@ impl Cake {
                     }
                 };
 
-                let charged = self.charged(&packet);
-                self.advance_shaper(tin, charged, now, false);
-                let flow = store.cake.flows.get_mut(idx);
+                let charged = super::charged_len(&self.config, self.charges_len, &packet);
+                if self.rate_ns != 0 {
+                    self.advance_shaper(tin, charged, now, false);
+                    b = &mut self.tins[tin];
+                }
                 flow.deficit -= charged as i32;
                 let marked = flow.state.cvars.ecn_marked;
-                let b = &mut self.tins[tin];
                 b.tin_ecn_mark = b.tin_ecn_mark.wrapping_add(u32::from(marked));
                 let delay = now.saturating_sub(enqueued);
                 b.avge_delay = ewma(b.avge_delay, delay, 8);
@@ -174,42 +183,18 @@ impl Cake {
         }
     }
 
-    /// A queue was served and found empty (`cake_dequeue`): it waits on the decaying list
-    /// while its COBALT state has not come to rest, else it leaves the rotation and its
-    /// record is freed.
+    /// A queue was served and found empty (`cake_dequeue`), the instance's side, after its
+    /// tin's ([`Tin::retire`]): a bulk queue leaves its hosts' counts, and a queue `resting`
+    /// is freed, else its tin is noted as holding decaying queues.
     #[inline]
-    fn retire<P>(&mut self, store: &mut LeafStore<P>, tin: usize, idx: u32, now: u64) {
-        let b = &mut self.tins[tin];
-        let flow = store.cake.flows.get_mut(idx);
-        if flow.state.cvars.queue_empty(&b.cparams, now) {
-            b.unresponsive_flow_count = b.unresponsive_flow_count.saturating_sub(1);
-        }
-        let set = flow.state.set;
-        let resting = flow.state.cvars.at_rest(now);
-        flow.state.set = if resting {
-            FlowSet::None
-        } else {
-            FlowSet::Decaying
-        };
-        match set {
-            FlowSet::Bulk => b.bulk_flow_count -= 1,
-            FlowSet::Sparse | FlowSet::SparseWait => b.sparse_flow_count -= 1,
-            FlowSet::Decaying if resting => b.decaying_flow_count -= 1,
-            FlowSet::Decaying | FlowSet::None => {}
-        }
-        if !resting && set != FlowSet::Decaying {
-            b.decaying_flow_count += 1;
-        }
-        b.move_to(
-            &mut store.cake.flows,
-            idx,
-            if resting {
-                ListTag::Unlinked
-            } else {
-                ListTag::Dormant
-            },
-        );
-        self.choice.emptied(&self.tins, tin);
+    fn retired<P>(
+        &mut self,
+        store: &mut LeafStore<P>,
+        tin: usize,
+        idx: u32,
+        set: FlowSet,
+        resting: bool,
+    ) {
         if set == FlowSet::Bulk {
             hash::bulk_count(
                 &store.cake.flows,
@@ -230,5 +215,50 @@ impl Cake {
         } else {
             self.decaying_tins |= 1 << tin;
         }
+    }
+}
+
+impl Tin {
+    /// A queue of this tin was served and found empty (`cake_dequeue`), the tin's side: it
+    /// waits on the decaying list while its COBALT state has not come to rest, else it leaves
+    /// the rotation (its record to be freed by [`Cake::retired`]). Returns the queue's set
+    /// before, and whether it rests.
+    #[inline]
+    fn retire(
+        &mut self,
+        flows: &mut FlowTable<CakeFlowState>,
+        idx: u32,
+        now: u64,
+    ) -> (FlowSet, bool) {
+        let flow = flows.get_mut(idx);
+        if flow.state.cvars.queue_empty(&self.cparams, now) {
+            self.unresponsive_flow_count = self.unresponsive_flow_count.saturating_sub(1);
+        }
+        let set = flow.state.set;
+        let resting = flow.state.cvars.at_rest(now);
+        flow.state.set = if resting {
+            FlowSet::None
+        } else {
+            FlowSet::Decaying
+        };
+        match set {
+            FlowSet::Bulk => self.bulk_flow_count -= 1,
+            FlowSet::Sparse | FlowSet::SparseWait => self.sparse_flow_count -= 1,
+            FlowSet::Decaying if resting => self.decaying_flow_count -= 1,
+            FlowSet::Decaying | FlowSet::None => {}
+        }
+        if !resting && set != FlowSet::Decaying {
+            self.decaying_flow_count += 1;
+        }
+        self.move_to(
+            flows,
+            idx,
+            if resting {
+                ListTag::Unlinked
+            } else {
+                ListTag::Dormant
+            },
+        );
+        (set, resting)
     }
 }

@@ -87,16 +87,16 @@ impl Cake {
             src,
             dst,
         };
-        let (idx, load) = slots(&mut self.flow_index, &mut self.host_index, &mut store.cake).queue(
-            tin,
-            &mut self.tins[tin],
-            mode,
-            hashes,
-        );
+        // The lengths first: nothing below reads them, and the tin is then held by one
+        // borrow (`b`) to the end, its bounds checked once; a rare path that needs the whole
+        // instance (the ingress shaper, autorate) takes it back after.
+        self.note_lengths(&packet);
+        let mut b = &mut self.tins[tin];
+        let (idx, load) = slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)
+            .queue(tin, b, mode, hashes);
 
         // The shaper's state may be stale after an idle spell.
         let len = packet.len_bytes();
-        let b = &mut self.tins[tin];
         b.max_skblen = b.max_skblen.max(len);
         if b.tin_backlog == 0 {
             b.time_next_packet = b.time_next_packet.max(now);
@@ -109,7 +109,6 @@ impl Cake {
                 }
             }
         }
-        self.note_lengths(&packet);
         let truesize = packet.truesize();
         let flow = store.cake.flows.get_mut(idx);
         if let Err(packet) = store.packets.push_back(&mut flow.packets, packet, now) {
@@ -137,13 +136,13 @@ impl Cake {
                 flow.len -= 1;
                 flow.backlog -= ack_len;
                 self.buffer_used = (self.buffer_used + truesize).saturating_sub(ack.truesize());
-                let b = &mut self.tins[tin];
                 b.ack_drops = b.ack_drops.wrapping_add(1);
                 b.bytes += u64::from(ack_len);
                 self.counts.drops += 1;
                 if self.config.ingress {
                     let charged = self.charged(&ack);
                     self.advance_shaper(tin, charged, now, true);
+                    b = &mut self.tins[tin];
                 }
                 store.dropped.push(ack);
             }
@@ -152,18 +151,17 @@ impl Cake {
                 self.buffer_used = self.buffer_used.saturating_add(truesize);
             }
         }
-        let b = &mut self.tins[tin];
         b.packets = b.packets.wrapping_add(1);
         b.bytes += u64::from(len) - u64::from(ack_len);
         b.tin_backlog = (b.tin_backlog + len) - ack_len;
         self.counts.backlog = (self.counts.backlog + u64::from(len)) - u64::from(ack_len);
-        if let Some(mut a) = self.autorate.take() {
+        if let Some(a) = &mut self.autorate {
             a.avg_window_bytes += u64::from(len) - u64::from(ack_len);
             if a.estimate(now) {
                 self.rate_bps = a.avg_peak_bandwidth.saturating_mul(15) >> 4;
                 self.configure_rates();
             }
-            self.autorate = Some(a);
+            b = &mut self.tins[tin];
         }
 
         // The flow joins the rotation, or moves to bulk if it was waiting there.
@@ -179,7 +177,6 @@ impl Cake {
                 } else {
                     hash::host_load(&store.cake.hosts, &flow.state, mode)
                 };
-                let b = &mut self.tins[tin];
                 flow.deficit = super::dithered_quantum(&mut self.random, b.flow_quantum, load);
                 flow.state.set = FlowSet::Sparse;
                 if set == FlowSet::Decaying {
@@ -192,7 +189,6 @@ impl Cake {
             }
             FlowSet::SparseWait => {
                 flow.state.set = FlowSet::Bulk;
-                let b = &mut self.tins[tin];
                 b.sparse_flow_count -= 1;
                 b.bulk_flow_count += 1;
                 slots(&mut self.flow_index, &mut self.host_index, &mut store.cake)

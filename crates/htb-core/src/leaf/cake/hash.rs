@@ -139,7 +139,7 @@ fn first_from(mask: u32, inner: u32) -> u32 {
     (inner + rotated.trailing_zeros()) % WAYS
 }
 
-/// One host's look at its set of slots ([`Slots::host_slots`]).
+/// One host's look at its set of slots ([`host_slots`]).
 #[derive(Clone, Copy)]
 struct HostLook {
     hash: u32,
@@ -260,10 +260,16 @@ impl Slots<'_> {
         if free != 0 {
             t.way_misses = t.way_misses.wrapping_add(1);
             let k = first_from(free, inner);
-            let idx = self
-                .flows
-                .alloc(self.flow_index, flow_bucket(tin, outer + k));
-            let load = self.assign_hosts(tin, idx, false, flow_hash, mode, h);
+            // The host slots first (another table: neither look changes the other), so that
+            // the queue's record is written once, with its tag and slots.
+            let (src, dst, load) = assign_hosts(self.hosts, self.host_index, tin, false, mode, h);
+            let idx =
+                self.flows
+                    .alloc_with(self.flow_index, flow_bucket(tin, outer + k), move |queue| {
+                        queue.tag = flow_hash;
+                        queue.srchost = src;
+                        queue.dsthost = dst;
+                    });
             return (idx, load);
         }
         // Every way is in use: share the queue the hash names, and move it to this flow's
@@ -283,96 +289,16 @@ impl Slots<'_> {
             let old = core::mem::replace(&mut self.flows.get_mut(idx).state.dsthost, NO_HOST);
             self.release_host(old);
         }
-        let load = self.assign_hosts(tin, idx, bulk, flow_hash, mode, h);
-        (idx, load)
-    }
-
-    /// The host slots of queue `idx`, just given to the flow tagged `tag` (`cake_hash`'s
-    /// `allocate_src` and `allocate_dst`), and the tag; a `bulk` queue counts in them at once.
-    /// Returns the queue's [`host_load`] as it stands after (the slots are the queue's, each
-    /// counted by `mode`).
-    #[inline]
-    fn assign_hosts(
-        &mut self,
-        tin: usize,
-        idx: u32,
-        bulk: bool,
-        tag: u32,
-        mode: FlowMode,
-        h: Hashes,
-    ) -> u32 {
-        let (src, dst) = match (mode.dual_src(), mode.dual_dst()) {
-            (true, true) => {
-                let [src, dst] = self.host_slots(tin, [(h.src, false), (h.dst, true)]);
-                (src, dst)
-            }
-            (true, false) => (self.host_slots(tin, [(h.src, false)])[0], NO_HOST),
-            (false, true) => (NO_HOST, self.host_slots(tin, [(h.dst, true)])[0]),
-            (false, false) => (NO_HOST, NO_HOST),
-        };
-        let mut load = 1;
-        for slot in [src, dst] {
-            if slot != NO_HOST {
-                let host = &mut self.hosts.get_mut(slot).state;
-                host.refs += 1;
-                if bulk && u32::from(host.bulk) < QUEUES {
-                    host.bulk += 1;
-                }
-                load = load.max(u32::from(host.bulk));
-            }
-        }
-        // One look-up of the queue's record for its tag and its slots.
+        let (src, dst, load) = assign_hosts(self.hosts, self.host_index, tin, bulk, mode, h);
         let queue = &mut self.flows.get_mut(idx).state;
-        queue.tag = tag;
+        queue.tag = flow_hash;
         if src != NO_HOST {
             queue.srchost = src;
         }
         if dst != NO_HOST {
             queue.dsthost = dst;
         }
-        load
-    }
-
-    /// The host slot of each `(hash, destination)`, its set looked at once for all of them: the
-    /// way tagged with the hash, else the first from the hash's own that is free or holds no
-    /// bulk flow, else the hash's own (shared), retagged. A source and a destination set
-    /// never overlap, so looking at both before taking either changes nothing.
-    #[inline]
-    fn host_slots<const R: usize>(&mut self, tin: usize, wanted: [(u32, bool); R]) -> [u32; R] {
-        let mut looks = wanted.map(|(hash, dst)| HostLook::new(tin, hash, dst));
-        let mut missing = R;
-        self.hosts.scan_runs(
-            self.host_index,
-            looks.map(|l| l.set),
-            WAYS,
-            looks.map(|l| l.inner),
-            |run, k, slot, host| {
-                let look = &mut looks[run];
-                if look.tagged == NONE && look.see(k, slot, &host.state) {
-                    missing -= 1;
-                }
-                missing == 0
-            },
-        );
-        let mut slots = [NONE; R];
-        for (slot, look) in slots.iter_mut().zip(&looks) {
-            *slot = if look.tagged != NONE {
-                look.tagged
-            } else {
-                let chosen = if look.spare == 0 {
-                    look.inner
-                } else {
-                    first_from(look.spare, look.inner)
-                };
-                let slot = match look.held[chosen as usize] {
-                    NONE => self.hosts.alloc(self.host_index, look.set + chosen),
-                    slot => slot,
-                };
-                self.hosts.get_mut(slot).state.tag = look.hash;
-                slot
-            };
-        }
-        slots
+        (idx, load)
     }
 
     /// One queue less refers to host slot `slot`; the slot goes with the last.
@@ -406,6 +332,96 @@ impl Slots<'_> {
             idx,
         );
     }
+}
+
+/// The host slots of a queue just given to a flow with hosts `h` (`cake_hash`'s
+/// `allocate_src` and `allocate_dst`), [`NO_HOST`] for a direction `mode` does not count; a
+/// `bulk` queue counts in them at once. Returns the source and destination slots and the
+/// queue's [`host_load`] as it stands once it holds them. Its tables in registers, where
+/// [`Slots`] would go by the stack.
+#[inline]
+fn assign_hosts(
+    hosts: &mut FlowTable<HostState>,
+    host_index: &mut LeafFlows,
+    tin: usize,
+    bulk: bool,
+    mode: FlowMode,
+    h: Hashes,
+) -> (u32, u32, u32) {
+    let (src, dst) = match (mode.dual_src(), mode.dual_dst()) {
+        (true, true) => {
+            let [src, dst] = host_slots(hosts, host_index, tin, [(h.src, false), (h.dst, true)]);
+            (src, dst)
+        }
+        (true, false) => (
+            host_slots(hosts, host_index, tin, [(h.src, false)])[0],
+            NO_HOST,
+        ),
+        (false, true) => (
+            NO_HOST,
+            host_slots(hosts, host_index, tin, [(h.dst, true)])[0],
+        ),
+        (false, false) => (NO_HOST, NO_HOST),
+    };
+    let mut load = 1;
+    for slot in [src, dst] {
+        if slot != NO_HOST {
+            let host = &mut hosts.get_mut(slot).state;
+            host.refs += 1;
+            if bulk && u32::from(host.bulk) < QUEUES {
+                host.bulk += 1;
+            }
+            load = load.max(u32::from(host.bulk));
+        }
+    }
+    (src, dst, load)
+}
+
+/// The host slot of each `(hash, destination)`, its set looked at once for all of them: the
+/// way tagged with the hash, else the first from the hash's own that is free or holds no
+/// bulk flow, else the hash's own (shared), retagged. A source and a destination set never
+/// overlap, so looking at both before taking either changes nothing.
+#[inline]
+fn host_slots<const R: usize>(
+    hosts: &mut FlowTable<HostState>,
+    host_index: &mut LeafFlows,
+    tin: usize,
+    wanted: [(u32, bool); R],
+) -> [u32; R] {
+    let mut looks = wanted.map(|(hash, dst)| HostLook::new(tin, hash, dst));
+    let mut missing = R;
+    hosts.scan_runs(
+        host_index,
+        looks.map(|l| l.set),
+        WAYS,
+        looks.map(|l| l.inner),
+        |run, k, slot, host| {
+            let look = &mut looks[run];
+            if look.tagged == NONE && look.see(k, slot, &host.state) {
+                missing -= 1;
+            }
+            missing == 0
+        },
+    );
+    let mut slots = [NONE; R];
+    for (slot, look) in slots.iter_mut().zip(&looks) {
+        *slot = if look.tagged != NONE {
+            look.tagged
+        } else {
+            let chosen = if look.spare == 0 {
+                look.inner
+            } else {
+                first_from(look.spare, look.inner)
+            };
+            let slot = match look.held[chosen as usize] {
+                NONE => hosts.alloc(host_index, look.set + chosen),
+                slot => slot,
+            };
+            hosts.get_mut(slot).state.tag = look.hash;
+            slot
+        };
+    }
+    slots
 }
 
 /// Frees queue `idx` of a leaf (empty, on no list) and its references to host slots: its

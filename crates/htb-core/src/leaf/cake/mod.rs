@@ -139,6 +139,35 @@ fn dithered_quantum(random: &mut u64, flow_quantum: u16, load: u32) -> i32 {
     ((u32::from(flow_quantum) * u32::from(div) + dither) >> 16) as i32
 }
 
+/// `cake_calc_overhead` without its statistics: the length the shaper charges under `c`;
+/// `charges_len`: `c` sets no overhead, `mpu` or framing (the instance's `charges_len`). A
+/// function of the fields it reads, so that a caller may hold a tin of the instance.
+#[inline]
+fn adjusted_len(c: &CakeConfig, charges_len: bool, len: u32, offset: u32) -> u32 {
+    if charges_len {
+        return len;
+    }
+    let net = if c.overhead_set {
+        len.saturating_sub(offset)
+    } else {
+        len
+    };
+    let len = (i64::from(net) + i64::from(c.overhead))
+        .max(i64::from(c.mpu))
+        .max(0) as u32;
+    match c.atm {
+        AtmMode::Atm => len.div_ceil(48) * 53,
+        AtmMode::Ptm => len + len.div_ceil(64),
+        AtmMode::None => len,
+    }
+}
+
+/// The length the shaper charges for `packet` ([`adjusted_len`]).
+#[inline]
+fn charged_len<P: Packet>(c: &CakeConfig, charges_len: bool, packet: &P) -> u32 {
+    adjusted_len(c, charges_len, packet.len_bytes(), packet.network_offset())
+}
+
 impl Cake {
     /// `cake_init`: an empty instance keyed `key` in the flow tables, its BLUE coin drawn
     /// from `seed`.
@@ -193,11 +222,6 @@ impl Cake {
         }
     }
 
-    #[inline]
-    fn next_random(&mut self) -> u32 {
-        super::random::next_random(&mut self.random)
-    }
-
     /// `cake_reconfigure`: the tins' rates, the shaper's, and the buffer limit.
     fn configure_rates(&mut self) {
         let c = &self.config;
@@ -221,42 +245,7 @@ impl Cake {
     /// `cake_calc_overhead` without its statistics: the length the shaper charges.
     #[inline]
     fn adjusted_len(&self, len: u32, offset: u32) -> u32 {
-        if self.charges_len {
-            return len;
-        }
-        let c = &self.config;
-        let net = if c.overhead_set {
-            len.saturating_sub(offset)
-        } else {
-            len
-        };
-        let len = (i64::from(net) + i64::from(c.overhead))
-            .max(i64::from(c.mpu))
-            .max(0) as u32;
-        match c.atm {
-            AtmMode::Atm => len.div_ceil(48) * 53,
-            AtmMode::Ptm => len + len.div_ceil(64),
-            AtmMode::None => len,
-        }
-    }
-
-    /// `cake_get_flow_quantum`: the tin's flow quantum divided by the bulk flows of the
-    /// queue's hosts, dithered so that the rounding averages out.
-    #[inline(always)]
-    fn flow_quantum(&mut self, store: &CakeStore, tin: usize, idx: u32) -> i32 {
-        let load = hash::host_load(
-            &store.hosts,
-            &store.flows.get(idx).state,
-            self.config.flow_mode,
-        );
-        self.quantum_for(self.tins[tin].flow_quantum, load)
-    }
-
-    /// [`flow_quantum`](Self::flow_quantum) of a tin's `flow_quantum` for a queue whose
-    /// hosts' load is known.
-    #[inline(always)]
-    fn quantum_for(&mut self, flow_quantum: u16, load: u32) -> i32 {
-        dithered_quantum(&mut self.random, flow_quantum, load)
+        adjusted_len(&self.config, self.charges_len, len, offset)
     }
 
     /// `cake_advance_shaper`: charges `len` bytes to tin `tin`'s threshold and to the shaper.
@@ -282,7 +271,7 @@ impl Cake {
     /// The length the shaper charges for `packet`.
     #[inline]
     fn charged<P: Packet>(&self, packet: &P) -> u32 {
-        self.adjusted_len(packet.len_bytes(), packet.network_offset())
+        charged_len(&self.config, self.charges_len, packet)
     }
 
     /// When the shaper lets the next packet go, while it holds packets back.
