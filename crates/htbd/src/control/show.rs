@@ -547,6 +547,11 @@ impl Control {
     }
 
     /// A Prometheus scrape: the data plane's counters, then every tree's classes in chunks.
+    /// Each chunk's statistics become the scrape's records as they arrive, into a list sized
+    /// once: gathering every chunk's snapshot first (with the leaves' statistics, which a
+    /// scrape does not show) and growing the lists by doubling left some 160 MB a scrape of
+    /// 200 000 classes in the arenas of the threads involved, which the memory lock keeps
+    /// resident.
     pub(super) async fn scrape(&self) -> Result<Scrape, IpcError> {
         let started = std::time::Instant::now();
         let engine = self.on_engine(|engine| engine.stats()).await?;
@@ -560,26 +565,38 @@ impl Control {
                 .iter()
                 .flat_map(|(_, q)| q.classes.iter().map(ClassEntry::id))
                 .collect();
-            let snapshot = self.snapshot(&port.name, &ids).await?;
-            let classes = ids
-                .iter()
-                .zip(snapshot.classes)
-                .zip(snapshot.rtt)
-                .filter_map(|((id, stats), rtt)| {
-                    let info = port.tree(id.major())?.class_info(*id)?;
-                    Some(ClassScrape {
-                        id: *id,
-                        parent: info.parent,
-                        rate: info.config.rate.bits_per_sec(),
-                        ceil: info.config.ceil.bits_per_sec(),
-                        stats: stats?,
-                        rtt: rtt.as_ref().map(rtt_stats),
-                    })
-                })
-                .collect();
+            let mut classes = Vec::with_capacity(ids.len());
+            let mut schedulers = None;
+            // One job even without classes: the schedulers' counters come with it.
+            let mut chunks = ids.chunks(self.per_worker(STATS_CHUNK));
+            let first = chunks.next().unwrap_or_default();
+            for chunk in std::iter::once(first).chain(chunks) {
+                let snapshot = self.snapshot_job(&port.name, chunk.to_vec()).await?;
+                schedulers.get_or_insert(snapshot.schedulers);
+                let records = chunk
+                    .iter()
+                    .zip(snapshot.classes)
+                    .zip(snapshot.rtt)
+                    .filter_map(|((id, stats), rtt)| {
+                        let info = port.tree(id.major())?.class_info(*id)?;
+                        Some(ClassScrape {
+                            id: *id,
+                            parent: info.parent,
+                            rate: info.config.rate.bits_per_sec(),
+                            ceil: info.config.ceil.bits_per_sec(),
+                            stats: stats?,
+                            rtt: rtt.as_ref().map(rtt_stats),
+                        })
+                    });
+                classes.extend(records);
+            }
             trees.push(TreeScrape {
                 dev: port.name.to_string(),
-                schedulers: snapshot.schedulers.into_iter().map(|(_, s)| s).collect(),
+                schedulers: schedulers
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(_, s)| s)
+                    .collect(),
                 classes,
             });
         }
