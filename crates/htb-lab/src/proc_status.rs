@@ -25,7 +25,7 @@ pub enum StatusError {
 /// The resident set now, in KiB.
 ///
 /// # Errors
-/// As [`kib`].
+/// When `/proc/PID/status` cannot be read or has no such line ([`StatusError`]).
 pub fn rss_kib(pid: u32) -> Result<u64, StatusError> {
     kib(pid, "VmRSS:")
 }
@@ -35,7 +35,7 @@ pub fn rss_kib(pid: u32) -> Result<u64, StatusError> {
 /// can understate.
 ///
 /// # Errors
-/// As [`kib`].
+/// When `/proc/PID/status` cannot be read or has no such line ([`StatusError`]).
 pub fn peak_rss_kib(pid: u32) -> Result<u64, StatusError> {
     kib(pid, "VmHWM:")
 }

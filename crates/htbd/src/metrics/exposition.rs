@@ -31,11 +31,7 @@ pub fn encode(scrape: Scrape, requests: &RequestMetrics) -> Result<String, fmt::
 ///
 /// # Errors
 /// When `out` refuses a write (the client went away).
-pub fn encode_into(
-    out: &mut impl Write,
-    scrape: Scrape,
-    requests: &RequestMetrics,
-) -> fmt::Result {
+pub fn encode_into(out: &mut impl Write, scrape: Scrape, requests: &RequestMetrics) -> fmt::Result {
     let mut registry = Registry::default();
     requests.register(&mut registry);
     registry.register_collector(Box::new(ScrapeCollector(scrape)));
