@@ -187,7 +187,7 @@ fn one_round(csv: &str) -> anyhow::Result<Round> {
     let commands = r.time("cli", || -> anyhow::Result<Vec<Command>> {
         let devices = shaped_devices::read(csv).map_err(|e| anyhow::anyhow!("{e}"))?;
         let circuits = circuits::group(devices)?;
-        Ok(sync::batch(&circuits, None, &placement, &BTreeMap::new(), 0x100)?.commands)
+        Ok(sync::batch_to_send(&circuits, None, &placement, &BTreeMap::new(), 0x100)?.commands)
     })?;
     let frames = r.time("encode", || encode(commands))?;
     let mut model = Model::from_trees(htbd::parse_state(TREES)?, &|_| 1)?;
