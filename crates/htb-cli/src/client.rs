@@ -104,6 +104,9 @@ pub struct Client {
     path: PathBuf,
     timeout: Duration,
     last_used: Instant,
+    /// A batch failed after messages of it were staged: the connection holds them (and
+    /// perhaps answers not read), so the next request opens a new one.
+    stale: bool,
 }
 
 fn open(path: &Path, timeout: Duration) -> Result<UnixStream, ClientError> {
@@ -133,6 +136,7 @@ impl Client {
             path: path.to_owned(),
             timeout,
             last_used: Instant::now(),
+            stale: false,
         })
     }
 
@@ -142,17 +146,23 @@ impl Client {
     /// [`ClientError`]; a refusal is [`ClientError::Daemon`], no answer in time
     /// [`ClientError::Timeout`].
     pub fn call(&mut self, request: RequestBody) -> Result<ReplyBody, ClientError> {
-        if self.last_used.elapsed() > RECONNECT_AFTER {
-            self.stream = open(&self.path, self.timeout)?;
-        }
+        self.fresh()?;
         self.call_here(request)
     }
 
-    /// [`call`](Self::call) on this connection, whatever its age: what it staged lives there.
-    fn call_here(&mut self, request: RequestBody) -> Result<ReplyBody, ClientError> {
-        let answer = self.exchange(request);
-        self.last_used = Instant::now();
-        answer.map_err(|e| match e {
+    /// Opens the connection again if it idled long enough for htbd to close it, or a batch
+    /// left it [`stale`](Self::stale).
+    fn fresh(&mut self) -> Result<(), ClientError> {
+        if self.stale || self.last_used.elapsed() > RECONNECT_AFTER {
+            self.stream = open(&self.path, self.timeout)?;
+            self.stale = false;
+        }
+        Ok(())
+    }
+
+    /// An I/O error that is the read or write timeout, as [`ClientError::Timeout`].
+    fn timed_out(&self, e: ClientError) -> ClientError {
+        match e {
             ClientError::Frame(FrameError::Io(io))
                 if matches!(
                     io.kind(),
@@ -162,17 +172,42 @@ impl Client {
                 ClientError::Timeout(self.timeout)
             }
             other => other,
-        })
+        }
+    }
+
+    /// [`call`](Self::call) on this connection, whatever its age: what it staged lives there.
+    fn call_here(&mut self, request: RequestBody) -> Result<ReplyBody, ClientError> {
+        let answer = self.exchange(request);
+        self.last_used = Instant::now();
+        answer.map_err(|e| self.timed_out(e))
     }
 
     /// Applies `commands` as one atomic batch. A batch over [`STAGE_CHUNK`] commands (or some
     /// 20 MB) goes in several messages: all but the last are staged on this connection
     /// ([`RequestBody::Stage`]), and the last one's `Apply` runs them all.
     ///
+    /// The staged messages are written one after the other without waiting for their
+    /// answers, so that htb-cli writes the next while htbd reads the last (each took seconds
+    /// of a million-subscriber import, one after the other); the `Apply` is written only once
+    /// every staged message's answer said it was staged. If one was refused, nothing is
+    /// applied: the error is returned and the connection, with what it staged, is dropped
+    /// before the next request.
+    ///
     /// # Errors
     /// As [`call`](Self::call); a refusal's command index counts over the whole batch.
     pub fn apply(&mut self, commands: Vec<Command>) -> Result<ReplyBody, ClientError> {
-        let mut staged = false;
+        self.fresh()?;
+        let applied = self.apply_here(commands);
+        self.last_used = Instant::now();
+        applied.map_err(|e| self.timed_out(e))
+    }
+
+    fn apply_here(&mut self, commands: Vec<Command>) -> Result<ReplyBody, ClientError> {
+        // Stale until an answer to the `Apply` is read: before it, the connection may hold
+        // staged commands or answers not read.
+        self.stale = true;
+        // Messages written whose answers are not read yet.
+        let mut unanswered = 0;
         // Chunks taken off the front of one iterator: each command moves once. (`split_off`
         // copied the whole rest of the list per message: quadratic, 3 million commands moved
         // some 30 times over at a 1 000 000-subscriber import.)
@@ -183,26 +218,48 @@ impl Client {
                 break;
             }
             let chunk: Vec<Command> = rest.by_ref().take(n).collect();
-            let request = RequestBody::Stage { commands: chunk };
-            // The first message may reconnect; the rest must reach the same connection.
-            let answer = if staged {
-                self.call_here(request)?
-            } else {
-                self.call(request)?
-            };
-            match answer {
-                ReplyBody::Staged { .. } => staged = true,
+            let frame = htb_ipc::encode(&Request::new(RequestBody::Stage { commands: chunk }))?;
+            if let Err(sent) = self.write(&frame) {
+                // htbd may have refused one and closed the connection: its answer says why.
+                return Err(match self.staged(unanswered + 1) {
+                    Err(e @ (ClientError::Daemon(_) | ClientError::Unexpected)) => e,
+                    _ => sent,
+                });
+            }
+            unanswered += 1;
+        }
+        let last = htb_ipc::encode(&Request::new(RequestBody::Apply {
+            commands: rest.collect(),
+        }))?;
+        self.staged(unanswered)?;
+        if let Err(sent) = self.write(&last) {
+            let response = read_frame::<Response>(&mut self.stream).map_err(|_| sent)?;
+            return response.result.map_err(ClientError::Daemon);
+        }
+        let response: Response = read_frame(&mut self.stream)?;
+        self.stale = false;
+        response.result.map_err(ClientError::Daemon)
+    }
+
+    /// Writes one encoded frame.
+    fn write(&mut self, frame: &[u8]) -> Result<(), ClientError> {
+        use std::io::Write as _;
+        self.stream
+            .write_all(frame)
+            .and_then(|()| self.stream.flush())
+            .map_err(|e| ClientError::Frame(e.into()))
+    }
+
+    /// Reads the answers of `count` staged messages: each must say it was staged.
+    fn staged(&mut self, count: usize) -> Result<(), ClientError> {
+        for _ in 0..count {
+            let response: Response = read_frame(&mut self.stream)?;
+            match response.result.map_err(ClientError::Daemon)? {
+                ReplyBody::Staged { .. } => {}
                 _ => return Err(ClientError::Unexpected),
             }
         }
-        let request = RequestBody::Apply {
-            commands: rest.collect(),
-        };
-        if staged {
-            self.call_here(request)
-        } else {
-            self.call(request)
-        }
+        Ok(())
     }
 
     /// A `show`, whole: a `class show` or `filter show` (not `filter get`) comes in pages of
@@ -351,5 +408,81 @@ mod tests {
         assert_eq!(sizes, [STAGE_CHUNK, STAGE_CHUNK, 7]);
         let all: Vec<u32> = messages.concat();
         assert!(all.iter().copied().eq(0..u32::try_from(n).unwrap()));
+    }
+
+    /// A staged message refused (htbd's staging limit, say) fails the batch and nothing is
+    /// applied: the staged messages were written without waiting for their answers, but the
+    /// `Apply` waits for all of them. The next request goes on a new connection.
+    #[test]
+    fn a_refused_staged_message_applies_nothing() {
+        fn kind(request: &RequestBody) -> &'static str {
+            match request {
+                RequestBody::Stage { .. } => "stage",
+                RequestBody::Apply { .. } => "apply",
+                _ => "other",
+            }
+        }
+        use std::os::unix::net::UnixListener;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("htbd.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut seen = Vec::new();
+            loop {
+                let request: Request = match read_frame(&mut stream) {
+                    Ok(request) => request,
+                    Err(FrameError::Closed) => break,
+                    Err(e) => panic!("{e}"),
+                };
+                let reply = match request.request {
+                    RequestBody::Stage { .. } if seen.len() == 1 => Err(IpcError::new(
+                        htb_ipc::ErrorCode::TooLarge,
+                        "above what a connection may stage",
+                    )),
+                    RequestBody::Stage { .. } => Ok(ReplyBody::Staged { commands: 0 }),
+                    RequestBody::Apply { .. } => Ok(ReplyBody::Applied {
+                        results: Vec::new(),
+                    }),
+                    other => panic!("unexpected {other:?}"),
+                };
+                seen.push(kind(&request.request));
+                // The client may have gone at the refusal, before the later answers.
+                let _ = write_frame(&mut stream, &Response::new(reply));
+            }
+            // The client's next request, on a new connection.
+            let (mut again, _) = listener.accept().unwrap();
+            let next: Request = read_frame(&mut again).unwrap();
+            write_frame(
+                &mut again,
+                &Response::new(Ok(ReplyBody::Staged { commands: 0 })),
+            )
+            .unwrap();
+            (seen, kind(&next.request))
+        });
+        let n = 3 * STAGE_CHUNK + 7;
+        let batch = (0..n)
+            .map(|i| {
+                Command::ClassDelete(htb_ipc::ClassDelete {
+                    dev: "eth0".parse().unwrap(),
+                    id: htb_ipc::ClassId::new(1, u32::try_from(i).unwrap()),
+                })
+            })
+            .collect();
+        let mut client = Client::connect(&path, DEFAULT_TIMEOUT).unwrap();
+        match client.apply(batch) {
+            Err(ClientError::Daemon(e)) => assert_eq!(e.code, htb_ipc::ErrorCode::TooLarge),
+            other => panic!("{other:?}"),
+        }
+        // Its staged messages go with the connection.
+        let staged = client.call(RequestBody::Stage {
+            commands: Vec::new(),
+        });
+        assert!(matches!(staged, Ok(ReplyBody::Staged { .. })), "{staged:?}");
+        drop(client);
+        let (seen, next) = server.join().unwrap();
+        assert_eq!(seen, ["stage"; 3], "no apply");
+        assert_eq!(next, "stage");
     }
 }

@@ -139,8 +139,19 @@ pub struct LabelSpec {
     /// The class (`:20`: of the interface's qdisc).
     pub id: ClassId,
     /// Its label; `None` takes it away.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "label_fields"
+    )]
     pub label: Option<ClassLabel>,
+}
+
+/// A label written from its fields where they are: `ClassLabel`'s own `Serialize` (`into =
+/// "LabelFields"`) copies every text of it first, a million labels' worth in an import. The
+/// same value in any format.
+fn label_fields<S: serde::Serializer>(label: &Option<ClassLabel>, s: S) -> Result<S::Ok, S::Error> {
+    label.as_ref().map(ClassLabel::fields).serialize(s)
 }
 
 /// The operator's choice for the subtree class `id` tops ([`Command::ClassSplit`]).

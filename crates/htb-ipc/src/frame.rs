@@ -31,14 +31,15 @@ pub enum FrameError {
 /// # Errors
 /// [`FrameError::TooLarge`] if it exceeds [`MAX_MESSAGE_BYTES`].
 pub fn encode<T: Serialize>(message: &T) -> Result<Vec<u8>, FrameError> {
-    let body = serde_json::to_vec(message)?;
-    let len = u32::try_from(body.len())
+    // The body written after room for its length, which is filled in after: a staged batch's
+    // 20 MB body is not copied into a second buffer.
+    let mut frame = vec![0; 4];
+    serde_json::to_writer(&mut frame, message)?;
+    let len = u32::try_from(frame.len() - 4)
         .ok()
         .filter(|&n| n <= MAX_MESSAGE_BYTES)
         .ok_or(FrameError::TooLarge(u32::MAX))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_be_bytes());
-    frame.extend_from_slice(&body);
+    frame[..4].copy_from_slice(&len.to_be_bytes());
     Ok(frame)
 }
 

@@ -606,3 +606,44 @@ fn a_command_is_small() {
     assert!(size_of::<ClassSpec>() > 64 && size_of::<FilterSpec>() > 64);
     println!("Command: {} bytes", size_of::<Command>());
 }
+
+/// A label is written from its fields (no copy) as `ClassLabel` writes itself, and the frame's
+/// body is the message's JSON after its length.
+#[test]
+fn a_label_command_is_written_as_its_label_writes_itself() {
+    let label: ClassLabel = serde_json::from_value(serde_json::json!({
+        "name": "Ann \"A\" O'Neil",
+        "circuit": "17",
+        "devices": [{ "id": "d1", "mac": "00:1a:2b:3c:4d:5e", "addresses": ["10.0.3.7/32"] }],
+    }))
+    .unwrap();
+    let spec = LabelSpec {
+        dev: dev("r2"),
+        id: ClassId::new(1, 0x10),
+        label: Some(label.clone()),
+    };
+    let json = serde_json::to_value(&spec).unwrap();
+    assert_eq!(json["label"], serde_json::to_value(&label).unwrap());
+    assert_eq!(
+        serde_json::from_value::<LabelSpec>(json).unwrap(),
+        spec,
+        "read back"
+    );
+    let none = LabelSpec {
+        label: None,
+        ..spec
+    };
+    assert_eq!(
+        serde_json::to_string(&none).unwrap(),
+        r#"{"dev":"r2","id":"1:10"}"#
+    );
+    let request = Request::new(RequestBody::Apply {
+        commands: vec![Command::ClassLabel(Box::new(none))],
+    });
+    let frame = encode(&request).unwrap();
+    assert_eq!(frame[4..], serde_json::to_vec(&request).unwrap());
+    assert_eq!(
+        body_len(frame[..4].try_into().unwrap()).unwrap(),
+        frame.len() - 4
+    );
+}

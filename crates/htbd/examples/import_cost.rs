@@ -29,13 +29,23 @@
 //! Not timed: the socket itself, the data plane applying the operations (it needs AF_XDP
 //! sockets; the lab measured it at about 1.1 s of a million subscribers' 20 s), the answer.
 //! Each round starts from the same empty tree.
+//!
+//! `-- CIRCUITS ROUNDS socket` times the socket too: `encode`, `read` and `decode` become one
+//! stage, `send`: htb-cli's `Client::apply` writing the messages to a Unix socket in a
+//! temporary directory, and a thread reading and decoding them as htbd's connection does
+//! (`htb_ipc::read_incoming` per body, an answer per message), overlapped as they are in the
+//! real import. That thread's heap is not htbd's thread's, so the heap is not printed then.
+//! `socket-serial` sends the same messages as the client did before it overlapped them: each
+//! staged message encoded, written, and its answer awaited before the next is encoded.
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixListener;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use htb_cli::import::{circuits, shaped_devices, sync};
-use htb_ipc::{Command, RawCommands, Request, RequestBody};
+use htb_ipc::{Command, RawCommands, ReplyBody, Request, RequestBody, Response};
 use htbd::model::Model;
 use htbd::persist::{Encoded, Store};
 use std::sync::mpsc;
@@ -110,9 +120,15 @@ fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
     let circuits: u32 = args.next().map_or(Ok(200_000), |a| a.parse())?;
     let rounds: u32 = args.next().map_or(Ok(1), |a| a.parse())?;
+    let mode = args.next().unwrap_or_default();
+    let socket = match mode.as_str() {
+        "socket" => Some(false),
+        "socket-serial" => Some(true),
+        _ => None,
+    };
     let csv = htb_lab::scale::shaped_devices("", circuits);
     for round in 1..=rounds {
-        let r = one_round(&csv)?;
+        let r = one_round(&csv, socket)?;
         let stages: Vec<String> = r
             .stages
             .iter()
@@ -130,11 +146,14 @@ fn main() -> anyhow::Result<()> {
             stages.join(", "),
             r.stages
                 .iter()
-                .filter(|(name, _)| !matches!(*name, "cli" | "encode"))
+                .filter(|(name, _)| !matches!(*name, "cli" | "encode" | "send"))
                 .map(|(_, d)| d.as_secs_f64())
                 .sum::<f64>(),
             r.total().as_secs_f64()
         );
+        if socket.is_some() {
+            continue;
+        }
         let per = |bytes: i64| bytes as f64 / f64::from(circuits);
         let heap: Vec<String> = r
             .heap
@@ -175,7 +194,8 @@ fn status_bytes(field: &str) -> anyhow::Result<i64> {
     Ok(kb * 1024)
 }
 
-fn one_round(csv: &str) -> anyhow::Result<Round> {
+/// `socket`: `None` in-process; else over a socket, one message at a time when `Some(true)`.
+fn one_round(csv: &str, socket: Option<bool>) -> anyhow::Result<Round> {
     let mut r = Round::default();
     let placement = circuits::Placement {
         download_dev: Some("r2".parse()?),
@@ -187,20 +207,26 @@ fn one_round(csv: &str) -> anyhow::Result<Round> {
     let commands = r.time("cli", || -> anyhow::Result<Vec<Command>> {
         let devices = shaped_devices::read(csv).map_err(|e| anyhow::anyhow!("{e}"))?;
         let circuits = circuits::group(devices)?;
-        Ok(sync::batch(&circuits, None, &placement, &BTreeMap::new(), 0x100)?.commands)
+        Ok(sync::batch_to_send(&circuits, None, &placement, &BTreeMap::new(), 0x100)?.commands)
     })?;
-    let frames = r.time("encode", || encode(commands))?;
     let mut model = Model::from_trees(htbd::parse_state(TREES)?, &|_| 1)?;
-    // htbd's part starts here: the peak resident size from now on.
-    std::fs::write("/proc/self/clear_refs", "5")?;
-    r.rss_before = status_bytes("VmRSS")?;
-    // The connection reads each body alone, without its header.
-    let bodies = r.htbd("read", || {
-        frames.iter().map(|f| f[4..].to_vec()).collect::<Vec<_>>()
-    });
-    // The client's frames are not htbd's.
-    allocation_counter::opt_out(|| drop(frames));
-    let (commands, received) = r.htbd("decode", || decode(bodies))?;
+    let (commands, received) = if let Some(serial) = socket {
+        std::fs::write("/proc/self/clear_refs", "5")?;
+        r.rss_before = status_bytes("VmRSS")?;
+        r.time("send", || over_socket(commands, serial))?
+    } else {
+        let frames = r.time("encode", || encode(commands))?;
+        // htbd's part starts here: the peak resident size from now on.
+        std::fs::write("/proc/self/clear_refs", "5")?;
+        r.rss_before = status_bytes("VmRSS")?;
+        // The connection reads each body alone, without its header.
+        let bodies = r.htbd("read", || {
+            frames.iter().map(|f| f[4..].to_vec()).collect::<Vec<_>>()
+        });
+        // The client's frames are not htbd's.
+        allocation_counter::opt_out(|| drop(frames));
+        r.htbd("decode", || decode(bodies))?
+    };
     let mut plan = r.htbd("model", || model.apply(&commands))?;
     let effects = std::mem::take(&mut plan.effects);
     // Freed once the model has them, as `Control::apply` does (the journal writes the text).
@@ -264,6 +290,86 @@ fn encode(commands: Vec<Command>) -> anyhow::Result<Vec<Vec<u8>>> {
         commands: rest.collect(),
     }))?);
     Ok(frames)
+}
+
+/// `Client::apply` over a Unix socket to a thread reading each message as htbd's connection
+/// task does (the body read to its announced length, `read_incoming`, the commands staged, an
+/// answer); the batch and its text as that thread has them at the `Apply`.
+fn over_socket(
+    commands: Vec<Command>,
+    serial: bool,
+) -> anyhow::Result<(Vec<Command>, Vec<RawCommands>)> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("htbd.sock");
+    let listener = UnixListener::bind(&path)?;
+    let htbd = std::thread::spawn(move || -> anyhow::Result<_> {
+        let (mut stream, _) = listener.accept()?;
+        let (mut all, mut received) = (Vec::new(), Vec::new());
+        loop {
+            let mut header = [0u8; 4];
+            stream.read_exact(&mut header)?;
+            let len = htb_ipc::body_len(header)?;
+            let mut body = Vec::new();
+            (&mut stream).take(len as u64).read_to_end(&mut body)?;
+            let incoming = htb_ipc::read_incoming(body)?;
+            received.push(incoming.raw.context("a batch on one line keeps its text")?);
+            let (commands, last) = match incoming.request.request {
+                RequestBody::Stage { commands } => (commands, false),
+                RequestBody::Apply { commands } => (commands, true),
+                _ => anyhow::bail!("not a batch"),
+            };
+            all.extend(commands);
+            let reply = if last {
+                ReplyBody::Applied {
+                    results: Vec::new(),
+                }
+            } else {
+                ReplyBody::Staged {
+                    commands: all.len() as u64,
+                }
+            };
+            stream.write_all(&htb_ipc::encode(&Response::new(Ok(reply)))?)?;
+            if last {
+                return Ok((all, received));
+            }
+        }
+    });
+    let sent = if serial {
+        one_at_a_time(&path, commands)
+    } else {
+        let mut client = htb_cli::client::Client::connect(&path, Duration::from_secs(600))?;
+        client
+            .apply(commands)
+            .map(|_| ())
+            .map_err(anyhow::Error::from)
+    };
+    let batch = htbd
+        .join()
+        .map_err(|_| anyhow::anyhow!("the reading thread panicked"))??;
+    sent?;
+    Ok(batch)
+}
+
+/// The messages [`encode`] makes, each written and its answer read before the next is made.
+fn one_at_a_time(path: &std::path::Path, commands: Vec<Command>) -> anyhow::Result<()> {
+    let mut stream = std::os::unix::net::UnixStream::connect(path)?;
+    let mut rest = commands.into_iter();
+    loop {
+        let n = htb_cli::client::chunk_len(rest.as_slice());
+        let last = rest.len() <= n;
+        let chunk: Vec<Command> = rest.by_ref().take(n).collect();
+        let body = if last {
+            RequestBody::Apply { commands: chunk }
+        } else {
+            RequestBody::Stage { commands: chunk }
+        };
+        htb_ipc::write_frame(&mut stream, &Request::new(body))?;
+        let answer: Response = htb_ipc::read_frame(&mut stream)?;
+        answer.result?;
+        if last {
+            return Ok(());
+        }
+    }
 }
 
 /// What htbd's connection task makes of them: one batch, and the text of its commands.

@@ -95,6 +95,21 @@ impl Circuit {
     /// shape every address).
     #[must_use]
     pub fn label(&self) -> Option<ClassLabel> {
+        let fits = self.label.devices.len() <= label::DEVICES_MAX
+            && self
+                .label
+                .devices
+                .iter()
+                .all(|d| d.addresses.len() <= label::ADDRESSES_MAX);
+        if fits {
+            // Most labels fit as they are: one copy of the fields, not one per try (a million
+            // circuits' labels copied twice were a tenth of the import's batch).
+            match ClassLabel::new(self.label.clone()) {
+                Ok(label) => return Some(label),
+                Err(label::LabelError::TooBig(_)) => {}
+                Err(_) => return None,
+            }
+        }
         let mut fields = self.label.clone();
         fields.devices.truncate(label::DEVICES_MAX);
         for d in &mut fields.devices {
@@ -116,15 +131,29 @@ impl Circuit {
     }
 }
 
+/// [`LabelText::lossy`], without its copy character by character when the text is a label's
+/// text as it stands (most of a file's are: a million circuits' texts went through it).
+fn lossy(text: &str) -> Option<LabelText> {
+    let clean = !text.is_empty()
+        && text.len() <= label::TEXT_MAX
+        && text.trim().len() == text.len()
+        && !text.chars().any(char::is_control);
+    if clean {
+        text.parse().ok()
+    } else {
+        LabelText::lossy(text)
+    }
+}
+
 /// A device row's part of its circuit's label (a device without an id is known by its name,
 /// else by its line).
 fn label_device(d: &ShapedDevice) -> Option<Device> {
-    let id = LabelText::lossy(&d.device_id)
-        .or_else(|| LabelText::lossy(&d.device_name))
-        .or_else(|| LabelText::lossy(&format!("line {}", d.line)))?;
+    let id = lossy(&d.device_id)
+        .or_else(|| lossy(&d.device_name))
+        .or_else(|| lossy(&format!("line {}", d.line)))?;
     Some(Device {
         id,
-        name: LabelText::lossy(&d.device_name),
+        name: lossy(&d.device_name),
         mac: d.mac,
         addresses: d.addresses.clone(),
     })
@@ -140,8 +169,8 @@ pub fn group(devices: Vec<ShapedDevice>) -> Result<Vec<Circuit>, CircuitError> {
     let mut index: HashMap<String, usize> = HashMap::with_capacity(devices.len());
     for d in devices {
         // The label's parts first: the rest of the row moves into its circuit.
-        let (device, comment) = (label_device(&d), LabelText::lossy(&d.comment));
-        let circuit = LabelText::lossy(&d.circuit_id);
+        let (device, comment) = (label_device(&d), lossy(&d.comment));
+        let circuit = lossy(&d.circuit_id);
         let id = if d.circuit_id.is_empty() {
             format!("device:{}", d.device_id)
         } else {
@@ -172,7 +201,7 @@ pub fn group(devices: Vec<ShapedDevice>) -> Result<Vec<Circuit>, CircuitError> {
                 // A new circuit takes the device's fields (a million-circuit file copied each).
                 index.insert(id.clone(), circuits.len());
                 let label = LabelFields {
-                    name: LabelText::lossy(&d.circuit_name),
+                    name: lossy(&d.circuit_name),
                     circuit,
                     comment: None,
                     devices: Vec::new(),
@@ -325,6 +354,29 @@ mod tests {
 
     fn circuits(rows: &str) -> Result<Vec<Circuit>, CircuitError> {
         group(read(&format!("{HEADER}{rows}")).unwrap())
+    }
+
+    /// The shortcut for clean texts makes what `LabelText::lossy` makes, clean or not.
+    #[test]
+    fn label_texts_are_made_as_lossy_makes_them() {
+        let long = "é".repeat(200);
+        for text in [
+            "",
+            " ",
+            "Ann",
+            " Ann ",
+            "Ann\tO'Neil",
+            "a\nb",
+            "\u{85}x",
+            "x\u{3000}",
+            "\"quoted\" 'both'",
+            &"a".repeat(256),
+            &"a".repeat(257),
+            &long,
+        ] {
+            assert_eq!(lossy(text), LabelText::lossy(text), "{text:?}");
+        }
+        assert!(lossy("Ann").is_some() && lossy(" \t").is_none());
     }
 
     #[test]

@@ -234,7 +234,13 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
         running = running_trees(&mut c, placement)?;
         client = Some(c);
     }
-    let batch = sync::batch(
+    // Comments only for a printed batch.
+    let make = if client.is_some() && !import.dry_run {
+        sync::batch_to_send
+    } else {
+        sync::batch
+    };
+    let batch = make(
         &circuits,
         nodes.as_deref(),
         placement,
@@ -305,7 +311,7 @@ pub fn run(import: &Import, out: &mut impl Write) -> Result<Summary, ImportError
         Ok(_) => Err(ClientError::Unexpected.into()),
         Err(ClientError::Daemon(e)) => {
             let index = e.command.unwrap_or(0);
-            let again = sync::batch(
+            let again = sync::batch_to_send(
                 &circuits,
                 nodes.as_deref(),
                 placement,

@@ -49,18 +49,64 @@ fn node_label(name: &str) -> Option<ClassLabel> {
 
 /// One class as the files want it on one port.
 #[derive(Debug, Clone)]
-struct Want {
+struct Want<'a> {
     parent: ClassId,
     rate: u64,
     ceil: u64,
     /// The leaf (the `sqm` column's); `None`: htbd's default.
     leaf: Option<LeafSpec>,
     origin: Origin,
+    /// What it is made from: its comment and label are made from it when the batch takes
+    /// them (a million circuits' texts made ahead and held were a third of the batch's time).
+    of: Source<'a>,
+}
+
+/// What a class of the batch is made from.
+#[derive(Debug, Clone, Copy)]
+enum Source<'a> {
+    Node(&'a Node),
+    Circuit(&'a Circuit),
+}
+
+impl Source<'_> {
     /// What a comment above its `class add` says (`circuit "ID" NAME`).
-    comment: String,
+    fn comment(self) -> String {
+        match self {
+            Self::Node(node) => format!("node \"{}\"", flat(&node.name)),
+            Self::Circuit(c) => format!("circuit \"{}\" {}", flat(&c.id), flat(&c.name)),
+        }
+    }
+
     /// Its label in htbd (`class label`): the circuit's names, devices and addresses, or the
-    /// node's name.
-    label: Option<ClassLabel>,
+    /// node's name; as htbd will hold it, and a printed batch can carry it: a label whose text
+    /// had both quotes has its `"` written as `'` ([`ClassLabel::quotable`]).
+    fn label(self) -> Option<ClassLabel> {
+        let label = match self {
+            Self::Node(node) => node_label(&node.name),
+            Self::Circuit(c) => c.label(),
+        }?;
+        // `quotable` writes the label's words to find out; a text with both quotes is all
+        // that it looks for.
+        let both = |t: &LabelText| {
+            let t = t.as_str();
+            t.contains('"') && t.contains('\'')
+        };
+        let f = label.fields();
+        let unquotable = [&f.name, &f.circuit, &f.comment]
+            .into_iter()
+            .flatten()
+            .chain(
+                f.devices
+                    .iter()
+                    .flat_map(|d| std::iter::once(&d.id).chain(&d.name)),
+            )
+            .any(both);
+        if unquotable {
+            label.quotable()
+        } else {
+            Some(label)
+        }
+    }
 }
 
 /// The most frequent of `votes` (ties: the lowest id) that `ok` accepts.
@@ -90,6 +136,33 @@ pub fn batch(
     placement: &Placement,
     running: &BTreeMap<InterfaceName, Running>,
     first_minor: u32,
+) -> Result<Batch, super::circuits::CircuitError> {
+    build(circuits, nodes, placement, running, first_minor, true)
+}
+
+/// [`batch`] as htbd is sent it: the same commands, without the `# …` comments only a
+/// printed batch carries (a million circuits' comments are a million strings made for
+/// nothing).
+///
+/// # Errors
+/// The minors run out.
+pub fn batch_to_send(
+    circuits: &[Circuit],
+    nodes: Option<&[Node]>,
+    placement: &Placement,
+    running: &BTreeMap<InterfaceName, Running>,
+    first_minor: u32,
+) -> Result<Batch, super::circuits::CircuitError> {
+    build(circuits, nodes, placement, running, first_minor, false)
+}
+
+fn build(
+    circuits: &[Circuit],
+    nodes: Option<&[Node]>,
+    placement: &Placement,
+    running: &BTreeMap<InterfaceName, Running>,
+    first_minor: u32,
+    comments: bool,
 ) -> Result<Batch, super::circuits::CircuitError> {
     let empty = Running::default();
     let devs: Vec<(&InterfaceName, Direction)> = placement.devs().collect();
@@ -189,10 +262,11 @@ pub fn batch(
             .or_else(|| node_ids.get(name))
             .copied()
     };
-    // Sized for a first import (a class, its label and a filter per circuit and port): a
-    // million circuits' commands grown by doubling were copied into fresh pages again and
-    // again.
-    let mut out = Batch::with_capacity(circuits.len() * devs.len() * 3);
+    // Sized for a first import (a class, its label and a filter per circuit and port, and the
+    // hash tables: two and 512 a family at most): a million circuits' commands grown by
+    // doubling were copied into fresh pages again and again, the last time for the tables.
+    let tables = 2 * (2 + 2 * 256);
+    let mut out = Batch::with_capacity((circuits.len() * 3 + tables) * devs.len());
     out.circuit_ids.clone_from(&circuit_ids);
     for &(port, direction) in &devs {
         let r = running.get(port).unwrap_or(&empty);
@@ -200,7 +274,7 @@ pub fn batch(
             Direction::Download => d,
             Direction::Upload => u,
         };
-        let mut want: BTreeMap<ClassId, Want> = BTreeMap::new();
+        let mut want: BTreeMap<ClassId, Want<'_>> = BTreeMap::new();
         let mut order: Vec<ClassId> = Vec::new();
         for &(node, parent) in &all_nodes {
             let Some(id) = node_ids.get(node.name.as_str()).copied() else {
@@ -215,8 +289,7 @@ pub fn batch(
                     ceil,
                     leaf: None,
                     origin: Origin::Node(node.name.clone()),
-                    comment: format!("node \"{}\"", flat(&node.name)),
-                    label: node_label(&node.name),
+                    of: Source::Node(node),
                 },
             );
             order.push(id);
@@ -236,8 +309,7 @@ pub fn batch(
                     ceil,
                     leaf: c.leaf,
                     origin: Origin::Csv(c.line),
-                    comment: format!("circuit \"{}\" {}", flat(&c.id), flat(&c.name)),
-                    label: c.label(),
+                    of: Source::Circuit(c),
                 },
             );
             order.push(id);
@@ -254,6 +326,7 @@ pub fn batch(
             &want,
             &order,
             &want_filters,
+            comments,
             &mut out,
         );
     }
@@ -268,9 +341,10 @@ fn port_batch(
     r: &Running,
     placement: &Placement,
     own_subtree: bool,
-    want: &BTreeMap<ClassId, Want>,
+    want: &BTreeMap<ClassId, Want<'_>>,
     order: &[ClassId],
     want_filters: &BTreeMap<AddressKey, (IpPrefix, ClassId, u64)>,
+    comments: bool,
     out: &mut Batch,
 ) {
     let qdisc = ClassId::new(placement.parent.major(), 0);
@@ -390,7 +464,9 @@ fn port_batch(
         };
         match kept {
             None => {
-                out.comment(format!("{} ({})", w.comment, w.origin));
+                if comments {
+                    out.comment(format!("{} ({})", w.of.comment(), w.origin));
+                }
                 out.push(w.origin.clone(), Command::ClassAdd(Box::new(class())));
                 out.changes.added += 1;
                 if let Some(spec) = w.leaf {
@@ -424,9 +500,7 @@ fn port_batch(
                 }
             }
         }
-        // As htbd will hold it, and a printed batch can carry it: a label whose text had
-        // both quotes has its `"` written as `'` ([`ClassLabel::quotable`]).
-        let label = w.label.as_ref().and_then(ClassLabel::quotable);
+        let label = w.of.label();
         if kept.and_then(|h| h.label.as_ref()) != label.as_ref() {
             let spec = LabelSpec {
                 dev: dev(port),
@@ -687,6 +761,23 @@ mod tests {
         let make = || batch(&circuits(ROWS), None, &p, &base(), 0x100).unwrap();
         let (a, b) = (make(), make());
         assert_eq!((a.commands, a.origin), (b.commands, b.origin));
+    }
+
+    /// What htbd is sent is the printed batch's commands, only without its comments; a label
+    /// with both quotes in a text is made quotable in both.
+    #[test]
+    fn the_batch_sent_is_the_printed_one_without_comments() {
+        let rows = format!("{ROWS}4,\"say \"\"it's\"\"\",4,D4,AP_A,,100.64.0.4,,1,1,10,10,,\n");
+        let p = placement(&[("AP_A", "1:a")]);
+        let printed = batch(&circuits(&rows), None, &p, &base(), 0x100).unwrap();
+        let sent = batch_to_send(&circuits(&rows), None, &p, &base(), 0x100).unwrap();
+        assert!(printed.text().contains("name \"say 'it's'\""));
+        assert_eq!(printed.comments.len(), 8, "a circuit's class on each port");
+        assert!(sent.comments.is_empty());
+        assert_eq!(
+            (&printed.commands, &printed.origin, printed.changes),
+            (&sent.commands, &sent.origin, sent.changes)
+        );
     }
 
     #[test]
