@@ -230,6 +230,20 @@ pub struct LabelFields {
     pub devices: Vec<Device>,
 }
 
+impl LabelFields {
+    /// Every text it holds: name, circuit id, comment, then each device's id and name.
+    pub fn texts(&self) -> impl Iterator<Item = &LabelText> {
+        [&self.name, &self.circuit, &self.comment]
+            .into_iter()
+            .flatten()
+            .chain(
+                self.devices
+                    .iter()
+                    .flat_map(|d| std::iter::once(&d.id).chain(&d.name)),
+            )
+    }
+}
+
 impl TryFrom<LabelFields> for ClassLabel {
     type Error = LabelError;
 
@@ -313,15 +327,7 @@ impl ClassLabel {
     #[must_use]
     pub fn mentions(&self, query: &str) -> bool {
         let f = &self.0;
-        let texts = [&f.name, &f.circuit, &f.comment]
-            .into_iter()
-            .flatten()
-            .chain(
-                f.devices
-                    .iter()
-                    .flat_map(|d| std::iter::once(&d.id).chain(&d.name)),
-            )
-            .map(LabelText::as_str);
+        let texts = f.texts().map(LabelText::as_str);
         mentions_of(texts, f.devices.iter().filter_map(|d| d.mac), query)
     }
 

@@ -91,16 +91,7 @@ impl Source<'_> {
             let t = t.as_str();
             t.contains('"') && t.contains('\'')
         };
-        let f = label.fields();
-        let unquotable = [&f.name, &f.circuit, &f.comment]
-            .into_iter()
-            .flatten()
-            .chain(
-                f.devices
-                    .iter()
-                    .flat_map(|d| std::iter::once(&d.id).chain(&d.name)),
-            )
-            .any(both);
+        let unquotable = label.fields().texts().any(both);
         if unquotable {
             label.quotable()
         } else {
